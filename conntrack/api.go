@@ -1,0 +1,130 @@
+// Package conntrack is Egret's flow table: pointer-free, sharded, sized up
+// front, with a TCP state machine, RFC-grade timeouts and incremental expiry.
+//
+// This file is the contract the data plane (package gateway) codes against.
+// The exported names and their meaning are fixed; the storage behind them is
+// free to change.
+package conntrack
+
+import (
+	"errors"
+	"time"
+)
+
+// Addr is an IP address in 16 bytes; an IPv4 address is stored IPv4-mapped
+// (::ffff:a.b.c.d), as netip.Addr.As16 returns it.
+type Addr [16]byte
+
+// Tuple identifies one direction of a flow. For ICMP queries (echo) the
+// identifier stands in for the port of the local side (the pod, or the egress
+// IP) and the remote side's port is 0.
+type Tuple struct {
+	Src, Dst         Addr
+	SrcPort, DstPort uint16
+	Proto            uint8
+}
+
+// Flow is one tracked connection and its NAT binding.
+type Flow struct {
+	Orig    Tuple  // as the pod sent it: pod → server
+	NATAddr Addr   // the egress IP the pod side is rewritten to
+	NATPort uint16 // the port (or ICMP identifier) the pod side is rewritten to
+	Aux     uint64 // opaque to conntrack: the caller's return-path data
+	State   State
+}
+
+// Reply returns the tuple of packets from the server back to the egress IP:
+// server → NATAddr:NATPort.
+func (f *Flow) Reply() Tuple {
+	return Tuple{Src: f.Orig.Dst, Dst: f.NATAddr, SrcPort: f.Orig.DstPort, DstPort: f.NATPort, Proto: f.Orig.Proto}
+}
+
+// State is a flow's protocol state (TCP states, UDP unreplied/replied,
+// ICMP); the constants are in state.go.
+type State uint8
+
+// Dir is the side of a flow a packet came from.
+type Dir uint8
+
+const (
+	// Original is the pod's side: packets pod → server.
+	Original Dir = 0
+	// Reply is the outside: packets server → egress IP.
+	Reply Dir = 1
+)
+
+// TCP flag bits as they appear in the TCP header's flags byte.
+const (
+	FlagFIN uint8 = 0x01
+	FlagSYN uint8 = 0x02
+	FlagRST uint8 = 0x04
+	FlagPSH uint8 = 0x08
+	FlagACK uint8 = 0x10
+)
+
+// Protocol numbers conntrack knows timeouts for.
+const (
+	ProtoICMP   uint8 = 1
+	ProtoTCP    uint8 = 6
+	ProtoUDP    uint8 = 17
+	ProtoICMPv6 uint8 = 58
+)
+
+// Errors returned by Insert.
+var (
+	// ErrFull means the table holds its configured maximum; the new flow was
+	// not added and no existing flow was touched.
+	ErrFull = errors.New("conntrack: table full")
+	// ErrExists means the original or the reply tuple is already tracked.
+	ErrExists = errors.New("conntrack: flow exists")
+)
+
+// Timeouts are the idle timeouts per protocol and state. The defaults are no
+// shorter than RFC 5382 (TCP established 2 h 4 min, transitory 4 min),
+// RFC 4787 (UDP ≥ 2 min, 5 min recommended) and RFC 5508 (ICMP query 60 s).
+type Timeouts struct {
+	TCPEstablished time.Duration
+	TCPTransitory  time.Duration // SYN_SENT, SYN_RECV, FIN_WAIT, CLOSE_WAIT, LAST_ACK
+	TCPTimeWait    time.Duration
+	TCPClose       time.Duration // after RST
+	UDP            time.Duration
+	ICMP           time.Duration
+}
+
+// Config sizes a Table.
+type Config struct {
+	MaxFlows int      // hard limit; memory is allocated for this many up front
+	Shards   int      // power of two; 0 picks a default
+	Timeouts Timeouts // zero fields take DefaultTimeouts
+}
+
+// The Table's methods (implemented in table.go); all are safe for concurrent
+// use by many workers, allocate nothing, and take now as monotonic
+// nanoseconds from the caller's clock (the data plane reads it once a batch):
+//
+//	func New(cfg Config) (*Table, error)
+//	func DefaultTimeouts() Timeouts
+//
+//	// Track looks k up as a tuple of direction dir. On a hit it advances the
+//	// TCP state machine with the packet's flags (0 for UDP and ICMP), refreshes
+//	// the flow's timer, copies the flow into out and returns true.
+//	func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool
+//
+//	// Insert adds f (both its original and its reply tuple), with the state
+//	// the first packet's TCP flags give. ErrFull or ErrExists leave the table
+//	// unchanged.
+//	func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error
+//
+//	// ReplyInUse reports whether reply tuple k is tracked (for NAT port choice).
+//	func (t *Table) ReplyInUse(k *Tuple) bool
+//
+//	// Delete removes the flow whose original tuple is orig and copies it to out.
+//	func (t *Table) Delete(orig *Tuple, out *Flow) bool
+//
+//	// Expire removes at most budget expired flows, resuming where the last
+//	// call stopped (incremental, no stop-the-world sweep), and calls fn with
+//	// each removed flow outside any lock. It returns how many it removed.
+//	func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int
+//
+//	func (t *Table) Len() int
+//	func (t *Table) Cap() int
