@@ -1,0 +1,51 @@
+# Egret: make build | test | demo | bench. Run as root on Debian: the tests and the
+# demo build network namespaces, attach XDP programs and open AF_XDP sockets.
+GO        ?= go
+BIN       := bin
+TOOLS_DIR ?= /var/cache/egret/bin
+export EGRET_TOOLS_DIR := $(TOOLS_DIR)
+# The unit and privileged tests share the 2-core machine: one package at a time keeps
+# namespace-heavy tests from starving each other.
+TEST_FLAGS ?= -count=1 -timeout 25m -p 1
+
+.PHONY: all build deps tools test test-unit test-race vet fmt demo bench bench-lab clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Debian packages the tests and the demo need (installed only when missing).
+deps:
+	@bash hack/deps.sh
+
+# Binaries built from the Go module proxy and cached outside the repository:
+# etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests.
+tools:
+	@[ ! -x hack/k8s-bins.sh ] || bash hack/k8s-bins.sh
+	@[ ! -x hack/cnitool.sh ] || bash hack/cnitool.sh
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+test: deps tools build vet
+	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -race -timeout 10m ./conntrack/... ./nat/...
+
+# Only the tests that need neither root nor the cached binaries.
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+demo: deps build
+	$(BIN)/egret demo
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./gateway/... ./conntrack/... ./nat/... ./control/...
+
+clean:
+	rm -rf $(BIN)
