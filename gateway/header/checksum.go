@@ -1,0 +1,124 @@
+package header
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// Checksum adds buf to the running RFC 1071 one's-complement sum initial and
+// returns the new running sum, folded to at most 16 significant bits.
+//
+// Sums of several buffers chain (Checksum(b, Checksum(a, 0))) as long as
+// every buffer but the last has an even length. The value to store in a
+// checksum field is ChecksumFold of the final sum.
+func Checksum(buf []byte, initial uint32) uint32 {
+	// One's-complement addition is byte-order independent (RFC 1071 §2(B)),
+	// so the bulk is summed as native little-endian 64-bit words and the
+	// 16-bit result is byte-swapped once at the end.
+	var acc, carry uint64
+	for len(buf) >= 32 {
+		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(buf[0:8]), carry)
+		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(buf[8:16]), carry)
+		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(buf[16:24]), carry)
+		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(buf[24:32]), carry)
+		buf = buf[32:]
+	}
+	for len(buf) >= 8 {
+		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(buf[0:8]), carry)
+		buf = buf[8:]
+	}
+	acc, carry = bits.Add64(acc, carry, 0)
+	acc += carry // cannot overflow again: acc is at most 2^64-2 here when carry is 1
+	if len(buf) >= 4 {
+		acc, carry = bits.Add64(acc, uint64(binary.LittleEndian.Uint32(buf[0:4])), 0)
+		acc += carry
+		buf = buf[4:]
+	}
+	if len(buf) >= 2 {
+		acc, carry = bits.Add64(acc, uint64(binary.LittleEndian.Uint16(buf[0:2])), 0)
+		acc += carry
+		buf = buf[2:]
+	}
+	if len(buf) == 1 {
+		// The odd byte is the high byte of a zero-padded big-endian word,
+		// which is the low byte in the little-endian domain.
+		acc, carry = bits.Add64(acc, uint64(buf[0]), 0)
+		acc += carry
+	}
+	s := fold64(acc)
+	s = bits.ReverseBytes16(s)
+	return uint32(fold64(uint64(s) + uint64(initial)))
+}
+
+// fold64 folds a 64-bit one's-complement sum to 16 bits with end-around carry.
+func fold64(s uint64) uint16 {
+	s = (s >> 32) + (s & 0xffffffff)
+	s = (s >> 32) + (s & 0xffffffff)
+	s = (s >> 16) + (s & 0xffff)
+	s = (s >> 16) + (s & 0xffff)
+	s = (s >> 16) + (s & 0xffff)
+	return uint16(s)
+}
+
+// ChecksumFold folds a running sum to 16 bits and complements it, giving the
+// value to store in a checksum field (like Linux csum_fold). Over data that
+// includes a correct checksum field the result is 0.
+func ChecksumFold(sum uint32) uint16 {
+	return ^fold64(uint64(sum))
+}
+
+// ChecksumCombine adds two running sums (one's-complement addition).
+func ChecksumCombine(a, b uint32) uint32 {
+	return uint32(fold64(uint64(a) + uint64(b)))
+}
+
+// PseudoHeaderChecksum returns the running sum of the TCP/UDP/ICMPv6
+// pseudo-header: IPv4 (RFC 768/793) when src and dst are 4 bytes, IPv6
+// (RFC 8200 §8.1) when they are 16 bytes. length is the upper-layer length.
+func PseudoHeaderChecksum(proto uint8, src, dst []byte, length uint16) uint32 {
+	s := Checksum(src, 0)
+	s = Checksum(dst, s)
+	return uint32(fold64(uint64(s) + uint64(proto) + uint64(length)))
+}
+
+// ChecksumUpdate16 returns checksum field check updated for one 16-bit word
+// of the covered data changing from old to new (RFC 1624 eqn. 3:
+// HC' = ~(~HC + ~m + m')).
+func ChecksumUpdate16(check, old, new uint16) uint16 {
+	s := uint64(^check) + uint64(^old) + uint64(new)
+	return ^fold64(s)
+}
+
+// ChecksumUpdate32 returns checksum field check updated for an aligned 32-bit
+// word of the covered data changing from old to new (RFC 1624 eqn. 3).
+func ChecksumUpdate32(check uint16, old, new uint32) uint16 {
+	s := uint64(^check) +
+		uint64(^uint16(old>>16)) + uint64(^uint16(old)) +
+		uint64(new>>16) + uint64(new&0xffff)
+	return ^fold64(s)
+}
+
+// ChecksumUpdateAddr returns checksum field check updated for an address in
+// the covered data (or pseudo-header) changing from old to new. old and new
+// must have the same even length (4 or 16 bytes for IP addresses); other
+// lengths leave check unchanged.
+func ChecksumUpdateAddr(check uint16, old, new []byte) uint16 {
+	if len(old) != len(new) || len(old)&1 != 0 {
+		return check
+	}
+	s := uint64(^check)
+	for i := 0; i+1 < len(old); i += 2 {
+		s += uint64(^binary.BigEndian.Uint16(old[i:])) + uint64(binary.BigEndian.Uint16(new[i:]))
+	}
+	return ^fold64(s)
+}
+
+// UDPChecksumValue maps a computed UDP checksum to the value sent on the
+// wire: a computed 0 is sent as 0xffff, because 0 means "no checksum"
+// (RFC 768).
+func UDPChecksumValue(c uint16) uint16 {
+	if c == 0 {
+		return 0xffff
+	}
+	return c
+}

@@ -1,0 +1,113 @@
+package header
+
+import "encoding/binary"
+
+// Ethernet II frame header (IEEE 802.3):
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                    Destination MAC address                    |
+//	+                               +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                               |                               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+                               +
+//	|                      Source MAC address                       |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|           EtherType           |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+const (
+	ethDst  = 0
+	ethSrc  = 6
+	ethType = 12
+)
+
+// 802.1Q / 802.1ad tag following the source MAC (the tag's EtherType
+// 0x8100/0x88A8 sits where the frame's EtherType would be):
+//
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|   TPID (0x8100 or 0x88A8)     | PCP |D|         VLAN ID       |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|     EtherType (or next TPID)  |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+const (
+	// EthernetLen is the length of an untagged Ethernet header.
+	EthernetLen = 14
+	// VLANLen is the length one 802.1Q/802.1ad tag adds to the header.
+	VLANLen = 4
+	// MaxVLANTags is how many stacked VLAN tags PayloadOffset accepts.
+	MaxVLANTags = 2
+	// MACLen is the length of a MAC address.
+	MACLen = 6
+)
+
+// EtherType values.
+const (
+	// EtherTypeIPv4 is the EtherType of IPv4.
+	EtherTypeIPv4 uint16 = 0x0800
+	// EtherTypeARP is the EtherType of ARP.
+	EtherTypeARP uint16 = 0x0806
+	// EtherTypeIPv6 is the EtherType of IPv6.
+	EtherTypeIPv6 uint16 = 0x86DD
+	// EtherTypeVLAN is the 802.1Q customer VLAN tag protocol identifier.
+	EtherTypeVLAN uint16 = 0x8100
+	// EtherTypeQinQ is the 802.1ad service VLAN tag protocol identifier.
+	EtherTypeQinQ uint16 = 0x88A8
+	// EtherTypeTEB is Transparent Ethernet Bridging (Geneve protocol type).
+	EtherTypeTEB uint16 = 0x6558
+)
+
+// Ethernet is a view of an Ethernet II header; it must be at least
+// EthernetLen bytes long.
+type Ethernet []byte
+
+// DstMAC returns the destination MAC address.
+func (b Ethernet) DstMAC() [6]byte { return [6]byte(b[ethDst : ethDst+MACLen]) }
+
+// SrcMAC returns the source MAC address.
+func (b Ethernet) SrcMAC() [6]byte { return [6]byte(b[ethSrc : ethSrc+MACLen]) }
+
+// EtherType returns the EtherType field right after the MAC addresses (a
+// VLAN TPID when the frame is tagged).
+func (b Ethernet) EtherType() uint16 { return binary.BigEndian.Uint16(b[ethType:]) }
+
+// SetDstMAC sets the destination MAC address.
+func (b Ethernet) SetDstMAC(m [6]byte) { copy(b[ethDst:ethDst+MACLen], m[:]) }
+
+// SetSrcMAC sets the source MAC address.
+func (b Ethernet) SetSrcMAC(m [6]byte) { copy(b[ethSrc:ethSrc+MACLen], m[:]) }
+
+// SetEtherType sets the EtherType field right after the MAC addresses.
+func (b Ethernet) SetEtherType(t uint16) { binary.BigEndian.PutUint16(b[ethType:], t) }
+
+// IsVLAN reports whether t is a VLAN tag protocol identifier.
+func IsVLAN(t uint16) bool { return t == EtherTypeVLAN || t == EtherTypeQinQ }
+
+// PayloadOffset skips at most MaxVLANTags VLAN tags and returns the final
+// EtherType and the offset of the payload. ok is false when the frame is
+// shorter than its header or carries more than MaxVLANTags tags. It is safe on
+// slices of any length.
+func (b Ethernet) PayloadOffset() (etherType uint16, offset int, ok bool) {
+	if len(b) < EthernetLen {
+		return 0, 0, false
+	}
+	off := ethType
+	for tags := 0; ; tags++ {
+		t := binary.BigEndian.Uint16(b[off:])
+		if !IsVLAN(t) {
+			return t, off + 2, true
+		}
+		if tags == MaxVLANTags || len(b) < off+VLANLen+2 {
+			return 0, 0, false
+		}
+		off += VLANLen
+	}
+}
+
+// VLANID returns the 12-bit VLAN identifier of the outermost tag, or 0 when
+// the frame is untagged or too short.
+func (b Ethernet) VLANID() uint16 {
+	if len(b) < EthernetLen+VLANLen || !IsVLAN(b.EtherType()) {
+		return 0
+	}
+	return binary.BigEndian.Uint16(b[ethType+2:]) & 0x0fff
+}

@@ -1,0 +1,197 @@
+package header
+
+import "encoding/binary"
+
+// ICMPv4 (RFC 792) and ICMPv6 (RFC 4443) share the first 8 bytes' shape:
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|     Type      |     Code      |          Checksum             |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  Identifier (echo)            |   Sequence Number (echo)      |
+//	|  unused (v4 frag needed)      |   Next-Hop MTU (v4, RFC 1191) |
+//	|                 MTU (v6 packet too big)                       |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  Echo data, or for errors as much of the invoking packet as   |
+//	|  fits (its IP header first)                                   |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+const (
+	icmpType     = 0
+	icmpCode     = 1
+	icmpChecksum = 2
+	icmpIdent    = 4
+	icmpSeq      = 6
+	icmpV4MTU    = 6
+	icmpV6MTU    = 4
+	// ICMPv4MinLen is the length of the ICMPv4 header.
+	ICMPv4MinLen = 8
+	// ICMPv6MinLen is the length of the ICMPv6 header.
+	ICMPv6MinLen = 8
+)
+
+// ICMPv4 types and codes.
+const (
+	// ICMPv4EchoReply is the echo reply type.
+	ICMPv4EchoReply uint8 = 0
+	// ICMPv4DstUnreachable is the destination unreachable type.
+	ICMPv4DstUnreachable uint8 = 3
+	// ICMPv4EchoRequest is the echo request type.
+	ICMPv4EchoRequest uint8 = 8
+	// ICMPv4TimeExceeded is the time exceeded type.
+	ICMPv4TimeExceeded uint8 = 11
+	// ICMPv4ParamProblem is the parameter problem type.
+	ICMPv4ParamProblem uint8 = 12
+	// ICMPv4FragNeeded is the destination unreachable code "fragmentation
+	// needed and DF set" (RFC 1191).
+	ICMPv4FragNeeded uint8 = 4
+	// ICMPv4TTLExceeded is the time exceeded code "TTL exceeded in transit".
+	ICMPv4TTLExceeded uint8 = 0
+	// ICMPv4HostUnreachable is the destination unreachable code "host
+	// unreachable".
+	ICMPv4HostUnreachable uint8 = 1
+	// ICMPv4PortUnreachable is the destination unreachable code "port
+	// unreachable".
+	ICMPv4PortUnreachable uint8 = 3
+)
+
+// ICMPv6 types and codes.
+const (
+	// ICMPv6DstUnreachable is the destination unreachable type.
+	ICMPv6DstUnreachable uint8 = 1
+	// ICMPv6PacketTooBig is the packet too big type.
+	ICMPv6PacketTooBig uint8 = 2
+	// ICMPv6TimeExceeded is the time exceeded type.
+	ICMPv6TimeExceeded uint8 = 3
+	// ICMPv6ParamProblem is the parameter problem type.
+	ICMPv6ParamProblem uint8 = 4
+	// ICMPv6EchoRequest is the echo request type.
+	ICMPv6EchoRequest uint8 = 128
+	// ICMPv6EchoReply is the echo reply type.
+	ICMPv6EchoReply uint8 = 129
+	// ICMPv6HopLimitExceeded is the time exceeded code "hop limit exceeded
+	// in transit".
+	ICMPv6HopLimitExceeded uint8 = 0
+	// ICMPv6AddrUnreachable is the destination unreachable code "address
+	// unreachable".
+	ICMPv6AddrUnreachable uint8 = 3
+	// ICMPv6PortUnreachable is the destination unreachable code "port
+	// unreachable".
+	ICMPv6PortUnreachable uint8 = 4
+)
+
+// ICMPv4 is a view of an ICMPv4 message; it must be at least ICMPv4MinLen
+// bytes long.
+type ICMPv4 []byte
+
+// Type returns the message type.
+func (b ICMPv4) Type() uint8 { return b[icmpType] }
+
+// Code returns the message code.
+func (b ICMPv4) Code() uint8 { return b[icmpCode] }
+
+// Checksum returns the checksum field.
+func (b ICMPv4) Checksum() uint16 { return binary.BigEndian.Uint16(b[icmpChecksum:]) }
+
+// Ident returns the echo identifier.
+func (b ICMPv4) Ident() uint16 { return binary.BigEndian.Uint16(b[icmpIdent:]) }
+
+// Seq returns the echo sequence number.
+func (b ICMPv4) Seq() uint16 { return binary.BigEndian.Uint16(b[icmpSeq:]) }
+
+// MTU returns the next-hop MTU of a fragmentation-needed message (RFC 1191).
+func (b ICMPv4) MTU() uint16 { return binary.BigEndian.Uint16(b[icmpV4MTU:]) }
+
+// Payload returns what follows the 8-byte header: the echo data, or for an
+// error the invoking packet's IP header and leading payload.
+func (b ICMPv4) Payload() []byte { return b[ICMPv4MinLen:] }
+
+// IsError reports whether the type is an error carrying an invoking packet
+// (destination unreachable, time exceeded, parameter problem).
+func (b ICMPv4) IsError() bool { return ICMPv4IsError(b[icmpType]) }
+
+// ICMPv4IsError reports whether ICMPv4 type t is an error message that
+// embeds the invoking packet.
+func ICMPv4IsError(t uint8) bool {
+	return t == ICMPv4DstUnreachable || t == ICMPv4TimeExceeded || t == ICMPv4ParamProblem
+}
+
+// SetType sets the message type.
+func (b ICMPv4) SetType(t uint8) { b[icmpType] = t }
+
+// SetCode sets the message code.
+func (b ICMPv4) SetCode(c uint8) { b[icmpCode] = c }
+
+// SetChecksum sets the checksum field.
+func (b ICMPv4) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[icmpChecksum:], c) }
+
+// SetIdent sets the echo identifier.
+func (b ICMPv4) SetIdent(v uint16) { binary.BigEndian.PutUint16(b[icmpIdent:], v) }
+
+// SetSeq sets the echo sequence number.
+func (b ICMPv4) SetSeq(v uint16) { binary.BigEndian.PutUint16(b[icmpSeq:], v) }
+
+// SetMTU sets the next-hop MTU of a fragmentation-needed message.
+func (b ICMPv4) SetMTU(v uint16) { binary.BigEndian.PutUint16(b[icmpV4MTU:], v) }
+
+// CalculateChecksum returns the checksum over all of b (ICMPv4 has no
+// pseudo-header), ignoring the current checksum field.
+func (b ICMPv4) CalculateChecksum() uint16 {
+	s := Checksum(b[:icmpChecksum], 0)
+	return ChecksumFold(Checksum(b[icmpChecksum+2:], s))
+}
+
+// ICMPv6 is a view of an ICMPv6 message; it must be at least ICMPv6MinLen
+// bytes long.
+type ICMPv6 []byte
+
+// Type returns the message type.
+func (b ICMPv6) Type() uint8 { return b[icmpType] }
+
+// Code returns the message code.
+func (b ICMPv6) Code() uint8 { return b[icmpCode] }
+
+// Checksum returns the checksum field.
+func (b ICMPv6) Checksum() uint16 { return binary.BigEndian.Uint16(b[icmpChecksum:]) }
+
+// Ident returns the echo identifier.
+func (b ICMPv6) Ident() uint16 { return binary.BigEndian.Uint16(b[icmpIdent:]) }
+
+// Seq returns the echo sequence number.
+func (b ICMPv6) Seq() uint16 { return binary.BigEndian.Uint16(b[icmpSeq:]) }
+
+// MTU returns the MTU of a packet-too-big message.
+func (b ICMPv6) MTU() uint32 { return binary.BigEndian.Uint32(b[icmpV6MTU:]) }
+
+// Payload returns what follows the 8-byte header: the echo data, or for an
+// error the invoking packet's IPv6 header and leading payload.
+func (b ICMPv6) Payload() []byte { return b[ICMPv6MinLen:] }
+
+// IsError reports whether the type is an error message (types 0–127).
+func (b ICMPv6) IsError() bool { return b[icmpType] < 128 }
+
+// SetType sets the message type.
+func (b ICMPv6) SetType(t uint8) { b[icmpType] = t }
+
+// SetCode sets the message code.
+func (b ICMPv6) SetCode(c uint8) { b[icmpCode] = c }
+
+// SetChecksum sets the checksum field.
+func (b ICMPv6) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[icmpChecksum:], c) }
+
+// SetIdent sets the echo identifier.
+func (b ICMPv6) SetIdent(v uint16) { binary.BigEndian.PutUint16(b[icmpIdent:], v) }
+
+// SetSeq sets the echo sequence number.
+func (b ICMPv6) SetSeq(v uint16) { binary.BigEndian.PutUint16(b[icmpSeq:], v) }
+
+// SetMTU sets the MTU of a packet-too-big message.
+func (b ICMPv6) SetMTU(v uint32) { binary.BigEndian.PutUint32(b[icmpV6MTU:], v) }
+
+// CalculateChecksum returns the checksum over all of b given the IPv6
+// pseudo-header running sum (see IPv6.PseudoHeaderChecksum with
+// ProtoICMPv6), ignoring the current checksum field.
+func (b ICMPv6) CalculateChecksum(pseudo uint32) uint16 {
+	s := Checksum(b[:icmpChecksum], pseudo)
+	return ChecksumFold(Checksum(b[icmpChecksum+2:], s))
+}

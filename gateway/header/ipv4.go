@@ -1,0 +1,234 @@
+package header
+
+import "encoding/binary"
+
+// IPv4 header (RFC 791 §3.1):
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|Version|  IHL  |Type of Service|          Total Length         |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|         Identification        |Flags|      Fragment Offset    |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  Time to Live |    Protocol   |         Header Checksum       |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                       Source Address                          |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                    Destination Address                        |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                    Options                    |    Padding    |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+const (
+	v4VerIHL    = 0
+	v4TOS       = 1
+	v4TotalLen  = 2
+	v4ID        = 4
+	v4FlagsFrag = 6
+	v4TTL       = 8
+	v4Protocol  = 9
+	v4Checksum  = 10
+	v4Src       = 12
+	v4Dst       = 16
+)
+
+const (
+	// IPv4MinLen is the length of an IPv4 header without options.
+	IPv4MinLen = 20
+	// IPv4MaxLen is the longest IPv4 header (IHL 15).
+	IPv4MaxLen = 60
+	// IPv4AddrLen is the length of an IPv4 address.
+	IPv4AddrLen = 4
+	// IPv4Version is the value of the version field of IPv4.
+	IPv4Version = 4
+)
+
+// IPv4 flag bits as returned by IPv4.Flags.
+const (
+	// IPv4FlagMoreFragments is the MF bit.
+	IPv4FlagMoreFragments uint8 = 1
+	// IPv4FlagDontFragment is the DF bit.
+	IPv4FlagDontFragment uint8 = 2
+)
+
+// IP protocol numbers (IANA), shared by IPv4 Protocol and IPv6 Next Header.
+const (
+	// ProtoHopByHop is the IPv6 Hop-by-Hop Options header.
+	ProtoHopByHop uint8 = 0
+	// ProtoICMPv4 is ICMP for IPv4.
+	ProtoICMPv4 uint8 = 1
+	// ProtoTCP is TCP.
+	ProtoTCP uint8 = 6
+	// ProtoUDP is UDP.
+	ProtoUDP uint8 = 17
+	// ProtoRouting is the IPv6 Routing header.
+	ProtoRouting uint8 = 43
+	// ProtoFragment is the IPv6 Fragment header.
+	ProtoFragment uint8 = 44
+	// ProtoESP is the IPsec Encapsulating Security Payload.
+	ProtoESP uint8 = 50
+	// ProtoAH is the IPsec Authentication Header.
+	ProtoAH uint8 = 51
+	// ProtoICMPv6 is ICMP for IPv6.
+	ProtoICMPv6 uint8 = 58
+	// ProtoNoNextHeader is IPv6 No Next Header.
+	ProtoNoNextHeader uint8 = 59
+	// ProtoDestOpts is the IPv6 Destination Options header.
+	ProtoDestOpts uint8 = 60
+)
+
+// IPv4 is a view of an IPv4 header and what follows. Call IsValid before
+// any other method.
+type IPv4 []byte
+
+// IsValid reports whether b holds a well-formed IPv4 header of a packet that
+// is pktLen bytes long (the bytes available from the start of the header):
+// version 4, IHL at least 5, options inside the packet, header length at most
+// total length, and total length at most pktLen. It is safe on any slice.
+func (b IPv4) IsValid(pktLen int) bool {
+	if len(b) < IPv4MinLen || pktLen > len(b) {
+		return false
+	}
+	if b[v4VerIHL]>>4 != IPv4Version {
+		return false
+	}
+	hl := b.HeaderLength()
+	tl := int(b.TotalLength())
+	return hl >= IPv4MinLen && hl <= tl && tl <= pktLen
+}
+
+// Version returns the version field.
+func (b IPv4) Version() uint8 { return b[v4VerIHL] >> 4 }
+
+// IHL returns the header length field in 32-bit words.
+func (b IPv4) IHL() uint8 { return b[v4VerIHL] & 0x0f }
+
+// HeaderLength returns the header length in bytes, options included.
+func (b IPv4) HeaderLength() int { return int(b[v4VerIHL]&0x0f) * 4 }
+
+// TOS returns the type of service (DSCP and ECN) byte.
+func (b IPv4) TOS() uint8 { return b[v4TOS] }
+
+// TotalLength returns the total length of the packet, header included.
+func (b IPv4) TotalLength() uint16 { return binary.BigEndian.Uint16(b[v4TotalLen:]) }
+
+// ID returns the identification field.
+func (b IPv4) ID() uint16 { return binary.BigEndian.Uint16(b[v4ID:]) }
+
+// Flags returns the 3 flag bits (IPv4FlagDontFragment, IPv4FlagMoreFragments).
+func (b IPv4) Flags() uint8 { return b[v4FlagsFrag] >> 5 }
+
+// MoreFragments reports whether the MF flag is set.
+func (b IPv4) MoreFragments() bool { return b.Flags()&IPv4FlagMoreFragments != 0 }
+
+// DontFragment reports whether the DF flag is set.
+func (b IPv4) DontFragment() bool { return b.Flags()&IPv4FlagDontFragment != 0 }
+
+// FragmentOffset returns the fragment offset in bytes (the field times 8).
+func (b IPv4) FragmentOffset() uint16 {
+	return (binary.BigEndian.Uint16(b[v4FlagsFrag:]) & 0x1fff) << 3
+}
+
+// IsFragment reports whether the packet is a fragment (MF set or offset not 0).
+func (b IPv4) IsFragment() bool {
+	return binary.BigEndian.Uint16(b[v4FlagsFrag:])&0x3fff != 0
+}
+
+// TTL returns the time to live.
+func (b IPv4) TTL() uint8 { return b[v4TTL] }
+
+// Protocol returns the protocol of the payload.
+func (b IPv4) Protocol() uint8 { return b[v4Protocol] }
+
+// Checksum returns the header checksum field.
+func (b IPv4) Checksum() uint16 { return binary.BigEndian.Uint16(b[v4Checksum:]) }
+
+// SrcAddr returns the source address.
+func (b IPv4) SrcAddr() [4]byte { return [4]byte(b[v4Src : v4Src+4]) }
+
+// DstAddr returns the destination address.
+func (b IPv4) DstAddr() [4]byte { return [4]byte(b[v4Dst : v4Dst+4]) }
+
+// SrcAddr16 returns the source address IPv4-mapped in 16 bytes
+// (::ffff:a.b.c.d, the layout of netip.Addr.As16).
+func (b IPv4) SrcAddr16() [16]byte { return mapped(b[v4Src : v4Src+4]) }
+
+// DstAddr16 returns the destination address IPv4-mapped in 16 bytes.
+func (b IPv4) DstAddr16() [16]byte { return mapped(b[v4Dst : v4Dst+4]) }
+
+func mapped(a []byte) [16]byte {
+	var m [16]byte
+	m[10], m[11] = 0xff, 0xff
+	copy(m[12:], a)
+	return m
+}
+
+// Options returns the options and padding (empty when IHL is 5).
+func (b IPv4) Options() []byte { return b[IPv4MinLen:b.HeaderLength()] }
+
+// Payload returns the bytes after the header up to the total length.
+func (b IPv4) Payload() []byte { return b[b.HeaderLength():b.TotalLength()] }
+
+// SetTOS sets the type of service byte.
+func (b IPv4) SetTOS(v uint8) { b[v4TOS] = v }
+
+// SetHeaderLength sets IHL from a length in bytes (a multiple of 4, 20–60)
+// and the version to 4.
+func (b IPv4) SetHeaderLength(n int) { b[v4VerIHL] = IPv4Version<<4 | uint8(n/4)&0x0f }
+
+// SetTotalLength sets the total length.
+func (b IPv4) SetTotalLength(v uint16) { binary.BigEndian.PutUint16(b[v4TotalLen:], v) }
+
+// SetID sets the identification field.
+func (b IPv4) SetID(v uint16) { binary.BigEndian.PutUint16(b[v4ID:], v) }
+
+// SetFlagsFragmentOffset sets the 3 flag bits and the fragment offset given
+// in bytes (a multiple of 8).
+func (b IPv4) SetFlagsFragmentOffset(flags uint8, offset uint16) {
+	binary.BigEndian.PutUint16(b[v4FlagsFrag:], uint16(flags&7)<<13|(offset>>3)&0x1fff)
+}
+
+// SetTTL sets the time to live.
+func (b IPv4) SetTTL(v uint8) { b[v4TTL] = v }
+
+// SetProtocol sets the protocol.
+func (b IPv4) SetProtocol(v uint8) { b[v4Protocol] = v }
+
+// SetChecksum sets the header checksum field.
+func (b IPv4) SetChecksum(v uint16) { binary.BigEndian.PutUint16(b[v4Checksum:], v) }
+
+// SetSrcAddr sets the source address (the checksum is not updated).
+func (b IPv4) SetSrcAddr(a [4]byte) { copy(b[v4Src:v4Src+4], a[:]) }
+
+// SetDstAddr sets the destination address (the checksum is not updated).
+func (b IPv4) SetDstAddr(a [4]byte) { copy(b[v4Dst:v4Dst+4], a[:]) }
+
+// CalculateChecksum returns the header checksum computed over the header
+// and options, ignoring the current value of the checksum field.
+func (b IPv4) CalculateChecksum() uint16 {
+	hl := b.HeaderLength()
+	s := Checksum(b[:v4Checksum], 0)
+	s = Checksum(b[v4Checksum+2:hl], s)
+	return ChecksumFold(s)
+}
+
+// ChecksumValid reports whether the header checksum field is correct.
+func (b IPv4) ChecksumValid() bool {
+	return ChecksumFold(Checksum(b[:b.HeaderLength()], 0)) == 0
+}
+
+// DecTTL decrements the TTL and updates the header checksum incrementally
+// (RFC 1624). It returns the new TTL; callers check for 0 (or for TTL <= 1
+// before the call) to answer with ICMP time exceeded.
+func (b IPv4) DecTTL() uint8 {
+	old := binary.BigEndian.Uint16(b[v4TTL:])
+	b[v4TTL]--
+	b.SetChecksum(ChecksumUpdate16(b.Checksum(), old, binary.BigEndian.Uint16(b[v4TTL:])))
+	return b[v4TTL]
+}
+
+// PseudoHeaderChecksum returns the pseudo-header running sum for the payload
+// with protocol proto and upper-layer length length.
+func (b IPv4) PseudoHeaderChecksum(proto uint8, length uint16) uint32 {
+	return PseudoHeaderChecksum(proto, b[v4Src:v4Src+4], b[v4Dst:v4Dst+4], length)
+}

@@ -1,0 +1,242 @@
+package header
+
+import "encoding/binary"
+
+// IPv6 header (RFC 8200 §3):
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|Version| Traffic Class |           Flow Label                  |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|         Payload Length        |  Next Header  |   Hop Limit   |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                                                               |
+//	+                         Source Address                        +
+//	|                          (16 bytes)                           |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                                                               |
+//	+                      Destination Address                      +
+//	|                          (16 bytes)                           |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+const (
+	v6VerTCFlow = 0
+	v6PayLen    = 4
+	v6NextHdr   = 6
+	v6HopLimit  = 7
+	v6Src       = 8
+	v6Dst       = 24
+)
+
+const (
+	// IPv6Len is the length of the fixed IPv6 header.
+	IPv6Len = 40
+	// IPv6AddrLen is the length of an IPv6 address.
+	IPv6AddrLen = 16
+	// IPv6Version is the value of the version field of IPv6.
+	IPv6Version = 6
+	// IPv6MinMTU is the minimum link MTU of IPv6 (RFC 8200 §5).
+	IPv6MinMTU = 1280
+)
+
+// IPv6 is a view of an IPv6 header and what follows; it must be at least
+// IPv6Len bytes long (check with IsValid).
+type IPv6 []byte
+
+// IsValid reports whether b holds an IPv6 header of a packet that is pktLen
+// bytes long: version 6, at least IPv6Len bytes, and the payload length
+// inside pktLen. Jumbograms (payload length 0) are not supported and are
+// invalid. It is safe on any slice.
+func (b IPv6) IsValid(pktLen int) bool {
+	if len(b) < IPv6Len || pktLen > len(b) || pktLen < IPv6Len {
+		return false
+	}
+	return b[v6VerTCFlow]>>4 == IPv6Version && IPv6Len+int(b.PayloadLength()) <= pktLen
+}
+
+// Version returns the version field.
+func (b IPv6) Version() uint8 { return b[v6VerTCFlow] >> 4 }
+
+// TrafficClass returns the traffic class (DSCP and ECN).
+func (b IPv6) TrafficClass() uint8 {
+	return uint8(binary.BigEndian.Uint16(b[v6VerTCFlow:]) >> 4)
+}
+
+// FlowLabel returns the 20-bit flow label.
+func (b IPv6) FlowLabel() uint32 { return binary.BigEndian.Uint32(b[v6VerTCFlow:]) & 0xfffff }
+
+// PayloadLength returns the length of what follows the fixed header,
+// extension headers included.
+func (b IPv6) PayloadLength() uint16 { return binary.BigEndian.Uint16(b[v6PayLen:]) }
+
+// NextHeader returns the type of the header after the fixed header.
+func (b IPv6) NextHeader() uint8 { return b[v6NextHdr] }
+
+// HopLimit returns the hop limit.
+func (b IPv6) HopLimit() uint8 { return b[v6HopLimit] }
+
+// SrcAddr returns the source address.
+func (b IPv6) SrcAddr() [16]byte { return [16]byte(b[v6Src : v6Src+16]) }
+
+// DstAddr returns the destination address.
+func (b IPv6) DstAddr() [16]byte { return [16]byte(b[v6Dst : v6Dst+16]) }
+
+// Payload returns the bytes after the fixed header up to the payload length.
+func (b IPv6) Payload() []byte { return b[IPv6Len : IPv6Len+int(b.PayloadLength())] }
+
+// SetVersionTrafficClassFlowLabel sets version 6, the traffic class and the
+// flow label.
+func (b IPv6) SetVersionTrafficClassFlowLabel(tc uint8, flow uint32) {
+	binary.BigEndian.PutUint32(b[v6VerTCFlow:], IPv6Version<<28|uint32(tc)<<20|flow&0xfffff)
+}
+
+// SetPayloadLength sets the payload length.
+func (b IPv6) SetPayloadLength(v uint16) { binary.BigEndian.PutUint16(b[v6PayLen:], v) }
+
+// SetNextHeader sets the next header.
+func (b IPv6) SetNextHeader(v uint8) { b[v6NextHdr] = v }
+
+// SetHopLimit sets the hop limit.
+func (b IPv6) SetHopLimit(v uint8) { b[v6HopLimit] = v }
+
+// SetSrcAddr sets the source address.
+func (b IPv6) SetSrcAddr(a [16]byte) { copy(b[v6Src:v6Src+16], a[:]) }
+
+// SetDstAddr sets the destination address.
+func (b IPv6) SetDstAddr(a [16]byte) { copy(b[v6Dst:v6Dst+16], a[:]) }
+
+// PseudoHeaderChecksum returns the pseudo-header running sum for the
+// upper-layer protocol proto of length length.
+func (b IPv6) PseudoHeaderChecksum(proto uint8, length uint16) uint32 {
+	return PseudoHeaderChecksum(proto, b[v6Src:v6Src+16], b[v6Dst:v6Dst+16], length)
+}
+
+// IPv6 extension headers (RFC 8200 §4). All but Fragment and AH share:
+//
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  Next Header  |  Hdr Ext Len  |                               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+                               +
+//	.          (Hdr Ext Len + 1) * 8 bytes in all                   .
+//
+// AH (RFC 4302) has Payload Len: (Payload Len + 2) * 4 bytes in all.
+// Fragment (RFC 8200 §4.5), always 8 bytes:
+//
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  Next Header  |   Reserved    |      Fragment Offset    |Res|M|
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                         Identification                        |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+const (
+	extNextHdr   = 0
+	extLen       = 1
+	fragOffFlags = 2
+	fragID       = 4
+	// IPv6FragmentLen is the length of the IPv6 Fragment header.
+	IPv6FragmentLen = 8
+	// IPv6MaxExtHeaders bounds the extension-header walk. RFC 8200 §4.1 allows
+	// each header once (Destination Options twice), so 8 covers every
+	// conforming packet; longer chains are treated as an attack.
+	IPv6MaxExtHeaders = 8
+)
+
+// IPv6ExtStatus is the outcome of an extension-header walk.
+type IPv6ExtStatus uint8
+
+const (
+	// IPv6ExtOK means the walk reached an upper-layer header, ESP, No Next
+	// Header or a non-first fragment.
+	IPv6ExtOK IPv6ExtStatus = iota
+	// IPv6ExtTruncated means an extension header runs past the packet.
+	IPv6ExtTruncated
+	// IPv6ExtTooMany means the chain is longer than IPv6MaxExtHeaders.
+	IPv6ExtTooMany
+	// IPv6ExtBadHopByHop means a Hop-by-Hop header is not right after the
+	// fixed header (RFC 8200 §4.3).
+	IPv6ExtBadHopByHop
+)
+
+// IPv6Ext is the result of IPv6.WalkExtensions.
+type IPv6Ext struct {
+	// Offset is the offset from the start of the IPv6 header of the header
+	// of protocol Proto (the L4 header); valid iff Status == IPv6ExtOK.
+	Offset int
+	// FragID is the fragment identification; valid iff Fragment.
+	FragID uint32
+	// FragOffset is the fragment offset in bytes; valid iff Fragment.
+	FragOffset uint16
+	// Status says whether the walk succeeded.
+	Status IPv6ExtStatus
+	// Proto is the final protocol: TCP, UDP, ICMPv6, ESP, No Next Header, or
+	// the next header of a non-first fragment; valid iff Status == IPv6ExtOK.
+	Proto uint8
+	// Fragment reports that a Fragment header was seen.
+	Fragment bool
+	// MoreFragments is the M flag of the Fragment header; valid iff Fragment.
+	MoreFragments bool
+}
+
+// NonFirstFragment reports whether the packet is a fragment other than the
+// first: its L4 header is not present.
+func (e IPv6Ext) NonFirstFragment() bool { return e.Fragment && e.FragOffset != 0 }
+
+// WalkExtensions follows the extension-header chain from the fixed header
+// and returns the final protocol and its offset. The walk stays inside
+// b[:IPv6Len+PayloadLength] (or b, if shorter), stops at ESP (its contents
+// are encrypted), No Next Header, an upper-layer protocol, or the payload of
+// a non-first fragment, and visits at most IPv6MaxExtHeaders headers. b must
+// be at least IPv6Len bytes long.
+func (b IPv6) WalkExtensions() IPv6Ext {
+	end := IPv6Len + int(b.PayloadLength())
+	if end > len(b) {
+		end = len(b)
+	}
+	var r IPv6Ext
+	next := b[v6NextHdr]
+	off := IPv6Len
+	for n := 0; ; n++ {
+		var hl int
+		switch next {
+		case ProtoHopByHop, ProtoRouting, ProtoDestOpts, ProtoAH, ProtoFragment:
+		default:
+			// Upper layer, ESP, No Next Header or unknown: the chain ends.
+			r.Proto, r.Offset = next, off
+			return r
+		}
+		if n == IPv6MaxExtHeaders {
+			r.Status = IPv6ExtTooMany
+			return r
+		}
+		if next == ProtoHopByHop && n != 0 {
+			r.Status = IPv6ExtBadHopByHop
+			return r
+		}
+		if off+8 > end {
+			r.Status = IPv6ExtTruncated
+			return r
+		}
+		switch next {
+		case ProtoFragment:
+			hl = IPv6FragmentLen
+			fo := binary.BigEndian.Uint16(b[off+fragOffFlags:])
+			r.Fragment = true
+			r.FragOffset = fo &^ 7
+			r.MoreFragments = fo&1 != 0
+			r.FragID = binary.BigEndian.Uint32(b[off+fragID:])
+		case ProtoAH:
+			hl = (int(b[off+extLen]) + 2) * 4
+		default:
+			hl = (int(b[off+extLen]) + 1) * 8
+		}
+		if off+hl > end {
+			r.Status = IPv6ExtTruncated
+			return r
+		}
+		next = b[off+extNextHdr]
+		off += hl
+		if r.Fragment && r.FragOffset != 0 {
+			// A non-first fragment carries no further headers to parse.
+			r.Proto, r.Offset = next, off
+			return r
+		}
+	}
+}
