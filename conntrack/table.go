@@ -1,0 +1,670 @@
+package conntrack
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// entry is one flow as stored: 72 bytes, no pointers. The reply tuple is not
+// stored; it is Orig's server side plus nat/nport.
+type entry struct {
+	src, dst, nat       Addr
+	aux                 uint64 // Flow.Aux; the free-list link while state == StateNone
+	deadline            int64  // idle expiry, caller's monotonic nanoseconds
+	sport, dport, nport uint16
+	proto, state        uint8
+}
+
+const entrySize = int(unsafe.Sizeof(entry{}))
+
+// slotsPerFlow is the index size per flow capacity: two keys per flow at a
+// load factor of at most 0.8 when the table is full.
+const (
+	slotsPerFlowNum = 5
+	slotsPerFlowDen = 2
+)
+
+// shard owns a range of entries (flows whose original tuple hashes to it)
+// and an index of keys (original or reply tuples) that hash to it. Its own
+// lock guards both; the padding keeps two shards' locks off one cache line.
+type shard struct {
+	mu       sync.Mutex
+	slots    []uint64 // Robin Hood index: tag<<32 | ref; 0 is empty
+	n        uint64   // len(slots)
+	base     uint32   // index of this shard's first entry in Table.entries
+	bump     uint32   // entries [base, base+bump) have been handed out
+	free     uint32   // free-list head: local index + 1; 0 = empty
+	used     uint32   // entries in use
+	keys     uint32   // index slots in use
+	keyLimit uint32
+	cursor   uint32 // expiry sweep position (local index)
+	_        [64]byte
+}
+
+// Table is the flow table. See api.go for the contract.
+type Table struct {
+	h         hasher
+	shards    []shard
+	entries   []entry // all shards' entries, shard i at [i*shardCap, (i+1)*shardCap)
+	shardMask uint64
+	shardBits uint
+	shardCap  uint32
+	maxFlows  int64
+	to        [numStates]int64
+	bytes     int64
+	hook      atomic.Pointer[EventFunc]
+	expShard  atomic.Uint32
+	_         [64]byte
+	count     atomic.Int64 // flows in the table, bounded by maxFlows
+	_         [64]byte
+}
+
+// ErrInvalidFlow means Insert was given a flow whose reply tuple equals its
+// original tuple, which could never be told apart.
+var ErrInvalidFlow = errors.New("conntrack: flow's reply tuple equals its original tuple")
+
+// Lower bounds the timeouts may not go under (see DefaultTimeouts).
+const (
+	minTCPEstablished = 2*time.Hour + 4*time.Minute // RFC 5382 REQ-5
+	minTCPTransitory  = 4 * time.Minute             // RFC 5382 REQ-5
+	minUDP            = 2 * time.Minute             // RFC 4787 REQ-5
+	minICMP           = 60 * time.Second            // RFC 5508 REQ-2
+	maxTimeout        = 365 * 24 * time.Hour
+)
+
+// DefaultTimeouts returns the RFC-grade idle timeouts: TCP established
+// 2 h 4 min and transitory 4 min (RFC 5382 REQ-5), TIME_WAIT and the state
+// after RST 4 min (RFC 7857 §2.2), UDP 5 min (RFC 4787 REQ-5d), ICMP query
+// 60 s (RFC 5508 REQ-2).
+func DefaultTimeouts() Timeouts {
+	return Timeouts{
+		TCPEstablished: minTCPEstablished,
+		TCPTransitory:  minTCPTransitory,
+		TCPTimeWait:    4 * time.Minute,
+		TCPClose:       4 * time.Minute,
+		UDP:            5 * time.Minute,
+		ICMP:           minICMP,
+	}
+}
+
+// resolve fills zero fields from the defaults and refuses values below the
+// RFC minimums.
+func (to Timeouts) resolve() (Timeouts, error) {
+	d := DefaultTimeouts()
+	fields := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+		min  time.Duration
+	}{
+		{"TCPEstablished", &to.TCPEstablished, d.TCPEstablished, minTCPEstablished},
+		{"TCPTransitory", &to.TCPTransitory, d.TCPTransitory, minTCPTransitory},
+		{"TCPTimeWait", &to.TCPTimeWait, d.TCPTimeWait, minTCPTransitory},
+		{"TCPClose", &to.TCPClose, d.TCPClose, minTCPTransitory},
+		{"UDP", &to.UDP, d.UDP, minUDP},
+		{"ICMP", &to.ICMP, d.ICMP, minICMP},
+	}
+	for _, f := range fields {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if *f.v < f.min {
+			return to, fmt.Errorf("conntrack: timeout %s=%v is below the RFC minimum %v", f.name, *f.v, f.min)
+		}
+		if *f.v > maxTimeout {
+			return to, fmt.Errorf("conntrack: timeout %s=%v is above the limit %v", f.name, *f.v, maxTimeout)
+		}
+	}
+	return to, nil
+}
+
+// New allocates a table for cfg.MaxFlows flows. All memory is allocated here.
+func New(cfg Config) (*Table, error) {
+	if cfg.MaxFlows <= 0 {
+		return nil, fmt.Errorf("conntrack: MaxFlows must be positive, got %d", cfg.MaxFlows)
+	}
+	if cfg.MaxFlows > 1<<28 {
+		return nil, fmt.Errorf("conntrack: MaxFlows %d is above the limit %d", cfg.MaxFlows, 1<<28)
+	}
+	to, err := cfg.Timeouts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	ns := cfg.Shards
+	if ns == 0 {
+		ns = defaultShards(cfg.MaxFlows)
+	}
+	if ns < 1 || ns > 4096 || ns&(ns-1) != 0 {
+		return nil, fmt.Errorf("conntrack: Shards must be a power of two between 1 and 4096, got %d", ns)
+	}
+	mean := (cfg.MaxFlows + ns - 1) / ns
+	shardCap := mean
+	if ns > 1 {
+		// Flows land on shards by hash, so a shard must hold more than the
+		// mean for the table to reach MaxFlows: 6 standard deviations.
+		shardCap += int(6*math.Sqrt(float64(mean))) + 8
+		if shardCap > cfg.MaxFlows {
+			shardCap = cfg.MaxFlows
+		}
+	}
+	shardBits := uint(bits.TrailingZeros(uint(ns)))
+	if uint(bits.Len(uint(shardCap)))+shardBits+1 > 31 {
+		return nil, fmt.Errorf("conntrack: MaxFlows %d with %d shards does not fit 32-bit references", cfg.MaxFlows, ns)
+	}
+	n := (shardCap*slotsPerFlowNum + slotsPerFlowDen - 1) / slotsPerFlowDen
+	if n < 8 {
+		n = 8
+	}
+	t := &Table{
+		h:         newHasher(),
+		shards:    make([]shard, ns),
+		entries:   make([]entry, ns*shardCap),
+		shardMask: uint64(ns - 1),
+		shardBits: shardBits,
+		shardCap:  uint32(shardCap),
+		maxFlows:  int64(cfg.MaxFlows),
+	}
+	slots := make([]uint64, ns*n)
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.slots = slots[i*n : (i+1)*n : (i+1)*n]
+		s.n = uint64(n)
+		s.base = uint32(i * shardCap)
+		s.keyLimit = uint32(n - n/16 - 1)
+	}
+	t.bytes = int64(len(t.entries))*int64(entrySize) + int64(len(slots))*8 +
+		int64(ns)*int64(unsafe.Sizeof(shard{})) + int64(unsafe.Sizeof(Table{}))
+	for s := State(1); s < numStates; s++ {
+		t.to[s] = int64(timeoutFor(&to, s))
+	}
+	return t, nil
+}
+
+func defaultShards(maxFlows int) int {
+	ns := 1
+	want := 4 * runtime.GOMAXPROCS(0)
+	if want < 16 {
+		want = 16
+	}
+	// At least 4096 flows per shard keeps the per-shard headroom small.
+	for ns < want && ns*2*4096 <= maxFlows {
+		ns *= 2
+	}
+	return ns
+}
+
+func timeoutFor(to *Timeouts, s State) time.Duration {
+	switch s {
+	case StateEstablished:
+		return to.TCPEstablished
+	case StateTimeWait:
+		return to.TCPTimeWait
+	case StateClose:
+		return to.TCPClose
+	case StateUDPUnreplied, StateUDPReplied, StateGeneric:
+		return to.UDP
+	case StateICMPUnreplied, StateICMPReplied:
+		return to.ICMP
+	}
+	return to.TCPTransitory
+}
+
+// Timeout returns the idle timeout the table applies to state s.
+func (t *Table) Timeout(s State) time.Duration {
+	if s >= numStates {
+		return 0
+	}
+	return time.Duration(t.to[s])
+}
+
+// Len returns the number of flows in the table.
+func (t *Table) Len() int { return int(t.count.Load()) }
+
+// Cap returns the configured maximum number of flows (Config.MaxFlows).
+func (t *Table) Cap() int { return int(t.maxFlows) }
+
+// Bytes returns the memory the table allocated up front, in bytes.
+func (t *Table) Bytes() int64 { return t.bytes }
+
+// Shards returns the number of shards.
+func (t *Table) Shards() int { return len(t.shards) }
+
+// --- references and the index ---
+
+// A ref names one key of one entry: ((local<<shardBits | shard)<<1 | dir) + 1.
+func (t *Table) makeRef(sh, local uint32, dir Dir) uint32 {
+	return ((local<<t.shardBits|sh)<<1 | uint32(dir)) + 1
+}
+
+// refEntry decodes a ref into the entry's shard and global index and the key
+// direction.
+func (t *Table) refEntry(ref uint32) (sh uint32, g uint32, dir Dir) {
+	r := ref - 1
+	dir = Dir(r & 1)
+	r >>= 1
+	sh = r & uint32(t.shardMask)
+	g = sh*t.shardCap + r>>t.shardBits
+	return
+}
+
+func home(tag uint32, n uint64) uint64 { return (uint64(tag) * n) >> 32 }
+
+// keyEq reports whether k is entry e's tuple of direction dir.
+func keyEq(e *entry, k *Tuple, dir Dir) bool {
+	if dir == Original {
+		return e.src == k.Src && e.dst == k.Dst && e.sport == k.SrcPort &&
+			e.dport == k.DstPort && e.proto == k.Proto
+	}
+	return e.dst == k.Src && e.nat == k.Dst && e.dport == k.SrcPort &&
+		e.nport == k.DstPort && e.proto == k.Proto
+}
+
+// anyDir is a lookup direction matching keys of both directions.
+const anyDir Dir = 2
+
+// find looks k up in s's index (s locked) and returns the matching ref, or
+// 0. With dir == anyDir keys of either direction match.
+func (t *Table) find(s *shard, tag uint32, k *Tuple, dir Dir) uint32 {
+	n := s.n
+	slots := s.slots
+	pos := home(tag, n)
+	for d := uint64(0); ; d++ {
+		sl := slots[pos]
+		if sl == 0 {
+			return 0
+		}
+		stag := uint32(sl >> 32)
+		if stag == tag {
+			ref := uint32(sl)
+			_, g, rd := t.refEntry(ref)
+			if (dir == anyDir || dir == rd) && keyEq(&t.entries[g], k, rd) {
+				return ref
+			}
+		} else {
+			h := home(stag, n)
+			sd := pos - h
+			if pos < h {
+				sd += n
+			}
+			if sd < d {
+				return 0 // Robin Hood: k would have been placed before here
+			}
+		}
+		pos++
+		if pos == n {
+			pos = 0
+		}
+	}
+}
+
+// put adds tag/ref to s's index (s locked, room checked by the caller).
+func (s *shard) put(tag, ref uint32) {
+	n := s.n
+	slots := s.slots
+	cur := uint64(tag)<<32 | uint64(ref)
+	pos := home(tag, n)
+	d := uint64(0)
+	for {
+		sl := slots[pos]
+		if sl == 0 {
+			slots[pos] = cur
+			s.keys++
+			return
+		}
+		h := home(uint32(sl>>32), n)
+		sd := pos - h
+		if pos < h {
+			sd += n
+		}
+		if sd < d {
+			slots[pos] = cur
+			cur = sl
+			d = sd
+		}
+		pos++
+		if pos == n {
+			pos = 0
+		}
+		d++
+	}
+}
+
+// remove deletes tag/ref from s's index (s locked) with backward shifting,
+// so the index never accumulates tombstones.
+func (s *shard) remove(tag, ref uint32) bool {
+	n := s.n
+	slots := s.slots
+	want := uint64(tag)<<32 | uint64(ref)
+	pos := home(tag, n)
+	for d := uint64(0); ; d++ {
+		sl := slots[pos]
+		if sl == 0 {
+			return false
+		}
+		if sl == want {
+			break
+		}
+		h := home(uint32(sl>>32), n)
+		sd := pos - h
+		if pos < h {
+			sd += n
+		}
+		if sd < d {
+			return false
+		}
+		pos++
+		if pos == n {
+			pos = 0
+		}
+	}
+	for {
+		next := pos + 1
+		if next == n {
+			next = 0
+		}
+		sl := slots[next]
+		if sl == 0 || home(uint32(sl>>32), n) == next {
+			slots[pos] = 0
+			s.keys--
+			return true
+		}
+		slots[pos] = sl
+		pos = next
+	}
+}
+
+// replyTuple rebuilds e's reply tuple.
+func (e *entry) replyTuple(r *Tuple) {
+	r.Src, r.Dst, r.SrcPort, r.DstPort, r.Proto = e.dst, e.nat, e.dport, e.nport, e.proto
+}
+
+func (e *entry) toFlow(f *Flow) {
+	f.Orig = Tuple{Src: e.src, Dst: e.dst, SrcPort: e.sport, DstPort: e.dport, Proto: e.proto}
+	f.NATAddr, f.NATPort, f.Aux, f.State = e.nat, e.nport, e.aux, State(e.state)
+}
+
+// --- the data-plane operations ---
+
+// Track looks k up as a tuple of direction dir. On a hit it advances the TCP
+// state machine with the packet's flags (0 for UDP and ICMP), refreshes the
+// flow's timer, copies the flow into out and returns true.
+//
+// A flow whose timer has run out but that Expire has not removed yet is
+// revived by a packet from the pod (Original) and is a miss for packets
+// from outside (Reply): an expired mapping admits nothing inbound.
+func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool {
+	if dir > Reply {
+		return false
+	}
+	h := t.h.hash(k)
+	si := uint32(h & t.shardMask)
+	s := &t.shards[si]
+	tag := uint32(h >> 32)
+	s.mu.Lock()
+	ref := t.find(s, tag, k, dir)
+	if ref == 0 {
+		s.mu.Unlock()
+		return false
+	}
+	osh, g, _ := t.refEntry(ref)
+	if osh != si {
+		// The entry lives in another shard (reply keys hash elsewhere): take
+		// that shard's lock instead, never both, and check the entry is
+		// still k's flow.
+		s.mu.Unlock()
+		s = &t.shards[osh]
+		s.mu.Lock()
+		e := &t.entries[g]
+		if e.state == uint8(StateNone) || !keyEq(e, k, dir) {
+			s.mu.Unlock()
+			return false
+		}
+	}
+	e := &t.entries[g]
+	if now >= e.deadline && dir == Reply {
+		s.mu.Unlock()
+		return false
+	}
+	st := nextState(State(e.state), dir, tcpFlags)
+	e.state = uint8(st)
+	e.deadline = now + t.to[st]
+	e.toFlow(out)
+	s.mu.Unlock()
+	return true
+}
+
+// lock2 locks shards a and b (a may equal b) in index order, so that two
+// goroutines locking the same pair never deadlock.
+func (t *Table) lock2(a, b uint32) {
+	if a == b {
+		t.shards[a].mu.Lock()
+		return
+	}
+	if a > b {
+		a, b = b, a
+	}
+	t.shards[a].mu.Lock()
+	t.shards[b].mu.Lock()
+}
+
+func (t *Table) unlock2(a, b uint32) {
+	t.shards[a].mu.Unlock()
+	if a != b {
+		t.shards[b].mu.Unlock()
+	}
+}
+
+// Insert adds f (both its original and its reply tuple), with the state the
+// first packet's TCP flags give, and sets f.State to it. ErrFull or
+// ErrExists leave the table unchanged.
+func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error {
+	st := initialState(f.Orig.Proto, tcpFlags)
+	if err := t.insert(f, st, now+t.to[st]); err != nil {
+		return err
+	}
+	f.State = st
+	t.emit(EventCreated, f)
+	return nil
+}
+
+// insert stores f with state st and the given deadline.
+func (t *Table) insert(f *Flow, st State, deadline int64) error {
+	r := f.Reply()
+	if r == f.Orig {
+		return ErrInvalidFlow
+	}
+	h1, h2 := t.h.hash(&f.Orig), t.h.hash(&r)
+	s1i, s2i := uint32(h1&t.shardMask), uint32(h2&t.shardMask)
+	tag1, tag2 := uint32(h1>>32), uint32(h2>>32)
+	s1, s2 := &t.shards[s1i], &t.shards[s2i]
+	t.lock2(s1i, s2i)
+	if t.find(s1, tag1, &f.Orig, anyDir) != 0 || t.find(s2, tag2, &r, anyDir) != 0 {
+		t.unlock2(s1i, s2i)
+		return ErrExists
+	}
+	need1 := uint32(1)
+	if s1 == s2 {
+		need1 = 2
+	}
+	if s1.used >= t.shardCap || s1.keys+need1 > s1.keyLimit || s2.keys+1 > s2.keyLimit {
+		t.unlock2(s1i, s2i)
+		return ErrFull
+	}
+	if t.count.Add(1) > t.maxFlows {
+		t.count.Add(-1)
+		t.unlock2(s1i, s2i)
+		return ErrFull
+	}
+	var local uint32
+	if s1.free != 0 {
+		local = s1.free - 1
+		s1.free = uint32(t.entries[s1.base+local].aux)
+	} else {
+		local = s1.bump
+		s1.bump++
+	}
+	s1.used++
+	e := &t.entries[s1.base+local]
+	*e = entry{
+		src: f.Orig.Src, dst: f.Orig.Dst, nat: f.NATAddr,
+		aux: f.Aux, deadline: deadline,
+		sport: f.Orig.SrcPort, dport: f.Orig.DstPort, nport: f.NATPort,
+		proto: f.Orig.Proto, state: uint8(st),
+	}
+	s1.put(tag1, t.makeRef(s1i, local, Original))
+	s2.put(tag2, t.makeRef(s1i, local, Reply))
+	t.unlock2(s1i, s2i)
+	return nil
+}
+
+// ReplyInUse reports whether tuple k is tracked, as a reply tuple or as an
+// original one: either way a new flow with reply tuple k would be refused.
+func (t *Table) ReplyInUse(k *Tuple) bool {
+	h := t.h.hash(k)
+	s := &t.shards[h&t.shardMask]
+	s.mu.Lock()
+	ref := t.find(s, uint32(h>>32), k, anyDir)
+	s.mu.Unlock()
+	return ref != 0
+}
+
+// unlink removes entry g (in shard s1i, locked) from both indexes and frees
+// it; the reply key's shard s2i must be locked too. It copies the flow to out.
+func (t *Table) unlink(s1i, s2i uint32, g uint32, tag1, tag2 uint32, out *Flow) {
+	s1, s2 := &t.shards[s1i], &t.shards[s2i]
+	local := g - s1.base
+	s1.remove(tag1, t.makeRef(s1i, local, Original))
+	s2.remove(tag2, t.makeRef(s1i, local, Reply))
+	e := &t.entries[g]
+	e.toFlow(out)
+	*e = entry{aux: uint64(s1.free)}
+	s1.free = local + 1
+	s1.used--
+	t.count.Add(-1)
+}
+
+// Delete removes the flow whose original tuple is orig and copies it to out.
+func (t *Table) Delete(orig *Tuple, out *Flow) bool {
+	h1 := t.h.hash(orig)
+	s1i := uint32(h1 & t.shardMask)
+	tag1 := uint32(h1 >> 32)
+	s1 := &t.shards[s1i]
+	s1.mu.Lock()
+	ref := t.find(s1, tag1, orig, Original)
+	if ref == 0 {
+		s1.mu.Unlock()
+		return false
+	}
+	_, g, _ := t.refEntry(ref)
+	var r Tuple
+	t.entries[g].replyTuple(&r)
+	h2 := t.h.hash(&r)
+	s2i := uint32(h2 & t.shardMask)
+	if s2i < s1i {
+		// Lock order is by shard index: let go and take both.
+		s1.mu.Unlock()
+		t.lock2(s1i, s2i)
+		ref = t.find(s1, tag1, orig, Original)
+		if ref == 0 {
+			t.unlock2(s1i, s2i)
+			return false
+		}
+		_, g, _ = t.refEntry(ref)
+		// The tuple may have been deleted and re-inserted with another
+		// NAT binding meanwhile.
+		t.entries[g].replyTuple(&r)
+		if h2b := t.h.hash(&r); h2b != h2 {
+			t.unlock2(s1i, s2i)
+			return t.Delete(orig, out)
+		}
+	} else if s2i > s1i {
+		t.shards[s2i].mu.Lock()
+	}
+	t.unlink(s1i, s2i, g, tag1, uint32(h2>>32), out)
+	t.unlock2(s1i, s2i)
+	t.emit(EventDeleted, out)
+	return true
+}
+
+// Expire removes at most budget expired flows, resuming where the last call
+// stopped, and calls fn (if not nil) with each removed flow outside any
+// lock. It examines at most 8*budget+64 entries, so its work per call is
+// bounded however large the table is. It returns how many it removed.
+func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int {
+	if budget <= 0 {
+		return 0
+	}
+	scan := 8*budget + 64
+	removed := 0
+	var fl Flow
+	for tries := 0; tries < len(t.shards) && removed < budget && scan > 0; tries++ {
+		si := (t.expShard.Add(1) - 1) & uint32(t.shardMask)
+		s := &t.shards[si]
+		s.mu.Lock()
+		for removed < budget && scan > 0 {
+			if s.cursor >= s.bump {
+				s.cursor = 0
+				break // this shard is swept; move on
+			}
+			local := s.cursor
+			s.cursor++
+			scan--
+			g := s.base + local
+			e := &t.entries[g]
+			if e.state == uint8(StateNone) || now < e.deadline {
+				continue
+			}
+			if !t.expireOne(si, g, now, &fl) {
+				continue
+			}
+			removed++
+			s.mu.Unlock()
+			t.emit(EventExpired, &fl)
+			if fn != nil {
+				fn(&fl)
+			}
+			s.mu.Lock()
+		}
+		s.mu.Unlock()
+	}
+	return removed
+}
+
+// expireOne removes entry g of shard si (locked, and still locked on
+// return) if it is still expired.
+func (t *Table) expireOne(si, g uint32, now int64, out *Flow) bool {
+	e := &t.entries[g]
+	var o, r Tuple
+	o = Tuple{Src: e.src, Dst: e.dst, SrcPort: e.sport, DstPort: e.dport, Proto: e.proto}
+	e.replyTuple(&r)
+	h1, h2 := t.h.hash(&o), t.h.hash(&r)
+	s2i := uint32(h2 & t.shardMask)
+	switch {
+	case s2i > si:
+		t.shards[s2i].mu.Lock()
+	case s2i < si:
+		if !t.shards[s2i].mu.TryLock() {
+			t.shards[si].mu.Unlock()
+			t.lock2(si, s2i)
+			// Re-check: the entry may have been refreshed, deleted or
+			// reused while no lock was held.
+			if e.state == uint8(StateNone) || now < e.deadline || !keyEq(e, &o, Original) ||
+				e.nat != r.Dst || e.nport != r.DstPort {
+				t.shards[s2i].mu.Unlock()
+				return false
+			}
+		}
+	}
+	t.unlink(si, s2i, g, uint32(h1>>32), uint32(h2>>32), out)
+	if s2i != si {
+		t.shards[s2i].mu.Unlock()
+	}
+	return true
+}
