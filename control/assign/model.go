@@ -1,0 +1,202 @@
+// Package assign decides which node hosts each egress IP of each EgressIP
+// object. It is a pure, deterministic function of plain model types: the
+// controller fills Node and Object from the Kubernetes objects (see
+// NodeFromObject for the node annotations) and writes back the status items
+// and Events it returns. Nothing here talks to the API server.
+//
+// Assign computes everything from scratch; Assigner keeps indexes and
+// re-assigns one changed object in microseconds. Both produce the same
+// result for the same input (see docs/assignment.md for the rules and the
+// tests that prove each one).
+package assign
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Label and annotation keys read from Node objects, as OVN-Kubernetes and the
+// OpenShift cloud network config controller write them.
+const (
+	LabelEgressAssignable    = "k8s.ovn.org/egress-assignable"
+	AnnotationPrimaryIfAddr  = "k8s.ovn.org/node-primary-ifaddr"
+	AnnotationHostCIDRs      = "k8s.ovn.org/host-cidrs"
+	AnnotationEgressIPConfig = "cloud.network.openshift.io/egress-ipconfig"
+)
+
+// Node is what the assignment needs to know about one cluster node.
+type Node struct {
+	Name string
+	// Assignable is true when the node carries the k8s.ovn.org/egress-assignable label.
+	Assignable bool
+	// Ready mirrors the node's Ready condition.
+	Ready bool
+	// Reachable is the reachability prober's verdict (true when the check is disabled).
+	Reachable bool
+	// Cordoned is spec.unschedulable; it matters only with Options.AvoidCordoned.
+	Cordoned bool
+	// HoldDownUntil keeps a node that just recovered out of assignment until
+	// this time (zero: no hold-down), so a flapping node does not attract IPs.
+	HoldDownUntil time.Time
+	// PrimaryIfAddr is the primary interface's address and mask per family
+	// (k8s.ovn.org/node-primary-ifaddr).
+	PrimaryIfAddr IfAddr
+	// HostCIDRs are the addresses with masks of all host interfaces
+	// (k8s.ovn.org/host-cidrs); the primary one is usually among them.
+	HostCIDRs []netip.Prefix
+	// Cloud is the cloud egress IP configuration
+	// (cloud.network.openshift.io/egress-ipconfig); nil on bare metal. When
+	// set, only its subnet is used: secondary interfaces are a bare-metal feature.
+	Cloud *CloudConfig
+	// AnnotationErr is set when one of the annotations could not be parsed:
+	// such a node is never assignable and the problem is reported.
+	AnnotationErr error
+}
+
+// IfAddr is an interface address with its mask, per family; a zero (invalid)
+// prefix means the family is absent.
+type IfAddr struct {
+	IPv4 netip.Prefix
+	IPv6 netip.Prefix
+}
+
+// CloudConfig is the single entry of the egress-ipconfig annotation.
+type CloudConfig struct {
+	// Interface is the cloud's interface ID (AWS ENI, Azure NIC) or name (GCP).
+	Interface string
+	// IfAddr holds the subnets egress IPs may come from.
+	IfAddr IfAddr
+	// Capacity is how many egress IPs the cloud lets this node hold.
+	Capacity Capacity
+}
+
+// Capacity is a node's cloud IP capacity. AWS limits each family
+// (capacity.ipv4 / capacity.ipv6); GCP and Azure limit the total (capacity.ip).
+type Capacity struct {
+	// Total is true when IP limits both families together (GCP, Azure).
+	Total bool
+	IP    int // total limit, valid iff Total
+	IPv4  int // IPv4 limit, valid iff !Total
+	IPv6  int // IPv6 limit, valid iff !Total
+}
+
+// Object is one EgressIP object as the assignment sees it.
+type Object struct {
+	Name string
+	// Created is metadata.creationTimestamp; it decides conflicts (older wins).
+	Created time.Time
+	// EgressIPs is spec.egressIPs exactly as the user wrote it (may be invalid).
+	EgressIPs []string
+	// Status is status.items as currently stored.
+	Status []StatusItem
+}
+
+// StatusItem is one entry of an EgressIP's status.items.
+type StatusItem struct {
+	Node     string
+	EgressIP string
+}
+
+// Options tune the assignment.
+type Options struct {
+	// AvoidCordoned makes cordoned (unschedulable) nodes ineligible, so a
+	// drain moves their egress IPs away.
+	AvoidCordoned bool
+	// Now is compared with Node.HoldDownUntil.
+	Now time.Time
+}
+
+// InterfaceKind says which kind of node interface will carry an egress IP.
+type InterfaceKind uint8
+
+const (
+	// Primary is the interface of k8s.ovn.org/node-primary-ifaddr.
+	Primary InterfaceKind = iota + 1
+	// Secondary is another host interface, found by longest-prefix match over
+	// k8s.ovn.org/host-cidrs.
+	Secondary
+	// Cloud is the interface named in the egress-ipconfig annotation.
+	Cloud
+)
+
+func (k InterfaceKind) String() string {
+	switch k {
+	case Primary:
+		return "primary"
+	case Secondary:
+		return "secondary"
+	case Cloud:
+		return "cloud"
+	}
+	return "unknown"
+}
+
+// Interface is the node interface chosen for an egress IP.
+type Interface struct {
+	Kind InterfaceKind
+	// Name is the cloud interface ID for Cloud; empty otherwise (the node
+	// agent finds the Linux link that holds Subnet).
+	Name string
+	// Subnet is the matched interface address with its mask, as annotated.
+	Subnet netip.Prefix
+}
+
+// Assignment is one egress IP placed on one node.
+type Assignment struct {
+	Node      string
+	EgressIP  string // canonical form, as written to status
+	Addr      netip.Addr
+	Interface Interface
+}
+
+// ObjectResult is the new status of one EgressIP object.
+type ObjectResult struct {
+	Name string
+	// Status lists the assignments ordered by address; write it to status.items.
+	Status []Assignment
+}
+
+// Items returns the status in the API's shape.
+func (r ObjectResult) Items() []StatusItem {
+	items := make([]StatusItem, len(r.Status))
+	for i, a := range r.Status {
+		items[i] = StatusItem{Node: a.Node, EgressIP: a.EgressIP}
+	}
+	return items
+}
+
+// Reason is an Event reason; the names follow OVN-Kubernetes where it has one.
+type Reason string
+
+// Event reasons.
+const (
+	// ReasonInvalidEgressIP: a spec.egressIPs entry is not a usable IP address.
+	ReasonInvalidEgressIP Reason = "InvalidEgressIP"
+	// ReasonNoMatchingNodeFound: a valid IP could not be placed on any node;
+	// the message says why (no eligible node, no subnet match, cloud
+	// capacity, or every candidate already hosts an IP of the object).
+	ReasonNoMatchingNodeFound Reason = "NoMatchingNodeFound"
+	// ReasonEgressIPConflict: an IP is claimed by two objects or is a node's own address.
+	ReasonEgressIPConflict Reason = "EgressIPConflict"
+	// ReasonInvalidNodeAnnotation: a node annotation is broken, so the node hosts no egress IP.
+	ReasonInvalidNodeAnnotation Reason = "InvalidNodeAnnotation"
+)
+
+// Event is a Warning to record on an EgressIP object (or, for node problems, on a Node).
+type Event struct {
+	// Object is the EgressIP name, or the Node name for ReasonInvalidNodeAnnotation.
+	Object   string
+	Reason   Reason
+	EgressIP string // the IP concerned, as the user wrote it; empty if none
+	Message  string
+}
+
+// Result is the outcome of an assignment.
+type Result struct {
+	// Objects holds every object's new status, ordered by name.
+	Objects []ObjectResult
+	// Events are ordered by object, IP, reason, message.
+	Events []Event
+	// NodeProblems report nodes left out because of broken annotations, ordered by node.
+	NodeProblems []Event
+}
