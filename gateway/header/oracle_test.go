@@ -1,0 +1,294 @@
+package header
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"net"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+)
+
+// serialize builds a packet with gopacket, lengths and checksums filled in.
+func serialize(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
+	t.Helper()
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+		t.Fatalf("gopacket serialize: %v", err)
+	}
+	return append([]byte(nil), buf.Bytes()...)
+}
+
+// offsetOf returns where layer l starts inside data; the packet must have
+// been decoded with gopacket.NoCopy so its layers alias data.
+func offsetOf(data []byte, l gopacket.Layer) int {
+	return cap(data) - cap(l.LayerContents())
+}
+
+var noCopy = gopacket.DecodeOptions{NoCopy: true}
+
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func randMAC(r *rand.Rand) net.HardwareAddr { return net.HardwareAddr(randBytes(r, 6)) }
+
+func TestEthernetAgainstGopacket(t *testing.T) {
+	r := newRand()
+	for i := 0; i < 200; i++ {
+		ntags := i % 3
+		eth := &layers.Ethernet{SrcMAC: randMAC(r), DstMAC: randMAC(r), EthernetType: layers.EthernetTypeIPv4}
+		ls := []gopacket.SerializableLayer{eth}
+		var tags []*layers.Dot1Q
+		prev := &eth.EthernetType
+		for k := 0; k < ntags; k++ {
+			tpid := layers.EthernetTypeDot1Q
+			if k == 0 && r.IntN(2) == 0 {
+				tpid = layers.EthernetTypeQinQ
+			}
+			*prev = tpid
+			q := &layers.Dot1Q{VLANIdentifier: uint16(r.IntN(4096)), Priority: uint8(r.IntN(8)), Type: layers.EthernetTypeIPv4}
+			tags = append(tags, q)
+			ls = append(ls, q)
+			prev = &q.Type
+		}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.IP(randBytes(r, 4)), DstIP: net.IP(randBytes(r, 4))}
+		udp := &layers.UDP{SrcPort: 1, DstPort: 2}
+		udp.SetNetworkLayerForChecksum(ip)
+		ls = append(ls, ip, udp, gopacket.Payload(randBytes(r, r.IntN(30))))
+		data := serialize(t, ls...)
+
+		p := gopacket.NewPacket(data, layers.LayerTypeEthernet, noCopy)
+		geth := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+		gip := p.Layer(layers.LayerTypeIPv4)
+		if gip == nil {
+			t.Fatalf("gopacket did not find IPv4: %v", p.ErrorLayer())
+		}
+		e := Ethernet(data)
+		if d := e.DstMAC(); !bytes.Equal(d[:], geth.DstMAC) {
+			t.Fatalf("DstMAC %x want %x", d, geth.DstMAC)
+		}
+		if s := e.SrcMAC(); !bytes.Equal(s[:], geth.SrcMAC) {
+			t.Fatalf("SrcMAC %x want %x", s, geth.SrcMAC)
+		}
+		if e.EtherType() != uint16(geth.EthernetType) {
+			t.Fatalf("EtherType %#x want %#x", e.EtherType(), geth.EthernetType)
+		}
+		et, off, ok := e.PayloadOffset()
+		if !ok || et != EtherTypeIPv4 || off != offsetOf(data, gip) {
+			t.Fatalf("%d tags: PayloadOffset = %#x,%d,%v want IPv4,%d", ntags, et, off, ok, offsetOf(data, gip))
+		}
+		wantVLAN := uint16(0)
+		if ntags > 0 {
+			wantVLAN = p.Layer(layers.LayerTypeDot1Q).(*layers.Dot1Q).VLANIdentifier
+			if wantVLAN != tags[0].VLANIdentifier {
+				t.Fatalf("gopacket VLAN %d, built %d", wantVLAN, tags[0].VLANIdentifier)
+			}
+		}
+		if e.VLANID() != wantVLAN {
+			t.Fatalf("VLANID %d want %d", e.VLANID(), wantVLAN)
+		}
+		// Every prefix too short to hold the final EtherType is rejected.
+		for n := 0; n < off; n++ {
+			if _, _, ok := Ethernet(data[:n]).PayloadOffset(); ok {
+				t.Fatalf("%d tags: prefix of %d bytes accepted", ntags, n)
+			}
+		}
+		// Setters, read back through gopacket.
+		m1, m2 := [6]byte(randBytes(r, 6)), [6]byte(randBytes(r, 6))
+		e.SetDstMAC(m1)
+		e.SetSrcMAC(m2)
+		p = gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+		geth = p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+		if !bytes.Equal(geth.DstMAC, m1[:]) || !bytes.Equal(geth.SrcMAC, m2[:]) {
+			t.Fatal("SetDstMAC/SetSrcMAC not seen by gopacket")
+		}
+		e.SetEtherType(EtherTypeIPv6)
+		if g := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeEthernet).(*layers.Ethernet); g.EthernetType != layers.EthernetTypeIPv6 {
+			t.Fatal("SetEtherType not seen by gopacket")
+		}
+	}
+	// Three stacked tags are more than PayloadOffset accepts.
+	f := make([]byte, 64)
+	binary.BigEndian.PutUint16(f[12:], EtherTypeQinQ)
+	binary.BigEndian.PutUint16(f[16:], EtherTypeVLAN)
+	binary.BigEndian.PutUint16(f[20:], EtherTypeVLAN)
+	binary.BigEndian.PutUint16(f[24:], EtherTypeIPv4)
+	if _, _, ok := Ethernet(f).PayloadOffset(); ok {
+		t.Fatal("three VLAN tags accepted")
+	}
+}
+
+func randIPv4(r *rand.Rand) *layers.IPv4 {
+	ip := &layers.IPv4{
+		Version: 4, TOS: uint8(r.Uint32()), Id: uint16(r.Uint32()),
+		Flags: layers.IPv4Flag(r.IntN(8)), FragOffset: uint16(r.IntN(1 << 13)),
+		TTL: uint8(r.Uint32()), Protocol: layers.IPProtocolUDP,
+		SrcIP: net.IP(randBytes(r, 4)), DstIP: net.IP(randBytes(r, 4)),
+	}
+	for n := r.IntN(12); n > 0; n-- {
+		ip.Options = append(ip.Options, layers.IPv4Option{OptionType: 1}) // NOP
+	}
+	if len(ip.Options) > 0 {
+		ip.Options = append(ip.Options, layers.IPv4Option{OptionType: 0}) // EOL
+	}
+	return ip
+}
+
+func TestIPv4AgainstGopacket(t *testing.T) {
+	r := newRand()
+	for i := 0; i < 500; i++ {
+		data := serialize(t, randIPv4(r), gopacket.Payload(randBytes(r, r.IntN(100))))
+		// Trailing link-layer padding must not confuse the view.
+		pkt := append(data, randBytes(r, r.IntN(3))...)
+		g := &layers.IPv4{}
+		if err := g.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatal(err)
+		}
+		b := IPv4(pkt)
+		if !b.IsValid(len(pkt)) {
+			t.Fatalf("valid packet rejected: % x", data[:20])
+		}
+		if b.Version() != g.Version || b.IHL() != g.IHL || b.HeaderLength() != int(g.IHL)*4 ||
+			b.TOS() != g.TOS || b.TotalLength() != g.Length || b.ID() != g.Id ||
+			b.Flags() != uint8(g.Flags) || b.FragmentOffset() != g.FragOffset*8 ||
+			b.MoreFragments() != (g.Flags&layers.IPv4MoreFragments != 0) ||
+			b.DontFragment() != (g.Flags&layers.IPv4DontFragment != 0) ||
+			b.IsFragment() != (g.FragOffset != 0 || g.Flags&layers.IPv4MoreFragments != 0) ||
+			b.TTL() != g.TTL || b.Protocol() != uint8(g.Protocol) || b.Checksum() != g.Checksum {
+			t.Fatalf("field mismatch: view %v, gopacket %+v", []byte(b[:20]), g)
+		}
+		if s := b.SrcAddr(); !bytes.Equal(s[:], g.SrcIP) {
+			t.Fatalf("SrcAddr %v want %v", s, g.SrcIP)
+		}
+		if d := b.DstAddr(); !bytes.Equal(d[:], g.DstIP) {
+			t.Fatalf("DstAddr %v want %v", d, g.DstIP)
+		}
+		if s16 := b.SrcAddr16(); !net.IP(s16[:]).Equal(g.SrcIP) {
+			t.Fatalf("SrcAddr16 %v want %v", s16, g.SrcIP)
+		}
+		if d16 := b.DstAddr16(); !net.IP(d16[:]).Equal(g.DstIP) {
+			t.Fatalf("DstAddr16 %v want %v", d16, g.DstIP)
+		}
+		if !bytes.Equal(b.Options(), g.Contents[IPv4MinLen:]) || !bytes.Equal(b.Payload(), g.Payload) {
+			t.Fatal("Options/Payload differ from gopacket")
+		}
+		if c := b.CalculateChecksum(); c != g.Checksum || !b.ChecksumValid() {
+			t.Fatalf("CalculateChecksum %#x want %#x", c, g.Checksum)
+		}
+		if b.IsValid(len(data) - 1) {
+			t.Fatal("total length beyond pktLen accepted")
+		}
+
+		// Setters, then a DecTTL, read back through gopacket.
+		id, ttl, tos := uint16(r.Uint32()), uint8(r.IntN(255)+1), uint8(r.Uint32())
+		flags, frag := uint8(r.IntN(8)), uint16(r.IntN(1<<13))*8
+		src, dst := [4]byte(randBytes(r, 4)), [4]byte(randBytes(r, 4))
+		b.SetID(id)
+		b.SetTTL(ttl)
+		b.SetTOS(tos)
+		b.SetFlagsFragmentOffset(flags, frag)
+		b.SetProtocol(ProtoTCP)
+		b.SetSrcAddr(src)
+		b.SetDstAddr(dst)
+		b.SetChecksum(b.CalculateChecksum())
+		newTTL := b.DecTTL()
+		if !b.ChecksumValid() || newTTL != ttl-1 {
+			t.Fatalf("DecTTL: ttl %d checksum valid %v", newTTL, b.ChecksumValid())
+		}
+		if err := g.DecodeFromBytes(pkt, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatal(err)
+		}
+		if g.Id != id || g.TTL != ttl-1 || g.TOS != tos || uint8(g.Flags) != flags || g.FragOffset*8 != frag ||
+			g.Protocol != layers.IPProtocolTCP || !g.SrcIP.Equal(net.IP(src[:])) || !g.DstIP.Equal(net.IP(dst[:])) {
+			t.Fatalf("setters not seen by gopacket: %+v", g)
+		}
+		b.SetTotalLength(uint16(len(data) - 1))
+		b.SetHeaderLength(IPv4MinLen)
+		if err := g.DecodeFromBytes(pkt, gopacket.NilDecodeFeedback); err != nil || g.Length != uint16(len(data)-1) || g.IHL != 5 {
+			t.Fatalf("SetTotalLength/SetHeaderLength not seen by gopacket: %v %+v", err, g)
+		}
+	}
+}
+
+func TestIPv4IsValidRejects(t *testing.T) {
+	good := serialize(t, &layers.IPv4{Version: 4, IHL: 6, TTL: 1, Protocol: layers.IPProtocolUDP,
+		SrcIP: net.IP{10, 0, 0, 1}, DstIP: net.IP{10, 0, 0, 2},
+		Options: []layers.IPv4Option{{OptionType: 1}, {OptionType: 0}}}, gopacket.Payload{1, 2, 3, 4})
+	if !IPv4(good).IsValid(len(good)) {
+		t.Fatal("setup: good packet rejected")
+	}
+	mut := func(f func(b []byte)) []byte { b := append([]byte(nil), good...); f(b); return b }
+	cases := map[string][]byte{
+		"empty":                  nil,
+		"short":                  good[:19],
+		"version 6":              mut(func(b []byte) { b[0] = 0x65 }),
+		"IHL 4":                  mut(func(b []byte) { b[0] = 0x44 }),
+		"IHL 0":                  mut(func(b []byte) { b[0] = 0x40 }),
+		"options past total len": mut(func(b []byte) { b[0] = 0x4f }),
+		"total len < header":     mut(func(b []byte) { binary.BigEndian.PutUint16(b[2:], 20) }),
+		"total len > packet":     mut(func(b []byte) { binary.BigEndian.PutUint16(b[2:], uint16(len(good)+1)) }),
+	}
+	for name, b := range cases {
+		if IPv4(b).IsValid(len(b)) {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if IPv4(good).IsValid(len(good) + 1) {
+		t.Error("pktLen beyond the slice accepted")
+	}
+}
+
+func TestIPv6AgainstGopacket(t *testing.T) {
+	r := newRand()
+	for i := 0; i < 300; i++ {
+		ip := &layers.IPv6{Version: 6, TrafficClass: uint8(r.Uint32()), FlowLabel: r.Uint32() & 0xfffff,
+			NextHeader: layers.IPProtocolUDP, HopLimit: uint8(r.Uint32()),
+			SrcIP: net.IP(randBytes(r, 16)), DstIP: net.IP(randBytes(r, 16))}
+		data := serialize(t, ip, gopacket.Payload(randBytes(r, 2+r.IntN(100))))
+		g := &layers.IPv6{}
+		if err := g.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatal(err)
+		}
+		b := IPv6(data)
+		if !b.IsValid(len(data)) || b.IsValid(len(data)-1) {
+			t.Fatal("IsValid wrong about payload length")
+		}
+		if b.Version() != g.Version || b.TrafficClass() != g.TrafficClass || b.FlowLabel() != g.FlowLabel ||
+			b.PayloadLength() != g.Length || b.NextHeader() != uint8(g.NextHeader) || b.HopLimit() != g.HopLimit {
+			t.Fatalf("field mismatch: %+v", g)
+		}
+		if s, d := b.SrcAddr(), b.DstAddr(); !bytes.Equal(s[:], g.SrcIP) || !bytes.Equal(d[:], g.DstIP) {
+			t.Fatal("address mismatch")
+		}
+		if !bytes.Equal(b.Payload(), g.Payload) {
+			t.Fatal("payload mismatch")
+		}
+		tc, fl, hl := uint8(r.Uint32()), r.Uint32()&0xfffff, uint8(r.Uint32())
+		src, dst := [16]byte(randBytes(r, 16)), [16]byte(randBytes(r, 16))
+		b.SetVersionTrafficClassFlowLabel(tc, fl)
+		b.SetHopLimit(hl)
+		b.SetNextHeader(ProtoTCP)
+		b.SetSrcAddr(src)
+		b.SetDstAddr(dst)
+		b.SetPayloadLength(uint16(len(data) - IPv6Len - 1))
+		if err := g.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatal(err)
+		}
+		if g.Version != 6 || g.TrafficClass != tc || g.FlowLabel != fl || g.HopLimit != hl || g.NextHeader != layers.IPProtocolTCP ||
+			!g.SrcIP.Equal(net.IP(src[:])) || !g.DstIP.Equal(net.IP(dst[:])) || int(g.Length) != len(data)-IPv6Len-1 {
+			t.Fatalf("setters not seen by gopacket: %+v", g)
+		}
+	}
+	for _, b := range [][]byte{nil, make([]byte, 39), append([]byte{0x40}, make([]byte, 39)...)} {
+		if IPv6(b).IsValid(len(b)) {
+			t.Errorf("accepted %d bytes % x", len(b), b[:min(len(b), 1)])
+		}
+	}
+}
