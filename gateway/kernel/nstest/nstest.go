@@ -1,0 +1,197 @@
+// Package nstest builds throwaway network namespaces and veth pairs for the
+// privileged tests of the gateway's I/O packages. Everything it creates is
+// removed by t.Cleanup.
+package nstest
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+var seq atomic.Uint32
+
+// Root skips the test unless it runs as root, except under CI=true where a
+// missing privilege is a failure.
+func Root(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root (CAP_NET_ADMIN, CAP_BPF) and CI=true demands it runs")
+	}
+	t.Skip("needs root: CAP_NET_ADMIN and CAP_BPF")
+}
+
+// NS is a network namespace created for one test.
+type NS struct {
+	Name   string
+	Handle netns.NsHandle
+	NL     *netlink.Handle
+}
+
+// New creates a namespace with loopback up.
+func New(t testing.TB) *NS {
+	t.Helper()
+	Root(t)
+	name := fmt.Sprintf("egt-%d-%d", os.Getpid(), seq.Add(1))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatalf("get current netns: %v", err)
+	}
+	defer orig.Close()
+	h, err := netns.NewNamed(name)
+	if err != nil {
+		t.Fatalf("create netns %s: %v", name, err)
+	}
+	if err := netns.Set(orig); err != nil {
+		t.Fatalf("return to original netns: %v", err)
+	}
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatalf("netlink handle in %s: %v", name, err)
+	}
+	ns := &NS{Name: name, Handle: h, NL: nl}
+	t.Cleanup(func() {
+		nl.Close()
+		h.Close()
+		netns.DeleteNamed(name)
+	})
+	lo, err := nl.LinkByName("lo")
+	if err == nil {
+		err = nl.LinkSetUp(lo)
+	}
+	if err != nil {
+		t.Fatalf("loopback up in %s: %v", name, err)
+	}
+	return ns
+}
+
+// Do runs fn on a thread switched into the namespace.
+func (ns *NS) Do(fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	if err := netns.Set(ns.Handle); err != nil {
+		return err
+	}
+	defer netns.Set(orig)
+	return fn()
+}
+
+// Enter locks the calling goroutine to its thread and moves it into the
+// namespace for the rest of the test (or benchmark). Use it from the test
+// goroutine only.
+func (ns *NS) Enter(t testing.TB) {
+	t.Helper()
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Set(ns.Handle); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		netns.Set(orig)
+		orig.Close()
+		runtime.UnlockOSThread()
+	})
+}
+
+// Veth is one end of a veth pair.
+type Veth struct {
+	NS    *NS
+	Name  string
+	Index int
+	MAC   net.HardwareAddr
+	Addr  netip.Prefix
+}
+
+// VethPair connects a and b with a veth pair named an/bn, addresses them
+// (invalid prefixes are skipped) and brings both ends up.
+func VethPair(t testing.TB, a *NS, an string, ap netip.Prefix, b *NS, bn string, bp netip.Prefix) (*Veth, *Veth) {
+	t.Helper()
+	la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: an}, PeerName: bn}
+	if err := a.NL.LinkAdd(la); err != nil {
+		t.Fatalf("add veth %s/%s: %v", an, bn, err)
+	}
+	peer, err := a.NL.LinkByName(bn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.NL.LinkSetNsFd(peer, int(b.Handle)); err != nil {
+		t.Fatalf("move %s to %s: %v", bn, b.Name, err)
+	}
+	return setup(t, a, an, ap), setup(t, b, bn, bp)
+}
+
+func setup(t testing.TB, ns *NS, name string, p netip.Prefix) *Veth {
+	t.Helper()
+	l, err := ns.NL.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.IsValid() {
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+		if p.Addr().Is6() {
+			addr.Flags = 0x02 // IFA_F_NODAD: usable at once
+		}
+		if err := ns.NL.AddrAdd(l, addr); err != nil {
+			t.Fatalf("address %s on %s: %v", p, name, err)
+		}
+	}
+	if err := ns.NL.LinkSetUp(l); err != nil {
+		t.Fatalf("up %s: %v", name, err)
+	}
+	l, _ = ns.NL.LinkByName(name)
+	return &Veth{NS: ns, Name: name, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr, Addr: p}
+}
+
+// AddAddr adds prefix p to interface name (IPv6 without DAD).
+func (ns *NS) AddAddr(t testing.TB, name string, p netip.Prefix) {
+	t.Helper()
+	l, err := ns.NL.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	if p.Addr().Is6() {
+		addr.Flags = 0x02 // IFA_F_NODAD
+	}
+	if err := ns.NL.AddrAdd(l, addr); err != nil {
+		t.Fatalf("address %s on %s: %v", p, name, err)
+	}
+}
+
+// AddNeigh adds a permanent neighbour entry ip → mac on interface name.
+func (ns *NS) AddNeigh(t testing.TB, name string, ip netip.Addr, mac net.HardwareAddr) {
+	t.Helper()
+	l, err := ns.NL.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &netlink.Neigh{LinkIndex: l.Attrs().Index, IP: ip.AsSlice(), HardwareAddr: mac, State: netlink.NUD_PERMANENT}
+	if ip.Is4() {
+		n.Family = netlink.FAMILY_V4
+	} else {
+		n.Family = netlink.FAMILY_V6
+	}
+	if err := ns.NL.NeighSet(n); err != nil {
+		t.Fatalf("neighbour %s on %s: %v", ip, name, err)
+	}
+}

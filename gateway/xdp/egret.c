@@ -1,0 +1,184 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// egret_xdp steers the two kinds of traffic the Egret gateway handles in
+// userspace to the AF_XDP socket of the receive queue:
+//
+//   - tunnel traffic: UDP to port 4789 (VXLAN) or 6081 (Geneve) whose
+//     destination is a local VTEP address (maps vtep4 / vtep6);
+//   - traffic to a hosted egress IP (maps egress4 / egress6), any protocol.
+//
+// Everything else (ARP, SSH, kubelet, fragments of tunnel packets...) gets
+// XDP_PASS and reaches the kernel untouched. Up to two VLAN tags (802.1Q,
+// 802.1ad) are looked through. When no socket is registered for a queue the
+// redirect falls back to XDP_PASS, so a gateway that is down never black-holes
+// the host.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define MAX_QUEUES 256
+#define MAX_ADDRS 4096
+
+#define PORT_VXLAN 4789
+#define PORT_GENEVE 6081
+
+struct vlan_hdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+struct in6_key {
+	__u8 a[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ADDRS);
+	__type(key, __be32);
+	__type(value, __u8);
+} vtep4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ADDRS);
+	__type(key, struct in6_key);
+	__type(value, __u8);
+} vtep6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ADDRS);
+	__type(key, __be32);
+	__type(value, __u8);
+} egress4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ADDRS);
+	__type(key, struct in6_key);
+	__type(value, __u8);
+} egress6 SEC(".maps");
+
+// Counter indexes in the per-CPU stats array; keep in step with loader.go.
+enum {
+	STAT_PASS = 0,
+	STAT_TUNNEL = 1,
+	STAT_EGRESS = 2,
+	STAT_MAX = 3,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int to_socket(struct xdp_md *ctx, __u32 stat)
+{
+	count(stat);
+	// XDP_PASS in the flags is the action when no socket sits at the index.
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
+static __always_inline int tunnel_port(struct udphdr *udp)
+{
+	return udp->dest == bpf_htons(PORT_VXLAN) || udp->dest == bpf_htons(PORT_GENEVE);
+}
+
+SEC("xdp")
+int egret_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	void *l3;
+	__be16 proto;
+
+	if ((void *)(eth + 1) > end)
+		goto pass;
+	proto = eth->h_proto;
+	l3 = eth + 1;
+
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		struct vlan_hdr *vh = l3;
+		if ((void *)(vh + 1) > end)
+			goto pass;
+		proto = vh->proto;
+		l3 = vh + 1;
+	}
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = l3;
+		if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl < 5)
+			goto pass;
+		__be32 dst = ip->daddr;
+		if (bpf_map_lookup_elem(&egress4, &dst))
+			return to_socket(ctx, STAT_EGRESS);
+		if (ip->protocol != IPPROTO_UDP)
+			goto pass;
+		// Fragments (any but a whole datagram) are the kernel's to reassemble.
+		if (ip->frag_off & bpf_htons(0x3fff))
+			goto pass;
+		if (!bpf_map_lookup_elem(&vtep4, &dst))
+			goto pass;
+		struct udphdr *udp = l3 + ip->ihl * 4;
+		if ((void *)(udp + 1) > end)
+			goto pass;
+		if (tunnel_port(udp))
+			return to_socket(ctx, STAT_TUNNEL);
+		goto pass;
+	}
+
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3;
+		if ((void *)(ip6 + 1) > end || ip6->version != 6)
+			goto pass;
+		struct in6_key dst;
+		__builtin_memcpy(dst.a, &ip6->daddr, sizeof(dst.a));
+		if (bpf_map_lookup_elem(&egress6, &dst))
+			return to_socket(ctx, STAT_EGRESS);
+		// Extension headers before UDP are left to the kernel: tunnel
+		// peers do not send them.
+		if (ip6->nexthdr != IPPROTO_UDP)
+			goto pass;
+		if (!bpf_map_lookup_elem(&vtep6, &dst))
+			goto pass;
+		struct udphdr *udp = (void *)(ip6 + 1);
+		if ((void *)(udp + 1) > end)
+			goto pass;
+		if (tunnel_port(udp))
+			return to_socket(ctx, STAT_TUNNEL);
+	}
+
+pass:
+	count(STAT_PASS);
+	return XDP_PASS;
+}
+
+char __license[] SEC("license") = "Dual BSD/GPL";

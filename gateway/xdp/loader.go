@@ -1,0 +1,329 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ProgramName is the name the kernel shows for Egret's XDP program
+// (`ip link`, bpftool); the loader uses it to recognise a stale copy.
+const ProgramName = "egret_xdp"
+
+// DefaultPinDir is where attachment links are pinned so that a restarted
+// gateway finds and replaces what a crashed one left.
+const DefaultPinDir = "/sys/fs/bpf/egret"
+
+// Mode is how the program is attached to an interface.
+type Mode int
+
+// Attach modes. ModeAuto tries the driver hook and falls back to the generic
+// (skb) hook.
+const (
+	ModeAuto Mode = iota
+	ModeDriver
+	ModeGeneric
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeDriver:
+		return "driver"
+	case ModeGeneric:
+		return "generic"
+	}
+	return "auto"
+}
+
+// ErrNotSupported says the kernel or the interface cannot run the program;
+// the caller falls back to AF_PACKET.
+var ErrNotSupported = errors.New("xdp: not supported on this interface")
+
+// Options configure Attach; the zero value is usable.
+type Options struct {
+	Mode   Mode   // ModeAuto unless set
+	PinDir string // DefaultPinDir unless set
+	Logger *slog.Logger
+}
+
+// Stats are the program's counters summed over CPUs.
+type Stats struct {
+	Pass   uint64 // frames given to the kernel
+	Tunnel uint64 // tunnel frames sent to a socket (or passed: no socket on the queue)
+	Egress uint64 // frames to an egress IP sent to a socket (likewise)
+}
+
+// Program is the XDP program attached to one interface, with its maps.
+type Program struct {
+	objs    egretObjects
+	lnk     link.Link
+	pin     string
+	ifindex int
+	mode    Mode
+}
+
+// Attach loads the program and attaches it to the interface with the given
+// index, replacing a copy a previous run left attached.
+func Attach(ifindex int, opts Options) (*Program, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.PinDir == "" {
+		opts.PinDir = DefaultPinDir
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("xdp: raise memlock limit: %w", err)
+	}
+	if err := ensureBPFFS(filepath.Dir(opts.PinDir)); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.PinDir, 0o700); err != nil {
+		return nil, fmt.Errorf("xdp: create pin directory: %w", err)
+	}
+	pin, err := pinPath(opts.PinDir, ifindex)
+	if err != nil {
+		return nil, err
+	}
+	p := &Program{pin: pin, ifindex: ifindex}
+	if err := loadEgretObjects(&p.objs, nil); err != nil {
+		return nil, fmt.Errorf("xdp: load program: %w", err)
+	}
+	if err := p.attach(opts.Mode, log); err != nil {
+		p.objs.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Program) attach(mode Mode, log *slog.Logger) error {
+	// A link pinned by an earlier run: swap our program in atomically.
+	if old, err := link.LoadPinnedLink(p.pin, nil); err == nil {
+		if err := old.Update(p.objs.EgretXdp); err == nil {
+			log.Info("xdp: replaced program left by an earlier run", "ifindex", p.ifindex, "pin", p.pin)
+			p.lnk = old
+			p.mode = mode
+			return nil
+		}
+		// The link died with its interface or is unusable: drop it.
+		_ = old.Unpin()
+		old.Close()
+	}
+	if err := p.removeLegacy(log); err != nil {
+		return err
+	}
+	modes := []Mode{mode}
+	if mode == ModeAuto {
+		modes = []Mode{ModeDriver, ModeGeneric}
+	}
+	var errs []error
+	for _, m := range modes {
+		flags := link.XDPDriverMode
+		if m == ModeGeneric {
+			flags = link.XDPGenericMode
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: p.objs.EgretXdp, Interface: p.ifindex, Flags: flags})
+		if err != nil {
+			log.Info("xdp: attach mode failed", "ifindex", p.ifindex, "mode", m.String(), "err", err)
+			errs = append(errs, fmt.Errorf("%s mode: %w", m, err))
+			continue
+		}
+		if err := l.Pin(p.pin); err != nil {
+			l.Close()
+			return fmt.Errorf("xdp: pin link at %s: %w", p.pin, err)
+		}
+		p.lnk, p.mode = l, m
+		log.Info("xdp: program attached", "ifindex", p.ifindex, "mode", m.String())
+		return nil
+	}
+	return fmt.Errorf("%w: ifindex %d: %w", ErrNotSupported, p.ifindex, errors.Join(errs...))
+}
+
+// removeLegacy detaches an egret program attached through netlink (not a
+// link), for example by an older build; any other program is left alone and
+// makes the attach fail with a clear error.
+func (p *Program) removeLegacy(log *slog.Logger) error {
+	l, err := netlink.LinkByIndex(p.ifindex)
+	if err != nil {
+		return fmt.Errorf("xdp: find interface %d: %w", p.ifindex, err)
+	}
+	x := l.Attrs().Xdp
+	if x == nil || !x.Attached {
+		return nil
+	}
+	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(x.ProgId))
+	if err != nil {
+		return fmt.Errorf("xdp: inspect program %d attached to %s: %w", x.ProgId, l.Attrs().Name, err)
+	}
+	info, err := prog.Info()
+	prog.Close()
+	if err != nil {
+		return fmt.Errorf("xdp: inspect program %d attached to %s: %w", x.ProgId, l.Attrs().Name, err)
+	}
+	if info.Name != ProgramName {
+		return fmt.Errorf("xdp: interface %s already runs XDP program %q (id %d); detach it first", l.Attrs().Name, info.Name, x.ProgId)
+	}
+	// A program attached through a link we do not hold cannot be removed
+	// through netlink; the attach below will then report EBUSY.
+	if err := netlink.LinkSetXdpFdWithFlags(l, -1, int(x.Flags)); err != nil {
+		return fmt.Errorf("xdp: remove stale egret program from %s: %w", l.Attrs().Name, err)
+	}
+	log.Info("xdp: removed stale program", "interface", l.Attrs().Name, "id", x.ProgId)
+	return nil
+}
+
+// Mode reports how the program ended up attached.
+func (p *Program) Mode() Mode { return p.mode }
+
+// Ifindex is the interface the program is attached to.
+func (p *Program) Ifindex() int { return p.ifindex }
+
+// Register makes frames the program steers on queue go to the AF_XDP socket fd.
+func (p *Program) Register(queue, fd int) error {
+	if err := p.objs.Xsks.Put(uint32(queue), uint32(fd)); err != nil {
+		return fmt.Errorf("xdp: register socket for queue %d: %w", queue, err)
+	}
+	return nil
+}
+
+// Unregister removes the socket of queue; its frames go to the kernel again.
+func (p *Program) Unregister(queue int) error {
+	if err := p.objs.Xsks.Delete(uint32(queue)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("xdp: unregister queue %d: %w", queue, err)
+	}
+	return nil
+}
+
+// AddVTEP makes tunnel traffic (UDP 4789, 6081) to the local address a go to
+// the sockets.
+func (p *Program) AddVTEP(a netip.Addr) error { return p.setAddr(p.objs.Vtep4, p.objs.Vtep6, a, true) }
+
+// RemoveVTEP stops steering tunnel traffic to a.
+func (p *Program) RemoveVTEP(a netip.Addr) error {
+	return p.setAddr(p.objs.Vtep4, p.objs.Vtep6, a, false)
+}
+
+// AddEgressIP makes all traffic to the hosted egress IP a go to the sockets.
+func (p *Program) AddEgressIP(a netip.Addr) error {
+	return p.setAddr(p.objs.Egress4, p.objs.Egress6, a, true)
+}
+
+// RemoveEgressIP stops steering traffic to a.
+func (p *Program) RemoveEgressIP(a netip.Addr) error {
+	return p.setAddr(p.objs.Egress4, p.objs.Egress6, a, false)
+}
+
+func (p *Program) setAddr(m4, m6 *ebpf.Map, a netip.Addr, add bool) error {
+	if !a.IsValid() {
+		return fmt.Errorf("xdp: invalid address")
+	}
+	a = a.Unmap()
+	var err error
+	if a.Is4() {
+		k := a.As4() // network order in memory, as the program reads it
+		if add {
+			err = m4.Put(k, uint8(1))
+		} else {
+			err = m4.Delete(k)
+		}
+	} else {
+		k := egretIn6Key{A: a.As16()}
+		if add {
+			err = m6.Put(k, uint8(1))
+		} else {
+			err = m6.Delete(k)
+		}
+	}
+	if err != nil && !(errors.Is(err, ebpf.ErrKeyNotExist) && !add) {
+		return fmt.Errorf("xdp: update address %s: %w", a, err)
+	}
+	return nil
+}
+
+// Stats reads the program's counters.
+func (p *Program) Stats() (Stats, error) {
+	var s Stats
+	for i, dst := range []*uint64{&s.Pass, &s.Tunnel, &s.Egress} {
+		var per []uint64
+		if err := p.objs.Stats.Lookup(uint32(i), &per); err != nil {
+			return s, fmt.Errorf("xdp: read counters: %w", err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return s, nil
+}
+
+// Detach removes the program from the interface and frees its maps. The
+// interface then passes every frame to the kernel.
+func (p *Program) Detach() error {
+	var errs []error
+	if p.lnk != nil {
+		// Detach explicitly: another holder of the link (a second Program
+		// in this process) must not keep the program running.
+		if err := p.lnk.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+			errs = append(errs, err)
+		}
+		if err := p.lnk.Unpin(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := p.lnk.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		p.lnk = nil
+	}
+	if err := p.objs.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("xdp: detach from ifindex %d: %w", p.ifindex, err)
+	}
+	return nil
+}
+
+// Close releases the program's file descriptors but leaves it attached
+// through its pinned link, as a crash would; the next Attach replaces it.
+func (p *Program) Close() error {
+	var errs []error
+	if p.lnk != nil {
+		errs = append(errs, p.lnk.Close())
+		p.lnk = nil
+	}
+	errs = append(errs, p.objs.Close())
+	return errors.Join(errs...)
+}
+
+// pinPath names the pin after the network namespace and interface index:
+// bpffs is shared by all namespaces, interface indexes are not.
+func pinPath(dir string, ifindex int) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("xdp: identify network namespace: %w", err)
+	}
+	return filepath.Join(dir, fmt.Sprintf("link-ns%d-if%d", st.Ino, ifindex)), nil
+}
+
+// ensureBPFFS mounts bpffs at dir if nothing is mounted there yet.
+func ensureBPFFS(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("xdp: create %s: %w", dir, err)
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("xdp: mount bpffs at %s (needed to pin the XDP link): %w", dir, err)
+	}
+	return nil
+}
