@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"encoding/binary"
+
+	"github.com/egret-gw/egret/gateway/header"
+)
+
+// ICMP errors the gateway originates towards a pod.
+const (
+	icmpTimeExceeded = iota // TTL/hop limit reached 0 in transit
+	icmpTooBig              // IPv4 frag needed with DF, IPv6 packet too big
+)
+
+// Quote limits: RFC 1812 §4.3.2.3 (576-byte datagram) and RFC 4443 §2.4(c)
+// (1280-byte IPv6 minimum MTU).
+const (
+	maxICMPv4Error = 576
+	maxICMPv6Error = 1280
+)
+
+// icmpToPod answers the pod packet in w.pk with an ICMP error from the
+// gateway's router address, encapsulated back to node ni with the tunnel
+// type and VNI the packet came with. failed is the drop reason when it
+// cannot be sent.
+func (w *Worker) icmpToPod(st *installed, ni int32, in, out []byte, kind int, mtu int, failed DropReason) Result {
+	pk := &w.pk
+	snap := st.snap
+	f := fam(pk.IPVer)
+	if !snap.hasRoute[f] {
+		return w.drop(failed)
+	}
+	node := &snap.nodes[ni]
+	if !snap.routes.Lookup(&node.vtep, &w.hop) {
+		return w.drop(DropNoRoute)
+	}
+	hl := encapLen(node.fam)
+	ihl, maxLen := ipv4MinLen, maxICMPv4Error
+	if f == 1 {
+		ihl, maxLen = ipv6Len, maxICMPv6Error
+	}
+	quote := pk.End - pk.L3
+	if room := maxLen - ihl - icmpLen; quote > room {
+		quote = room
+	}
+	if room := w.hop.MTU - (hl - ethLen) - ihl - icmpLen; quote > room {
+		quote = room
+	}
+	if quote < ipv4MinLen+8 {
+		return w.drop(failed)
+	}
+	innerLen := ihl + icmpLen + quote
+	n := hl + innerLen
+	if n > len(out) {
+		return w.drop(DropOutBuffer)
+	}
+	ip := out[hl:n]
+	ic := ip[ihl:]
+	copy(ic[icmpLen:], in[pk.L3:pk.L3+quote])
+	binary.BigEndian.PutUint32(ic[4:], 0)
+	if f == 0 {
+		ip[0], ip[1] = 0x45, 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(innerLen))
+		binary.BigEndian.PutUint32(ip[4:], 0)
+		ip[8], ip[9], ip[10], ip[11] = 64, protoICMP, 0, 0
+		copy(ip[12:16], snap.router[0][12:])
+		copy(ip[16:20], pk.Src[12:])
+		binary.BigEndian.PutUint16(ip[10:], header.ChecksumFold(header.Checksum(ip[:ipv4MinLen], 0)))
+		if kind == icmpTimeExceeded {
+			ic[0], ic[1] = icmp4TimeExc, 0
+		} else {
+			ic[0], ic[1] = icmp4Unreach, 4 // fragmentation needed and DF set
+			binary.BigEndian.PutUint16(ic[6:], uint16(mtu))
+		}
+		ic[2], ic[3] = 0, 0
+		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, 0)))
+	} else {
+		binary.BigEndian.PutUint32(ip[0:], 6<<28)
+		binary.BigEndian.PutUint16(ip[4:], uint16(icmpLen+quote))
+		ip[6], ip[7] = protoICMPv6, 64
+		copy(ip[8:24], snap.router[1][:])
+		copy(ip[24:40], pk.Src[:])
+		if kind == icmpTimeExceeded {
+			ic[0], ic[1] = icmp6TimeExc, 0
+		} else {
+			ic[0], ic[1] = icmp6TooBig, 0
+			binary.BigEndian.PutUint32(ic[4:], uint32(mtu))
+		}
+		ic[2], ic[3] = 0, 0
+		ps := header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
+		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
+	}
+	writeEncap(out[:n], snap, node, pk.Tunnel, pk.VNI, &w.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
+	w.stats.local.Counters[CounterICMPSent]++
+	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+}
+
+// xlateICMPError translates an ICMP error from the outside about a NATed
+// packet back to the pod (RFC 5508 §4.2): the outer destination and the
+// quoted packet's source address and port (or echo identifier) become the
+// pod's, the quoted IPv4 header checksum and the quoted transport checksum
+// (when it is within the quote) are updated, and the ICMP checksum is
+// recomputed. ip is the copied IP packet; pk describes the original.
+func xlateICMPError(ip []byte, pk *Parsed, pod *[16]byte, podPort uint16) {
+	l4, e3, e4 := pk.L4-pk.L3, pk.EmbL3-pk.L3, pk.EmbL4-pk.L3
+	if pk.IPVer == 4 {
+		setAddrV4(ip, ipDst, pod)
+	} else {
+		copy(ip[24:40], pod[:])
+	}
+	emb := ip[e3:]
+	var old, nw []byte
+	if pk.IPVer == 4 {
+		old, nw = emb[ipSrc:ipSrc+4], pod[12:16]
+	} else {
+		old, nw = emb[8:24], pod[:]
+	}
+	switch pk.EmbProto {
+	case protoUDP:
+		if c := binary.BigEndian.Uint16(ip[e4+6:]); c != 0 {
+			c = header.ChecksumUpdateAddr(c, old, nw)
+			c = header.ChecksumUpdate16(c, binary.BigEndian.Uint16(ip[e4:]), podPort)
+			binary.BigEndian.PutUint16(ip[e4+6:], header.UDPChecksumValue(c))
+		}
+		binary.BigEndian.PutUint16(ip[e4:], podPort)
+	case protoTCP:
+		if e4+18 <= len(ip) {
+			c := binary.BigEndian.Uint16(ip[e4+16:])
+			c = header.ChecksumUpdateAddr(c, old, nw)
+			c = header.ChecksumUpdate16(c, binary.BigEndian.Uint16(ip[e4:]), podPort)
+			binary.BigEndian.PutUint16(ip[e4+16:], c)
+		}
+		binary.BigEndian.PutUint16(ip[e4:], podPort)
+	default: // echo request
+		c := binary.BigEndian.Uint16(ip[e4+2:])
+		if pk.IPVer == 6 {
+			c = header.ChecksumUpdateAddr(c, old, nw)
+		}
+		c = header.ChecksumUpdate16(c, binary.BigEndian.Uint16(ip[e4+4:]), podPort)
+		binary.BigEndian.PutUint16(ip[e4+2:], c)
+		binary.BigEndian.PutUint16(ip[e4+4:], podPort)
+	}
+	if pk.IPVer == 4 {
+		c := header.ChecksumUpdateAddr(binary.BigEndian.Uint16(emb[10:]), old, nw)
+		binary.BigEndian.PutUint16(emb[10:], c)
+	}
+	copy(old, nw)
+	ic := ip[l4:]
+	ic[2], ic[3] = 0, 0
+	var ps uint32
+	if pk.IPVer == 6 {
+		ps = header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
+	}
+	binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
+}

@@ -1,0 +1,158 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/nat"
+)
+
+// Verdict is what the caller does with a frame after Process.
+type Verdict uint8
+
+const (
+	// VerdictDrop: discard the frame; Result.Reason says why.
+	VerdictDrop Verdict = iota
+	// VerdictTx: send out[:Result.Len] out of interface Result.Ifindex.
+	VerdictTx
+	// VerdictPass: hand the input frame, unchanged, to the kernel.
+	VerdictPass
+)
+
+// String names the verdict.
+func (v Verdict) String() string {
+	switch v {
+	case VerdictDrop:
+		return "drop"
+	case VerdictTx:
+		return "tx"
+	case VerdictPass:
+		return "pass"
+	}
+	return "unknown"
+}
+
+// Result is the outcome for one frame.
+type Result struct {
+	Verdict Verdict
+	Reason  DropReason // valid iff Verdict == VerdictDrop
+	Ifindex int        // valid iff Verdict == VerdictTx
+	Len     int        // valid iff Verdict == VerdictTx: bytes written to the output buffer
+}
+
+// MaxVTEPs bounds how many distinct node VTEP addresses a pipeline ever
+// interns (the index is kept in a flow's Aux, so it must outlive snapshots).
+const MaxVTEPs = 1 << 24
+
+// installed is a snapshot plus the pipeline's stable VTEP numbering for it.
+type installed struct {
+	snap       *Snapshot
+	vtepOfNode []uint32 // snapshot node index → interned VTEP index
+	nodeOfVTEP []int32  // interned VTEP index → snapshot node index, -1 if gone
+}
+
+// Pipeline is the shared part of the data plane: the flow table, the NAT
+// allocator and the current configuration. Workers do the packet work.
+type Pipeline struct {
+	ct    *conntrack.Table
+	alloc *nat.Allocator
+	state atomic.Pointer[installed]
+
+	mu      sync.Mutex // guards the fields below (swaps and worker creation only)
+	intern  map[[16]byte]uint32
+	workers []*Worker
+}
+
+// ctInUse lets the NAT allocator ask the flow table about reply tuples.
+type ctInUse struct{ t *conntrack.Table }
+
+func (c ctInUse) ReplyInUse(proto uint8, remote nat.Addr, remotePort uint16, natAddr nat.Addr, natPort uint16) bool {
+	k := conntrack.Tuple{Src: conntrack.Addr(remote), Dst: conntrack.Addr(natAddr), SrcPort: remotePort, DstPort: natPort, Proto: proto}
+	return c.t.ReplyInUse(&k)
+}
+
+// NewPipeline returns a pipeline on flow table ct with a NAT allocator built
+// from natCfg. It forwards nothing until Swap installs a snapshot.
+func NewPipeline(ct *conntrack.Table, natCfg nat.Config) (*Pipeline, error) {
+	if ct == nil {
+		return nil, errors.New("gateway: NewPipeline needs a conntrack table")
+	}
+	a, err := nat.NewAllocator(natCfg, ctInUse{ct})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: NAT allocator: %w", err)
+	}
+	return &Pipeline{ct: ct, alloc: a, intern: make(map[[16]byte]uint32)}, nil
+}
+
+// NAT returns the pipeline's allocator (for port-use metrics).
+func (p *Pipeline) NAT() *nat.Allocator { return p.alloc }
+
+// Conntrack returns the pipeline's flow table.
+func (p *Pipeline) Conntrack() *conntrack.Table { return p.ct }
+
+// Swap installs s as the configuration all workers use from their next
+// batch on. Flows are kept: a flow whose pod's node left the configuration
+// has its replies dropped (DropUnknownNode) until it expires or the node
+// returns.
+func (p *Pipeline) Swap(s *Snapshot) error {
+	if s == nil {
+		return errors.New("gateway: Swap needs a snapshot")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in := &installed{snap: s, vtepOfNode: make([]uint32, len(s.nodes))}
+	for i := range s.nodes {
+		idx, ok := p.intern[s.nodes[i].vtep]
+		if !ok {
+			if len(p.intern) >= MaxVTEPs {
+				return fmt.Errorf("gateway: more than %d distinct node VTEPs seen; restart the gateway to renumber", MaxVTEPs)
+			}
+			idx = uint32(len(p.intern))
+			p.intern[s.nodes[i].vtep] = idx
+		}
+		in.vtepOfNode[i] = idx
+	}
+	in.nodeOfVTEP = make([]int32, len(p.intern))
+	for i := range in.nodeOfVTEP {
+		in.nodeOfVTEP[i] = -1
+	}
+	for i, v := range in.vtepOfNode {
+		in.nodeOfVTEP[v] = int32(i)
+	}
+	p.state.Store(in)
+	return nil
+}
+
+// Snapshot returns the installed configuration, nil before the first Swap.
+func (p *Pipeline) Snapshot() *Snapshot {
+	if in := p.state.Load(); in != nil {
+		return in.snap
+	}
+	return nil
+}
+
+// Stats sums the counters of all workers.
+func (p *Pipeline) Stats() Stats {
+	p.mu.Lock()
+	ws := p.workers
+	p.mu.Unlock()
+	var s, one Stats
+	for _, w := range ws {
+		w.stats.read(&one)
+		s.Add(&one)
+	}
+	return s
+}
+
+// aux packs a flow's return path: the interned VTEP index of the pod's node,
+// the tunnel type and the VNI.
+func packAux(vtep uint32, t Tunnel, vni uint32) uint64 {
+	return uint64(vtep)<<32 | uint64(t)<<24 | uint64(vni&0xffffff)
+}
+
+func unpackAux(a uint64) (vtep uint32, t Tunnel, vni uint32) {
+	return uint32(a >> 32), Tunnel(a >> 24 & 0xff), uint32(a & 0xffffff)
+}

@@ -1,0 +1,164 @@
+package gateway
+
+import "sync/atomic"
+
+// DropReason says why a frame was dropped. Its String names are stable and
+// usable as Prometheus label values.
+type DropReason uint8
+
+// Drop reasons; docs/pipeline.md has the table of what each means.
+const (
+	DropNone             DropReason = iota // not dropped
+	DropMalformed                          // truncated or invalid headers
+	DropBadTunnel                          // VXLAN without the I flag, Geneve version/OAM/non-Ethernet payload
+	DropGeneveCritical                     // Geneve critical option we do not understand
+	DropUnsupportedProto                   // inner frame not IP, or a transport other than TCP/UDP/ICMP
+	DropUnknownVTEP                        // tunnel packet from an address that is not a node VTEP
+	DropSpoofedSource                      // inner source is not a pod of the sending node
+	DropNotSelected                        // pod is not selected by any egress policy
+	DropNoEgressIP                         // policy has no egress IP of the packet's family hosted here
+	DropHairpin                            // pod traffic addressed to an egress IP hosted here
+	DropTTLExpired                         // TTL/hop limit expired and no ICMP error could be sent
+	DropTCPNoFlow                          // TCP segment without SYN from a pod, and no flow
+	DropNoFlow                             // packet from outside to an egress IP matching no flow
+	DropICMPType                           // ICMP type that is neither echo nor a translatable error
+	DropConntrackFull                      // new flow refused: conntrack table full
+	DropNATExhausted                       // new flow refused: no free port on the egress IP
+	DropFragNoFirst                        // IPv4 non-first fragment whose first fragment was not seen
+	DropIPv6Fragment                       // IPv6 fragments are not supported
+	DropNoRoute                            // no route or neighbour to the next hop
+	DropMTUExceeded                        // larger than the egress MTU and no ICMP error could be sent
+	DropOutBuffer                          // the output buffer is too small for the frame
+	DropUnknownNode                        // reply for a flow whose pod's node left the configuration
+	DropNoConfig                           // no configuration snapshot installed yet
+	numDropReasons
+)
+
+var dropNames = [numDropReasons]string{
+	DropNone:             "none",
+	DropMalformed:        "malformed",
+	DropBadTunnel:        "bad_tunnel",
+	DropGeneveCritical:   "geneve_critical_option",
+	DropUnsupportedProto: "unsupported_protocol",
+	DropUnknownVTEP:      "unknown_vtep",
+	DropSpoofedSource:    "spoofed_source",
+	DropNotSelected:      "not_selected",
+	DropNoEgressIP:       "no_egress_ip",
+	DropHairpin:          "hairpin",
+	DropTTLExpired:       "ttl_expired",
+	DropTCPNoFlow:        "tcp_no_flow",
+	DropNoFlow:           "no_flow",
+	DropICMPType:         "icmp_type",
+	DropConntrackFull:    "conntrack_full",
+	DropNATExhausted:     "nat_exhausted",
+	DropFragNoFirst:      "fragment_no_first",
+	DropIPv6Fragment:     "ipv6_fragment",
+	DropNoRoute:          "no_route",
+	DropMTUExceeded:      "mtu_exceeded",
+	DropOutBuffer:        "out_buffer",
+	DropUnknownNode:      "unknown_node",
+	DropNoConfig:         "no_config",
+}
+
+// String returns the reason's label value.
+func (r DropReason) String() string {
+	if r < numDropReasons {
+		return dropNames[r]
+	}
+	return "unknown"
+}
+
+// DropReasons lists every reason except DropNone, for metric registration.
+func DropReasons() []DropReason {
+	rs := make([]DropReason, 0, numDropReasons-1)
+	for r := DropNone + 1; r < numDropReasons; r++ {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// Counter indexes the non-drop counters.
+type Counter uint8
+
+// Counters a worker keeps besides drops.
+const (
+	CounterRx           Counter = iota // frames seen
+	CounterPass                        // frames passed to the kernel
+	CounterForwarded                   // pod packets sent to the outside
+	CounterReplied                     // outside packets encapsulated to a node
+	CounterICMPSent                    // ICMP errors generated (time exceeded, too big)
+	CounterICMPXlated                  // ICMP errors from outside translated to a pod
+	CounterFlowsNew                    // flows created
+	CounterFlowsExpired                // flows expired and their port released
+	numCounters
+)
+
+var counterNames = [numCounters]string{
+	CounterRx:           "rx",
+	CounterPass:         "pass",
+	CounterForwarded:    "forwarded",
+	CounterReplied:      "replied",
+	CounterICMPSent:     "icmp_errors_sent",
+	CounterICMPXlated:   "icmp_errors_translated",
+	CounterFlowsNew:     "flows_created",
+	CounterFlowsExpired: "flows_expired",
+}
+
+// String returns the counter's label value.
+func (c Counter) String() string {
+	if c < numCounters {
+		return counterNames[c]
+	}
+	return "unknown"
+}
+
+// Stats is a copy of counters, per worker or summed.
+type Stats struct {
+	Drops    [numDropReasons]uint64
+	Counters [numCounters]uint64
+}
+
+// Drop returns the count for reason r.
+func (s *Stats) Drop(r DropReason) uint64 { return s.Drops[r] }
+
+// Count returns the value of counter c.
+func (s *Stats) Count(c Counter) uint64 { return s.Counters[c] }
+
+// Add adds o into s.
+func (s *Stats) Add(o *Stats) {
+	for i := range s.Drops {
+		s.Drops[i] += o.Drops[i]
+	}
+	for i := range s.Counters {
+		s.Counters[i] += o.Counters[i]
+	}
+}
+
+// workerStats is owned by one worker: it counts into local with plain
+// increments and publishes into pub with atomic stores once per batch, so a
+// scrape reads consistent-enough values without any atomic read-modify-write
+// on the packet path. Padding keeps two workers' blocks off one cache line.
+type workerStats struct {
+	_     [64]byte
+	local Stats
+	pub   [int(numDropReasons) + int(numCounters)]atomic.Uint64
+	_     [64]byte
+}
+
+func (w *workerStats) publish() {
+	for i, v := range w.local.Drops {
+		w.pub[i].Store(v)
+	}
+	for i, v := range w.local.Counters {
+		w.pub[int(numDropReasons)+i].Store(v)
+	}
+}
+
+func (w *workerStats) read(s *Stats) {
+	for i := range s.Drops {
+		s.Drops[i] = w.pub[i].Load()
+	}
+	for i := range s.Counters {
+		s.Counters[i] = w.pub[int(numDropReasons)+i].Load()
+	}
+}

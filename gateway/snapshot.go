@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/egret-gw/egret/nat"
+)
+
+// Hop is where to send a frame: the output interface, the Ethernet addresses
+// and the link MTU (the largest IP packet the link carries).
+type Hop struct {
+	Ifindex int
+	SrcMAC  [6]byte
+	DstMAC  [6]byte
+	MTU     int
+}
+
+// Router resolves the next hop for a destination address (16 bytes,
+// IPv4-mapped for IPv4). Implementations must not allocate and must be safe
+// for concurrent use by all workers; a netlink-backed cache serves in
+// production and a static table in tests.
+type Router interface {
+	Lookup(dst *[16]byte, hop *Hop) bool
+}
+
+// Config is the plain data a Snapshot is built from.
+type Config struct {
+	// VTEPs are this gateway's tunnel addresses, at most one per family:
+	// tunnel packets must be addressed to one, and replies are sent from the
+	// one of the node's family.
+	VTEPs []netip.Addr
+	// InnerMAC is the gateway's MAC on the tunnel (inner source of replies).
+	InnerMAC [6]byte
+	// RouterV4 and RouterV6 are the source addresses of ICMP errors the
+	// gateway itself sends to pods (time exceeded, too big). Optional: without
+	// one, such packets are dropped and counted instead.
+	RouterV4, RouterV6 netip.Addr
+	// Nodes are the worker nodes allowed to send tunnel traffic.
+	Nodes []Node
+	// Policies are the egress policies with the egress IPs hosted here.
+	Policies []Policy
+	// Routes resolves next hops, both to the outside and to node VTEPs.
+	Routes Router
+}
+
+// Node is a worker node and its pods.
+type Node struct {
+	Name string
+	// VTEP is the node's tunnel address (outer source of its packets).
+	VTEP netip.Addr
+	// InnerMAC is the MAC of the node's tunnel device (inner destination of replies).
+	InnerMAC [6]byte
+	// Pods are the pods that live on the node.
+	Pods []Pod
+}
+
+// Pod is one pod address and the policy that selects it ("" for none).
+type Pod struct {
+	Addr   netip.Addr
+	Policy string
+}
+
+// Policy is an egress policy (one EgressIP object) and the egress IPs of it
+// that this gateway hosts.
+type Policy struct {
+	Name      string
+	EgressIPs []netip.Addr
+}
+
+// Snapshot is an immutable, validated configuration. Lookups allocate nothing.
+type Snapshot struct {
+	vtep     [2][16]byte // by family index: 0 IPv4, 1 IPv6
+	hasVTEP  [2]bool
+	router   [2][16]byte
+	hasRoute [2]bool
+	innerMAC [6]byte
+
+	nodes      []snapNode
+	nodeByVTEP map[[16]byte]int32
+	pods       map[[16]byte]snapPod
+	policies   []snapPolicy
+	hosted     map[[16]byte]struct{}
+	routes     Router
+}
+
+type snapNode struct {
+	name     string
+	vtep     [16]byte
+	innerMAC [6]byte
+	fam      uint8
+}
+
+type snapPod struct {
+	node   int32
+	policy int32 // -1: not selected
+}
+
+type snapPolicy struct {
+	name string
+	ips  [2][]nat.Addr // by family
+}
+
+func famOf(a netip.Addr) uint8 {
+	if a.Is4() {
+		return 0
+	}
+	return 1
+}
+
+// NewSnapshot validates cfg and builds a Snapshot from it. The result shares
+// nothing mutable with cfg.
+func NewSnapshot(cfg Config) (*Snapshot, error) {
+	if cfg.Routes == nil {
+		return nil, errors.New("gateway config: Routes is nil; give a next-hop resolver")
+	}
+	s := &Snapshot{
+		innerMAC:   cfg.InnerMAC,
+		nodeByVTEP: make(map[[16]byte]int32, len(cfg.Nodes)),
+		pods:       make(map[[16]byte]snapPod),
+		hosted:     make(map[[16]byte]struct{}),
+		routes:     cfg.Routes,
+	}
+	for _, v := range cfg.VTEPs {
+		v = v.Unmap()
+		if !v.IsValid() || v.IsUnspecified() || v.IsMulticast() {
+			return nil, fmt.Errorf("gateway config: VTEP %v is not a unicast address", v)
+		}
+		f := famOf(v)
+		if s.hasVTEP[f] {
+			return nil, fmt.Errorf("gateway config: two VTEPs of one family (%v); give at most one IPv4 and one IPv6", v)
+		}
+		s.vtep[f], s.hasVTEP[f] = v.As16(), true
+	}
+	for i, r := range []netip.Addr{cfg.RouterV4, cfg.RouterV6} {
+		if !r.IsValid() {
+			continue
+		}
+		r = r.Unmap()
+		if int(famOf(r)) != i {
+			return nil, fmt.Errorf("gateway config: router address %v is of the wrong family", r)
+		}
+		s.router[i], s.hasRoute[i] = r.As16(), true
+	}
+	policyIdx := make(map[string]int32, len(cfg.Policies))
+	for _, p := range cfg.Policies {
+		if p.Name == "" {
+			return nil, errors.New("gateway config: a policy has no name")
+		}
+		if _, dup := policyIdx[p.Name]; dup {
+			return nil, fmt.Errorf("gateway config: policy %q is listed twice", p.Name)
+		}
+		sp := snapPolicy{name: p.Name}
+		for _, ip := range p.EgressIPs {
+			ip = ip.Unmap()
+			if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || ip.IsLoopback() {
+				return nil, fmt.Errorf("gateway config: policy %q: egress IP %v is not a usable unicast address", p.Name, ip)
+			}
+			k := ip.As16()
+			if _, dup := s.hosted[k]; dup {
+				return nil, fmt.Errorf("gateway config: egress IP %v is listed twice (an egress IP belongs to one policy)", ip)
+			}
+			if (s.hasVTEP[0] && k == s.vtep[0]) || (s.hasVTEP[1] && k == s.vtep[1]) {
+				return nil, fmt.Errorf("gateway config: egress IP %v is also a VTEP of this gateway", ip)
+			}
+			s.hosted[k] = struct{}{}
+			f := famOf(ip)
+			sp.ips[f] = append(sp.ips[f], nat.Addr(k))
+		}
+		policyIdx[p.Name] = int32(len(s.policies))
+		s.policies = append(s.policies, sp)
+	}
+	for _, n := range cfg.Nodes {
+		v := n.VTEP.Unmap()
+		if !v.IsValid() || v.IsUnspecified() || v.IsMulticast() {
+			return nil, fmt.Errorf("gateway config: node %q: VTEP %v is not a unicast address", n.Name, n.VTEP)
+		}
+		f := famOf(v)
+		if !s.hasVTEP[f] {
+			return nil, fmt.Errorf("gateway config: node %q has an IPv%d VTEP but the gateway has no VTEP of that family", n.Name, 4+2*f)
+		}
+		k := v.As16()
+		if _, dup := s.nodeByVTEP[k]; dup {
+			return nil, fmt.Errorf("gateway config: node %q: VTEP %v is used by another node", n.Name, v)
+		}
+		idx := int32(len(s.nodes))
+		s.nodeByVTEP[k] = idx
+		s.nodes = append(s.nodes, snapNode{name: n.Name, vtep: k, innerMAC: n.InnerMAC, fam: f})
+		for _, p := range n.Pods {
+			a := p.Addr.Unmap()
+			if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {
+				return nil, fmt.Errorf("gateway config: node %q: pod address %v is not a unicast address", n.Name, p.Addr)
+			}
+			pk := a.As16()
+			if _, dup := s.pods[pk]; dup {
+				return nil, fmt.Errorf("gateway config: pod address %v is on two nodes or listed twice", a)
+			}
+			sp := snapPod{node: idx, policy: -1}
+			if p.Policy != "" {
+				pi, ok := policyIdx[p.Policy]
+				if !ok {
+					return nil, fmt.Errorf("gateway config: pod %v on node %q names policy %q, which is not configured", a, n.Name, p.Policy)
+				}
+				sp.policy = pi
+			}
+			s.pods[pk] = sp
+		}
+	}
+	return s, nil
+}
+
+// Hosts reports whether a is an egress IP hosted by this snapshot.
+func (s *Snapshot) Hosts(a netip.Addr) bool {
+	_, ok := s.hosted[a.Unmap().As16()]
+	return ok
+}
