@@ -26,10 +26,11 @@ func (e Event) String() string {
 }
 
 // EventFunc receives flow events. It is called outside the table's locks,
-// on the goroutine that caused the event; f is only valid during the call
-// (copy it to keep it). It must be quick and must not allocate if the data
-// plane's zero-allocation promise is to hold.
-type EventFunc func(ev Event, f *Flow)
+// on the goroutine that caused the event. The flow is passed by value so
+// that the caller's Flow never escapes to the heap; the hook must be quick
+// and must not allocate if the data plane's zero-allocation promise is to
+// hold.
+type EventFunc func(ev Event, f Flow)
 
 // SetEventHook installs fn (nil removes it). Installing allocates once;
 // delivering events allocates nothing.
@@ -43,6 +44,6 @@ func (t *Table) SetEventHook(fn EventFunc) {
 
 func (t *Table) emit(ev Event, f *Flow) {
 	if p := t.hook.Load(); p != nil {
-		(*p)(ev, f)
+		(*p)(ev, *f)
 	}
 }

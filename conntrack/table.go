@@ -593,6 +593,8 @@ func (t *Table) Delete(orig *Tuple, out *Flow) bool {
 	return true
 }
 
+var flowPool = sync.Pool{New: func() any { return new(Flow) }}
+
 // Expire removes at most budget expired flows, resuming where the last call
 // stopped, and calls fn (if not nil) with each removed flow outside any
 // lock. It examines at most 8*budget+64 entries, so its work per call is
@@ -603,7 +605,10 @@ func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int {
 	}
 	scan := 8*budget + 64
 	removed := 0
-	var fl Flow
+	// fn may keep the pointer it is given, so the Flow comes from a pool
+	// rather than the stack (which would allocate on every call).
+	fl := flowPool.Get().(*Flow)
+	defer flowPool.Put(fl)
 	for tries := 0; tries < len(t.shards) && removed < budget && scan > 0; tries++ {
 		si := (t.expShard.Add(1) - 1) & uint32(t.shardMask)
 		s := &t.shards[si]
@@ -621,14 +626,14 @@ func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int {
 			if e.state == uint8(StateNone) || now < e.deadline {
 				continue
 			}
-			if !t.expireOne(si, g, now, &fl) {
+			if !t.expireOne(si, g, now, fl) {
 				continue
 			}
 			removed++
 			s.mu.Unlock()
-			t.emit(EventExpired, &fl)
+			t.emit(EventExpired, fl)
 			if fn != nil {
-				fn(&fl)
+				fn(fl)
 			}
 			s.mu.Lock()
 		}

@@ -1,0 +1,318 @@
+package conntrack
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A full table refuses new flows with ErrFull and keeps every old one.
+func TestFullTable(t *testing.T) {
+	for _, shards := range []int{1, 8, 0} {
+		const n = 50000
+		tb := mustNew(t, Config{MaxFlows: n, Shards: shards})
+		for i := uint32(0); i < n; i++ {
+			f := flowN(i, ProtoTCP)
+			if err := tb.Insert(&f, FlagSYN, 0); err != nil {
+				t.Fatalf("shards=%d: insert %d of %d: %v", shards, i, n, err)
+			}
+		}
+		if tb.Len() != n || tb.Cap() != n {
+			t.Fatalf("Len %d Cap %d, want %d", tb.Len(), tb.Cap(), n)
+		}
+		for i := uint32(n); i < n+100; i++ {
+			f := flowN(i, ProtoTCP)
+			if err := tb.Insert(&f, FlagSYN, 0); !errors.Is(err, ErrFull) {
+				t.Fatalf("insert into full table: %v", err)
+			}
+			if tb.ReplyInUse(&f.Orig) {
+				t.Fatal("refused flow is visible")
+			}
+		}
+		var out Flow
+		for i := uint32(0); i < n; i++ {
+			f := flowN(i, ProtoTCP)
+			r := f.Reply()
+			if !tb.Track(Reply, &r, synack, 1, &out) || out.Aux != f.Aux {
+				t.Fatalf("old flow %d lost after ErrFull", i)
+			}
+		}
+		f0 := flowN(0, ProtoTCP)
+		if !tb.Delete(&f0.Orig, &out) {
+			t.Fatal("delete")
+		}
+		f := flowN(n+5, ProtoTCP)
+		if err := tb.Insert(&f, FlagSYN, 0); err != nil {
+			t.Fatalf("insert after delete: %v", err)
+		}
+	}
+}
+
+// A flow whose reply tuple is another flow's original tuple (or vice versa)
+// is refused: every tuple names at most one flow.
+func TestTupleUniqueAcrossDirections(t *testing.T) {
+	tb := mustNew(t, Config{MaxFlows: 8})
+	a := flowN(1, ProtoUDP)
+	if err := tb.Insert(&a, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	ar := a.Reply()
+	var b Flow
+	b.Orig = ar // b's original tuple is a's reply tuple
+	b.NATAddr, b.NATPort = addr("203.0.113.9"), 9
+	if err := tb.Insert(&b, 0, 0); !errors.Is(err, ErrExists) {
+		t.Fatalf("got %v, want ErrExists", err)
+	}
+	var c Flow
+	c.Orig = Tuple{Src: addr("10.9.9.9"), Dst: a.Orig.Dst, SrcPort: 1, DstPort: a.Orig.DstPort, Proto: ProtoUDP}
+	c.NATAddr, c.NATPort = a.NATAddr, a.NATPort // same reply tuple as a
+	if err := tb.Insert(&c, 0, 0); !errors.Is(err, ErrExists) {
+		t.Fatalf("got %v, want ErrExists", err)
+	}
+	var d Flow
+	d.Orig = Tuple{Src: addr("10.0.0.1"), Dst: addr("10.0.0.1"), SrcPort: 5, DstPort: 5, Proto: ProtoUDP}
+	d.NATAddr, d.NATPort = d.Orig.Src, 5
+	if err := tb.Insert(&d, 0, 0); !errors.Is(err, ErrInvalidFlow) {
+		t.Fatalf("got %v, want ErrInvalidFlow", err)
+	}
+	if tb.Len() != 1 {
+		t.Fatalf("Len %d", tb.Len())
+	}
+}
+
+// randFlow makes flows whose tuples collide often (few addresses, ports)
+// so that the index sees long probe chains and many shared shards.
+func randFlow(r *rand.Rand) Flow {
+	f := flowN(0, ProtoUDP)
+	f.Orig.Src[15] = byte(r.IntN(4))
+	f.Orig.SrcPort = uint16(r.IntN(64))
+	f.Orig.Dst[15] = byte(r.IntN(4))
+	f.NATAddr[15] = byte(r.IntN(2))
+	f.NATPort = uint16(r.IntN(64))
+	f.Aux = r.Uint64()
+	return f
+}
+
+// The table against a Go map model under random insert/delete/expire.
+func TestAgainstModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	tb := mustNew(t, Config{MaxFlows: 3000, Shards: 4})
+	model := map[Tuple]Flow{} // by original tuple
+	replies := map[Tuple]Tuple{}
+	var out Flow
+	for step := 0; step < 200000; step++ {
+		f := randFlow(r)
+		rt := f.Reply()
+		switch op := r.IntN(10); {
+		case op < 5:
+			err := tb.Insert(&f, 0, 0)
+			_, o1 := model[f.Orig]
+			_, o2 := replies[f.Orig]
+			_, r1 := model[rt]
+			_, r2 := replies[rt]
+			exists := o1 || o2 || r1 || r2
+			switch {
+			case exists && errors.Is(err, ErrExists):
+			case !exists && err == nil:
+				model[f.Orig] = f
+				replies[rt] = f.Orig
+			case !exists && errors.Is(err, ErrFull) && len(model) >= 2900:
+			default:
+				t.Fatalf("step %d: insert err %v, model exists=%v len=%d", step, err, exists, len(model))
+			}
+		case op < 7:
+			m, ok := model[f.Orig]
+			got := tb.Delete(&f.Orig, &out)
+			if got != ok || ok && (out.Aux != m.Aux || out.NATPort != m.NATPort) {
+				t.Fatalf("step %d: delete %v, model %v", step, got, ok)
+			}
+			if ok {
+				delete(model, f.Orig)
+				delete(replies, m.Reply())
+			}
+		case op < 8:
+			o, ok := replies[rt]
+			if got := tb.Track(Reply, &rt, 0, 1, &out); got != ok || ok && out.Orig != o {
+				t.Fatalf("step %d: reply lookup %v, model %v", step, got, ok)
+			}
+		default:
+			m, ok := model[f.Orig]
+			if got := tb.Track(Original, &f.Orig, 0, 1, &out); got != ok || ok && out.Aux != m.Aux {
+				t.Fatalf("step %d: lookup %v, model %v", step, got, ok)
+			}
+		}
+		if tb.Len() != len(model) {
+			t.Fatalf("step %d: Len %d, model %d", step, tb.Len(), len(model))
+		}
+	}
+	// Everything expires, every flow exactly once.
+	n := 0
+	for tb.Len() > 0 {
+		n += tb.Expire(int64(time.Hour), 50, func(f *Flow) {
+			if _, ok := model[f.Orig]; !ok {
+				t.Fatalf("expired unknown flow %+v", f.Orig)
+			}
+			delete(model, f.Orig)
+		})
+	}
+	if len(model) != 0 {
+		t.Fatalf("%d flows never expired", len(model))
+	}
+	for i := range tb.shards {
+		s := &tb.shards[i]
+		if s.keys != 0 || s.used != 0 {
+			t.Fatalf("shard keeps %d keys %d entries after emptying", s.keys, s.used)
+		}
+	}
+}
+
+// Many workers insert, track, delete and expire at once; run with -race.
+func TestConcurrent(t *testing.T) {
+	tb := mustNew(t, Config{MaxFlows: 20000, Shards: 8})
+	var created, removed sync.Map
+	tb.SetEventHook(func(ev Event, f Flow) {
+		if ev == EventCreated {
+			created.Store(f.Orig, true)
+		} else {
+			removed.Store(f.Orig, true)
+		}
+	})
+	workers := 2 * runtime.GOMAXPROCS(0)
+	if workers < 4 {
+		workers = 4
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			var out Flow
+			for i := 0; i < 20000; i++ {
+				f := flowN(uint32(r.IntN(30000)), ProtoTCP)
+				rt := f.Reply()
+				now := int64(i) * sec
+				switch r.IntN(6) {
+				case 0, 1:
+					err := tb.Insert(&f, FlagSYN, now)
+					if err != nil && !errors.Is(err, ErrExists) && !errors.Is(err, ErrFull) {
+						mu.Lock()
+						errs = append(errs, err.Error())
+						mu.Unlock()
+					}
+				case 2:
+					if tb.Track(Reply, &rt, synack, now, &out) && out.Orig != f.Orig {
+						mu.Lock()
+						errs = append(errs, "reply lookup returned another flow")
+						mu.Unlock()
+					}
+				case 3:
+					if tb.Track(Original, &f.Orig, ack, now, &out) && out.NATPort != f.NATPort {
+						mu.Lock()
+						errs = append(errs, "lookup returned another flow")
+						mu.Unlock()
+					}
+				case 4:
+					tb.Delete(&f.Orig, &out)
+				case 5:
+					tb.Expire(now, 4, nil)
+					tb.ReplyInUse(&rt)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d errors, first: %s", len(errs), errs[0])
+	}
+	// Consistency: every flow in the table is reachable by both tuples.
+	var buf bytes.Buffer
+	n, err := tb.Export(&buf, 0)
+	if err != nil || n != tb.Len() {
+		t.Fatalf("export %d flows (err %v), Len %d", n, err, tb.Len())
+	}
+	b := buf.Bytes()[4:]
+	var out Flow
+	for len(b) > 0 {
+		f, _, k, err := DecodeRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = b[k:]
+		rt := f.Reply()
+		if !tb.ReplyInUse(&rt) || !tb.ReplyInUse(&f.Orig) || !tb.Track(Original, &f.Orig, 0, 0, &out) {
+			t.Fatalf("flow %+v not reachable by both tuples", f.Orig)
+		}
+	}
+	total := 0
+	for i := range tb.shards {
+		s := &tb.shards[i]
+		total += int(s.used)
+	}
+	if total != tb.Len() {
+		t.Fatalf("shards hold %d, Len %d", total, tb.Len())
+	}
+}
+
+// The table's memory must be invisible to the garbage collector: building a
+// table of 1M flows may not grow the heap the GC has to scan.
+func TestTableIsNotScannedByGC(t *testing.T) {
+	scan := func() uint64 {
+		runtime.GC()
+		s := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}}
+		metrics.Read(s)
+		if s[0].Value.Kind() != metrics.KindUint64 {
+			t.Fatal("runtime lacks /gc/scan/heap:bytes")
+		}
+		return s[0].Value.Uint64()
+	}
+	before := scan()
+	tb := mustNew(t, Config{MaxFlows: 1 << 20})
+	for i := uint32(0); i < 1<<20; i++ {
+		f := flowN(i, ProtoTCP)
+		if err := tb.Insert(&f, FlagSYN, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := scan()
+	grow := int64(after) - int64(before)
+	t.Logf("table %d MiB; scannable heap grew by %d bytes", tb.Bytes()>>20, grow)
+	if grow > 1<<20 {
+		t.Fatalf("scannable heap grew by %d bytes for a %d-byte table: the table holds pointers", grow, tb.Bytes())
+	}
+	runtime.KeepAlive(tb)
+}
+
+// The data-plane calls allocate nothing.
+func TestZeroAllocs(t *testing.T) {
+	tb := mustNew(t, Config{MaxFlows: 1024})
+	tb.SetEventHook(func(Event, Flow) {})
+	f := flowN(1, ProtoTCP)
+	rt := f.Reply()
+	var out Flow
+	i := uint32(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		g := flowN(i, ProtoTCP)
+		i++
+		if err := tb.Insert(&g, FlagSYN, 0); err != nil {
+			panic(err)
+		}
+		tb.Track(Original, &g.Orig, 0, 1, &out)
+		gr := g.Reply()
+		tb.Track(Reply, &gr, synack, 1, &out)
+		tb.ReplyInUse(&rt)
+		tb.Delete(&g.Orig, &out)
+		tb.Expire(1, 4, nil)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per packet-path round", allocs)
+	}
+	_ = f
+}
