@@ -1,0 +1,91 @@
+package cni
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
+
+// ARPAnnouncement builds a gratuitous ARP request (RFC 5227 announcement): sender and
+// target protocol address are both ip, so neighbours update their caches.
+func ARPAnnouncement(mac net.HardwareAddr, ip netip.Addr) []byte {
+	b := make([]byte, 28)
+	binary.BigEndian.PutUint16(b[0:], 1)      // hardware type: Ethernet
+	binary.BigEndian.PutUint16(b[2:], 0x0800) // protocol type: IPv4
+	b[4], b[5] = 6, 4
+	binary.BigEndian.PutUint16(b[6:], 1) // request
+	copy(b[8:14], mac)
+	a := ip.As4()
+	copy(b[14:18], a[:])
+	copy(b[24:28], a[:]) // target hardware address stays zero
+	return b
+}
+
+// UnsolicitedNA builds an ICMPv6 neighbour advertisement for ip with the override flag
+// and the target link-layer address option (RFC 4861 7.2.6); the kernel fills the checksum.
+func UnsolicitedNA(mac net.HardwareAddr, ip netip.Addr) []byte {
+	b := make([]byte, 32)
+	b[0] = 136                                    // neighbour advertisement
+	binary.BigEndian.PutUint32(b[4:], 0x20000000) // override
+	a := ip.As16()
+	copy(b[8:24], a[:])
+	b[24], b[25] = 2, 1 // option: target link-layer address, 8 bytes
+	copy(b[26:32], mac)
+	return b
+}
+
+// Announce sends one gratuitous ARP or unsolicited NA per address. It must run in the
+// pod's network namespace.
+func Announce(ifIndex int, mac net.HardwareAddr, addrs []netip.Prefix) error {
+	for _, p := range addrs {
+		var err error
+		if p.Addr().Is4() {
+			err = sendARP(ifIndex, mac, p.Addr())
+		} else {
+			err = sendNA(ifIndex, mac, p.Addr())
+		}
+		if err != nil {
+			return fmt.Errorf("announcing %s: %w", p.Addr(), err)
+		}
+	}
+	return nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func sendARP(ifIndex int, mac net.HardwareAddr, ip netip.Addr) error {
+	if len(mac) != 6 {
+		return fmt.Errorf("interface has no Ethernet address (%v)", mac)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
+	if err != nil {
+		return fmt.Errorf("opening a packet socket: %w", err)
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifIndex, Halen: 6}
+	copy(to.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	return unix.Sendto(fd, ARPAnnouncement(mac, ip), 0, to)
+}
+
+func sendNA(ifIndex int, mac net.HardwareAddr, ip netip.Addr) error {
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
+	if err != nil {
+		return fmt.Errorf("opening an ICMPv6 socket: %w", err)
+	}
+	defer unix.Close(fd)
+	// Neighbour discovery messages are only accepted with hop limit 255.
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, 255); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ifIndex); err != nil {
+		return err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet6{Addr: ip.As16()}); err != nil {
+		return fmt.Errorf("binding to %s: %w", ip, err)
+	}
+	allNodes := netip.MustParseAddr("ff02::1").As16()
+	return unix.Sendto(fd, UnsolicitedNA(mac, ip), 0, &unix.SockaddrInet6{Addr: allNodes, ZoneId: uint32(ifIndex)})
+}

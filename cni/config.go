@@ -1,0 +1,396 @@
+// Package cni implements the egress-router CNI plugin: it gives a pod a second interface
+// (macvlan or ipvlan) on a host network, with a static, user-chosen address, makes it the
+// pod's default route and optionally limits where the pod may connect through it.
+package cni
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Type names the plugin answers to; the binary is installed under both.
+const (
+	TypeEgressRouter    = "egress-router"
+	TypeOpenshiftEgress = "openshift-egress"
+)
+
+// Interface types of the spec.
+const (
+	InterfaceMacvlan      = "macvlan"
+	InterfaceIPvlan       = "ipvlan"
+	InterfaceAWSElasticIP = "aws-elastic-ip"
+)
+
+// NetConf is the network configuration exactly as the runtime hands it to the plugin.
+type NetConf struct {
+	types.NetConf
+
+	InterfaceType string            `json:"interfaceType,omitempty"`
+	InterfaceArgs *InterfaceArgs    `json:"interfaceArgs,omitempty"`
+	IP            *IPSpec           `json:"ip,omitempty"`
+	PodIP         map[string]IPSpec `json:"podIP,omitempty"`
+	IPConfig      *IPConfigRef      `json:"ipConfig,omitempty"`
+
+	// Kubeconfig is the file used to read the ipConfig ConfigMap (Egret extension).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// ClusterNetworks and ServiceNetworks stay routed through the pod's previous default
+	// interface once the egress interface takes the default route (Egret extension).
+	ClusterNetworks []string `json:"clusterNetworks,omitempty"`
+	ServiceNetworks []string `json:"serviceNetworks,omitempty"`
+}
+
+// InterfaceArgs are the interfaceType-specific arguments.
+type InterfaceArgs struct {
+	Master string `json:"master,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+	MTU    int    `json:"mtu,omitempty"`
+}
+
+// IPSpec is the "ip" dictionary of the spec (also each podIP value and ipConfig.overrides).
+type IPSpec struct {
+	Addresses    []string `json:"addresses,omitempty"`
+	Gateway      string   `json:"gateway,omitempty"`
+	Destinations []string `json:"destinations,omitempty"`
+}
+
+// IPConfigRef points at a ConfigMap holding the IP configuration.
+type IPConfigRef struct {
+	Namespace string  `json:"namespace,omitempty"`
+	Name      string  `json:"name,omitempty"`
+	Overrides *IPSpec `json:"overrides,omitempty"`
+}
+
+// IPSettings is a validated IP configuration.
+type IPSettings struct {
+	Addresses    []netip.Prefix // the address with its subnet length, as configured
+	Gateway      netip.Addr     // invalid when not given
+	Destinations []netip.Prefix // masked; empty means any destination
+}
+
+// PodEntry is one validated podIP entry.
+type PodEntry struct {
+	Key      string // as written, possibly ending in "*"
+	Prefix   string // the key without its trailing "*"
+	Wildcard bool
+	IP       IPSettings
+}
+
+// IPConfigSource is the validated ipConfig.
+type IPConfigSource struct {
+	Namespace string // empty: the pod's namespace
+	Name      string
+	Overrides *IPSettings // nil when not given; fields are optional
+}
+
+// Config is a validated network configuration.
+type Config struct {
+	Raw *NetConf
+
+	InterfaceType string
+	Master        string // empty: inferred from the pod's address
+	Mode          string // normalised; empty only for aws-elastic-ip
+	MTU           int    // 0: inherit the master's
+
+	Static   *IPSettings     // from "ip"
+	PodIP    []PodEntry      // from "podIP", in key order
+	IPConfig *IPConfigSource // from "ipConfig"
+
+	Kubeconfig      string
+	ClusterNetworks []netip.Prefix
+	ServiceNetworks []netip.Prefix
+}
+
+// FieldError says which configuration field is wrong and why.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %v", e.Field, e.Err) }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+var macvlanModes = []string{"bridge", "private", "vepa", "passthru"}
+var ipvlanModes = []string{"l2", "l3", "l3s"}
+
+// ParseConfig decodes and validates the whole configuration before anything is touched.
+func ParseConfig(stdin []byte) (*Config, error) {
+	var raw NetConf
+	if err := json.Unmarshal(stdin, &raw); err != nil {
+		return nil, fmt.Errorf("network configuration is not valid JSON: %w", err)
+	}
+	return validate(&raw)
+}
+
+func validate(raw *NetConf) (*Config, error) {
+	c := &Config{Raw: raw, Kubeconfig: raw.Kubeconfig}
+	if raw.Name == "" {
+		return nil, fieldErr("name", "is required")
+	}
+	if raw.Type != TypeEgressRouter && raw.Type != TypeOpenshiftEgress {
+		return nil, fieldErr("type", "must be %q or %q, not %q", TypeEgressRouter, TypeOpenshiftEgress, raw.Type)
+	}
+
+	c.InterfaceType = raw.InterfaceType
+	if c.InterfaceType == "" {
+		c.InterfaceType = InterfaceMacvlan
+	}
+	var args InterfaceArgs
+	if raw.InterfaceArgs != nil {
+		args = *raw.InterfaceArgs
+	}
+	c.Master = args.Master
+	switch c.InterfaceType {
+	case InterfaceMacvlan:
+		c.Mode = strings.ToLower(args.Mode)
+		if c.Mode == "" {
+			c.Mode = "bridge"
+		}
+		if !slices.Contains(macvlanModes, c.Mode) {
+			return nil, fieldErr("interfaceArgs.mode", "%q is not a macvlan mode (one of %s)", args.Mode, strings.Join(macvlanModes, ", "))
+		}
+	case InterfaceIPvlan:
+		c.Mode = strings.ToLower(args.Mode)
+		if c.Mode == "" {
+			c.Mode = "l2"
+		}
+		if !slices.Contains(ipvlanModes, c.Mode) {
+			return nil, fieldErr("interfaceArgs.mode", "%q is not an ipvlan mode (one of %s)", args.Mode, strings.Join(ipvlanModes, ", "))
+		}
+	case InterfaceAWSElasticIP:
+		// Validated here so config errors still surface first; ADD refuses it afterwards.
+	default:
+		return nil, fieldErr("interfaceType", "%q is not supported (use %s, %s or %s)", raw.InterfaceType, InterfaceMacvlan, InterfaceIPvlan, InterfaceAWSElasticIP)
+	}
+	if c.Master != "" && (len(c.Master) > 15 || strings.ContainsAny(c.Master, "/ \t\n")) {
+		return nil, fieldErr("interfaceArgs.master", "%q is not a valid interface name", c.Master)
+	}
+	if args.MTU != 0 && (args.MTU < 68 || args.MTU > 65535) {
+		return nil, fieldErr("interfaceArgs.mtu", "%d is out of range 68-65535", args.MTU)
+	}
+	c.MTU = args.MTU
+
+	forms := 0
+	if raw.IP != nil {
+		forms++
+	}
+	if raw.PodIP != nil {
+		forms++
+	}
+	if raw.IPConfig != nil {
+		forms++
+	}
+	if forms != 1 {
+		return nil, fieldErr("ip/podIP/ipConfig", "exactly one of ip, podIP or ipConfig must be given (found %d)", forms)
+	}
+	var err error
+	switch {
+	case raw.IP != nil:
+		var s IPSettings
+		if s, err = parseIPSpec("ip", raw.IP, true); err != nil {
+			return nil, err
+		}
+		c.Static = &s
+	case raw.PodIP != nil:
+		if c.PodIP, err = parsePodIP("podIP", raw.PodIP); err != nil {
+			return nil, err
+		}
+	default:
+		ref := raw.IPConfig
+		if ref.Name == "" {
+			return nil, fieldErr("ipConfig.name", "is required")
+		}
+		src := &IPConfigSource{Namespace: ref.Namespace, Name: ref.Name}
+		if ref.Overrides != nil {
+			ov, err := parseIPSpec("ipConfig.overrides", ref.Overrides, false)
+			if err != nil {
+				return nil, err
+			}
+			src.Overrides = &ov
+		}
+		c.IPConfig = src
+	}
+	if c.MTU != 0 && c.MTU < 1280 && c.hasIPv6() {
+		return nil, fieldErr("interfaceArgs.mtu", "%d is below 1280, the IPv6 minimum, and an IPv6 address is configured", c.MTU)
+	}
+
+	if c.ClusterNetworks, err = parsePrefixes("clusterNetworks", raw.ClusterNetworks); err != nil {
+		return nil, err
+	}
+	if c.ServiceNetworks, err = parsePrefixes("serviceNetworks", raw.ServiceNetworks); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) hasIPv6() bool {
+	check := func(s *IPSettings) bool {
+		return s != nil && slices.ContainsFunc(s.Addresses, func(p netip.Prefix) bool { return p.Addr().Is6() })
+	}
+	if check(c.Static) {
+		return true
+	}
+	for i := range c.PodIP {
+		if check(&c.PodIP[i].IP) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseIPSpec validates one ip-shaped dictionary; field prefixes every error.
+func parseIPSpec(field string, spec *IPSpec, requireAddresses bool) (IPSettings, error) {
+	var s IPSettings
+	if requireAddresses && len(spec.Addresses) == 0 {
+		return s, fieldErr(field+".addresses", "is required and must list at least one address")
+	}
+	for i, a := range spec.Addresses {
+		p, err := netip.ParsePrefix(strings.TrimSpace(a))
+		if err != nil {
+			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is not an address in CIDR form like 192.168.1.99/24", a)
+		}
+		ad := p.Addr()
+		if ad.Zone() != "" || ad.IsUnspecified() || ad.IsLoopback() || ad.IsMulticast() || ad.IsLinkLocalUnicast() {
+			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is not a usable unicast address", a)
+		}
+		if ad.Is4() && p.Bits() < 32 && (ad == p.Masked().Addr() || ad == lastAddr(p)) {
+			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is the network or broadcast address of its subnet", a)
+		}
+		if slices.ContainsFunc(s.Addresses, func(q netip.Prefix) bool { return q.Addr() == ad }) {
+			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is listed twice", a)
+		}
+		s.Addresses = append(s.Addresses, p)
+	}
+	if spec.Gateway != "" {
+		gw, err := netip.ParseAddr(strings.TrimSpace(spec.Gateway))
+		if err != nil || gw.Zone() != "" || gw.IsUnspecified() || gw.IsMulticast() || gw.IsLoopback() {
+			return s, fieldErr(field+".gateway", "%q is not a usable unicast IP address", spec.Gateway)
+		}
+		if len(s.Addresses) > 0 && !slices.ContainsFunc(s.Addresses, func(p netip.Prefix) bool { return p.Addr().Is4() == gw.Is4() }) {
+			return s, fieldErr(field+".gateway", "%s has no address of its IP family in %s.addresses", gw, field)
+		}
+		s.Gateway = gw
+	}
+	var err error
+	if s.Destinations, err = parsePrefixes(field+".destinations", spec.Destinations); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func parsePrefixes(field string, in []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, d := range in {
+		p, err := netip.ParsePrefix(strings.TrimSpace(d))
+		if err != nil || p.Addr().Zone() != "" {
+			return nil, fieldErr(fmt.Sprintf("%s[%d]", field, i), "%q is not a CIDR block like 10.1.2.0/24", d)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// parsePodIP validates the podIP map; keys may end in "*" to match a name prefix.
+func parsePodIP(field string, m map[string]IPSpec) ([]PodEntry, error) {
+	if len(m) == 0 {
+		return nil, fieldErr(field, "has no entries")
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]PodEntry, 0, len(keys))
+	for _, k := range keys {
+		name := fmt.Sprintf("%s[%q]", field, k)
+		e := PodEntry{Key: k, Prefix: k}
+		if strings.HasSuffix(k, "*") {
+			e.Wildcard, e.Prefix = true, strings.TrimSuffix(k, "*")
+		}
+		if k == "" || strings.Contains(e.Prefix, "*") {
+			return nil, fieldErr(name, "pod name key must be a name, optionally ending in a single trailing \"*\"")
+		}
+		spec := m[k]
+		ip, err := parseIPSpec(name, &spec, true)
+		if err != nil {
+			return nil, err
+		}
+		e.IP = ip
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ErrNoPodMatch means no podIP entry matches the pod's name.
+var ErrNoPodMatch = errors.New("no podIP entry matches the pod")
+
+// MatchPod picks the entry for a pod: an exact name wins, otherwise the longest "*" prefix.
+func MatchPod(entries []PodEntry, pod string) (*PodEntry, error) {
+	var best *PodEntry
+	for i := range entries {
+		e := &entries[i]
+		if !e.Wildcard {
+			if e.Prefix == pod {
+				return e, nil
+			}
+			continue
+		}
+		if strings.HasPrefix(pod, e.Prefix) && (best == nil || len(e.Prefix) > len(best.Prefix)) {
+			best = e
+		}
+	}
+	if best == nil {
+		keys := make([]string, len(entries))
+		for i := range entries {
+			keys[i] = entries[i].Key
+		}
+		return nil, fmt.Errorf("%w %q (keys: %s)", ErrNoPodMatch, pod, strings.Join(keys, ", "))
+	}
+	return best, nil
+}
+
+// PodArgs are the Kubernetes keys of CNI_ARGS.
+type PodArgs struct {
+	Name      string
+	Namespace string
+}
+
+// ParseArgs reads K8S_POD_NAME and K8S_POD_NAMESPACE from CNI_ARGS; other keys are ignored.
+func ParseArgs(s string) (PodArgs, error) {
+	var a PodArgs
+	if s == "" {
+		return a, nil
+	}
+	for _, pair := range strings.Split(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok || k == "" {
+			return a, fmt.Errorf("CNI_ARGS: %q is not a KEY=VALUE pair", pair)
+		}
+		switch k {
+		case "K8S_POD_NAME":
+			a.Name = v
+		case "K8S_POD_NAMESPACE":
+			a.Namespace = v
+		}
+	}
+	return a, nil
+}

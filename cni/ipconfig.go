@@ -1,0 +1,196 @@
+package cni
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ConfigMapGetter returns the data of a ConfigMap.
+type ConfigMapGetter interface {
+	ConfigMapData(ctx context.Context, namespace, name string) (map[string]string, error)
+}
+
+// KubeConfigMaps reads ConfigMaps from the API server named in a kubeconfig file.
+type KubeConfigMaps struct {
+	Client kubernetes.Interface
+}
+
+// NewKubeConfigMaps builds a client from a kubeconfig file.
+func NewKubeConfigMaps(kubeconfig string) (*KubeConfigMaps, error) {
+	if kubeconfig == "" {
+		return nil, fieldErr("kubeconfig", "is required with ipConfig: the plugin reads the ConfigMap through it")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fieldErr("kubeconfig", "cannot load %s: %v", kubeconfig, err)
+	}
+	rc.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fieldErr("kubeconfig", "cannot build a client from %s: %v", kubeconfig, err)
+	}
+	return &KubeConfigMaps{Client: cs}, nil
+}
+
+// ConfigMapData implements ConfigMapGetter.
+func (k *KubeConfigMaps) ConfigMapData(ctx context.Context, namespace, name string) (map[string]string, error) {
+	cm, err := k.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return cm.Data, nil
+}
+
+// ResolveIP picks the IP settings for one pod from whichever form the config uses.
+func ResolveIP(ctx context.Context, c *Config, pod PodArgs, cms ConfigMapGetter) (IPSettings, error) {
+	switch {
+	case c.Static != nil:
+		return *c.Static, nil
+	case c.PodIP != nil:
+		if pod.Name == "" {
+			return IPSettings{}, fieldErr("podIP", "needs the pod name, but CNI_ARGS has no K8S_POD_NAME")
+		}
+		e, err := MatchPod(c.PodIP, pod.Name)
+		if err != nil {
+			return IPSettings{}, &FieldError{Field: "podIP", Err: err}
+		}
+		return e.IP, nil
+	case c.IPConfig != nil:
+		return resolveConfigMap(ctx, c.IPConfig, pod, cms)
+	}
+	return IPSettings{}, errors.New("no IP configuration")
+}
+
+func resolveConfigMap(ctx context.Context, src *IPConfigSource, pod PodArgs, cms ConfigMapGetter) (IPSettings, error) {
+	ns := src.Namespace
+	if ns == "" {
+		ns = pod.Namespace
+	}
+	if ns == "" {
+		return IPSettings{}, fieldErr("ipConfig.namespace", "is not set and CNI_ARGS has no K8S_POD_NAMESPACE to default to")
+	}
+	where := fmt.Sprintf("ConfigMap %s/%s", ns, src.Name)
+	data, err := cms.ConfigMapData(ctx, ns, src.Name)
+	if err != nil {
+		return IPSettings{}, fieldErr("ipConfig", "cannot read %s: %w", where, err)
+	}
+	cm, err := parseConfigMapData(where, data, pod.Name)
+	if err != nil {
+		return IPSettings{}, err
+	}
+	return ApplyOverrides(where, cm, src.Overrides)
+}
+
+// parseConfigMapData reads the "ip" or "podIP" entry, in the same format as the CNI config.
+func parseConfigMapData(where string, data map[string]string, podName string) (IPSettings, error) {
+	ipJSON, hasIP := data["ip"]
+	podJSON, hasPod := data["podIP"]
+	switch {
+	case hasIP && hasPod:
+		return IPSettings{}, fieldErr("ipConfig", "%s has both an ip and a podIP entry; it must have exactly one", where)
+	case hasIP:
+		var spec IPSpec
+		if err := json.Unmarshal([]byte(ipJSON), &spec); err != nil {
+			return IPSettings{}, fieldErr("ipConfig", "%s: entry ip is not valid JSON: %v", where, err)
+		}
+		return parseIPSpec(where+" ip", &spec, true)
+	case hasPod:
+		var m map[string]IPSpec
+		if err := json.Unmarshal([]byte(podJSON), &m); err != nil {
+			return IPSettings{}, fieldErr("ipConfig", "%s: entry podIP is not valid JSON: %v", where, err)
+		}
+		entries, err := parsePodIP(where+" podIP", m)
+		if err != nil {
+			return IPSettings{}, err
+		}
+		if podName == "" {
+			return IPSettings{}, fieldErr("ipConfig", "%s uses podIP, which needs the pod name, but CNI_ARGS has no K8S_POD_NAME", where)
+		}
+		e, err := MatchPod(entries, podName)
+		if err != nil {
+			return IPSettings{}, fieldErr("ipConfig", "%s: %v", where, err)
+		}
+		return e.IP, nil
+	}
+	return IPSettings{}, fieldErr("ipConfig", "%s has neither an ip nor a podIP entry in its data", where)
+}
+
+// ApplyOverrides enforces ipConfig.overrides on what a ConfigMap asks for:
+// addresses must be allowed, the gateway is fixed, and destinations are intersected.
+func ApplyOverrides(where string, cm IPSettings, ov *IPSettings) (IPSettings, error) {
+	if ov == nil {
+		return cm, nil
+	}
+	out := cm
+	if len(ov.Addresses) > 0 {
+		for _, a := range cm.Addresses {
+			if !slices.Contains(ov.Addresses, a) {
+				return IPSettings{}, fieldErr("ipConfig.overrides.addresses", "%s assigns %s, which is not among the allowed addresses %v", where, a, ov.Addresses)
+			}
+		}
+	}
+	if ov.Gateway.IsValid() {
+		if cm.Gateway.IsValid() && cm.Gateway != ov.Gateway {
+			return IPSettings{}, fieldErr("ipConfig.overrides.gateway", "%s sets gateway %s, but the gateway is fixed to %s", where, cm.Gateway, ov.Gateway)
+		}
+		if !slices.ContainsFunc(out.Addresses, func(p netip.Prefix) bool { return p.Addr().Is4() == ov.Gateway.Is4() }) {
+			return IPSettings{}, fieldErr("ipConfig.overrides.gateway", "%s has no address of the family of gateway %s", where, ov.Gateway)
+		}
+		out.Gateway = ov.Gateway
+	}
+	if len(ov.Destinations) > 0 {
+		if len(cm.Destinations) == 0 {
+			out.Destinations = slices.Clone(ov.Destinations)
+		} else {
+			out.Destinations = IntersectPrefixes(cm.Destinations, ov.Destinations)
+			if len(out.Destinations) == 0 {
+				// An empty list would mean "anywhere": refuse instead of widening.
+				return IPSettings{}, fieldErr("ipConfig.overrides.destinations", "%s destinations %v do not intersect the allowed destinations %v", where, cm.Destinations, ov.Destinations)
+			}
+		}
+	}
+	return out, nil
+}
+
+// IntersectPrefixes returns the CIDR blocks contained in both lists: for every
+// overlapping pair, the narrower block. The result is sorted and has no duplicates.
+func IntersectPrefixes(a, b []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range a {
+		for _, y := range b {
+			if !x.Overlaps(y) {
+				continue
+			}
+			n := x
+			if y.Bits() > x.Bits() {
+				n = y
+			}
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	slices.SortFunc(out, func(p, q netip.Prefix) int {
+		if c := p.Addr().Compare(q.Addr()); c != 0 {
+			return c
+		}
+		return p.Bits() - q.Bits()
+	})
+	// Drop blocks already covered by a wider block in the result.
+	res := make([]netip.Prefix, 0, len(out))
+	for _, p := range out {
+		if !slices.ContainsFunc(out, func(q netip.Prefix) bool { return q != p && q.Bits() < p.Bits() && q.Contains(p.Addr()) }) {
+			res = append(res, p)
+		}
+	}
+	return res
+}

@@ -1,0 +1,411 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	nlns "github.com/vishvananda/netns"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Versions are the CNI spec versions the plugin speaks.
+var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// Plugin holds the commands; ConfigMaps is replaceable for unit tests.
+type Plugin struct {
+	// ConfigMaps builds the ConfigMap reader for ipConfig; nil uses the kubeconfig.
+	ConfigMaps func(c *Config) (ConfigMapGetter, error)
+}
+
+// Funcs returns the skel command table.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}
+
+// cniErr turns any failure into a CNI error with the code that fits it.
+func cniErr(err error, fallback uint) error {
+	if err == nil {
+		return nil
+	}
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	var fe *FieldError
+	code := fallback
+	switch {
+	case errors.As(err, &fe):
+		code = types.ErrInvalidNetworkConfig
+		if errors.Is(err, errAPIUnavailable) {
+			code = types.ErrTryAgainLater
+		}
+	case errors.Is(err, ErrNoIPvlan):
+		code = types.ErrPluginNotAvailable
+	}
+	return types.NewError(code, err.Error(), "")
+}
+
+var errAPIUnavailable = errors.New("the API server is unavailable")
+
+func awsUnavailable() error {
+	return types.NewError(types.ErrPluginNotAvailable,
+		`interfaceType "aws-elastic-ip" needs Egret's AWS integration, which is not available yet; use macvlan or ipvlan`, "")
+}
+
+func (p *Plugin) load(args *skel.CmdArgs) (*Config, PodArgs, error) {
+	c, err := ParseConfig(args.StdinData)
+	if err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return nil, PodArgs{}, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+		}
+		return nil, PodArgs{}, types.NewError(types.ErrDecodingFailure, err.Error(), "")
+	}
+	pod, err := ParseArgs(args.Args)
+	if err != nil {
+		return nil, PodArgs{}, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	return c, pod, nil
+}
+
+func (p *Plugin) resolve(c *Config, pod PodArgs) (IPSettings, error) {
+	var cms ConfigMapGetter
+	if c.IPConfig != nil {
+		var err error
+		if p.ConfigMaps != nil {
+			cms, err = p.ConfigMaps(c)
+		} else {
+			cms, err = NewKubeConfigMaps(c.Kubeconfig)
+		}
+		if err != nil {
+			return IPSettings{}, err
+		}
+		cms = apiErrors{cms}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return ResolveIP(ctx, c, pod, cms)
+}
+
+// apiErrors marks transport failures so they become "try again later".
+type apiErrors struct{ ConfigMapGetter }
+
+func (a apiErrors) ConfigMapData(ctx context.Context, ns, name string) (map[string]string, error) {
+	d, err := a.ConfigMapGetter.ConfigMapData(ctx, ns, name)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+		err = fmt.Errorf("%w: %w", errAPIUnavailable, err)
+	}
+	return d, err
+}
+
+// plan decides master, gateways and routes from the host's state.
+func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string) (*Plan, error) {
+	links, err := HostLinks(host)
+	if err != nil {
+		return nil, err
+	}
+	var master HostLink
+	if c.Master != "" {
+		i := slices.IndexFunc(links, func(l HostLink) bool { return l.Name == c.Master })
+		if i < 0 {
+			return nil, fieldErr("interfaceArgs.master", "host interface %q does not exist", c.Master)
+		}
+		master = links[i]
+	} else if master, err = InferMaster(links, ip.Addresses); err != nil {
+		return nil, err
+	}
+	p := &Plan{IfName: ifName, Type: c.InterfaceType, Mode: c.Mode, MTU: c.MTU, Master: master, IP: ip}
+	if p.GW4, p.GW6, err = Gateways(host, master, ip); err != nil {
+		return nil, err
+	}
+	p.Keep = append(slices.Clone(c.ClusterNetworks), c.ServiceNetworks...)
+	// A macvlan/ipvlan child cannot talk to its own master, so the pod reaches the
+	// master's addresses through the pod network instead.
+	for _, m := range master.Prefixes {
+		p.MasterIPs = append(p.MasterIPs, netip.PrefixFrom(m.Addr(), m.Addr().BitLen()))
+	}
+	return p, nil
+}
+
+func openPod(args *skel.CmdArgs) (ns.NetNS, *netlink.Handle, error) {
+	podNS, err := ns.GetNS(args.Netns)
+	if err != nil {
+		return nil, nil, types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("opening the pod's network namespace %q: %v", args.Netns, err), "")
+	}
+	h, err := netlink.NewHandleAt(nlns.NsHandle(int(podNS.Fd())))
+	if err != nil {
+		podNS.Close()
+		return nil, nil, fmt.Errorf("opening netlink in the pod: %w", err)
+	}
+	return podNS, h, nil
+}
+
+// Add creates and configures the egress interface; any failure undoes what was done.
+func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
+	c, pod, err := p.load(args)
+	if err != nil {
+		return err
+	}
+	if c.InterfaceType == InterfaceAWSElasticIP {
+		return awsUnavailable()
+	}
+	if err := version.ParsePrevResult(&c.Raw.NetConf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+	}
+	ip, err := p.resolve(c, pod)
+	if err != nil {
+		return cniErr(err, types.ErrInvalidNetworkConfig)
+	}
+	host, err := netlink.NewHandle()
+	if err != nil {
+		return cniErr(fmt.Errorf("opening netlink: %w", err), types.ErrInternal)
+	}
+	defer host.Close()
+	pl, err := plan(host, c, ip, args.IfName)
+	if err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	podNS, podH, err := openPod(args)
+	if err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	defer podNS.Close()
+	defer podH.Close()
+
+	var u undo
+	defer func() {
+		if retErr != nil {
+			u.run()
+		}
+	}()
+	fd := int(podNS.Fd())
+	link, err := CreateLink(host, podH, fd, pl, &u)
+	if err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	if err := ConfigureAddrs(podH, link, ip); err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	if err := ConfigureRoutes(podH, link, pl, &u); err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	if len(ip.Destinations) > 0 {
+		u.push(func() { _ = RemoveFilter(fd, args.IfName) })
+		if err := InstallFilter(fd, args.IfName, ip.Destinations); err != nil {
+			return cniErr(err, types.ErrInternal)
+		}
+	}
+	mac := link.Attrs().HardwareAddr
+	if err := podNS.Do(func(ns.NetNS) error { return Announce(link.Attrs().Index, mac, ip.Addresses) }); err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	return types.PrintResult(buildResult(c, pl, args, mac), c.Raw.CNIVersion)
+}
+
+func buildResult(c *Config, pl *Plan, args *skel.CmdArgs, mac net.HardwareAddr) *current.Result {
+	res := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	if c.Raw.PrevResult != nil {
+		if prev, err := current.NewResultFromResult(c.Raw.PrevResult); err == nil {
+			res = prev
+		}
+	}
+	idx := len(res.Interfaces)
+	res.Interfaces = append(res.Interfaces, &current.Interface{Name: args.IfName, Mac: mac.String(), Sandbox: args.Netns})
+	for _, a := range pl.IP.Addresses {
+		gw := pl.GW4
+		if a.Addr().Is6() {
+			gw = pl.GW6
+		}
+		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(idx), Address: *ipNet(a), Gateway: gw.AsSlice()})
+	}
+	for _, gw := range []netip.Addr{pl.GW4, pl.GW6} {
+		if gw.IsValid() {
+			res.Routes = append(res.Routes, &types.Route{Dst: *defaultDst(familyOf(gw)), GW: gw.AsSlice()})
+		}
+	}
+	return res
+}
+
+// Del removes the interface, the filter and the plugin's routes, and restores the
+// previous default route. It succeeds when there is nothing left to remove.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	if _, err := ParseConfig(args.StdinData); err != nil {
+		// DEL must still clean up what it can; a config that no longer parses only
+		// matters for what we would do, not for finding our interface.
+		fmt.Fprintf(os.Stderr, "egress-router: DEL with an invalid config: %v\n", err)
+	}
+	if args.Netns == "" {
+		return nil
+	}
+	podNS, err := ns.GetNS(args.Netns)
+	if err != nil {
+		var notExist ns.NSPathNotExistErr
+		if errors.As(err, &notExist) {
+			return nil // the namespace and everything in it is gone already
+		}
+		return cniErr(fmt.Errorf("opening the pod's network namespace: %w", err), types.ErrInvalidNetNS)
+	}
+	defer podNS.Close()
+	podH, err := netlink.NewHandleAt(nlns.NsHandle(int(podNS.Fd())))
+	if err != nil {
+		return cniErr(fmt.Errorf("opening netlink in the pod: %w", err), types.ErrInternal)
+	}
+	defer podH.Close()
+	errs := []error{Teardown(podH, args.IfName), RemoveFilter(int(podNS.Fd()), args.IfName)}
+	return cniErr(errors.Join(errs...), types.ErrInternal)
+}
+
+// Check verifies that ADD's work is still in place.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	c, pod, err := p.load(args)
+	if err != nil {
+		return err
+	}
+	if c.InterfaceType == InterfaceAWSElasticIP {
+		return awsUnavailable()
+	}
+	if err := version.ParsePrevResult(&c.Raw.NetConf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+	}
+	if c.Raw.PrevResult == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs prevResult", "")
+	}
+	prev, err := current.NewResultFromResult(c.Raw.PrevResult)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+	}
+	ip, err := p.resolve(c, pod)
+	if err != nil {
+		return cniErr(err, types.ErrInvalidNetworkConfig)
+	}
+	host, err := netlink.NewHandle()
+	if err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	defer host.Close()
+	pl, err := plan(host, c, ip, args.IfName)
+	if err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	podNS, podH, err := openPod(args)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	defer podH.Close()
+	return cniErr(verify(podH, int(podNS.Fd()), pl, prev, args), types.ErrInternal)
+}
+
+func verify(pod *netlink.Handle, fd int, pl *Plan, prev *current.Result, args *skel.CmdArgs) error {
+	if !slices.ContainsFunc(prev.Interfaces, func(i *current.Interface) bool { return i.Name == args.IfName }) {
+		return fmt.Errorf("prevResult has no interface %s", args.IfName)
+	}
+	link, err := pod.LinkByName(args.IfName)
+	if err != nil {
+		return fmt.Errorf("interface %s is missing from the pod: %w", args.IfName, err)
+	}
+	if link.Type() != pl.Type {
+		return fmt.Errorf("interface %s is a %s, not a %s", args.IfName, link.Type(), pl.Type)
+	}
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return pod.AddrList(link, netlink.FAMILY_ALL) })
+	if err != nil {
+		return fmt.Errorf("listing addresses of %s: %w", args.IfName, err)
+	}
+	for _, want := range pl.IP.Addresses {
+		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, ok := prefixFromIPNet(a.IPNet); return ok && p == want }) {
+			return fmt.Errorf("address %s is missing from %s", want, args.IfName)
+		}
+		if !slices.ContainsFunc(prev.IPs, func(c *current.IPConfig) bool { p, ok := prefixFromIPNet(&c.Address); return ok && p == want }) {
+			return fmt.Errorf("address %s is not in prevResult", want)
+		}
+	}
+	for _, gw := range []netip.Addr{pl.GW4, pl.GW6} {
+		if !gw.IsValid() {
+			continue
+		}
+		routes, err := retryDump(func() ([]netlink.Route, error) { return pod.RouteList(nil, familyOf(gw)) })
+		if err != nil {
+			return fmt.Errorf("listing routes: %w", err)
+		}
+		var defaults int
+		found := false
+		for _, r := range routes {
+			if !isDefault(r) {
+				continue
+			}
+			defaults++
+			if r.LinkIndex == link.Attrs().Index && r.Gw.Equal(gw.AsSlice()) {
+				found = true
+			}
+		}
+		if !found || defaults != 1 {
+			return fmt.Errorf("the pod's default route is not (only) via %s on %s", gw, args.IfName)
+		}
+		for _, k := range pl.Keep {
+			if familyOf(k.Addr()) != familyOf(gw) {
+				continue
+			}
+			if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+				p, ok := prefixFromIPNet(r.Dst)
+				return ok && p == k && r.LinkIndex != link.Attrs().Index
+			}) {
+				return fmt.Errorf("the route to %s via the pod network is missing", k)
+			}
+		}
+	}
+	n, err := FilterRuleCount(fd, args.IfName)
+	if err != nil {
+		return err
+	}
+	want := -1
+	if len(pl.IP.Destinations) > 0 {
+		want = len(FilterRules(args.IfName, pl.IP.Destinations))
+	}
+	if n != want {
+		return fmt.Errorf("the destinations filter (nftables table inet %s) has %d rules, want %d", FilterTable(args.IfName), n, want)
+	}
+	return nil
+}
+
+// Status reports whether the plugin can serve ADD with this configuration.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	c, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return cniErr(err, types.ErrDecodingFailure)
+	}
+	if c.InterfaceType == InterfaceAWSElasticIP {
+		return awsUnavailable()
+	}
+	if c.Master != "" {
+		if _, err := netlink.LinkByName(c.Master); err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("interfaceArgs.master: host interface %q does not exist", c.Master), "")
+		}
+	}
+	if c.IPConfig != nil {
+		if _, err := os.Stat(c.Kubeconfig); c.Kubeconfig == "" || err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kubeconfig %q is needed for ipConfig and cannot be read", c.Kubeconfig), "")
+		}
+	}
+	return nil
+}
+
+// GC has nothing to collect: every object the plugin makes lives in the pod's network
+// namespace and goes with it. It still validates the configuration.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	if _, err := ParseConfig(args.StdinData); err != nil {
+		return cniErr(err, types.ErrDecodingFailure)
+	}
+	return nil
+}
