@@ -220,6 +220,7 @@ func (x *XSK) Receive(b *Batch, timeout time.Duration) error {
 		return ErrClosed
 	}
 	b.Release()
+	x.kick()
 	x.complete()
 	x.refill()
 	cons := x.rx.cons.Load()
@@ -258,7 +259,7 @@ func (x *XSK) Receive(b *Batch, timeout time.Duration) error {
 
 // Transmit implements Port.
 func (x *XSK) Transmit(b *Batch) {
-	if x.closed || b.N == 0 {
+	if x.closed {
 		b.Release()
 		return
 	}
@@ -310,22 +311,28 @@ func (x *XSK) Transmit(b *Batch) {
 	if drops > 0 {
 		x.cnt.txDrops.Add(uint64(drops))
 	}
-	if x.pending > 0 {
-		x.kick()
-	}
+	x.kick()
 }
 
 // kick tells the kernel there is work on the TX ring. Copy mode (and
-// drivers asking through need_wakeup) transmit only inside this call.
+// drivers asking through need_wakeup) transmit only inside sendto, at most
+// 32 frames a call (then EAGAIN), so it repeats while the ring drains.
 func (x *XSK) kick() {
-	if !x.tx.needWakeup() {
-		return
-	}
-	_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-	switch e {
-	case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.EINTR:
-	default:
-		x.cnt.txErr.Add(1)
+	for try := 0; try < 2*MaxBatch/32; try++ {
+		cons := x.tx.cons.Load()
+		if cons == x.tx.prod.Load() || !x.tx.needWakeup() {
+			return
+		}
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0, unix.EINTR, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS:
+		default:
+			x.cnt.txErr.Add(1)
+			return
+		}
+		if x.tx.cons.Load() == cons {
+			return // no progress: the device is busy; retry on the next call
+		}
 	}
 }
 
@@ -335,9 +342,7 @@ func (x *XSK) Flush() {
 	if x.closed {
 		return
 	}
-	if x.pending > 0 {
-		x.kick()
-	}
+	x.kick()
 	x.complete()
 }
 

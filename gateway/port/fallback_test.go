@@ -1,0 +1,58 @@
+package port_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/egret-gw/egret/gateway/kernel/nstest"
+	"github.com/egret-gw/egret/gateway/port"
+)
+
+// Where XDP cannot attach (here: the interface already runs someone
+// else's XDP program) Open falls back to AF_PACKET and says so.
+func TestOpenFallsBackToAFPacket(t *testing.T) {
+	dut, gen := nstest.New(t), nstest.New(t)
+	nstest.VethPair(t, dut, "d0", dutIP, gen, "g0", genIP)
+	dut.Enter(t)
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "not_egret", Type: ebpf.XDP, License: "MIT",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 2, asm.DWord), asm.Return()}, // XDP_PASS
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	d0, _ := dut.NL.LinkByName("d0")
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: d0.Attrs().Index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	var logs bytes.Buffer
+	umem, _ := port.NewUmem(256, 2048, 0)
+	defer port.FreeUmem(umem)
+	ifc, err := port.Open(port.Config{Interface: "d0", Pools: []*port.Pool{umem},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ifc.Close()
+	if ifc.Mode() != "afpacket" || ifc.Program != nil {
+		t.Fatalf("mode %s, want the AF_PACKET fallback", ifc.Mode())
+	}
+	if !strings.Contains(logs.String(), "falling back to AF_PACKET") || !strings.Contains(logs.String(), "not_egret") {
+		t.Fatalf("log does not explain the fallback:\n%s", logs.String())
+	}
+	// The foreign program is left alone.
+	d0, _ = dut.NL.LinkByName("d0")
+	if x := d0.Attrs().Xdp; x == nil || !x.Attached {
+		t.Fatal("the other XDP program was removed")
+	}
+}

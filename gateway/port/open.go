@@ -1,0 +1,121 @@
+package port
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/egret-gw/egret/gateway/xdp"
+)
+
+// Config says which interface to open and how.
+type Config struct {
+	Interface string
+	// Pools has one Pool per queue (worker). Pass the same slice for every
+	// interface so a worker forwards between them without copying; AF_XDP
+	// needs pools from NewUmem.
+	Pools []*Pool
+	// Packet skips XDP and uses AF_PACKET.
+	Packet bool
+	XDP    xdp.Options
+	Socket XDPOptions
+	Logger *slog.Logger
+}
+
+// Interface is an opened interface: one port per queue and, in AF_XDP mode,
+// the XDP program that steers frames to them.
+type Interface struct {
+	Name    string
+	Index   int
+	MAC     net.HardwareAddr
+	Program *xdp.Program // nil in AF_PACKET mode
+	Ports   []Port       // Ports[q] belongs to the worker of queue q
+}
+
+// Mode is "afxdp" or "afpacket".
+func (i *Interface) Mode() string {
+	if i.Program != nil {
+		return "afxdp"
+	}
+	return "afpacket"
+}
+
+// Open attaches the XDP program to the interface and opens an AF_XDP socket
+// per queue; where that fails (no XDP on the device or kernel) it logs why
+// and opens AF_PACKET sockets instead, sharing the traffic by flow hash.
+func Open(cfg Config) (*Interface, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if len(cfg.Pools) == 0 {
+		return nil, errors.New("port: Open needs at least one pool (one per queue)")
+	}
+	nif, err := net.InterfaceByName(cfg.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("port: interface %q: %w", cfg.Interface, err)
+	}
+	ifc := &Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
+	if !cfg.Packet {
+		err := ifc.openXDP(cfg, log)
+		if err == nil {
+			log.Info("port: AF_XDP ready", "interface", ifc.Name, "queues", len(ifc.Ports), "xdp_mode", ifc.Program.Mode().String())
+			return ifc, nil
+		}
+		log.Warn("port: XDP cannot serve this interface; falling back to AF_PACKET", "interface", ifc.Name, "reason", err)
+	}
+	group := uint16(ifc.Index) // unique per interface within this process' namespace
+	for q, pool := range cfg.Pools {
+		opt := PacketOptions{}
+		if len(cfg.Pools) > 1 {
+			opt.FanoutGroup = group
+		}
+		p, err := OpenPacket(pool, ifc.Name, ifc.Index, opt)
+		if err != nil {
+			ifc.Close()
+			return nil, fmt.Errorf("port: queue %d: %w", q, err)
+		}
+		ifc.Ports = append(ifc.Ports, p)
+	}
+	log.Info("port: AF_PACKET ready", "interface", ifc.Name, "sockets", len(ifc.Ports))
+	return ifc, nil
+}
+
+func (ifc *Interface) openXDP(cfg Config, log *slog.Logger) error {
+	opts := cfg.XDP
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	prog, err := xdp.Attach(ifc.Index, opts)
+	if err != nil {
+		return err
+	}
+	ifc.Program = prog
+	for q, pool := range cfg.Pools {
+		s, err := OpenXSK(pool, ifc.Name, ifc.Index, q, cfg.Socket)
+		if err == nil {
+			err = prog.Register(q, s.FD())
+			ifc.Ports = append(ifc.Ports, s)
+		}
+		if err != nil {
+			ifc.Close()
+			return fmt.Errorf("queue %d: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the ports and detaches the XDP program.
+func (ifc *Interface) Close() error {
+	var errs []error
+	for _, p := range ifc.Ports {
+		errs = append(errs, p.Close())
+	}
+	ifc.Ports = nil
+	if ifc.Program != nil {
+		errs = append(errs, ifc.Program.Detach())
+		ifc.Program = nil
+	}
+	return errors.Join(errs...)
+}
