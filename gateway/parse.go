@@ -197,11 +197,10 @@ func (p *Parsed) Decode(frame []byte) {
 		return
 	}
 	p.Kind = KindIP
-	if p.Proto != protoUDP || !p.HasL4 || p.Frag || (p.DstPort != vxlanPort && p.DstPort != genevePort) {
-		p.decodeL4(frame)
-		return
+	p.decodeL4(frame)
+	if p.Proto == protoUDP && p.HasL4 && !p.Frag && (p.DstPort == vxlanPort || p.DstPort == genevePort) {
+		p.decodeTunnel(frame)
 	}
-	p.decodeTunnel(frame)
 }
 
 // decodeTunnel reads VXLAN/Geneve and the inner packet. On entry the outer IP
