@@ -52,6 +52,62 @@ type portTable struct {
 	used atomic.Int64  // ports with refs > 0, read by PortsInUse without the lock
 	eim  bool          // endpoint-independent mapping: ports are owned by one endpoint
 	eps  epTable       // the endpoint mappings when eim
+	full fullCache     // destinations found exhausted (address-and-port-dependent mapping only)
+}
+
+// fullCache remembers the last few destinations a full scan found
+// exhausted. Until a flow towards such a destination is released on this IP
+// no port can free up towards it (flows only end through Release), so
+// further attempts fail at once instead of rescanning 64k ports under the
+// lock: a pod hammering a full destination cannot stall new flows of
+// others on the same egress IP.
+type fullCache struct {
+	n    int
+	next int
+	ent  [8]fullEntry
+}
+
+type fullEntry struct {
+	dst        Addr
+	dport      uint16
+	privileged bool
+	live       bool
+}
+
+func (c *fullCache) has(dst *Addr, dport uint16, privileged bool) bool {
+	if c.n == 0 {
+		return false
+	}
+	for i := range c.ent {
+		e := &c.ent[i]
+		if e.live && e.dport == dport && e.privileged == privileged && e.dst == *dst {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *fullCache) add(dst *Addr, dport uint16, privileged bool) {
+	e := &c.ent[c.next]
+	if !e.live {
+		c.n++
+	}
+	*e = fullEntry{dst: *dst, dport: dport, privileged: privileged, live: true}
+	c.next = (c.next + 1) % len(c.ent)
+}
+
+// forget drops dst:dport (both port ranges) after a flow towards it ended.
+func (c *fullCache) forget(dst *Addr, dport uint16) {
+	if c.n == 0 {
+		return
+	}
+	for i := range c.ent {
+		e := &c.ent[i]
+		if e.live && e.dport == dport && e.dst == *dst {
+			e.live = false
+			c.n--
+		}
+	}
 }
 
 // NewAllocator validates cfg and returns an allocator that asks inUse
@@ -154,9 +210,16 @@ func (a *Allocator) Allocate(proto uint8, src Addr, sport uint16, dst Addr, dpor
 	if t.eim {
 		port, ok = a.allocEIM(t, class, proto, &src, sport, &dst, dport, &natAddr, rnd)
 	} else {
-		port, ok = a.search(t, false, class, proto, sport, &dst, dport, &natAddr, rnd)
-		if ok {
-			t.take(port)
+		priv := class != classICMP && sport >= 1 && sport <= privilegedMax
+		if !t.full.has(&dst, dport, priv) {
+			port, ok = a.search(t, false, class, proto, sport, &dst, dport, &natAddr, rnd)
+			if ok {
+				t.take(port)
+			} else {
+				t.full.add(&dst, dport, priv)
+			}
+		} else {
+			ok = false
 		}
 	}
 	st.mu.Unlock()
@@ -285,6 +348,7 @@ func (a *Allocator) Release(proto uint8, src Addr, sport uint16, dst Addr, dport
 	if t.refs[natPort]--; t.refs[natPort] == 0 {
 		t.used.Add(-1)
 	}
+	t.full.forget(&dst, dport)
 	if t.eim {
 		if i := t.eps.find(&src, sport); i >= 0 && t.eps.slots[i].port == natPort {
 			if t.eps.slots[i].flows--; t.eps.slots[i].flows == 0 {

@@ -481,6 +481,17 @@ func TestExhaustionTowardsOneDestination(t *testing.T) {
 	if a.Exhausted(egress2) != 0 {
 		t.Fatalf("Exhausted(egress2) = %d", a.Exhausted(egress2))
 	}
+	// A repeated attempt towards the full destination fails without
+	// searching again (no 64k-port scan under the IP's lock), also after a
+	// flow towards another destination ended.
+	other := flow{proto: tcp, src: pod2, sport: 50000, dst: server2, dport: 443, nat: egress}
+	mustOpen(t, a, tab, &other, 1)
+	closeFlow(a, tab, &other)
+	calls := tab.calls
+	retry := flow{proto: tcp, src: pod2, sport: 50001, dst: server1, dport: 443, nat: egress}
+	if open(t, a, tab, &retry, 2); !isExhausted(retry.allocation) || tab.calls != calls {
+		t.Fatalf("retry towards full destination: %v after %d InUse calls, want ErrExhausted after none", retry.allocation, tab.calls-calls)
+	}
 	// Free one port in the middle: the next flow to server1 must find it.
 	freed := all[ports/2].natPort
 	closeFlow(a, tab, &all[ports/2])
