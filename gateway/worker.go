@@ -145,6 +145,22 @@ func (w *Worker) forward(st *installed, now int64, in, out []byte) Result {
 		return w.icmpToPod(st, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
 	}
 
+	// Route and size first: a packet that cannot leave must not create a flow.
+	if !snap.routes.Lookup(&pk.Dst, &w.hop) {
+		return w.drop(DropNoRoute)
+	}
+	ipLen := pk.End - pk.L3
+	if ipLen > w.hop.MTU {
+		if pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0 {
+			return w.drop(DropMTUExceeded) // DF clear: a router would fragment; we do not
+		}
+		return w.icmpToPod(st, ni, in, out, icmpTooBig, w.hop.MTU, DropMTUExceeded)
+	}
+	n := ethLen + ipLen
+	if n > len(out) {
+		return w.drop(DropOutBuffer)
+	}
+
 	var natAddr [16]byte
 	var natPort uint16
 	later := pk.Frag && pk.FragOff != 0
@@ -184,20 +200,6 @@ func (w *Worker) forward(st *installed, now int64, in, out []byte) Result {
 		natAddr, natPort = [16]byte(w.flow.NATAddr), w.flow.NATPort
 	}
 
-	if !snap.routes.Lookup(&pk.Dst, &w.hop) {
-		return w.drop(DropNoRoute)
-	}
-	ipLen := pk.End - pk.L3
-	if ipLen > w.hop.MTU {
-		if pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0 {
-			return w.drop(DropMTUExceeded) // DF clear: a router would fragment; we do not
-		}
-		return w.icmpToPod(st, ni, in, out, icmpTooBig, w.hop.MTU, DropMTUExceeded)
-	}
-	n := ethLen + ipLen
-	if n > len(out) {
-		return w.drop(DropOutBuffer)
-	}
 	writeEth(out, &w.hop.DstMAC, &w.hop.SrcMAC, pk.IPVer)
 	copy(out[ethLen:n], in[pk.L3:pk.End])
 	ip := out[ethLen:n]

@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/nat"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+)
+
+func podTun() tun { return tun{outerSrc: node1VTEP, outerDst: gwVTEP4, kind: TunnelVXLAN, vni: testVNI} }
+
+func udpFrom(src, dst netip.Addr) pkt {
+	return pkt{src: src, dst: dst, proto: "udp", sport: 5000, dport: 53, payload: []byte("q")}
+}
+
+// rawIP builds an IP packet with an arbitrary protocol and raw payload.
+func rawIP(t testing.TB, src, dst netip.Addr, proto layers.IPProtocol, payload []byte) []byte {
+	ipl, _ := ipLayers(pkt{src: src, dst: dst, ttl: 64}, proto)
+	return serialize(t, ipl, gopacket.Payload(payload))
+}
+
+type dropCase struct {
+	reason DropReason
+	cfg    func(*Config)
+	nat    func(*nat.Config)
+	noSwap bool
+	prep   func(t *testing.T, f *fixture)
+	frame  func(t *testing.T) []byte
+	outLen int
+}
+
+func dropCases() []dropCase {
+	return []dropCase{
+		{reason: DropMalformed, frame: func(t *testing.T) []byte {
+			f := tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+			binary.BigEndian.PutUint16(f[14+50+2:], 2000) // inner total length beyond the frame
+			return f
+		}},
+		{reason: DropBadTunnel, frame: func(t *testing.T) []byte {
+			f := tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+			f[14+20+8] = 0 // VXLAN I flag cleared
+			return f
+		}},
+		{reason: DropGeneveCritical, frame: func(t *testing.T) []byte {
+			tu := podTun()
+			tu.kind, tu.geneveOpts, tu.geneveCritical = TunnelGeneve, geneveOpts(), true
+			return tunnelFrame(t, tu, udpFrom(pod1v4, server4).build(t))
+		}},
+		{reason: DropUnsupportedProto, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), rawIP(t, pod1v4, server4, layers.IPProtocolSCTP, make([]byte, 32)))
+		}},
+		{reason: DropUnknownVTEP, frame: func(t *testing.T) []byte {
+			tu := podTun()
+			tu.outerSrc = netip.MustParseAddr("10.0.0.99")
+			return tunnelFrame(t, tu, udpFrom(pod1v4, server4).build(t))
+		}},
+		{reason: DropSpoofedSource, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod2v4, server4).build(t)) // node 2's pod from node 1
+		}},
+		{reason: DropNotSelected, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1Unsel, server4).build(t))
+		}},
+		{reason: DropNoEgressIP, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1Nov6IP, server6).build(t))
+		}},
+		{reason: DropHairpin, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, egress4).build(t))
+		}},
+		{reason: DropTTLExpired, frame: func(t *testing.T) []byte {
+			p := udpFrom(server4, egress4)
+			p.ttl = 1
+			return plainFrame(t, p.build(t))
+		}},
+		{reason: DropTCPNoFlow, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "A"}.build(t))
+		}},
+		{reason: DropNoFlow, frame: func(t *testing.T) []byte {
+			return plainFrame(t, udpFrom(server4, egress4).build(t))
+		}},
+		{reason: DropICMPType, frame: func(t *testing.T) []byte {
+			ipl, _ := ipLayers(pkt{src: pod1v4, dst: server4, ttl: 64}, layers.IPProtocolICMPv4)
+			ts := serialize(t, ipl, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(13, 0)}, gopacket.Payload(make([]byte, 12)))
+			return tunnelFrame(t, podTun(), ts)
+		}},
+		{reason: DropConntrackFull, prep: func(t *testing.T, f *fixture) {
+			// Fill the table with flows of another pod.
+			for i := 0; f.ct.Len() < f.ct.Cap(); i++ {
+				if i > f.ct.Cap()*4 {
+					t.Fatalf("table does not fill: %d of %d", f.ct.Len(), f.ct.Cap())
+				}
+				p := udpFrom(pod2v4, server4)
+				p.sport = uint16(10000 + i)
+				tu := podTun()
+				tu.outerSrc, tu.outerDst = node2VTEP, gwVTEP6
+				if r, _ := f.run(t, tunnelFrame(t, tu, p.build(t))); r.Verdict != VerdictTx {
+					t.Fatalf("filling flow %d: %v %v", i, r.Verdict, r.Reason)
+				}
+			}
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+		}},
+		{reason: DropNATExhausted, nat: func(c *nat.Config) {
+			c.PortMin, c.PortMax, c.PreservePort, c.PreserveParity = 20000, 20000, false, false
+		}, prep: func(t *testing.T, f *fixture) {
+			p := udpFrom(pod1v4, server4)
+			p.sport = 6000
+			if r, _ := f.run(t, tunnelFrame(t, podTun(), p.build(t))); r.Verdict != VerdictTx {
+				t.Fatalf("first flow: %v %v", r.Verdict, r.Reason)
+			}
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+		}},
+		{reason: DropFragNoFirst, frame: func(t *testing.T) []byte {
+			ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, Id: 77, FragOffset: 100,
+				SrcIP: pod1v4.AsSlice(), DstIP: server4.AsSlice()}
+			return tunnelFrame(t, podTun(), serialize(t, ip, gopacket.Payload(make([]byte, 40))))
+		}},
+		{reason: DropIPv6Fragment, frame: func(t *testing.T) []byte {
+			fh := []byte{protoUDP, 0, 0, 1, 0, 0, 0, 9} // offset 0, M=1, id 9
+			udp := []byte{0x13, 0x88, 0, 53, 0, 16, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
+			return tunnelFrame(t, podTun(), rawIP(t, pod1v6, server6, layers.IPProtocolIPv6Fragment, append(fh, udp...)))
+		}},
+		{reason: DropNoRoute, cfg: func(c *Config) {
+			c.Routes = &staticRoutes{routes: testRoutes().routes[2:]} // underlay only
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+		}},
+		{reason: DropMTUExceeded, frame: func(t *testing.T) []byte {
+			p := udpFrom(pod1v4, server4)
+			p.payload = make([]byte, 1600) // DF clear: the gateway does not fragment
+			return tunnelFrame(t, podTun(), p.build(t))
+		}},
+		{reason: DropOutBuffer, outLen: 30, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+		}},
+		{reason: DropUnknownNode, prep: func(t *testing.T, f *fixture) {
+			tu := podTun()
+			tu.outerSrc, tu.outerDst = node2VTEP, gwVTEP6
+			if r, _ := f.run(t, tunnelFrame(t, tu, udpFrom(pod2v4, server4).build(t))); r.Verdict != VerdictTx {
+				t.Fatalf("flow from node 2: %v %v", r.Verdict, r.Reason)
+			}
+			cfg := testConfig()
+			cfg.Nodes = cfg.Nodes[:1]
+			s, err := NewSnapshot(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.p.Swap(s); err != nil {
+				t.Fatal(err)
+			}
+		}, frame: func(t *testing.T) []byte {
+			p := udpFrom(server4, egress4)
+			p.sport, p.dport = 53, 5000
+			return plainFrame(t, p.build(t))
+		}},
+		{reason: DropNoConfig, noSwap: true, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+		}},
+	}
+}
+
+// TestDropReasons has one case per drop reason; each must drop exactly the
+// last frame, with that reason, and count it once.
+func TestDropReasons(t *testing.T) {
+	seen := map[DropReason]bool{}
+	for _, c := range dropCases() {
+		seen[c.reason] = true
+		t.Run(c.reason.String(), func(t *testing.T) {
+			cfg := testConfig()
+			if c.cfg != nil {
+				c.cfg(&cfg)
+			}
+			nc := nat.DefaultConfig()
+			if c.nat != nil {
+				c.nat(&nc)
+			}
+			maxFlows := 1024
+			if c.reason == DropConntrackFull {
+				maxFlows = 16
+			}
+			var f *fixture
+			if c.noSwap {
+				ct, err := conntrack.New(conntrack.Config{MaxFlows: maxFlows})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := NewPipeline(ct, nc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f = &fixture{p: p, w: p.NewWorker(1), ct: ct}
+			} else {
+				f = newFixtureNAT(t, maxFlows, cfg, nc)
+			}
+			if c.prep != nil {
+				c.prep(t, f)
+			}
+			before := f.p.Stats()
+			n := c.outLen
+			if n == 0 {
+				n = 2048
+			}
+			flows := f.ct.Len()
+			r := f.w.ProcessOne(testNow, c.frame(t), make([]byte, n))
+			if r.Verdict != VerdictDrop || r.Reason != c.reason {
+				t.Fatalf("got %v/%v, want drop/%v", r.Verdict, r.Reason, c.reason)
+			}
+			after := f.p.Stats()
+			for _, rr := range DropReasons() {
+				want := before.Drop(rr)
+				if rr == c.reason {
+					want++
+				}
+				if after.Drop(rr) != want {
+					t.Errorf("drop counter %v = %d, want %d", rr, after.Drop(rr), want)
+				}
+			}
+			if f.ct.Len() != flows {
+				t.Errorf("a dropped packet changed the flow count %d → %d", flows, f.ct.Len())
+			}
+		})
+	}
+	for _, r := range DropReasons() {
+		if !seen[r] {
+			t.Errorf("no test case for drop reason %v", r)
+		}
+	}
+}
+
+// TestFullTableKeepsFlows: when the table is full, new flows are dropped but
+// existing ones keep working in both directions.
+func TestFullTableKeepsFlows(t *testing.T) {
+	f := newFixture(t, 16, testConfig())
+	var last pkt
+	for i := 0; f.ct.Len() < f.ct.Cap(); i++ {
+		last = udpFrom(pod1v4, server4)
+		last.sport = uint16(10000 + i)
+		if r, _ := f.run(t, tunnelFrame(t, podTun(), last.build(t))); r.Verdict != VerdictTx {
+			t.Fatalf("flow %d: %v %v", i, r.Verdict, r.Reason)
+		}
+	}
+	n := udpFrom(pod1v4, server4)
+	n.sport = 9
+	if r, _ := f.run(t, tunnelFrame(t, podTun(), n.build(t))); r.Reason != DropConntrackFull {
+		t.Fatalf("new flow on a full table: %v %v", r.Verdict, r.Reason)
+	}
+	if r, _ := f.run(t, tunnelFrame(t, podTun(), last.build(t))); r.Verdict != VerdictTx {
+		t.Fatalf("existing flow on a full table: %v %v", r.Verdict, r.Reason)
+	}
+	rep := pkt{src: server4, dst: egress4, proto: "udp", sport: 53, dport: last.sport}
+	if r, _ := f.run(t, plainFrame(t, rep.build(t))); r.Verdict != VerdictTx {
+		t.Fatalf("reply of an existing flow on a full table: %v %v", r.Verdict, r.Reason)
+	}
+	if u := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), protoUDP); u != f.ct.Len() {
+		t.Errorf("ports in use %d, flows %d: the refused flow leaked a port", u, f.ct.Len())
+	}
+}
+
+// TestPass: what is not for the gateway goes to the kernel untouched.
+func TestPass(t *testing.T) {
+	f := newFixture(t, 64, testConfig())
+	arp := serialize(t, &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 1, 1, 1, 1, 1}, DstMAC: layers.EthernetBroadcast, EthernetType: layers.EthernetTypeARP},
+		&layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4, Operation: 1,
+			SourceHwAddress: []byte{2, 1, 1, 1, 1, 1}, SourceProtAddress: []byte{10, 0, 0, 2}, DstHwAddress: make([]byte, 6), DstProtAddress: []byte{10, 0, 0, 1}})
+	otherVTEP := podTun()
+	otherVTEP.outerDst = netip.MustParseAddr("10.0.0.50")
+	for name, fr := range map[string][]byte{
+		"arp":             arp,
+		"ssh to the node": plainFrame(t, pkt{src: server4, dst: gwVTEP4, proto: "tcp", sport: 50000, dport: 22, flags: "S"}.build(t)),
+		"other vtep":      tunnelFrame(t, otherVTEP, udpFrom(pod1v4, server4).build(t)),
+	} {
+		if r := f.w.ProcessOne(testNow, fr, make([]byte, 2048)); r.Verdict != VerdictPass {
+			t.Errorf("%s: %v %v, want pass", name, r.Verdict, r.Reason)
+		}
+	}
+	if s := f.p.Stats(); s.Count(CounterPass) != 3 || s.Count(CounterRx) != 3 {
+		t.Errorf("counters %+v", s.Counters)
+	}
+}
