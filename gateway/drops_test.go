@@ -12,7 +12,9 @@ import (
 	"github.com/google/gopacket/layers"
 )
 
-func podTun() tun { return tun{outerSrc: node1VTEP, outerDst: gwVTEP4, kind: TunnelVXLAN, vni: testVNI} }
+func podTun() tun {
+	return tun{outerSrc: node1VTEP, outerDst: gwVTEP4, kind: TunnelVXLAN, vni: testVNI}
+}
 
 func udpFrom(src, dst netip.Addr) pkt {
 	return pkt{src: src, dst: dst, proto: "udp", sport: 5000, dport: 53, payload: []byte("q")}
