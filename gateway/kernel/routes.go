@@ -1,0 +1,403 @@
+// Package kernel connects the gateway to the host's network stack: a cached
+// view of routes and neighbours (kept current from netlink events) that
+// workers query per packet without allocating, and the claim/release of
+// hosted egress IPs with gratuitous ARP / unsolicited neighbour advertisement.
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Verdict is the outcome of a route lookup.
+type Verdict uint8
+
+// Lookup outcomes.
+const (
+	Found       Verdict = iota // NextHop is complete
+	NoRoute                    // no unicast route to the destination
+	NoNeighbour                // route found, next hop's MAC unknown; resolution was asked for
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Found:
+		return "found"
+	case NoRoute:
+		return "no route"
+	case NoNeighbour:
+		return "no neighbour"
+	}
+	return "invalid"
+}
+
+// NextHop is where to send a frame: out of Ifindex, from SrcMAC to DstMAC.
+type NextHop struct {
+	Ifindex int
+	SrcMAC  [6]byte
+	DstMAC  [6]byte
+	Gateway netip.Addr // the router, or the destination itself when on-link
+}
+
+type prefixKey struct {
+	addr [16]byte // masked
+	bits uint8
+	v6   bool
+}
+
+type route struct {
+	ifindex int
+	gw      netip.Addr // invalid when on-link
+}
+
+type neighKey struct {
+	ifindex int32
+	addr    [16]byte
+}
+
+// snapshot is an immutable view of the kernel tables; lookups read it
+// without locks, updates build a new one.
+type snapshot struct {
+	routes   map[prefixKey]route
+	lens4    []uint8 // prefix lengths present, longest first
+	lens6    []uint8
+	neigh    map[neighKey][6]byte
+	linkMACs map[int][6]byte
+}
+
+func mask(a [16]byte, bits int, v6 bool) [16]byte {
+	if !v6 {
+		bits += 96 // IPv4 sits in the last 4 bytes of the 16
+	}
+	for i := 0; i < 16; i++ {
+		switch {
+		case bits >= 8:
+			bits -= 8
+		case bits <= 0:
+			a[i] = 0
+		default:
+			a[i] &= ^byte(0xff >> bits)
+			bits = 0
+		}
+	}
+	return a
+}
+
+func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
+	v6 := dst.Is6()
+	a := dst.As16()
+	lens := s.lens4
+	if v6 {
+		lens = s.lens6
+	}
+	for _, l := range lens {
+		if r, ok := s.routes[prefixKey{mask(a, int(l), v6), l, v6}]; ok {
+			return r, true
+		}
+	}
+	return route{}, false
+}
+
+// Options configure a Cache; the zero value watches the current namespace.
+type Options struct {
+	// NetNS, if valid, is the namespace whose tables are watched.
+	NetNS  netns.NsHandle
+	Logger *slog.Logger
+	// ResolveEvery limits how often resolution of one missing neighbour
+	// is asked from the kernel; default 1s.
+	ResolveEvery time.Duration
+}
+
+// Cache answers route and neighbour lookups from a snapshot of the kernel's
+// main routing table, neighbour table and link addresses, rebuilt whenever
+// netlink reports a change.
+type Cache struct {
+	snap     atomic.Pointer[snapshot]
+	nl       *netlink.Handle
+	log      *slog.Logger
+	resolve  chan neighKey
+	done     chan struct{}
+	wg       sync.WaitGroup
+	misses   atomic.Uint64
+	noRoute  atomic.Uint64
+	rebuilds atomic.Uint64
+	every    time.Duration
+}
+
+// NewCache dumps the tables, subscribes to route, neighbour and link
+// events, and keeps the snapshot current until Close.
+func NewCache(opt Options) (*Cache, error) {
+	var (
+		nl  *netlink.Handle
+		err error
+		ns  *netns.NsHandle
+	)
+	if opt.NetNS.IsOpen() {
+		nl, err = netlink.NewHandleAt(opt.NetNS)
+		ns = &opt.NetNS
+	} else {
+		nl, err = netlink.NewHandle()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kernel: netlink: %w", err)
+	}
+	c := &Cache{nl: nl, log: opt.Logger, resolve: make(chan neighKey, 1024), done: make(chan struct{}), every: opt.ResolveEvery}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.every == 0 {
+		c.every = time.Second
+	}
+	events := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case events <- struct{}{}:
+		default:
+		}
+	}
+	onErr := func(err error) { c.log.Warn("kernel: netlink subscription error; resyncing", "err", err); poke() }
+	rch, nch, lch := make(chan netlink.RouteUpdate, 256), make(chan netlink.NeighUpdate, 256), make(chan netlink.LinkUpdate, 64)
+	if err := netlink.RouteSubscribeWithOptions(rch, c.done, netlink.RouteSubscribeOptions{Namespace: ns, ErrorCallback: onErr}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("kernel: subscribe to routes: %w", err)
+	}
+	if err := netlink.NeighSubscribeWithOptions(nch, c.done, netlink.NeighSubscribeOptions{Namespace: ns, ErrorCallback: onErr}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("kernel: subscribe to neighbours: %w", err)
+	}
+	if err := netlink.LinkSubscribeWithOptions(lch, c.done, netlink.LinkSubscribeOptions{Namespace: ns, ErrorCallback: onErr}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("kernel: subscribe to links: %w", err)
+	}
+	// Subscribed first, dumped second: no change falls between.
+	if err := c.rebuild(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.wg.Add(5)
+	go forward(c, rch, poke)
+	go forward(c, nch, poke)
+	go forward(c, lch, poke)
+	go c.watch(events)
+	go c.resolver()
+	return c, nil
+}
+
+// forward turns any update into a poke; the content is re-read by a dump.
+func forward[T any](c *Cache, ch <-chan T, poke func()) {
+	defer c.wg.Done()
+	for range ch {
+		poke()
+	}
+}
+
+func (c *Cache) watch(events <-chan struct{}) {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-events:
+			// Let a burst of events settle into one rebuild.
+			time.Sleep(2 * time.Millisecond)
+			if err := c.rebuild(); err != nil {
+				c.log.Warn("kernel: rebuilding route/neighbour snapshot failed; keeping the last one", "err", err)
+			}
+		}
+	}
+}
+
+// rebuild dumps routes, neighbours and links into a new snapshot.
+func (c *Cache) rebuild() error {
+	s := &snapshot{routes: map[prefixKey]route{}, neigh: map[neighKey][6]byte{}, linkMACs: map[int][6]byte{}}
+	links, err := c.nl.LinkList()
+	if err != nil {
+		return fmt.Errorf("kernel: list links: %w", err)
+	}
+	for _, l := range links {
+		var m [6]byte
+		copy(m[:], l.Attrs().HardwareAddr)
+		s.linkMACs[l.Attrs().Index] = m
+	}
+	routes, err := c.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("kernel: list routes: %w", err)
+	}
+	seen4, seen6 := map[uint8]bool{}, map[uint8]bool{}
+	for _, r := range routes {
+		if r.Type != unix.RTN_UNICAST {
+			continue
+		}
+		rt := route{ifindex: r.LinkIndex}
+		gw := r.Gw
+		if len(r.MultiPath) > 0 { // first path only; ECMP is the kernel's
+			rt.ifindex, gw = r.MultiPath[0].LinkIndex, r.MultiPath[0].Gw
+		}
+		if g, ok := netip.AddrFromSlice(gw); ok {
+			rt.gw = g.Unmap()
+		}
+		var pfx netip.Prefix
+		if r.Dst == nil {
+			if r.Family == netlink.FAMILY_V6 {
+				pfx = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+			} else {
+				pfx = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+			}
+		} else {
+			a, ok := netip.AddrFromSlice(r.Dst.IP)
+			if !ok {
+				continue
+			}
+			ones, _ := r.Dst.Mask.Size()
+			pfx = netip.PrefixFrom(a.Unmap(), ones)
+		}
+		v6 := pfx.Addr().Is6()
+		k := prefixKey{mask(pfx.Addr().As16(), pfx.Bits(), v6), uint8(pfx.Bits()), v6}
+		if old, dup := s.routes[k]; dup && old.ifindex != 0 {
+			continue // keep the first (lowest metric: the kernel lists it first)
+		}
+		s.routes[k] = rt
+		if v6 {
+			seen6[k.bits] = true
+		} else {
+			seen4[k.bits] = true
+		}
+	}
+	s.lens4, s.lens6 = sortedLens(seen4), sortedLens(seen6)
+	neighs, err := c.nl.NeighList(0, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("kernel: list neighbours: %w", err)
+	}
+	for _, n := range neighs {
+		if n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT|netlink.NUD_NOARP) == 0 || len(n.HardwareAddr) != 6 {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		var m [6]byte
+		copy(m[:], n.HardwareAddr)
+		s.neigh[neighKey{int32(n.LinkIndex), a.Unmap().As16()}] = m
+	}
+	c.snap.Store(s)
+	c.rebuilds.Add(1)
+	return nil
+}
+
+func sortedLens(m map[uint8]bool) []uint8 {
+	out := make([]uint8, 0, len(m))
+	for l := range m {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] > out[j] })
+	return out
+}
+
+// Lookup finds how to reach dst. It never blocks and never allocates; a
+// missing neighbour is counted and its resolution asked of the kernel.
+func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
+	s := c.snap.Load()
+	dst = dst.Unmap()
+	r, ok := s.lookupRoute(dst)
+	if !ok {
+		c.noRoute.Add(1)
+		return NextHop{}, NoRoute
+	}
+	nh := NextHop{Ifindex: r.ifindex, SrcMAC: s.linkMACs[r.ifindex], Gateway: r.gw}
+	if !nh.Gateway.IsValid() {
+		nh.Gateway = dst
+	}
+	k := neighKey{int32(r.ifindex), nh.Gateway.As16()}
+	mac, ok := s.neigh[k]
+	if !ok {
+		c.misses.Add(1)
+		select {
+		case c.resolve <- k:
+		default: // resolver busy: the next miss asks again
+		}
+		return nh, NoNeighbour
+	}
+	nh.DstMAC = mac
+	return nh, Found
+}
+
+// CacheStats are the cache's counters.
+type CacheStats struct {
+	NoNeighbour uint64 // lookups that found a route but no neighbour
+	NoRoute     uint64 // lookups that found no route
+	Rebuilds    uint64 // snapshots built
+}
+
+// Stats returns the counters.
+func (c *Cache) Stats() CacheStats {
+	return CacheStats{NoNeighbour: c.misses.Load(), NoRoute: c.noRoute.Load(), Rebuilds: c.rebuilds.Load()}
+}
+
+// resolver asks the kernel to resolve missing neighbours, at most once per
+// c.every for each.
+func (c *Cache) resolver() {
+	defer c.wg.Done()
+	last := map[neighKey]time.Time{}
+	for {
+		select {
+		case <-c.done:
+			return
+		case k := <-c.resolve:
+			now := time.Now()
+			if t, ok := last[k]; ok && now.Sub(t) < c.every {
+				continue
+			}
+			last[k] = now
+			if len(last) > 4096 {
+				for kk, t := range last {
+					if now.Sub(t) > c.every {
+						delete(last, kk)
+					}
+				}
+			}
+			if err := c.solicit(k); err != nil {
+				c.log.Debug("kernel: neighbour resolution request failed", "ifindex", k.ifindex, "err", err)
+			}
+		}
+	}
+}
+
+// solicit makes the kernel start ARP/ND for the neighbour (NTF_USE runs
+// the same path as a packet waiting for it).
+func (c *Cache) solicit(k neighKey) error {
+	a := netip.AddrFrom16(k.addr).Unmap()
+	n := &netlink.Neigh{LinkIndex: int(k.ifindex), IP: net.IP(a.AsSlice()), State: netlink.NUD_INCOMPLETE, Flags: netlink.NTF_USE}
+	n.Family = netlink.FAMILY_V4
+	if a.Is6() {
+		n.Family = netlink.FAMILY_V6
+	}
+	return c.nl.NeighSet(n)
+}
+
+// Close stops watching and releases the netlink sockets.
+func (c *Cache) Close() error {
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	close(c.done)
+	c.nl.Close()
+	c.wg.Wait()
+	return nil
+}
+
+// errBadAddr is returned for an invalid address argument.
+var errBadAddr = errors.New("kernel: invalid IP address")

@@ -1,0 +1,116 @@
+package kernel
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func testSnapshot() *snapshot {
+	s := &snapshot{routes: map[prefixKey]route{}, neigh: map[neighKey][6]byte{}, linkMACs: map[int][6]byte{
+		2: {2, 0, 0, 0, 0, 2}, 3: {2, 0, 0, 0, 0, 3}}}
+	add := func(p string, ifindex int, gw string) {
+		pfx := netip.MustParsePrefix(p)
+		r := route{ifindex: ifindex}
+		if gw != "" {
+			r.gw = netip.MustParseAddr(gw)
+		}
+		v6 := pfx.Addr().Is6()
+		s.routes[prefixKey{mask(pfx.Addr().As16(), pfx.Bits(), v6), uint8(pfx.Bits()), v6}] = r
+	}
+	add("0.0.0.0/0", 2, "10.0.0.254")
+	add("10.0.0.0/24", 2, "")
+	add("10.1.0.0/16", 3, "10.0.1.1")
+	add("10.1.2.128/25", 3, "")
+	add("::/0", 2, "fd00::fe")
+	add("fd00:1::/64", 3, "")
+	s.lens4 = []uint8{25, 24, 16, 0}
+	s.lens6 = []uint8{64, 0}
+	s.neigh[neighKey{2, netip.MustParseAddr("10.0.0.254").As16()}] = [6]byte{0xaa, 1, 1, 1, 1, 1}
+	s.neigh[neighKey{3, netip.MustParseAddr("10.1.2.200").As16()}] = [6]byte{0xaa, 2, 2, 2, 2, 2}
+	s.neigh[neighKey{3, netip.MustParseAddr("fd00:1::9").As16()}] = [6]byte{0xaa, 3, 3, 3, 3, 3}
+	return s
+}
+
+func testCache() *Cache {
+	c := &Cache{resolve: make(chan neighKey, 8)}
+	c.snap.Store(testSnapshot())
+	return c
+}
+
+func TestLongestPrefixMatch(t *testing.T) {
+	c := testCache()
+	for _, tc := range []struct {
+		dst     string
+		verdict Verdict
+		ifindex int
+		gw      string
+		mac     byte
+	}{
+		{"8.8.8.8", Found, 2, "10.0.0.254", 1},
+		{"10.0.0.7", NoNeighbour, 2, "10.0.0.7", 0},
+		{"10.1.9.9", NoNeighbour, 3, "10.0.1.1", 0},
+		{"10.1.2.200", Found, 3, "10.1.2.200", 2},
+		{"10.1.2.100", NoNeighbour, 3, "10.0.1.1", 0},
+		{"::ffff:10.1.2.200", Found, 3, "10.1.2.200", 2},
+		{"fd00:1::9", Found, 3, "fd00:1::9", 3},
+		{"2001:db8::1", NoNeighbour, 2, "fd00::fe", 0},
+	} {
+		nh, v := c.Lookup(netip.MustParseAddr(tc.dst))
+		if v != tc.verdict || nh.Ifindex != tc.ifindex || nh.Gateway != netip.MustParseAddr(tc.gw).Unmap() || nh.DstMAC[1] != tc.mac {
+			t.Errorf("Lookup(%s) = %+v, %v; want %v via %s on %d", tc.dst, nh, v, tc.verdict, tc.gw, tc.ifindex)
+		}
+		if v == Found && nh.SrcMAC[5] != byte(tc.ifindex) {
+			t.Errorf("Lookup(%s) src MAC %x, want interface %d's", tc.dst, nh.SrcMAC, tc.ifindex)
+		}
+	}
+	if got := c.Stats().NoNeighbour; got != 4 {
+		t.Fatalf("%d no-neighbour misses counted, want 4", got)
+	}
+	if len(c.resolve) != 4 {
+		t.Fatalf("%d resolutions requested, want 4", len(c.resolve))
+	}
+	s := testSnapshot()
+	delete(s.routes, prefixKey{mask([16]byte{}, 0, false), 0, false})
+	s.lens4 = []uint8{25, 24, 16}
+	c.snap.Store(s)
+	if _, v := c.Lookup(netip.MustParseAddr("8.8.8.8")); v != NoRoute || c.Stats().NoRoute != 1 {
+		t.Fatalf("without a default route: %v", v)
+	}
+	if _, v := c.Lookup(netip.Addr{}); v != NoRoute {
+		t.Fatalf("zero address: %v", v)
+	}
+}
+
+func TestLookupMissNeverBlocks(t *testing.T) {
+	c := testCache() // nobody drains c.resolve
+	for i := 0; i < 100; i++ {
+		c.Lookup(netip.MustParseAddr("10.0.0.7"))
+	}
+	if c.Stats().NoNeighbour != 100 {
+		t.Fatal("misses not counted")
+	}
+}
+
+func TestLookupNoAllocs(t *testing.T) {
+	c := testCache()
+	dsts := []netip.Addr{netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("fd00:1::9"), netip.MustParseAddr("10.0.0.7")}
+	if n := testing.AllocsPerRun(1000, func() {
+		for _, d := range dsts {
+			c.Lookup(d)
+		}
+		<-c.resolve
+	}); n != 0 {
+		t.Fatalf("%v allocations per lookup round, want 0", n)
+	}
+}
+
+func BenchmarkLookup(b *testing.B) {
+	c := testCache()
+	d := netip.MustParseAddr("8.8.8.8")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, v := c.Lookup(d); v != Found {
+			b.Fatal(v)
+		}
+	}
+}
