@@ -1,0 +1,121 @@
+package v1
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Scheme holds the EgressIP types; Client encodes and decodes with it.
+var Scheme = runtime.NewScheme()
+
+// Codecs serializes the types in Scheme.
+var Codecs = serializer.NewCodecFactory(Scheme)
+
+func init() {
+	if err := AddToScheme(Scheme); err != nil {
+		panic(fmt.Sprintf("registering %s: %v", SchemeGroupVersion, err)) // programming error, at init only
+	}
+}
+
+// Client is a typed client for EgressIP objects, built on client-go's REST
+// client (the same machinery generated clientsets use).
+type Client struct {
+	rc rest.Interface
+}
+
+// NewForConfig returns a Client for the apiserver in cfg; cfg is not changed.
+func NewForConfig(cfg *rest.Config) (*Client, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &SchemeGroupVersion
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeJSON
+	c.NegotiatedSerializer = Codecs.WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("building the %s client: %w", SchemeGroupVersion, err)
+	}
+	return &Client{rc: rc}, nil
+}
+
+// NewWithRESTClient wraps an existing REST client (tests, fakes).
+func NewWithRESTClient(rc rest.Interface) *Client { return &Client{rc: rc} }
+
+// RESTClient returns the underlying REST client.
+func (c *Client) RESTClient() rest.Interface { return c.rc }
+
+// Get reads the EgressIP called name.
+func (c *Client) Get(ctx context.Context, name string, opts metav1.GetOptions) (*EgressIP, error) {
+	out := &EgressIP{}
+	err := c.rc.Get().Resource(Resource).Name(name).
+		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+	return out, err
+}
+
+// List reads the EgressIPs that match opts.
+func (c *Client) List(ctx context.Context, opts metav1.ListOptions) (*EgressIPList, error) {
+	out := &EgressIPList{}
+	err := c.rc.Get().Resource(Resource).
+		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+	return out, err
+}
+
+// Watch streams changes to the EgressIPs that match opts.
+func (c *Client) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.rc.Get().Resource(Resource).
+		VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+}
+
+// Create stores a new EgressIP.
+func (c *Client) Create(ctx context.Context, e *EgressIP, opts metav1.CreateOptions) (*EgressIP, error) {
+	out := &EgressIP{}
+	err := c.rc.Post().Resource(Resource).
+		VersionedParams(&opts, metav1.ParameterCodec).Body(e).Do(ctx).Into(out)
+	return out, err
+}
+
+// Update replaces an EgressIP, status included: the CRD has no status
+// subresource, so this is also how status is written.
+func (c *Client) Update(ctx context.Context, e *EgressIP, opts metav1.UpdateOptions) (*EgressIP, error) {
+	out := &EgressIP{}
+	err := c.rc.Put().Resource(Resource).Name(e.Name).
+		VersionedParams(&opts, metav1.ParameterCodec).Body(e).Do(ctx).Into(out)
+	return out, err
+}
+
+// Patch applies a patch of type pt to the EgressIP called name.
+func (c *Client) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (*EgressIP, error) {
+	out := &EgressIP{}
+	err := c.rc.Patch(pt).Resource(Resource).Name(name).
+		VersionedParams(&opts, metav1.ParameterCodec).Body(data).Do(ctx).Into(out)
+	return out, err
+}
+
+// Delete removes the EgressIP called name.
+func (c *Client) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	return c.rc.Delete().Resource(Resource).Name(name).Body(&opts).Do(ctx).Error()
+}
+
+// ListWatch returns a ListerWatcher over all EgressIPs, for informers:
+// cache.NewSharedIndexInformer(c.ListWatch(), &EgressIP{}, resync, indexers).
+func (c *Client) ListWatch() *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return c.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, opts)
+		},
+	}
+}

@@ -1,0 +1,57 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EgressIP gives the pods it selects a fixed source IP for traffic that
+// leaves the cluster. It is cluster-scoped (kubectl short name: eip).
+//
+// The CRD has no status subresource, as upstream: status is written with a
+// normal update of the whole object.
+type EgressIP struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the user asks for.
+	Spec EgressIPSpec `json:"spec"`
+	// Status is where the controller records the assignment. A zero status
+	// is left out of the JSON, because the CRD requires status.items
+	// whenever status is present.
+	Status EgressIPStatus `json:"status,omitzero"`
+}
+
+// EgressIPSpec is the desired state of an EgressIP.
+type EgressIPSpec struct {
+	// EgressIPs are the IPv4 and/or IPv6 addresses to use as source.
+	EgressIPs []string `json:"egressIPs"`
+	// NamespaceSelector selects the namespaces whose pods use the egress
+	// IPs. Required.
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+	// PodSelector, if set, narrows the selection to matching pods in the
+	// selected namespaces; empty selects every pod there.
+	PodSelector metav1.LabelSelector `json:"podSelector,omitzero"`
+}
+
+// EgressIPStatus is the observed assignment of an EgressIP.
+type EgressIPStatus struct {
+	// Items lists each assigned egress IP and the node hosting it.
+	Items []EgressIPStatusItem `json:"items"`
+}
+
+// EgressIPStatusItem is one egress IP and the node it is assigned to.
+type EgressIPStatusItem struct {
+	// Node is the name of the node hosting EgressIP.
+	Node string `json:"node"`
+	// EgressIP is the assigned address, as written in the spec.
+	EgressIP string `json:"egressIP"`
+}
+
+// EgressIPList is a list of EgressIP objects.
+type EgressIPList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// Items are the EgressIP objects.
+	Items []EgressIP `json:"items"`
+}

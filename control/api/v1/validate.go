@@ -1,0 +1,77 @@
+package v1
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ParseEgressIP parses one spec.egressIPs entry with the same rules as the
+// CRD's isIP() check (no zone, no IPv4-mapped IPv6, no leading zeros), and
+// additionally refuses addresses that can never be a source: unspecified,
+// loopback, multicast and link-local.
+func ParseEgressIP(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	switch {
+	case a.Zone() != "":
+		return netip.Addr{}, fmt.Errorf("%q has an IPv6 zone; egress IPs take none", s)
+	case a.Is4In6():
+		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write the IPv4 address", s)
+	case a.IsUnspecified(), a.IsLoopback(), a.IsMulticast(),
+		a.IsLinkLocalUnicast(), a.IsInterfaceLocalMulticast():
+		return netip.Addr{}, fmt.Errorf("%q cannot be a source address (unspecified, loopback, multicast or link-local)", s)
+	}
+	return a, nil
+}
+
+// Validate checks an EgressIP the way the controller must before using it:
+// every problem is reported, each naming its field. The apiserver already
+// refuses most of these through the CRD; objects from the file source
+// (clusterless mode) are only checked here.
+func (e *EgressIP) Validate() error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if e.Name == "" {
+		fail("metadata.name: must be set")
+	}
+	if len(e.Spec.EgressIPs) == 0 {
+		fail("spec.egressIPs: must list at least one IP address")
+	}
+	seen := make(map[netip.Addr]int, len(e.Spec.EgressIPs))
+	for i, s := range e.Spec.EgressIPs {
+		a, err := ParseEgressIP(s)
+		if err != nil {
+			fail("spec.egressIPs[%d]: %w", i, err)
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			fail("spec.egressIPs[%d]: %q repeats spec.egressIPs[%d]", i, s, j)
+			continue
+		}
+		seen[a] = i
+	}
+	if _, err := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector); err != nil {
+		fail("spec.namespaceSelector: %w", err)
+	}
+	if _, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector); err != nil {
+		fail("spec.podSelector: %w", err)
+	}
+	for i, it := range e.Status.Items {
+		if it.Node == "" {
+			fail("status.items[%d].node: must be set", i)
+		}
+		if _, err := netip.ParseAddr(it.EgressIP); err != nil {
+			fail("status.items[%d].egressIP: %q is not an IP address", i, it.EgressIP)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("EgressIP %q is invalid: %w", e.Name, errors.Join(errs...))
+}
