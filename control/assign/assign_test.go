@@ -90,8 +90,10 @@ func TestRuleEligibleNodes(t *testing.T) {
 		{name: "node whose hold-down ended is eligible", nodes: two(func(n *Node) { n.HoldDownUntil = t0.Add(-time.Second) }),
 			opts: Options{Now: t0}, objs: []Object{x}, want: []string{"x 10.0.0.10@a"}},
 		{name: "node with a broken annotation gets nothing and is reported",
-			nodes: two(func(n *Node) { n.AnnotationErr = errors.New("annotation k8s.ovn.org/host-cidrs is not the expected JSON") }),
-			objs:  []Object{x}, want: []string{"x 10.0.0.10@b"},
+			nodes: two(func(n *Node) {
+				n.AnnotationErr = errors.New("annotation k8s.ovn.org/host-cidrs is not the expected JSON")
+			}),
+			objs: []Object{x}, want: []string{"x 10.0.0.10@b"},
 			check: func(t *testing.T, r Result) {
 				if len(r.NodeProblems) != 1 || r.NodeProblems[0].Object != "a" || r.NodeProblems[0].Reason != ReasonInvalidNodeAnnotation ||
 					!strings.Contains(r.NodeProblems[0].Message, "host-cidrs") {
@@ -173,9 +175,9 @@ func TestRuleSubnetMatch(t *testing.T) {
 		{name: "wrong family is never assigned",
 			nodes: three(), objs: []Object{ob("x", "fd00::10")},
 			events: []wantEvent{{"x", ReasonNoMatchingNodeFound, "fd00::10", "none of the 3 eligible nodes"}}},
-		{name: "network and broadcast addresses are not host addresses",
-			nodes: three(), objs: []Object{ob("x", "10.0.0.0"), ob("y", "10.0.0.255")},
-			events: []wantEvent{{"x", ReasonNoMatchingNodeFound, "10.0.0.0", "subnet"}, {"y", ReasonNoMatchingNodeFound, "10.0.0.255", "subnet"}}},
+		{name: "network, broadcast and subnet-router anycast addresses are not host addresses",
+			nodes: []Node{nd("a", "10.0.0.1/24", v6("fd00::1/64"))}, objs: []Object{ob("x", "10.0.0.0"), ob("y", "10.0.0.255"), ob("z", "fd00::")},
+			events: []wantEvent{{"x", ReasonNoMatchingNodeFound, "10.0.0.0", "subnet"}, {"y", ReasonNoMatchingNodeFound, "10.0.0.255", "subnet"}, {"z", ReasonNoMatchingNodeFound, "fd00::", "subnet"}}},
 		{name: "status on a node whose subnet no longer holds the IP moves",
 			nodes: []Node{nd("a", "10.0.0.1/24"), nd("b", "10.0.1.1/24")}, objs: []Object{st(ob("x", "10.0.1.50"), "10.0.1.50@a")},
 			want: []string{"x 10.0.1.50@b"}},
@@ -193,14 +195,14 @@ func TestRuleCloudCapacity(t *testing.T) {
 	}
 	runRules(t, []ruleCase{
 		{name: "AWS ipv4 capacity bounds IPv4 per node",
-			nodes: []Node{aws("a", 1, 5), aws("b", 1, 5)},
-			objs:  []Object{ob("x", "10.0.128.10"), ob("y", "10.0.128.11"), ob("z", "10.0.128.12")},
-			want:  []string{"x 10.0.128.10@a", "y 10.0.128.11@b"},
+			nodes:  []Node{aws("a", 1, 5), aws("b", 1, 5)},
+			objs:   []Object{ob("x", "10.0.128.10"), ob("y", "10.0.128.11"), ob("z", "10.0.128.12")},
+			want:   []string{"x 10.0.128.10@a", "y 10.0.128.11@b"},
 			events: []wantEvent{{"z", ReasonNoMatchingNodeFound, "10.0.128.12", "cloud IP capacity"}}},
 		{name: "AWS ipv6 capacity is separate from ipv4",
-			nodes: []Node{aws("a", 1, 1)},
-			objs:  []Object{ob("x", "10.0.128.10"), ob("y", "fd00::10"), ob("z", "fd00::11")},
-			want:  []string{"x 10.0.128.10@a", "y fd00::10@a"},
+			nodes:  []Node{aws("a", 1, 1)},
+			objs:   []Object{ob("x", "10.0.128.10"), ob("y", "fd00::10"), ob("z", "fd00::11")},
+			want:   []string{"x 10.0.128.10@a", "y fd00::10@a"},
 			events: []wantEvent{{"z", ReasonNoMatchingNodeFound, "fd00::11", "cloud IP capacity"}}},
 		{name: "AWS family missing from capacity has none",
 			nodes: []Node{aws("a", 3, 0)}, objs: []Object{ob("y", "fd00::10")},
@@ -216,9 +218,9 @@ func TestRuleCloudCapacity(t *testing.T) {
 			// a has the fewest IPs but no capacity left.
 			want: []string{"k1 10.0.128.11@a", "k2 10.0.128.12@b", "k3 10.0.128.13@b", "x 10.0.128.10@b"}},
 		{name: "status over a lowered capacity keeps the first objects by name",
-			nodes: []Node{aws("a", 1, 0)},
-			objs:  []Object{st(ob("y", "10.0.128.11"), "10.0.128.11@a"), st(ob("x", "10.0.128.10"), "10.0.128.10@a")},
-			want:  []string{"x 10.0.128.10@a"},
+			nodes:  []Node{aws("a", 1, 0)},
+			objs:   []Object{st(ob("y", "10.0.128.11"), "10.0.128.11@a"), st(ob("x", "10.0.128.10"), "10.0.128.10@a")},
+			want:   []string{"x 10.0.128.10@a"},
 			events: []wantEvent{{"y", ReasonNoMatchingNodeFound, "10.0.128.11", "cloud IP capacity"}}},
 		{name: "mixed reasons are both counted",
 			nodes: []Node{aws("a", 0, 0), aws("b", 5, 5)}, objs: []Object{ob("x", "10.0.128.10", "10.0.128.11")},

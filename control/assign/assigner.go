@@ -73,10 +73,14 @@ func (n *nodeState) hasRoom(is4 bool, minus4, minus6 int) bool {
 	return n6 < c.IPv6
 }
 
-// hostable reports whether a is a usable host address of p (for IPv4
-// subnets of /30 and wider, not the network or broadcast address).
+// hostable reports whether a is a usable host address of p: not the
+// network or broadcast address of an IPv4 subnet of /30 and wider, not the
+// Subnet-Router anycast address (RFC 4291 2.6.1) of an IPv6 subnet.
 func hostable(p netip.Prefix, a netip.Addr) bool {
 	if !p.IsValid() || !p.Contains(a) {
+		return false
+	}
+	if a.Is6() && p.Bits() < 127 && a == p.Masked().Addr() {
 		return false
 	}
 	if a.Is4() && p.Bits() <= 30 {

@@ -146,11 +146,22 @@ func refInSubnet(n Node, a netip.Addr) bool {
 		ps = append([]netip.Prefix{n.PrimaryIfAddr.IPv4, n.PrimaryIfAddr.IPv6}, n.HostCIDRs...)
 	}
 	for _, p := range ps {
-		if p.IsValid() && p.Contains(a) && a != p.Masked().Addr() {
+		if p.IsValid() && p.Contains(a) && a != p.Masked().Addr() && !(a.Is4() && p.Bits() <= 30 && isBroadcast(p, a)) {
 			return true
 		}
 	}
 	return false
+}
+
+func isBroadcast(p netip.Prefix, a netip.Addr) bool {
+	b := a.As4()
+	host := 32 - p.Bits()
+	for bit := 0; bit < host; bit++ {
+		if b[3-bit/8]&(1<<(bit%8)) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func refCapacityOK(n Node, v4, v6 int) bool {

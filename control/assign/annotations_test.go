@@ -1,0 +1,207 @@
+package assign
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParsePrimaryIfAddr(t *testing.T) {
+	cases := []struct {
+		in       string
+		v4, v6   string
+		errsWith string
+	}{
+		{in: `{"ipv4":"192.168.111.23/24"}`, v4: "192.168.111.23/24"},
+		{in: `{"ipv4":"192.168.111.23/24","ipv6":"fd00::23/64"}`, v4: "192.168.111.23/24", v6: "fd00::23/64"},
+		{in: `{"ipv6":"fd00::23/64"}`, v6: "fd00::23/64"},
+		{in: `{}`, errsWith: "neither an ipv4 nor an ipv6"},
+		{in: `{"ipv4":"192.168.111.23"}`, errsWith: "not an IPv4 address with a prefix length"},
+		{in: `{"ipv4":"fd00::1/64"}`, errsWith: "not an IPv4 address"},
+		{in: `{"ipv6":"10.0.0.1/24"}`, errsWith: "not an IPv6 address"},
+		{in: `{"ipv6":"::ffff:10.0.0.1/120"}`, errsWith: "not an IPv6 address"},
+		{in: `{"ipv4":5}`, errsWith: "not the expected JSON"},
+		{in: `not json`, errsWith: "annotation k8s.ovn.org/node-primary-ifaddr is not the expected JSON"},
+		{in: ``, errsWith: "not the expected JSON"},
+	}
+	for _, c := range cases {
+		got, err := ParsePrimaryIfAddr(c.in)
+		if c.errsWith != "" {
+			if err == nil || !strings.Contains(err.Error(), c.errsWith) {
+				t.Errorf("ParsePrimaryIfAddr(%q) error = %v, want one containing %q", c.in, err, c.errsWith)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParsePrimaryIfAddr(%q): %v", c.in, err)
+			continue
+		}
+		if got.IPv4.String() != prefixOrInvalid(c.v4) || got.IPv6.String() != prefixOrInvalid(c.v6) {
+			t.Errorf("ParsePrimaryIfAddr(%q) = %v %v, want %q %q", c.in, got.IPv4, got.IPv6, c.v4, c.v6)
+		}
+	}
+}
+
+func prefixOrInvalid(s string) string {
+	if s == "" {
+		return netip.Prefix{}.String()
+	}
+	return s
+}
+
+func TestParseHostCIDRs(t *testing.T) {
+	got, err := ParseHostCIDRs(`["192.168.111.23/24","10.20.0.5/16","fd00::5/64"]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[1] != netip.MustParsePrefix("10.20.0.5/16") || got[2] != netip.MustParsePrefix("fd00::5/64") {
+		t.Errorf("got %v", got)
+	}
+	if got, err := ParseHostCIDRs(`[]`); err != nil || len(got) != 0 {
+		t.Errorf("empty list: %v %v", got, err)
+	}
+	for in, want := range map[string]string{
+		`["10.0.0.1"]`:        `entry 0 ("10.0.0.1") is not an address with a prefix length`,
+		`["10.0.0.1/24", 7]`:  "not the expected JSON",
+		`{"a":"10.0.0.1/24"}`: "not the expected JSON",
+		`["10.0.0.1/33"]`:     "entry 0",
+		"[" + strings.Repeat(`"10.0.0.1/24",`, 30000) + `"10.0.0.1/24"]`: "more than the",
+	} {
+		if _, err := ParseHostCIDRs(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseHostCIDRs(%.40q) error = %v, want one containing %q", in, err, want)
+		}
+	}
+}
+
+func TestParseEgressIPConfig(t *testing.T) {
+	aws, err := ParseEgressIPConfig(`[{"interface":"eni-078d267045138e436","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ipv4":14,"ipv6":15}}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aws.Interface != "eni-078d267045138e436" || aws.IfAddr.IPv4 != netip.MustParsePrefix("10.0.128.0/18") ||
+		aws.Capacity != (Capacity{IPv4: 14, IPv6: 15}) {
+		t.Errorf("AWS = %+v", aws)
+	}
+	gcp, err := ParseEgressIPConfig(`[{"interface":"nic0","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ip":14}}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gcp.Interface != "nic0" || gcp.Capacity != (Capacity{Total: true, IP: 14}) {
+		t.Errorf("GCP = %+v", gcp)
+	}
+	partial, err := ParseEgressIPConfig(`[{"interface":"eni-1","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ipv4":3}}]`)
+	if err != nil || partial.Capacity != (Capacity{IPv4: 3}) {
+		t.Errorf("AWS with only ipv4 capacity = %+v, %v; want IPv6 capacity 0", partial, err)
+	}
+	for in, want := range map[string]string{
+		`[]`: "holds 0 entries",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{"ip":1}},{"interface":"b","ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{"ip":1}}]`: "holds 2 entries",
+		`[{"ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{"ip":1}}]`:                          "has no interface",
+		`[{"interface":"a","capacity":{"ip":1}}]`:                                         "has no ifaddr",
+		`[{"interface":"a","ifaddr":{},"capacity":{"ip":1}}]`:                             "neither an ipv4 nor an ipv6",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0"},"capacity":{"ip":1}}]`:            "not an IPv4 address with a prefix length",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0/8"}}]`:                              "has no capacity",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{}}]`:                "neither ip nor ipv4/ipv6",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{"ip":1,"ipv4":1}}]`: "both a total",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{"ip":-1}}]`:         "negative",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{"ipv4":1.5}}]`:      "not the expected JSON",
+		`[{"interface":"a","ifaddr":{"ipv4":"10.0.0.0/8"},"capacity":{"ipv4":"lots"}}]`:   "not the expected JSON",
+		`{"interface":"a"}`: "not the expected JSON",
+	} {
+		if _, err := ParseEgressIPConfig(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseEgressIPConfig(%q) error = %v, want one containing %q", in, err, want)
+		}
+	}
+}
+
+// A node with a broken annotation is built, marked, never assignable, and
+// the problem reported; good annotations fill the model.
+func TestNodeFromObject(t *testing.T) {
+	good := NodeFromObject("n1", map[string]string{LabelEgressAssignable: ""}, map[string]string{
+		AnnotationPrimaryIfAddr:  `{"ipv4":"192.168.111.23/24"}`,
+		AnnotationHostCIDRs:      `["192.168.111.23/24","10.20.0.5/16"]`,
+		AnnotationEgressIPConfig: `[{"interface":"nic0","ifaddr":{"ipv4":"192.168.111.0/24"},"capacity":{"ip":10}}]`,
+	})
+	if !good.Assignable || good.AnnotationErr != nil || good.PrimaryIfAddr.IPv4 != netip.MustParsePrefix("192.168.111.23/24") ||
+		len(good.HostCIDRs) != 2 || good.Cloud == nil || good.Cloud.Capacity.IP != 10 {
+		t.Errorf("good node = %+v", good)
+	}
+	if n := NodeFromObject("n0", nil, nil); n.Assignable || n.AnnotationErr != nil {
+		t.Errorf("bare node = %+v", n)
+	}
+	bad := NodeFromObject("n2", map[string]string{LabelEgressAssignable: ""}, map[string]string{
+		AnnotationPrimaryIfAddr: `{"ipv4":"192.168.111.23/24"}`,
+		AnnotationHostCIDRs:     `["garbage"]`,
+	})
+	if bad.AnnotationErr == nil || !strings.Contains(bad.AnnotationErr.Error(), AnnotationHostCIDRs) {
+		t.Fatalf("bad node AnnotationErr = %v", bad.AnnotationErr)
+	}
+	bad.Ready, bad.Reachable = true, true
+	r := mustAssign(t, []Object{ob("x", "192.168.111.50")}, []Node{bad}, Options{})
+	if len(placements(r)) != 0 {
+		t.Errorf("a node with a broken annotation got %v", placements(r))
+	}
+	if len(r.NodeProblems) != 1 || r.NodeProblems[0].Object != "n2" || !strings.Contains(r.NodeProblems[0].Message, "garbage") {
+		t.Errorf("node problems = %+v", r.NodeProblems)
+	}
+	if e, ok := findEvent(r, "x", ReasonNoMatchingNodeFound, "192.168.111.50"); !ok || !strings.Contains(e.Message, "broken annotation") {
+		t.Errorf("event = %+v, want NoMatchingNodeFound naming the broken annotation", e)
+	}
+}
+
+func FuzzParsePrimaryIfAddr(f *testing.F) {
+	f.Add(`{"ipv4":"192.168.111.23/24","ipv6":"fd00::23/64"}`)
+	f.Add(`{"ipv4":"1.2.3.4/33"}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParsePrimaryIfAddr(s)
+		if err == nil && !a.IPv4.IsValid() && !a.IPv6.IsValid() {
+			t.Fatalf("accepted %q with no address", s)
+		}
+		if err == nil && a.IPv4.IsValid() && !a.IPv4.Addr().Is4() {
+			t.Fatalf("accepted %q with a non-IPv4 ipv4", s)
+		}
+	})
+}
+
+func FuzzParseHostCIDRs(f *testing.F) {
+	f.Add(`["192.168.111.23/24","10.20.0.5/16"]`)
+	f.Add(`[""]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseHostCIDRs(s)
+		for _, p := range l {
+			if err == nil && !p.IsValid() {
+				t.Fatalf("accepted %q with invalid prefix", s)
+			}
+		}
+	})
+}
+
+func FuzzParseEgressIPConfig(f *testing.F) {
+	f.Add(`[{"interface":"eni-078d267045138e436","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ipv4":14,"ipv6":15}}]`)
+	f.Add(`[{"interface":"nic0","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ip":14}}]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseEgressIPConfig(s)
+		if err != nil {
+			return
+		}
+		if c.Interface == "" || c.Capacity.IP < 0 || c.Capacity.IPv4 < 0 || c.Capacity.IPv6 < 0 {
+			t.Fatalf("accepted %q as %+v", s, c)
+		}
+	})
+}
+
+// FuzzAssign feeds arbitrary strings as egress IPs, status items and node
+// names: the assignment must never panic and its invariants must hold.
+func FuzzAssign(f *testing.F) {
+	f.Add("10.0.0.10", "10.0.0.10", "a", "fd00::1")
+	f.Add("", "::", "", "1.1.1.1")
+	f.Fuzz(func(t *testing.T, ip1, ip2, statusNode, ip3 string) {
+		nodes := []Node{nd("a", "10.0.0.1/24", v6("fd00::1/64")), nd("b", "10.0.0.2/24")}
+		objs := []Object{
+			st(ob("x", ip1, ip2), ip1+"@"+statusNode, ip3+"@b"),
+			ob("y", ip3, ip1),
+		}
+		r := mustAssign(t, objs, nodes, Options{})
+		checkInvariants(t, nodes, objs, r)
+	})
+}
