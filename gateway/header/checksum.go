@@ -85,17 +85,23 @@ func PseudoHeaderChecksum(proto uint8, src, dst []byte, length uint16) uint32 {
 // of the covered data changing from old to new (RFC 1624 eqn. 3:
 // HC' = ~(~HC + ~m + m')).
 func ChecksumUpdate16(check, old, new uint16) uint16 {
-	s := uint64(^check) + uint64(^old) + uint64(new)
-	return ^fold64(s)
+	return ^fold32(uint32(^check) + uint32(^old) + uint32(new))
+}
+
+// fold32 folds a sum of at most 0x10000 16-bit words to 16 bits.
+func fold32(s uint32) uint16 {
+	s = (s >> 16) + (s & 0xffff)
+	s = (s >> 16) + (s & 0xffff)
+	return uint16(s)
 }
 
 // ChecksumUpdate32 returns checksum field check updated for an aligned 32-bit
 // word of the covered data changing from old to new (RFC 1624 eqn. 3).
 func ChecksumUpdate32(check uint16, old, new uint32) uint16 {
-	s := uint64(^check) +
-		uint64(^uint16(old>>16)) + uint64(^uint16(old)) +
-		uint64(new>>16) + uint64(new&0xffff)
-	return ^fold64(s)
+	s := uint32(^check) +
+		uint32(^uint16(old>>16)) + uint32(^uint16(old)) +
+		new>>16 + new&0xffff
+	return ^fold32(s)
 }
 
 // ChecksumUpdateAddr returns checksum field check updated for an address in

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/google/gopacket"
 )
 
 // referenceSum is the slow byte-by-byte RFC 1071 sum the fast one is checked
@@ -278,4 +280,26 @@ func BenchmarkChecksumUpdateAddr16(b *testing.B) {
 		c = ChecksumUpdateAddr(c, old, nw)
 	}
 	benchSink += c
+}
+
+func BenchmarkIPv6WalkExtensions(b *testing.B) {
+	d := buildChain(newRand(), chainSpec{exts: []uint8{ProtoHopByHop, ProtoDestOpts, ProtoFragment}, final: ProtoTCP})
+	ip := IPv6(d)
+	b.ReportAllocs()
+	for b.Loop() {
+		if ip.IsValid(len(d)) {
+			benchSink += uint16(ip.WalkExtensions().Offset)
+		}
+	}
+}
+
+func BenchmarkIPv4ValidateAndChecksum(b *testing.B) {
+	d := serialize(b, randIPv4(newRand()), gopacket.Payload(make([]byte, 64)))
+	ip := IPv4(d)
+	b.ReportAllocs()
+	for b.Loop() {
+		if ip.IsValid(len(d)) && ip.ChecksumValid() {
+			benchSink += uint16(ip.TTL())
+		}
+	}
 }
