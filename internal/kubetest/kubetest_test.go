@@ -2,6 +2,8 @@ package kubetest
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -127,5 +129,48 @@ func TestControlPlane(t *testing.T) {
 
 	if out, err := env.Kubectl(t, "get", "ns", "kubetest", "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/kubetest" {
 		t.Errorf("kubectl get ns: %q, %v", out, err)
+	}
+}
+
+// recordingTB captures Skip and Fatal instead of ending the real test.
+type recordingTB struct {
+	testing.TB
+	skipped, fatal string
+}
+
+func (r *recordingTB) Helper() {}
+func (r *recordingTB) Skip(args ...any) {
+	r.skipped = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+func (r *recordingTB) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func startWithout(t *testing.T) *recordingTB {
+	r := &recordingTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Start(r)
+		t.Error("Start returned with no binaries")
+	}()
+	<-done
+	return r
+}
+
+// Without binaries Start skips, except on CI where it must fail.
+func TestStartWithoutBinaries(t *testing.T) {
+	t.Setenv("EGRET_TOOLS_DIR", t.TempDir())
+	t.Setenv("CI", "")
+	r := startWithout(t)
+	if r.fatal != "" || !strings.Contains(r.skipped, "hack/k8s-bins.sh") {
+		t.Errorf("CI unset: skipped %q, fatal %q; want a skip naming hack/k8s-bins.sh", r.skipped, r.fatal)
+	}
+	t.Setenv("CI", "true")
+	r = startWithout(t)
+	if r.skipped != "" || !strings.Contains(r.fatal, "hack/k8s-bins.sh") || !strings.Contains(r.fatal, "CI=true") {
+		t.Errorf("CI=true: skipped %q, fatal %q; want a failure naming hack/k8s-bins.sh", r.skipped, r.fatal)
 	}
 }
