@@ -79,7 +79,7 @@ func cniCode(err error) uint {
 
 var configForms = []struct {
 	name, body, pod string
-	dests            bool
+	dests           bool
 }{
 	{"ip", `"ip":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"destinations":["198.51.100.10/32","2001:db8:99::10/128"]},"clusterNetworks":["10.128.0.0/14","fd00:10::/48"],"serviceNetworks":["172.30.0.0/16"]`, "web-1", true},
 	{"podIP", `"interfaceArgs":{"master":"ext0","mode":"bridge"},"podIP":{"db-router":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"gateway":"192.0.2.1","destinations":["198.51.100.0/28"]},"db-*":{"addresses":["192.0.2.98/24"]}},"clusterNetworks":["10.128.0.0/14"]`, "db-router", true},
