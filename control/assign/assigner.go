@@ -24,6 +24,9 @@ type Assigner struct {
 	byName map[string]int
 	// eligible indexes nodes that may host egress IPs, in name order.
 	eligible []int32
+	// groups index the eligible nodes by subnet, so an IP is checked only
+	// against the nodes that can possibly hold it.
+	groups []subnetGroup
 	// nodeAddrs are the nodes' own addresses; an egress IP equal to one is a conflict.
 	nodeAddrs map[netip.Addr]string
 
@@ -41,7 +44,53 @@ type Assigner struct {
 	subnetList    [2]string // per family (0: IPv4, 1: IPv6)
 
 	scratchAddrs []netip.Addr
+	scratchNodes []int32
 	visited      []bool
+}
+
+type subnetGroup struct {
+	prefix netip.Prefix // masked
+	nodes  []int32      // eligible nodes with this subnet, in name order
+}
+
+// candidateNodes returns the eligible nodes with a subnet containing ip, in
+// name order (n.match still decides the exact interface). The result may
+// alias the index or a scratch buffer: it must not be modified and is valid
+// until the next call, unless fresh asks for a copy of its own.
+func (a *Assigner) candidateNodes(ip netip.Addr, fresh bool) []int32 {
+	var buf []int32
+	if !fresh {
+		buf = a.scratchNodes[:0]
+	}
+	var first []int32
+	merged := false
+	for i := range a.groups {
+		g := &a.groups[i]
+		if !g.prefix.Contains(ip) {
+			continue
+		}
+		switch {
+		case first == nil:
+			first = g.nodes
+		case !merged:
+			buf = append(append(buf[:0], first...), g.nodes...)
+			merged = true
+		default:
+			buf = append(buf, g.nodes...)
+		}
+	}
+	if !merged {
+		if fresh {
+			return slices.Clone(first)
+		}
+		return first
+	}
+	slices.Sort(buf)
+	buf = slices.Compact(buf)
+	if !fresh {
+		a.scratchNodes = buf
+	}
+	return buf
 }
 
 type nodeState struct {
@@ -198,6 +247,7 @@ func (a *Assigner) setNodes(nodes []Node) error {
 	var labelled int
 	var why []string
 	subnets := [2]map[netip.Prefix]struct{}{{}, {}}
+	groups := map[netip.Prefix][]int32{}
 	for i, n := range sorted {
 		if _, dup := a.byName[n.Name]; dup {
 			return fmt.Errorf("node %q is listed twice; each node must appear once", n.Name)
@@ -253,6 +303,9 @@ func (a *Assigner) setNodes(nodes []Node) error {
 					f = 1
 				}
 				subnets[f][p.Masked()] = struct{}{}
+				if l := groups[p.Masked()]; len(l) == 0 || l[len(l)-1] != int32(i) {
+					groups[p.Masked()] = append(l, int32(i))
+				}
 			}
 		}
 		a.nodes[i] = ns
@@ -263,6 +316,13 @@ func (a *Assigner) setNodes(nodes []Node) error {
 	case len(a.eligible) == 0:
 		a.noEligibleMsg = fmt.Sprintf("none of the %d nodes labelled %s can host egress IPs: %s", labelled, LabelEgressAssignable, listSome(why, 5))
 	}
+	a.groups = a.groups[:0]
+	for p, l := range groups {
+		a.groups = append(a.groups, subnetGroup{prefix: p, nodes: l})
+	}
+	slices.SortFunc(a.groups, func(x, y subnetGroup) int {
+		return cmp.Or(cmp.Compare(y.prefix.Bits(), x.prefix.Bits()), x.prefix.Addr().Compare(y.prefix.Addr()))
+	})
 	for f := range subnets {
 		var l []string
 		for p := range subnets[f] {
@@ -590,7 +650,7 @@ func (a *Assigner) fail(o *objState, ip netip.Addr, why string) {
 func (a *Assigner) candidates(o *objState, ip netip.Addr) int {
 	var k int
 	is4 := ip.Is4()
-	for _, ni := range a.eligible {
+	for _, ni := range a.candidateNodes(ip, false) {
 		n := &a.nodes[ni]
 		if o.placedOn(ni) || !n.hasRoom(is4, 0, 0) {
 			continue
@@ -609,7 +669,7 @@ func (a *Assigner) pick(o *objState, ip netip.Addr) (int32, Interface, bool) {
 	var bestIface Interface
 	bestLoad := 0
 	is4 := ip.Is4()
-	for _, ni := range a.eligible {
+	for _, ni := range a.candidateNodes(ip, false) {
 		n := &a.nodes[ni]
 		if best >= 0 && n.load() >= bestLoad {
 			continue
@@ -630,7 +690,7 @@ func (a *Assigner) pick(o *objState, ip netip.Addr) (int32, Interface, bool) {
 // o placed in this round so that ip fits too. Only movable IPs move.
 func (a *Assigner) augment(o *objState, ip netip.Addr, movable []netip.Addr) bool {
 	is4 := ip.Is4()
-	for _, ni := range a.eligible {
+	for _, ni := range a.candidateNodes(ip, true) {
 		if a.visited[ni] {
 			continue
 		}
@@ -682,7 +742,7 @@ func (a *Assigner) augment(o *objState, ip netip.Addr, movable []netip.Addr) boo
 func (a *Assigner) explain(o *objState, ip netip.Addr) string {
 	var inSubnet, hostsOwn, full int
 	is4 := ip.Is4()
-	for _, ni := range a.eligible {
+	for _, ni := range a.candidateNodes(ip, false) {
 		n := &a.nodes[ni]
 		if _, ok := n.match(ip); !ok {
 			continue
