@@ -5,6 +5,7 @@
 package kernel
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,8 +70,9 @@ type neighKey struct {
 // snapshot is an immutable view of the kernel tables; lookups read it
 // without locks, updates build a new one.
 type snapshot struct {
-	routes   map[prefixKey]route
-	lens4    []uint8 // prefix lengths present, longest first
+	routes4  map[uint64]route    // key4(masked address, bits)
+	routes   map[prefixKey]route // IPv6
+	lens4    []uint8             // prefix lengths present, longest first
 	lens6    []uint8
 	neigh    map[neighKey][6]byte
 	linkMACs map[int][6]byte
@@ -94,15 +96,52 @@ func mask(a [16]byte, bits int, v6 bool) [16]byte {
 	return a
 }
 
-func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
-	v6 := dst.Is6()
-	a := dst.As16()
-	lens := s.lens4
-	if v6 {
-		lens = s.lens6
+func key4(a uint32, bits uint8) uint64 { return uint64(a)<<8 | uint64(bits) }
+
+func newSnapshot() *snapshot {
+	return &snapshot{routes4: map[uint64]route{}, routes: map[prefixKey]route{}, neigh: map[neighKey][6]byte{}, linkMACs: map[int][6]byte{}}
+}
+
+// addRoute records r for pfx unless a route for pfx is already there (the
+// kernel lists the lowest metric first); it reports whether it added.
+func (s *snapshot) addRoute(pfx netip.Prefix, r route) bool {
+	pfx = pfx.Masked()
+	bits := uint8(pfx.Bits())
+	if pfx.Addr().Is4() {
+		a4 := pfx.Addr().As4()
+		k := key4(binary.BigEndian.Uint32(a4[:]), bits)
+		if _, dup := s.routes4[k]; dup {
+			return false
+		}
+		s.routes4[k] = r
+		return true
 	}
-	for _, l := range lens {
-		if r, ok := s.routes[prefixKey{mask(a, int(l), v6), l, v6}]; ok {
+	k := prefixKey{pfx.Addr().As16(), bits, true}
+	if _, dup := s.routes[k]; dup {
+		return false
+	}
+	s.routes[k] = r
+	return true
+}
+
+func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
+	if dst.Is4() {
+		a4 := dst.As4()
+		a := binary.BigEndian.Uint32(a4[:])
+		for _, l := range s.lens4 {
+			m := uint32(0)
+			if l > 0 {
+				m = ^uint32(0) << (32 - l)
+			}
+			if r, ok := s.routes4[key4(a&m, l)]; ok {
+				return r, true
+			}
+		}
+		return route{}, false
+	}
+	a := dst.As16()
+	for _, l := range s.lens6 {
+		if r, ok := s.routes[prefixKey{mask(a, int(l), true), l, true}]; ok {
 			return r, true
 		}
 	}
@@ -220,7 +259,7 @@ func (c *Cache) watch(events <-chan struct{}) {
 
 // rebuild dumps routes, neighbours and links into a new snapshot.
 func (c *Cache) rebuild() error {
-	s := &snapshot{routes: map[prefixKey]route{}, neigh: map[neighKey][6]byte{}, linkMACs: map[int][6]byte{}}
+	s := newSnapshot()
 	links, err := c.nl.LinkList()
 	if err != nil {
 		return fmt.Errorf("kernel: list links: %w", err)
@@ -262,16 +301,13 @@ func (c *Cache) rebuild() error {
 			ones, _ := r.Dst.Mask.Size()
 			pfx = netip.PrefixFrom(a.Unmap(), ones)
 		}
-		v6 := pfx.Addr().Is6()
-		k := prefixKey{mask(pfx.Addr().As16(), pfx.Bits(), v6), uint8(pfx.Bits()), v6}
-		if old, dup := s.routes[k]; dup && old.ifindex != 0 {
-			continue // keep the first (lowest metric: the kernel lists it first)
+		if !s.addRoute(pfx, rt) {
+			continue
 		}
-		s.routes[k] = rt
-		if v6 {
-			seen6[k.bits] = true
+		if pfx.Addr().Is6() {
+			seen6[uint8(pfx.Bits())] = true
 		} else {
-			seen4[k.bits] = true
+			seen4[uint8(pfx.Bits())] = true
 		}
 	}
 	s.lens4, s.lens6 = sortedLens(seen4), sortedLens(seen6)
@@ -311,7 +347,7 @@ func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
 	s := c.snap.Load()
 	dst = dst.Unmap()
 	r, ok := s.lookupRoute(dst)
-	if !ok {
+	if !ok || !dst.IsValid() {
 		c.noRoute.Add(1)
 		return NextHop{}, NoRoute
 	}

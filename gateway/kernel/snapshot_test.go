@@ -1,21 +1,22 @@
 package kernel
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 )
 
 func testSnapshot() *snapshot {
-	s := &snapshot{routes: map[prefixKey]route{}, neigh: map[neighKey][6]byte{}, linkMACs: map[int][6]byte{
-		2: {2, 0, 0, 0, 0, 2}, 3: {2, 0, 0, 0, 0, 3}}}
+	s := newSnapshot()
+	s.linkMACs[2] = [6]byte{2, 0, 0, 0, 0, 2}
+	s.linkMACs[3] = [6]byte{2, 0, 0, 0, 0, 3}
 	add := func(p string, ifindex int, gw string) {
 		pfx := netip.MustParsePrefix(p)
 		r := route{ifindex: ifindex}
 		if gw != "" {
 			r.gw = netip.MustParseAddr(gw)
 		}
-		v6 := pfx.Addr().Is6()
-		s.routes[prefixKey{mask(pfx.Addr().As16(), pfx.Bits(), v6), uint8(pfx.Bits()), v6}] = r
+		s.addRoute(pfx, r)
 	}
 	add("0.0.0.0/0", 2, "10.0.0.254")
 	add("10.0.0.0/24", 2, "")
@@ -70,7 +71,7 @@ func TestLongestPrefixMatch(t *testing.T) {
 		t.Fatalf("%d resolutions requested, want 4", len(c.resolve))
 	}
 	s := testSnapshot()
-	delete(s.routes, prefixKey{mask([16]byte{}, 0, false), 0, false})
+	delete(s.routes4, key4(0, 0))
 	s.lens4 = []uint8{25, 24, 16}
 	c.snap.Store(s)
 	if _, v := c.Lookup(netip.MustParseAddr("8.8.8.8")); v != NoRoute || c.Stats().NoRoute != 1 {
@@ -111,6 +112,52 @@ func BenchmarkLookup(b *testing.B) {
 	for b.Loop() {
 		if _, v := c.Lookup(d); v != Found {
 			b.Fatal(v)
+		}
+	}
+}
+
+// The per-length maps agree with a linear longest-prefix scan on random
+// tables (fixed seed).
+func TestLongestPrefixMatchAgainstScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := newSnapshot()
+	var pfxs []netip.Prefix
+	var ids []int
+	seen4, seen6 := map[uint8]bool{}, map[uint8]bool{}
+	for i := 0; i < 300; i++ {
+		var p netip.Prefix
+		if i%2 == 0 {
+			p = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(256)), byte(rng.IntN(256))}), 8+rng.IntN(25)).Masked()
+			seen4[uint8(p.Bits())] = true
+		} else {
+			p = netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, byte(rng.IntN(4)), byte(rng.IntN(256)), 15: byte(rng.IntN(256))}), 16+rng.IntN(113)).Masked()
+			seen6[uint8(p.Bits())] = true
+		}
+		if s.addRoute(p, route{ifindex: i + 1}) {
+			pfxs, ids = append(pfxs, p), append(ids, i+1)
+		}
+	}
+	s.lens4, s.lens6 = sortedLens(seen4), sortedLens(seen6)
+	for i := 0; i < 5000; i++ {
+		var a netip.Addr
+		if i%2 == 0 {
+			a = netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(256)), byte(rng.IntN(256))})
+		} else {
+			a = netip.AddrFrom16([16]byte{0xfd, 0, byte(rng.IntN(4)), byte(rng.IntN(256)), 15: byte(rng.IntN(256))})
+		}
+		want, best := 0, -1
+		for j, p := range pfxs {
+			if p.Contains(a) && p.Bits() > best {
+				want, best = ids[j], p.Bits()
+			}
+		}
+		r, ok := s.lookupRoute(a)
+		got := 0
+		if ok {
+			got = r.ifindex
+		}
+		if got != want {
+			t.Fatalf("lookup %s: route %d, scan says %d", a, got, want)
 		}
 	}
 }
