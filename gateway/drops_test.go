@@ -128,7 +128,9 @@ func dropCases() []dropCase {
 			return tunnelFrame(t, podTun(), rawIP(t, pod1v6, server6, layers.IPProtocolIPv6Fragment, append(fh, udp...)))
 		}},
 		{reason: DropNoRoute, cfg: func(c *Config) {
-			c.Routes = &staticRoutes{routes: testRoutes().routes[2:]} // underlay only
+			c.Routes = newStaticRoutes( // underlay only
+				staticRoute{pfx: netip.MustParsePrefix("10.0.0.0/24"), hop: underlayHop},
+				staticRoute{pfx: netip.MustParsePrefix("fd00::/64"), hop: underlayHop})
 		}, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},

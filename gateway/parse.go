@@ -300,8 +300,8 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) bool {
 		p.L4 = off + hl
 		p.Proto = b[off+9]
 		p.TTL = b[off+8]
-		p.Src = v4mapped(b[off+12:])
-		p.Dst = v4mapped(b[off+16:])
+		setMapped(&p.Src, b[off+12:off+16])
+		setMapped(&p.Dst, b[off+16:off+20])
 		ff := binary.BigEndian.Uint16(b[off+6:])
 		p.FragOff = ff & 0x1fff
 		p.MoreFrags = ff&0x2000 != 0
@@ -442,8 +442,8 @@ func (p *Parsed) decodeEmbedded(b []byte, off, end int) {
 			return // a later fragment carries no ports
 		}
 		p.EmbProto = b[off+9]
-		p.EmbSrc = v4mapped(b[off+12:])
-		p.EmbDst = v4mapped(b[off+16:])
+		setMapped(&p.EmbSrc, b[off+12:off+16])
+		setMapped(&p.EmbDst, b[off+16:off+20])
 		l4 = off + hl
 	} else {
 		if off+ipv6Len > end || b[off]>>4 != 6 {
@@ -494,9 +494,10 @@ func (p *Parsed) decodeEmbedded(b []byte, off, end int) {
 	p.ICMPErr = true
 }
 
-func v4mapped(b []byte) [16]byte {
-	var a [16]byte
-	a[10], a[11] = 0xff, 0xff
-	copy(a[12:], b[:4])
-	return a
+// setMapped stores the IPv4 address b[:4] into a as ::ffff:a.b.c.d with
+// three word stores (building a [16]byte value and copying it is slower).
+func setMapped(a *[16]byte, b []byte) {
+	binary.LittleEndian.PutUint64(a[0:8], 0)
+	binary.BigEndian.PutUint32(a[8:12], 0xffff)
+	copy(a[12:16], b[:4])
 }

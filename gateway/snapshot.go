@@ -78,10 +78,10 @@ type Snapshot struct {
 	innerMAC [6]byte
 
 	nodes      []snapNode
-	nodeByVTEP map[[16]byte]int32
-	pods       map[[16]byte]snapPod
+	nodeByVTEP addrTable[int32]
+	pods       addrTable[snapPod]
 	policies   []snapPolicy
-	hosted     map[[16]byte]struct{}
+	hosted     addrTable[struct{}]
 	routes     Router
 }
 
@@ -115,13 +115,10 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 	if cfg.Routes == nil {
 		return nil, errors.New("gateway config: Routes is nil; give a next-hop resolver")
 	}
-	s := &Snapshot{
-		innerMAC:   cfg.InnerMAC,
-		nodeByVTEP: make(map[[16]byte]int32, len(cfg.Nodes)),
-		pods:       make(map[[16]byte]snapPod),
-		hosted:     make(map[[16]byte]struct{}),
-		routes:     cfg.Routes,
-	}
+	s := &Snapshot{innerMAC: cfg.InnerMAC, routes: cfg.Routes}
+	nodeByVTEP := make(map[[16]byte]int32, len(cfg.Nodes))
+	pods := make(map[[16]byte]snapPod)
+	hosted := make(map[[16]byte]struct{})
 	for _, v := range cfg.VTEPs {
 		v = v.Unmap()
 		if !v.IsValid() || v.IsUnspecified() || v.IsMulticast() {
@@ -158,13 +155,13 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 				return nil, fmt.Errorf("gateway config: policy %q: egress IP %v is not a usable unicast address", p.Name, ip)
 			}
 			k := ip.As16()
-			if _, dup := s.hosted[k]; dup {
+			if _, dup := hosted[k]; dup {
 				return nil, fmt.Errorf("gateway config: egress IP %v is listed twice (an egress IP belongs to one policy)", ip)
 			}
 			if (s.hasVTEP[0] && k == s.vtep[0]) || (s.hasVTEP[1] && k == s.vtep[1]) {
 				return nil, fmt.Errorf("gateway config: egress IP %v is also a VTEP of this gateway", ip)
 			}
-			s.hosted[k] = struct{}{}
+			hosted[k] = struct{}{}
 			f := famOf(ip)
 			sp.ips[f] = append(sp.ips[f], nat.Addr(k))
 		}
@@ -181,11 +178,11 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			return nil, fmt.Errorf("gateway config: node %q has an IPv%d VTEP but the gateway has no VTEP of that family", n.Name, 4+2*f)
 		}
 		k := v.As16()
-		if _, dup := s.nodeByVTEP[k]; dup {
+		if _, dup := nodeByVTEP[k]; dup {
 			return nil, fmt.Errorf("gateway config: node %q: VTEP %v is used by another node", n.Name, v)
 		}
 		idx := int32(len(s.nodes))
-		s.nodeByVTEP[k] = idx
+		nodeByVTEP[k] = idx
 		s.nodes = append(s.nodes, snapNode{name: n.Name, vtep: k, innerMAC: n.InnerMAC, fam: f})
 		for _, p := range n.Pods {
 			a := p.Addr.Unmap()
@@ -193,7 +190,7 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 				return nil, fmt.Errorf("gateway config: node %q: pod address %v is not a unicast address", n.Name, p.Addr)
 			}
 			pk := a.As16()
-			if _, dup := s.pods[pk]; dup {
+			if _, dup := pods[pk]; dup {
 				return nil, fmt.Errorf("gateway config: pod address %v is on two nodes or listed twice", a)
 			}
 			sp := snapPod{node: idx, policy: -1}
@@ -204,14 +201,17 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 				}
 				sp.policy = pi
 			}
-			s.pods[pk] = sp
+			pods[pk] = sp
 		}
 	}
+	s.nodeByVTEP = newAddrTable(nodeByVTEP)
+	s.pods = newAddrTable(pods)
+	s.hosted = newAddrTable(hosted)
 	return s, nil
 }
 
 // Hosts reports whether a is an egress IP hosted by this snapshot.
 func (s *Snapshot) Hosts(a netip.Addr) bool {
-	_, ok := s.hosted[a.Unmap().As16()]
-	return ok
+	k := a.Unmap().As16()
+	return s.hosted.has(&k)
 }

@@ -101,7 +101,7 @@ func (w *Worker) process(st *installed, now int64, in, out []byte) Result {
 		if st == nil {
 			return w.pass()
 		}
-		if _, ok := st.snap.hosted[pk.Dst]; !ok {
+		if !st.snap.hosted.has(&pk.Dst) {
 			return w.pass()
 		}
 		return w.reply(st, now, in, out)
@@ -124,11 +124,12 @@ func (w *Worker) random() uint64 {
 func (w *Worker) forward(st *installed, now int64, in, out []byte) Result {
 	pk := &w.pk
 	snap := st.snap
-	ni, ok := snap.nodeByVTEP[pk.OuterSrc]
+	nip, ok := snap.nodeByVTEP.get(&pk.OuterSrc)
 	if !ok {
 		return w.drop(DropUnknownVTEP)
 	}
-	pod, ok := snap.pods[pk.Src]
+	ni := *nip
+	pod, ok := snap.pods.get(&pk.Src)
 	if !ok || pod.node != ni {
 		return w.drop(DropSpoofedSource)
 	}
@@ -138,7 +139,7 @@ func (w *Worker) forward(st *installed, now int64, in, out []byte) Result {
 	if pk.Frag && pk.IPVer == 6 {
 		return w.drop(DropIPv6Fragment)
 	}
-	if _, hair := snap.hosted[pk.Dst]; hair {
+	if snap.hosted.has(&pk.Dst) {
 		return w.drop(DropHairpin)
 	}
 	if pk.TTL <= 1 {
