@@ -1,0 +1,139 @@
+package cni
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+)
+
+// cnitoolPath finds the cnitool that hack/cnitool.sh builds.
+func cnitoolPath(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("EGRET_TOOLS_DIR")
+	if dir == "" {
+		dir = "/var/cache/egret/bin"
+	}
+	p := filepath.Join(dir, "cnitool")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cnitool missing at %s: run hack/cnitool.sh (%v)", p, err)
+		}
+		t.Skipf("cnitool missing at %s: run hack/cnitool.sh", p)
+	}
+	return p
+}
+
+type cnitool struct {
+	t       *testing.T
+	lab     *lab
+	bin     string
+	confDir string
+	args    string
+}
+
+func (c *cnitool) run(verb, network string) (string, error) {
+	c.t.Helper()
+	var out, errOut bytes.Buffer
+	var runErr error
+	if err := c.lab.Node.Do(func() error {
+		cmd := exec.Command(c.bin, verb, network, c.lab.Pod.Path)
+		cmd.Env = append(os.Environ(), "NETCONFPATH="+c.confDir, "CNI_PATH="+pluginDir(c.t), "CNI_IFNAME=net1", "CNI_ARGS="+c.args)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		runErr = cmd.Run()
+		return nil
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	if runErr != nil {
+		return out.String(), fmt.Errorf("cnitool %s: %v: %s%s", verb, runErr, out.String(), errOut.String())
+	}
+	return out.String(), nil
+}
+
+func (c *cnitool) writeConf(name, version, body string) {
+	c.t.Helper()
+	s := fmt.Sprintf(`{"cniVersion":%q,"name":%q,"plugins":[{"type":"openshift-egress",%s}]}`, version, name, body)
+	if err := os.WriteFile(filepath.Join(c.confDir, name+".conflist"), []byte(s), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// TestCnitool drives the plugin with the reference runtime tool for every spec version.
+func TestCnitool(t *testing.T) {
+	requireRoot(t)
+	bin := cnitoolPath(t)
+	for _, v := range specVersions {
+		t.Run(v, func(t *testing.T) {
+			l := newLab(t, true)
+			c := &cnitool{t: t, lab: l, bin: bin, confDir: t.TempDir(), args: "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=db-router"}
+			c.writeConf("egress", v, `"podIP":{"db-*":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"destinations":["198.51.100.10/32"]}},"clusterNetworks":["10.128.0.0/14"],"serviceNetworks":["172.30.0.0/16"]`)
+			before := routesOf(t, l.Pod, netlink.FAMILY_V4)
+
+			out, err := c.run("add", "egress")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res map[string]any
+			if err := json.Unmarshal([]byte(out), &res); err != nil || res["cniVersion"] != v {
+				t.Fatalf("add printed %q (%v), want a %s result", out, err, v)
+			}
+			if !strings.Contains(out, `"net1"`) || !strings.Contains(out, "192.0.2.99/24") {
+				t.Errorf("result lacks net1 or its address: %s", out)
+			}
+			assertPlumbed(t, l, true, true)
+			if !hasRoute(routesOf(t, l.Pod, netlink.FAMILY_V4), "172.30.0.0/16 via "+podGW4+" dev eth0") {
+				t.Error("service network not kept on the pod network")
+			}
+			if src, ok := udpProbe(t, l, allowed4); !ok || src != netip.MustParseAddr(egress4) {
+				t.Errorf("allowed destination: received=%v from %v", ok, src)
+			}
+			if _, ok := udpProbe(t, l, denied4); ok {
+				t.Error("denied destination reachable")
+			}
+
+			_, err = c.run("check", "egress")
+			if v == "0.3.0" || v == "0.3.1" {
+				if err == nil {
+					t.Errorf("check succeeded on %s, which has no CHECK", v)
+				}
+			} else if err != nil {
+				t.Error(err)
+			}
+			if v == "1.1.0" {
+				if _, err := c.run("status", "egress"); err != nil {
+					t.Error(err)
+				}
+			}
+
+			if _, err := c.run("del", "egress"); err != nil {
+				t.Fatal(err)
+			}
+			assertClean(t, l, before)
+			if _, err := c.run("del", "egress"); err != nil {
+				t.Errorf("second del: %v", err)
+			}
+			if v == "1.1.0" {
+				if _, err := c.run("gc", "egress"); err != nil {
+					t.Error(err)
+				}
+			}
+
+			// A refused config: the tool reports the plugin's error and nothing changes.
+			c.writeConf("bad", v, `"ipConfig":{"name":"x"},"ip":{"addresses":["192.0.2.99/24"]}`)
+			if _, err := c.run("add", "bad"); err == nil || !strings.Contains(err.Error(), "exactly one of ip, podIP or ipConfig") {
+				t.Errorf("bad config: %v", err)
+			}
+			if _, err := l.Pod.NL.LinkByName("net1"); err == nil {
+				t.Error("refused ADD left net1")
+			}
+		})
+	}
+}
