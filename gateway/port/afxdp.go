@@ -141,7 +141,8 @@ func (x *XSK) setup(ifindex, queue int, opt XDPOptions) error {
 	}
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(queue)}
 	if shared {
-		sa.Flags |= unix.XDP_SHARED_UMEM
+		// The kernel refuses mode flags here: they come from the owner.
+		sa.Flags = unix.XDP_SHARED_UMEM
 		sa.SharedUmemFD = uint32(owner)
 	}
 	if err := unix.Bind(x.fd, sa); err != nil {
@@ -335,6 +336,10 @@ func (x *XSK) kick() {
 		}
 	}
 }
+
+// InFlight is the number of frames handed to the kernel for transmission
+// whose buffers have not come back yet.
+func (x *XSK) InFlight() int { return x.pending }
 
 // Flush reaps completions and kicks the TX ring; call it when idle so
 // buffers of sent frames come back.
