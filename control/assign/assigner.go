@@ -33,10 +33,14 @@ type Assigner struct {
 	objs  map[string]*objState
 	names []string // object names, sorted
 
-	claims  map[netip.Addr][]*objState // every object listing the IP
-	owner   map[netip.Addr]*objState   // the claimant allowed to use it
-	multi   map[netip.Addr]struct{}    // IPs with two or more claimants
-	pending map[*objState]struct{}     // objects with owned IPs not placed
+	claims map[netip.Addr][]*objState // every object listing the IP
+	owner  map[netip.Addr]*objState   // the claimant allowed to use it
+	multi  map[netip.Addr]struct{}    // IPs with two or more claimants
+	// pending holds objects with an IP that failed only because nodes were
+	// at capacity: another object giving up an IP may let it in, so they
+	// are retried on every change. IPs with no subnet match or whose nodes
+	// all host the object's other IPs wait for a node or object change.
+	pending map[*objState]struct{}
 
 	nodeProblems []Event
 	// Explanations precomputed per node set for NoMatchingNodeFound messages.
@@ -46,6 +50,26 @@ type Assigner struct {
 	scratchAddrs []netip.Addr
 	scratchNodes []int32
 	visited      []bool
+	// before records the loads of capacity-limited nodes before an Upsert
+	// took IPs off them, to tell whether capacity was freed.
+	before []nodeLoad
+}
+
+type nodeLoad struct {
+	node   int32
+	n4, n6 int
+}
+
+// capacityFreed reports whether a capacity-limited node holds fewer IPs of
+// a family than before the current Upsert.
+func (a *Assigner) capacityFreed() bool {
+	for _, b := range a.before {
+		n := &a.nodes[b.node]
+		if n.n4 < b.n4 || n.n6 < b.n6 {
+			return true
+		}
+	}
+	return false
 }
 
 type subnetGroup struct {
@@ -187,6 +211,8 @@ type objState struct {
 	// input status while loading, the placed addresses afterwards.
 	status  []netip.Addr
 	reasons []Event // NoMatchingNodeFound of the last placement
+	// capacityBound is true when a reason counted nodes at capacity.
+	capacityBound bool
 }
 
 func (o *objState) placedOn(node int32) bool {
@@ -506,6 +532,9 @@ func (a *Assigner) place(o *objState, ip netip.Addr, node int32, iface Interface
 func (a *Assigner) unplace(o *objState, i int) {
 	p := o.placed[i]
 	n := &a.nodes[p.node]
+	if n.cloud != nil && !slices.ContainsFunc(a.before, func(b nodeLoad) bool { return b.node == p.node }) {
+		a.before = append(a.before, nodeLoad{p.node, n.n4, n.n6})
+	}
 	if p.addr.Is4() {
 		n.n4--
 	} else {
@@ -576,6 +605,7 @@ func placedAddrs(o *objState) []netip.Addr {
 // placeObject places o's owned IPs that have no node yet.
 func (a *Assigner) placeObject(o *objState) {
 	o.reasons = o.reasons[:0]
+	o.capacityBound = false
 	todo := a.scratchAddrs[:0]
 	for _, ip := range o.addrs {
 		if a.owner[ip] == o && o.placedIdx(ip) < 0 {
@@ -637,7 +667,9 @@ func (a *Assigner) placeObject(o *objState) {
 				continue
 			}
 		}
-		a.fail(o, ip, a.explain(o, ip))
+		why, full := a.explain(o, ip)
+		a.fail(o, ip, why)
+		o.capacityBound = o.capacityBound || full
 	}
 }
 
@@ -738,8 +770,9 @@ func (a *Assigner) augment(o *objState, ip netip.Addr, movable []netip.Addr) boo
 	return false
 }
 
-// explain says why ip found no node for o.
-func (a *Assigner) explain(o *objState, ip netip.Addr) string {
+// explain says why ip found no node for o, and whether nodes at capacity
+// were part of the reason.
+func (a *Assigner) explain(o *objState, ip netip.Addr) (string, bool) {
 	var inSubnet, hostsOwn, full int
 	is4 := ip.Is4()
 	for _, ni := range a.candidateNodes(ip, false) {
@@ -759,18 +792,19 @@ func (a *Assigner) explain(o *objState, ip netip.Addr) string {
 	if !is4 {
 		f = 1
 	}
+	atCapacity := full > 0
 	switch {
 	case inSubnet == 0:
 		return fmt.Sprintf("none of the %d eligible nodes has an interface subnet containing it (their subnets of this family: %s); use an address from one of them or label a node on its subnet",
-			len(a.eligible), a.subnetList[f])
+			len(a.eligible), a.subnetList[f]), atCapacity
 	case hostsOwn == inSubnet:
 		return fmt.Sprintf("all %d eligible nodes on its subnet already host another egress IP of %s, and a node hosts at most one IP of an EgressIP; label more nodes on that subnet or list fewer IPs",
-			inSubnet, o.name)
+			inSubnet, o.name), atCapacity
 	case full == inSubnet:
-		return fmt.Sprintf("all %d eligible nodes on its subnet are at their cloud IP capacity (cloud.network.openshift.io/egress-ipconfig); add nodes or free egress IPs", inSubnet)
+		return fmt.Sprintf("all %d eligible nodes on its subnet are at their cloud IP capacity (cloud.network.openshift.io/egress-ipconfig); add nodes or free egress IPs", inSubnet), atCapacity
 	default:
 		return fmt.Sprintf("of the %d eligible nodes on its subnet, %d already host another egress IP of %s (a node hosts at most one IP of an EgressIP) and %d are at their cloud IP capacity; add nodes on that subnet",
-			inSubnet, hostsOwn, o.name, full)
+			inSubnet, hostsOwn, o.name, full), atCapacity
 	}
 }
 
@@ -826,7 +860,7 @@ func (a *Assigner) load(objects []Object) error {
 // for a node.
 func (a *Assigner) settle(o *objState) {
 	o.status = placedAddrs(o)
-	if len(o.reasons) > 0 {
+	if o.capacityBound {
 		a.pending[o] = struct{}{}
 	} else {
 		delete(a.pending, o)
@@ -855,6 +889,7 @@ func (a *Assigner) Delete(name string) []string {
 func (a *Assigner) upsert(obj Object, remove bool) []string {
 	touched := map[netip.Addr]struct{}{}
 	affected := map[*objState]struct{}{}
+	a.before = a.before[:0]
 	items := obj.Status
 	old := a.objs[obj.Name]
 	if old != nil {
@@ -906,8 +941,12 @@ func (a *Assigner) upsert(obj Object, remove bool) []string {
 	if s != nil {
 		a.keep(s, items)
 	}
-	for o := range a.pending {
-		affected[o] = struct{}{}
+	// Objects waiting for capacity are retried only when some was freed;
+	// otherwise their placement and explanation cannot change.
+	if a.capacityFreed() {
+		for o := range a.pending {
+			affected[o] = struct{}{}
+		}
 	}
 	order := make([]*objState, 0, len(affected))
 	for o := range affected {
