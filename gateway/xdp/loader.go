@@ -111,7 +111,7 @@ func (p *Program) attach(mode Mode, log *slog.Logger) error {
 		if err := old.Update(p.objs.EgretXdp); err == nil {
 			log.Info("xdp: replaced program left by an earlier run", "ifindex", p.ifindex, "pin", p.pin)
 			p.lnk = old
-			p.mode = mode
+			p.mode = attachedMode(p.ifindex)
 			return nil
 		}
 		// The link died with its interface or is unusable: drop it.
@@ -179,6 +179,21 @@ func (p *Program) removeLegacy(log *slog.Logger) error {
 	}
 	log.Info("xdp: removed stale program", "interface", l.Attrs().Name, "id", x.ProgId)
 	return nil
+}
+
+// attachedMode asks the kernel how the program on ifindex is attached.
+func attachedMode(ifindex int) Mode {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil || l.Attrs().Xdp == nil {
+		return ModeAuto
+	}
+	switch l.Attrs().Xdp.AttachMode {
+	case 1: // XDP_ATTACHED_DRV
+		return ModeDriver
+	case 2: // XDP_ATTACHED_SKB
+		return ModeGeneric
+	}
+	return ModeAuto
 }
 
 // Mode reports how the program ended up attached.

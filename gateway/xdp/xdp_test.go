@@ -244,6 +244,9 @@ func TestDetachAndRestart(t *testing.T) {
 		t.Fatalf("second Attach after a simulated crash: %v", err)
 	}
 	p1.Close()
+	if p2.Mode() != p1.Mode() {
+		t.Fatalf("restarted program reports mode %v, first was %v", p2.Mode(), p1.Mode())
+	}
 	on, id2 := attached(t, l)
 	if !on || id2 == id1 {
 		t.Fatalf("after restart attached=%v id %d (was %d): want the new program", on, id2, id1)
