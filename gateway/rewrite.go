@@ -35,10 +35,12 @@ func decTTL(ip []byte, ver uint8) {
 		ip[7]--
 		return
 	}
+	// Compute the new TTL/protocol word from the old one rather than reading
+	// it back after a byte store (that stalls store-to-load forwarding).
 	old := binary.BigEndian.Uint16(ip[8:])
-	ip[8]--
-	c := header.ChecksumUpdate16(binary.BigEndian.Uint16(ip[10:]), old, binary.BigEndian.Uint16(ip[8:]))
-	binary.BigEndian.PutUint16(ip[10:], c)
+	nw := old - 0x0100
+	binary.BigEndian.PutUint16(ip[8:], nw)
+	binary.BigEndian.PutUint16(ip[10:], header.ChecksumUpdate16(binary.BigEndian.Uint16(ip[10:]), old, nw))
 }
 
 // setAddrV4 replaces the IPv4 address at off (ipSrc or ipDst) and fixes the
