@@ -9,8 +9,10 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -43,7 +45,11 @@ func NewKubeConfigMaps(kubeconfig string) (*KubeConfigMaps, error) {
 
 // ConfigMapData implements ConfigMapGetter.
 func (k *KubeConfigMaps) ConfigMapData(ctx context.Context, namespace, name string) (map[string]string, error) {
-	cm, err := k.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	// One retry at most: a runtime retries a "try again later" ADD itself, and a kubelet
+	// waiting on a silent plugin is worse than a quick, clear error.
+	var cm corev1.ConfigMap
+	err := k.Client.CoreV1().RESTClient().Get().Namespace(namespace).Resource("configmaps").Name(name).
+		VersionedParams(&metav1.GetOptions{}, scheme.ParameterCodec).MaxRetries(1).Do(ctx).Into(&cm)
 	if err != nil {
 		return nil, err
 	}
