@@ -130,7 +130,7 @@ type nodeState struct {
 func (n *nodeState) load() int { return n.n4 + n.n6 }
 
 // hasRoom reports whether the node's cloud capacity allows one more IP of
-// the family; extra4/extra6 are subtracted first (an IP about to move away).
+// the family; minus4/minus6 are subtracted first (an IP about to move away).
 func (n *nodeState) hasRoom(is4 bool, minus4, minus6 int) bool {
 	if n.cloud == nil {
 		return true
@@ -293,7 +293,9 @@ func (a *Assigner) setNodes(nodes []Node) error {
 			}
 		}
 		for _, p := range n.HostCIDRs {
-			a.addNodeAddr(p.Addr(), n.Name)
+			if p.IsValid() {
+				a.addNodeAddr(p.Addr(), n.Name)
+			}
 		}
 		switch {
 		case !n.Assignable:
@@ -823,12 +825,16 @@ func (a *Assigner) removeName(name string) {
 
 // load assigns a whole set of objects from scratch (the state must be empty).
 func (a *Assigner) load(objects []Object) error {
+	seen := make(map[string]struct{}, len(objects))
+	for _, o := range objects {
+		if _, dup := seen[o.Name]; dup {
+			return fmt.Errorf("EgressIP %q is listed twice; each object must appear once", o.Name)
+		}
+		seen[o.Name] = struct{}{}
+	}
 	states := make([]*objState, 0, len(objects))
 	inputs := make(map[*objState][]StatusItem, len(objects))
 	for _, o := range objects {
-		if _, dup := a.objs[o.Name]; dup {
-			return fmt.Errorf("EgressIP %q is listed twice; each object must appear once", o.Name)
-		}
 		s := a.parseObject(o)
 		s.status = statusAddrs(o.Status)
 		a.objs[o.Name] = s
@@ -1092,7 +1098,8 @@ func Assign(objects []Object, nodes []Node, opts Options) (Result, error) {
 }
 
 // Load replaces all objects of the Assigner and assigns them from scratch,
-// honouring their statuses, exactly as Assign does.
+// honouring their statuses, exactly as Assign does. On error (two objects
+// with one name) the Assigner is left empty.
 func (a *Assigner) Load(objects []Object) error {
 	a.objs = map[string]*objState{}
 	a.names = nil

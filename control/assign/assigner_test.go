@@ -108,3 +108,13 @@ func TestSetNodesFailoverAndReturn(t *testing.T) {
 		t.Error("a failed SetNodes changed the state")
 	}
 }
+
+func TestLoadDuplicateLeavesAssignerEmpty(t *testing.T) {
+	a := mustAssigner(t, three(), []Object{ob("x", "10.0.0.10")})
+	if err := a.Load([]Object{ob("y", "10.0.0.11"), ob("y", "10.0.0.12")}); err == nil {
+		t.Fatal("Load accepted two objects named y")
+	}
+	if r := a.Result(); len(r.Objects) != 0 {
+		t.Errorf("after a failed Load the Assigner holds %v", placements(r))
+	}
+}

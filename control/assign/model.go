@@ -102,7 +102,8 @@ type Options struct {
 	// AvoidCordoned makes cordoned (unschedulable) nodes ineligible, so a
 	// drain moves their egress IPs away.
 	AvoidCordoned bool
-	// Now is compared with Node.HoldDownUntil.
+	// Now is compared with Node.HoldDownUntil; a node with a hold-down set
+	// stays out while Now is before it (a zero Now keeps it out).
 	Now time.Time
 }
 
