@@ -3,6 +3,8 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -19,6 +21,15 @@ func init() {
 }
 
 func main() {
+	// "egress-router install ..." is for the installer DaemonSet; runtimes always set
+	// CNI_COMMAND, so the two cannot be confused.
+	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 && os.Args[1] == "install" {
+		if err := install(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "egress-router install:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	p := &cni.Plugin{}
 	skel.PluginMainFuncs(p.Funcs(), cni.Versions, "CNI plugin egress-router "+version)
 }

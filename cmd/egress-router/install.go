@@ -1,0 +1,128 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/egret-gw/egret/cni"
+)
+
+// install copies this binary into the node's CNI bin directory under both type names
+// and, when asked, keeps a kubeconfig for ipConfig there from the pod's service account.
+// The DaemonSet in deploy/cni runs it; nothing here is on a CNI code path.
+func install(args []string) error {
+	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	binDir := fs.String("cni-bin-dir", "/host/opt/cni/bin", "where the CNI plugins live (node path as mounted)")
+	kcDir := fs.String("kubeconfig-dir", "", "if set, write kubeconfig, ca.crt and token here for ipConfig (node path as mounted)")
+	kcHostDir := fs.String("kubeconfig-host-dir", "/etc/cni/net.d/egress-router.d", "the same directory as the node sees it (paths inside the kubeconfig)")
+	saDir := fs.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the pod's service account files")
+	watch := fs.Duration("refresh", 0, "if > 0, stay running and re-copy the rotating token at this interval")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this binary: %w", err)
+	}
+	if err := installBinary(self, *binDir); err != nil {
+		return err
+	}
+	fmt.Printf("installed %s and %s in %s\n", cni.TypeEgressRouter, cni.TypeOpenshiftEgress, *binDir)
+	if *kcDir == "" {
+		return nil
+	}
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return errors.New("KUBERNETES_SERVICE_HOST/PORT are not set: -kubeconfig-dir only works inside a pod")
+	}
+	for {
+		if err := writeKubeconfig(*kcDir, *kcHostDir, *saDir, "https://"+net.JoinHostPort(host, port)); err != nil {
+			return err
+		}
+		if *watch <= 0 {
+			return nil
+		}
+		time.Sleep(*watch)
+	}
+}
+
+// installBinary copies src to dir/egress-router atomically and points dir/openshift-egress at it.
+func installBinary(src, dir string) error {
+	dst := filepath.Join(dir, cni.TypeEgressRouter)
+	if err := copyFile(src, dst, 0o755); err != nil {
+		return err
+	}
+	link := filepath.Join(dir, cni.TypeOpenshiftEgress)
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(cni.TypeEgressRouter, tmp); err != nil {
+		return fmt.Errorf("linking %s: %w", link, err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return fmt.Errorf("linking %s: %w", link, err)
+	}
+	return nil
+}
+
+// copyFile writes through a temporary name so a runtime never executes half a binary.
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+func writeKubeconfig(dir, hostDir, saDir, server string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, f := range []string{"ca.crt", "token"} {
+		if err := copyFile(filepath.Join(saDir, f), filepath.Join(dir, f), 0o600); err != nil {
+			return fmt.Errorf("copying the service account %s: %w", f, err)
+		}
+	}
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: egress-router
+  user:
+    tokenFile: %s
+contexts:
+- name: egress-router
+  context: {cluster: local, user: egress-router}
+current-context: egress-router
+`, server, filepath.Join(hostDir, "ca.crt"), filepath.Join(hostDir, "token"))
+	tmp := filepath.Join(dir, "kubeconfig.tmp")
+	if err := os.WriteFile(tmp, []byte(kc), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "kubeconfig"))
+}

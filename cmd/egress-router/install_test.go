@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestInstallBinary(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(t.TempDir(), "plugin")
+	if err := os.WriteFile(src, []byte("binary v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, content := range []string{"binary v1", "binary v2"} { // the second run upgrades in place
+		if err := os.WriteFile(src, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := installBinary(src, dir); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"egress-router", "openshift-egress"} {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil || !bytes.Equal(b, []byte(content)) {
+				t.Errorf("%s: %q %v, want %q", name, b, err, content)
+			}
+		}
+		fi, err := os.Stat(filepath.Join(dir, "egress-router"))
+		if err != nil || fi.Mode().Perm()&0o111 == 0 {
+			t.Errorf("installed plugin not executable: %v %v", fi, err)
+		}
+	}
+	if matches, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(matches) != 0 {
+		t.Errorf("temporary files left: %v", matches)
+	}
+	if err := installBinary(filepath.Join(dir, "missing"), dir); err == nil {
+		t.Error("installing a missing binary succeeded")
+	}
+}
+
+func TestWriteKubeconfig(t *testing.T) {
+	sa, out := t.TempDir(), t.TempDir()
+	for f, v := range map[string]string{"ca.crt": "CA", "token": "TOKEN"} {
+		if err := os.WriteFile(filepath.Join(sa, f), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeKubeconfig(out, "/etc/cni/net.d/egress-router.d", sa, "https://"+net.JoinHostPort("fd00::1", "443")); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.LoadFromFile(filepath.Join(out, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := kc.Contexts[kc.CurrentContext]
+	if ctx == nil || kc.Clusters[ctx.Cluster].Server != "https://[fd00::1]:443" || kc.AuthInfos[ctx.AuthInfo].TokenFile != "/etc/cni/net.d/egress-router.d/token" {
+		t.Errorf("kubeconfig %+v", kc)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "token")); string(b) != "TOKEN" {
+		t.Errorf("token copy %q", b)
+	}
+	if err := writeKubeconfig(out, "/x", t.TempDir(), "https://a:1"); err == nil {
+		t.Error("missing service account files accepted")
+	}
+}
