@@ -60,6 +60,7 @@ type Table struct {
 	to        [numStates]int64
 	bytes     int64
 	hook      atomic.Pointer[EventFunc]
+	free      func()
 	expShard  atomic.Uint32
 	_         [64]byte
 	count     atomic.Int64 // flows in the table, bounded by maxFlows
@@ -162,16 +163,25 @@ func New(cfg Config) (*Table, error) {
 	if n < 8 {
 		n = 8
 	}
+	nEntries, nSlots := ns*shardCap, ns*n
+	// One block: slots (8-byte aligned) first, then the entries.
+	mem, free, err := allocTable(nSlots*8 + nEntries*entrySize)
+	if err != nil {
+		return nil, err
+	}
 	t := &Table{
 		h:         newHasher(),
 		shards:    make([]shard, ns),
-		entries:   make([]entry, ns*shardCap),
 		shardMask: uint64(ns - 1),
 		shardBits: shardBits,
 		shardCap:  uint32(shardCap),
 		maxFlows:  int64(cfg.MaxFlows),
 	}
-	slots := make([]uint64, ns*n)
+	slots := unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), nSlots)
+	t.entries = unsafe.Slice((*entry)(unsafe.Pointer(&mem[nSlots*8])), nEntries)
+	// A table dropped without Close still gives its memory back.
+	t.free = sync.OnceFunc(free)
+	runtime.AddCleanup(t, func(f func()) { f() }, t.free)
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.slots = slots[i*n : (i+1)*n : (i+1)*n]
@@ -179,7 +189,7 @@ func New(cfg Config) (*Table, error) {
 		s.base = uint32(i * shardCap)
 		s.keyLimit = uint32(n - n/16 - 1)
 	}
-	t.bytes = int64(len(t.entries))*int64(entrySize) + int64(len(slots))*8 +
+	t.bytes = int64(len(mem)) +
 		int64(ns)*int64(unsafe.Sizeof(shard{})) + int64(unsafe.Sizeof(Table{}))
 	for s := State(1); s < numStates; s++ {
 		t.to[s] = int64(timeoutFor(&to, s))
@@ -222,6 +232,18 @@ func (t *Table) Timeout(s State) time.Duration {
 		return 0
 	}
 	return time.Duration(t.to[s])
+}
+
+// Close releases the table's memory now instead of when the table is
+// garbage collected. It must not run concurrently with any other method,
+// and the table must not be used afterwards.
+func (t *Table) Close() {
+	t.entries = nil
+	for i := range t.shards {
+		t.shards[i].slots = nil
+		t.shards[i].n = 0
+	}
+	t.free()
 }
 
 // Len returns the number of flows in the table.

@@ -11,15 +11,21 @@ func addr(s string) Addr { return Addr(netip.MustParseAddr(s).As16()) }
 
 // flowN returns a distinct IPv4 TCP flow for every i: pod 10.x.y.z:port →
 // server 192.0.2.1:443, NATed to 198.51.100.1:port.
+var (
+	podBase    = addr("10.0.0.0")
+	serverAddr = addr("192.0.2.1")
+	natBase    = addr("198.51.100.1")
+)
+
 func flowN(i uint32, proto uint8) Flow {
 	var f Flow
-	f.Orig.Src = addr("10.0.0.0")
+	f.Orig.Src = podBase
 	f.Orig.Src[13], f.Orig.Src[14], f.Orig.Src[15] = byte(i>>24), byte(i>>16), byte(i>>8)
-	f.Orig.Dst = addr("192.0.2.1")
+	f.Orig.Dst = serverAddr
 	f.Orig.SrcPort = uint16(i) | 1<<15
 	f.Orig.DstPort = 443
 	f.Orig.Proto = proto
-	f.NATAddr = addr("198.51.100.1")
+	f.NATAddr = natBase
 	f.NATAddr[14], f.NATAddr[15] = byte(i>>16), byte(i>>8)
 	f.NATPort = uint16(i) | 1<<15
 	f.Aux = uint64(i) * 3

@@ -1,0 +1,319 @@
+package conntrack
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// benchTable is a table of about n flows shared by the benchmarks of one
+// size: flows with ids [oldest, next) are in it.
+type benchTable struct {
+	tb           *Table
+	oldest, next uint32
+}
+
+// insertBatch is how many flows BenchmarkInsert adds before it deletes the
+// same number of the oldest (with the timer stopped), so the table keeps
+// between n-insertBatch and n flows.
+const insertBatch = 4096
+
+var (
+	benchMu     sync.Mutex
+	benchTables = map[int]*benchTable{}
+)
+
+func getBenchTable(b *testing.B, n int) *benchTable {
+	benchMu.Lock()
+	defer benchMu.Unlock()
+	if bt := benchTables[n]; bt != nil {
+		return bt
+	}
+	tb, err := New(Config{MaxFlows: n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bt := &benchTable{tb: tb}
+	for bt.next = 0; bt.next < uint32(n-insertBatch); bt.next++ {
+		f := flowN(bt.next, ProtoTCP)
+		if err := tb.Insert(&f, FlagSYN, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchTables[n] = bt
+	return bt
+}
+
+// cpuClock measures the benchmark goroutine's thread CPU time, so that a
+// figure stays meaningful on a machine shared with other jobs (wall-clock
+// ns/op counts the time the thread waited for a core).
+type cpuClock struct {
+	start, paused int64
+}
+
+func threadCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+func startCPU() *cpuClock {
+	runtime.LockOSThread()
+	return &cpuClock{start: threadCPU()}
+}
+
+func (c *cpuClock) pause()  { c.paused -= threadCPU() }
+func (c *cpuClock) resume() { c.paused += threadCPU() }
+
+// report adds cpu-ns/op: thread CPU time per operation.
+func (c *cpuClock) report(b *testing.B) {
+	d := threadCPU() - c.start - c.paused
+	runtime.UnlockOSThread()
+	b.ReportMetric(float64(d)/float64(b.N), "cpu-ns/op")
+}
+
+func dropBenchTables() {
+	benchMu.Lock()
+	benchTables = map[int]*benchTable{}
+	benchMu.Unlock()
+	runtime.GC()
+}
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"1M", 1 << 20}, {"10M", 10_000_000}}
+
+// pick maps i to a pseudo-random id in [lo, hi) without a division.
+func pick(i int, lo, hi uint32) uint32 {
+	x := uint32(i) * 0x9E3779B1
+	return lo + uint32((uint64(x)*uint64(hi-lo))>>32)
+}
+
+// lookupBatch is the data plane's batch size: it parses a batch of frames,
+// calls Prefetch for each, then Track for each.
+const lookupBatch = 32
+
+// BenchmarkLookup: a hit on a random flow, alternating original and reply
+// direction, including building the key (as the baseline does). flows=N
+// runs as the data plane does (Prefetch a batch of 32, PrefetchEntry each,
+// then Track each);
+// flows=N_unbatched calls Track alone.
+func BenchmarkLookup(b *testing.B) {
+	for _, sz := range benchSizes {
+		for _, batched := range []bool{true, false} {
+			name := "flows=" + sz.name
+			if !batched {
+				name += "_unbatched"
+			}
+			b.Run(name, func(b *testing.B) {
+				bt := getBenchTable(b, sz.n)
+				tb := bt.tb
+				lo, hi := bt.oldest, bt.next
+				var out Flow
+				var keys [lookupBatch]Tuple
+				b.ReportAllocs()
+				b.ResetTimer()
+				c := startCPU()
+				for i := 0; i < b.N; i += lookupBatch {
+					m := min(lookupBatch, b.N-i)
+					for j := 0; j < m; j++ {
+						f := flowN(pick(i+j, lo, hi), ProtoTCP)
+						keys[j] = f.Orig
+						if (i+j)&1 == 1 {
+							keys[j] = f.Reply()
+						}
+						if batched {
+							tb.Prefetch(&keys[j])
+						}
+					}
+					if batched {
+						for j := 0; j < m; j++ {
+							tb.PrefetchEntry(&keys[j])
+						}
+					}
+					for j := 0; j < m; j++ {
+						if !tb.Track(Dir((i+j)&1), &keys[j], FlagACK, 1, &out) {
+							b.Fatal("miss")
+						}
+					}
+				}
+				c.report(b)
+				b.ReportMetric(float64(tb.Bytes())/float64(tb.Cap()), "bytes/flow")
+			})
+		}
+	}
+	// The same keys in a Go map (both tuples → index into a []Flow).
+	b.Run("baseline_gomap", func(b *testing.B) {
+		const n = 1 << 20
+		flows := make([]Flow, n)
+		m := make(map[Tuple]int32, 2*n)
+		for i := range flows {
+			flows[i] = flowN(uint32(i), ProtoTCP)
+			m[flows[i].Orig] = int32(i)
+			m[flows[i].Reply()] = int32(i)
+		}
+		var out Flow
+		b.ReportAllocs()
+		b.ResetTimer()
+		c := startCPU()
+		for i := 0; i < b.N; i++ {
+			f := flowN(pick(i, 0, n), ProtoTCP)
+			k := f.Orig
+			if i&1 == 1 {
+				k = f.Reply()
+			}
+			j, ok := m[k]
+			if !ok {
+				b.Fatal("miss")
+			}
+			out = flows[j]
+			out.State = StateEstablished
+		}
+		c.report(b)
+		_ = out
+	})
+}
+
+// BenchmarkLookupParallel: lookups from all Ps at once, to show that the
+// shard locks do not serialise workers.
+func BenchmarkLookupParallel(b *testing.B) {
+	bt := getBenchTable(b, 1<<20)
+	tb := bt.tb
+	lo, hi := bt.oldest, bt.next
+	b.ReportAllocs()
+	var seed sync.Mutex
+	s := 0
+	b.RunParallel(func(pb *testing.PB) {
+		seed.Lock()
+		i := s * 1_000_003
+		s++
+		seed.Unlock()
+		var out Flow
+		for pb.Next() {
+			i++
+			f := flowN(pick(i, lo, hi), ProtoTCP)
+			if !tb.Track(Original, &f.Orig, FlagACK, 1, &out) {
+				b.Fatal("miss")
+			}
+		}
+	})
+}
+
+// BenchmarkInsert: adding a new flow to a table holding about n flows.
+func BenchmarkInsert(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run("flows="+sz.name, func(b *testing.B) {
+			bt := getBenchTable(b, sz.n)
+			tb := bt.tb
+			var out Flow
+			b.ReportAllocs()
+			b.ResetTimer()
+			c := startCPU()
+			for i := 0; i < b.N; i++ {
+				f := flowN(bt.next, ProtoTCP)
+				bt.next++
+				if err := tb.Insert(&f, FlagSYN, 0); err != nil {
+					b.Fatal(err)
+				}
+				if bt.next-bt.oldest == uint32(sz.n) {
+					c.pause()
+					b.StopTimer()
+					for j := 0; j < insertBatch; j++ {
+						g := flowN(bt.oldest, ProtoTCP)
+						bt.oldest++
+						if !tb.Delete(&g.Orig, &out) {
+							b.Fatal("delete")
+						}
+					}
+					b.StartTimer()
+					c.resume()
+				}
+			}
+			c.report(b)
+			b.ReportMetric(float64(tb.Bytes())/float64(tb.Cap()), "bytes/flow")
+		})
+	}
+	b.Run("baseline_gomap", func(b *testing.B) {
+		const n = 1 << 20
+		m := make(map[Tuple]int32, 2*n)
+		var next, oldest uint32
+		for ; next < n-insertBatch; next++ {
+			f := flowN(next, ProtoTCP)
+			m[f.Orig] = int32(next)
+			m[f.Reply()] = int32(next)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		c := startCPU()
+		for i := 0; i < b.N; i++ {
+			f := flowN(next, ProtoTCP)
+			next++
+			if _, ok := m[f.Orig]; ok {
+				b.Fatal("exists")
+			}
+			m[f.Orig] = int32(i)
+			m[f.Reply()] = int32(i)
+			if next-oldest == n {
+				c.pause()
+				b.StopTimer()
+				for j := 0; j < insertBatch; j++ {
+					g := flowN(oldest, ProtoTCP)
+					oldest++
+					delete(m, g.Orig)
+					delete(m, g.Reply())
+				}
+				b.StartTimer()
+				c.resume()
+			}
+		}
+		c.report(b)
+	})
+}
+
+// BenchmarkGC: the time of one full GC cycle with no table, then with a
+// table holding 10M flows. The table holds no pointers, so the two match.
+func BenchmarkGC(b *testing.B) {
+	var empty time.Duration
+	b.Run("empty", func(b *testing.B) {
+		dropBenchTables()
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			runtime.GC()
+		}
+		empty = time.Since(start) / time.Duration(b.N)
+	})
+	b.Run("flows=10M", func(b *testing.B) {
+		bt := getBenchTable(b, 10_000_000)
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			runtime.GC()
+		}
+		per := time.Since(start) / time.Duration(b.N)
+		if empty > 0 {
+			b.ReportMetric(float64(per)/float64(empty), "x_empty")
+		}
+		b.ReportMetric(float64(bt.tb.Len()), "flows")
+		runtime.KeepAlive(bt)
+	})
+}
+
+// BenchmarkExpire: one incremental Expire call (budget 256) on a 1M-flow
+// table where nothing is due, i.e. the steady-state cost of the sweeper.
+func BenchmarkExpire(b *testing.B) {
+	bt := getBenchTable(b, 1<<20)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if n := bt.tb.Expire(1, 256, nil); n != 0 {
+			b.Fatal(fmt.Sprint("expired ", n))
+		}
+	}
+}

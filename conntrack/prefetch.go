@@ -1,0 +1,46 @@
+//go:build !race
+
+package conntrack
+
+import "unsafe"
+
+// Prefetch starts loading the index slots Track(dir, k) will read, without
+// waiting for them and without a lock; PrefetchEntry then does the same for
+// the entry. A worker that calls Prefetch for every packet of a batch, then
+// PrefetchEntry for each, then Track for each, overlaps the batch's cache
+// misses; a lone Track cannot, because taking the shard lock (an atomic
+// read-modify-write) waits for every earlier load to finish. Both are hints:
+// they change nothing, and a wrong guess only costs a wasted cache line.
+// (They do nothing in race-detector builds, where their unlocked reads would
+// be reported.)
+func (t *Table) Prefetch(k *Tuple) {
+	h := t.h.hash(k)
+	s := &t.shards[h&t.shardMask]
+	if s.n == 0 {
+		return
+	}
+	prefetchLine(uintptr(unsafe.Pointer(unsafe.SliceData(s.slots))) + uintptr(home(uint32(h>>32), s.n))*8)
+}
+
+// PrefetchEntry starts loading the entry k's index slot points to; call it
+// after Prefetch(k) has had time to bring the slot in. See Prefetch.
+func (t *Table) PrefetchEntry(k *Tuple) {
+	h := t.h.hash(k)
+	s := &t.shards[h&t.shardMask]
+	tag := uint32(h >> 32)
+	if s.n == 0 {
+		return
+	}
+	pos := home(tag, s.n)
+	for i := 0; i < 2 && pos < s.n; i++ { // the key is often displaced by one
+		sl := s.slots[pos]
+		if uint32(sl>>32) == tag && uint32(sl) != 0 {
+			_, g, _ := t.refEntry(uint32(sl))
+			if int(g) < len(t.entries) {
+				prefetchLine(uintptr(unsafe.Pointer(&t.entries[g])))
+			}
+			return
+		}
+		pos++
+	}
+}

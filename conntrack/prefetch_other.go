@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package conntrack
+
+func prefetchLine(addr uintptr) {}

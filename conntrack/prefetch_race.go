@@ -1,0 +1,9 @@
+//go:build race
+
+package conntrack
+
+// Prefetch does nothing in race-detector builds; see prefetch.go.
+func (t *Table) Prefetch(k *Tuple) {}
+
+// PrefetchEntry does nothing in race-detector builds; see prefetch.go.
+func (t *Table) PrefetchEntry(k *Tuple) {}
