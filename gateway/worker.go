@@ -53,9 +53,12 @@ func (w *Worker) Stats() Stats {
 // modified. now is monotonic nanoseconds, read once per batch by the caller.
 // len(out) and len(res) must be at least len(in).
 func (w *Worker) Process(now int64, in, out [][]byte, res []Result) {
+	if len(in) == 0 {
+		return
+	}
 	st := w.p.state.Load()
-	_ = out[len(in)-1:]
-	_ = res[len(in)-1:]
+	_ = out[len(in)-1]
+	_ = res[len(in)-1]
 	for i, f := range in {
 		res[i] = w.process(st, now, f, out[i])
 	}
@@ -139,9 +142,6 @@ func (w *Worker) forward(st *installed, now int64, in, out []byte) Result {
 	if pk.Frag && pk.IPVer == 6 {
 		return w.drop(DropIPv6Fragment)
 	}
-	if snap.hosted.has(&pk.Dst) {
-		return w.drop(DropHairpin)
-	}
 	if pk.TTL <= 1 {
 		return w.icmpToPod(st, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
 	}
@@ -224,6 +224,11 @@ func (w *Worker) newFlow(st *installed, ni int32, policy int32, flags uint8, now
 	t := &w.tuple
 	if t.Proto == protoTCP && flags&(conntrack.FlagSYN|conntrack.FlagACK|conntrack.FlagRST|conntrack.FlagFIN) != conntrack.FlagSYN {
 		return DropTCPNoFlow
+	}
+	if st.snap.hosted.has(&w.pk.Dst) {
+		// Checked only here: no flow to a hosted egress IP is ever created,
+		// so established traffic needs no hairpin lookup.
+		return DropHairpin
 	}
 	ips := st.snap.policies[policy].ips[fam(w.pk.IPVer)]
 	if len(ips) == 0 {
