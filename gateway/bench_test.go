@@ -204,19 +204,21 @@ func startCPU(b *testing.B) *cpuClock {
 	return &cpuClock{b: b, start: threadCPU()}
 }
 
+// The thread clock is read inside the wall-clock timer's window because
+// StopTimer and StartTimer themselves read memory statistics.
 func (c *cpuClock) pause() {
-	c.b.StopTimer()
 	c.elapsed += threadCPU() - c.start
+	c.b.StopTimer()
 }
 
 func (c *cpuClock) resume() {
-	c.start = threadCPU()
 	c.b.StartTimer()
+	c.start = threadCPU()
 }
 
 func (c *cpuClock) stop() {
-	c.b.StopTimer()
 	c.elapsed += threadCPU() - c.start
+	c.b.StopTimer()
 	runtime.UnlockOSThread()
 	c.b.ReportMetric(float64(c.elapsed)/float64(c.b.N), "cpu-ns/op")
 }
