@@ -46,7 +46,7 @@ func (w *Worker) icmpToPod(st *installed, ni int32, in, out []byte, kind int, mt
 	if room := w.hop.MTU - (hl - ethLen) - ihl - icmpLen; quote > room {
 		quote = room
 	}
-	if quote < ipv4MinLen+8 {
+	if quote < ihl+8 { // the pod must see its header and ports
 		return w.drop(failed)
 	}
 	innerLen := ihl + icmpLen + quote
