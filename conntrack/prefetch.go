@@ -37,7 +37,10 @@ func (t *Table) PrefetchEntry(k *Tuple) {
 		if uint32(sl>>32) == tag && uint32(sl) != 0 {
 			_, g, _ := t.refEntry(uint32(sl))
 			if int(g) < len(t.entries) {
-				prefetchLine(uintptr(unsafe.Pointer(&t.entries[g])))
+				// 72-byte entries straddle cache lines more often than not.
+				a := uintptr(unsafe.Pointer(&t.entries[g]))
+				prefetchLine(a)
+				prefetchLine(a + uintptr(entrySize) - 1)
 			}
 			return
 		}
