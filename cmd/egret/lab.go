@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/egret-gw/egret/lab"
+)
+
+func init() {
+	register("lab", "build, inspect or remove the network-namespace lab (up|down|status)", runLab)
+}
+
+const labUsage = `usage: egret lab <up|down|status> [flags]
+
+  up      build the lab (namespaces, tunnel, gateways, echo server); a second up is a no-op
+  down    remove the lab and any leftovers of a crashed one
+  status  print the topology and what runs (--json for scripts)
+
+Run "egret lab <command> -h" for the flags. docs/lab.md draws the topology.`
+
+func runLab(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, labUsage)
+		return errors.New("missing lab command")
+	}
+	switch args[0] {
+	case "up":
+		return labUp(args[1:])
+	case "down":
+		return labDown(args[1:])
+	case "status":
+		return labStatus(args[1:])
+	case "echo-server": // started by `lab up` inside the server namespace
+		return labEcho(args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(os.Stderr, labUsage)
+		return nil
+	}
+	fmt.Fprintln(os.Stderr, labUsage)
+	return fmt.Errorf("unknown lab command %q", args[0])
+}
+
+func labFlags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("egret lab "+name, flag.ContinueOnError)
+	n := fs.String("name", lab.DefaultName, "lab name: the prefix of its network namespaces")
+	return fs, n
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}
+
+func newLab(name, mode string) (*lab.Lab, error) {
+	spec, err := lab.DefaultSpec(name)
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the egret binary: %w", err)
+	}
+	impl, err := lab.NewImpl(mode, self)
+	if err != nil {
+		return nil, err
+	}
+	return &lab.Lab{Spec: spec, Impl: impl, Binary: self}, nil
+}
+
+func labUp(args []string) error {
+	fs, name := labFlags("up")
+	mode := os.Getenv("EGRET_LAB_GATEWAY")
+	if mode == "" {
+		mode = lab.ModeKernel
+	}
+	fs.StringVar(&mode, "gateway", mode, "gateway implementation: kernel (VXLAN + nftables SNAT) or egret (egret gateway); default from EGRET_LAB_GATEWAY")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	l, err := newLab(*name, mode)
+	if err != nil {
+		return err
+	}
+	if err := l.Up(); err != nil {
+		return err
+	}
+	st, err := l.Status()
+	if err != nil {
+		return err
+	}
+	st.WriteText(os.Stdout)
+	return nil
+}
+
+func labDown(args []string) error {
+	fs, name := labFlags("down")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	return lab.Down("", *name)
+}
+
+func labStatus(args []string) error {
+	fs, name := labFlags("status")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	l, err := newLab(*name, lab.ModeKernel)
+	if err != nil {
+		return err
+	}
+	st, err := l.Status()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	st.WriteText(os.Stdout)
+	return nil
+}
+
+func labEcho(args []string) error {
+	fs := flag.NewFlagSet("egret lab echo-server", flag.ContinueOnError)
+	name := fs.String("lab", "", "the lab this server belongs to (for logs and `lab down`)")
+	httpAddr := fs.String("http", "", "HTTP listen address (ip:port)")
+	udpAddr := fs.String("udp", "", "UDP listen address (ip:port)")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	if *httpAddr == "" || *udpAddr == "" {
+		return errors.New("echo-server needs --http and --udp")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("lab", *name)
+	return (&lab.EchoServer{HTTPAddr: *httpAddr, UDPAddr: *udpAddr, Log: log}).Run(ctx)
+}
+
+func isHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			return true
+		}
+	}
+	return false
+}

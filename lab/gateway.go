@@ -1,0 +1,261 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Impl starts one gateway implementation in a gateway namespace. The lab has
+// already created the namespace with eth0 addressed, the default route via
+// the router and the gateway's egress IPs as /32 on eth0; the worker side
+// (VXLAN device, fdb, policy routing) is the same for every implementation.
+// Processes an Impl starts must write a pid file under env.RunDir so Down
+// finds them (it also kills anything left in the lab's namespaces).
+type Impl interface {
+	// Mode names the implementation: "kernel" or "egret".
+	Mode() string
+	// Start runs the gateway and returns once it forwards traffic.
+	Start(env GatewayEnv) error
+}
+
+// GatewayEnv is what an Impl gets to start one gateway.
+type GatewayEnv struct {
+	Spec    *Spec
+	Gateway Gateway
+	NS      string // the gateway's network namespace
+	RunDir  string // the lab's run folder
+}
+
+// Mode names for NewImpl and EGRET_LAB_GATEWAY.
+const (
+	ModeKernel = "kernel"
+	ModeEgret  = "egret"
+)
+
+// NewImpl returns the implementation for mode; binary is the egret binary
+// that egret mode runs.
+func NewImpl(mode, binary string) (Impl, error) {
+	switch mode {
+	case ModeKernel, "":
+		return Kernel{}, nil
+	case ModeEgret:
+		if binary == "" {
+			return nil, errors.New("egret gateway mode needs the path of the egret binary")
+		}
+		return Egret{Binary: binary}, nil
+	}
+	return nil, fmt.Errorf("gateway mode %q: use %q or %q", mode, ModeKernel, ModeEgret)
+}
+
+// Kernel is the kernel's own gateway: a VXLAN device decapsulates, nftables
+// SNATs each selected pod to its policy's egress IP and conntrack takes the
+// replies (and ICMP errors about them) back into the tunnel. It is also the
+// baseline the lab benchmark compares Egret with.
+type Kernel struct{}
+
+// Mode implements Impl.
+func (Kernel) Mode() string { return ModeKernel }
+
+// Start implements Impl.
+func (Kernel) Start(env GatewayEnv) error {
+	s, g := env.Spec, env.Gateway
+	lines := []string{
+		fmt.Sprintf("link add egv0 address %s type vxlan id %d local %v dstport %d nolearning",
+			mac(g.TunnelMAC), VNI, g.IP, VXLANPort),
+		fmt.Sprintf("link set egv0 mtu %d up", TunnelMTU),
+		fmt.Sprintf("addr add %v/%d dev egv0", g.TunnelIP, s.TunnelSubnet.Bits()),
+	}
+	var fdb []string
+	for _, w := range s.Workers {
+		lines = append(lines,
+			fmt.Sprintf("neigh replace %v lladdr %s dev egv0 nud permanent", w.TunnelIP, mac(w.TunnelMAC)),
+			fmt.Sprintf("route replace %v via %v dev egv0", w.PodSubnet, w.TunnelIP))
+		fdb = append(fdb, fmt.Sprintf("fdb append %s dev egv0 dst %v", mac(w.TunnelMAC), w.IP))
+	}
+	if err := ipBatch(env.NS, lines...); err != nil {
+		return err
+	}
+	if _, err := runIn(strings.Join(fdb, "\n")+"\n", "bridge", "-n", env.NS, "-batch", "-"); err != nil {
+		return err
+	}
+	_, err := runIn(kernelRules(s, g.Name), "ip", "netns", "exec", env.NS, "nft", "-f", "-")
+	return err
+}
+
+// kernelRules is the gateway's nftables ruleset: SNAT of the pods whose
+// policy has an egress IP here, forwarding only for those pods and for
+// replies, and no answer at all to unsolicited packets for an egress IP
+// (Egret drops those too).
+func kernelRules(s *Spec, gw string) string {
+	var b strings.Builder
+	ips, _ := s.Hosted(gw)
+	b.WriteString("table ip egret_lab {\n\tchain snat_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n")
+	var allowed []string
+	for _, w := range s.Workers {
+		for _, p := range w.Pods {
+			if e, host, ok := s.Steering(p); ok && host.Name == gw {
+				fmt.Fprintf(&b, "\t\toifname \"eth0\" ip saddr %v snat to %v\n", p.IP, e)
+				allowed = append(allowed, p.IP.String())
+			}
+		}
+	}
+	b.WriteString("\t}\n\tchain forward_pods {\n\t\ttype filter hook forward priority filter; policy drop;\n\t\tct state established,related accept\n")
+	if len(allowed) > 0 {
+		fmt.Fprintf(&b, "\t\tiifname \"egv0\" oifname \"eth0\" ip saddr { %s } accept\n", strings.Join(allowed, ", "))
+	}
+	b.WriteString("\t}\n\tchain egress_ip_input {\n\t\ttype filter hook input priority filter; policy accept;\n")
+	if len(ips) > 0 {
+		strs := make([]string, len(ips))
+		for i, ip := range ips {
+			strs[i] = ip.String()
+		}
+		fmt.Fprintf(&b, "\t\tip daddr { %s } ct state new,invalid drop\n", strings.Join(strs, ", "))
+	}
+	b.WriteString("\t}\n}\n")
+	return b.String()
+}
+
+// Egret runs `egret gateway --config <file>` in the gateway namespace; the
+// lab writes the file (GatewayConfig, documented in docs/lab.md).
+type Egret struct {
+	Binary string
+}
+
+// Mode implements Impl.
+func (Egret) Mode() string { return ModeEgret }
+
+// EgretAvailable reports whether binary has the gateway subcommand.
+func EgretAvailable(binary string) bool {
+	out, _ := exec.Command(binary, "gateway", "--help").CombinedOutput()
+	return !strings.Contains(string(out), "unknown command")
+}
+
+// Start implements Impl: write the config, start the process with a pid
+// file and wait until it has attached its XDP program to eth0 (or, on the
+// AF_PACKET fallback, until it has run for a few seconds without exiting).
+func (e Egret) Start(env GatewayEnv) error {
+	if !EgretAvailable(e.Binary) {
+		return fmt.Errorf("%s has no gateway subcommand yet; use the kernel gateway mode", e.Binary)
+	}
+	cfg := NewGatewayConfig(env.Spec, env.Gateway.Name)
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(env.RunDir, "gateway-"+env.Gateway.Name+".yaml")
+	if err := os.WriteFile(path, append([]byte("# written by egret lab up; format in docs/lab.md\n"), data...), 0o644); err != nil {
+		return err
+	}
+	// Frames on the fabric carry full checksums and no TSO/GSO super-frames,
+	// as on a real NIC, so the data plane sees what it would in production.
+	if err := offloadsOff(env.NS, "eth0"); err != nil {
+		return err
+	}
+	pid, err := startDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, "gateway", "--config", path)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	started := time.Now()
+	for time.Now().Before(deadline) {
+		if !alive(pid) {
+			return fmt.Errorf("egret gateway in %s exited during start; log: %s", env.NS, tail(filepath.Join(env.RunDir, "gateway-"+env.Gateway.Name+".log")))
+		}
+		out, _ := run("ip", "-n", env.NS, "link", "show", "dev", "eth0")
+		if strings.Contains(out, "xdp") || time.Since(started) > 4*time.Second {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+func offloadsOff(ns, dev string) error {
+	_, err := nsExec(ns, "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", "gro", "off")
+	return err
+}
+
+// GatewayConfig is the file `egret gateway --config` reads in the lab. It
+// holds what gateway.Config needs; JSON names are the YAML keys.
+type GatewayConfig struct {
+	// Node is the gateway's node name.
+	Node string `json:"node"`
+	// Interfaces are the interfaces to serve (XDP + AF_XDP).
+	Interfaces []string `json:"interfaces"`
+	// VTEPs are the gateway's tunnel addresses (outer destination).
+	VTEPs []string `json:"vteps"`
+	// InnerMAC is the gateway's MAC inside the tunnel: workers send to it
+	// and replies come from it.
+	InnerMAC string `json:"innerMAC"`
+	// RouterV4 is the source of ICMP errors the gateway itself sends to pods.
+	RouterV4 string `json:"routerV4,omitempty"`
+	// Tunnel is "vxlan"; VNI and Port are its parameters.
+	Tunnel string `json:"tunnel"`
+	VNI    int    `json:"vni"`
+	Port   int    `json:"port"`
+	// Nodes are the worker nodes allowed to send tunnel traffic.
+	Nodes []ConfigNode `json:"nodes"`
+	// Policies lists every policy; EgressIPs holds only those hosted here
+	// (empty when the policy's IPs live on other gateways).
+	Policies []ConfigPolicy `json:"policies"`
+	// EgressIPsClaimed is true: the lab has put the hosted egress IPs on
+	// the interface as /32 already, so the gateway must not claim or release them.
+	EgressIPsClaimed bool `json:"egressIPsClaimed"`
+}
+
+// ConfigNode is a worker node in GatewayConfig.
+type ConfigNode struct {
+	Name     string      `json:"name"`
+	VTEP     string      `json:"vtep"`
+	InnerMAC string      `json:"innerMAC"`
+	Pods     []ConfigPod `json:"pods"`
+}
+
+// ConfigPod is a pod in GatewayConfig; Policy is "" when none selects it.
+type ConfigPod struct {
+	Addr   string `json:"addr"`
+	Policy string `json:"policy,omitempty"`
+}
+
+// ConfigPolicy is an egress policy in GatewayConfig.
+type ConfigPolicy struct {
+	Name      string   `json:"name"`
+	EgressIPs []string `json:"egressIPs"`
+}
+
+// NewGatewayConfig builds the config of gateway gw.
+func NewGatewayConfig(s *Spec, gw string) GatewayConfig {
+	g := s.Gateway(gw)
+	c := GatewayConfig{
+		Node: g.Name, Interfaces: []string{"eth0"}, VTEPs: []string{g.IP.String()},
+		InnerMAC: mac(g.TunnelMAC), RouterV4: g.TunnelIP.String(),
+		Tunnel: "vxlan", VNI: VNI, Port: VXLANPort, EgressIPsClaimed: true,
+	}
+	for _, w := range s.Workers {
+		n := ConfigNode{Name: w.Name, VTEP: w.IP.String(), InnerMAC: mac(w.TunnelMAC)}
+		for _, p := range w.Pods {
+			n.Pods = append(n.Pods, ConfigPod{Addr: p.IP.String(), Policy: p.Policy})
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	for _, p := range s.Policies {
+		cp := ConfigPolicy{Name: p.Name, EgressIPs: []string{}}
+		for i, h := range p.Hosts {
+			if h == gw {
+				cp.EgressIPs = append(cp.EgressIPs, p.EgressIPs[i].String())
+			}
+		}
+		c.Policies = append(c.Policies, cp)
+	}
+	return c
+}
+
+func mac(m [6]byte) string { return net.HardwareAddr(m[:]).String() }

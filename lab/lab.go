@@ -1,0 +1,326 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Lab is a Spec plus what Up needs to run it.
+type Lab struct {
+	Spec *Spec
+	// Impl starts the gateways (Kernel when nil).
+	Impl Impl
+	// Binary is the egret binary; the echo server runs as
+	// `egret lab echo-server` so that it outlives `egret lab up`.
+	Binary string
+	// RunRoot is the parent of the run folder (RunRoot when empty).
+	RunRoot string
+}
+
+// state is what Up leaves in the run folder for Status and a second Up.
+type state struct {
+	Name   string `json:"name"`
+	Mode   string `json:"mode"`
+	Binary string `json:"binary"`
+}
+
+// RunDir is the lab's run folder.
+func (l *Lab) RunDir() string { return runDir(l.RunRoot, l.Spec.Name) }
+
+func runDir(root, name string) string {
+	if root == "" {
+		root = RunRoot
+	}
+	return filepath.Join(root, name)
+}
+
+func (l *Lab) impl() Impl {
+	if l.Impl == nil {
+		return Kernel{}
+	}
+	return l.Impl
+}
+
+// Up builds the lab. When the same lab in the same mode is already up and
+// healthy it does nothing; leftovers of anything else with this name (a
+// crash, another mode) are removed first. On failure everything built is
+// removed again.
+func (l *Lab) Up() error {
+	if err := l.Spec.Validate(); err != nil {
+		return err
+	}
+	if l.Binary == "" {
+		return errors.New("lab: Binary (the egret binary for the echo server) is not set")
+	}
+	st, err := l.Status()
+	if err == nil && st.Up && st.Mode == l.impl().Mode() && len(st.Problems) == 0 {
+		return nil
+	}
+	if err := Down(l.RunRoot, l.Spec.Name); err != nil {
+		return fmt.Errorf("remove leftovers of lab %s: %w", l.Spec.Name, err)
+	}
+	if err := l.build(); err != nil {
+		if derr := Down(l.RunRoot, l.Spec.Name); derr != nil {
+			err = fmt.Errorf("%w (and cleaning up failed: %v)", err, derr)
+		}
+		return err
+	}
+	return nil
+}
+
+func (l *Lab) build() error {
+	s := l.Spec
+	dir := l.RunDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var adds []string
+	for _, ns := range s.Namespaces() {
+		adds = append(adds, "netns add "+ns)
+	}
+	if err := ipBatch("", adds...); err != nil {
+		return err
+	}
+	for _, ns := range s.Namespaces() {
+		// Forwarding where routing happens; no reverse-path filter, since
+		// replies come back out of the tunnel on asymmetric paths.
+		if _, err := nsExec(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1",
+			"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"); err != nil {
+			return err
+		}
+	}
+
+	fabric := []string{"link set lo up", "link add br0 type bridge", "link set br0 up"}
+	members := []string{s.Router.Name}
+	for _, w := range s.Workers {
+		members = append(members, w.Name)
+	}
+	for _, g := range s.Gateways {
+		members = append(members, g.Name)
+	}
+	for _, m := range members {
+		fabric = append(fabric,
+			fmt.Sprintf("link add %s type veth peer name eth0 netns %s", m, s.NS(m)),
+			fmt.Sprintf("link set %s master br0 up", m))
+	}
+	if err := ipBatch(s.NS("fabric"), fabric...); err != nil {
+		return err
+	}
+	bits := s.NodeSubnet.Bits()
+	r := s.Router
+	if err := ipBatch(s.NS(r.Name), "link set lo up",
+		fmt.Sprintf("addr add %v/%d dev eth0", r.IP, bits), "link set eth0 up",
+		fmt.Sprintf("link add eth1 type veth peer name eth0 netns %s", s.NS(s.Server.Name)),
+		fmt.Sprintf("addr add %v/%d dev eth1", r.OutIP, r.Outside.Bits()), "link set eth1 up"); err != nil {
+		return err
+	}
+	if err := ipBatch(s.NS(s.Server.Name), "link set lo up",
+		fmt.Sprintf("addr add %v/%d dev eth0", s.Server.IP, r.Outside.Bits()), "link set eth0 up",
+		fmt.Sprintf("route add default via %v", r.OutIP)); err != nil {
+		return err
+	}
+	for _, w := range s.Workers {
+		if err := l.buildWorker(w); err != nil {
+			return fmt.Errorf("worker %s: %w", w.Name, err)
+		}
+	}
+	for _, g := range s.Gateways {
+		lines := []string{"link set lo up",
+			fmt.Sprintf("addr add %v/%d dev eth0", g.IP, bits), "link set eth0 up",
+			fmt.Sprintf("route add default via %v", r.IP)}
+		ips, _ := s.Hosted(g.Name)
+		for _, ip := range ips {
+			lines = append(lines, fmt.Sprintf("addr add %v/32 dev eth0", ip))
+		}
+		if err := ipBatch(s.NS(g.Name), lines...); err != nil {
+			return fmt.Errorf("gateway %s: %w", g.Name, err)
+		}
+	}
+	// Real-NIC conditions on the fabric: full checksums, no TSO/GSO
+	// super-frames. Both gateway modes see the same frames.
+	offload := [][2]string{{s.NS(r.Name), "eth0"}, {s.NS(r.Name), "eth1"}, {s.NS(s.Server.Name), "eth0"}}
+	for _, m := range members[1:] {
+		offload = append(offload, [2]string{s.NS(m), "eth0"})
+	}
+	for _, o := range offload {
+		if err := offloadsOff(o[0], o[1]); err != nil {
+			return err
+		}
+	}
+	for _, g := range s.Gateways {
+		env := GatewayEnv{Spec: s, Gateway: g, NS: s.NS(g.Name), RunDir: dir}
+		if err := l.impl().Start(env); err != nil {
+			return fmt.Errorf("gateway %s (%s mode): %w", g.Name, l.impl().Mode(), err)
+		}
+	}
+	if err := l.startEcho(); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(state{Name: s.Name, Mode: l.impl().Mode(), Binary: l.Binary}, "", "  ")
+	return os.WriteFile(filepath.Join(dir, "state.json"), b, 0o644)
+}
+
+func (l *Lab) buildWorker(w Worker) error {
+	s := l.Spec
+	gw := w.PodSubnet.Addr().Next()
+	lines := []string{"link set lo up",
+		fmt.Sprintf("addr add %v/%d dev eth0", w.IP, s.NodeSubnet.Bits()), "link set eth0 up",
+		fmt.Sprintf("route add default via %v", s.Router.IP),
+		"link add cni0 type bridge",
+		fmt.Sprintf("addr add %v/%d dev cni0", gw, w.PodSubnet.Bits()),
+		fmt.Sprintf("link set cni0 mtu %d up", TunnelMTU),
+		fmt.Sprintf("link add egv0 address %s type vxlan id %d local %v dstport %d nolearning",
+			mac(w.TunnelMAC), VNI, w.IP, VXLANPort),
+		fmt.Sprintf("link set egv0 mtu %d up", TunnelMTU),
+		fmt.Sprintf("addr add %v/%d dev egv0", w.TunnelIP, s.TunnelSubnet.Bits()),
+	}
+	var fdb []string
+	for i, g := range s.Gateways {
+		lines = append(lines,
+			fmt.Sprintf("neigh replace %v lladdr %s dev egv0 nud permanent", g.TunnelIP, mac(g.TunnelMAC)),
+			fmt.Sprintf("route replace default via %v dev egv0 table %d", g.TunnelIP, gatewayTable(i)))
+		fdb = append(fdb, fmt.Sprintf("fdb append %s dev egv0 dst %v", mac(g.TunnelMAC), g.IP))
+	}
+	for _, p := range w.Pods {
+		veth := "veth-" + p.Name
+		if len(veth) > 15 {
+			veth = veth[:15]
+		}
+		lines = append(lines,
+			fmt.Sprintf("link add %s mtu %d type veth peer name eth0 netns %s", veth, TunnelMTU, s.NS(p.Name)),
+			fmt.Sprintf("link set %s master cni0 up", veth))
+		// Policy routing: the pod's traffic goes into the tunnel towards
+		// the gateway that hosts its egress IP.
+		if _, g, ok := s.Steering(p); ok {
+			lines = append(lines, fmt.Sprintf("rule add from %v/32 lookup %d priority 1000", p.IP, gatewayTable(s.gatewayIndex(g.Name))))
+		}
+	}
+	if err := ipBatch(s.NS(w.Name), lines...); err != nil {
+		return err
+	}
+	if _, err := runIn(strings.Join(fdb, "\n")+"\n", "bridge", "-n", s.NS(w.Name), "-batch", "-"); err != nil {
+		return err
+	}
+	// Pods no policy selects leave with the node's IP, as with any CNI.
+	rules := fmt.Sprintf("table ip egret_lab {\n\tchain masquerade_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"eth0\" ip saddr %v masquerade\n\t}\n}\n", w.PodSubnet)
+	if _, err := runIn(rules, "ip", "netns", "exec", s.NS(w.Name), "nft", "-f", "-"); err != nil {
+		return err
+	}
+	for _, p := range w.Pods {
+		if err := ipBatch(s.NS(p.Name), "link set lo up",
+			fmt.Sprintf("addr add %v/%d dev eth0", p.IP, w.PodSubnet.Bits()), "link set eth0 up",
+			fmt.Sprintf("route add default via %v", gw)); err != nil {
+			return fmt.Errorf("pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// gatewayTable is the routing table of the i-th gateway on workers.
+func gatewayTable(i int) int { return 100 + i }
+
+func (s *Spec) gatewayIndex(name string) int {
+	for i, g := range s.Gateways {
+		if g.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (l *Lab) startEcho() error {
+	s := l.Spec
+	ns := s.NS(s.Server.Name)
+	httpAddr := netip.AddrPortFrom(s.Server.IP, HTTPPort).String()
+	udpAddr := netip.AddrPortFrom(s.Server.IP, UDPPort).String()
+	pid, err := startDaemon(l.RunDir(), "echo", ns, l.Binary, "lab", "echo-server",
+		"--lab", s.Name, "--http", httpAddr, "--udp", udpAddr)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		c, err := DialContext(ctx, ns, "tcp", httpAddr)
+		cancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if !alive(pid) || time.Now().After(deadline) {
+			return fmt.Errorf("echo server in %s did not start: %v; log: %s", ns, err, tail(filepath.Join(l.RunDir(), "echo.log")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Namespaces lists the existing network namespaces of lab name.
+func Namespaces(name string) []string {
+	ents, _ := os.ReadDir("/run/netns")
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), name+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// Down removes lab name, also after a crash: processes started for it (pid
+// files) and every process inside its namespaces are stopped, the
+// namespaces (with the bridges and links in them) deleted and the run folder
+// removed. A lab that is not there is not an error.
+func Down(runRoot, name string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	dir := runDir(runRoot, name)
+	nss := Namespaces(name)
+	paths := make([]string, len(nss))
+	for i, ns := range nss {
+		paths[i] = "/run/netns/" + ns
+	}
+	pids := pidsInNamespaces(paths)
+	// Processes whose namespace file is gone already (an interrupted Down)
+	// are found by their pid files, if they are still ours.
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
+	for _, f := range files {
+		if pid := readPid(f); alive(pid) && ours(pid, name, dir) {
+			pids = append(pids, pid)
+		}
+	}
+	if err := killAll(pids, 2*time.Second); err != nil {
+		return err
+	}
+	if len(nss) > 0 {
+		lines := make([]string, len(nss))
+		for i, ns := range nss {
+			lines[i] = "netns del " + ns
+		}
+		if _, err := runIn(strings.Join(lines, "\n")+"\n", "ip", "-force", "-batch", "-"); err != nil {
+			return err
+		}
+	}
+	if left := Namespaces(name); len(left) > 0 {
+		return fmt.Errorf("namespaces %v are still there after deleting them", left)
+	}
+	return os.RemoveAll(dir)
+}
+
+// ours reports whether pid runs a command the lab started for lab name.
+func ours(pid int, name, dir string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	cmd := string(b)
+	return strings.Contains(cmd, "\x00--lab\x00"+name+"\x00") || strings.Contains(cmd, dir+"/")
+}

@@ -1,0 +1,320 @@
+// Package lab builds Egret's network-namespace lab: worker nodes with pods,
+// gateway nodes, a router and an outside echo server, joined by a bridge in
+// a namespace of its own. The demo, the end-to-end tests and the lab
+// benchmark use it; docs/lab.md draws the topology.
+//
+// A Spec is the deterministic description of what to build (plain data);
+// Up turns it into namespaces, links, routes and processes, Down removes
+// everything with the lab's prefix, and Status reports what is running.
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+)
+
+// Fixed parameters of the lab's tunnel and outside server.
+const (
+	// VNI is the VXLAN network identifier used between workers and gateways.
+	VNI = 100
+	// VXLANPort is the VXLAN UDP destination port (IANA).
+	VXLANPort = 4789
+	// TunnelMTU is the MTU of the tunnel devices and of the pods' links:
+	// 1500 on the fabric minus 50 bytes of VXLAN over IPv4.
+	TunnelMTU = 1450
+	// HTTPPort and UDPPort are the echo server's ports.
+	HTTPPort = 8080
+	UDPPort  = 8081
+	// DefaultName is the namespace prefix of `egret lab up` without --name.
+	DefaultName = "egl"
+	// RunRoot holds one folder per lab with pid files, logs, gateway configs
+	// and the topology state.
+	RunRoot = "/run/egret-lab"
+)
+
+// Spec describes a lab. Build one with DefaultSpec; the zero value is not usable.
+type Spec struct {
+	// Name prefixes every namespace ("<name>-w1") and names the run folder.
+	Name         string
+	NodeSubnet   netip.Prefix // fabric: node eth0 addresses and egress IPs
+	TunnelSubnet netip.Prefix // inner addresses of the VXLAN devices
+	Router       Router
+	Server       Server
+	Workers      []Worker
+	Gateways     []Gateway
+	Policies     []Policy
+}
+
+// Router joins the fabric to the outside network; it is every node's default gateway.
+type Router struct {
+	Name    string
+	IP      netip.Addr // on eth0, in NodeSubnet
+	Outside netip.Prefix
+	OutIP   netip.Addr // on eth1, towards the server
+}
+
+// Server is the outside echo server.
+type Server struct {
+	Name string
+	IP   netip.Addr
+}
+
+// Worker is a worker node with its pods.
+type Worker struct {
+	Name      string
+	IP        netip.Addr // eth0 and VTEP
+	TunnelIP  netip.Addr
+	TunnelMAC [6]byte
+	PodSubnet netip.Prefix // on the worker's cni0 bridge; .1 is the pods' gateway
+	Pods      []Pod
+}
+
+// Pod is one pod: a namespace with eth0 on its worker's cni0 bridge.
+type Pod struct {
+	Name   string // unique in the lab, e.g. "w1-p1"
+	IP     netip.Addr
+	Policy string // "" when no policy selects the pod
+}
+
+// Gateway is an egress gateway node.
+type Gateway struct {
+	Name      string
+	IP        netip.Addr // eth0 and VTEP
+	TunnelIP  netip.Addr
+	TunnelMAC [6]byte
+}
+
+// Policy is one EgressIP object: its egress IPs and the gateway hosting each.
+type Policy struct {
+	Name      string
+	EgressIPs []netip.Addr
+	Hosts     []string // Hosts[i] is the gateway hosting EgressIPs[i]
+}
+
+var mustAddr = netip.MustParseAddr
+
+func tunnelMAC(last byte) [6]byte { return [6]byte{0x02, 0x65, 0x67, 0x00, 0x00, last} }
+
+// DefaultSpec is the issue's topology: workers w1 and w2 with pods p1 and p2
+// each, gateways g1–g3, policy "blue" selecting w1-p1 and w2-p1 (egress IP
+// 192.0.2.101 on g1), policy "green" selecting w1-p2 (192.0.2.102 on g2),
+// w2-p2 selected by none, g3 spare. Only documentation and benchmark ranges
+// are used.
+func DefaultSpec(name string) (*Spec, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	s := &Spec{
+		Name:         name,
+		NodeSubnet:   netip.MustParsePrefix("192.0.2.0/24"),
+		TunnelSubnet: netip.MustParsePrefix("198.19.0.0/24"),
+		Router: Router{Name: "rtr", IP: mustAddr("192.0.2.1"),
+			Outside: netip.MustParsePrefix("198.51.100.0/24"), OutIP: mustAddr("198.51.100.1")},
+		Server: Server{Name: "srv", IP: mustAddr("198.51.100.10")},
+		Policies: []Policy{
+			{Name: "blue", EgressIPs: []netip.Addr{mustAddr("192.0.2.101")}, Hosts: []string{"g1"}},
+			{Name: "green", EgressIPs: []netip.Addr{mustAddr("192.0.2.102")}, Hosts: []string{"g2"}},
+		},
+	}
+	for i := 1; i <= 2; i++ {
+		s.Workers = append(s.Workers, Worker{
+			Name:      fmt.Sprintf("w%d", i),
+			IP:        netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}),
+			TunnelIP:  netip.AddrFrom4([4]byte{198, 19, 0, byte(10 + i)}),
+			TunnelMAC: tunnelMAC(byte(10 + i)),
+			PodSubnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 0}), 24),
+		})
+	}
+	w1, w2 := &s.Workers[0], &s.Workers[1]
+	w1.Pods = []Pod{{Name: "w1-p1", IP: mustAddr("198.18.1.2"), Policy: "blue"}, {Name: "w1-p2", IP: mustAddr("198.18.1.3"), Policy: "green"}}
+	w2.Pods = []Pod{{Name: "w2-p1", IP: mustAddr("198.18.2.2"), Policy: "blue"}, {Name: "w2-p2", IP: mustAddr("198.18.2.3")}}
+	for i := 1; i <= 3; i++ {
+		s.Gateways = append(s.Gateways, Gateway{
+			Name:      fmt.Sprintf("g%d", i),
+			IP:        netip.AddrFrom4([4]byte{192, 0, 2, byte(20 + i)}),
+			TunnelIP:  netip.AddrFrom4([4]byte{198, 19, 0, byte(20 + i)}),
+			TunnelMAC: tunnelMAC(byte(20 + i)),
+		})
+	}
+	return s, s.Validate()
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
+
+// ValidName checks a lab name: it prefixes namespace names and must not
+// contain the separator "-" so that one lab's prefix never matches another's.
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("lab name %q: use 1–12 lower-case letters and digits, starting with a letter", name)
+	}
+	return nil
+}
+
+// NS is the network namespace name of a lab member ("fabric", "w1", "w1-p1", "g1", "rtr", "srv").
+func (s *Spec) NS(member string) string { return s.Name + "-" + member }
+
+// Namespaces lists every namespace of the lab, fabric first.
+func (s *Spec) Namespaces() []string {
+	out := []string{s.NS("fabric"), s.NS(s.Router.Name), s.NS(s.Server.Name)}
+	for _, w := range s.Workers {
+		out = append(out, s.NS(w.Name))
+		for _, p := range w.Pods {
+			out = append(out, s.NS(p.Name))
+		}
+	}
+	for _, g := range s.Gateways {
+		out = append(out, s.NS(g.Name))
+	}
+	return out
+}
+
+// Policy returns the named policy, or nil.
+func (s *Spec) Policy(name string) *Policy {
+	for i := range s.Policies {
+		if s.Policies[i].Name == name {
+			return &s.Policies[i]
+		}
+	}
+	return nil
+}
+
+// Gateway returns the named gateway, or nil.
+func (s *Spec) Gateway(name string) *Gateway {
+	for i := range s.Gateways {
+		if s.Gateways[i].Name == name {
+			return &s.Gateways[i]
+		}
+	}
+	return nil
+}
+
+// Hosted lists the egress IPs a gateway hosts, with their policies.
+func (s *Spec) Hosted(gw string) (ips []netip.Addr, policies []string) {
+	for _, p := range s.Policies {
+		for i, h := range p.Hosts {
+			if h == gw {
+				ips = append(ips, p.EgressIPs[i])
+				policies = append(policies, p.Name)
+			}
+		}
+	}
+	return ips, policies
+}
+
+// Steering says where a pod's external traffic goes: the egress IP it is
+// expected to leave with and the gateway hosting it, or ok=false when no
+// policy selects the pod (it leaves with its node's IP). With several egress
+// IPs a flow may use any of them; the lab steers a pod to the first.
+func (s *Spec) Steering(p Pod) (egress netip.Addr, gw *Gateway, ok bool) {
+	pol := s.Policy(p.Policy)
+	if pol == nil || len(pol.EgressIPs) == 0 {
+		return netip.Addr{}, nil, false
+	}
+	return pol.EgressIPs[0], s.Gateway(pol.Hosts[0]), true
+}
+
+// ExpectedSource is the source address the outside server should see for a
+// pod: its egress IP when steered, its node's IP otherwise.
+func (s *Spec) ExpectedSource(w Worker, p Pod) netip.Addr {
+	if e, _, ok := s.Steering(p); ok {
+		return e
+	}
+	return w.IP
+}
+
+// Validate checks the spec for the mistakes that would build a broken lab.
+func (s *Spec) Validate() error {
+	if err := ValidName(s.Name); err != nil {
+		return err
+	}
+	seen := map[netip.Addr]string{}
+	claim := func(a netip.Addr, who string) error {
+		if !a.IsValid() {
+			return fmt.Errorf("lab spec: %s has no address", who)
+		}
+		if prev, dup := seen[a]; dup {
+			return fmt.Errorf("lab spec: address %v is used by %s and %s", a, prev, who)
+		}
+		seen[a] = who
+		return nil
+	}
+	names := map[string]bool{"fabric": true, s.Router.Name: true, s.Server.Name: true}
+	name := func(n string) error {
+		if n == "" || names[n] {
+			return fmt.Errorf("lab spec: member name %q is empty or used twice", n)
+		}
+		names[n] = true
+		return nil
+	}
+	for _, a := range []struct {
+		ip  netip.Addr
+		who string
+	}{{s.Router.IP, "router eth0"}, {s.Router.OutIP, "router eth1"}, {s.Server.IP, "server"}} {
+		if err := claim(a.ip, a.who); err != nil {
+			return err
+		}
+	}
+	if !s.NodeSubnet.Contains(s.Router.IP) || !s.Router.Outside.Contains(s.Server.IP) || !s.Router.Outside.Contains(s.Router.OutIP) {
+		return fmt.Errorf("lab spec: router and server addresses must lie in %v and %v", s.NodeSubnet, s.Router.Outside)
+	}
+	for _, g := range s.Gateways {
+		if err := name(g.Name); err != nil {
+			return err
+		}
+		if !s.NodeSubnet.Contains(g.IP) || !s.TunnelSubnet.Contains(g.TunnelIP) {
+			return fmt.Errorf("lab spec: gateway %s: addresses must lie in %v and %v", g.Name, s.NodeSubnet, s.TunnelSubnet)
+		}
+		if err := claim(g.IP, g.Name); err != nil {
+			return err
+		}
+		if err := claim(g.TunnelIP, g.Name+" tunnel"); err != nil {
+			return err
+		}
+	}
+	for _, w := range s.Workers {
+		if err := name(w.Name); err != nil {
+			return err
+		}
+		if !s.NodeSubnet.Contains(w.IP) || !s.TunnelSubnet.Contains(w.TunnelIP) {
+			return fmt.Errorf("lab spec: worker %s: addresses must lie in %v and %v", w.Name, s.NodeSubnet, s.TunnelSubnet)
+		}
+		if err := claim(w.IP, w.Name); err != nil {
+			return err
+		}
+		if err := claim(w.TunnelIP, w.Name+" tunnel"); err != nil {
+			return err
+		}
+		for _, p := range w.Pods {
+			if err := name(p.Name); err != nil {
+				return err
+			}
+			if !w.PodSubnet.Contains(p.IP) || p.IP == w.PodSubnet.Addr().Next() {
+				return fmt.Errorf("lab spec: pod %s: %v is not a pod address of %v", p.Name, p.IP, w.PodSubnet)
+			}
+			if err := claim(p.IP, p.Name); err != nil {
+				return err
+			}
+			if p.Policy != "" && s.Policy(p.Policy) == nil {
+				return fmt.Errorf("lab spec: pod %s names policy %q, which does not exist", p.Name, p.Policy)
+			}
+		}
+	}
+	for _, p := range s.Policies {
+		if len(p.EgressIPs) != len(p.Hosts) {
+			return fmt.Errorf("lab spec: policy %s: every egress IP needs exactly one hosting gateway", p.Name)
+		}
+		for i, ip := range p.EgressIPs {
+			if !s.NodeSubnet.Contains(ip) {
+				return fmt.Errorf("lab spec: policy %s: egress IP %v is outside the node subnet %v", p.Name, ip, s.NodeSubnet)
+			}
+			if err := claim(ip, "egress IP of "+p.Name); err != nil {
+				return err
+			}
+			if s.Gateway(p.Hosts[i]) == nil {
+				return fmt.Errorf("lab spec: policy %s: gateway %q does not exist", p.Name, p.Hosts[i])
+			}
+		}
+	}
+	return nil
+}
