@@ -8,7 +8,7 @@ export EGRET_TOOLS_DIR := $(TOOLS_DIR)
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit test-race vet fmt demo bench bench-lab clean
+.PHONY: all build deps tools test test-unit vet fmt fuzz bpf demo bench bench-lab clean
 
 all: build
 
@@ -35,7 +35,7 @@ fmt:
 
 test: deps tools build vet
 	$(GO) test $(TEST_FLAGS) ./...
-	$(GO) test -count=1 -race -timeout 10m ./conntrack/... ./nat/...
+	$(GO) test -count=1 -race -timeout 10m ./conntrack/... ./nat/... ./gateway/ ./gateway/header/
 
 # Only the tests that need neither root nor the cached binaries.
 test-unit:
@@ -43,6 +43,18 @@ test-unit:
 
 demo: deps build
 	$(BIN)/egret demo
+
+# Each parser and the whole pipeline under the coverage-guided fuzzer (FUZZTIME each).
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzPipeline$$' -fuzztime $(FUZZTIME)
+	for f in FuzzIPv6Ext FuzzGeneve FuzzIPv4 FuzzEthernet FuzzL4; do \
+	  $(GO) test ./gateway/header -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; done
+
+# Regenerate the XDP program's Go bindings and object files (needs clang, llvm, libbpf-dev).
+bpf:
+	$(GO) generate ./gateway/xdp
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./gateway/... ./conntrack/... ./nat/... ./control/...
