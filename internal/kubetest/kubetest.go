@@ -175,6 +175,9 @@ func (e *Env) start(t testing.TB, etcdBin, apiBin, dir string) (_ *controlPlane,
 		"--etcd-servers=" + clientURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// The endpoint reconciler refuses a loopback advertise address, and
+		// there is no cluster network for the kubernetes Service anyway.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + dir,
 		"--tls-cert-file=" + e.pki.servingCertFile,

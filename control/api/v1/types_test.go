@@ -2,6 +2,7 @@ package v1
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -176,6 +177,12 @@ func TestValidate(t *testing.T) {
 		{"bad ns label", func(e *EgressIP) { e.Spec.NamespaceSelector.MatchLabels = map[string]string{"bad key!": "x"} }, []string{"spec.namespaceSelector"}},
 		{"status bad", func(e *EgressIP) { e.Status.Items[0] = EgressIPStatusItem{EgressIP: "x"} },
 			[]string{"status.items[0].node", "status.items[0].egressIP"}},
+		{"too many", func(e *EgressIP) {
+			e.Spec.EgressIPs = nil
+			for i := range MaxEgressIPs + 1 {
+				e.Spec.EgressIPs = append(e.Spec.EgressIPs, netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String())
+			}
+		}, []string{"spec.egressIPs: 1025 addresses, at most 1024"}},
 		{"all errors reported", func(e *EgressIP) { e.Spec.EgressIPs = []string{"a", "b"} },
 			[]string{"spec.egressIPs[0]", "spec.egressIPs[1]"}},
 	}

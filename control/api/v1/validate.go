@@ -8,6 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// MaxEgressIPs is the CRD's maxItems for spec.egressIPs and status.items.
+const MaxEgressIPs = 1024
+
 // ParseEgressIP parses one spec.egressIPs entry with the same rules as the
 // CRD's isIP() check (no zone, no IPv4-mapped IPv6, no leading zeros), and
 // additionally refuses addresses that can never be a source: unspecified,
@@ -43,6 +46,9 @@ func (e *EgressIP) Validate() error {
 	if len(e.Spec.EgressIPs) == 0 {
 		fail("spec.egressIPs: must list at least one IP address")
 	}
+	if len(e.Spec.EgressIPs) > MaxEgressIPs {
+		fail("spec.egressIPs: %d addresses, at most %d allowed", len(e.Spec.EgressIPs), MaxEgressIPs)
+	}
 	seen := make(map[netip.Addr]int, len(e.Spec.EgressIPs))
 	for i, s := range e.Spec.EgressIPs {
 		a, err := ParseEgressIP(s)
@@ -61,6 +67,9 @@ func (e *EgressIP) Validate() error {
 	}
 	if _, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector); err != nil {
 		fail("spec.podSelector: %w", err)
+	}
+	if len(e.Status.Items) > MaxEgressIPs {
+		fail("status.items: %d items, at most %d allowed", len(e.Status.Items), MaxEgressIPs)
 	}
 	for i, it := range e.Status.Items {
 		if it.Node == "" {
