@@ -316,3 +316,37 @@ func TestZeroAllocs(t *testing.T) {
 	}
 	_ = f
 }
+
+// The table holds 10 million flows in at most 96 bytes each, and refuses
+// the next one. Skipped with -short and under -race (where it takes minutes).
+func TestHolds10MFlows(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("10M-flow fill: skipped with -short and under -race")
+	}
+	const n = 10_000_000
+	tb := mustNew(t, Config{MaxFlows: n})
+	defer tb.Close()
+	if per := float64(tb.Bytes()) / n; per > 96 {
+		t.Fatalf("%.1f bytes per flow, want ≤ 96", per)
+	}
+	start := time.Now()
+	for i := uint32(0); i < n; i++ {
+		f := flowN(i, ProtoTCP)
+		if err := tb.Insert(&f, FlagSYN, 0); err != nil {
+			t.Fatalf("insert %d: %v", i, err)
+		}
+	}
+	t.Logf("filled %d flows in %v, %.1f bytes/flow", tb.Len(), time.Since(start), float64(tb.Bytes())/n)
+	f := flowN(n, ProtoTCP)
+	if err := tb.Insert(&f, FlagSYN, 0); !errors.Is(err, ErrFull) {
+		t.Fatalf("insert beyond 10M: %v", err)
+	}
+	var out Flow
+	for _, i := range []uint32{0, 1, n / 2, n - 1} {
+		g := flowN(i, ProtoTCP)
+		r := g.Reply()
+		if !tb.Track(Reply, &r, synack, 1, &out) || out.Aux != g.Aux {
+			t.Fatalf("flow %d missing", i)
+		}
+	}
+}
