@@ -1,0 +1,552 @@
+// Package engine runs Egret's data plane on real interfaces: it attaches the
+// XDP program, programs its maps, opens one port per queue on every served
+// interface, and runs one pipeline worker per queue on its own OS thread,
+// with routes and neighbours from the kernel's tables. It also claims the
+// hosted egress IPs, expires flows, and swaps configurations on reload.
+// `egret gateway` is a thin command around it; docs/gateway.md describes the
+// behaviour.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/kernel"
+	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/egret-gw/egret/nat"
+)
+
+// Options tune an Engine; the zero value is usable.
+type Options struct {
+	Logger *slog.Logger
+	// PinDir is where XDP links are pinned (xdp.DefaultPinDir).
+	PinDir string
+	// Wait bounds one blocking receive (default 50ms): how late a worker
+	// notices shutdown or an expiry tick when idle.
+	Wait time.Duration
+	// ExpireEvery and ExpireBudget pace flow expiry: every ExpireEvery each
+	// worker removes at most ExpireBudget expired flows (defaults 100ms, 2048).
+	ExpireEvery  time.Duration
+	ExpireBudget int
+	// PoolFrames is the number of frame buffers per queue (default 4096).
+	PoolFrames int
+	// NAT configures port allocation (nat.DefaultConfig() when nil).
+	NAT *nat.Config
+	// Timeouts are the flow idle timeouts (conntrack.DefaultTimeouts() when nil).
+	Timeouts *conntrack.Timeouts
+	// Clock returns monotonic nanoseconds for the pipeline (tests move it
+	// forward to see flows expire); read once per batch.
+	Clock func() int64
+}
+
+// Engine is a running gateway data plane. Build it with New inside the
+// network namespace it serves, Start it, and Close it on the way out.
+type Engine struct {
+	opt     Options
+	log     *slog.Logger
+	ns      netns.NsHandle
+	nl      *netlink.Handle
+	cache   *kernel.Cache
+	router  *kernelRouter
+	claimer *kernel.Claimer
+	ct      *conntrack.Table
+	pipe    *gateway.Pipeline
+	pools   []*port.Pool
+	ifcs    []*port.Interface
+	workers []*worker
+
+	mu      sync.Mutex // guards the fields below (reload, close)
+	set     *Settled
+	steered map[netip.Addr]bool // egress IPs in the XDP maps
+	vteps   map[netip.Addr]bool // VTEPs in the XDP maps
+	claimed map[netip.Addr]string
+	started bool
+	closed  bool
+
+	stop atomic.Bool
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New builds the data plane for set in the network namespace of the calling
+// thread: flow table, kernel route cache, XDP program and sockets on every
+// interface, egress IPs claimed. Nothing is forwarded until Start. On error
+// everything done so far is undone.
+func New(set *Settled, opt Options) (_ *Engine, err error) {
+	if set == nil {
+		return nil, errors.New("engine: no configuration")
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.Wait <= 0 {
+		opt.Wait = 50 * time.Millisecond
+	}
+	if opt.ExpireEvery <= 0 {
+		opt.ExpireEvery = 100 * time.Millisecond
+	}
+	if opt.ExpireBudget <= 0 {
+		opt.ExpireBudget = 2048
+	}
+	if opt.Clock == nil {
+		opt.Clock = nanotime
+	}
+	if opt.PoolFrames <= 0 {
+		opt.PoolFrames = 4096
+	}
+	e := &Engine{opt: opt, log: opt.Logger, steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
+		claimed: map[netip.Addr]string{}, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			e.teardown()
+		}
+	}()
+	if e.ns, err = netns.Get(); err != nil {
+		return nil, fmt.Errorf("engine: read the network namespace: %w", err)
+	}
+	if e.nl, err = netlink.NewHandleAt(e.ns); err != nil {
+		return nil, fmt.Errorf("engine: netlink: %w", err)
+	}
+	ctCfg := conntrack.Config{MaxFlows: set.ConntrackMax}
+	if opt.Timeouts != nil {
+		ctCfg.Timeouts = *opt.Timeouts
+	}
+	if e.ct, err = conntrack.New(ctCfg); err != nil {
+		return nil, fmt.Errorf("engine: flow table: %w", err)
+	}
+	natCfg := nat.DefaultConfig()
+	if opt.NAT != nil {
+		natCfg = *opt.NAT
+	}
+	if e.pipe, err = gateway.NewPipeline(e.ct, natCfg); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if e.cache, err = kernel.NewCache(kernel.Options{NetNS: e.ns, Logger: e.log}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e.router = &kernelRouter{cache: e.cache}
+	if err := e.router.refreshMTU(e.nl); err != nil {
+		return nil, fmt.Errorf("engine: read link MTUs: %w", err)
+	}
+	if err := e.swap(set); err != nil {
+		return nil, err
+	}
+	if e.claimer, err = kernel.NewClaimer(e.ns); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+
+	queues, frameSize, err := e.sizeQueues(set)
+	if err != nil {
+		return nil, err
+	}
+	for q := 0; q < queues; q++ {
+		p, err := port.NewUmem(opt.PoolFrames, frameSize, 0)
+		if err != nil {
+			return nil, fmt.Errorf("engine: queue %d: %w", q, err)
+		}
+		e.pools = append(e.pools, p)
+	}
+	for _, name := range set.Interfaces {
+		ifc, err := port.Open(port.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
+			XDP: xdp.Options{PinDir: opt.PinDir, Logger: e.log}, Logger: e.log})
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		e.ifcs = append(e.ifcs, ifc)
+		if set.Mode == "afxdp" && ifc.Mode() != "afxdp" {
+			return nil, fmt.Errorf("engine: %s: XDP cannot serve this interface (see the log) and --mode afxdp forbids the AF_PACKET fallback", name)
+		}
+		if ifc.Mode() == "afpacket" {
+			e.log.Warn("engine: AF_PACKET mode: the kernel also receives the steered traffic; unsolicited packets to egress IPs may get kernel answers", "interface", name)
+		}
+	}
+	if err := e.program(set); err != nil {
+		return nil, err
+	}
+	e.buildWorkers(set)
+	e.checkVTEPs(set)
+	e.mu.Lock()
+	e.set = set
+	e.mu.Unlock()
+	e.log.Info("engine: ready", "node", set.Node, "interfaces", set.Interfaces, "queues", queues, "batch", set.Batch,
+		"vteps", set.VTEPs, "egress_ips", set.Hosted, "claim", set.Claim)
+	return e, nil
+}
+
+// sizeQueues settles the queue count (the first interface's RX queues when
+// not given) and a frame size that holds the largest MTU plus encapsulation.
+func (e *Engine) sizeQueues(set *Settled) (queues, frameSize int, err error) {
+	queues, frameSize = set.Queues, 2048
+	for i, name := range set.Interfaces {
+		l, err := e.nl.LinkByName(name)
+		if err != nil {
+			return 0, 0, fmt.Errorf("engine: interface %q: %w", name, err)
+		}
+		if i == 0 && queues == 0 {
+			queues = rxQueues(name)
+		}
+		// Ethernet + VLAN tags + IPv6 VXLAN encapsulation + inner Ethernet.
+		if need := l.Attrs().MTU + 14 + 8 + 70 + 14; need > frameSize {
+			frameSize = 4096
+			if need > 4096 {
+				return 0, 0, fmt.Errorf("engine: interface %s has MTU %d; frames above 4096 bytes are not supported", name, l.Attrs().MTU)
+			}
+		}
+	}
+	return queues, frameSize, nil
+}
+
+// program puts the VTEPs and hosted egress IPs into every XDP program's maps
+// and claims the egress IPs, diffing against what is there.
+func (e *Engine) program(set *Settled) error {
+	wantV := map[netip.Addr]bool{}
+	for _, v := range set.VTEPs {
+		wantV[v] = true
+	}
+	wantE := map[netip.Addr]bool{}
+	for _, a := range set.Hosted {
+		wantE[a] = true
+	}
+	var errs []error
+	for _, ifc := range e.ifcs {
+		if ifc.Program == nil {
+			continue
+		}
+		for v := range wantV {
+			if !e.vteps[v] {
+				errs = append(errs, ifc.Program.AddVTEP(v))
+			}
+		}
+		for a := range wantE {
+			if !e.steered[a] {
+				errs = append(errs, ifc.Program.AddEgressIP(a))
+			}
+		}
+		for v := range e.vteps {
+			if !wantV[v] {
+				errs = append(errs, ifc.Program.RemoveVTEP(v))
+			}
+		}
+		for a := range e.steered {
+			if !wantE[a] {
+				errs = append(errs, ifc.Program.RemoveEgressIP(a))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("engine: program XDP maps: %w", err)
+	}
+	e.vteps, e.steered = wantV, wantE
+	if !set.Claim {
+		return nil
+	}
+	for a, ifname := range e.claimed {
+		if !wantE[a] {
+			if err := e.claimer.Release(ifname, a); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(e.claimed, a)
+			e.log.Info("engine: released egress IP", "ip", a, "interface", ifname)
+		}
+	}
+	for _, a := range set.Hosted {
+		if _, ok := e.claimed[a]; ok {
+			continue
+		}
+		ifname := e.claimInterface(set, a)
+		if err := e.claimer.Claim(ifname, a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e.claimed[a] = ifname
+		e.log.Info("engine: claimed egress IP", "ip", a, "interface", ifname)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("engine: claim egress IPs: %w", err)
+	}
+	return nil
+}
+
+// claimInterface picks the served interface whose subnet holds a (longest
+// prefix wins), or the first interface.
+func (e *Engine) claimInterface(set *Settled, a netip.Addr) string {
+	best, bits := set.Interfaces[0], -1
+	for _, name := range set.Interfaces {
+		l, err := e.nl.LinkByName(name)
+		if err != nil {
+			continue
+		}
+		addrs, err := e.nl.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			p, ok := prefixOf(ad.IPNet)
+			if ok && p.Bits() < p.Addr().BitLen() && p.Contains(a) && p.Bits() > bits {
+				best, bits = name, p.Bits()
+			}
+		}
+	}
+	return best
+}
+
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
+}
+
+// checkVTEPs warns about VTEPs that no interface of the namespace carries:
+// nodes could not resolve them.
+func (e *Engine) checkVTEPs(set *Settled) {
+	addrs, err := e.nl.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return
+	}
+	for _, v := range set.VTEPs {
+		found := false
+		for _, ad := range addrs {
+			if a, ok := netip.AddrFromSlice(ad.IP); ok && a.Unmap() == v {
+				found = true
+			}
+		}
+		if !found {
+			e.log.Warn("engine: no interface has the VTEP address; nodes cannot reach it until it is added", "vtep", v)
+		}
+	}
+}
+
+func (e *Engine) buildWorkers(set *Settled) {
+	for q, pool := range e.pools {
+		w := &worker{q: q, gw: e.pipe.NewWorker(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
+			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
+		for _, ifc := range e.ifcs {
+			p := ifc.Ports[q]
+			w.ports = append(w.ports, p)
+			w.ifindex = append(w.ifindex, ifc.Index)
+			w.kernelRx = append(w.kernelRx, ifc.Program == nil)
+			if x, ok := p.(*port.XSK); ok {
+				w.xsks = append(w.xsks, x)
+			}
+			if f, ok := p.(fder); ok {
+				w.pfd = append(w.pfd, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
+			}
+		}
+		w.tx = make([]port.Batch, len(w.ports))
+		e.workers = append(e.workers, w)
+	}
+}
+
+// swap builds a snapshot of set on the kernel router and installs it.
+func (e *Engine) swap(set *Settled) error {
+	g := set.Gateway
+	g.Routes = e.router
+	snap, err := gateway.NewSnapshot(g)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	return e.pipe.Swap(snap)
+}
+
+// Start runs one worker goroutine per queue, each locked to its OS thread,
+// and the background refresh of link MTUs.
+func (e *Engine) Start() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started || e.closed {
+		return
+	}
+	e.started = true
+	for _, w := range e.workers {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			w.run(&e.stop)
+		}()
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-e.done:
+				return
+			case <-t.C:
+				if err := e.router.refreshMTU(e.nl); err != nil {
+					e.log.Warn("engine: reading link MTUs failed; keeping the last ones", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Reload installs a new configuration: a new snapshot (flows survive), XDP
+// maps and egress IP claims updated to match. Settings that need new
+// sockets (interfaces, mode, queues, batch, flow table size) keep their
+// running values and are reported in the log.
+func (e *Engine) Reload(set *Settled) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errors.New("engine: closed")
+	}
+	old := e.set
+	if !slices.Equal(old.Interfaces, set.Interfaces) || old.Mode != set.Mode || old.Queues != set.Queues ||
+		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.Claim != set.Claim {
+		e.log.Warn("engine: reload cannot change interfaces, mode, queues, batch, conntrackMax or egressIPsClaimed; restart for those")
+		n := *set
+		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.Claim = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.Claim
+		set = &n
+	}
+	// Snapshot first, maps second: a newly steered egress IP finds its
+	// policy, and a removed one stops being steered before it is released.
+	if err := e.swap(set); err != nil {
+		return err
+	}
+	e.set = set
+	if err := e.program(set); err != nil {
+		return err
+	}
+	e.log.Info("engine: configuration reloaded", "vteps", set.VTEPs, "egress_ips", set.Hosted, "flows", e.ct.Len())
+	return nil
+}
+
+// Close stops the workers, releases the claimed egress IPs, detaches the
+// XDP programs and closes every socket. It is safe to call twice.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.stop.Store(true)
+	close(e.done)
+	e.wg.Wait()
+	err := e.teardown()
+	e.log.Info("engine: stopped; XDP detached and egress IPs released")
+	return err
+}
+
+// teardown undoes New in reverse order; it tolerates a partial New.
+func (e *Engine) teardown() error {
+	var errs []error
+	if e.claimer != nil {
+		for a, ifname := range e.claimed {
+			if err := e.claimer.Release(ifname, a); err != nil {
+				errs = append(errs, err)
+			}
+			delete(e.claimed, a)
+		}
+		e.claimer.Close()
+		e.claimer = nil
+	}
+	for _, ifc := range e.ifcs {
+		if err := ifc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("engine: close %s: %w", ifc.Name, err))
+		}
+	}
+	e.ifcs = nil
+	for _, p := range e.pools {
+		port.FreeUmem(p)
+	}
+	e.pools = nil
+	if e.cache != nil {
+		e.cache.Close()
+		e.cache = nil
+	}
+	if e.nl != nil {
+		e.nl.Close()
+		e.nl = nil
+	}
+	if e.ns.IsOpen() {
+		e.ns.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// PortStats are one port's counters.
+type PortStats struct {
+	Name string
+	port.Stats
+}
+
+// XDPStats are one interface's XDP program counters.
+type XDPStats struct {
+	Interface string
+	xdp.Stats
+}
+
+// Stats is everything the engine counts, for a metrics collector.
+type Stats struct {
+	Pipeline gateway.Stats
+	Engine   Counters
+	Ports    []PortStats
+	XDP      []XDPStats
+	Kernel   kernel.CacheStats
+	Flows    int
+}
+
+// Stats reads all counters; safe from any goroutine.
+func (e *Engine) Stats() Stats {
+	s := Stats{Pipeline: e.pipe.Stats(), Flows: e.ct.Len()}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, w := range e.workers {
+		c := w.pub.read()
+		s.Engine.add(&c)
+	}
+	if e.closed {
+		return s
+	}
+	s.Kernel = e.cache.Stats()
+	for _, ifc := range e.ifcs {
+		for _, p := range ifc.Ports {
+			s.Ports = append(s.Ports, PortStats{Name: p.Name(), Stats: p.Stats()})
+		}
+		if ifc.Program != nil {
+			if x, err := ifc.Program.Stats(); err == nil {
+				s.XDP = append(s.XDP, XDPStats{Interface: ifc.Name, Stats: x})
+			}
+		}
+	}
+	return s
+}
+
+// Modes reports each served interface's mode (afxdp or afpacket).
+func (e *Engine) Modes() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := map[string]string{}
+	for _, ifc := range e.ifcs {
+		m[ifc.Name] = ifc.Mode()
+	}
+	return m
+}
+
+// Pipeline returns the engine's pipeline (flow table, NAT allocator).
+func (e *Engine) Pipeline() *gateway.Pipeline { return e.pipe }
