@@ -1,0 +1,423 @@
+package steer
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Actual reads the agent's state back from the kernel: rules at its
+// priority pointing into its tables, routes of its protocol in its tables,
+// permanent neighbour and FDB entries on its device, and the selected set.
+// Next hops carry only Addr (the kernel does not know MAC and VTEP per route).
+func (k *Kernel) Actual() (State, error) {
+	var st State
+	rules, err := k.rules()
+	if err != nil {
+		return st, err
+	}
+	for _, r := range rules {
+		st.Rules = append(st.Rules, r.want)
+	}
+	routes, err := k.routes()
+	if err != nil {
+		return st, err
+	}
+	for _, r := range routes {
+		st.Routes = append(st.Routes, r.want)
+	}
+	if idx, err := k.devIndex(); err == nil {
+		if st.Neighs, err = k.neighs(idx); err != nil {
+			return st, err
+		}
+		if st.FDB, err = k.fdb(idx); err != nil {
+			return st, err
+		}
+	}
+	if st.Selected, err = k.nft.selected(); err != nil {
+		return st, err
+	}
+	st.sort()
+	return st, nil
+}
+
+type kernelRule struct {
+	want Rule
+	nl   netlink.Rule
+}
+
+func (k *Kernel) rules() ([]kernelRule, error) {
+	var out []kernelRule
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		list, err := k.h.RuleList(fam)
+		if err != nil {
+			return nil, fmt.Errorf("list ip rules: %w", err)
+		}
+		for _, r := range list {
+			if r.Priority != k.cfg.RulePriority || !k.ownTable(r.Table) || r.Src == nil {
+				continue
+			}
+			a, ok := netip.AddrFromSlice(r.Src.IP)
+			ones, bits := r.Src.Mask.Size()
+			if !ok || ones != bits {
+				continue
+			}
+			out = append(out, kernelRule{want: Rule{Src: a.Unmap(), Table: uint32(r.Table)}, nl: r})
+		}
+	}
+	return out, nil
+}
+
+func (k *Kernel) ownTable(t int) bool {
+	return t >= 0 && uint64(t) >= uint64(k.cfg.TableBase) && uint64(t) < uint64(k.cfg.TableBase)+uint64(k.cfg.TableCount)
+}
+
+type kernelRoute struct {
+	want Route
+	nl   netlink.Route
+}
+
+func (k *Kernel) routes() ([]kernelRoute, error) {
+	var out []kernelRoute
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		list, err := k.h.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: RouteProtocol},
+			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			return nil, fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range list {
+			if !k.ownTable(r.Table) {
+				continue
+			}
+			w := Route{Table: uint32(r.Table)}
+			if r.Dst != nil {
+				a, _ := netip.AddrFromSlice(r.Dst.IP)
+				ones, _ := r.Dst.Mask.Size()
+				w.Dst = netip.PrefixFrom(a.Unmap(), ones)
+			} else if fam == netlink.FAMILY_V4 {
+				w.Dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+			} else {
+				w.Dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+			}
+			switch r.Type {
+			case unix.RTN_BLACKHOLE:
+				w.Type = RouteBlackhole
+			case unix.RTN_THROW:
+				w.Type = RouteThrow
+			case unix.RTN_UNICAST:
+				w.Type = RouteUnicast
+				if len(r.MultiPath) > 0 {
+					for _, nh := range r.MultiPath {
+						w.NextHops = append(w.NextHops, NextHop{Addr: hopAddr(nh.Gw, nh.Via)})
+					}
+				} else {
+					w.NextHops = append(w.NextHops, NextHop{Addr: hopAddr(r.Gw, r.Via)})
+				}
+			default:
+				w.Type = RouteType(255)
+			}
+			out = append(out, kernelRoute{want: w, nl: r})
+		}
+	}
+	return out, nil
+}
+
+func hopAddr(gw net.IP, via netlink.Destination) netip.Addr {
+	if gw != nil {
+		a, _ := netip.AddrFromSlice(gw)
+		return a.Unmap()
+	}
+	if v, ok := via.(*netlink.Via); ok && v != nil {
+		a, _ := netip.AddrFromSlice(v.Addr)
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+func (k *Kernel) neighs(idx int) ([]Neigh, error) {
+	var out []Neigh
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		list, err := k.h.NeighList(idx, fam)
+		if err != nil {
+			return nil, fmt.Errorf("list neighbours of %s: %w", k.cfg.Device, err)
+		}
+		for _, n := range list {
+			a, ok := netip.AddrFromSlice(n.IP)
+			if !ok || n.State&netlink.NUD_PERMANENT == 0 || len(n.HardwareAddr) != 6 {
+				continue
+			}
+			out = append(out, Neigh{Addr: a.Unmap(), MAC: [6]byte(n.HardwareAddr)})
+		}
+	}
+	return out, nil
+}
+
+func (k *Kernel) fdb(idx int) ([]FDB, error) {
+	list, err := k.h.NeighList(idx, unix.AF_BRIDGE)
+	if err != nil {
+		return nil, fmt.Errorf("list FDB of %s: %w", k.cfg.Device, err)
+	}
+	var out []FDB
+	for _, n := range list {
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok || len(n.HardwareAddr) != 6 {
+			continue
+		}
+		out = append(out, FDB{MAC: [6]byte(n.HardwareAddr), VTEP: a.Unmap()})
+	}
+	return out, nil
+}
+
+// Apply makes the kernel match want and changes only what differs. The
+// order keeps selected pods from leaking at every step: filter elements
+// before anything that steers, FDB and neighbours before the routes that
+// use them, routes before the rules that lead into them; removal in reverse,
+// the filter elements last.
+func (k *Kernel) Apply(want State) (Changes, error) {
+	var ch Changes
+	have, err := k.Actual()
+	if err != nil {
+		return ch, err
+	}
+	idx := 0
+	needDev := len(want.Neighs)+len(want.FDB) > 0 || slices.ContainsFunc(want.Routes, func(r Route) bool { return r.Type == RouteUnicast })
+	if needDev {
+		if idx, err = k.devIndex(); err != nil {
+			return ch, err
+		}
+	}
+	var errs []error
+	fail := func(err error) { errs = append(errs, err) }
+
+	// 1. Filter: new selected addresses.
+	addSel := missing(want.Selected, have.Selected, netip.Addr.Compare)
+	if len(addSel) > 0 {
+		if err := k.nft.update(addSel, nil); err != nil {
+			// Without the filter nothing may be steered: stop here.
+			return ch, err
+		}
+		ch.Added += len(addSel)
+	}
+
+	// 2. FDB and neighbours.
+	haveFDB := map[[6]byte]FDB{}
+	for _, f := range have.FDB {
+		haveFDB[f.MAC] = f
+	}
+	for _, f := range want.FDB {
+		if h, ok := haveFDB[f.MAC]; ok && h == f {
+			continue
+		}
+		n := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+			Flags: netlink.NTF_SELF, IP: f.VTEP.AsSlice(), HardwareAddr: f.MAC[:]}
+		if err := k.h.NeighAppend(n); err != nil && !errors.Is(err, unix.EEXIST) {
+			fail(fmt.Errorf("add FDB entry %s → %v on %s: %w", net.HardwareAddr(f.MAC[:]), f.VTEP, k.cfg.Device, err))
+			continue
+		}
+		ch.Added++
+	}
+	haveNeigh := map[netip.Addr][6]byte{}
+	for _, n := range have.Neighs {
+		haveNeigh[n.Addr] = n.MAC
+	}
+	for _, n := range want.Neighs {
+		if m, ok := haveNeigh[n.Addr]; ok && m == n.MAC {
+			continue
+		}
+		nl := &netlink.Neigh{LinkIndex: idx, Family: family(n.Addr), State: netlink.NUD_PERMANENT,
+			IP: n.Addr.AsSlice(), HardwareAddr: n.MAC[:]}
+		if err := k.h.NeighSet(nl); err != nil {
+			fail(fmt.Errorf("set neighbour %v → %s on %s: %w", n.Addr, net.HardwareAddr(n.MAC[:]), k.cfg.Device, err))
+			continue
+		}
+		ch.Added++
+	}
+
+	// 3. Routes.
+	haveRoute := map[routeKey]Route{}
+	for _, r := range have.Routes {
+		haveRoute[routeKey{r.Table, r.Dst}] = r
+	}
+	for _, r := range want.Routes {
+		h, ok := haveRoute[routeKey{r.Table, r.Dst}]
+		if ok && kernelRouteEqual(h, r) {
+			continue
+		}
+		if err := k.h.RouteReplace(k.nlRoute(r, idx)); err != nil {
+			fail(fmt.Errorf("program route %v %v in table %d: %w", r.Type, r.Dst, r.Table, err))
+			continue
+		}
+		if ok {
+			ch.Updated++
+		} else {
+			ch.Added++
+		}
+	}
+
+	// 4. Rules.
+	ruleCmp := func(a, b Rule) int { return cmp.Or(a.Src.Compare(b.Src), cmp.Compare(a.Table, b.Table)) }
+	for _, r := range missing(want.Rules, have.Rules, ruleCmp) {
+		if err := k.h.RuleAdd(k.nlRule(r)); err != nil && !errors.Is(err, unix.EEXIST) {
+			fail(fmt.Errorf("add rule from %v lookup %d: %w", r.Src, r.Table, err))
+			continue
+		}
+		ch.Added++
+	}
+	if len(errs) > 0 {
+		// Keep the old state where the new one failed: remove nothing.
+		return ch, errors.Join(errs...)
+	}
+
+	// 5. Removal, reverse order.
+	for _, r := range missing(have.Rules, want.Rules, ruleCmp) {
+		if err := k.h.RuleDel(k.nlRule(r)); err != nil && !errors.Is(err, unix.ENOENT) {
+			fail(fmt.Errorf("remove rule from %v lookup %d: %w", r.Src, r.Table, err))
+			continue
+		}
+		ch.Removed++
+	}
+	wantRoute := map[routeKey]bool{}
+	for _, r := range want.Routes {
+		wantRoute[routeKey{r.Table, r.Dst}] = true
+	}
+	for _, r := range have.Routes {
+		if wantRoute[routeKey{r.Table, r.Dst}] {
+			continue
+		}
+		nl := &netlink.Route{Table: int(r.Table), Dst: ipNet(r.Dst), Family: family(r.Dst.Addr()), Protocol: RouteProtocol}
+		switch r.Type {
+		case RouteBlackhole:
+			nl.Type = unix.RTN_BLACKHOLE
+		case RouteThrow:
+			nl.Type = unix.RTN_THROW
+		}
+		if err := k.h.RouteDel(nl); err != nil && !errors.Is(err, unix.ESRCH) {
+			fail(fmt.Errorf("remove route %v from table %d: %w", r.Dst, r.Table, err))
+			continue
+		}
+		ch.Removed++
+	}
+	if devIdx, err := k.devIndex(); err == nil {
+		wantNeigh := map[netip.Addr]bool{}
+		for _, n := range want.Neighs {
+			wantNeigh[n.Addr] = true
+		}
+		for _, n := range have.Neighs {
+			if wantNeigh[n.Addr] {
+				continue
+			}
+			nl := &netlink.Neigh{LinkIndex: devIdx, Family: family(n.Addr), IP: n.Addr.AsSlice()}
+			if err := k.h.NeighDel(nl); err != nil && !errors.Is(err, unix.ENOENT) {
+				fail(fmt.Errorf("remove neighbour %v from %s: %w", n.Addr, k.cfg.Device, err))
+				continue
+			}
+			ch.Removed++
+		}
+		for _, f := range missing(have.FDB, want.FDB, fdbCmp) {
+			nl := &netlink.Neigh{LinkIndex: devIdx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+				IP: f.VTEP.AsSlice(), HardwareAddr: f.MAC[:]}
+			if err := k.h.NeighDel(nl); err != nil && !errors.Is(err, unix.ENOENT) {
+				fail(fmt.Errorf("remove FDB entry %s from %s: %w", net.HardwareAddr(f.MAC[:]), k.cfg.Device, err))
+				continue
+			}
+			ch.Removed++
+		}
+	}
+	if len(errs) > 0 {
+		// Leave the filter elements: an address whose rule could not be
+		// removed must stay covered.
+		return ch, errors.Join(errs...)
+	}
+	if delSel := missing(have.Selected, want.Selected, netip.Addr.Compare); len(delSel) > 0 {
+		if err := k.nft.update(nil, delSel); err != nil {
+			return ch, err
+		}
+		ch.Removed += len(delSel)
+	}
+	return ch, nil
+}
+
+type routeKey struct {
+	table uint32
+	dst   netip.Prefix
+}
+
+func fdbCmp(a, b FDB) int {
+	return cmp.Or(slices.Compare(a.MAC[:], b.MAC[:]), a.VTEP.Compare(b.VTEP))
+}
+
+// kernelRouteEqual compares a route read back from the kernel (next hop
+// addresses only) with a wanted one.
+func kernelRouteEqual(have, want Route) bool {
+	if have.Type != want.Type || len(have.NextHops) != len(want.NextHops) {
+		return false
+	}
+	ha := make([]netip.Addr, len(have.NextHops))
+	wa := make([]netip.Addr, len(want.NextHops))
+	for i := range have.NextHops {
+		ha[i], wa[i] = have.NextHops[i].Addr, want.NextHops[i].Addr
+	}
+	slices.SortFunc(ha, netip.Addr.Compare)
+	slices.SortFunc(wa, netip.Addr.Compare)
+	return slices.Equal(ha, wa)
+}
+
+// missing returns the elements of a not in b (both sorted by c).
+func missing[T any](a, b []T, c func(x, y T) int) []T {
+	var out []T
+	for _, x := range a {
+		if _, found := slices.BinarySearchFunc(b, x, c); !found {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (k *Kernel) nlRule(r Rule) *netlink.Rule {
+	nl := netlink.NewRule()
+	nl.Priority = k.cfg.RulePriority
+	nl.Family = family(r.Src)
+	nl.Table = int(r.Table)
+	nl.Src = hostNet(r.Src)
+	nl.Protocol = RouteProtocol
+	return nl
+}
+
+func (k *Kernel) nlRoute(r Route, idx int) *netlink.Route {
+	fam := family(r.Dst.Addr())
+	nl := &netlink.Route{Table: int(r.Table), Dst: ipNet(r.Dst), Family: fam, Protocol: RouteProtocol}
+	switch r.Type {
+	case RouteBlackhole:
+		nl.Type = unix.RTN_BLACKHOLE
+	case RouteThrow:
+		nl.Type = unix.RTN_THROW
+	default:
+		nl.Type = unix.RTN_UNICAST
+		hop := func(h NextHop) (gw net.IP, via netlink.Destination, flags int) {
+			if family(h.Addr) != fam {
+				return nil, &netlink.Via{AddrFamily: family(h.Addr), Addr: h.Addr.AsSlice()}, 0
+			}
+			if h.Addr.Is4() {
+				// The gateway's VTEP is not on the tunnel's subnet (it has none).
+				flags = int(netlink.FLAG_ONLINK)
+			}
+			return h.Addr.AsSlice(), nil, flags
+		}
+		if len(r.NextHops) == 1 {
+			nl.LinkIndex = idx
+			nl.Gw, nl.Via, nl.Flags = hop(r.NextHops[0])
+		} else {
+			for _, h := range r.NextHops {
+				gw, via, flags := hop(h)
+				nl.MultiPath = append(nl.MultiPath, &netlink.NexthopInfo{LinkIndex: idx, Gw: gw, Via: via, Flags: flags})
+			}
+		}
+	}
+	return nl
+}

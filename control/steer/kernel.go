@@ -1,0 +1,319 @@
+package steer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel programs one network namespace (a node): the tunnel device, the
+// fail-closed nftables table, rules, routes, neighbour and FDB entries. It
+// finds its own state in the kernel by the device name, the rule priority,
+// the table range and the route protocol, so a restarted agent reconciles
+// instead of duplicating.
+type Kernel struct {
+	cfg      Config
+	ns       netns.NsHandle // netns.None() for the current namespace
+	h        *netlink.Handle
+	nft      *nftState
+	vtep     netip.Addr
+	mac      [6]byte
+	underIdx int
+	excluded []netip.Prefix
+	log      *slog.Logger
+}
+
+// Changes counts what an Apply changed, for logs and tests.
+type Changes struct {
+	Added, Removed, Updated int
+}
+
+func (c Changes) String() string {
+	return fmt.Sprintf("%d added, %d updated, %d removed", c.Added, c.Updated, c.Removed)
+}
+
+// Zero reports whether nothing changed.
+func (c Changes) Zero() bool { return c == Changes{} }
+
+// NewKernel opens the namespace ns (netns.None() for the agent's own) and
+// resolves the VTEP. cfg must have defaults applied and be valid.
+func NewKernel(cfg Config, ns netns.NsHandle, log *slog.Logger) (*Kernel, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var h *netlink.Handle
+	var err error
+	if ns.IsOpen() {
+		h, err = netlink.NewHandleAt(ns)
+	} else {
+		h, err = netlink.NewHandle()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	k := &Kernel{cfg: cfg, ns: ns, h: h, log: log}
+	if k.excluded, err = cfg.Excluded(); err != nil {
+		h.Close()
+		return nil, err
+	}
+	if err := k.resolveVTEP(); err != nil {
+		h.Close()
+		return nil, err
+	}
+	if cfg.TunnelMAC != "" {
+		m, err := net.ParseMAC(cfg.TunnelMAC)
+		if err != nil || len(m) != 6 {
+			h.Close()
+			return nil, fmt.Errorf("tunnelMAC %q is not an Ethernet address", cfg.TunnelMAC)
+		}
+		copy(k.mac[:], m)
+	} else {
+		k.mac = GatewayMAC(k.vtep)
+	}
+	k.nft = &nftState{ns: ns, dev: cfg.Device}
+	return k, nil
+}
+
+// Close releases the netlink handle.
+func (k *Kernel) Close() { k.h.Close() }
+
+// VTEP is this node's tunnel address.
+func (k *Kernel) VTEP() netip.Addr { return k.vtep }
+
+// TunnelMAC is the MAC of the tunnel device: gateways must send replies to it.
+func (k *Kernel) TunnelMAC() [6]byte { return k.mac }
+
+// Params are the desired-state parameters of this node.
+func (k *Kernel) Params() Params {
+	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount}
+}
+
+func (k *Kernel) resolveVTEP() error {
+	if k.cfg.Underlay != "" {
+		l, err := k.h.LinkByName(k.cfg.Underlay)
+		if err != nil {
+			return fmt.Errorf("underlay interface %q: %w", k.cfg.Underlay, err)
+		}
+		k.underIdx = l.Attrs().Index
+	}
+	if k.cfg.VTEP != "" {
+		k.vtep = netip.MustParseAddr(k.cfg.VTEP)
+		return nil
+	}
+	l, err := k.h.LinkByIndex(k.underIdx)
+	if err != nil {
+		return fmt.Errorf("underlay interface %q: %w", k.cfg.Underlay, err)
+	}
+	var v6 netip.Addr
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		addrs, err := k.h.AddrList(l, fam)
+		if err != nil {
+			return fmt.Errorf("addresses of %s: %w", k.cfg.Underlay, err)
+		}
+		for _, a := range addrs {
+			ip, ok := netip.AddrFromSlice(a.IP)
+			if !ok || !ip.Unmap().IsGlobalUnicast() {
+				continue
+			}
+			ip = ip.Unmap()
+			if ip.Is4() {
+				k.vtep = ip
+				return nil
+			}
+			if !v6.IsValid() {
+				v6 = ip
+			}
+		}
+	}
+	if v6.IsValid() {
+		k.vtep = v6
+		return nil
+	}
+	return fmt.Errorf("underlay interface %s: %w: it has no global address; give vtep in the config", k.cfg.Underlay, errNoVTEP)
+}
+
+// Setup installs what does not depend on the inputs, in fail-closed order:
+// first the nftables table (so selected pods cannot leak), then the tunnel
+// device and the sysctls. It is idempotent.
+func (k *Kernel) Setup() error {
+	if err := k.nft.setup(k.excluded); err != nil {
+		return err
+	}
+	if err := k.ensureDevice(); err != nil {
+		return err
+	}
+	return k.sysctls()
+}
+
+func (k *Kernel) sysctls() error {
+	set := map[string]string{"net/ipv4/fib_multipath_hash_policy": "1"}
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
+		set["net/ipv6/fib_multipath_hash_policy"] = "1"
+	}
+	return inNS(k.ns, func() error {
+		for key, v := range set {
+			p := filepath.Join("/proc/sys", key)
+			if err := os.WriteFile(p, []byte(v), 0); err != nil {
+				return fmt.Errorf("set %s=%s for L4 multipath hashing: %w", key, v, err)
+			}
+		}
+		return nil
+	})
+}
+
+func (k *Kernel) mtu() int {
+	if k.cfg.MTU != 0 {
+		return k.cfg.MTU
+	}
+	overhead := 50
+	if k.vtep.Is6() {
+		overhead = 70
+	}
+	if k.underIdx != 0 {
+		if l, err := k.h.LinkByIndex(k.underIdx); err == nil && l.Attrs().MTU > overhead+1280 {
+			return l.Attrs().MTU - overhead
+		}
+	}
+	return 1500 - overhead
+}
+
+func (k *Kernel) wantDevice() *netlink.Vxlan {
+	return &netlink.Vxlan{
+		LinkAttrs:    netlink.LinkAttrs{Name: k.cfg.Device, MTU: k.mtu(), HardwareAddr: net.HardwareAddr(k.mac[:])},
+		VxlanId:      int(k.cfg.VNI),
+		VtepDevIndex: k.underIdx,
+		SrcAddr:      net.IP(k.vtep.AsSlice()),
+		Port:         int(k.cfg.Port),
+		Learning:     false,
+		UDPCSum:      k.vtep.Is6(),
+	}
+}
+
+// ensureDevice creates the VXLAN device or fixes it. A device of the right
+// name with other tunnel parameters is recreated: it is the agent's.
+func (k *Kernel) ensureDevice() error {
+	want := k.wantDevice()
+	l, err := k.h.LinkByName(k.cfg.Device)
+	if err == nil {
+		v, ok := l.(*netlink.Vxlan)
+		if !ok || v.VxlanId != want.VxlanId || v.Port != want.Port || !v.SrcAddr.Equal(want.SrcAddr) ||
+			v.VtepDevIndex != want.VtepDevIndex || v.Learning || v.FlowBased {
+			k.log.Warn("tunnel device has other parameters; recreating it", "device", k.cfg.Device, "type", l.Type())
+			if err := k.h.LinkDel(l); err != nil {
+				return fmt.Errorf("remove outdated tunnel device %s: %w", k.cfg.Device, err)
+			}
+			l = nil
+		}
+	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
+		return fmt.Errorf("look up tunnel device %s: %w", k.cfg.Device, err)
+	} else {
+		l = nil
+	}
+	if l == nil {
+		if err := k.h.LinkAdd(want); err != nil {
+			return fmt.Errorf("create VXLAN device %s (VNI %d, port %d, local %v): %w", k.cfg.Device, k.cfg.VNI, k.cfg.Port, k.vtep, err)
+		}
+		k.log.Info("created tunnel device", "device", k.cfg.Device, "vni", k.cfg.VNI, "port", k.cfg.Port, "vtep", k.vtep, "mac", net.HardwareAddr(k.mac[:]).String())
+		if l, err = k.h.LinkByName(k.cfg.Device); err != nil {
+			return fmt.Errorf("look up tunnel device %s: %w", k.cfg.Device, err)
+		}
+	}
+	if !slices.Equal(l.Attrs().HardwareAddr, want.HardwareAddr) {
+		if err := k.h.LinkSetHardwareAddr(l, want.HardwareAddr); err != nil {
+			return fmt.Errorf("set MAC of %s: %w", k.cfg.Device, err)
+		}
+	}
+	if l.Attrs().MTU != want.MTU {
+		if err := k.h.LinkSetMTU(l, want.MTU); err != nil {
+			return fmt.Errorf("set MTU of %s to %d: %w", k.cfg.Device, want.MTU, err)
+		}
+	}
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		if err := k.h.LinkSetUp(l); err != nil {
+			return fmt.Errorf("bring up %s: %w", k.cfg.Device, err)
+		}
+	}
+	return nil
+}
+
+func (k *Kernel) devIndex() (int, error) {
+	l, err := k.h.LinkByName(k.cfg.Device)
+	if err != nil {
+		return 0, fmt.Errorf("tunnel device %s: %w (run Setup first)", k.cfg.Device, err)
+	}
+	return l.Attrs().Index, nil
+}
+
+// Cleanup removes everything the agent owns: rules, routes in its tables,
+// the tunnel device (with its neighbour and FDB entries) and the nftables
+// table. Rules and routes go first so nothing is left steered into a
+// missing device; the filter goes last.
+func (k *Kernel) Cleanup() error {
+	var errs []error
+	if _, err := k.Apply(State{}); err != nil {
+		errs = append(errs, err)
+	}
+	if l, err := k.h.LinkByName(k.cfg.Device); err == nil {
+		if err := k.h.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("remove tunnel device %s: %w", k.cfg.Device, err))
+		}
+	}
+	if err := k.nft.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// inNS runs fn on a thread in ns (or directly for netns.None()).
+func inNS(ns netns.NsHandle, fn func() error) error {
+	if !ns.IsOpen() {
+		return fn()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		err = fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		} // else the thread stays locked and dies with the goroutine
+		errc <- err
+	}()
+	return <-errc
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func hostNet(a netip.Addr) *net.IPNet { return ipNet(netip.PrefixFrom(a, a.BitLen())) }
+
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+// Drops is the number of packets of selected pods the fail-closed filter
+// dropped because they tried to leave outside the tunnel.
+func (k *Kernel) Drops() (uint64, error) { return k.nft.drops() }
