@@ -161,15 +161,11 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		e.pools = append(e.pools, p)
 	}
 	for _, name := range set.Interfaces {
-		ifc, err := port.Open(port.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
-			XDP: xdp.Options{PinDir: opt.PinDir, Logger: e.log}, Logger: e.log})
+		ifc, err := e.openInterface(name, set)
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 		e.ifcs = append(e.ifcs, ifc)
-		if set.Mode == "afxdp" && ifc.Mode() != "afxdp" {
-			return nil, fmt.Errorf("engine: %s: XDP cannot serve this interface (see the log) and --mode afxdp forbids the AF_PACKET fallback", name)
-		}
 		if ifc.Mode() == "afpacket" {
 			e.log.Warn("engine: AF_PACKET mode: the kernel also receives the steered traffic; unsolicited packets to egress IPs may get kernel answers", "interface", name)
 		}
@@ -550,3 +546,58 @@ func (e *Engine) Modes() map[string]string {
 
 // Pipeline returns the engine's pipeline (flow table, NAT allocator).
 func (e *Engine) Pipeline() *gateway.Pipeline { return e.pipe }
+
+// xskBusyWait bounds how long opening an AF_XDP socket retries while the
+// queue is still held: after kill -9 the kernel frees the dead process'
+// sockets and UMEM asynchronously, and bind fails with EBUSY meanwhile.
+const xskBusyWait = 5 * time.Second
+
+// openInterface is port.Open with one difference: an AF_XDP bind that
+// fails with EBUSY (a killed predecessor's socket not yet freed) is retried
+// for up to xskBusyWait before falling back to AF_PACKET.
+func (e *Engine) openInterface(name string, set *Settled) (*port.Interface, error) {
+	cfg := port.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
+		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log}
+	if cfg.Packet {
+		return port.Open(cfg)
+	}
+	nif, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("interface %q: %w", name, err)
+	}
+	ifc := &port.Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
+	fail := func(err error) (*port.Interface, error) {
+		ifc.Close()
+		if set.Mode == "afxdp" {
+			return nil, fmt.Errorf("%s: AF_XDP: %w (and --mode afxdp forbids the AF_PACKET fallback)", name, err)
+		}
+		e.log.Warn("engine: XDP cannot serve this interface; falling back to AF_PACKET", "interface", name, "reason", err)
+		cfg.Packet = true
+		return port.Open(cfg)
+	}
+	prog, err := xdp.Attach(nif.Index, cfg.XDP)
+	if err != nil {
+		return fail(err)
+	}
+	ifc.Program = prog
+	for q, pool := range e.pools {
+		var s *port.XSK
+		deadline := time.Now().Add(xskBusyWait)
+		for {
+			s, err = port.OpenXSK(pool, name, nif.Index, q, cfg.Socket)
+			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err == nil {
+			ifc.Ports = append(ifc.Ports, s)
+			err = prog.Register(q, s.FD())
+		}
+		if err != nil {
+			return fail(fmt.Errorf("queue %d: %w", q, err))
+		}
+	}
+	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Ports), "xdp_mode", prog.Mode().String())
+	return ifc, nil
+}

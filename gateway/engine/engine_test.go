@@ -76,19 +76,7 @@ func TestEngineForwardsAndReturns(t *testing.T) {
 	}
 
 	// UDP: pod → server through the gateway, and the echo back into the tunnel.
-	var snat *decoded
-	var reply *decoded
-	for try := 0; try < 20 && reply == nil; try++ {
-		if err := tp.raw.Send(tp.podUDP(t, nodeVTEP, podIP, 40000, "hello egret")); err != nil {
-			t.Fatal(err)
-		}
-		reply = tp.await(300*time.Millisecond, func(d *decoded) bool {
-			if d.vxlan == nil && d.outer != nil && d.udp != nil && d.udp.DstPort == serverPort {
-				snat = d
-			}
-			return d.vxlan != nil && d.inner != nil && d.udp != nil && d.udp.DstPort == 40000
-		})
-	}
+	snat, reply := tp.udpRoundTrip(t, 40000, "hello egret", 20)
 	if snat == nil {
 		t.Fatal("no SNATed packet from the gateway seen on the wire")
 	}

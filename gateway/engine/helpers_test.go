@@ -217,3 +217,22 @@ func (tp *topo) startServer(t *testing.T) *server {
 	}()
 	return s
 }
+
+// udpRoundTrip sends UDP from the pod (source port sport) until the echo
+// comes back encapsulated, at most tries times; it returns the SNATed frame
+// seen on the wire and the reply, nil if they never came.
+func (tp *topo) udpRoundTrip(t testing.TB, sport uint16, payload string, tries int) (snat, reply *decoded) {
+	t.Helper()
+	for try := 0; try < tries && reply == nil; try++ {
+		if err := tp.raw.Send(tp.podUDP(t, nodeVTEP, podIP, sport, payload)); err != nil {
+			t.Fatal(err)
+		}
+		reply = tp.await(300*time.Millisecond, func(d *decoded) bool {
+			if d.vxlan == nil && d.outer != nil && d.udp != nil && d.udp.DstPort == serverPort && d.udp.SrcPort == layers.UDPPort(sport) {
+				snat = d
+			}
+			return d.vxlan != nil && d.inner != nil && d.udp != nil && d.udp.DstPort == layers.UDPPort(sport)
+		})
+	}
+	return snat, reply
+}
