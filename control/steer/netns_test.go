@@ -1,0 +1,256 @@
+package steer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// requirePrivileged skips outside CI when the test cannot build namespaces,
+// and fails under CI=true: everything it needs can be installed.
+func requirePrivileged(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		missing = append(missing, "iproute2 (ip)")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("privileged test needs %s (CI=true: install it)", strings.Join(missing, ", "))
+	}
+	t.Skipf("privileged test needs %s", strings.Join(missing, ", "))
+}
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// ipb runs `ip -n ns -batch -` with the given lines.
+func ipb(t *testing.T, ns string, lines ...string) {
+	t.Helper()
+	cmd := exec.Command("ip", "-n", ns, "-batch", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ip -n %s -batch: %v: %s\n%s", ns, err, out, strings.Join(lines, "\n"))
+	}
+}
+
+var nsSeq int
+
+// newNS creates a uniquely named network namespace removed at cleanup.
+func newNS(t *testing.T, role string) (string, netns.NsHandle) {
+	t.Helper()
+	nsSeq++
+	name := fmt.Sprintf("est%d%d-%s", os.Getpid()%100000, nsSeq, role)
+	sh(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatalf("open netns %s: %v", name, err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ipb(t, name, "link set lo up")
+	return name, h
+}
+
+// frame is what the test needs to know of a captured frame.
+type frame struct {
+	src, dst         netip.Addr
+	proto            uint8
+	sport, dport     uint16
+	vxlan            bool
+	vni              uint32
+	innerDstMAC      [6]byte
+	innerSrc, inDst  netip.Addr
+	inSport, inDport uint16
+}
+
+func parseIP(b []byte, et uint16) (src, dst netip.Addr, proto uint8, l4 []byte, ok bool) {
+	switch et {
+	case 0x0800:
+		if len(b) < 20 {
+			return
+		}
+		ihl := int(b[0]&0xf) * 4
+		if len(b) < ihl {
+			return
+		}
+		return netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20])), b[9], b[ihl:], true
+	case 0x86dd:
+		if len(b) < 40 {
+			return
+		}
+		return netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40])), b[6], b[40:], true
+	}
+	return
+}
+
+func parseFrame(b []byte) (frame, bool) {
+	var f frame
+	if len(b) < 14 {
+		return f, false
+	}
+	src, dst, proto, l4, ok := parseIP(b[14:], binary.BigEndian.Uint16(b[12:]))
+	if !ok {
+		return f, false
+	}
+	f.src, f.dst, f.proto = src, dst, proto
+	if (proto == unix.IPPROTO_UDP || proto == unix.IPPROTO_TCP) && len(l4) >= 4 {
+		f.sport, f.dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
+	}
+	if proto == unix.IPPROTO_UDP && f.dport == DefaultPort && len(l4) >= 8+8+14 {
+		vx := l4[8:]
+		f.vxlan = true
+		f.vni = uint32(vx[4])<<16 | uint32(vx[5])<<8 | uint32(vx[6])
+		eth := vx[8:]
+		copy(f.innerDstMAC[:], eth[:6])
+		is, id, ip, il4, ok := parseIP(eth[14:], binary.BigEndian.Uint16(eth[12:]))
+		if ok {
+			f.innerSrc, f.inDst = is, id
+			if (ip == unix.IPPROTO_UDP || ip == unix.IPPROTO_TCP) && len(il4) >= 4 {
+				f.inSport, f.inDport = binary.BigEndian.Uint16(il4), binary.BigEndian.Uint16(il4[2:])
+			}
+		}
+	}
+	return f, true
+}
+
+// capturer records every frame seen on one interface of a namespace.
+type capturer struct {
+	fd     int
+	mu     sync.Mutex
+	frames []frame
+	done   chan struct{}
+}
+
+func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
+	t.Helper()
+	c := &capturer{done: make(chan struct{})}
+	err := inNS(ns, func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		proto := int(htons(unix.ETH_P_ALL))
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+		if err != nil {
+			return err
+		}
+		tv := unix.Timeval{Usec: 50000}
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		c.fd = fd
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("capture on %s: %v", ifname, err)
+	}
+	go func() {
+		defer close(c.done)
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := unix.Recvfrom(c.fd, buf, 0)
+			if err == unix.EAGAIN || err == unix.EINTR {
+				select {
+				case <-c.done:
+					return
+				default:
+				}
+				continue
+			}
+			if err != nil {
+				return
+			}
+			if f, ok := parseFrame(buf[:n]); ok {
+				c.mu.Lock()
+				c.frames = append(c.frames, f)
+				c.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { c.stop() })
+	return c
+}
+
+// take returns and forgets the frames captured so far, after a short settle.
+func (c *capturer) take() []frame {
+	time.Sleep(150 * time.Millisecond)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.frames
+	c.frames = nil
+	return out
+}
+
+func (c *capturer) stop() {
+	if c.fd > 0 {
+		unix.Shutdown(c.fd, unix.SHUT_RDWR)
+		unix.Close(c.fd)
+		c.fd = -1
+		<-c.done
+	}
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// sendUDP sends two datagrams from each source port in ports, from inside ns.
+func sendUDP(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, ports []uint16) {
+	t.Helper()
+	err := inNS(ns, func() error {
+		for _, p := range ports {
+			c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, p)),
+				net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9999)))
+			if err != nil {
+				return err
+			}
+			for range 2 {
+				c.Write([]byte("egret steer test"))
+			}
+			c.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send UDP %v → %v: %v", src, dst, err)
+	}
+}
+
+// sendTCP starts n connections (their SYNs are enough) from inside ns.
+func sendTCP(t *testing.T, ns netns.NsHandle, dst netip.Addr, n int) {
+	t.Helper()
+	err := inNS(ns, func() error {
+		for range n {
+			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(dst, 443).String(), 30*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send TCP: %v", err)
+	}
+}
