@@ -333,3 +333,55 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func FuzzConfigMapData(f *testing.F) {
+	f.Add(`{"addresses":["192.168.1.99/24"],"gateway":"192.168.1.1","destinations":["10.0.0.0/8"]}`, "", "db-1")
+	f.Add("", `{"db-*":{"addresses":["2001:db8::5/64"]}}`, "db-1")
+	f.Fuzz(func(t *testing.T, ip, podIP, pod string) {
+		data := map[string]string{}
+		if ip != "" {
+			data["ip"] = ip
+		}
+		if podIP != "" {
+			data["podIP"] = podIP
+		}
+		s, err := parseConfigMapData("cm", data, pod)
+		if err != nil {
+			return
+		}
+		if len(s.Addresses) == 0 {
+			t.Fatal("accepted a ConfigMap without addresses")
+		}
+		ov := &IPSettings{Destinations: pfx("10.0.0.0/8")}
+		if got, err := ApplyOverrides("cm", s, ov); err == nil && len(got.Destinations) == 0 {
+			t.Fatal("overrides widened destinations to any")
+		}
+	})
+}
+
+func BenchmarkParseConfig(b *testing.B) {
+	conf := []byte(`{"cniVersion":"1.0.0","name":"n","type":"egress-router","podIP":{"db-router":{"addresses":["192.168.3.10/24"],"gateway":"192.168.3.1","destinations":["10.1.2.3/32"]},"alpha-*":{"addresses":["192.168.3.12/24","2001:db8::12/64"]}},"clusterNetworks":["10.128.0.0/14"],"serviceNetworks":["172.30.0.0/16"]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseConfig(conf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMatchPod(b *testing.B) {
+	m := map[string]IPSpec{}
+	for i := range 200 {
+		m["team-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+"-*"] = IPSpec{Addresses: []string{"192.168.3.12/24"}}
+	}
+	entries, err := parsePodIP("podIP", m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := MatchPod(entries, "team-xxxq-7f9c"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -20,7 +20,7 @@ func TestDeployExamples(t *testing.T) {
 		t.Fatalf("no deploy/cni manifests: %v", err)
 	}
 	type object struct {
-		Kind     string            `json:"kind"`
+		Kind     string `json:"kind"`
 		Metadata struct{ Name, Namespace string }
 		Spec     struct{ Config string }
 		Data     map[string]string `json:"data"`

@@ -14,8 +14,13 @@ import (
 // "destinations" for one egress interface.
 func FilterTable(ifName string) string { return "egress-router-" + ifName }
 
-// FilterChain is the output-hook chain inside FilterTable.
-const FilterChain = "output"
+// FilterChains are the chains inside FilterTable: traffic the pod sends itself
+// (output) and traffic it routes or NATs on behalf of others, as an egress router
+// pod in redirect mode does (forward). Both carry the same rules.
+var FilterChains = []struct {
+	Name string
+	Hook *nftables.ChainHook
+}{{"output", nftables.ChainHookOutput}, {"forward", nftables.ChainHookForward}}
 
 // FilterRules builds the chain's rules for traffic leaving through ifName: replies of
 // accepted connections and IPv6 neighbour discovery pass, new connections pass only to
@@ -88,12 +93,14 @@ func InstallFilter(podFd int, ifName string, dests []netip.Prefix) error {
 	}
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: FilterTable(ifName)})
 	policy := nftables.ChainPolicyAccept
-	ch := c.AddChain(&nftables.Chain{
-		Name: FilterChain, Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &policy,
-	})
-	for _, r := range FilterRules(ifName, dests) {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r})
+	for _, fc := range FilterChains {
+		ch := c.AddChain(&nftables.Chain{
+			Name: fc.Name, Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: fc.Hook, Priority: nftables.ChainPriorityFilter, Policy: &policy,
+		})
+		for _, r := range FilterRules(ifName, dests) {
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r})
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("installing the destinations filter (nftables table inet %s): %w", FilterTable(ifName), err)
@@ -118,7 +125,8 @@ func RemoveFilter(podFd int, ifName string) error {
 	return nil
 }
 
-// FilterRuleCount returns how many rules the filter chain holds (-1 when absent).
+// FilterRuleCount returns how many rules each filter chain holds, or -1 when the
+// table is absent; chains that differ in size are reported as an error.
 func FilterRuleCount(podFd int, ifName string) (int, error) {
 	c, err := nftables.New(nftables.WithNetNSFd(podFd))
 	if err != nil {
@@ -128,11 +136,18 @@ func FilterRuleCount(podFd int, ifName string) (int, error) {
 	if err != nil || t == nil {
 		return -1, err
 	}
-	rules, err := c.GetRules(t, &nftables.Chain{Name: FilterChain, Table: t})
-	if err != nil {
-		return 0, fmt.Errorf("listing rules of table inet %s: %w", t.Name, err)
+	n := -1
+	for _, fc := range FilterChains {
+		rules, err := c.GetRules(t, &nftables.Chain{Name: fc.Name, Table: t})
+		if err != nil {
+			return 0, fmt.Errorf("listing rules of chain %s in table inet %s: %w", fc.Name, t.Name, err)
+		}
+		if n >= 0 && len(rules) != n {
+			return 0, fmt.Errorf("table inet %s: chain %s has %d rules, the others %d", t.Name, fc.Name, len(rules), n)
+		}
+		n = len(rules)
 	}
-	return len(rules), nil
+	return n, nil
 }
 
 func findFilter(c *nftables.Conn, ifName string) (*nftables.Table, error) {

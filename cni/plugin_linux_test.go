@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -463,4 +464,63 @@ func mustIndex(t *testing.T, n *testNS, name string) int {
 		t.Fatal(err)
 	}
 	return l.Attrs().Index
+}
+
+// TestDestinationsForwarded: a pod that routes for others (an egress router in redirect
+// mode) is held to the same destinations as its own traffic.
+func TestDestinationsForwarded(t *testing.T) {
+	requireRoot(t)
+	l := newLab(t, true)
+	if err := l.Pod.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("1"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The node sends the outside targets through the pod instead of straight out.
+	for _, dst := range []string{allowed4 + "/32", denied4 + "/32"} {
+		if err := l.Node.NL.RouteAdd(&netlink.Route{Dst: ipNet(netip.MustParsePrefix(dst)), Gw: netip.MustParseAddr(podNet4).AsSlice(), LinkIndex: mustIndex(t, l.Node, "vpod0")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRuntime(t, l, "router")
+	list := confList(t, "1.1.0", TypeEgressRouter, `"ip":{"addresses":["192.0.2.99/24"],"destinations":["198.51.100.10/32"]}`)
+	if _, err := r.add(list); err != nil {
+		t.Fatal(err)
+	}
+	send := func(target string) bool {
+		dst := netip.AddrPortFrom(netip.MustParseAddr(target), 9998)
+		var conn *net.UDPConn
+		if err := l.Out.Do(func() (err error) {
+			conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(dst))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := l.Node.Do(func() error {
+			c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for range 3 {
+				_, _ = c.Write([]byte("forwarded probe"))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(700 * time.Millisecond))
+		_, _, err := conn.ReadFromUDPAddrPort(make([]byte, 64))
+		return err == nil
+	}
+	if !send(allowed4) {
+		t.Errorf("forwarded packet to allowed %s did not arrive", allowed4)
+	}
+	if send(denied4) {
+		t.Errorf("forwarded packet to %s passed the destinations filter", denied4)
+	}
+	if err := r.del(list); err != nil {
+		t.Fatal(err)
+	}
 }
