@@ -1,0 +1,162 @@
+package engine_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/egret-gw/egret/gateway/engine"
+)
+
+// labConfig is a file as `egret lab up` writes it for gateway g1 (docs/lab.md).
+const labConfig = `# written by egret lab up; format in docs/lab.md
+egressIPsClaimed: true
+innerMAC: 02:65:67:00:00:15
+interfaces:
+- eth0
+node: g1
+nodes:
+- innerMAC: 02:65:67:00:00:0b
+  name: w1
+  pods:
+  - addr: 198.18.1.2
+    policy: blue
+  - addr: 198.18.1.3
+    policy: green
+  vtep: 192.0.2.11
+- innerMAC: 02:65:67:00:00:0c
+  name: w2
+  pods:
+  - addr: 198.18.2.2
+    policy: blue
+  - addr: 198.18.2.3
+  vtep: 192.0.2.12
+policies:
+- egressIPs:
+  - 192.0.2.101
+  name: blue
+- egressIPs: []
+  name: green
+port: 4789
+routerV4: 198.19.0.21
+tunnel: vxlan
+vni: 100
+vteps:
+- 192.0.2.21
+`
+
+func TestLabConfig(t *testing.T) {
+	c, err := engine.ParseConfig([]byte(labConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Claim {
+		t.Error("egressIPsClaimed: true must turn claiming off")
+	}
+	if s.Mode != "auto" || s.Batch != engine.DefaultBatch || s.LogFormat != "text" || s.ConntrackMax != engine.DefaultConntrackMax {
+		t.Errorf("defaults not applied: %+v", s)
+	}
+	if len(s.Hosted) != 1 || s.Hosted[0] != netip.MustParseAddr("192.0.2.101") {
+		t.Errorf("hosted %v, want [192.0.2.101]", s.Hosted)
+	}
+	if len(s.VTEPs) != 1 || s.VTEPs[0] != netip.MustParseAddr("192.0.2.21") {
+		t.Errorf("vteps %v", s.VTEPs)
+	}
+	g := s.Gateway
+	if len(g.Nodes) != 2 || len(g.Nodes[1].Pods) != 2 || g.Nodes[1].Pods[1].Policy != "" || g.Nodes[0].Pods[1].Policy != "green" {
+		t.Errorf("nodes not carried over: %+v", g.Nodes)
+	}
+	if g.InnerMAC != [6]byte{2, 0x65, 0x67, 0, 0, 0x15} || g.RouterV4 != netip.MustParseAddr("198.19.0.21") {
+		t.Errorf("innerMAC %x routerV4 %v", g.InnerMAC, g.RouterV4)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	base := func() *engine.Config {
+		c, err := engine.ParseConfig([]byte(labConfig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		field string
+		edit  func(c *engine.Config)
+	}{
+		{"interfaces", func(c *engine.Config) { c.Interfaces = nil }},
+		{"interfaces[1]", func(c *engine.Config) { c.Interfaces = []string{"eth0", "eth0"} }},
+		{"interfaces[0]", func(c *engine.Config) { c.Interfaces = []string{"a/b"} }},
+		{"mode", func(c *engine.Config) { c.Mode = "dpdk" }},
+		{"queues", func(c *engine.Config) { c.Queues = -1 }},
+		{"batch", func(c *engine.Config) { c.Batch = 16 }},
+		{"batch", func(c *engine.Config) { c.Batch = 65 }},
+		{"logFormat", func(c *engine.Config) { c.LogFormat = "xml" }},
+		{"metricsAddr", func(c *engine.Config) { c.MetricsAddr = "9090" }},
+		{"conntrackMax", func(c *engine.Config) { c.ConntrackMax = 10 }},
+		{"tunnel", func(c *engine.Config) { c.Tunnel = "gre" }},
+		{"port", func(c *engine.Config) { c.Port = 8472 }},
+		{"port", func(c *engine.Config) { c.Tunnel = "geneve" }}, // port 4789 stays
+		{"vni", func(c *engine.Config) { c.VNI = 1 << 24 }},
+		{"vteps", func(c *engine.Config) { c.VTEPs = nil }},
+		{"vteps[0]", func(c *engine.Config) { c.VTEPs = []string{"192.0.2"} }},
+		{"vteps[0]", func(c *engine.Config) { c.VTEPs = []string{"224.0.0.1"} }},
+		{"vteps[1]", func(c *engine.Config) { c.VTEPs = append(c.VTEPs, "192.0.2.22") }},
+		{"innerMAC", func(c *engine.Config) { c.InnerMAC = "" }},
+		{"routerV4", func(c *engine.Config) { c.RouterV4 = "fd00::1" }},
+		{"routerV6", func(c *engine.Config) { c.RouterV6 = "10.0.0.1" }},
+		{"policies[1].name", func(c *engine.Config) { c.Policies[1].Name = "blue" }},
+		{"policies[0].name", func(c *engine.Config) { c.Policies[0].Name = "" }},
+		{"policies[0].egressIPs[0]", func(c *engine.Config) { c.Policies[0].EgressIPs[0] = "x" }},
+		{"policies[0].egressIPs[0]", func(c *engine.Config) { c.Policies[0].EgressIPs[0] = "127.0.0.1" }},
+		{"policies[1].egressIPs[0]", func(c *engine.Config) { c.Policies[1].EgressIPs = []string{"192.0.2.101"} }},
+		{"policies[0].egressIPs[0]", func(c *engine.Config) { c.Policies[0].EgressIPs[0] = "192.0.2.21" }},
+		{"nodes[0].name", func(c *engine.Config) { c.Nodes[0].Name = "" }},
+		{"nodes[1].name", func(c *engine.Config) { c.Nodes[1].Name = "w1" }},
+		{"nodes[0].vtep", func(c *engine.Config) { c.Nodes[0].VTEP = "192.0.2.300" }},
+		{"nodes[0].vtep", func(c *engine.Config) { c.Nodes[0].VTEP = "fd00::11" }},
+		{"nodes[1].innerMAC", func(c *engine.Config) { c.Nodes[1].InnerMAC = "02:65" }},
+		{"nodes[1].pods[0].addr", func(c *engine.Config) { c.Nodes[1].Pods[0].Addr = "198.18.1.2" }},
+		{"nodes[0].pods[1].addr", func(c *engine.Config) { c.Nodes[0].Pods[1].Addr = "" }},
+		{"nodes[0].pods[0].policy", func(c *engine.Config) { c.Nodes[0].Pods[0].Policy = "red" }},
+	} {
+		c := base()
+		tc.edit(c)
+		_, err := c.Validate()
+		if err == nil {
+			t.Errorf("%s: invalid config accepted", tc.field)
+			continue
+		}
+		if !strings.Contains(err.Error(), "config field "+tc.field+":") {
+			t.Errorf("%s: error %q does not name the field", tc.field, err)
+		}
+	}
+}
+
+func TestParseConfigRejects(t *testing.T) {
+	for _, in := range []string{
+		"interfaces: [eth0]\nvtep: 10.0.0.1\n", // unknown key (typo)
+		"interfaces: eth0: x\n",                // not YAML
+		"nodes: {name: w1}\n",                  // wrong shape
+		"batch: lots\n",                        // wrong type
+	} {
+		if _, err := engine.ParseConfig([]byte(in)); err == nil {
+			t.Errorf("%q parsed without error", in)
+		}
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add([]byte(labConfig))
+	f.Add([]byte("interfaces: [eth0]\nvteps: ['::1']\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := engine.ParseConfig(data)
+		if err != nil {
+			return
+		}
+		c.Validate() // errors are fine; panics are not
+	})
+}
