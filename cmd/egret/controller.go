@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/egret-gw/egret/control/controller"
+	"github.com/egret-gw/egret/control/filesource"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func init() {
+	register("controller", "assign egress IPs to nodes, check node health, write status (leader elected)", runController)
+}
+
+func runController(args []string) error {
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	f := controller.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg, err := f.Config()
+	if err != nil {
+		return err
+	}
+	log, err := controllerLogger(f.LogFormat, f.LogLevel)
+	if err != nil {
+		return err
+	}
+	dir, isDir, err := f.SourceDir()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if isDir {
+		if f.Kubeconfig != "" {
+			return errors.New("--kubeconfig and --source dir: exclude each other")
+		}
+		src, err := filesource.New(dir, f.PollInterval, log)
+		if err != nil {
+			return err
+		}
+		c, err := controller.New(src, cfg, log)
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
+	restCfg, err := kubeRESTConfig(f.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	return controller.RunKube(ctx, restCfg, cfg, f.Identity, log)
+}
+
+// kubeRESTConfig uses the named kubeconfig, else the in-cluster service
+// account, else $KUBECONFIG or ~/.kube/config.
+func kubeRESTConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		if c, err := rest.InClusterConfig(); err == nil {
+			return c, nil
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes configuration (not in a cluster; give --kubeconfig or use --source dir:/path): %w", err)
+	}
+	return c, nil
+}
+
+func controllerLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+}

@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/egret-gw/egret/control/health"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Defaults of the configuration.
+const (
+	DefaultReachabilityTotalTimeoutSeconds = 1
+	MaxReachabilityTotalTimeoutSeconds     = 60
+	DefaultProbeInterval                   = 300 * time.Millisecond
+	DefaultHoldDown                        = 30 * time.Second
+	DefaultWorkers                         = 2
+)
+
+// Config is the controller's configuration file (YAML); flags override it.
+// Durations are written as Go durations ("30s", "250ms").
+type Config struct {
+	// ReachabilityTotalTimeoutSeconds bounds each node reachability check,
+	// retries included; a node that does not answer within it is declared
+	// down and its egress IPs move. 0 disables the check; 1 to 60; nil
+	// means the default, 1.
+	ReachabilityTotalTimeoutSeconds *int `json:"reachabilityTotalTimeoutSeconds,omitempty"`
+	// HealthPort is the gRPC health port of the gateway agents (9107).
+	HealthPort int `json:"healthPort,omitempty"`
+	// ProbeInterval is the pause between two checks of one node. Failure is
+	// detected within ProbeInterval + the total timeout.
+	ProbeInterval metav1.Duration `json:"probeInterval,omitempty"`
+	// HoldDown keeps a node that has just come back (Ready again, reachable
+	// again) from receiving egress IPs for this long, so a flapping node
+	// does not pull IPs back and forth. "0s" disables it.
+	HoldDown *metav1.Duration `json:"holdDown,omitempty"`
+	// DrainCordoned moves egress IPs off cordoned (unschedulable) nodes.
+	DrainCordoned bool `json:"drainCordoned,omitempty"`
+	// Workers is the number of status writers.
+	Workers int `json:"workers,omitempty"`
+	// LeaderElection configures the Lease used with the Kubernetes source.
+	LeaderElection LeaderElection `json:"leaderElection,omitzero"`
+}
+
+// LeaderElection configures leader election through a coordination.k8s.io Lease.
+type LeaderElection struct {
+	// Disabled runs without a Lease (a single replica, or tests).
+	Disabled bool `json:"disabled,omitempty"`
+	// Namespace and Name locate the Lease (egret-system/egret-controller).
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// LeaseDuration, RenewDeadline and RetryPeriod are as in client-go
+	// (15s, 10s, 2s by default).
+	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
+	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
+}
+
+// LoadConfig reads a YAML configuration file; unknown fields are errors,
+// so a misspelt option is not silently ignored.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading the controller configuration: %w", err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return Config{}, fmt.Errorf("controller configuration %s: %w", path, err)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("controller configuration %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate reports every out-of-range value.
+func (c Config) Validate() error {
+	var errs []error
+	if t := c.ReachabilityTotalTimeoutSeconds; t != nil && (*t < 0 || *t > MaxReachabilityTotalTimeoutSeconds) {
+		errs = append(errs, fmt.Errorf("reachabilityTotalTimeoutSeconds is %d; it must be between 0 and %d (0 disables the reachability check)", *t, MaxReachabilityTotalTimeoutSeconds))
+	}
+	if c.HealthPort < 0 || c.HealthPort > 65535 {
+		errs = append(errs, fmt.Errorf("healthPort is %d; it must be a TCP port (1-65535, default %d)", c.HealthPort, health.DefaultPort))
+	}
+	if c.ProbeInterval.Duration < 0 {
+		errs = append(errs, fmt.Errorf("probeInterval is %v; it must be positive", c.ProbeInterval.Duration))
+	}
+	if c.HoldDown != nil && c.HoldDown.Duration < 0 {
+		errs = append(errs, fmt.Errorf("holdDown is %v; it must be zero or positive", c.HoldDown.Duration))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("workers is %d; it must be positive", c.Workers))
+	}
+	le := c.LeaderElection
+	if le.LeaseDuration.Duration < 0 || le.RenewDeadline.Duration < 0 || le.RetryPeriod.Duration < 0 {
+		errs = append(errs, errors.New("leaderElection durations must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills unset fields.
+func (c Config) withDefaults() Config {
+	if c.ReachabilityTotalTimeoutSeconds == nil {
+		v := DefaultReachabilityTotalTimeoutSeconds
+		c.ReachabilityTotalTimeoutSeconds = &v
+	}
+	if c.HealthPort == 0 {
+		c.HealthPort = health.DefaultPort
+	}
+	if c.ProbeInterval.Duration == 0 {
+		c.ProbeInterval.Duration = DefaultProbeInterval
+	}
+	if c.HoldDown == nil {
+		c.HoldDown = &metav1.Duration{Duration: DefaultHoldDown}
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	le := &c.LeaderElection
+	if le.Namespace == "" {
+		le.Namespace = "egret-system"
+	}
+	if le.Name == "" {
+		le.Name = "egret-controller"
+	}
+	if le.LeaseDuration.Duration == 0 {
+		le.LeaseDuration.Duration = 15 * time.Second
+	}
+	if le.RenewDeadline.Duration == 0 {
+		le.RenewDeadline.Duration = 10 * time.Second
+	}
+	if le.RetryPeriod.Duration == 0 {
+		le.RetryPeriod.Duration = 2 * time.Second
+	}
+	return c
+}
+
+// reachabilityTimeout is the total timeout, zero when the check is disabled.
+func (c Config) reachabilityTimeout() time.Duration {
+	return time.Duration(*c.ReachabilityTotalTimeoutSeconds) * time.Second
+}

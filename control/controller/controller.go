@@ -1,0 +1,432 @@
+// Package controller is Egret's EgressIP controller: it reads EgressIP, Node,
+// Namespace and Pod objects from a Source, computes where every egress IP
+// lives with package assign (a pure function of the cached objects), writes
+// each EgressIP's status with a normal update, records Warning Events for
+// what cannot be assigned, and probes the gRPC health service of every
+// assignable node so that an unreachable or NotReady node loses its egress
+// IPs to the others.
+//
+// The same core runs on the Kubernetes API (KubeSource, with leader
+// election: RunKube) and on a directory of YAML files (package filesource).
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/assign"
+	"github.com/egret-gw/egret/control/health"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// qkey is a work item: the assignment (all objects) or one object's status.
+type qkey struct {
+	assign bool
+	name   string // EgressIP name, iff !assign
+}
+
+var assignKey = qkey{assign: true}
+
+// desired is the status an object should have, computed from the object at
+// resourceVersion rv.
+type desired struct {
+	rv    string
+	items []egressv1.EgressIPStatusItem
+	// result keeps the chosen interfaces for the snapshot.
+	result assign.ObjectResult
+}
+
+// written remembers a status this controller stored, until the cache shows it.
+type written struct {
+	fromRV string // resourceVersion the write replaced
+	items  []assign.StatusItem
+}
+
+// nodeHealth is the controller's memory of one node, for the hold-down.
+type nodeHealth struct {
+	usable    bool
+	holdUntil time.Time
+}
+
+// Controller is the EgressIP controller core; create it with New, run it
+// with Run.
+type Controller struct {
+	cfg     Config
+	src     Source
+	log     *slog.Logger
+	queue   workqueue.TypedRateLimitingInterface[qkey]
+	metrics Metrics
+	reach   *reachability
+	now     func() time.Time
+	updates chan struct{}
+
+	mu      sync.Mutex
+	desired map[string]desired
+	written map[string]written
+	emitted map[assign.Event]struct{}
+	nodes   map[string]*nodeHealth
+	placed  map[string]string // "object/ip" → node, from the last assignment
+}
+
+// New checks cfg and builds a controller reading from src.
+func New(src Source, cfg Config, log *slog.Logger) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg = cfg.withDefaults()
+	c := &Controller{
+		cfg:     cfg,
+		src:     src,
+		log:     log,
+		now:     time.Now,
+		updates: make(chan struct{}, 1),
+		desired: map[string]desired{},
+		written: map[string]written{},
+		emitted: map[assign.Event]struct{}{},
+		nodes:   map[string]*nodeHealth{},
+		placed:  map[string]string{},
+	}
+	c.reach = newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, &c.metrics, log,
+		func() { c.queue.Add(assignKey) })
+	return c, nil
+}
+
+// Metrics returns the live counters.
+func (c *Controller) Metrics() *Metrics { return &c.metrics }
+
+// Updates signals (without blocking, coalesced) after every assignment and
+// every Namespace or Pod change: read Snapshot then.
+func (c *Controller) Updates() <-chan struct{} { return c.updates }
+
+func (c *Controller) signal() {
+	select {
+	case c.updates <- struct{}{}:
+	default:
+	}
+}
+
+// Run starts the source, waits for its caches and a first verdict on every
+// node, then assigns and writes statuses until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[qkey](),
+		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
+	defer c.queue.ShutDown()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if err := c.src.Start(ctx, c.changed); err != nil {
+		return fmt.Errorf("starting the object source: %w", err)
+	}
+	c.reach.start(ctx)
+	defer c.reach.stop()
+	// Judge every node before the first assignment, so a restart does not
+	// move IPs off nodes merely not probed yet.
+	c.reach.track(c.probeTargets(c.src.Nodes()))
+	wctx, wcancel := context.WithTimeout(ctx, c.cfg.reachabilityTimeout()+time.Second)
+	c.reach.waitKnown(wctx)
+	wcancel()
+
+	c.queue.Add(assignKey)
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	c.log.Info("EgressIP controller running", "reachabilityTotalTimeoutSeconds", *c.cfg.ReachabilityTotalTimeoutSeconds,
+		"healthPort", c.cfg.HealthPort, "holdDown", c.cfg.HoldDown.Duration, "drainCordoned", c.cfg.DrainCordoned)
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) changed(k Kind) {
+	switch k {
+	case KindEgressIP, KindNode:
+		c.queue.Add(assignKey)
+	default:
+		c.signal()
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	k, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(k)
+	if k.assign {
+		c.assign()
+		c.queue.Forget(k)
+		return true
+	}
+	c.writeStatus(ctx, k)
+	return true
+}
+
+// nodeAddress is where the node's health service listens: its InternalIP,
+// else the primary interface address from k8s.ovn.org/node-primary-ifaddr.
+func nodeAddress(n *corev1.Node) (netip.Addr, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				return ip, true
+			}
+		}
+	}
+	if s, ok := n.Annotations[assign.AnnotationPrimaryIfAddr]; ok {
+		if ifa, err := assign.ParsePrimaryIfAddr(s); err == nil {
+			if ifa.IPv4.IsValid() {
+				return ifa.IPv4.Addr(), true
+			}
+			if ifa.IPv6.IsValid() {
+				return ifa.IPv6.Addr(), true
+			}
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// probeTargets lists the health address of every assignable node.
+func (c *Controller) probeTargets(nodes []*corev1.Node) map[string]string {
+	out := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		if _, ok := n.Labels[assign.LabelEgressAssignable]; !ok {
+			continue
+		}
+		if ip, ok := nodeAddress(n); ok {
+			out[n.Name] = health.Target(ip.String(), c.cfg.HealthPort)
+		}
+	}
+	return out
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// assign recomputes the whole assignment from the cached objects and queues
+// a status write for every object whose stored status differs.
+func (c *Controller) assign() {
+	start := c.now()
+	kn := c.src.Nodes()
+	c.reach.track(c.probeTargets(kn))
+	eips := c.src.EgressIPs()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	nodes := make([]assign.Node, 0, len(kn))
+	seen := make(map[string]bool, len(kn))
+	var nextHoldDownEnd time.Time
+	for _, n := range kn {
+		an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
+		an.Ready = nodeReady(n)
+		an.Cordoned = n.Spec.Unschedulable
+		reachable, known := c.reach.verdict(n.Name)
+		an.Reachable = reachable
+		if _, ok := n.Labels[assign.LabelEgressAssignable]; !ok {
+			// Not probed: the check only matters for nodes that host IPs.
+			an.Reachable, known = true, true
+		} else if _, hasAddr := nodeAddress(n); !hasAddr && !c.reach.disabled() {
+			c.log.Warn("assignable node has no InternalIP nor primary address to probe; it hosts no egress IP", "node", n.Name)
+		}
+		seen[n.Name] = true
+		h := c.nodes[n.Name]
+		if known {
+			usable := an.Ready && an.Reachable
+			switch {
+			case h == nil:
+				h = &nodeHealth{usable: usable}
+				c.nodes[n.Name] = h
+			case usable && !h.usable && c.cfg.HoldDown.Duration > 0:
+				h.holdUntil = now.Add(c.cfg.HoldDown.Duration)
+				c.log.Info("node recovered; held down before it gets egress IPs again", "node", n.Name, "until", h.holdUntil)
+				h.usable = true
+			default:
+				h.usable = usable
+			}
+		}
+		if h != nil && now.Before(h.holdUntil) {
+			an.HoldDownUntil = h.holdUntil
+			if nextHoldDownEnd.IsZero() || h.holdUntil.Before(nextHoldDownEnd) {
+				nextHoldDownEnd = h.holdUntil
+			}
+		}
+		nodes = append(nodes, an)
+	}
+	for name := range c.nodes {
+		if !seen[name] {
+			delete(c.nodes, name)
+		}
+	}
+	if !nextHoldDownEnd.IsZero() {
+		c.queue.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
+	}
+
+	objects := make([]assign.Object, 0, len(eips))
+	byName := make(map[string]*egressv1.EgressIP, len(eips))
+	for _, e := range eips {
+		byName[e.Name] = e
+		o := assign.Object{Name: e.Name, Created: e.CreationTimestamp.Time, EgressIPs: e.Spec.EgressIPs}
+		if w, ok := c.written[e.Name]; ok && w.fromRV == e.ResourceVersion {
+			o.Status = w.items // our write is not in the cache yet
+		} else {
+			delete(c.written, e.Name)
+			for _, it := range e.Status.Items {
+				o.Status = append(o.Status, assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP})
+			}
+		}
+		objects = append(objects, o)
+	}
+	res, err := assign.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
+	if err != nil {
+		// Only duplicate names, which no source produces.
+		c.log.Error("assignment failed", "err", err)
+		return
+	}
+
+	eligible := map[string]bool{}
+	for _, n := range nodes {
+		eligible[n.Name] = n.Assignable && n.AnnotationErr == nil && n.Ready && n.Reachable &&
+			!(c.cfg.DrainCordoned && n.Cordoned)
+	}
+	placed := map[string]string{}
+	var assigned int64
+	nextDesired := make(map[string]desired, len(res.Objects))
+	for _, r := range res.Objects {
+		e := byName[r.Name]
+		d := desired{rv: e.ResourceVersion, result: r}
+		for _, a := range r.Status {
+			d.items = append(d.items, egressv1.EgressIPStatusItem{Node: a.Node, EgressIP: a.EgressIP})
+			k := r.Name + "/" + a.EgressIP
+			placed[k] = a.Node
+			if prev, ok := c.placed[k]; ok && prev != a.Node {
+				c.metrics.Moves.Add(1)
+				if !eligible[prev] {
+					c.metrics.Failovers.Add(1)
+				}
+				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node)
+			}
+		}
+		assigned += int64(len(r.Status))
+		nextDesired[r.Name] = d
+		if !itemsEqual(e.Status.Items, d.items) {
+			c.queue.Add(qkey{name: r.Name})
+		}
+	}
+	c.placed = placed
+	c.desired = nextDesired
+	c.metrics.AssignedIPs.Store(assigned)
+
+	var unassigned int64
+	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
+	for _, ev := range res.Events {
+		if ev.Reason == assign.ReasonNoMatchingNodeFound {
+			unassigned++
+		}
+		current[ev] = struct{}{}
+		if _, done := c.emitted[ev]; done {
+			continue
+		}
+		e := byName[ev.Object]
+		c.event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
+			Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, ev)
+	}
+	for _, ev := range res.NodeProblems {
+		current[ev] = struct{}{}
+		if _, done := c.emitted[ev]; done {
+			continue
+		}
+		for _, n := range kn {
+			if n.Name == ev.Object {
+				c.event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}, ev)
+			}
+		}
+	}
+	// Forgetting what no longer applies lets it be reported again if it returns.
+	c.emitted = current
+	c.metrics.UnassignedIPs.Store(unassigned)
+	c.metrics.AssignRuns.Add(1)
+	c.metrics.AssignNanos.Add(int64(c.now().Sub(start)))
+	c.signal()
+}
+
+func (c *Controller) event(ref *corev1.ObjectReference, ev assign.Event) {
+	c.metrics.Events.Add(1)
+	c.log.Warn("event", "kind", ref.Kind, "name", ref.Name, "reason", string(ev.Reason), "message", ev.Message)
+	c.src.Event(ref, corev1.EventTypeWarning, string(ev.Reason), ev.Message)
+}
+
+func itemsEqual(a, b []egressv1.EgressIPStatusItem) bool {
+	return slices.Equal(a, b)
+}
+
+// writeStatus stores the desired status of one object, if it differs.
+func (c *Controller) writeStatus(ctx context.Context, k qkey) {
+	obj, ok := c.src.EgressIP(k.name)
+	c.mu.Lock()
+	d, known := c.desired[k.name]
+	c.mu.Unlock()
+	if !ok || !known || obj.ResourceVersion != d.rv || itemsEqual(obj.Status.Items, d.items) {
+		// Gone, or changed since the assignment (which is queued again
+		// by that change), or already right.
+		c.queue.Forget(k)
+		return
+	}
+	cp := obj.DeepCopy() // never modify the cache's copy
+	cp.Status.Items = slices.Clone(d.items)
+	err := c.src.UpdateEgressIP(ctx, cp)
+	switch {
+	case err == nil:
+		c.metrics.StatusWrites.Add(1)
+		c.queue.Forget(k)
+		items := make([]assign.StatusItem, len(d.items))
+		for i, it := range d.items {
+			items[i] = assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP}
+		}
+		c.mu.Lock()
+		c.written[k.name] = written{fromRV: obj.ResourceVersion, items: items}
+		c.mu.Unlock()
+		c.log.Info("status written", "egressip", k.name, "items", d.items)
+	case apierrors.IsConflict(err):
+		// The cache is behind: the newer object triggers a new assignment;
+		// retry this one too in case it does not.
+		c.metrics.StatusConflicts.Add(1)
+		c.queue.AddRateLimited(k)
+	case apierrors.IsNotFound(err):
+		c.queue.Forget(k)
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		// Retrying the same content cannot succeed: report and stop.
+		c.metrics.StatusErrors.Add(1)
+		c.queue.Forget(k)
+		c.log.Error("status refused by the API server", "egressip", k.name, "err", err)
+		c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
+			Name: obj.Name, UID: obj.UID}, corev1.EventTypeWarning, "StatusUpdateFailed", err.Error())
+	default:
+		c.metrics.StatusErrors.Add(1)
+		c.log.Warn("status write failed; retrying", "egressip", k.name, "err", err)
+		c.queue.AddRateLimited(k)
+	}
+}

@@ -1,0 +1,119 @@
+package controller
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Flags are the command-line options of `egret controller`; values given on
+// the command line override the configuration file.
+type Flags struct {
+	ConfigFile string
+	Kubeconfig string
+	// Source is "kube" (the API server) or "dir:/path" (package filesource).
+	Source       string
+	Identity     string
+	PollInterval time.Duration
+	LogFormat    string
+	LogLevel     string
+
+	fs            *flag.FlagSet
+	reach         int
+	healthPort    int
+	probeInterval time.Duration
+	holdDown      time.Duration
+	drain         bool
+	workers       int
+	leaderElect   bool
+	leaseNS       string
+	leaseName     string
+	leaseDuration time.Duration
+	renewDeadline time.Duration
+	retryPeriod   time.Duration
+}
+
+// BindFlags defines the controller's flags on fs.
+func BindFlags(fs *flag.FlagSet) *Flags {
+	f := &Flags{fs: fs}
+	fs.StringVar(&f.ConfigFile, "config", "", "YAML configuration file (see docs/controller.md); flags override it")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config")
+	fs.StringVar(&f.Source, "source", "kube", `where objects come from: "kube" (the API server) or "dir:/path" (a directory of manifests, no cluster)`)
+	fs.StringVar(&f.Identity, "identity", "", "this replica's name in the leader election Lease (default: host name)")
+	fs.DurationVar(&f.PollInterval, "poll-interval", 200*time.Millisecond, "how often a dir: source is checked for changes")
+	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.IntVar(&f.reach, "reachability-total-timeout-seconds", DefaultReachabilityTotalTimeoutSeconds, "total timeout of a node reachability check, 0-60; 0 disables the check")
+	fs.IntVar(&f.healthPort, "health-port", 9107, "gRPC health port of the gateway agents")
+	fs.DurationVar(&f.probeInterval, "probe-interval", DefaultProbeInterval, "pause between two reachability checks of a node")
+	fs.DurationVar(&f.holdDown, "hold-down", DefaultHoldDown, "how long a recovered node waits before it gets egress IPs again (0 disables)")
+	fs.BoolVar(&f.drain, "drain-cordoned", false, "move egress IPs off cordoned (unschedulable) nodes")
+	fs.IntVar(&f.workers, "workers", DefaultWorkers, "number of status writers")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader through a Lease so that only one replica acts (kube source)")
+	fs.StringVar(&f.leaseNS, "lease-namespace", "egret-system", "namespace of the leader election Lease")
+	fs.StringVar(&f.leaseName, "lease-name", "egret-controller", "name of the leader election Lease")
+	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "leader election lease duration")
+	fs.DurationVar(&f.renewDeadline, "renew-deadline", 10*time.Second, "leader election renew deadline")
+	fs.DurationVar(&f.retryPeriod, "retry-period", 2*time.Second, "leader election retry period")
+	return f
+}
+
+// Config reads the configuration file, if any, then applies the flags that
+// were set on the command line, and validates the result.
+func (f *Flags) Config() (Config, error) {
+	var c Config
+	if f.ConfigFile != "" {
+		var err error
+		if c, err = LoadConfig(f.ConfigFile); err != nil {
+			return Config{}, err
+		}
+	}
+	f.fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "reachability-total-timeout-seconds":
+			v := f.reach
+			c.ReachabilityTotalTimeoutSeconds = &v
+		case "health-port":
+			c.HealthPort = f.healthPort
+		case "probe-interval":
+			c.ProbeInterval = metav1.Duration{Duration: f.probeInterval}
+		case "hold-down":
+			c.HoldDown = &metav1.Duration{Duration: f.holdDown}
+		case "drain-cordoned":
+			c.DrainCordoned = f.drain
+		case "workers":
+			c.Workers = f.workers
+		case "leader-elect":
+			c.LeaderElection.Disabled = !f.leaderElect
+		case "lease-namespace":
+			c.LeaderElection.Namespace = f.leaseNS
+		case "lease-name":
+			c.LeaderElection.Name = f.leaseName
+		case "lease-duration":
+			c.LeaderElection.LeaseDuration.Duration = f.leaseDuration
+		case "renew-deadline":
+			c.LeaderElection.RenewDeadline.Duration = f.renewDeadline
+		case "retry-period":
+			c.LeaderElection.RetryPeriod.Duration = f.retryPeriod
+		}
+	})
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// SourceDir returns the directory of a "dir:" source, and whether it is one;
+// any other value than "kube" and "dir:/path" is an error.
+func (f *Flags) SourceDir() (string, bool, error) {
+	switch {
+	case f.Source == "kube":
+		return "", false, nil
+	case strings.HasPrefix(f.Source, "dir:") && len(f.Source) > len("dir:"):
+		return strings.TrimPrefix(f.Source, "dir:"), true, nil
+	}
+	return "", false, fmt.Errorf(`--source %q: use "kube" or "dir:/path/to/manifests"`, f.Source)
+}

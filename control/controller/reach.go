@@ -1,0 +1,170 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/egret-gw/egret/control/health"
+)
+
+// reachability runs one probe loop per assignable node and remembers each
+// node's last verdict.
+type reachability struct {
+	total, interval time.Duration
+	prober          *health.Prober
+	metrics         *Metrics
+	log             *slog.Logger
+	// onChange is called when a node's verdict changes (or is first known).
+	onChange func()
+
+	mu    sync.Mutex
+	ctx   context.Context
+	nodes map[string]*probeState
+	wg    sync.WaitGroup
+}
+
+type probeState struct {
+	target    string
+	cancel    context.CancelFunc
+	known     bool // at least one probe finished
+	reachable bool
+	lastErr   string
+}
+
+func newReachability(total, interval time.Duration, m *Metrics, log *slog.Logger, onChange func()) *reachability {
+	return &reachability{total: total, interval: interval, prober: health.NewProber(), metrics: m, log: log,
+		onChange: onChange, nodes: map[string]*probeState{}}
+}
+
+func (r *reachability) disabled() bool { return r.total == 0 }
+
+// start sets the context probe loops run under.
+func (r *reachability) start(ctx context.Context) {
+	r.mu.Lock()
+	r.ctx = ctx
+	r.mu.Unlock()
+}
+
+// stop ends every loop and closes the connections.
+func (r *reachability) stop() {
+	r.mu.Lock()
+	for _, s := range r.nodes {
+		s.cancel()
+	}
+	r.nodes = map[string]*probeState{}
+	r.mu.Unlock()
+	r.wg.Wait()
+	r.prober.Close()
+}
+
+// track makes the probed set equal targets (node name → host:port); a node
+// whose address changed starts over as unknown.
+func (r *reachability) track(targets map[string]string) {
+	if r.disabled() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx == nil {
+		return
+	}
+	for name, s := range r.nodes {
+		if t, ok := targets[name]; !ok || t != s.target {
+			s.cancel()
+			delete(r.nodes, name)
+			r.prober.Forget(s.target)
+			if s.known && !s.reachable {
+				r.metrics.NodesUnreachable.Add(-1)
+			}
+		}
+	}
+	for name, t := range targets {
+		if _, ok := r.nodes[name]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(r.ctx)
+		s := &probeState{target: t, cancel: cancel}
+		r.nodes[name] = s
+		r.wg.Add(1)
+		go r.loop(ctx, name, s)
+	}
+}
+
+func (r *reachability) loop(ctx context.Context, name string, s *probeState) {
+	defer r.wg.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		err := r.prober.Probe(ctx, s.target, r.total)
+		if ctx.Err() != nil {
+			return
+		}
+		r.metrics.observeProbe(time.Since(start), err != nil)
+		r.mu.Lock()
+		changed := !s.known || s.reachable != (err == nil)
+		if changed {
+			switch {
+			case err == nil && s.known:
+				r.metrics.NodesUnreachable.Add(-1)
+			case err != nil:
+				r.metrics.NodesUnreachable.Add(1)
+			}
+		}
+		s.known, s.reachable = true, err == nil
+		if err != nil {
+			s.lastErr = err.Error()
+		}
+		r.mu.Unlock()
+		if changed {
+			if err != nil {
+				r.log.Warn("node failed the reachability check", "node", name, "target", s.target, "err", err)
+			} else {
+				r.log.Info("node is reachable", "node", name, "target", s.target)
+			}
+			r.onChange()
+		}
+		t.Reset(r.interval)
+	}
+}
+
+// verdict returns whether name is reachable and whether that is known yet.
+func (r *reachability) verdict(name string) (reachable, known bool) {
+	if r.disabled() {
+		return true, true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.nodes[name]
+	if !ok || !s.known {
+		return false, false
+	}
+	return s.reachable, true
+}
+
+// waitKnown waits until every tracked node has a verdict or ctx ends.
+func (r *reachability) waitKnown(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		all := true
+		for _, s := range r.nodes {
+			all = all && s.known
+		}
+		r.mu.Unlock()
+		if all {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,198 @@
+// Package health is the node reachability check of EgressIP failover: every
+// gateway agent serves the standard gRPC health service (grpc.health.v1) on
+// port 9107, as OVN-Kubernetes nodes do, and the controller probes it.
+//
+// Server is the side the gateway agent embeds; Prober is the controller's
+// side. Both are plain gRPC without TLS: the check only tells whether the
+// node's agent is alive and reachable over the node network.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	grpchealth "google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// DefaultPort is the health port of OVN-Kubernetes' EgressIP node check.
+const DefaultPort = 9107
+
+// Service is the gRPC health service name the check asks about, the one
+// OVN-Kubernetes uses, so either side interoperates with it.
+const Service = "Service_Egress_IP"
+
+// Server serves the gRPC health service for one gateway agent.
+type Server struct {
+	grpc   *grpc.Server
+	health *grpchealth.Server
+	lis    net.Listener
+	done   chan struct{}
+	err    error
+	once   sync.Once
+}
+
+// Listen binds addr (host:port; ":9107" for every address) and starts
+// serving at once, reporting SERVING for Service and for the whole server
+// (the empty service name). Stop it with Stop.
+func Listen(addr string) (*Server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health: listening on %s: %w", addr, err)
+	}
+	return Serve(lis), nil
+}
+
+// Serve serves the health service on lis (which it then owns).
+func Serve(lis net.Listener) *Server {
+	s := &Server{
+		grpc:   grpc.NewServer(),
+		health: grpchealth.NewServer(),
+		lis:    lis,
+		done:   make(chan struct{}),
+	}
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus(Service, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	go func() {
+		s.err = s.grpc.Serve(lis)
+		close(s.done)
+	}()
+	return s
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// SetServing switches the reported status: an agent that cannot forward
+// (data plane down) says NOT_SERVING, and the controller moves its IPs away.
+func (s *Server) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus(Service, st)
+	s.health.SetServingStatus("", st)
+}
+
+// Stop closes the listener and every connection at once; probes then fail.
+// It returns the error Serve ended with, if it was not the normal stop.
+func (s *Server) Stop() error {
+	s.once.Do(func() {
+		s.health.Shutdown()
+		s.grpc.Stop()
+	})
+	<-s.done
+	if errors.Is(s.err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return s.err
+}
+
+// ErrNotServing is returned by Check when the node answers but reports that
+// it does not serve.
+var ErrNotServing = errors.New("the node's agent reports NOT_SERVING")
+
+// Prober checks the health service of many nodes, keeping one connection per
+// address so a probe is a single round trip. It is safe for concurrent use.
+type Prober struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewProber returns a Prober with no connections yet.
+func NewProber() *Prober { return &Prober{conns: map[string]*grpc.ClientConn{}} }
+
+// Target formats the health address of a node IP and port.
+func Target(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
+
+func (p *Prober) conn(target string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[target]; ok {
+		return c, nil
+	}
+	// Reconnect quickly: the default backoff grows to two minutes, which
+	// would keep a recovered node out long after it is back.
+	bc := backoff.DefaultConfig
+	bc.BaseDelay = 50 * time.Millisecond
+	bc.MaxDelay = 500 * time.Millisecond
+	c, err := grpc.NewClient("passthrough:///"+target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 200 * time.Millisecond}))
+	if err != nil {
+		return nil, fmt.Errorf("health: client for %s: %w", target, err)
+	}
+	p.conns[target] = c
+	return c, nil
+}
+
+// Check asks the node at target (host:port) once whether it serves; ctx
+// bounds the wait. A nil error means SERVING.
+func (p *Prober) Check(ctx context.Context, target string) error {
+	c, err := p.conn(target)
+	if err != nil {
+		return err
+	}
+	resp, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{Service: Service})
+	if err != nil {
+		return fmt.Errorf("health check of %s: %w", target, err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("health check of %s: %w (%s)", target, ErrNotServing, resp.GetStatus())
+	}
+	return nil
+}
+
+// Probe is the reachability check with a total timeout, as
+// reachabilityTotalTimeoutSeconds defines it: it retries failed checks
+// until one succeeds or total has passed, so a single lost packet or a
+// reconnect in progress does not declare the node down.
+func (p *Prober) Probe(ctx context.Context, target string, total time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, total)
+	defer cancel()
+	const retry = 100 * time.Millisecond
+	for {
+		// Wait for the connection while the budget lasts, rather than
+		// failing fast on a transport still reconnecting.
+		err := p.Check(ctx, target)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node unreachable within %v: %w", total, err)
+		case <-time.After(retry):
+		}
+	}
+}
+
+// Forget closes the connection to target, for a node that went away.
+func (p *Prober) Forget(target string) {
+	p.mu.Lock()
+	c, ok := p.conns[target]
+	delete(p.conns, target)
+	p.mu.Unlock()
+	if ok {
+		c.Close()
+	}
+}
+
+// Close closes every connection.
+func (p *Prober) Close() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[string]*grpc.ClientConn{}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
