@@ -1,10 +1,13 @@
 package steer
 
 import (
+	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/vishvananda/netlink"
@@ -122,10 +125,22 @@ func TestSteerInNetns(t *testing.T) {
 
 	// Control: an unselected pod's traffic does leave by the uplink, so the
 	// capture below can see a leak if there is one.
+	// IPv6 frames wait for neighbour discovery of the router: wait for all
+	// of them, so none turns up later as a false leak.
 	sendUDP(t, l.podH, podIP4, outside4, ports(30000, 2))
 	sendUDP(t, l.podH, podIP6, outside6, ports(30000, 2))
-	if got := leaks(uplink.take()); len(got) < 4 {
-		t.Fatalf("unselected pod: %d plain frames to the outside on the uplink, want ≥ 4 (capture broken?)", len(got))
+	var got4, got6 int
+	for deadline := time.Now().Add(5 * time.Second); (got4 < 4 || got6 < 4) && time.Now().Before(deadline); {
+		for _, f := range leaks(uplink.take()) {
+			if f.dst == outside4 {
+				got4++
+			} else {
+				got6++
+			}
+		}
+	}
+	if got4 < 4 || got6 < 4 {
+		t.Fatalf("unselected pod: %d IPv4 and %d IPv6 plain frames to the outside on the uplink, want 4 each (capture broken?)", got4, got6)
 	}
 
 	t.Run("fail closed before routes", func(t *testing.T) {
@@ -230,6 +245,42 @@ func TestSteerInNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("reply from a gateway reaches the pod", func(t *testing.T) {
+		// Strict reverse-path filtering on the node must not drop replies:
+		// the pod's rule also applies to the reverse lookup.
+		sh(t, "ip", "netns", "exec", l.node, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1")
+		sh(t, "ip", "netns", "exec", l.node, "sysctl", "-qw", "net.ipv4.conf."+cfg.Device+".rp_filter=1")
+		pc, err := listenUDP(l.podH, netip.AddrPortFrom(podIP4, 45000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		// What the gateway sends back (gateway/encap.go): VXLAN to the
+		// node's VTEP, inner destination MAC the node's tunnel MAC.
+		frame := vxlanReply(cfg.VNI, k.TunnelMAC(), GatewayMAC(g1VTEP), outside4, podIP4, 9999, 45000, []byte("reply"))
+		err = inNS(l.g1H, func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(nodeVTEP, DefaultPort)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write(frame)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 100)
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("pod got no reply through the tunnel: %v", err)
+		}
+		if string(buf[:n]) != "reply" || from.(*net.UDPAddr).AddrPort() != netip.AddrPortFrom(outside4, 9999) {
+			t.Fatalf("pod got %q from %v", buf[:n], from)
+		}
+	})
+
 	t.Run("restart reconciles", func(t *testing.T) {
 		// Leftovers of an earlier run: a rule and a route in an owned table.
 		h, _ := netlink.NewHandleAt(l.nodeH)
@@ -284,7 +335,7 @@ func TestSteerInNetns(t *testing.T) {
 			t.Fatalf("%d frames at g1, want all 32", n)
 		}
 		if got := leaks(uplink.take()); len(got) != 0 {
-			t.Fatalf("%d frames leaked during the move", len(got))
+			t.Fatalf("%d frames leaked during the move: %+v", len(got), got)
 		}
 	})
 
@@ -352,4 +403,45 @@ func countVXLAN(frames []frame) int {
 // rulesAt lists the IPv4 and IPv6 rules at the agent's priority.
 func rulesAt(t *testing.T, ns string) string {
 	return sh(t, "ip", "-4", "-n", ns, "rule", "show", "pref", "27000") + sh(t, "ip", "-6", "-n", ns, "rule", "show", "pref", "27000")
+}
+
+func listenUDP(ns netns.NsHandle, ap netip.AddrPort) (net.PacketConn, error) {
+	var pc net.PacketConn
+	err := inNS(ns, func() error {
+		var err error
+		pc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+		return err
+	})
+	return pc, err
+}
+
+// vxlanReply builds a VXLAN payload carrying an IPv4/UDP packet.
+func vxlanReply(vni uint32, dstMAC, srcMAC [6]byte, src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	b := make([]byte, 8+14+20+8+len(payload))
+	b[0] = 0x08
+	binary.BigEndian.PutUint32(b[4:], vni<<8)
+	eth := b[8:]
+	copy(eth[0:6], dstMAC[:])
+	copy(eth[6:12], srcMAC[:])
+	binary.BigEndian.PutUint16(eth[12:], 0x0800)
+	ip := eth[14:]
+	ip[0], ip[8], ip[9] = 0x45, 64, 17
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+len(payload)))
+	s4, d4 := src.As4(), dst.As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	udp := ip[20:]
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	copy(udp[8:], payload)
+	return b
 }
