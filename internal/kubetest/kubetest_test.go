@@ -127,9 +127,15 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("alice may delete pods, want denied")
 	}
 
-	if out, err := env.Kubectl(t, "get", "ns", "kubetest", "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/kubetest" {
-		t.Errorf("kubectl get ns: %q, %v", out, err)
-	}
+	t.Run("kubectl", func(t *testing.T) {
+		if out, err := env.Kubectl(t, "get", "ns", "kubetest", "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/kubetest" {
+			t.Errorf("kubectl get ns: %q, %v", out, err)
+		}
+		// kubectl as alice is refused with RBAC's message.
+		if out, err := env.Kubectl(t, "auth", "can-i", "delete", "pods", "-n", "kubetest", "--as=alice", "--as-group=egret-testers"); err == nil || !strings.Contains(out, "no") {
+			t.Errorf("kubectl auth can-i delete pods as alice: %q, %v; want no", out, err)
+		}
+	})
 }
 
 // recordingTB captures Skip and Fatal instead of ending the real test.

@@ -363,6 +363,29 @@ func testKubectl(t *testing.T, env *kubetest.Env, c *v1.Client) {
 		}
 	})
 
+	t.Run("server-side apply", func(t *testing.T) {
+		f := filepath.Join(examplesDir, "egressip-dual.yaml")
+		if _, err := env.Kubectl(t, "delete", "--ignore-not-found", "-f", f); err != nil {
+			t.Fatal(err)
+		}
+		out, err := env.Kubectl(t, "apply", "--server-side", "-f", f)
+		if err != nil || !strings.Contains(out, "serverside-applied") {
+			t.Fatalf("kubectl apply --server-side: %q, %v", out, err)
+		}
+		got, err := c.Get(context.Background(), "egressip-dual", metav1.GetOptions{})
+		if err != nil || !slices.Equal(got.Spec.EgressIPs, []string{"192.168.118.30", "2600:52:7:94::30"}) {
+			t.Fatalf("after server-side apply: %v, %+v", err, got.Spec)
+		}
+	})
+
+	t.Run("explain", func(t *testing.T) {
+		// The published OpenAPI schema carries the CRD's descriptions.
+		out, err := env.Kubectl(t, "explain", "eip.spec.namespaceSelector")
+		if err != nil || !strings.Contains(out, "Selects the namespaces") || !strings.Contains(out, "matchExpressions") {
+			t.Errorf("kubectl explain eip.spec.namespaceSelector: %q, %v", out, err)
+		}
+	})
+
 	t.Run("get eip", func(t *testing.T) {
 		out, err := env.Kubectl(t, "get", "eip", "columns")
 		if err != nil {

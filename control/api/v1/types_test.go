@@ -227,3 +227,22 @@ func FuzzParseEgressIP(f *testing.F) {
 		}
 	})
 }
+
+// The controller validates and copies objects on every informer event.
+func BenchmarkValidate(b *testing.B) {
+	e := sample()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := e.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDeepCopy(b *testing.B) {
+	e := sample()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = e.DeepCopy()
+	}
+}
