@@ -68,6 +68,7 @@ type Engine struct {
 	pools   []*port.Pool
 	ifcs    []*port.Interface
 	workers []*worker
+	packet  bool // some interface runs on AF_PACKET: kernel drops in NFTable
 
 	mu      sync.Mutex // guards the fields below (reload, close)
 	set     *Settled
@@ -167,7 +168,14 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		}
 		e.ifcs = append(e.ifcs, ifc)
 		if ifc.Mode() == "afpacket" {
-			e.log.Warn("engine: AF_PACKET mode: the kernel also receives the steered traffic; unsolicited packets to egress IPs may get kernel answers", "interface", name)
+			e.packet = true
+			e.log.Warn("engine: AF_PACKET mode: the kernel also receives the steered traffic; nftables table inet "+NFTable+" drops it there", "interface", name)
+		}
+	}
+	if !e.packet {
+		// A table a killed AF_PACKET run left would drop traffic for nothing.
+		if err := e.installDrops(false, nil, nil); err != nil {
+			e.log.Debug("engine: could not check for a stale nftables table", "err", err)
 		}
 	}
 	if err := e.program(set); err != nil {
@@ -247,6 +255,11 @@ func (e *Engine) program(set *Settled) error {
 		return fmt.Errorf("engine: program XDP maps: %w", err)
 	}
 	e.vteps, e.steered = wantV, wantE
+	if e.packet {
+		if err := e.installDrops(true, set.VTEPs, set.Hosted); err != nil {
+			return fmt.Errorf("engine: AF_PACKET mode needs kernel drops for the steered traffic: %w", err)
+		}
+	}
 	if !set.Claim {
 		return nil
 	}
@@ -467,6 +480,11 @@ func (e *Engine) teardown() error {
 		}
 	}
 	e.ifcs = nil
+	if e.packet {
+		if err := e.installDrops(false, nil, nil); err != nil {
+			errs = append(errs, fmt.Errorf("engine: remove nftables table %s: %w", NFTable, err))
+		}
+	}
 	for _, p := range e.pools {
 		port.FreeUmem(p)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"github.com/google/nftables"
 
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
@@ -57,19 +58,51 @@ func waitStat(t *testing.T, eng *engine.Engine, what string, cond func(engine.St
 	}
 }
 
-func TestEngineForwardsAndReturns(t *testing.T) {
+// TestEngine runs the engine in-process on a veth pair, on AF_XDP and on
+// the AF_PACKET fallback, and checks what it puts on the wire.
+func TestEngine(t *testing.T) {
+	for _, mode := range []string{"afxdp", "afpacket"} {
+		t.Run(mode, func(t *testing.T) { testEngine(t, mode) })
+	}
+}
+
+// nftTable reports whether the gateway's nftables table exists in ns.
+func nftTable(t *testing.T, tp *topo) bool {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(tp.gw.Handle)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range tables {
+		if tb.Name == engine.NFTable {
+			return true
+		}
+	}
+	return false
+}
+
+func testEngine(t *testing.T, mode string) {
 	tp := newTopo(t)
 	srv := tp.startServer(t)
 	var skew atomic.Int64 // the expiry test moves the engine's clock forward
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) + skew.Load() }
-	eng := startEngine(t, tp, tp.config(), engine.Options{Clock: clock})
+	cfg := tp.config()
+	cfg.Mode = mode
+	eng := startEngine(t, tp, cfg, engine.Options{Clock: clock})
 
-	if m := eng.Modes()["d0"]; m != "afxdp" {
-		t.Fatalf("d0 runs in %q mode, want afxdp", m)
+	if m := eng.Modes()["d0"]; m != mode {
+		t.Fatalf("d0 runs in %q mode, want %s", m, mode)
 	}
-	if !tp.xdpAttached(t) {
-		t.Fatal("no XDP program on d0 after start")
+	if tp.xdpAttached(t) != (mode == "afxdp") {
+		t.Fatalf("XDP attached: %v in %s mode", tp.xdpAttached(t), mode)
+	}
+	if nftTable(t, tp) != (mode == "afpacket") {
+		t.Fatalf("nftables table %s present: %v in %s mode", engine.NFTable, nftTable(t, tp), mode)
 	}
 	if !tp.hasAddr(t, egressIP) {
 		t.Fatalf("egress IP %v not claimed on d0", egressIP)
@@ -217,6 +250,7 @@ func TestEngineForwardsAndReturns(t *testing.T) {
 		second := netip.MustParseAddr("10.77.0.101")
 		cfg := tp.config()
 		cfg.Policies[0].EgressIPs = append(cfg.Policies[0].EgressIPs, second.String())
+		cfg.Mode = mode
 		set, err := cfg.Validate()
 		if err != nil {
 			t.Fatal(err)
@@ -244,7 +278,9 @@ func TestEngineForwardsAndReturns(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("flow stopped working after reload")
 		}
-		set, _ = tp.config().Validate()
+		cfg = tp.config()
+		cfg.Mode = mode
+		set, _ = cfg.Validate()
 		if err := eng.Reload(set); err != nil {
 			t.Fatal(err)
 		}
@@ -274,5 +310,8 @@ func TestEngineForwardsAndReturns(t *testing.T) {
 	}
 	if tp.hasAddr(t, egressIP) {
 		t.Error("egress IP still on d0 after Close")
+	}
+	if nftTable(t, tp) {
+		t.Errorf("nftables table %s left after Close", engine.NFTable)
 	}
 }
