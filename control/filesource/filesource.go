@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
@@ -80,6 +81,7 @@ type Source struct {
 type fileSig struct {
 	size  int64
 	mtime time.Time
+	ino   uint64 // a replaced file (written and renamed) has a new inode
 }
 
 // New returns a Source over dir, polled every interval (DefaultInterval if
@@ -160,7 +162,11 @@ func (s *Source) scan() (map[string]fileSig, error) {
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out[name] = fileSig{size: fi.Size(), mtime: fi.ModTime()}
+		sig := fileSig{size: fi.Size(), mtime: fi.ModTime()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			sig.ino = st.Ino
+		}
+		out[name] = sig
 	}
 	return out, nil
 }

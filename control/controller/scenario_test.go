@@ -1,0 +1,361 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/assign"
+	"github.com/egret-gw/egret/control/controller"
+	"github.com/egret-gw/egret/control/health"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// cluster is where a scenario's objects live: the real API server or a
+// directory for the file source.
+type cluster interface {
+	// applyNode creates or replaces a node, status included.
+	applyNode(t *testing.T, n *corev1.Node)
+	// applyEgressIP creates an EgressIP or replaces its spec.
+	applyEgressIP(t *testing.T, e *egressv1.EgressIP)
+	// status returns the stored status items of an EgressIP.
+	status(t *testing.T, name string) []egressv1.EgressIPStatusItem
+	// events lists the recorded Events as "Kind/name reason".
+	events(t *testing.T) []recorded
+	// run starts a controller with cfg and stops it at cleanup.
+	run(t *testing.T, cfg controller.Config) *controller.Controller
+}
+
+type recorded struct {
+	kind, name, reason, message string
+}
+
+// nodeHealth is a node's gRPC health server on a loopback address of its own.
+type nodeHealth struct {
+	addr string
+	port int
+	srv  *health.Server
+}
+
+func (h *nodeHealth) start(t *testing.T) {
+	t.Helper()
+	var err error
+	for range 50 {
+		if h.srv, err = health.Listen(health.Target(h.addr, h.port)); err == nil {
+			t.Cleanup(func() { h.srv.Stop() })
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("restarting the health server of %s: %v", h.addr, err)
+}
+
+func (h *nodeHealth) stop(t *testing.T) {
+	if err := h.srv.Stop(); err != nil {
+		t.Errorf("stopping health server %s: %v", h.addr, err)
+	}
+}
+
+// healthServers starts n health servers on distinct 127/8 addresses sharing
+// one port, as real nodes share 9107.
+func healthServers(t *testing.T, n int) (int, []*nodeHealth) {
+	t.Helper()
+	for range 20 {
+		base := fmt.Sprintf("127.%d.%d.", 10+rand.IntN(200), rand.IntN(250))
+		l, err := net.Listen("tcp", base+"1:0")
+		if err != nil {
+			t.Fatalf("listen on loopback: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		var hs []*nodeHealth
+		ok := true
+		for i := range n {
+			h := &nodeHealth{addr: fmt.Sprintf("%s%d", base, i+1), port: port}
+			srv, err := health.Listen(health.Target(h.addr, port))
+			if err != nil {
+				ok = false
+				break
+			}
+			h.srv = srv
+			hs = append(hs, h)
+		}
+		if ok {
+			for _, h := range hs {
+				t.Cleanup(func() { h.srv.Stop() })
+			}
+			return port, hs
+		}
+		for _, h := range hs {
+			h.srv.Stop()
+		}
+	}
+	t.Fatal("no free loopback port for the health servers")
+	return 0, nil
+}
+
+func egressNode(name, internalIP, ifaddr string, ready bool) *corev1.Node {
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionFalse
+	}
+	return &corev1.Node{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:      map[string]string{assign.LabelEgressAssignable: ""},
+			Annotations: map[string]string{assign.AnnotationPrimaryIfAddr: `{"ipv4":"` + ifaddr + `"}`}},
+		Status: corev1.NodeStatus{
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		},
+	}
+}
+
+func egressIP(name string, ips ...string) *egressv1.EgressIP {
+	return &egressv1.EgressIP{
+		TypeMeta:   metav1.TypeMeta{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: egressv1.EgressIPSpec{EgressIPs: ips,
+			NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
+	}
+}
+
+// eventually polls cond every 20 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = state
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not after %v; last state: %s", what, timeout, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func nodeOf(items []egressv1.EgressIPStatusItem, ip string) string {
+	for _, it := range items {
+		if it.EgressIP == ip {
+			return it.Node
+		}
+	}
+	return ""
+}
+
+func statusIs(t *testing.T, c cluster, name string, want map[string]string) func() (bool, string) {
+	return func() (bool, string) {
+		items := c.status(t, name)
+		got := map[string]string{}
+		for _, it := range items {
+			got[it.EgressIP] = it.Node
+		}
+		if len(got) != len(want) || len(items) != len(want) {
+			return false, fmt.Sprint(items)
+		}
+		for ip, n := range want {
+			if got[ip] != n {
+				return false, fmt.Sprint(items)
+			}
+		}
+		return true, ""
+	}
+}
+
+func hasEvent(t *testing.T, c cluster, kind, name, reason, contains string) func() (bool, string) {
+	return func() (bool, string) {
+		evs := c.events(t)
+		for _, e := range evs {
+			if e.kind == kind && e.name == name && e.reason == reason && strings.Contains(e.message, contains) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(evs)
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() || os.Getenv("EGRET_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+const holdDown = 2 * time.Second
+
+// runScenario is the behaviour both sources must show, step by step.
+func runScenario(t *testing.T, c cluster) {
+	port, hs := healthServers(t, 3)
+	names := []string{"egress-a", "egress-b", "egress-c"}
+	for i, n := range names {
+		c.applyNode(t, egressNode(n, hs[i].addr, fmt.Sprintf("192.168.126.%d/24", 2+i), true))
+	}
+	timeout := 1
+	ctrl := c.run(t, controller.Config{
+		ReachabilityTotalTimeoutSeconds: &timeout,
+		HealthPort:                      port,
+		HoldDown:                        &metav1.Duration{Duration: holdDown},
+		DrainCordoned:                   true,
+	})
+	limit := time.Duration(timeout)*time.Second + time.Second
+
+	// Two IPs of one object: balanced, one per node, ties by node name.
+	c.applyEgressIP(t, egressIP("group1", "192.168.126.11", "192.168.126.102"))
+	eventually(t, 10*time.Second, "group1 assigned", statusIs(t, c, "group1",
+		map[string]string{"192.168.126.11": "egress-a", "192.168.126.102": "egress-b"}))
+
+	t.Run("unreachable node loses its IP", func(t *testing.T) {
+		hs[0].stop(t)
+		took := eventually(t, limit, "192.168.126.11 moves off egress-a", statusIs(t, c, "group1",
+			map[string]string{"192.168.126.11": "egress-c", "192.168.126.102": "egress-b"}))
+		t.Logf("failover after the health server stopped: %v (limit %v)", took.Round(time.Millisecond), limit)
+		if f := ctrl.Metrics().Failovers.Load(); f < 1 {
+			t.Errorf("Failovers = %d after a failover", f)
+		}
+		if ctrl.Metrics().ProbeFailures.Load() < 1 || ctrl.Metrics().NodesUnreachable.Load() != 1 {
+			t.Errorf("probe failures %d, unreachable nodes %d; want ≥1 and 1",
+				ctrl.Metrics().ProbeFailures.Load(), ctrl.Metrics().NodesUnreachable.Load())
+		}
+	})
+
+	t.Run("recovered node gets work only after the hold-down", func(t *testing.T) {
+		hs[0].start(t)
+		eventually(t, 5*time.Second, "egress-a reachable again", func() (bool, string) {
+			n := ctrl.Metrics().NodesUnreachable.Load()
+			return n == 0, fmt.Sprint(n, " unreachable")
+		})
+		recovered := time.Now()
+		// Loads: a 0, b 1, c 1. Balance would pick egress-a, but it is held down.
+		c.applyEgressIP(t, egressIP("group2", "192.168.126.50"))
+		eventually(t, 5*time.Second, "group2 avoids the held-down node", statusIs(t, c, "group2",
+			map[string]string{"192.168.126.50": "egress-b"}))
+		if time.Since(recovered) >= holdDown {
+			t.Skip("the machine is too slow to observe the hold-down window")
+		}
+		// A valid assignment never moves: group1's IP stays on egress-c.
+		time.Sleep(time.Until(recovered.Add(holdDown)) + 200*time.Millisecond)
+		c.applyEgressIP(t, egressIP("group3", "192.168.126.60"))
+		eventually(t, 5*time.Second, "group3 lands on the recovered node", statusIs(t, c, "group3",
+			map[string]string{"192.168.126.60": "egress-a"}))
+		eventually(t, time.Second, "group1 unchanged", statusIs(t, c, "group1",
+			map[string]string{"192.168.126.11": "egress-c", "192.168.126.102": "egress-b"}))
+	})
+
+	t.Run("NotReady node loses its IPs", func(t *testing.T) {
+		start := time.Now()
+		c.applyNode(t, egressNode("egress-c", hs[2].addr, "192.168.126.4/24", false))
+		// egress-a holds group3 and egress-b group1's other IP: .11 can only go to a.
+		took := eventually(t, limit, "192.168.126.11 moves off the NotReady node", statusIs(t, c, "group1",
+			map[string]string{"192.168.126.11": "egress-a", "192.168.126.102": "egress-b"}))
+		t.Logf("failover after NotReady: %v (from the node update: %v)", took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+		c.applyNode(t, egressNode("egress-c", hs[2].addr, "192.168.126.4/24", true))
+	})
+
+	t.Run("cordoned node is drained", func(t *testing.T) {
+		n := egressNode("egress-b", hs[1].addr, "192.168.126.3/24", true)
+		n.Spec.Unschedulable = true
+		c.applyNode(t, n)
+		eventually(t, limit, "egress-b drained", func() (bool, string) {
+			for _, name := range []string{"group1", "group2", "group3"} {
+				for _, it := range c.status(t, name) {
+					if it.Node == "egress-b" {
+						return false, fmt.Sprint(name, c.status(t, name))
+					}
+				}
+			}
+			return true, ""
+		})
+		c.applyNode(t, egressNode("egress-b", hs[1].addr, "192.168.126.3/24", true))
+	})
+
+	t.Run("conflict is an Event on both objects", func(t *testing.T) {
+		c.applyEgressIP(t, egressIP("group4", "192.168.126.60", "192.168.126.70"))
+		eventually(t, 5*time.Second, "conflict on group3", hasEvent(t, c, egressv1.Kind, "group3", string(assign.ReasonEgressIPConflict), "192.168.126.60"))
+		eventually(t, 5*time.Second, "conflict on group4", hasEvent(t, c, egressv1.Kind, "group4", string(assign.ReasonEgressIPConflict), "192.168.126.60"))
+		// The older object keeps the IP; the newer one still gets its other IP.
+		eventually(t, 5*time.Second, "group4 keeps only its free IP", func() (bool, string) {
+			items := c.status(t, "group4")
+			return len(items) == 1 && items[0].EgressIP == "192.168.126.70", fmt.Sprint(items)
+		})
+		if n := nodeOf(c.status(t, "group3"), "192.168.126.60"); n == "" {
+			t.Errorf("group3 lost 192.168.126.60 to a newer object")
+		}
+	})
+
+	t.Run("invalid IP is an Event, the valid one is assigned", func(t *testing.T) {
+		// Multicast passes the CRD's isIP() but can never be a source.
+		c.applyEgressIP(t, egressIP("group5", "224.0.0.5", "192.168.126.80"))
+		eventually(t, 5*time.Second, "InvalidEgressIP on group5", hasEvent(t, c, egressv1.Kind, "group5", string(assign.ReasonInvalidEgressIP), "224.0.0.5"))
+		eventually(t, 5*time.Second, "group5's valid IP assigned", func() (bool, string) {
+			items := c.status(t, "group5")
+			return len(items) == 1 && items[0].EgressIP == "192.168.126.80", fmt.Sprint(items)
+		})
+	})
+
+	t.Run("IP with no node is explained", func(t *testing.T) {
+		c.applyEgressIP(t, egressIP("group6", "10.99.0.1"))
+		eventually(t, 5*time.Second, "NoMatchingNodeFound on group6", hasEvent(t, c, egressv1.Kind, "group6", string(assign.ReasonNoMatchingNodeFound), "10.99.0.1"))
+		if items := c.status(t, "group6"); len(items) != 0 {
+			t.Errorf("group6 status %v, want none", items)
+		}
+	})
+
+	// Every invariant of the final state: one node per IP, one IP of an object per node.
+	owner := map[string]string{}
+	for _, name := range []string{"group1", "group2", "group3", "group4", "group5"} {
+		perNode := map[string]bool{}
+		for _, it := range c.status(t, name) {
+			if prev, ok := owner[it.EgressIP]; ok {
+				t.Errorf("%s is in the status of %s and %s", it.EgressIP, prev, name)
+			}
+			owner[it.EgressIP] = name
+			if perNode[it.Node] {
+				t.Errorf("%s hosts two IPs of %s", it.Node, name)
+			}
+			perNode[it.Node] = true
+		}
+	}
+	if w := ctrl.Metrics().StatusWrites.Load(); w < 6 {
+		t.Errorf("StatusWrites = %d, want at least one per object", w)
+	}
+	if slices.Contains([]int64{ctrl.Metrics().AssignRuns.Load()}, 0) {
+		t.Error("AssignRuns is 0")
+	}
+}
+
+// waitCtx is a helper to stop a controller and wait for it.
+func startController(t *testing.T, src controller.Source, cfg controller.Config) *controller.Controller {
+	t.Helper()
+	c, err := controller.New(src, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("controller: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("controller did not stop within 20s")
+		}
+	})
+	return c
+}
