@@ -23,8 +23,8 @@ deps:
 # Binaries built from the Go module proxy and cached outside the repository:
 # etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests.
 tools:
-	@[ ! -x hack/k8s-bins.sh ] || bash hack/k8s-bins.sh
-	@[ ! -x hack/cnitool.sh ] || bash hack/cnitool.sh
+	@bash hack/k8s-bins.sh
+	@bash hack/cnitool.sh
 
 vet:
 	$(GO) vet ./...
