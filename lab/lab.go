@@ -164,6 +164,9 @@ func (l *Lab) build() error {
 	if err := l.startEcho(); err != nil {
 		return err
 	}
+	if err := l.probe(); err != nil {
+		return err
+	}
 	b, _ := json.MarshalIndent(state{Name: s.Name, Mode: l.impl().Mode(), Binary: l.Binary}, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "state.json"), b, 0o644)
 }
@@ -216,7 +219,7 @@ func (l *Lab) buildWorker(w Worker) error {
 	}
 	for _, p := range w.Pods {
 		if err := ipBatch(s.NS(p.Name), "link set lo up",
-			fmt.Sprintf("addr add %v/%d dev eth0", p.IP, w.PodSubnet.Bits()), "link set eth0 up",
+			fmt.Sprintf("addr add %v/%d dev eth0", p.IP, w.PodSubnet.Bits()), fmt.Sprintf("link set eth0 mtu %d up", TunnelMTU),
 			fmt.Sprintf("route add default via %v", gw)); err != nil {
 			return fmt.Errorf("pod %s: %w", p.Name, err)
 		}
@@ -260,6 +263,36 @@ func (l *Lab) startEcho() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// probe sends a UDP echo from every pod until one answers, so that Up
+// returns a lab that forwards (and with warm neighbour caches).
+func (l *Lab) probe() error {
+	s := l.Spec
+	srv := netip.AddrPortFrom(s.Server.IP, UDPPort).String()
+	buf := make([]byte, 512)
+	for _, w := range s.Workers {
+		for _, p := range w.Pods {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			c, err := DialContext(ctx, s.NS(p.Name), "udp", srv)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("probe from pod %s: %w", p.Name, err)
+			}
+			ok := false
+			for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); {
+				c.Write([]byte("probe"))
+				c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+				_, err = c.Read(buf)
+				ok = err == nil
+			}
+			c.Close()
+			if !ok {
+				return fmt.Errorf("pod %s gets no UDP echo from the server at %s within 10 s (%s gateway mode); the lab does not forward", p.Name, srv, l.impl().Mode())
+			}
+		}
+	}
+	return nil
 }
 
 // Namespaces lists the existing network namespaces of lab name.
