@@ -92,10 +92,10 @@ func TestCnitool(t *testing.T) {
 			if !hasRoute(routesOf(t, l.Pod, netlink.FAMILY_V4), "172.30.0.0/16 via "+podGW4+" dev eth0") {
 				t.Error("service network not kept on the pod network")
 			}
-			if src, ok := udpProbe(t, l, allowed4); !ok || src != netip.MustParseAddr(egress4) {
+			if src, ok := udpProbe(t, l, allowed4, reachable); !ok || src != netip.MustParseAddr(egress4) {
 				t.Errorf("allowed destination: received=%v from %v", ok, src)
 			}
-			if _, ok := udpProbe(t, l, denied4); ok {
+			if _, ok := udpProbe(t, l, denied4, unreachable); ok {
 				t.Error("denied destination reachable")
 			}
 

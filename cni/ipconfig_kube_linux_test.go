@@ -118,13 +118,13 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 				t.Fatalf("ADD: %v", err)
 			}
 			assertPlumbed(t, l, true, false)
-			if src, ok := udpProbe(t, l, allowed4); !ok || src != netip.MustParseAddr(egress4) {
+			if src, ok := udpProbe(t, l, allowed4, reachable); !ok || src != netip.MustParseAddr(egress4) {
 				t.Errorf("allowed destination: received=%v from %v", ok, src)
 			}
-			if _, ok := udpProbe(t, l, denied4); ok {
+			if _, ok := udpProbe(t, l, denied4, unreachable); ok {
 				t.Error("the override's intersection should block " + denied4)
 			}
-			if _, ok := udpProbe(t, l, allowed6); !ok {
+			if _, ok := udpProbe(t, l, allowed6, reachable); !ok {
 				t.Error("allowed IPv6 destination unreachable")
 			}
 			if v != "0.3.0" && v != "0.3.1" {
@@ -143,7 +143,7 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 				t.Fatalf("ADD (podIP ConfigMap): %v", err)
 			}
 			assertPlumbed(t, l, false, false)
-			if _, ok := udpProbe(t, l, denied4); !ok {
+			if _, ok := udpProbe(t, l, denied4, reachable); !ok {
 				t.Error("no destinations anywhere, yet " + denied4 + " is unreachable")
 			}
 			if err := r.del(list); err != nil {

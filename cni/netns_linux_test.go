@@ -224,9 +224,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// udpProbe sends a few datagrams from the pod to target and reports whether the
-// outside network received one, and from which source address.
-func udpProbe(t *testing.T, l *lab, target string) (netip.Addr, bool) {
+// udpProbe sends datagrams from the pod to target every 250ms and reports whether the
+// outside network received one within wait, and from which source address. Positive
+// checks use a long wait (a loaded machine can delay neighbour discovery); negative
+// ones run after a positive probe on the same path, so the next hop is resolved and a
+// leak would show at once.
+func udpProbe(t *testing.T, l *lab, target string, wait time.Duration) (netip.Addr, bool) {
 	t.Helper()
 	dst := netip.AddrPortFrom(netip.MustParseAddr(target), 9999)
 	var conn *net.UDPConn
@@ -237,27 +240,30 @@ func udpProbe(t *testing.T, l *lab, target string) (netip.Addr, bool) {
 		t.Fatalf("listening on %s: %v", dst, err)
 	}
 	defer conn.Close()
-	if err := l.Pod.Do(func() error {
-		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		for range 3 {
-			_, _ = c.Write([]byte("egress-router probe")) // a filtered send may report EPERM
-		}
-		return nil
+	var c *net.UDPConn
+	if err := l.Pod.Do(func() (err error) {
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		return err
 	}); err != nil {
-		t.Fatalf("sending to %s from the pod: %v", dst, err)
+		t.Fatalf("socket to %s in the pod: %v", dst, err)
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(700 * time.Millisecond))
+	defer c.Close()
 	buf := make([]byte, 64)
-	_, from, err := conn.ReadFromUDPAddrPort(buf)
-	if err != nil {
-		return netip.Addr{}, false
+	for end := time.Now().Add(wait); time.Now().Before(end); {
+		_, _ = c.Write([]byte("egress-router probe")) // a filtered send may report EPERM
+		_ = conn.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
+		if _, from, err := conn.ReadFromUDPAddrPort(buf); err == nil {
+			return from.Addr().Unmap(), true
+		}
 	}
-	return from.Addr().Unmap(), true
+	return netip.Addr{}, false
 }
+
+// Waits of udpProbe.
+const (
+	reachable   = 5 * time.Second
+	unreachable = 750 * time.Millisecond
+)
 
 // sniffer captures frames on an interface of a namespace.
 type sniffer struct{ fd int }
