@@ -2,9 +2,11 @@ package steer
 
 import (
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -274,4 +276,24 @@ func findRoute(t *testing.T, st State, table uint32, dst string) Route {
 	}
 	t.Fatalf("no route %s in table %d: %+v", dst, table, st.Routes)
 	return Route{}
+}
+
+func TestLoadConfigDocExample(t *testing.T) {
+	p := t.TempDir() + "/steer.yaml"
+	doc := "tunnel: vxlan\ndevice: egret0\nvni: 100\nport: 4789\nunderlay: eth0\nclusterCIDRs: [10.128.0.0/14, fd00:10::/48]\nserviceCIDRs: [172.30.0.0/16]\nnodeCIDRs: [192.0.2.0/24]\nrulePriority: 27000\ntableBase: 1701249024\ntableCount: 65536\nresync: 30s\nlogFormat: json\n"
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil || c.Resync.Duration != 30*time.Second || c.TableBase != DefaultTableBase || len(c.ClusterCIDRs) != 2 {
+		t.Fatalf("%+v: %v", c, err)
+	}
+	os.WriteFile(p, []byte("vni: 1\nbogus: 2\n"), 0o644)
+	if _, err := LoadConfig(p); err == nil {
+		t.Fatal("unknown field accepted")
+	}
 }
