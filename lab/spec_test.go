@@ -1,0 +1,246 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestDefaultSpec(t *testing.T) {
+	s, err := DefaultSpec("egl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"),
+		netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15")}
+	inDoc := func(a netip.Addr) bool {
+		for _, p := range doc {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	want := map[string]string{"w1-p1": "192.0.2.101", "w2-p1": "192.0.2.101", "w1-p2": "192.0.2.102", "w2-p2": "192.0.2.12"}
+	for _, w := range s.Workers {
+		for _, p := range w.Pods {
+			if !inDoc(p.IP) || !inDoc(w.IP) || !inDoc(w.TunnelIP) {
+				t.Errorf("%s uses an address outside the documentation ranges", p.Name)
+			}
+			if got := s.ExpectedSource(w, p).String(); got != want[p.Name] {
+				t.Errorf("%s: expected source %s, want %s", p.Name, got, want[p.Name])
+			}
+		}
+	}
+	if ips, _ := s.Hosted("g3"); len(ips) != 0 {
+		t.Errorf("g3 should be spare, hosts %v", ips)
+	}
+	if ns := s.Namespaces(); len(ns) != 12 || ns[0] != "egl-fabric" {
+		t.Errorf("namespaces %v", ns)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, name := range []string{"", "Egl", "a-b", "1abc", "abcdefghijklm", "a/b"} {
+		if err := ValidName(name); err == nil {
+			t.Errorf("name %q accepted", name)
+		}
+	}
+	breakers := map[string]func(s *Spec){
+		"duplicate pod IP":      func(s *Spec) { s.Workers[1].Pods[0].IP = s.Workers[0].Pods[0].IP },
+		"pod outside subnet":    func(s *Spec) { s.Workers[0].Pods[0].IP = netip.MustParseAddr("198.18.9.9") },
+		"pod on the bridge IP":  func(s *Spec) { s.Workers[0].Pods[0].IP = netip.MustParseAddr("198.18.1.1") },
+		"unknown policy":        func(s *Spec) { s.Workers[0].Pods[0].Policy = "red" },
+		"unknown gateway":       func(s *Spec) { s.Policies[0].Hosts[0] = "g9" },
+		"egress IP = node IP":   func(s *Spec) { s.Policies[0].EgressIPs[0] = s.Gateways[0].IP },
+		"egress IP off-subnet":  func(s *Spec) { s.Policies[0].EgressIPs[0] = netip.MustParseAddr("203.0.113.5") },
+		"hosts mismatch":        func(s *Spec) { s.Policies[0].Hosts = nil },
+		"duplicate member name": func(s *Spec) { s.Gateways[1].Name = "g1" },
+		"missing address":       func(s *Spec) { s.Gateways[0].TunnelIP = netip.Addr{} },
+	}
+	for what, brk := range breakers {
+		s, _ := DefaultSpec("egl")
+		brk(s)
+		if err := s.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", what)
+		}
+	}
+}
+
+func TestKernelRules(t *testing.T) {
+	s, _ := DefaultSpec("egl")
+	r := kernelRules(s, "g1")
+	for _, want := range []string{
+		"ip saddr 198.18.1.2 snat to 192.0.2.101", "ip saddr 198.18.2.2 snat to 192.0.2.101",
+		"ip saddr { 198.18.1.2, 198.18.2.2 } accept", "ip daddr { 192.0.2.101 } ct state new,invalid drop",
+	} {
+		if !strings.Contains(r, want) {
+			t.Errorf("g1 rules lack %q:\n%s", want, r)
+		}
+	}
+	if strings.Contains(r, "198.18.1.3") || strings.Contains(r, "198.18.2.3") {
+		t.Errorf("g1 rules mention pods it does not serve:\n%s", r)
+	}
+	if r3 := kernelRules(s, "g3"); strings.Contains(r3, "snat to") || strings.Contains(r3, "saddr") || strings.Contains(r3, "daddr") {
+		t.Errorf("spare g3 forwards or SNATs:\n%s", r3)
+	}
+}
+
+func TestGatewayConfigYAML(t *testing.T) {
+	s, _ := DefaultSpec("egl")
+	b, err := yaml.Marshal(NewGatewayConfig(s, "g2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c GatewayConfig
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		t.Fatalf("round trip: %v\n%s", err, b)
+	}
+	if c.Node != "g2" || c.VTEPs[0] != "192.0.2.22" || c.InnerMAC != "02:65:67:00:00:16" || c.VNI != VNI || c.Port != VXLANPort || !c.EgressIPsClaimed {
+		t.Errorf("config header wrong:\n%s", b)
+	}
+	hosted := map[string][]string{}
+	for _, p := range c.Policies {
+		hosted[p.Name] = p.EgressIPs
+	}
+	if len(hosted["blue"]) != 0 || len(hosted["green"]) != 1 || hosted["green"][0] != "192.0.2.102" {
+		t.Errorf("g2 policies %v: want green with 192.0.2.102 and blue empty", hosted)
+	}
+	if !strings.Contains(string(b), "egressIPs: []") {
+		t.Errorf("a policy hosted elsewhere must say egressIPs: [] (not null):\n%s", b)
+	}
+	if len(c.Nodes) != 2 || c.Nodes[1].Pods[1].Policy != "" || c.Nodes[0].Pods[1].Policy != "green" {
+		t.Errorf("nodes %+v", c.Nodes)
+	}
+}
+
+func TestNewImpl(t *testing.T) {
+	if i, err := NewImpl("", ""); err != nil || i.Mode() != ModeKernel {
+		t.Errorf("default mode: %v %v", i, err)
+	}
+	if _, err := NewImpl(ModeEgret, ""); err == nil {
+		t.Error("egret mode without a binary accepted")
+	}
+	if _, err := NewImpl("ovs", "x"); err == nil {
+		t.Error("unknown mode accepted")
+	}
+}
+
+func TestPatternDeterministic(t *testing.T) {
+	a, _ := io.ReadAll(Pattern(100000))
+	b, _ := io.ReadAll(Pattern(100000))
+	if len(a) != 100000 || string(a) != string(b) {
+		t.Fatal("Pattern is not deterministic or has the wrong length")
+	}
+	if c, _ := io.ReadAll(Pattern(10)); string(c) != string(a[:10]) {
+		t.Fatal("Pattern prefixes differ")
+	}
+}
+
+func TestEchoHandler(t *testing.T) {
+	srv := httptest.NewServer(echoHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	resp.Body.Close()
+	if ap := parseSource(t, line); !ap.Addr().IsLoopback() || ap.Port() == 0 {
+		t.Errorf("GET / answered %q", line)
+	}
+	resp, err = http.Post(srv.URL+"/sink", "application/octet-stream", strings.NewReader("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sum := sha256.Sum256([]byte("hello"))
+	if f := strings.Fields(string(body)); len(f) != 3 || f[1] != "5" || f[2] != hex.EncodeToString(sum[:]) {
+		t.Errorf("POST /sink answered %q", body)
+	}
+	for _, bad := range []string{"", "x", "-1", fmt.Sprint(int64(MaxPatternBytes) + 1)} {
+		resp, err := http.Get(srv.URL + "/bytes?n=" + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET /bytes?n=%s: status %d, want 400", bad, resp.StatusCode)
+		}
+	}
+	resp, err = http.Get(srv.URL + "/bytes?n=4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want, _ := io.ReadAll(Pattern(4096))
+	if string(got) != string(want) {
+		t.Errorf("GET /bytes returned %d bytes, not the pattern", len(got))
+	}
+}
+
+func TestEchoServerUDP(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &EchoServer{HTTPAddr: "127.0.0.1:0", UDPAddr: "127.0.0.1:0"}
+	// Ports are chosen by the kernel, so find the UDP one by listening first.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.UDPAddr = pc.LocalAddr().String()
+	pc.Close()
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	c, err := net.Dial("udp", e.UDPAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got netip.AddrPort
+	for deadline := time.Now().Add(3 * time.Second); !got.IsValid() && time.Now().Before(deadline); {
+		c.Write([]byte("ping"))
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		buf := make([]byte, 100)
+		n, err := c.Read(buf)
+		if err != nil {
+			// Refused until the server listens: try again shortly.
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		head, body, _ := strings.Cut(string(buf[:n]), "\n")
+		if body != "ping" {
+			t.Fatalf("UDP reply %q", buf[:n])
+		}
+		got = parseSource(t, head)
+	}
+	if got.String() != c.LocalAddr().String() {
+		t.Fatalf("UDP echo reported %v, the client is %v", got, c.LocalAddr())
+	}
+}
+
+func TestEchoServerBadAddress(t *testing.T) {
+	e := &EchoServer{HTTPAddr: "256.0.0.1:1", UDPAddr: "127.0.0.1:0"}
+	if err := e.Run(context.Background()); err == nil {
+		t.Fatal("Run accepted an invalid listen address")
+	}
+}
