@@ -171,9 +171,16 @@ func runGateway(args []string) error {
 			log.Info("gateway: shutting down", "signal", sig.String())
 			st := eng.Stats()
 			err := eng.Close()
+			drops := map[string]uint64{}
+			for _, r := range gateway.DropReasons() {
+				if n := st.Pipeline.Drop(r); n > 0 {
+					drops[r.String()] = n
+				}
+			}
 			log.Info("gateway: final counters", "rx", st.Pipeline.Count(gateway.CounterRx),
 				"forwarded", st.Pipeline.Count(gateway.CounterForwarded), "replied", st.Pipeline.Count(gateway.CounterReplied),
-				"flows", st.Flows)
+				"flows", st.Flows, "drops", drops, "pass_dropped", st.Engine.PassDropped, "no_port", st.Engine.NoPort,
+				"no_buffer", st.Engine.NoBuffer, "expired", st.Engine.Expired)
 			return err
 		case <-tick:
 			data, err := os.ReadFile(f.config)
