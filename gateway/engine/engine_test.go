@@ -22,6 +22,8 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
+func defaultOptions() engine.Options { return engine.Options{} }
+
 // startEngine runs the engine in-process inside the gateway namespace.
 func startEngine(t *testing.T, tp *topo, cfg *engine.Config, opt engine.Options) *engine.Engine {
 	t.Helper()
