@@ -1,0 +1,92 @@
+package controller
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "controller.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfig(t *testing.T) {
+	c, err := LoadConfig(writeFile(t, "reachabilityTotalTimeoutSeconds: 5\nholdDown: 45s\ndrainCordoned: true\nprobeInterval: 250ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.ReachabilityTotalTimeoutSeconds != 5 || c.HoldDown.Duration != 45*time.Second || !c.DrainCordoned || c.ProbeInterval.Duration != 250*time.Millisecond {
+		t.Errorf("parsed %+v", c)
+	}
+	d := Config{}.withDefaults()
+	if *d.ReachabilityTotalTimeoutSeconds != 1 || d.HealthPort != 9107 || d.HoldDown.Duration != DefaultHoldDown {
+		t.Errorf("defaults %+v", d)
+	}
+	zero, err := LoadConfig(writeFile(t, "reachabilityTotalTimeoutSeconds: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zero.withDefaults().reachabilityTimeout() != 0 {
+		t.Error("0 must disable the check, not mean the default")
+	}
+}
+
+func TestLoadConfigRefuses(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"reachabilityTotalTimeoutSeconds: 61\n", "between 0 and 60"},
+		{"reachabilityTotalTimeoutSeconds: -1\n", "between 0 and 60"},
+		{"reachabilityTotalTimeoutSeconds: one\n", "reachabilityTotalTimeoutSeconds"},
+		{"reachabilityTimeout: 5\n", "unknown field"},
+		{"holdDown: -3s\n", "holdDown"},
+		{"healthPort: 70000\n", "healthPort"},
+		{"probeInterval: soon\n", `invalid duration "soon"`},
+		{"[not a map", "controller configuration"},
+	} {
+		_, err := LoadConfig(writeFile(t, tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one mentioning %q", tc.body, err, tc.want)
+		}
+	}
+	if _, err := LoadConfig(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("a missing file is not an error")
+	}
+}
+
+func TestFlagsOverrideFile(t *testing.T) {
+	file := writeFile(t, "reachabilityTotalTimeoutSeconds: 5\nholdDown: 45s\n")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f := BindFlags(fs)
+	if err := fs.Parse([]string{"--config", file, "--reachability-total-timeout-seconds", "0", "--leader-elect=false", "--source", "dir:/tmp/x"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.ReachabilityTotalTimeoutSeconds != 0 || c.HoldDown.Duration != 45*time.Second || !c.LeaderElection.Disabled {
+		t.Errorf("merged %+v", c)
+	}
+	if d, ok, err := f.SourceDir(); err != nil || !ok || d != "/tmp/x" {
+		t.Errorf("SourceDir = %q %v %v", d, ok, err)
+	}
+
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	f = BindFlags(fs)
+	if err := fs.Parse([]string{"--reachability-total-timeout-seconds", "90", "--source", "cluster"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Config(); err == nil || !strings.Contains(err.Error(), "between 0 and 60") {
+		t.Errorf("out-of-range flag: %v", err)
+	}
+	if _, _, err := f.SourceDir(); err == nil {
+		t.Error(`--source cluster accepted`)
+	}
+}

@@ -1,0 +1,216 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/controller"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// memSource is an in-memory Source for unit tests; failNext makes the next
+// updates fail with the given errors.
+type memSource struct {
+	mu       sync.Mutex
+	rv       int
+	eips     map[string]*egressv1.EgressIP
+	nodes    []*corev1.Node
+	nss      []*corev1.Namespace
+	pods     []*corev1.Pod
+	failNext []error
+	updates  int
+	events   []recorded
+	changed  func(controller.Kind)
+}
+
+func (m *memSource) Start(_ context.Context, changed func(controller.Kind)) error {
+	m.mu.Lock()
+	m.changed = changed
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *memSource) EgressIPs() []*egressv1.EgressIP {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*egressv1.EgressIP
+	for _, e := range m.eips {
+		out = append(out, e)
+	}
+	return out
+}
+
+func (m *memSource) EgressIP(name string) (*egressv1.EgressIP, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.eips[name]
+	return e, ok
+}
+func (m *memSource) Nodes() []*corev1.Node           { return m.nodes }
+func (m *memSource) Namespaces() []*corev1.Namespace { return m.nss }
+func (m *memSource) Pods() []*corev1.Pod             { return m.pods }
+
+func (m *memSource) UpdateEgressIP(_ context.Context, e *egressv1.EgressIP) error {
+	m.mu.Lock()
+	m.updates++
+	if len(m.failNext) > 0 {
+		err := m.failNext[0]
+		m.failNext = m.failNext[1:]
+		m.mu.Unlock()
+		return err
+	}
+	if cur := m.eips[e.Name]; cur.ResourceVersion != e.ResourceVersion {
+		m.mu.Unlock()
+		return apierrors.NewConflict(egressv1.GroupVersionResource.GroupResource(), e.Name, fmt.Errorf("stale"))
+	}
+	m.rv++
+	cp := e.DeepCopy()
+	cp.ResourceVersion = strconv.Itoa(m.rv)
+	m.eips[e.Name] = cp // replaced, never modified in place
+	changed := m.changed
+	m.mu.Unlock()
+	changed(controller.KindEgressIP)
+	return nil
+}
+
+func (m *memSource) Event(ref *corev1.ObjectReference, _, reason, message string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events = append(m.events, recorded{kind: ref.Kind, name: ref.Name, reason: reason, message: message})
+}
+
+func (m *memSource) snapshot() (int, []recorded) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.updates, append([]recorded(nil), m.events...)
+}
+
+func newMem(eips ...*egressv1.EgressIP) *memSource {
+	m := &memSource{eips: map[string]*egressv1.EgressIP{}}
+	for _, e := range eips {
+		m.rv++
+		e.ResourceVersion = strconv.Itoa(m.rv)
+		m.eips[e.Name] = e
+	}
+	// Reachability disabled in these tests: nodes need no address.
+	m.nodes = []*corev1.Node{egressNode("n1", "", "192.168.126.2/24", true), egressNode("n2", "", "192.168.126.3/24", true)}
+	return m
+}
+
+func runMem(t *testing.T, m *memSource) *controller.Controller {
+	off := 0
+	return startController(t, m, controller.Config{ReachabilityTotalTimeoutSeconds: &off})
+}
+
+func TestStatusRetriesConflictsAndNeverMutatesTheCache(t *testing.T) {
+	e := egressIP("g", "192.168.126.11", "192.168.126.12")
+	orig := e.DeepCopy()
+	m := newMem(e)
+	m.failNext = []error{
+		apierrors.NewConflict(egressv1.GroupVersionResource.GroupResource(), "g", fmt.Errorf("stale")),
+		apierrors.NewServiceUnavailable("apiserver restarting"),
+	}
+	c := runMem(t, m)
+	eventually(t, 10*time.Second, "status written after a conflict and an error", func() (bool, string) {
+		cur, _ := m.EgressIP("g")
+		return len(cur.Status.Items) == 2, fmt.Sprint(cur.Status.Items)
+	})
+	orig.ResourceVersion = e.ResourceVersion
+	if !reflect.DeepEqual(e, orig) {
+		t.Errorf("the cached object was modified:\n%+v\nwas\n%+v", e, orig)
+	}
+	if c.Metrics().StatusConflicts.Load() != 1 || c.Metrics().StatusErrors.Load() != 1 || c.Metrics().StatusWrites.Load() != 1 {
+		t.Errorf("conflicts %d errors %d writes %d, want 1 1 1", c.Metrics().StatusConflicts.Load(),
+			c.Metrics().StatusErrors.Load(), c.Metrics().StatusWrites.Load())
+	}
+	// Steady state: nothing more is written.
+	time.Sleep(300 * time.Millisecond)
+	if n, _ := m.snapshot(); n != 3 {
+		t.Errorf("%d update calls, want 3 (conflict, error, success)", n)
+	}
+}
+
+func TestRefusedStatusIsReportedNotRetried(t *testing.T) {
+	m := newMem(egressIP("g", "192.168.126.11"))
+	m.failNext = []error{apierrors.NewInvalid(egressv1.GroupVersionKind.GroupKind(), "g",
+		field.ErrorList{field.Invalid(field.NewPath("status", "items"), "x", "refused")})}
+	runMem(t, m)
+	eventually(t, 5*time.Second, "StatusUpdateFailed Event", func() (bool, string) {
+		_, evs := m.snapshot()
+		for _, e := range evs {
+			if e.reason == "StatusUpdateFailed" && e.name == "g" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(evs)
+	})
+	time.Sleep(500 * time.Millisecond)
+	if n, _ := m.snapshot(); n != 1 {
+		t.Errorf("%d update calls for a refused status, want 1", n)
+	}
+}
+
+func TestEventsAreNotRepeated(t *testing.T) {
+	m := newMem(egressIP("bad", "not-an-ip", "192.168.126.11"), egressIP("other", "192.168.126.11"))
+	c := runMem(t, m)
+	eventually(t, 5*time.Second, "events", func() (bool, string) {
+		_, evs := m.snapshot()
+		return len(evs) == 3, fmt.Sprint(evs) // InvalidEgressIP + a conflict on each object
+	})
+	// Unrelated changes re-run the assignment but report nothing new.
+	for range 5 {
+		m.changed(controller.KindNode)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, evs := m.snapshot(); len(evs) != 3 {
+		t.Errorf("events repeated: %v", evs)
+	}
+	if c.Metrics().AssignRuns.Load() < 2 {
+		t.Error("node changes did not re-run the assignment")
+	}
+}
+
+func TestSnapshotSelectsPods(t *testing.T) {
+	e := egressIP("web", "192.168.126.11")
+	e.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	m := newMem(e)
+	m.nss = []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "prod", Labels: map[string]string{"env": "prod"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "dev", Labels: map[string]string{"env": "dev"}}},
+	}
+	pod := func(ns, name, app, ip string, hostNet bool, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
+			Spec:   corev1.PodSpec{NodeName: "w1", HostNetwork: hostNet},
+			Status: corev1.PodStatus{Phase: phase, PodIPs: []corev1.PodIP{{IP: ip}, {IP: "bogus"}}}}
+	}
+	m.pods = []*corev1.Pod{
+		pod("prod", "web-1", "web", "10.128.0.5", false, corev1.PodRunning),
+		pod("prod", "db-1", "db", "10.128.0.6", false, corev1.PodRunning),
+		pod("dev", "web-2", "web", "10.128.0.7", false, corev1.PodRunning),
+		pod("prod", "web-host", "web", "192.168.126.2", true, corev1.PodRunning),
+		pod("prod", "web-done", "web", "10.128.0.8", false, corev1.PodSucceeded),
+	}
+	c := runMem(t, m)
+	eventually(t, 5*time.Second, "assigned", func() (bool, string) {
+		s := c.Snapshot()
+		return len(s.Policies) == 1 && len(s.Policies[0].Assignments) == 1, fmt.Sprint(s)
+	})
+	p := c.Snapshot().Policies[0]
+	want := []controller.SelectedPod{{Namespace: "prod", Name: "web-1", Node: "w1", IPs: []netip.Addr{netip.MustParseAddr("10.128.0.5")}}}
+	if !reflect.DeepEqual(p.Pods, want) {
+		t.Errorf("selected %+v, want %+v", p.Pods, want)
+	}
+	if p.Assignments[0].Node != "n1" || p.Assignments[0].Interface.Subnet.String() != "192.168.126.2/24" {
+		t.Errorf("assignment %+v", p.Assignments[0])
+	}
+}

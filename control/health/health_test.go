@@ -1,0 +1,65 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestServeProbeStopRestart(t *testing.T) {
+	s, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr().String()
+	p := NewProber()
+	defer p.Close()
+	ctx := context.Background()
+	if err := p.Probe(ctx, addr, time.Second); err != nil {
+		t.Fatalf("probe of a serving node: %v", err)
+	}
+
+	s.SetServing(false)
+	if err := p.Check(ctx, addr); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("check of a NOT_SERVING node: %v", err)
+	}
+	s.SetServing(true)
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = p.Probe(ctx, addr, 500*time.Millisecond)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("probe of a stopped server succeeded")
+	}
+	if took < 450*time.Millisecond || took > 2*time.Second {
+		t.Errorf("probe gave up after %v, want about the 500ms total timeout", took)
+	}
+
+	// The node comes back on the same address: the same prober sees it
+	// within its reconnect backoff, not minutes later.
+	s2, err := Listen(addr)
+	if err != nil {
+		t.Fatalf("re-listening on %s: %v", addr, err)
+	}
+	defer s2.Stop()
+	if err := p.Probe(ctx, addr, 2*time.Second); err != nil {
+		t.Fatalf("probe after restart: %v", err)
+	}
+}
+
+func TestProbeBadTargets(t *testing.T) {
+	p := NewProber()
+	defer p.Close()
+	for _, target := range []string{"", "not an address", "127.0.0.1:1", "[::1"} {
+		if err := p.Probe(context.Background(), target, 200*time.Millisecond); err == nil {
+			t.Errorf("probe of %q succeeded", target)
+		}
+	}
+	if _, err := Listen("256.0.0.1:1"); err == nil {
+		t.Error("listening on an invalid address succeeded")
+	}
+}
