@@ -262,7 +262,8 @@ func parseIPSpec(field string, spec *IPSpec, requireAddresses bool) (IPSettings,
 		if ad.Zone() != "" || ad.IsUnspecified() || ad.IsLoopback() || ad.IsMulticast() || ad.IsLinkLocalUnicast() {
 			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is not a usable unicast address", a)
 		}
-		if ad.Is4() && p.Bits() < 32 && (ad == p.Masked().Addr() || ad == lastAddr(p)) {
+		// /31 and /32 have no network or broadcast address (RFC 3021).
+		if ad.Is4() && p.Bits() < 31 && (ad == p.Masked().Addr() || ad == lastAddr(p)) {
 			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is the network or broadcast address of its subnet", a)
 		}
 		if slices.ContainsFunc(s.Addresses, func(q netip.Prefix) bool { return q.Addr() == ad }) {

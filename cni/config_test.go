@@ -94,6 +94,11 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 			t.Errorf("%s: error names %q, want %q (%v)", tc.conf, fe.Field, tc.field, err)
 		}
 	}
+	for _, ok := range []string{"192.0.2.0/31", "192.0.2.1/31", "192.0.2.7/32", "2001:db8::/64"} {
+		if _, err := ParseConfig([]byte(`{` + base + `,"ip":{"addresses":["` + ok + `"]}}`)); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
 	if _, err := ParseConfig([]byte(`{"name":`)); err == nil || !strings.Contains(err.Error(), "JSON") {
 		t.Errorf("truncated JSON: %v", err)
 	}
