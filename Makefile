@@ -4,6 +4,9 @@ GO        ?= go
 BIN       := bin
 TOOLS_DIR ?= /var/cache/egret/bin
 export EGRET_TOOLS_DIR := $(TOOLS_DIR)
+# The lab's end-to-end tests run through the real Egret gateway (kernel = the baseline).
+EGRET_LAB_GATEWAY ?= egret
+export EGRET_LAB_GATEWAY
 # The unit and privileged tests share the 2-core machine: one package at a time keeps
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
