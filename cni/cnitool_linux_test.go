@@ -74,10 +74,10 @@ func TestCnitool(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			l := newLab(t, true)
 			c := &cnitool{t: t, lab: l, bin: bin, confDir: t.TempDir(), args: "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=db-router"}
-			c.writeConf("egress", v, `"podIP":{"db-*":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"destinations":["198.51.100.10/32"]}},"clusterNetworks":["10.128.0.0/14"],"serviceNetworks":["172.30.0.0/16"]`)
+			c.writeConf("egrt-test-egress", v, `"podIP":{"db-*":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"destinations":["198.51.100.10/32"]}},"clusterNetworks":["10.128.0.0/14"],"serviceNetworks":["172.30.0.0/16"]`)
 			before := routesOf(t, l.Pod, netlink.FAMILY_V4)
 
-			out, err := c.run("add", "egress")
+			out, err := c.run("add", "egrt-test-egress")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +99,7 @@ func TestCnitool(t *testing.T) {
 				t.Error("denied destination reachable")
 			}
 
-			_, err = c.run("check", "egress")
+			_, err = c.run("check", "egrt-test-egress")
 			if v == "0.3.0" || v == "0.3.1" {
 				if err == nil {
 					t.Errorf("check succeeded on %s, which has no CHECK", v)
@@ -108,27 +108,27 @@ func TestCnitool(t *testing.T) {
 				t.Error(err)
 			}
 			if v == "1.1.0" {
-				if _, err := c.run("status", "egress"); err != nil {
+				if _, err := c.run("status", "egrt-test-egress"); err != nil {
 					t.Error(err)
 				}
 			}
 
-			if _, err := c.run("del", "egress"); err != nil {
+			if _, err := c.run("del", "egrt-test-egress"); err != nil {
 				t.Fatal(err)
 			}
 			assertClean(t, l, before)
-			if _, err := c.run("del", "egress"); err != nil {
+			if _, err := c.run("del", "egrt-test-egress"); err != nil {
 				t.Errorf("second del: %v", err)
 			}
 			if v == "1.1.0" {
-				if _, err := c.run("gc", "egress"); err != nil {
+				if _, err := c.run("gc", "egrt-test-egress"); err != nil {
 					t.Error(err)
 				}
 			}
 
 			// A refused config: the tool reports the plugin's error and nothing changes.
-			c.writeConf("bad", v, `"ipConfig":{"name":"x"},"ip":{"addresses":["192.0.2.99/24"]}`)
-			if _, err := c.run("add", "bad"); err == nil || !strings.Contains(err.Error(), "exactly one of ip, podIP or ipConfig") {
+			c.writeConf("egrt-test-bad", v, `"ipConfig":{"name":"x"},"ip":{"addresses":["192.0.2.99/24"]}`)
+			if _, err := c.run("add", "egrt-test-bad"); err == nil || !strings.Contains(err.Error(), "exactly one of ip, podIP or ipConfig") {
 				t.Errorf("bad config: %v", err)
 			}
 			if _, err := l.Pod.NL.LinkByName("net1"); err == nil {

@@ -203,7 +203,11 @@ func pluginDir(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, TypeEgressRouter), "../cmd/egress-router").CombinedOutput()
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out, err := exec.Command(goBin, "build", "-o", filepath.Join(binDir, TypeEgressRouter), "../cmd/egress-router").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("building the plugin: %v\n%s", err, out)
 			return

@@ -290,9 +290,14 @@ func restoreDefault(t *testing.T, l *lab, r netlink.Route) {
 // runPlugin executes the binary directly, as a runtime would, in the node's namespace.
 func runPlugin(t *testing.T, l *lab, cmd, conf, args string) (stdout []byte, exitErr error) {
 	t.Helper()
+	return runPluginIn(t, l, l.Pod.Path, cmd, conf, args)
+}
+
+func runPluginIn(t *testing.T, l *lab, netnsPath, cmd, conf, args string) (stdout []byte, exitErr error) {
+	t.Helper()
 	err := l.Node.Do(func() error {
 		c := exec.Command(filepath.Join(pluginDir(t), TypeEgressRouter))
-		c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=ctr1", "CNI_NETNS="+l.Pod.Path,
+		c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=ctr1", "CNI_NETNS="+netnsPath,
 			"CNI_IFNAME=net1", "CNI_PATH="+pluginDir(t), "CNI_ARGS="+args)
 		c.Stdin = strings.NewReader(conf)
 		var out bytes.Buffer
@@ -366,8 +371,18 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 		})
 	}
 	// DEL of something never added, and for a namespace that is gone, succeeds.
-	if out, err := runPlugin(t, l, "DEL", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"]}}`, ""); err != nil {
+	del := `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"]}}`
+	if out, err := runPlugin(t, l, "DEL", del, ""); err != nil {
 		t.Errorf("DEL of nothing: %v %s", err, out)
+	}
+	if out, err := runPluginIn(t, l, "/var/run/netns/"+l.Pod.Name+"-gone", "DEL", del, ""); err != nil {
+		t.Errorf("DEL in a namespace that is gone: %v %s", err, out)
+	}
+	// ADD into a namespace that does not exist is error 8 (invalid netns).
+	out, err := runPluginIn(t, l, "/var/run/netns/"+l.Pod.Name+"-gone", "ADD", del, "")
+	var e types.Error
+	if err == nil || json.Unmarshal(out, &e) != nil || e.Code != types.ErrInvalidNetNS {
+		t.Errorf("ADD in a missing namespace: %v %s", err, out)
 	}
 }
 
