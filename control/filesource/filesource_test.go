@@ -1,0 +1,225 @@
+package filesource
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/controller"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+const manifests = `apiVersion: k8s.ovn.org/v1
+kind: EgressIP
+metadata:
+  name: egress-group1
+spec:
+  egressIPs: [192.168.126.11, 192.168.126.102]
+  namespaceSelector:
+    matchLabels: {env: prod}
+---
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node1
+  labels: {k8s.ovn.org/egress-assignable: ""}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: prod, labels: {env: prod}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, labels: {app: web}}
+status: {podIPs: [{ip: 10.128.0.5}]}
+`
+
+func write(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type kinds struct {
+	mu   sync.Mutex
+	seen []controller.Kind
+}
+
+func (k *kinds) add(x controller.Kind) { k.mu.Lock(); k.seen = append(k.seen, x); k.mu.Unlock() }
+func (k *kinds) take() []controller.Kind {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.seen
+	k.seen = nil
+	return s
+}
+
+func start(t *testing.T, dir string) (*Source, *kinds) {
+	t.Helper()
+	s, err := New(dir, 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	k := &kinds{}
+	if err := s.Start(ctx, k.add); err != nil {
+		t.Fatal(err)
+	}
+	return s, k
+}
+
+func TestLoadAllKinds(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "all.yaml", manifests)
+	write(t, dir, "notes.txt", "not a manifest")
+	s, _ := start(t, dir)
+	if len(s.EgressIPs()) != 1 || len(s.Nodes()) != 1 || len(s.Namespaces()) != 1 || len(s.Pods()) != 1 {
+		t.Fatalf("loaded %d eips %d nodes %d namespaces %d pods", len(s.EgressIPs()), len(s.Nodes()), len(s.Namespaces()), len(s.Pods()))
+	}
+	if p := s.Pods()[0]; p.Namespace != "default" {
+		t.Errorf("pod namespace %q, want default", p.Namespace)
+	}
+	n := s.Nodes()[0]
+	if len(n.Status.Conditions) != 1 || n.Status.Conditions[0].Type != corev1.NodeReady || n.Status.Conditions[0].Status != corev1.ConditionTrue {
+		t.Errorf("node without conditions: %+v, want Ready", n.Status.Conditions)
+	}
+	e := s.EgressIPs()[0]
+	if e.CreationTimestamp.IsZero() || e.UID == "" || e.ResourceVersion == "" {
+		t.Errorf("EgressIP metadata not filled: %+v", e.ObjectMeta)
+	}
+	if s.Errors.Load() != 0 {
+		t.Errorf("%d errors on valid manifests", s.Errors.Load())
+	}
+}
+
+func TestBadInputIsCountedNotFatal(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a-good.yaml", manifests)
+	for name, body := range map[string]string{
+		"b-syntax.yaml":  "apiVersion: v1\nkind: Node\nmetadata: {name: [unclosed\n",
+		"c-kind.yaml":    "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+		"d-noname.yaml":  "apiVersion: v1\nkind: Node\nmetadata: {}\n",
+		"e-dup.yaml":     "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n",
+		"f-typo.yaml":    "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: typo}\nspec: {egressIP: [1.2.3.4]}\n",
+		"g-scalar.yaml":  "42\n",
+		"h-badtype.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
+		"i-badip.yaml":   "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: badip}\nspec: {egressIPs: [300.1.1.1], namespaceSelector: {}}\n",
+	} {
+		write(t, dir, name, body)
+	}
+	s, _ := start(t, dir)
+	if got := s.Errors.Load(); got != 7 {
+		t.Errorf("Errors = %d, want 7 (every bad document but the bad IP, which the controller reports)", got)
+	}
+	var names []string
+	for _, e := range s.EgressIPs() {
+		names = append(names, e.Name)
+	}
+	if !slices.Equal(names, []string{"badip", "egress-group1"}) || len(s.Nodes()) != 1 {
+		t.Errorf("EgressIPs %v, %d nodes", names, len(s.Nodes()))
+	}
+}
+
+func TestStatusConflictsAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "all.yaml", manifests)
+	s, k := start(t, dir)
+	k.take()
+	cur, _ := s.EgressIP("egress-group1")
+	up := cur.DeepCopy()
+	up.Status.Items = []egressv1.EgressIPStatusItem{{Node: "node1", EgressIP: "192.168.126.11"}}
+	if err := s.UpdateEgressIP(context.Background(), up); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.take(); !slices.Equal(got, []controller.Kind{controller.KindEgressIP}) {
+		t.Errorf("changes after a status write: %v", got)
+	}
+	if err := s.UpdateEgressIP(context.Background(), up); !apierrors.IsConflict(err) {
+		t.Errorf("second write with the old resourceVersion: %v, want a conflict", err)
+	}
+	gone := up.DeepCopy()
+	gone.Name = "nope"
+	if err := s.UpdateEgressIP(context.Background(), gone); !apierrors.IsNotFound(err) {
+		t.Errorf("write of an unknown object: %v, want not found", err)
+	}
+	if cur.Status.Items != nil {
+		t.Error("the status write changed the object handed out before")
+	}
+
+	// A new source on the same directory (a restarted controller) sees the status.
+	s2, _ := start(t, dir)
+	e, _ := s2.EgressIP("egress-group1")
+	if len(e.Status.Items) != 1 || e.Status.Items[0].Node != "node1" {
+		t.Errorf("status after restart: %+v", e.Status)
+	}
+
+	// An edit of the spec keeps the status; deleting the object removes its status file.
+	write(t, dir, "all.yaml", strings.Replace(manifests, "192.168.126.102", "192.168.126.103", 1))
+	s2.Reload()
+	e, _ = s2.EgressIP("egress-group1")
+	if len(e.Status.Items) != 1 || e.Spec.EgressIPs[1] != "192.168.126.103" {
+		t.Errorf("after a spec edit: %+v", e)
+	}
+	os.Remove(filepath.Join(dir, "all.yaml"))
+	s2.Reload()
+	if len(s2.EgressIPs()) != 0 {
+		t.Error("EgressIP still there after its file was removed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, StatusDir, "egress-group1.yaml")); !os.IsNotExist(err) {
+		t.Errorf("status file of a deleted object: %v", err)
+	}
+}
+
+func TestEventsFile(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := start(t, dir)
+	s.Event(&corev1.ObjectReference{Kind: "EgressIP", Name: "g"}, corev1.EventTypeWarning, "InvalidEgressIP", "bad \"ip\"\nline")
+	evs, err := ReadEvents(filepath.Join(dir, EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Reason != "InvalidEgressIP" || evs[0].Message != "bad \"ip\"\nline" || evs[0].Name != "g" {
+		t.Errorf("events %+v", evs)
+	}
+}
+
+func TestNewRefusesMissingDir(t *testing.T) {
+	if _, err := New(filepath.Join(t.TempDir(), "missing"), 0, nil); err == nil {
+		t.Error("a missing directory was accepted")
+	}
+	f := filepath.Join(t.TempDir(), "file")
+	write(t, filepath.Dir(f), "file", "")
+	if _, err := New(f, 0, nil); err == nil {
+		t.Error("a file was accepted as the directory")
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(manifests))
+	f.Add([]byte("---\n- a\n- b\n"))
+	f.Add([]byte(`{"apiVersion":"v1","kind":"Node","metadata":{"name":"x"},"status":{"conditions":null}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		write(t, dir, "x.yaml", string(b))
+		s, err := New(dir, 0, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Reload()
+		for _, e := range s.EgressIPs() {
+			if e.Name == "" {
+				t.Fatal("an EgressIP without a name was loaded")
+			}
+		}
+	})
+}
