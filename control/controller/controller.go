@@ -97,6 +97,9 @@ func New(src Source, cfg Config, log *slog.Logger) (*Controller, error) {
 		nodes:   map[string]*nodeHealth{},
 		placed:  map[string]string{},
 	}
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[qkey](),
+		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
 	c.reach = newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, &c.metrics, log,
 		func() { c.queue.Add(assignKey) })
 	return c, nil
@@ -117,11 +120,8 @@ func (c *Controller) signal() {
 }
 
 // Run starts the source, waits for its caches and a first verdict on every
-// node, then assigns and writes statuses until ctx ends.
+// node, then assigns and writes statuses until ctx ends. A Controller runs once.
 func (c *Controller) Run(ctx context.Context) error {
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[qkey](),
-		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
 	defer c.queue.ShutDown()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
