@@ -522,10 +522,9 @@ type eventLine struct {
 	Message string    `json:"message"`
 }
 
-// Event implements controller.Source: the Event is logged and appended to
-// events.log.
+// Event implements controller.Source: the Event is appended to events.log
+// (the controller logs it too).
 func (s *Source) Event(ref *corev1.ObjectReference, eventType, reason, message string) {
-	s.log.Info("event", "type", eventType, "kind", ref.Kind, "name", ref.Name, "reason", reason, "message", message)
 	b, err := json.Marshal(eventLine{Time: time.Now().UTC(), Type: eventType, Kind: ref.Kind, Name: ref.Name, Reason: reason, Message: message})
 	if err != nil {
 		return
