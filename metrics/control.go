@@ -1,0 +1,184 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Control is the control plane's metrics. The controller calls its methods
+// as things happen (never on the packet path, so real histograms are fine).
+// A nil *Control ignores every call, so components need no checks.
+type Control struct {
+	assigned        *prometheus.GaugeVec
+	unassigned      prometheus.Gauge
+	assignSeconds   prometheus.Histogram
+	moves           prometheus.Counter
+	failovers       *prometheus.CounterVec
+	probeSeconds    *prometheus.HistogramVec
+	probeFailures   *prometheus.CounterVec
+	reachable       *prometheus.GaugeVec
+	reconcileErrors *prometheus.CounterVec
+	statusWrites    prometheus.Counter
+	statusConflicts prometheus.Counter
+	leader          prometheus.Gauge
+}
+
+// NewControl registers the control-plane metrics with reg.
+func NewControl(reg prometheus.Registerer) *Control {
+	c := &Control{
+		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egret_controller_egress_ips_assigned",
+			Help: "Egress IPs assigned to the node by the last assignment.",
+		}, []string{"node"}),
+		unassigned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egret_controller_egress_ips_unassigned",
+			Help: "Valid egress IPs that no node can host after the last assignment.",
+		}),
+		assignSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egret_controller_assignment_duration_seconds",
+			Help:    "Time to compute an assignment of egress IPs to nodes.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10), // 50 µs .. 13 s
+		}),
+		moves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egret_controller_egress_ip_moves_total",
+			Help: "Egress IPs that changed node, for any reason.",
+		}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egret_controller_failovers_total",
+			Help: "Egress IPs moved away from a node that was no longer usable, by the node they left.",
+		}, []string{"node"}),
+		probeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "egret_controller_probe_duration_seconds",
+			Help:    "Reachability probe round trips to gateway nodes (failed probes count their time spent).",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 3, 10), // 100 µs .. 2 s
+		}, []string{"node"}),
+		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egret_controller_probe_failures_total",
+			Help: "Reachability probes that failed, by node.",
+		}, []string{"node"}),
+		reachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egret_controller_node_reachable",
+			Help: "1 if the egress-assignable node passes the reachability check, 0 if not.",
+		}, []string{"node"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egret_controller_reconcile_errors_total",
+			Help: "Reconcile attempts that failed, by what was being done (status, event, assign).",
+		}, []string{"kind"}),
+		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egret_controller_status_writes_total",
+			Help: "EgressIP status updates written.",
+		}),
+		statusConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egret_controller_status_conflicts_total",
+			Help: "EgressIP status updates that met a conflict and were retried.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egret_controller_leader",
+			Help: "1 while this replica holds the leader lease, else 0.",
+		}),
+	}
+	reg.MustRegister(c.assigned, c.unassigned, c.assignSeconds, c.moves, c.failovers, c.probeSeconds,
+		c.probeFailures, c.reachable, c.reconcileErrors, c.statusWrites, c.statusConflicts, c.leader)
+	// Present from the start so dashboards and alerts see 0, not "no data".
+	for _, k := range ReconcileKinds {
+		c.reconcileErrors.WithLabelValues(k)
+	}
+	return c
+}
+
+// ReconcileKinds are the kind label values of reconcile errors.
+var ReconcileKinds = []string{"assign", "status", "event", "node"}
+
+// ObserveAssignment records one assignment computation: how long it took,
+// how many IPs each node now hosts (nodes absent from perNode host none and
+// their series is removed) and how many valid IPs have no node.
+func (c *Control) ObserveAssignment(d time.Duration, perNode map[string]int, unassigned int) {
+	if c == nil {
+		return
+	}
+	c.assignSeconds.Observe(d.Seconds())
+	c.assigned.Reset()
+	for n, k := range perNode {
+		c.assigned.WithLabelValues(n).Set(float64(k))
+	}
+	c.unassigned.Set(float64(unassigned))
+}
+
+// Moved records an egress IP that left node from; failover says the node
+// was no longer usable (NotReady, unreachable, unlabelled, deleted).
+func (c *Control) Moved(from string, failover bool) {
+	if c == nil {
+		return
+	}
+	c.moves.Inc()
+	if failover {
+		c.failovers.WithLabelValues(from).Inc()
+	}
+}
+
+// ObserveProbe records a reachability probe of node.
+func (c *Control) ObserveProbe(node string, d time.Duration, failed bool) {
+	if c == nil {
+		return
+	}
+	c.probeSeconds.WithLabelValues(node).Observe(d.Seconds())
+	f := c.probeFailures.WithLabelValues(node)
+	if failed {
+		f.Inc()
+	}
+}
+
+// SetReachable records the reachability verdict of node.
+func (c *Control) SetReachable(node string, ok bool) {
+	if c == nil {
+		return
+	}
+	c.reachable.WithLabelValues(node).Set(b2f(ok))
+}
+
+// ForgetNode removes a deleted node's per-node series.
+func (c *Control) ForgetNode(node string) {
+	if c == nil {
+		return
+	}
+	c.reachable.DeleteLabelValues(node)
+	c.probeSeconds.DeleteLabelValues(node)
+	c.probeFailures.DeleteLabelValues(node)
+	c.assigned.DeleteLabelValues(node)
+}
+
+// ReconcileError counts a failed reconcile step of the given kind (one of ReconcileKinds).
+func (c *Control) ReconcileError(kind string) {
+	if c == nil {
+		return
+	}
+	c.reconcileErrors.WithLabelValues(kind).Inc()
+}
+
+// StatusWritten counts a status update; conflict says it hit a conflict.
+func (c *Control) StatusWritten(conflict bool) {
+	if c == nil {
+		return
+	}
+	if conflict {
+		c.statusConflicts.Inc()
+		return
+	}
+	c.statusWrites.Inc()
+}
+
+// SetLeader records whether this replica leads.
+func (c *Control) SetLeader(ok bool) {
+	if c == nil {
+		return
+	}
+	c.leader.Set(b2f(ok))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,140 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Default listen addresses of each role's metrics endpoint. The gateway and
+// the steer agent run with the host network, so they default to loopback;
+// the DaemonSets pass the pod (node) IP. 9107 is the gRPC health port.
+const (
+	DefaultGatewayAddr    = "127.0.0.1:9110"
+	DefaultControllerAddr = ":9111"
+	DefaultSteerAddr      = "127.0.0.1:9112"
+)
+
+// NewRegistry returns a registry holding the Go runtime and process
+// collectors and egret_build_info{version,revision,goversion}. version is
+// the binary's version string (main.version); the revision comes from the
+// VCS stamp Go puts in the binary.
+func NewRegistry(version string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	bi := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "egret_build_info",
+		Help:        "Always 1; the labels say which build of Egret runs.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision(), "goversion": runtime.Version()},
+	})
+	bi.Set(1)
+	reg.MustRegister(bi)
+	return reg
+}
+
+func revision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "unknown", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty && rev != "unknown" {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+// Server serves /metrics, /healthz and /readyz.
+type Server struct {
+	srv   *http.Server
+	ln    net.Listener
+	ready atomic.Pointer[func() error]
+	done  chan error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Serve listens on addr and serves reg's metrics in the background until
+// Close. ready (nil: always ready) decides /readyz: a non-nil error makes it
+// answer 503 with the error's text. /healthz answers 200 while the process
+// serves.
+func Serve(addr string, reg *prometheus.Registry, ready func() error) (*Server, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: Serve needs a registry")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %q: %w", addr, err)
+	}
+	s := &Server{ln: ln, done: make(chan error, 1)}
+	s.SetReady(ready)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry:            reg, // counts its own scrape errors
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", s.serveReady)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { s.done <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if fn := *s.ready.Load(); fn != nil {
+		if err := fn(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready:", err)
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// SetReady replaces the readiness check (nil: always ready).
+func (s *Server) SetReady(fn func() error) { s.ready.Store(&fn) }
+
+// Addr is the address the server listens on (useful with port 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server, waiting up to ctx for scrapes in progress. Later
+// calls return the first call's result.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		err := s.srv.Shutdown(ctx)
+		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+		s.closeErr = err
+	})
+	return s.closeErr
+}
