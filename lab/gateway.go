@@ -20,7 +20,7 @@ import (
 // Processes an Impl starts must write a pid file under env.RunDir so Down
 // finds them (it also kills anything left in the lab's namespaces).
 type Impl interface {
-	// Mode names the implementation: "kernel" or "egret".
+	// Mode names the implementation: "kernel", "egret" or "managed".
 	Mode() string
 	// Start runs the gateway and returns once it forwards traffic.
 	Start(env GatewayEnv) error
@@ -51,8 +51,13 @@ func NewImpl(mode, binary string) (Impl, error) {
 			return nil, errors.New("egret gateway mode needs the path of the egret binary")
 		}
 		return Egret{Binary: binary}, nil
+	case ModeManaged:
+		if binary == "" {
+			return nil, errors.New("managed mode needs the path of the egret binary")
+		}
+		return Managed{Binary: binary}, nil
 	}
-	return nil, fmt.Errorf("gateway mode %q: use %q or %q", mode, ModeKernel, ModeEgret)
+	return nil, fmt.Errorf("gateway mode %q: use %q, %q or %q", mode, ModeKernel, ModeEgret, ModeManaged)
 }
 
 // Kernel is the kernel's own gateway: a VXLAN device decapsulates, nftables

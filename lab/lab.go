@@ -100,6 +100,9 @@ func (l *Lab) build() error {
 
 	fabric := []string{"link set lo up", "link add br0 type bridge", "link set br0 up"}
 	members := []string{s.Router.Name}
+	if s.Controller.Name != "" {
+		members = append(members, s.Controller.Name)
+	}
 	for _, w := range s.Workers {
 		members = append(members, w.Name)
 	}
@@ -127,8 +130,16 @@ func (l *Lab) build() error {
 		fmt.Sprintf("route add default via %v", r.OutIP)); err != nil {
 		return err
 	}
+	if c := s.Controller; c.Name != "" {
+		if err := ipBatch(s.NS(c.Name), "link set lo up",
+			fmt.Sprintf("addr add %v/%d dev eth0", c.IP, bits), "link set eth0 up",
+			fmt.Sprintf("route add default via %v", r.IP)); err != nil {
+			return fmt.Errorf("controller namespace: %w", err)
+		}
+	}
+	managed := l.impl().Mode() == ModeManaged
 	for _, w := range s.Workers {
-		if err := l.buildWorker(w); err != nil {
+		if err := l.buildWorker(w, !managed); err != nil {
 			return fmt.Errorf("worker %s: %w", w.Name, err)
 		}
 	}
@@ -137,6 +148,9 @@ func (l *Lab) build() error {
 			fmt.Sprintf("addr add %v/%d dev eth0", g.IP, bits), "link set eth0 up",
 			fmt.Sprintf("route add default via %v", r.IP)}
 		ips, _ := s.Hosted(g.Name)
+		if managed {
+			ips = nil // the gateway agent claims what the controller assigns
+		}
 		for _, ip := range ips {
 			lines = append(lines, fmt.Sprintf("addr add %v/32 dev eth0", ip))
 		}
@@ -155,6 +169,11 @@ func (l *Lab) build() error {
 			return err
 		}
 	}
+	if managed {
+		if err := writeObjects(s, ObjectsDir(dir)); err != nil {
+			return err
+		}
+	}
 	for _, g := range s.Gateways {
 		env := GatewayEnv{Spec: s, Gateway: g, NS: s.NS(g.Name), RunDir: dir}
 		if err := l.impl().Start(env); err != nil {
@@ -164,6 +183,11 @@ func (l *Lab) build() error {
 	if err := l.startEcho(); err != nil {
 		return err
 	}
+	if managed {
+		if err := l.startControlPlane(); err != nil {
+			return err
+		}
+	}
 	if err := l.probe(); err != nil {
 		return err
 	}
@@ -171,7 +195,10 @@ func (l *Lab) build() error {
 	return os.WriteFile(filepath.Join(dir, "state.json"), b, 0o644)
 }
 
-func (l *Lab) buildWorker(w Worker) error {
+// buildWorker builds a worker node and its pods; with static it also
+// steers the pods itself (egv0 and policy routing), otherwise `egret steer`
+// does that in managed mode.
+func (l *Lab) buildWorker(w Worker, static bool) error {
 	s := l.Spec
 	gw := w.PodSubnet.Addr().Next()
 	lines := []string{"link set lo up",
@@ -180,13 +207,18 @@ func (l *Lab) buildWorker(w Worker) error {
 		"link add cni0 type bridge",
 		fmt.Sprintf("addr add %v/%d dev cni0", gw, w.PodSubnet.Bits()),
 		fmt.Sprintf("link set cni0 mtu %d up", TunnelMTU),
-		fmt.Sprintf("link add egv0 address %s type vxlan id %d local %v dstport %d nolearning",
+	}
+	if static {
+		lines = append(lines, fmt.Sprintf("link add egv0 address %s type vxlan id %d local %v dstport %d nolearning",
 			mac(w.TunnelMAC), VNI, w.IP, VXLANPort),
-		fmt.Sprintf("link set egv0 mtu %d up", TunnelMTU),
-		fmt.Sprintf("addr add %v/%d dev egv0", w.TunnelIP, s.TunnelSubnet.Bits()),
+			fmt.Sprintf("link set egv0 mtu %d up", TunnelMTU),
+			fmt.Sprintf("addr add %v/%d dev egv0", w.TunnelIP, s.TunnelSubnet.Bits()))
 	}
 	var fdb []string
 	for i, g := range s.Gateways {
+		if !static {
+			break
+		}
 		lines = append(lines,
 			fmt.Sprintf("neigh replace %v lladdr %s dev egv0 nud permanent", g.TunnelIP, mac(g.TunnelMAC)),
 			fmt.Sprintf("route replace default via %v dev egv0 table %d", g.TunnelIP, gatewayTable(i)))
@@ -202,15 +234,17 @@ func (l *Lab) buildWorker(w Worker) error {
 			fmt.Sprintf("link set %s master cni0 up", veth))
 		// Policy routing: the pod's traffic goes into the tunnel towards
 		// the gateway that hosts its egress IP.
-		if _, g, ok := s.Steering(p); ok {
+		if _, g, ok := s.Steering(p); ok && static {
 			lines = append(lines, fmt.Sprintf("rule add from %v/32 lookup %d priority 1000", p.IP, gatewayTable(s.gatewayIndex(g.Name))))
 		}
 	}
 	if err := ipBatch(s.NS(w.Name), lines...); err != nil {
 		return err
 	}
-	if _, err := runIn(strings.Join(fdb, "\n")+"\n", "bridge", "-n", s.NS(w.Name), "-batch", "-"); err != nil {
-		return err
+	if len(fdb) > 0 {
+		if _, err := runIn(strings.Join(fdb, "\n")+"\n", "bridge", "-n", s.NS(w.Name), "-batch", "-"); err != nil {
+			return err
+		}
 	}
 	// Pods no policy selects leave with the node's IP, as with any CNI.
 	rules := fmt.Sprintf("table ip egret_lab {\n\tchain masquerade_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"eth0\" ip saddr %v masquerade\n\t}\n}\n", w.PodSubnet)

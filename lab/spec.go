@@ -41,9 +41,15 @@ type Spec struct {
 	TunnelSubnet netip.Prefix // inner addresses of the VXLAN devices
 	Router       Router
 	Server       Server
-	Workers      []Worker
-	Gateways     []Gateway
-	Policies     []Policy
+	// Controller is the namespace on the fabric where managed mode runs
+	// `egret controller` (built in every mode, empty outside managed).
+	Controller Controller
+	// KubeNamespaces are the Kubernetes namespaces of the pods, with the
+	// labels EgressIP namespace selectors match (managed mode).
+	KubeNamespaces []KubeNamespace
+	Workers        []Worker
+	Gateways       []Gateway
+	Policies       []Policy
 }
 
 // Router joins the fabric to the outside network; it is every node's default gateway.
@@ -58,6 +64,18 @@ type Router struct {
 type Server struct {
 	Name string
 	IP   netip.Addr
+}
+
+// Controller is the control-plane namespace on the fabric.
+type Controller struct {
+	Name string
+	IP   netip.Addr // on eth0, in NodeSubnet
+}
+
+// KubeNamespace is a Kubernetes namespace object of the managed mode.
+type KubeNamespace struct {
+	Name   string
+	Labels map[string]string
 }
 
 // Worker is a worker node with its pods.
@@ -75,6 +93,11 @@ type Pod struct {
 	Name   string // unique in the lab, e.g. "w1-p1"
 	IP     netip.Addr
 	Policy string // "" when no policy selects the pod
+	// KubeNamespace and Labels are the pod object's namespace and labels
+	// in managed mode, where the EgressIP selectors decide (Policy then
+	// names the object expected to select the pod).
+	KubeNamespace string
+	Labels        map[string]string
 }
 
 // Gateway is an egress gateway node.
@@ -111,7 +134,12 @@ func DefaultSpec(name string) (*Spec, error) {
 		TunnelSubnet: netip.MustParsePrefix("198.19.0.0/24"),
 		Router: Router{Name: "rtr", IP: mustAddr("192.0.2.1"),
 			Outside: netip.MustParsePrefix("198.51.100.0/24"), OutIP: mustAddr("198.51.100.1")},
-		Server: Server{Name: "srv", IP: mustAddr("198.51.100.10")},
+		Server:     Server{Name: "srv", IP: mustAddr("198.51.100.10")},
+		Controller: Controller{Name: "ctl", IP: mustAddr("192.0.2.2")},
+		KubeNamespaces: []KubeNamespace{
+			{Name: "shop", Labels: map[string]string{"team": "shop"}},
+			{Name: "billing", Labels: map[string]string{"team": "billing"}},
+		},
 		Policies: []Policy{
 			{Name: "blue", EgressIPs: []netip.Addr{mustAddr("192.0.2.101")}, Hosts: []string{"g1"}},
 			{Name: "green", EgressIPs: []netip.Addr{mustAddr("192.0.2.102")}, Hosts: []string{"g2"}},
@@ -127,8 +155,15 @@ func DefaultSpec(name string) (*Spec, error) {
 		})
 	}
 	w1, w2 := &s.Workers[0], &s.Workers[1]
-	w1.Pods = []Pod{{Name: "w1-p1", IP: mustAddr("198.18.1.2"), Policy: "blue"}, {Name: "w1-p2", IP: mustAddr("198.18.1.3"), Policy: "green"}}
-	w2.Pods = []Pod{{Name: "w2-p1", IP: mustAddr("198.18.2.2"), Policy: "blue"}, {Name: "w2-p2", IP: mustAddr("198.18.2.3")}}
+	// Managed mode: deploy/examples/lab selects app=web in team=shop (blue)
+	// and all of team=billing (green); w2-p2 is in shop but not app=web.
+	web := map[string]string{"app": "web"}
+	w1.Pods = []Pod{
+		{Name: "w1-p1", IP: mustAddr("198.18.1.2"), Policy: "blue", KubeNamespace: "shop", Labels: web},
+		{Name: "w1-p2", IP: mustAddr("198.18.1.3"), Policy: "green", KubeNamespace: "billing", Labels: map[string]string{"app": "invoices"}}}
+	w2.Pods = []Pod{
+		{Name: "w2-p1", IP: mustAddr("198.18.2.2"), Policy: "blue", KubeNamespace: "shop", Labels: web},
+		{Name: "w2-p2", IP: mustAddr("198.18.2.3"), KubeNamespace: "shop", Labels: map[string]string{"app": "batch"}}}
 	for i := 1; i <= 3; i++ {
 		s.Gateways = append(s.Gateways, Gateway{
 			Name:      fmt.Sprintf("g%d", i),
@@ -157,6 +192,9 @@ func (s *Spec) NS(member string) string { return s.Name + "-" + member }
 // Namespaces lists every namespace of the lab, fabric first.
 func (s *Spec) Namespaces() []string {
 	out := []string{s.NS("fabric"), s.NS(s.Router.Name), s.NS(s.Server.Name)}
+	if s.Controller.Name != "" {
+		out = append(out, s.NS(s.Controller.Name))
+	}
 	for _, w := range s.Workers {
 		out = append(out, s.NS(w.Name))
 		for _, p := range w.Pods {
@@ -240,6 +278,15 @@ func (s *Spec) Validate() error {
 		return nil
 	}
 	names := map[string]bool{"fabric": true, s.Router.Name: true, s.Server.Name: true}
+	if c := s.Controller; c.Name != "" {
+		if names[c.Name] || !s.NodeSubnet.Contains(c.IP) {
+			return fmt.Errorf("lab spec: controller %q needs its own name and an address in %v", c.Name, s.NodeSubnet)
+		}
+		names[c.Name] = true
+		if err := claim(c.IP, "controller"); err != nil {
+			return err
+		}
+	}
 	name := func(n string) error {
 		if n == "" || names[n] {
 			return fmt.Errorf("lab spec: member name %q is empty or used twice", n)

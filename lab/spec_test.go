@@ -47,7 +47,7 @@ func TestDefaultSpec(t *testing.T) {
 	if ips, _ := s.Hosted("g3"); len(ips) != 0 {
 		t.Errorf("g3 should be spare, hosts %v", ips)
 	}
-	if ns := s.Namespaces(); len(ns) != 12 || ns[0] != "egl-fabric" {
+	if ns := s.Namespaces(); len(ns) != 13 || ns[0] != "egl-fabric" {
 		t.Errorf("namespaces %v", ns)
 	}
 }

@@ -15,8 +15,18 @@ type Status struct {
 	Name string `json:"name"`
 	// Up is true when the lab was built (its state file exists).
 	Up bool `json:"up"`
-	// Mode is the gateway implementation: "kernel" or "egret".
+	// Mode is the gateway implementation: "kernel", "egret" or "managed".
 	Mode string `json:"mode,omitempty"`
+	// ObjectsDir is the manifest directory of a managed lab (the
+	// controller's --source dir:), with status/ and events.log.
+	ObjectsDir string `json:"objectsDir,omitempty"`
+	// Controller is the `egret controller` process of a managed lab.
+	Controller *ProcessStatus `json:"controller,omitempty"`
+	// Steer are the `egret steer` processes of a managed lab, per worker.
+	Steer []ProcessStatus `json:"steer,omitempty"`
+	// Assignment is, in managed mode, each egress IP and the node the
+	// controller assigned it to (read from the status files), by object.
+	Assignment []AssignmentStatus `json:"assignment,omitempty"`
 	// Problems lists what is missing or dead in a lab that is up.
 	Problems []string        `json:"problems,omitempty"`
 	Server   ServerStatus    `json:"server"`
@@ -24,6 +34,23 @@ type Status struct {
 	Workers  []WorkerStatus  `json:"workers"`
 	Pods     []PodStatus     `json:"pods"`
 	Gateways []GatewayStatus `json:"gateways"`
+}
+
+// ProcessStatus is a process the lab runs in one of its namespaces.
+type ProcessStatus struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	PID       int    `json:"pid"`
+	Running   bool   `json:"running"`
+	Log       string `json:"log"`
+}
+
+// AssignmentStatus is one egress IP of one EgressIP object; Node is ""
+// while the controller has not assigned it.
+type AssignmentStatus struct {
+	EgressIP string     `json:"egressIPObject"`
+	IP       netip.Addr `json:"ip"`
+	Node     string     `json:"node"`
 }
 
 // ServerStatus is the outside echo server.
@@ -59,14 +86,34 @@ type PodStatus struct {
 	Node      string     `json:"node"`
 	Namespace string     `json:"namespace"`
 	IP        netip.Addr `json:"ip"`
-	Policy    string     `json:"policy,omitempty"`
+	// KubeNamespace is the pod object's namespace (managed mode).
+	KubeNamespace string `json:"kubeNamespace,omitempty"`
+	// Policy is the policy (static modes) or EgressIP object (managed)
+	// that selects the pod.
+	Policy string `json:"policy,omitempty"`
 	// EgressIP is the egress IP the pod is expected to use; null when no
-	// policy selects it.
+	// policy selects it. In managed mode it is the first of EgressIPs.
 	EgressIP *netip.Addr `json:"egressIP"`
 	// Gateway hosts EgressIP ("" when not steered).
 	Gateway string `json:"gateway,omitempty"`
+	// EgressIPs and Gateways list every assigned egress IP of the pod's
+	// object and the node hosting each: each new connection may use any.
+	EgressIPs []netip.Addr `json:"egressIPs,omitempty"`
+	Gateways  []string     `json:"gateways,omitempty"`
 	// ExpectedSource is what the server sees: EgressIP, or the node's IP.
 	ExpectedSource netip.Addr `json:"expectedSource"`
+	// ExpectedSources are all the sources the server may see.
+	ExpectedSources []netip.Addr `json:"expectedSources"`
+}
+
+// Pod returns the status of the named pod (a zero one when unknown).
+func (st *Status) Pod(name string) PodStatus {
+	for _, p := range st.Pods {
+		if p.Name == name {
+			return p
+		}
+	}
+	return PodStatus{}
 }
 
 // GatewayStatus is a gateway node.
@@ -93,7 +140,8 @@ func (l *Lab) Status() (*Status, error) {
 	for _, w := range s.Workers {
 		st.Workers = append(st.Workers, WorkerStatus{Name: w.Name, Namespace: s.NS(w.Name), IP: w.IP, VTEP: w.IP, Interface: "egv0", PodSubnet: w.PodSubnet})
 		for _, p := range w.Pods {
-			ps := PodStatus{Name: p.Name, Node: w.Name, Namespace: s.NS(p.Name), IP: p.IP, Policy: p.Policy, ExpectedSource: s.ExpectedSource(w, p)}
+			ps := PodStatus{Name: p.Name, Node: w.Name, Namespace: s.NS(p.Name), IP: p.IP, Policy: p.Policy,
+				ExpectedSource: s.ExpectedSource(w, p), ExpectedSources: []netip.Addr{s.ExpectedSource(w, p)}}
 			if e, g, ok := s.Steering(p); ok {
 				ps.EgressIP, ps.Gateway = &e, g.Name
 			}
@@ -123,6 +171,9 @@ func (l *Lab) Status() (*Status, error) {
 		return st, fmt.Errorf("lab state %s is corrupt (%v); run `egret lab down --name %s`", dir, err, s.Name)
 	}
 	st.Up, st.Mode = true, saved.Mode
+	if saved.Mode == ModeManaged {
+		st.managedView(s, dir)
+	}
 	have := map[string]bool{}
 	for _, ns := range Namespaces(s.Name) {
 		have[ns] = true
@@ -137,7 +188,7 @@ func (l *Lab) Status() (*Status, error) {
 	if !st.Server.Running {
 		st.Problems = append(st.Problems, "the echo server is not running")
 	}
-	if saved.Mode == ModeEgret {
+	if saved.Mode == ModeEgret || saved.Mode == ModeManaged {
 		for i := range st.Gateways {
 			g := &st.Gateways[i]
 			g.PID = readPid(filepath.Join(dir, "gateway-"+g.Name+".pid"))
@@ -164,19 +215,38 @@ func (st *Status) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nserver   %-10s %v  http :%d  udp :%d  (pid %d)\n", st.Server.Namespace, st.Server.IP, st.Server.HTTPPort, st.Server.UDPPort, st.Server.PID)
 	fmt.Fprintf(w, "router   %-10s %v / %v\n\n", st.Router.Namespace, st.Router.IP, st.Router.OutsideIP)
-	fmt.Fprintf(w, "%-8s %-12s %-14s %-8s %-14s %s\n", "POD", "NAMESPACE", "IP", "POLICY", "EGRESS IP", "GATEWAY")
+	if st.Controller != nil {
+		fmt.Fprintf(w, "controller %-8s pid %d running=%v  objects %s\n", st.Controller.Namespace, st.Controller.PID, st.Controller.Running, st.ObjectsDir)
+		for _, p := range st.Steer {
+			fmt.Fprintf(w, "steer    %-10s pid %d running=%v\n", p.Namespace, p.PID, p.Running)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%-8s %-12s %-9s %-14s %-8s %-26s %s\n", "POD", "NAMESPACE", "K8S NS", "IP", "POLICY", "EGRESS IP", "GATEWAY")
 	for _, p := range st.Pods {
-		pol, eip, gw := p.Policy, "none ("+p.ExpectedSource.String()+")", p.Gateway
+		pol, eip, gw, kns := p.Policy, "none ("+p.ExpectedSource.String()+")", p.Gateway, p.KubeNamespace
 		if pol == "" {
 			pol = "-"
+		}
+		if kns == "" {
+			kns = "-"
 		}
 		if p.EgressIP != nil {
 			eip = p.EgressIP.String()
 		}
+		if len(p.EgressIPs) > 0 {
+			strs := make([]string, len(p.EgressIPs))
+			for i, a := range p.EgressIPs {
+				strs[i] = a.String()
+			}
+			eip, gw = strings.Join(strs, ","), strings.Join(p.Gateways, ",")
+		} else if pol != "-" && p.EgressIP == nil {
+			eip = "unassigned (held back)"
+		}
 		if gw == "" {
 			gw = "-"
 		}
-		fmt.Fprintf(w, "%-8s %-12s %-14v %-8s %-14s %s\n", p.Name, p.Namespace, p.IP, pol, eip, gw)
+		fmt.Fprintf(w, "%-8s %-12s %-9s %-14v %-8s %-26s %s\n", p.Name, p.Namespace, kns, p.IP, pol, eip, gw)
 	}
 	fmt.Fprintf(w, "\n%-8s %-12s %-14s %-9s %s\n", "GATEWAY", "NAMESPACE", "VTEP", "IFACE", "EGRESS IPS")
 	for _, g := range st.Gateways {
@@ -191,5 +261,83 @@ func (st *Status) WriteText(w io.Writer) {
 	}
 	if len(st.Pods) > 0 {
 		fmt.Fprintf(w, "\ntry: ip netns exec %s curl -s http://%v:%d/\n", st.Pods[0].Namespace, st.Server.IP, st.Server.HTTPPort)
+	}
+}
+
+// managedView replaces the static assignment with the controller's: which
+// object selects each pod (evaluated from the manifests) and where its
+// egress IPs are (status files); it also reports the control-plane processes.
+func (st *Status) managedView(s *Spec, dir string) {
+	objs := ObjectsDir(dir)
+	st.ObjectsDir = objs
+	proc := func(id, ns string) ProcessStatus {
+		pid := readPid(filepath.Join(dir, id+".pid"))
+		return ProcessStatus{Name: id, Namespace: ns, PID: pid, Running: alive(pid), Log: filepath.Join(dir, id+".log")}
+	}
+	c := proc("controller", s.NS(s.Controller.Name))
+	st.Controller = &c
+	if !c.Running {
+		st.Problems = append(st.Problems, "egret controller is not running")
+	}
+	for _, w := range s.Workers {
+		p := proc("steer-"+w.Name, s.NS(w.Name))
+		st.Steer = append(st.Steer, p)
+		if !p.Running {
+			st.Problems = append(st.Problems, "egret steer on "+w.Name+" is not running")
+		}
+	}
+	eips, err := EgressIPs(objs)
+	if err != nil {
+		st.Problems = append(st.Problems, "reading the EgressIP objects: "+err.Error())
+	}
+	hosted := map[string][]netip.Addr{}
+	owner := map[string][]string{}
+	for _, e := range eips {
+		for _, ipStr := range e.Spec.EgressIPs {
+			ip, _ := netip.ParseAddr(ipStr)
+			a := AssignmentStatus{EgressIP: e.Name, IP: ip}
+			for _, it := range e.Status.Items {
+				if it.EgressIP == ipStr {
+					a.Node = it.Node
+					hosted[it.Node] = append(hosted[it.Node], ip)
+					owner[it.Node] = append(owner[it.Node], e.Name)
+				}
+			}
+			st.Assignment = append(st.Assignment, a)
+		}
+	}
+	for i := range st.Gateways {
+		g := &st.Gateways[i]
+		g.EgressIPs, g.Policies = hosted[g.Name], owner[g.Name]
+		if g.EgressIPs == nil {
+			g.EgressIPs, g.Policies = []netip.Addr{}, []string{}
+		}
+	}
+	i := 0
+	for _, w := range s.Workers {
+		for _, p := range w.Pods {
+			ps := &st.Pods[i]
+			i++
+			ps.KubeNamespace, ps.Policy, ps.EgressIP, ps.Gateway = p.KubeNamespace, "", nil, ""
+			ps.ExpectedSource, ps.ExpectedSources = w.IP, []netip.Addr{w.IP}
+			e := s.Selecting(eips, p)
+			if e == nil {
+				continue
+			}
+			ps.Policy = e.Name
+			ps.ExpectedSources = nil
+			for _, a := range st.Assignment {
+				if a.EgressIP == e.Name && a.Node != "" {
+					ps.EgressIPs = append(ps.EgressIPs, a.IP)
+					ps.Gateways = append(ps.Gateways, a.Node)
+					ps.ExpectedSources = append(ps.ExpectedSources, a.IP)
+				}
+			}
+			if len(ps.EgressIPs) > 0 {
+				ps.EgressIP, ps.Gateway, ps.ExpectedSource = &ps.EgressIPs[0], ps.Gateways[0], ps.EgressIPs[0]
+			} else {
+				ps.ExpectedSource = netip.Addr{} // selected but unassigned: traffic is held back (fail closed)
+			}
+		}
 	}
 }

@@ -20,7 +20,8 @@ func init() {
 
 const labUsage = `usage: egret lab <up|down|status> [flags]
 
-  up      build the lab (namespaces, tunnel, gateways, echo server); a second up is a no-op
+  up      build the lab (namespaces, tunnel, gateways, echo server); a second up is a no-op;
+          --gateway managed runs the real controller, gateway and steer agents
   down    remove the lab and any leftovers of a crashed one
   status  print the topology and what runs (--json for scripts)
 
@@ -89,13 +90,22 @@ func labUp(args []string) error {
 	if mode == "" {
 		mode = lab.ModeKernel
 	}
-	fs.StringVar(&mode, "gateway", mode, "gateway implementation: kernel (VXLAN + nftables SNAT) or egret (egret gateway); default from EGRET_LAB_GATEWAY")
+	fs.StringVar(&mode, "gateway", mode, "gateway implementation: kernel (VXLAN + nftables SNAT), egret (egret gateway, static config) or managed (egret controller + gateway and steer agents); default from EGRET_LAB_GATEWAY")
+	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "managed: the controller's reachabilityTotalTimeoutSeconds (1-60)")
+	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "managed: how long a returned gateway waits before it gets egress IPs again")
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
 	}
 	l, err := newLab(*name, mode)
 	if err != nil {
 		return err
+	}
+	if m, ok := l.Impl.(lab.Managed); ok {
+		if *reach < 1 || *reach > 60 {
+			return fmt.Errorf("--reachability-timeout %d: use 1-60 seconds (the lab needs the check on)", *reach)
+		}
+		m.ReachabilityTotalTimeoutSeconds, m.HoldDown = *reach, *holdDown
+		l.Impl = m
 	}
 	if err := l.Up(); err != nil {
 		return err

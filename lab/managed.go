@@ -1,0 +1,427 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	labexamples "github.com/egret-gw/egret/deploy/examples/lab"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// ModeManaged runs the real control plane: `egret controller` (file source)
+// assigns the egress IPs of deploy/examples/lab, `egret gateway --node`
+// agents serve them on g1–g3 and `egret steer` programs w1 and w2.
+const ModeManaged = "managed"
+
+// Kubernetes names the manifests use.
+const (
+	labelEgressAssignable = "k8s.ovn.org/egress-assignable"
+	annotationPrimaryIf   = "k8s.ovn.org/node-primary-ifaddr"
+	annotationVTEP        = "egret.io/vtep"
+	// HealthPort is where gateway agents serve the gRPC health check.
+	HealthPort = 9107
+)
+
+// Managed is the managed mode. Its Start runs the gateway agent of one
+// gateway node; the lab starts the controller and the steer agents after
+// the gateways (startControlPlane).
+type Managed struct {
+	// Binary is the egret binary.
+	Binary string
+	// ReachabilityTotalTimeoutSeconds is the controller's check timeout (default 1).
+	ReachabilityTotalTimeoutSeconds int
+	// HoldDown keeps a returned gateway from new egress IPs (default 5 s,
+	// short so that the demo and the failover test can show it).
+	HoldDown time.Duration
+}
+
+// Default managed-mode timings.
+const (
+	DefaultReachabilitySeconds = 1
+	DefaultHoldDown            = 5 * time.Second
+	probeInterval              = 200 * time.Millisecond
+)
+
+// Mode implements Impl.
+func (Managed) Mode() string { return ModeManaged }
+
+func (m Managed) reach() int {
+	if m.ReachabilityTotalTimeoutSeconds <= 0 {
+		return DefaultReachabilitySeconds
+	}
+	return m.ReachabilityTotalTimeoutSeconds
+}
+
+func (m Managed) holdDown() time.Duration {
+	if m.HoldDown <= 0 {
+		return DefaultHoldDown
+	}
+	return m.HoldDown
+}
+
+// ObjectsDir is the manifest directory of a managed lab: the Node,
+// Namespace and Pod objects the lab writes, the EgressIP manifests, and the
+// controller's status/ and events.log.
+func ObjectsDir(runDir string) string { return filepath.Join(runDir, "objects") }
+
+// Start implements Impl: run `egret gateway --node <gw> --source dir:...`
+// in the gateway namespace and wait until its health service answers.
+func (m Managed) Start(env GatewayEnv) error {
+	if err := offloadsOff(env.NS, "eth0"); err != nil {
+		return err
+	}
+	id := "gateway-" + env.Gateway.Name
+	pid, err := startDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
+		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0")
+	if err != nil {
+		return err
+	}
+	health := netip.AddrPortFrom(env.Gateway.IP, HealthPort).String()
+	return waitTCP(env.NS, health, pid, filepath.Join(env.RunDir, id+".log"), 15*time.Second, "egret gateway agent")
+}
+
+// waitTCP waits until addr accepts TCP connections from inside ns, failing
+// early when process pid exits.
+func waitTCP(ns, addr string, pid int, logPath string, limit time.Duration, what string) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		c, err := DialContext(ctx, ns, "tcp", addr)
+		cancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if !alive(pid) {
+			return fmt.Errorf("%s in %s exited during start; log: %s", what, ns, tail(logPath))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s in %s does not answer on %s after %v: %v; log: %s", what, ns, addr, limit, err, tail(logPath))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// KillGateway stops gateway gw's agent and data plane the hard way
+// (SIGKILL, as a crashed node would) and returns once the process is gone.
+func (l *Lab) KillGateway(gw string) error {
+	if l.Spec.Gateway(gw) == nil {
+		return fmt.Errorf("no gateway %q in lab %s", gw, l.Spec.Name)
+	}
+	pid := readPid(filepath.Join(l.RunDir(), "gateway-"+gw+".pid"))
+	if !alive(pid) {
+		return fmt.Errorf("egret gateway on %s is not running", gw)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill egret gateway on %s (pid %d): %w", gw, pid, err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); alive(pid); {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("egret gateway on %s (pid %d) survived SIGKILL", gw, pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// StartGateway starts gateway gw's implementation again (after KillGateway).
+func (l *Lab) StartGateway(gw string) error {
+	g := l.Spec.Gateway(gw)
+	if g == nil {
+		return fmt.Errorf("no gateway %q in lab %s", gw, l.Spec.Name)
+	}
+	return l.impl().Start(GatewayEnv{Spec: l.Spec, Gateway: *g, NS: l.Spec.NS(gw), RunDir: l.RunDir()})
+}
+
+// startControlPlane runs the controller in the controller namespace and a
+// steer agent on each worker, then waits until every EgressIP is fully
+// assigned and every selected pod leaves with one of its egress IPs.
+func (l *Lab) startControlPlane() error {
+	s, dir := l.Spec, l.RunDir()
+	m, _ := l.impl().(Managed)
+	objs := ObjectsDir(dir)
+	ctlCfg := fmt.Sprintf("# written by egret lab up (managed mode)\nreachabilityTotalTimeoutSeconds: %d\nprobeInterval: %v\nholdDown: %v\n",
+		m.reach(), probeInterval, m.holdDown())
+	ctlPath := filepath.Join(dir, "controller.yaml")
+	if err := os.WriteFile(ctlPath, []byte(ctlCfg), 0o644); err != nil {
+		return err
+	}
+	if _, err := startDaemon(dir, "controller", s.NS(s.Controller.Name), l.Binary, "controller",
+		"--source", "dir:"+objs, "--config", ctlPath, "--poll-interval", "100ms"); err != nil {
+		return err
+	}
+	for _, w := range s.Workers {
+		cfg := fmt.Sprintf("# written by egret lab up (managed mode); format in docs/steer.md\nunderlay: eth0\nvni: %d\nport: %d\nclusterCIDRs: [%v]\nnodeCIDRs: [%v]\n",
+			VNI, VXLANPort, podCIDR(s), s.NodeSubnet)
+		path := filepath.Join(dir, "steer-"+w.Name+".yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			return err
+		}
+		if _, err := startDaemon(dir, "steer-"+w.Name, s.NS(w.Name), l.Binary, "steer",
+			"--node", w.Name, "--source", "dir:"+objs, "--config", path); err != nil {
+			return err
+		}
+	}
+	if _, err := l.WaitAssigned(20 * time.Second); err != nil {
+		return err
+	}
+	return l.WaitSources(15 * time.Second)
+}
+
+// podCIDR is the smallest prefix holding every worker's pod subnet.
+func podCIDR(s *Spec) netip.Prefix {
+	p := s.Workers[0].PodSubnet
+	for bits := p.Bits(); bits > 0; bits-- {
+		c, _ := p.Addr().Prefix(bits)
+		all := true
+		for _, w := range s.Workers {
+			all = all && c.Contains(w.PodSubnet.Addr())
+		}
+		if all {
+			return c
+		}
+	}
+	return p
+}
+
+// writeObjects writes the Kubernetes objects of the lab into dir: Nodes,
+// Namespaces, Pods (what a cluster would have) and the EgressIP manifests
+// of deploy/examples/lab, unchanged.
+func writeObjects(s *Spec, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var nodes, nss, pods []any
+	node := func(name string, ip netip.Addr, assignable bool) *corev1.Node {
+		n := &corev1.Node{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+			ObjectMeta: metav1.ObjectMeta{Name: name,
+				Labels: map[string]string{"kubernetes.io/hostname": name},
+				Annotations: map[string]string{
+					annotationPrimaryIf: fmt.Sprintf(`{"ipv4":"%v/%d"}`, ip, s.NodeSubnet.Bits()),
+					annotationVTEP:      ip.String(),
+				}},
+			Status: corev1.NodeStatus{
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+				Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}},
+			},
+		}
+		if assignable {
+			n.Labels[labelEgressAssignable] = ""
+		}
+		return n
+	}
+	for _, w := range s.Workers {
+		nodes = append(nodes, node(w.Name, w.IP, false))
+		for _, p := range w.Pods {
+			pods = append(pods, &corev1.Pod{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.KubeNamespace, Labels: p.Labels},
+				Spec:       corev1.PodSpec{NodeName: w.Name, Containers: []corev1.Container{{Name: "app", Image: "lab"}}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP.String(),
+					PodIPs: []corev1.PodIP{{IP: p.IP.String()}}},
+			})
+		}
+	}
+	for _, g := range s.Gateways {
+		nodes = append(nodes, node(g.Name, g.IP, true))
+	}
+	for _, ns := range s.KubeNamespaces {
+		nss = append(nss, &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels}})
+	}
+	for file, objs := range map[string][]any{"nodes.yaml": nodes, "namespaces.yaml": nss, "pods.yaml": pods} {
+		var b bytes.Buffer
+		b.WriteString("# written by egret lab up: what a cluster would hold\n")
+		for _, o := range objs {
+			y, err := yaml.Marshal(o)
+			if err != nil {
+				return err
+			}
+			b.WriteString("---\n")
+			b.Write(y)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), b.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	return fs.WalkDir(labexamples.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := labexamples.Manifests.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "egressip-"+path), b, 0o644)
+	})
+}
+
+// EgressIPs reads the EgressIP objects of a managed lab's manifest
+// directory, with the status the controller wrote (status/<name>.yaml),
+// sorted by name.
+func EgressIPs(objectsDir string) ([]egressv1.EgressIP, error) {
+	files, err := filepath.Glob(filepath.Join(objectsDir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var out []egressv1.EgressIP
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		for {
+			var e egressv1.EgressIP
+			if err := dec.Decode(&e); err != nil {
+				if err.Error() == "EOF" {
+					break
+				}
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			if e.Kind != egressv1.Kind || e.Name == "" {
+				continue
+			}
+			e.Status = egressv1.EgressIPStatus{}
+			if sb, err := os.ReadFile(filepath.Join(objectsDir, "status", e.Name+".yaml")); err == nil {
+				var st egressv1.EgressIP
+				if err := yaml.Unmarshal(sb, &st); err != nil {
+					return nil, fmt.Errorf("status of %s: %w", e.Name, err)
+				}
+				e.Status = st.Status
+			}
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b egressv1.EgressIP) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Selecting returns the EgressIP that selects pod p (the first by name when
+// several do, as the steer agent does), or nil.
+func (s *Spec) Selecting(eips []egressv1.EgressIP, p Pod) *egressv1.EgressIP {
+	var nsLabels map[string]string
+	found := false
+	for _, ns := range s.KubeNamespaces {
+		if ns.Name == p.KubeNamespace {
+			nsLabels, found = ns.Labels, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	for i := range eips {
+		e := &eips[i]
+		nsSel, err := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector)
+		if err != nil || !nsSel.Matches(labels.Set(nsLabels)) {
+			continue
+		}
+		podSel, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
+		if err != nil || !podSel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		return e
+	}
+	return nil
+}
+
+// WaitAssigned waits until every EgressIP of the managed lab has each of
+// its egress IPs assigned to a node, and returns them.
+func (l *Lab) WaitAssigned(limit time.Duration) ([]egressv1.EgressIP, error) {
+	objs := ObjectsDir(l.RunDir())
+	deadline := time.Now().Add(limit)
+	for {
+		eips, err := EgressIPs(objs)
+		if err == nil && len(eips) > 0 && fullyAssigned(eips) {
+			return eips, nil
+		}
+		if time.Now().After(deadline) {
+			var have []string
+			for _, e := range eips {
+				have = append(have, fmt.Sprintf("%s %v", e.Name, e.Status.Items))
+			}
+			return nil, fmt.Errorf("the controller has not assigned every egress IP after %v (%s; err %v); controller log: %s",
+				limit, strings.Join(have, "; "), err, tail(filepath.Join(l.RunDir(), "controller.log")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func fullyAssigned(eips []egressv1.EgressIP) bool {
+	for _, e := range eips {
+		if len(e.Status.Items) != len(e.Spec.EgressIPs) {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitSources waits until a UDP echo from every pod is seen by the server
+// with one of the pod's expected sources (its object's assigned egress
+// IPs, or its node's IP).
+func (l *Lab) WaitSources(limit time.Duration) error {
+	s := l.Spec
+	srv := netip.AddrPortFrom(s.Server.IP, UDPPort).String()
+	deadline := time.Now().Add(limit)
+	for _, w := range s.Workers {
+		for _, p := range w.Pods {
+			var last string
+			for ok := false; !ok; {
+				st, err := l.Status()
+				if err != nil {
+					return err
+				}
+				want := st.Pod(p.Name).ExpectedSources
+				got, err := UDPSource(s.NS(p.Name), srv, 300*time.Millisecond)
+				ok = err == nil && slices.Contains(want, got.Addr())
+				if !ok {
+					last = fmt.Sprintf("server saw %v (err %v), want one of %v", got, err, want)
+					if time.Now().After(deadline) {
+						return fmt.Errorf("pod %s: no UDP echo with the expected source within %v: %s; steer log: %s",
+							p.Name, limit, last, tail(filepath.Join(l.RunDir(), "steer-"+w.Name+".log")))
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// UDPSource sends one datagram from namespace ns to the echo server at srv
+// on a new socket and returns the source the server saw.
+func UDPSource(ns, srv string, timeout time.Duration) (netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := DialContext(ctx, ns, "udp", srv)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("source?")); err != nil {
+		return netip.AddrPort{}, err
+	}
+	c.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	head, _, _ := strings.Cut(string(buf[:n]), "\n")
+	return netip.ParseAddrPort(strings.TrimSpace(head))
+}
