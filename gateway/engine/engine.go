@@ -51,6 +51,11 @@ type Options struct {
 	// Clock returns monotonic nanoseconds for the pipeline (tests move it
 	// forward to see flows expire); read once per batch.
 	Clock func() int64
+	// Announcements is how many gratuitous ARPs / unsolicited NAs a claim
+	// sends, AnnounceInterval their spacing (defaults: the kernel
+	// claimer's, 3 and 100ms).
+	Announcements    int
+	AnnounceInterval time.Duration
 }
 
 // Engine is a running gateway data plane. Build it with New inside the
@@ -148,6 +153,12 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	}
 	if e.claimer, err = kernel.NewClaimer(e.ns); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if opt.Announcements > 0 {
+		e.claimer.Announcements = opt.Announcements
+	}
+	if opt.AnnounceInterval > 0 {
+		e.claimer.Interval = opt.AnnounceInterval
 	}
 
 	queues, frameSize, err := e.sizeQueues(set)

@@ -1,0 +1,326 @@
+package gwagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/gateway/engine"
+)
+
+// DefaultFenceAfter is how long the agent may go without contact with its
+// source before it releases every egress IP. Three times the default
+// reachability timeout (1 s): a node the controller cannot reach loses its
+// IPs after about 1.3 s there (probe interval + timeout), so a gateway cut
+// off from both sides stops answering about 2 s later, while a single slow
+// or failed list (checked every FenceAfter/6) does not drop traffic.
+const DefaultFenceAfter = 3 * time.Second
+
+// DataPlane is the running engine as the agent drives it.
+type DataPlane interface {
+	Reload(*engine.Settled) error
+	Close() error
+}
+
+// Agent runs the gateway node's control loop: build the configuration from
+// the source, start the data plane with it, reload it on every change, and
+// fence (release every egress IP) while the source is out of reach.
+type Agent struct {
+	// Node is this gateway's node name: status items for it are hosted here.
+	Node string
+	// Base is the static part of the configuration (interfaces, VTEPs,
+	// tunnel...); Nodes and Policies come from the source.
+	Base engine.Config
+	// Source supplies the objects and the contact check.
+	Source Source
+	// StartDataPlane builds and starts the data plane for the first usable
+	// configuration (engine.New + Start in the real command).
+	StartDataPlane func(*engine.Settled) (DataPlane, error)
+	// Health, if set, reports SERVING only while the data plane runs and
+	// the agent is not fenced.
+	Health *health.Server
+	// FenceAfter is DefaultFenceAfter when zero; CheckEvery (FenceAfter/6
+	// by default) paces the contact checks; Resync (30 s) rebuilds without
+	// a change.
+	FenceAfter, CheckEvery, Resync time.Duration
+	Log                            *slog.Logger
+
+	mu    sync.Mutex
+	state State
+}
+
+// State is what the agent is doing, for tests and logs.
+type State struct {
+	// Running is true once the data plane runs.
+	Running bool
+	// Fenced is true while the source is out of reach (every egress IP released).
+	Fenced bool
+	// Serving is what the health service reports.
+	Serving bool
+	// Hosted are the egress IPs in the running configuration.
+	Hosted []netip.Addr
+	// Reloads counts successful reloads.
+	Reloads int
+}
+
+// State returns a copy of the agent's current state.
+func (a *Agent) State() State {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.state
+	s.Hosted = slices.Clone(s.Hosted)
+	return s
+}
+
+func (a *Agent) defaults() {
+	if a.FenceAfter <= 0 {
+		a.FenceAfter = DefaultFenceAfter
+	}
+	if a.CheckEvery <= 0 {
+		a.CheckEvery = min(max(a.FenceAfter/6, 20*time.Millisecond), time.Second)
+	}
+	if a.Resync <= 0 {
+		a.Resync = 30 * time.Second
+	}
+	if a.Log == nil {
+		a.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// loop holds the state of Run that only its goroutine touches.
+type loop struct {
+	dp          DataPlane
+	applied     engine.Config
+	fenced      bool
+	settleUntil time.Time
+	retry       bool
+	lastErr     string
+	lastProblem string
+}
+
+// Run starts the source and keeps the data plane in line with it until ctx
+// ends; then it closes the data plane (releasing the egress IPs). It
+// returns an error only when the source cannot start or the data plane
+// cannot be built.
+func (a *Agent) Run(ctx context.Context) error {
+	a.defaults()
+	if a.StartDataPlane == nil || a.Source == nil {
+		return errors.New("gateway agent: no source or data plane given")
+	}
+	a.setServing(false)
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if err := a.Source.Start(ctx, poke); err != nil {
+		return fmt.Errorf("gateway agent: starting the object source: %w", err)
+	}
+	var (
+		lastOK  atomic.Int64
+		freshMu sync.Mutex
+		fresh   Statuses
+	)
+	lastOK.Store(time.Now().UnixNano()) // Start returned: the source was just listed
+	go a.checkLoop(ctx, func(st Statuses) {
+		freshMu.Lock()
+		fresh = st
+		freshMu.Unlock()
+		lastOK.Store(time.Now().UnixNano())
+	})
+
+	l := &loop{}
+	defer func() {
+		if l.dp != nil {
+			a.setServing(false)
+			if err := l.dp.Close(); err != nil {
+				a.Log.Error("gateway agent: closing the data plane", "err", err)
+			}
+		}
+	}()
+	tick := time.NewTicker(a.CheckEvery)
+	defer tick.Stop()
+	resync := time.NewTicker(a.Resync)
+	defer resync.Stop()
+	var retry <-chan time.Time
+	backoff := time.Duration(0)
+	dirty := true
+	for {
+		if dirty {
+			freshMu.Lock()
+			f := fresh
+			freshMu.Unlock()
+			if err := a.reconcile(l, time.Unix(0, lastOK.Load()), f); err != nil {
+				return err
+			}
+			retry = nil
+			if l.retry {
+				backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
+				retry = time.After(backoff)
+			} else {
+				backoff = 0
+			}
+		}
+		dirty = true
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+			time.Sleep(20 * time.Millisecond) // let a burst of changes settle into one pass
+		case <-tick.C:
+			// Only the fence state can have changed here.
+			dirty = (time.Since(time.Unix(0, lastOK.Load())) > a.FenceAfter) != l.fenced
+		case <-resync.C:
+		case <-retry:
+		}
+	}
+}
+
+// checkLoop runs the contact check every CheckEvery and reports successes.
+func (a *Agent) checkLoop(ctx context.Context, ok func(Statuses)) {
+	failing := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, max(a.FenceAfter/2, 50*time.Millisecond))
+		st, err := a.Source.Check(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err == nil:
+			ok(st)
+			if failing {
+				a.Log.Info("gateway agent: source reachable again")
+			}
+			failing = false
+		case !failing:
+			a.Log.Warn("gateway agent: source unreachable; egress IPs are released if this lasts", "err", err, "fence_after", a.FenceAfter)
+			failing = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(a.CheckEvery):
+		}
+	}
+}
+
+// reconcile builds the configuration and applies it if it changed.
+func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh Statuses) error {
+	now := time.Now()
+	fenced := now.Sub(lastOK) > a.FenceAfter
+	if fenced != l.fenced {
+		if fenced {
+			a.Log.Warn("gateway agent: fenced: no contact with the source; releasing every egress IP", "last_contact", lastOK.Format(time.RFC3339Nano), "fence_after", a.FenceAfter)
+		} else {
+			a.Log.Info("gateway agent: contact restored; hosting what the fresh status says")
+			l.settleUntil = now.Add(a.FenceAfter)
+		}
+		l.fenced = fenced
+		a.mu.Lock()
+		a.state.Fenced = fenced
+		a.mu.Unlock()
+	}
+	in := a.Source.Objects()
+	in.Node = a.Node
+	if now.Before(l.settleUntil) && fresh != nil {
+		// The cache may not have caught up with what moved while out of
+		// contact: host only what the fresh read agrees with.
+		in.EgressIPs = agree(in.EgressIPs, fresh)
+	}
+	r := Build(a.Base, in)
+	if p := joinErrs(r.Problems); p != l.lastProblem {
+		for _, e := range r.Problems {
+			a.Log.Warn("gateway agent: input skipped", "problem", e.Error())
+		}
+		l.lastProblem = p
+	}
+	cfg := r.Config
+	if fenced {
+		cfg = Fenced(cfg)
+	}
+	defer func() { a.setServing(l.dp != nil && !l.fenced) }()
+	if l.dp != nil && !l.retry && reflect.DeepEqual(cfg, l.applied) {
+		return nil
+	}
+	set, err := cfg.Validate()
+	if err != nil && fenced && l.dp != nil {
+		// Fencing must release even when the new inputs are unusable.
+		cfg = Fenced(l.applied)
+		set, err = cfg.Validate()
+	}
+	if err != nil {
+		if s := err.Error(); s != l.lastErr {
+			a.Log.Error("gateway agent: configuration not usable; keeping the running one", "err", err)
+			l.lastErr = s
+		}
+		l.retry = false
+		return nil
+	}
+	l.lastErr = ""
+	if l.dp == nil {
+		dp, err := a.StartDataPlane(set)
+		if err != nil {
+			return fmt.Errorf("gateway agent: starting the data plane: %w", err)
+		}
+		l.dp = dp
+		a.Log.Info("gateway agent: data plane running", "hosted", hostedOf(cfg), "nodes", len(cfg.Nodes), "fenced", fenced)
+	} else if err := l.dp.Reload(set); err != nil {
+		a.Log.Error("gateway agent: reload incomplete; retrying", "err", err)
+		l.retry = true
+		return nil
+	} else {
+		a.Log.Info("gateway agent: configuration applied", "hosted", hostedOf(cfg), "nodes", len(cfg.Nodes), "fenced", fenced)
+	}
+	l.retry = false
+	l.applied = cfg
+	a.mu.Lock()
+	a.state.Running = true
+	a.state.Fenced = fenced
+	a.state.Hosted = hostedOf(cfg)
+	a.state.Reloads++
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *Agent) setServing(ok bool) {
+	a.mu.Lock()
+	a.state.Serving = ok
+	a.mu.Unlock()
+	if a.Health != nil {
+		a.Health.SetServing(ok)
+	}
+}
+
+func hostedOf(c engine.Config) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range c.Policies {
+		for _, s := range p.EgressIPs {
+			if a, err := netip.ParseAddr(s); err == nil {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+func joinErrs(errs []error) string {
+	var b strings.Builder
+	for _, e := range errs {
+		b.WriteString(e.Error())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

@@ -1,0 +1,334 @@
+// Package gwagent is the gateway agent: it follows the EgressIP objects, Nodes,
+// Namespaces and Pods (from the Kubernetes API or a directory of YAML files),
+// builds the data plane's configuration from them (which worker nodes may
+// tunnel to this gateway, which of their pods use which policy, which egress
+// IPs are hosted here), reloads the engine when it changes, claims and
+// releases egress IPs, serves the gRPC health check and fences itself off
+// when it loses contact with its source. docs/gateway-agent.md describes the
+// behaviour.
+package gwagent
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/steer"
+	"github.com/egret-gw/egret/gateway/engine"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// AnnotationTunnelMAC on a Node gives the MAC of its tunnel device when the
+// steer agent there is configured with tunnelMAC; without it the gateway
+// uses the steer agent's default, steer.GatewayMAC(node VTEP). Replies are
+// sent to this inner destination MAC, so it must match the device.
+const AnnotationTunnelMAC = "egret.io/tunnel-mac"
+
+// Inputs are the objects the configuration is built from. Nothing in it is
+// modified.
+type Inputs struct {
+	// Node is the name of the gateway node the agent runs on.
+	Node       string
+	EgressIPs  []*egressv1.EgressIP
+	Nodes      []*corev1.Node
+	Namespaces []*corev1.Namespace
+	Pods       []*corev1.Pod
+}
+
+// Result is the built configuration with what was left out and why.
+type Result struct {
+	// Config is base with Nodes and Policies filled (and VTEPs and
+	// InnerMAC defaulted from this node's Node object when base has none).
+	Config engine.Config
+	// Hosted are the egress IPs hosted here, sorted.
+	Hosted []netip.Addr
+	// Problems are inputs that were skipped; the rest is still built.
+	Problems []error
+}
+
+// Build computes the engine configuration of gateway in.Node. It is a pure
+// function of its arguments.
+//
+// Pod selection is the steer agent's (control/steer): a running,
+// non-host-network pod with an address is selected by the EgressIP objects
+// whose namespaceSelector matches its namespace's labels and whose
+// podSelector matches its labels; when several do, the one whose name sorts
+// first owns it, as on the worker, which steers it to that object's gateways.
+func Build(base engine.Config, in Inputs) Result {
+	var r Result
+	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Errorf(format, a...)) }
+	c := base
+	c.Node = in.Node
+	c.Nodes, c.Policies = nil, nil
+	c.VTEPs = slices.Clone(base.VTEPs)
+
+	var self *corev1.Node
+	for _, n := range in.Nodes {
+		if n != nil && n.Name == in.Node {
+			self = n
+		}
+	}
+	if len(c.VTEPs) == 0 {
+		if self == nil {
+			problem("no VTEP configured and no Node object %q to take it from", in.Node)
+		} else {
+			var v4, v6 bool
+			for _, a := range steer.NodeVTEPs(self) {
+				if (a.Is4() && !v4) || (a.Is6() && !v6) {
+					c.VTEPs = append(c.VTEPs, a.String())
+					v4, v6 = v4 || a.Is4(), v6 || a.Is6()
+				}
+			}
+			if len(c.VTEPs) == 0 {
+				problem("no VTEP configured and Node %q has neither the %s annotation nor an InternalIP", in.Node, steer.AnnotationVTEP)
+			}
+		}
+	}
+	var gwVTEPs []netip.Addr
+	for _, s := range c.VTEPs {
+		if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+			gwVTEPs = append(gwVTEPs, a.Unmap())
+		}
+	}
+	if c.InnerMAC == "" && len(gwVTEPs) > 0 {
+		m := steer.GatewayMAC(gwVTEPs[0])
+		c.InnerMAC = net.HardwareAddr(m[:]).String()
+	}
+
+	objs := selectors(in.EgressIPs, problem)
+
+	// Policies: every usable object, with the egress IPs its status places here.
+	hosted := map[netip.Addr]string{}
+	for _, o := range objs {
+		inSpec := map[netip.Addr]bool{}
+		for _, s := range o.eip.Spec.EgressIPs {
+			if a, err := egressv1.ParseEgressIP(s); err == nil {
+				inSpec[a] = true
+			}
+		}
+		p := engine.Policy{Name: o.eip.Name}
+		var ips []netip.Addr
+		for _, item := range o.eip.Status.Items {
+			if item.Node != in.Node {
+				continue
+			}
+			a, err := egressv1.ParseEgressIP(item.EgressIP)
+			switch {
+			case err != nil:
+				problem("EgressIP %s: status item %q: %v; not hosted", o.eip.Name, item.EgressIP, err)
+				continue
+			case !inSpec[a]:
+				problem("EgressIP %s: status item %q is not one of its egress IPs; not hosted", o.eip.Name, item.EgressIP)
+				continue
+			case a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsUnspecified():
+				problem("EgressIP %s: %v cannot be an egress IP; not hosted", o.eip.Name, a)
+				continue
+			case slices.Contains(gwVTEPs, a):
+				problem("EgressIP %s: %v is this gateway's VTEP; not hosted", o.eip.Name, a)
+				continue
+			}
+			if other, dup := hosted[a]; dup {
+				if other != o.eip.Name {
+					problem("EgressIP %s: %v is also placed here for EgressIP %s; hosted for %s (first by name)", o.eip.Name, a, other, other)
+				}
+				continue
+			}
+			hosted[a] = o.eip.Name
+			ips = append(ips, a)
+		}
+		slices.SortFunc(ips, netip.Addr.Compare)
+		for _, a := range ips {
+			p.EgressIPs = append(p.EgressIPs, a.String())
+			r.Hosted = append(r.Hosted, a)
+		}
+		c.Policies = append(c.Policies, p)
+	}
+	slices.SortFunc(r.Hosted, netip.Addr.Compare)
+
+	// Worker nodes: every other node with a VTEP of a family the gateway has.
+	type worker struct {
+		node engine.Node
+		pods []netip.Addr
+	}
+	workers := map[string]*worker{}
+	vtepOwner := map[netip.Addr]string{}
+	nodes := slices.DeleteFunc(slices.Clone(in.Nodes), func(n *corev1.Node) bool { return n == nil })
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	noVTEP := map[string]bool{}
+	for _, n := range nodes {
+		if n.Name == in.Node || workers[n.Name] != nil {
+			continue
+		}
+		vtep, ok := pickVTEP(steer.NodeVTEPs(n), gwVTEPs)
+		if !ok {
+			noVTEP[n.Name] = true
+			continue
+		}
+		if slices.Contains(gwVTEPs, vtep) {
+			problem("node %s: VTEP %v is this gateway's own; its tunnel traffic is not accepted", n.Name, vtep)
+			continue
+		}
+		if other, dup := vtepOwner[vtep]; dup {
+			problem("node %s: VTEP %v is also node %s's; only %s is accepted", n.Name, vtep, other, other)
+			continue
+		}
+		vtepOwner[vtep] = n.Name
+		mac := steer.GatewayMAC(vtep)
+		if s, ok := n.Annotations[AnnotationTunnelMAC]; ok {
+			hw, err := net.ParseMAC(strings.TrimSpace(s))
+			if err != nil || len(hw) != 6 {
+				problem("node %s: annotation %s=%q is not an Ethernet MAC; using %v", n.Name, AnnotationTunnelMAC, s, net.HardwareAddr(mac[:]))
+			} else {
+				copy(mac[:], hw)
+			}
+		}
+		workers[n.Name] = &worker{node: engine.Node{Name: n.Name, VTEP: vtep.String(), InnerMAC: net.HardwareAddr(mac[:]).String()}}
+	}
+
+	// Pods: the selected ones, under their node, each address once.
+	nsLabels := make(map[string]labels.Set, len(in.Namespaces))
+	for _, ns := range in.Namespaces {
+		if ns != nil {
+			nsLabels[ns.Name] = ns.Labels
+		}
+	}
+	pods := slices.DeleteFunc(slices.Clone(in.Pods), func(p *corev1.Pod) bool { return p == nil })
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	podOwner := map[netip.Addr]string{}
+	for _, kp := range pods {
+		pod := steer.PodFrom(kp)
+		if pod.HostNetwork || pod.Done || len(pod.IPs) == 0 {
+			continue
+		}
+		nl, ok := nsLabels[pod.Namespace]
+		if !ok {
+			continue // arrives with its namespace
+		}
+		owner := ownerOf(objs, nl, labels.Set(pod.Labels))
+		if owner == "" {
+			continue
+		}
+		w := workers[pod.Node]
+		if w == nil {
+			switch {
+			case pod.Node == "":
+			case pod.Node == in.Node:
+				problem("pod %s/%s (EgressIP %s) runs on this gateway node; its traffic does not come through the tunnel", pod.Namespace, pod.Name, owner)
+			case noVTEP[pod.Node]:
+				problem("pod %s/%s (EgressIP %s): node %s has no VTEP of this gateway's families; not accepted", pod.Namespace, pod.Name, owner, pod.Node)
+			default:
+				problem("pod %s/%s (EgressIP %s): node %s is unknown or not accepted", pod.Namespace, pod.Name, owner, pod.Node)
+			}
+			continue
+		}
+		for _, ip := range pod.IPs {
+			key := pod.Namespace + "/" + pod.Name
+			switch {
+			case !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast():
+				problem("pod %s: address %v cannot be a pod source; skipped", key, ip)
+				continue
+			case hosted[ip] != "" || slices.Contains(gwVTEPs, ip):
+				problem("pod %s: address %v is an address of this gateway; skipped", key, ip)
+				continue
+			}
+			if other, dup := podOwner[ip]; dup {
+				problem("pod %s: address %v is also pod %s's; only %s is accepted", key, ip, other, other)
+				continue
+			}
+			podOwner[ip] = key
+			w.pods = append(w.pods, ip)
+			w.node.Pods = append(w.node.Pods, engine.Pod{Addr: ip.String(), Policy: owner})
+		}
+	}
+	for _, n := range nodes {
+		if w := workers[n.Name]; w != nil {
+			slices.SortFunc(w.node.Pods, func(a, b engine.Pod) int {
+				return netip.MustParseAddr(a.Addr).Compare(netip.MustParseAddr(b.Addr))
+			})
+			c.Nodes = append(c.Nodes, w.node)
+			delete(workers, n.Name)
+		}
+	}
+	r.Config = c
+	return r
+}
+
+// Fenced returns c with no egress IP hosted: the data plane keeps its nodes,
+// pods and policies (and flows) but answers for no address.
+func Fenced(c engine.Config) engine.Config {
+	out := c
+	out.Policies = make([]engine.Policy, len(c.Policies))
+	for i, p := range c.Policies {
+		out.Policies[i] = engine.Policy{Name: p.Name}
+	}
+	return out
+}
+
+type object struct {
+	eip           *egressv1.EgressIP
+	nsSel, podSel labels.Selector
+}
+
+// selectors compiles each object's selectors, skipping duplicates and
+// invalid selectors, sorted by name (the steer agent's precedence).
+func selectors(eips []*egressv1.EgressIP, problem func(string, ...any)) []object {
+	var objs []object
+	seen := map[string]bool{}
+	for _, e := range eips {
+		if e == nil {
+			continue
+		}
+		if seen[e.Name] {
+			problem("EgressIP %q appears twice in the input; using the first", e.Name)
+			continue
+		}
+		seen[e.Name] = true
+		nsSel, err := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector)
+		if err != nil {
+			problem("EgressIP %s: namespaceSelector: %w", e.Name, err)
+			continue
+		}
+		podSel, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
+		if err != nil {
+			problem("EgressIP %s: podSelector: %w", e.Name, err)
+			continue
+		}
+		objs = append(objs, object{eip: e, nsSel: nsSel, podSel: podSel})
+	}
+	slices.SortFunc(objs, func(a, b object) int { return cmp.Compare(a.eip.Name, b.eip.Name) })
+	return objs
+}
+
+// ownerOf is the name of the first object (objs are sorted) selecting a pod
+// with these namespace and pod labels, "" if none does.
+func ownerOf(objs []object, nsLabels, podLabels labels.Set) string {
+	for _, o := range objs {
+		if o.nsSel.Matches(nsLabels) && o.podSel.Matches(podLabels) {
+			return o.eip.Name
+		}
+	}
+	return ""
+}
+
+// pickVTEP is the node VTEP the gateway accepts: the first (IPv4 preferred,
+// as the steer agent prefers it) of a family the gateway has a VTEP of.
+func pickVTEP(vteps, gw []netip.Addr) (netip.Addr, bool) {
+	has := func(v4 bool) bool { return slices.ContainsFunc(gw, func(g netip.Addr) bool { return g.Is4() == v4 }) }
+	for _, want4 := range []bool{true, false} {
+		for _, v := range vteps {
+			v = v.Unmap()
+			if v.IsValid() && v.Is4() == want4 && !v.IsUnspecified() && !v.IsMulticast() && !v.IsLoopback() && has(want4) {
+				return v, true
+			}
+		}
+	}
+	return netip.Addr{}, false
+}

@@ -1,0 +1,399 @@
+package gwagent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/steer"
+	"github.com/egret-gw/egret/gateway/engine"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func eip(name string, ips []string, nsSel, podSel map[string]string, status ...string) *egressv1.EgressIP {
+	e := &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	e.Spec.EgressIPs = ips
+	e.Spec.NamespaceSelector = metav1.LabelSelector{MatchLabels: nsSel}
+	e.Spec.PodSelector = metav1.LabelSelector{MatchLabels: podSel}
+	for i := 0; i+1 < len(status); i += 2 {
+		e.Status.Items = append(e.Status.Items, egressv1.EgressIPStatusItem{Node: status[i], EgressIP: status[i+1]})
+	}
+	return e
+}
+
+func node(name, internalIP string, ann map[string]string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}
+	if internalIP != "" {
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+	}
+	return n
+}
+
+func ns(name string, l map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
+}
+
+func pod(namespace, name, nodeName string, l map[string]string, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: l}}
+	p.Spec.NodeName = nodeName
+	p.Status.Phase = corev1.PodRunning
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+func base() engine.Config {
+	return engine.Config{Interfaces: []string{"eth0"}, VTEPs: []string{"10.0.0.21"}, Tunnel: "vxlan", VNI: 100}
+}
+
+func macOf(v string) string {
+	m := steer.GatewayMAC(netip.MustParseAddr(v))
+	return net.HardwareAddr(m[:]).String()
+}
+
+// podPolicies flattens the built nodes into "node/addr" → policy.
+func podPolicies(c engine.Config) map[string]string {
+	out := map[string]string{}
+	for _, n := range c.Nodes {
+		for _, p := range n.Pods {
+			out[n.Name+"/"+p.Addr] = p.Policy
+		}
+	}
+	return out
+}
+
+func hasProblem(r Result, sub string) bool {
+	return slices.ContainsFunc(r.Problems, func(e error) bool { return strings.Contains(e.Error(), sub) })
+}
+
+func TestBuild(t *testing.T) {
+	in := Inputs{
+		Node: "g1",
+		EgressIPs: []*egressv1.EgressIP{
+			eip("blue", []string{"192.0.2.10", "192.0.2.11"}, map[string]string{"env": "prod"}, nil,
+				"g1", "192.0.2.10", "g2", "192.0.2.11"),
+			// Sorts after blue: a pod both select belongs to blue.
+			eip("green", []string{"192.0.2.20", "2001:db8::20"}, map[string]string{"env": "prod"}, map[string]string{"app": "web"},
+				"g1", "192.0.2.20", "g1", "2001:db8::20"),
+			eip("red", []string{"192.0.2.30"}, nil, nil, "g2", "192.0.2.30"),
+		},
+		Nodes: []*corev1.Node{
+			node("g1", "10.0.0.21", nil),
+			node("g2", "10.0.0.22", nil),
+			node("w1", "10.0.0.11", nil),
+			node("w2", "10.9.9.9", map[string]string{steer.AnnotationVTEP: "10.0.0.12, fd00::12", AnnotationTunnelMAC: "02:65:67:00:00:12"}),
+			node("w3", "fd00::13", nil), // no IPv4 VTEP: the gateway has none of IPv6
+		},
+		Namespaces: []*corev1.Namespace{ns("prod", map[string]string{"env": "prod"}), ns("dev", map[string]string{"env": "dev"})},
+		Pods: []*corev1.Pod{
+			pod("prod", "web-1", "w1", map[string]string{"app": "web"}, "10.244.1.5", "fd00:10::5"),
+			pod("prod", "db-1", "w2", map[string]string{"app": "db"}, "10.244.2.5"),
+			pod("dev", "web-2", "w1", map[string]string{"app": "web"}, "10.244.1.6"),
+			pod("prod", "web-3", "w3", map[string]string{"app": "web"}, "10.244.3.5"),
+			pod("nowhere", "x", "w1", nil, "10.244.1.99"), // namespace unknown
+		},
+	}
+	hostNet := pod("prod", "host", "w1", nil, "10.0.0.11")
+	hostNet.Spec.HostNetwork = true
+	done := pod("prod", "done", "w1", nil, "10.244.1.7")
+	done.Status.Phase = corev1.PodSucceeded
+	in.Pods = append(in.Pods, hostNet, done, pod("prod", "pending", "w1", nil))
+
+	r := Build(base(), in)
+	c := r.Config
+	if _, err := c.Validate(); err != nil {
+		t.Fatalf("built config does not validate: %v", err)
+	}
+	wantHosted := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.20"), netip.MustParseAddr("2001:db8::20")}
+	if !slices.Equal(r.Hosted, wantHosted) {
+		t.Errorf("hosted %v, want %v", r.Hosted, wantHosted)
+	}
+	wantPol := []engine.Policy{{Name: "blue", EgressIPs: []string{"192.0.2.10"}},
+		{Name: "green", EgressIPs: []string{"192.0.2.20", "2001:db8::20"}}, {Name: "red"}}
+	if fmt.Sprint(c.Policies) != fmt.Sprint(wantPol) {
+		t.Errorf("policies %v, want %v", c.Policies, wantPol)
+	}
+	wantNodes := []engine.Node{
+		{Name: "g2", VTEP: "10.0.0.22", InnerMAC: macOf("10.0.0.22"), Pods: nil},
+		{Name: "w1", VTEP: "10.0.0.11", InnerMAC: macOf("10.0.0.11"), Pods: []engine.Pod{
+			{Addr: "10.244.1.5", Policy: "blue"}, {Addr: "10.244.1.6", Policy: "red"}, {Addr: "fd00:10::5", Policy: "blue"}}},
+		{Name: "w2", VTEP: "10.0.0.12", InnerMAC: "02:65:67:00:00:12", Pods: []engine.Pod{{Addr: "10.244.2.5", Policy: "blue"}}},
+	}
+	if fmt.Sprint(c.Nodes) != fmt.Sprint(wantNodes) {
+		t.Errorf("nodes\n got %v\nwant %v", c.Nodes, wantNodes)
+	}
+	if !hasProblem(r, "node w3 has no VTEP") {
+		t.Errorf("w3's pod without usable VTEP not reported: %v", r.Problems)
+	}
+	if c.InnerMAC != macOf("10.0.0.21") || c.Node != "g1" {
+		t.Errorf("innerMAC %q node %q", c.InnerMAC, c.Node)
+	}
+}
+
+func TestBuildVTEPFromNode(t *testing.T) {
+	b := base()
+	b.VTEPs = nil
+	in := Inputs{Node: "g1", Nodes: []*corev1.Node{node("g1", "", map[string]string{steer.AnnotationVTEP: "10.0.0.21,fd00::21"}),
+		node("w3", "fd00::13", nil)}}
+	r := Build(b, in)
+	if !slices.Equal(r.Config.VTEPs, []string{"10.0.0.21", "fd00::21"}) || r.Config.InnerMAC != macOf("10.0.0.21") {
+		t.Fatalf("vteps %v innerMAC %s", r.Config.VTEPs, r.Config.InnerMAC)
+	}
+	if len(r.Config.Nodes) != 1 || r.Config.Nodes[0].VTEP != "fd00::13" || r.Config.Nodes[0].InnerMAC != macOf("fd00::13") {
+		t.Fatalf("IPv6 worker: %v", r.Config.Nodes)
+	}
+	if _, err := r.Config.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// A configured innerMAC stays.
+	b.InnerMAC = "02:00:00:00:00:01"
+	if r := Build(b, in); r.Config.InnerMAC != "02:00:00:00:00:01" {
+		t.Fatalf("innerMAC %s", r.Config.InnerMAC)
+	}
+	// No VTEP anywhere: reported, and the config does not validate.
+	r = Build(b, Inputs{Node: "g1"})
+	if !hasProblem(r, "no VTEP configured") {
+		t.Fatalf("problems %v", r.Problems)
+	}
+	if _, err := r.Config.Validate(); err == nil {
+		t.Fatal("config without VTEP validated")
+	}
+}
+
+func TestBuildBadInputs(t *testing.T) {
+	bad := eip("bad", []string{"192.0.2.40"}, nil, nil, "g1", "192.0.2.40")
+	bad.Spec.NamespaceSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Sideways"}}
+	in := Inputs{
+		Node: "g1",
+		EgressIPs: []*egressv1.EgressIP{
+			nil,
+			eip("a", []string{"192.0.2.10", "10.0.0.21", "169.254.1.1"}, nil, nil,
+				"g1", "192.0.2.10", "g1", "192.0.2.99", "g1", "not-an-ip", "g1", "10.0.0.21", "g1", "169.254.1.1", "g1", "192.0.2.10"),
+			eip("b", []string{"192.0.2.10"}, nil, nil, "g1", "192.0.2.10"), // same IP placed for two objects
+			eip("a", []string{"192.0.2.77"}, nil, nil, "g1", "192.0.2.77"), // duplicate name
+			bad,
+		},
+		Nodes: []*corev1.Node{nil, node("w1", "10.0.0.11", map[string]string{AnnotationTunnelMAC: "zz"}),
+			node("w2", "10.0.0.11", nil), node("self-vtep", "10.0.0.21", nil), node("g1", "10.0.0.21", nil)},
+		Namespaces: []*corev1.Namespace{nil, ns("default", nil)},
+		Pods: []*corev1.Pod{nil,
+			pod("default", "a", "w1", nil, "10.244.1.5", "0.0.0.0", "not-an-ip", "192.0.2.10"),
+			pod("default", "b", "w1", nil, "10.244.1.5"), // same address
+			pod("default", "c", "w2", nil, "10.244.2.5"), // node not accepted
+			pod("default", "d", "g1", nil, "10.244.9.5"), // on the gateway itself
+			pod("default", "e", "ghost", nil, "10.244.9.6"),
+		},
+	}
+	r := Build(base(), in)
+	if _, err := r.Config.Validate(); err != nil {
+		t.Fatalf("built config does not validate: %v\nproblems: %v", err, r.Problems)
+	}
+	if !slices.Equal(r.Hosted, []netip.Addr{netip.MustParseAddr("192.0.2.10")}) {
+		t.Errorf("hosted %v", r.Hosted)
+	}
+	for _, want := range []string{
+		`EgressIP "a" appears twice`, "bad: namespaceSelector",
+		`status item "192.0.2.99" is not one of its`, `status item "not-an-ip":`,
+		"10.0.0.21 is this gateway's VTEP", `status item "169.254.1.1":`,
+		"EgressIP b: 192.0.2.10 is also placed here for EgressIP a",
+		"w1: annotation egret.io/tunnel-mac", "node w2: VTEP 10.0.0.11 is also node w1's",
+		"node self-vtep: VTEP 10.0.0.21 is this gateway's own",
+		"pod default/b: address 10.244.1.5 is also pod default/a's",
+		"pod default/a: address 0.0.0.0", "pod default/a: address 192.0.2.10 is an address of this gateway",
+		"pod default/c (EgressIP a): node w2 is unknown", "pod default/d (EgressIP a) runs on this gateway",
+		"node ghost is unknown",
+	} {
+		if !hasProblem(r, want) {
+			t.Errorf("problem %q not reported; got:\n%v", want, r.Problems)
+		}
+	}
+	got := podPolicies(r.Config)
+	if len(got) != 1 || got["w1/10.244.1.5"] != "a" {
+		t.Errorf("pods %v", got)
+	}
+	if r.Config.Nodes[0].InnerMAC != macOf("10.0.0.11") {
+		t.Errorf("bad annotation should fall back to the default MAC: %v", r.Config.Nodes[0])
+	}
+}
+
+func TestFenced(t *testing.T) {
+	c := base()
+	c.InnerMAC = "02:00:00:00:00:01"
+	c.Policies = []engine.Policy{{Name: "a", EgressIPs: []string{"192.0.2.1"}}, {Name: "b"}}
+	c.Nodes = []engine.Node{{Name: "w1", VTEP: "10.0.0.11", InnerMAC: "02:00:00:00:00:02", Pods: []engine.Pod{{Addr: "10.244.1.1", Policy: "a"}}}}
+	f := Fenced(c)
+	if len(hostedOf(f)) != 0 || len(f.Policies) != 2 || f.Policies[0].Name != "a" || len(f.Nodes) != 1 {
+		t.Fatalf("fenced %+v", f)
+	}
+	if len(c.Policies[0].EgressIPs) != 1 {
+		t.Fatal("Fenced modified its input")
+	}
+	if _, err := f.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// randomInputs builds a cluster with overlapping selectors, matchExpressions,
+// dual-stack pods and some duplicate addresses.
+func randomInputs(rng *rand.Rand, dupAddrs bool) Inputs {
+	in := Inputs{Node: "g1"}
+	envs := []string{"prod", "dev", "test"}
+	apps := []string{"web", "db", "cache"}
+	for i := range 6 {
+		in.Namespaces = append(in.Namespaces, ns(fmt.Sprintf("ns%d", i), map[string]string{"env": envs[rng.IntN(3)]}))
+	}
+	in.Nodes = append(in.Nodes, node("g1", "10.0.0.21", nil), node("g2", "10.0.0.22", nil))
+	for i := range 5 {
+		in.Nodes = append(in.Nodes, node(fmt.Sprintf("w%d", i), fmt.Sprintf("10.0.0.%d", 100+i), nil))
+	}
+	for i := range 8 {
+		e := eip(fmt.Sprintf("e%d", rng.IntN(20)), []string{fmt.Sprintf("192.0.2.%d", 2*i), fmt.Sprintf("192.0.2.%d", 2*i+1)}, nil, nil)
+		switch rng.IntN(4) {
+		case 0:
+			e.Spec.NamespaceSelector.MatchLabels = map[string]string{"env": envs[rng.IntN(3)]}
+		case 1:
+			e.Spec.NamespaceSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpNotIn, Values: []string{envs[rng.IntN(3)]}}}
+		case 2:
+			e.Spec.NamespaceSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: envs[:1+rng.IntN(2)]}}
+		}
+		if rng.IntN(2) == 0 {
+			e.Spec.PodSelector.MatchLabels = map[string]string{"app": apps[rng.IntN(3)]}
+		}
+		for _, ip := range e.Spec.EgressIPs {
+			e.Status.Items = append(e.Status.Items, egressv1.EgressIPStatusItem{Node: []string{"g1", "g2"}[rng.IntN(2)], EgressIP: ip})
+		}
+		in.EgressIPs = append(in.EgressIPs, e)
+	}
+	for i := range 60 {
+		n := rng.IntN(256)
+		if !dupAddrs {
+			n = i
+		}
+		ips := []string{fmt.Sprintf("10.244.%d.%d", n/200, n%200+1)}
+		if rng.IntN(3) == 0 {
+			ips = append(ips, fmt.Sprintf("fd00:10::%x", n+1))
+		}
+		p := pod(fmt.Sprintf("ns%d", rng.IntN(7)), fmt.Sprintf("p%d", i), fmt.Sprintf("w%d", rng.IntN(5)), map[string]string{"app": apps[rng.IntN(3)]}, ips...)
+		if rng.IntN(10) == 0 {
+			p.Spec.HostNetwork = true
+		}
+		if rng.IntN(10) == 0 {
+			p.Status.Phase = corev1.PodFailed
+		}
+		in.Pods = append(in.Pods, p)
+	}
+	return in
+}
+
+// TestBuildMatchesSteer checks, on random clusters, that every pod the
+// gateway accepts is steered by its node's steer agent with the same
+// object, and the other way round: both sides select identically.
+func TestBuildMatchesSteer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	params := steer.Params{LocalVTEP: netip.MustParseAddr("10.0.0.100"), TableBase: 1000, TableCount: 1000}
+	for iter := range 200 {
+		in := randomInputs(rng, false)
+		r := Build(base(), in)
+		if _, err := r.Config.Validate(); err != nil {
+			t.Fatalf("iteration %d: %v", iter, err)
+		}
+		gw := podPolicies(r.Config)
+		for w := range 5 {
+			name := fmt.Sprintf("w%d", w)
+			st := steer.Desired(steer.InputsFrom(name, steer.Objects{EgressIPs: in.EgressIPs, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods}), params)
+			table := map[uint32]string{}
+			for _, o := range st.Objects {
+				table[o.Table] = o.Name
+			}
+			steered := map[string]string{}
+			for _, rule := range st.Rules {
+				steered[name+"/"+rule.Src.String()] = table[rule.Table]
+			}
+			for k, v := range steered {
+				if gw[k] != v {
+					t.Fatalf("iteration %d: %s is steered with %q but the gateway has %q", iter, k, v, gw[k])
+				}
+			}
+			for k, v := range gw {
+				if strings.HasPrefix(k, name+"/") && steered[k] != v {
+					t.Fatalf("iteration %d: the gateway accepts %s for %q but the worker steers it with %q", iter, k, v, steered[k])
+				}
+			}
+		}
+	}
+}
+
+// TestBuildAlwaysValid: whatever the objects, the result validates.
+func TestBuildAlwaysValid(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for iter := range 300 {
+		in := randomInputs(rng, true)
+		// Some nodes share VTEPs, some egress IPs are placed twice.
+		if rng.IntN(2) == 0 {
+			in.Nodes = append(in.Nodes, node("w9", "10.0.0.101", nil))
+		}
+		in.EgressIPs = append(in.EgressIPs, eip("zz", []string{"192.0.2.1"}, nil, nil, "g1", "192.0.2.1"))
+		r := Build(base(), in)
+		if _, err := r.Config.Validate(); err != nil {
+			t.Fatalf("iteration %d: %v\nproblems %v", iter, err, r.Problems)
+		}
+		for _, h := range r.Hosted {
+			if !h.IsValid() {
+				t.Fatal("invalid hosted address")
+			}
+		}
+	}
+}
+
+func TestAgree(t *testing.T) {
+	e1 := eip("a", []string{"192.0.2.1", "192.0.2.2"}, nil, nil, "g1", "192.0.2.1", "g1", "192.0.2.2")
+	e2 := eip("b", []string{"192.0.2.3"}, nil, nil, "g1", "192.0.2.3")
+	fresh := Statuses{"a": {Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "192.0.2.1"}, {Node: "g2", EgressIP: "192.0.2.2"}}}}
+	out := agree([]*egressv1.EgressIP{e1, nil, e2}, fresh)
+	if len(out) != 2 || len(out[0].Status.Items) != 1 || out[0].Status.Items[0].EgressIP != "192.0.2.1" || len(out[1].Status.Items) != 0 {
+		t.Fatalf("agree: %+v", out)
+	}
+	if len(e1.Status.Items) != 2 {
+		t.Fatal("agree modified the cache's object")
+	}
+}
+
+// BenchmarkBuild: 10k pods on 200 workers, 500 EgressIP objects, 50 hosted here.
+func BenchmarkBuild(b *testing.B) {
+	in := Inputs{Node: "g1"}
+	in.Nodes = append(in.Nodes, node("g1", "10.0.0.21", nil))
+	for i := range 200 {
+		in.Nodes = append(in.Nodes, node(fmt.Sprintf("w%d", i), fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), nil))
+	}
+	for i := range 100 {
+		in.Namespaces = append(in.Namespaces, ns(fmt.Sprintf("ns%d", i), map[string]string{"team": fmt.Sprintf("t%d", i%50)}))
+	}
+	for i := range 500 {
+		ip := fmt.Sprintf("192.%d.%d.%d", 168+i/65536, i/256%256, i%256+1)
+		st := []string{"g2", ip}
+		if i%10 == 0 {
+			st[0] = "g1"
+		}
+		in.EgressIPs = append(in.EgressIPs, eip(fmt.Sprintf("e%03d", i), []string{ip}, map[string]string{"team": fmt.Sprintf("t%d", i%50)},
+			map[string]string{"app": fmt.Sprintf("a%d", i%10)}, st...))
+	}
+	for i := range 10000 {
+		in.Pods = append(in.Pods, pod(fmt.Sprintf("ns%d", i%100), fmt.Sprintf("p%d", i), fmt.Sprintf("w%d", i%200),
+			map[string]string{"app": fmt.Sprintf("a%d", i%10)}, fmt.Sprintf("10.%d.%d.%d", 128+i/65536, i/256%256, i%256)))
+	}
+	bs := base()
+	b.ReportAllocs()
+	for b.Loop() {
+		r := Build(bs, in)
+		if len(r.Hosted) != 50 {
+			b.Fatalf("hosted %d", len(r.Hosted))
+		}
+	}
+}
