@@ -1,0 +1,260 @@
+package gwagent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/gateway/engine"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// fakeSource is an in-memory Source whose backend can be cut off, and
+// whose cache can lag behind the backend.
+type fakeSource struct {
+	mu      sync.Mutex
+	cache   Inputs   // what Objects returns
+	backend Statuses // what Check returns
+	down    bool
+	changed func()
+}
+
+func (s *fakeSource) Start(_ context.Context, changed func()) error {
+	s.mu.Lock()
+	s.changed = changed
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *fakeSource) Objects() Inputs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache
+}
+
+func (s *fakeSource) Check(context.Context) (Statuses, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return nil, errors.New("connection refused")
+	}
+	return s.backend, nil
+}
+
+// place puts ip of object "blue" on node, in the cache and (if backend) in
+// the backend too.
+func (s *fakeSource) place(node string, cache, backend bool) {
+	st := egressv1.EgressIPStatus{Items: []egressv1.EgressIPStatusItem{{Node: node, EgressIP: "192.0.2.10"}}}
+	s.mu.Lock()
+	if cache {
+		e := eip("blue", []string{"192.0.2.10"}, nil, nil)
+		e.Status = st
+		s.cache.EgressIPs = []*egressv1.EgressIP{e}
+	}
+	if backend {
+		s.backend = Statuses{"blue": st}
+	}
+	ch := s.changed
+	s.mu.Unlock()
+	if ch != nil && cache {
+		ch()
+	}
+}
+
+func (s *fakeSource) setDown(down bool) {
+	s.mu.Lock()
+	s.down = down
+	s.mu.Unlock()
+}
+
+// fakeDP records the hosted IPs of every configuration it gets.
+type fakeDP struct {
+	mu     sync.Mutex
+	hosted [][]netip.Addr
+	closed bool
+}
+
+func (d *fakeDP) Reload(s *engine.Settled) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hosted = append(d.hosted, append([]netip.Addr{}, s.Hosted...))
+	return nil
+}
+
+func (d *fakeDP) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *fakeDP) last() []netip.Addr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.hosted) == 0 {
+		return nil
+	}
+	return d.hosted[len(d.hosted)-1]
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestAgentFencing(t *testing.T) {
+	src := &fakeSource{cache: Inputs{
+		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), node("w1", "10.0.0.11", nil)},
+		Namespaces: []*corev1.Namespace{ns("default", nil)},
+		Pods:       []*corev1.Pod{pod("default", "p", "w1", nil, "10.244.1.5")},
+	}}
+	src.place("g1", true, true)
+	hs, err := health.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hs.Stop() })
+	prober := health.NewProber()
+	t.Cleanup(prober.Close)
+	target := hs.Addr().String()
+	serving := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return prober.Check(ctx, target) == nil
+	}
+
+	dp := &fakeDP{}
+	const fence = 300 * time.Millisecond
+	a := &Agent{Node: "g1", Base: base(), Source: src, Health: hs, FenceAfter: fence, Log: testLog(t),
+		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+			dp.Reload(s)
+			return dp, nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
+	isHosted := func() bool { return slices.Equal(dp.last(), ip) }
+	notHosted := func() bool { d := dp.last(); return d != nil && len(d) == 0 }
+
+	waitFor(t, "egress IP hosted at start", 2*time.Second, isHosted)
+	waitFor(t, "SERVING", 2*time.Second, serving)
+
+	// The assignment moves away and comes back.
+	src.place("g2", true, true)
+	waitFor(t, "released when moved away", time.Second, notHosted)
+	src.place("g1", true, true)
+	waitFor(t, "claimed again", time.Second, isHosted)
+
+	// Contact lost: released within the fence time (plus a check period).
+	src.setDown(true)
+	lost := time.Now()
+	waitFor(t, "fenced", 2*time.Second, notHosted)
+	if el := time.Since(lost); el < fence-a.CheckEvery || el > fence+2*a.CheckEvery+100*time.Millisecond {
+		t.Errorf("released %v after contact was lost; fence-after is %v", el, fence)
+	}
+	if st := a.State(); !st.Fenced || st.Serving {
+		t.Errorf("state while fenced: %+v", st)
+	}
+	waitFor(t, "NOT_SERVING while fenced", time.Second, func() bool { return !serving() })
+
+	// While out of contact the IP moved to g2; the cache has not caught up.
+	src.place("g2", false, true)
+	src.setDown(false)
+	waitFor(t, "unfenced", 2*time.Second, func() bool { return !a.State().Fenced })
+	time.Sleep(3 * a.CheckEvery)
+	if isHosted() {
+		t.Fatal("claimed an IP only the stale cache places here")
+	}
+	src.place("g2", true, false)
+	// Status says g1 again, in both: claimed again and SERVING.
+	src.place("g1", true, true)
+	waitFor(t, "claimed after contact returned", 2*time.Second, isHosted)
+	waitFor(t, "SERVING again", time.Second, serving)
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	if !dp.closed {
+		t.Error("data plane not closed when the agent stopped")
+	}
+}
+
+// TestAgentWaitsForUsableConfig: without a VTEP the data plane does not
+// start and the health service says NOT_SERVING; the Node object arriving
+// starts it.
+func TestAgentWaitsForUsableConfig(t *testing.T) {
+	src := &fakeSource{backend: Statuses{}}
+	b := base()
+	b.VTEPs = nil
+	started := make(chan struct{})
+	a := &Agent{Node: "g1", Base: b, Source: src, FenceAfter: time.Second, Log: testLog(t),
+		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+			close(started)
+			return &fakeDP{}, nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-started:
+		t.Fatal("data plane started without a VTEP")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if a.State().Serving {
+		t.Fatal("SERVING without a data plane")
+	}
+	src.mu.Lock()
+	src.cache.Nodes = []*corev1.Node{node("g1", "10.0.0.21", nil)}
+	ch := src.changed
+	src.mu.Unlock()
+	ch()
+	select {
+	case <-started:
+	case <-time.After(2 * time.Second):
+		t.Fatal("data plane not started once the Node arrived")
+	}
+	waitFor(t, "serving", time.Second, func() bool { return a.State().Serving })
+}
+
+func TestAgentStartErrors(t *testing.T) {
+	a := &Agent{Node: "g1", Base: base(), Source: &fakeSource{}, Log: testLog(t),
+		StartDataPlane: func(*engine.Settled) (DataPlane, error) { return nil, errors.New("no such interface") }}
+	if err := a.Run(context.Background()); err == nil {
+		t.Fatal("a data plane that cannot start must end Run with an error")
+	}
+	if err := (&Agent{}).Run(context.Background()); err == nil {
+		t.Fatal("an agent without source must refuse to run")
+	}
+}
+
+// testLog logs to stderr with -v, nowhere otherwise.
+func testLog(t *testing.T) *slog.Logger {
+	t.Helper()
+	if !testing.Verbose() {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
