@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -73,6 +74,13 @@ func (m Managed) holdDown() time.Duration {
 	return m.HoldDown
 }
 
+// AgentAvailable reports whether binary's gateway command has the agent
+// mode managed mode runs (--node, --source).
+func AgentAvailable(binary string) bool {
+	out, _ := exec.Command(binary, "gateway", "--help").CombinedOutput()
+	return strings.Contains(string(out), "-node") && strings.Contains(string(out), "-source")
+}
+
 // ObjectsDir is the manifest directory of a managed lab: the Node,
 // Namespace and Pod objects the lab writes, the EgressIP manifests, and the
 // controller's status/ and events.log.
@@ -81,6 +89,9 @@ func ObjectsDir(runDir string) string { return filepath.Join(runDir, "objects") 
 // Start implements Impl: run `egret gateway --node <gw> --source dir:...`
 // in the gateway namespace and wait until its health service answers.
 func (m Managed) Start(env GatewayEnv) error {
+	if !AgentAvailable(m.Binary) {
+		return fmt.Errorf("%s has no gateway agent mode (egret gateway --node --source) yet; managed mode needs it", m.Binary)
+	}
 	if err := offloadsOff(env.NS, "eth0"); err != nil {
 		return err
 	}

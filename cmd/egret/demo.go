@@ -1,0 +1,326 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/egret-gw/egret/lab"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	register("demo", "build the lab, run the real control plane, show who egresses as whom, kill a gateway and time the failover", runDemo)
+}
+
+// demoRecord is one probe from one pod, as `egret demo --json` prints it.
+type demoRecord struct {
+	Phase string `json:"phase"` // "before" or "after" the failover
+	Pod   string `json:"pod"`
+	// Namespace is the pod's Kubernetes namespace; Node its worker node.
+	Namespace string `json:"namespace"`
+	Node      string `json:"node"`
+	// EgressIPObject is the EgressIP object selecting the pod ("" for none).
+	EgressIPObject string `json:"egressIPObject"`
+	Probe          string `json:"probe"` // http, udp or ping
+	OK             bool   `json:"ok"`
+	Error          string `json:"error,omitempty"`
+	// Seen is the source address the outside server saw.
+	Seen string `json:"seen"`
+	// Gateway is the node hosting Seen ("" when not steered).
+	Gateway string `json:"gateway"`
+	// Steered is false for a pod no EgressIP selects: it leaves with its node's IP.
+	Steered bool `json:"steered"`
+	// Expected lists the sources the server may see for this pod.
+	Expected []string `json:"expected"`
+	// AsExpected is true when Seen is one of Expected.
+	AsExpected bool `json:"asExpected"`
+}
+
+// demoResult is the whole `egret demo --json` output.
+type demoResult struct {
+	Lab                             string                 `json:"lab"`
+	ReachabilityTotalTimeoutSeconds int                    `json:"reachabilityTotalTimeoutSeconds"`
+	HoldDownSeconds                 float64                `json:"holdDownSeconds"`
+	Assignment                      []lab.AssignmentStatus `json:"assignmentBefore"`
+	AssignmentAfter                 []lab.AssignmentStatus `json:"assignmentAfter"`
+	Records                         []demoRecord           `json:"records"`
+	FailedGateway                   string                 `json:"failedGateway"`
+	Failover                        *lab.FailoverResult    `json:"failover"`
+	FailoverSeconds                 float64                `json:"failover_seconds"`
+	ReturnedGatewayHealthy          bool                   `json:"returnedGatewayHealthy"`
+	Kept                            bool                   `json:"kept"`
+	Seconds                         float64                `json:"seconds"`
+}
+
+func runDemo(args []string) error {
+	fs := flag.NewFlagSet("egret demo", flag.ContinueOnError)
+	name := fs.String("name", "egd", "lab name: the prefix of the demo's network namespaces")
+	keep := fs.Bool("keep", false, "leave the lab up afterwards to poke at (remove it with `egret lab down --name NAME`)")
+	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
+	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "the controller's reachabilityTotalTimeoutSeconds (1-60)")
+	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "how long a returned gateway waits before it gets egress IPs again")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *reach < 1 || *reach > 60 {
+		return fmt.Errorf("--reachability-timeout %d: use 1-60 seconds", *reach)
+	}
+	out := io.Writer(os.Stdout)
+	progress := io.Writer(os.Stdout)
+	if *asJSON {
+		progress = os.Stderr
+	}
+	d := &demo{progress: progress, out: out, started: time.Now(), total: 7}
+	res := &demoResult{Lab: *name, ReachabilityTotalTimeoutSeconds: *reach, HoldDownSeconds: holdDown.Seconds(), Kept: *keep}
+
+	d.step("checking this machine (root, tools, AF_XDP, egret gateway agent)")
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the egret binary: %w", err)
+	}
+	if err := demoPreflight(self); err != nil {
+		return err
+	}
+	l, err := newLab(*name, lab.ModeManaged)
+	if err != nil {
+		return err
+	}
+	l.Impl = lab.Managed{Binary: self, ReachabilityTotalTimeoutSeconds: *reach, HoldDown: *holdDown}
+
+	d.step(fmt.Sprintf("building the lab %q: 2 workers with 4 pods, 3 gateways, router, echo server; starting egret controller, 3 egret gateway agents, 2 egret steer agents", *name))
+	if err := l.Up(); err != nil {
+		return fmt.Errorf("building the lab: %w (the logs are in %s; `egret lab down --name %s` removes what is left)", err, l.RunDir(), *name)
+	}
+	cleanup := func() error {
+		if *keep {
+			return nil
+		}
+		return lab.Down("", *name)
+	}
+	failed := func(err error) error {
+		if cerr := cleanup(); cerr != nil {
+			err = fmt.Errorf("%w (and removing the lab failed: %v)", err, cerr)
+		}
+		return err
+	}
+	st, err := l.Status()
+	if err != nil {
+		return failed(err)
+	}
+	res.Assignment = st.Assignment
+	d.printf("  the controller assigned: %s\n", assignmentLine(st.Assignment))
+
+	d.step("sending HTTP, UDP and ping from every pod to the outside server 198.51.100.10")
+	recs, ok := probeAll(l, st, "before")
+	res.Records = append(res.Records, recs...)
+	if !*asJSON {
+		printTable(out, recs)
+	}
+
+	gw := failoverTarget(st)
+	res.FailedGateway = gw
+	d.step(fmt.Sprintf("killing egret gateway on %s (SIGKILL: agent, health check and data plane stop)", gw))
+	fo, err := l.Failover(gw, time.Duration(*reach)*time.Second+8*time.Second)
+	res.Failover = fo
+	if fo != nil {
+		res.FailoverSeconds = fo.Seconds()
+	}
+	if err != nil {
+		return failed(fmt.Errorf("failover of %s: %w", gw, err))
+	}
+	d.printf("  failover took %.2f s: status changed after %.2f s, the first request with %s from %s after %.2f s (limit %d s + 1 s)\n",
+		fo.Seconds(), fo.StatusSeconds, movedLine(fo.Moved), fo.Pod, fo.TrafficSeconds, *reach)
+
+	d.step("sending from every pod again: the moved egress IPs now leave from their new gateways")
+	if st, err = l.Status(); err != nil {
+		return failed(err)
+	}
+	res.AssignmentAfter = st.Assignment
+	recs, ok2 := probeAll(l, st, "after")
+	res.Records = append(res.Records, recs...)
+	if !*asJSON {
+		printTable(out, recs)
+	}
+
+	d.step(fmt.Sprintf("bringing %s back; after the %v hold-down it can take egress IPs again (assigned IPs stay where they are)", gw, *holdDown))
+	if err := l.StartGateway(gw); err != nil {
+		return failed(fmt.Errorf("restarting egret gateway on %s: %w", gw, err))
+	}
+	res.ReturnedGatewayHealthy = true
+
+	if *keep {
+		d.step(fmt.Sprintf("keeping the lab: `egret lab status --name %s`, `ip netns exec %s-w1-p1 curl -s http://198.51.100.10:8080/`, `egret lab down --name %s`", *name, *name, *name))
+	} else {
+		d.step("removing the lab (use --keep to leave it up)")
+	}
+	if err := cleanup(); err != nil {
+		return err
+	}
+	res.Seconds = time.Since(d.started).Seconds()
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "\ndone in %.0f s; failover %.2f s\n", res.Seconds, res.FailoverSeconds)
+	}
+	if !ok || !ok2 {
+		return errors.New("some probes failed or saw an unexpected source (see the table)")
+	}
+	return nil
+}
+
+type demo struct {
+	progress, out io.Writer
+	started       time.Time
+	n, total      int
+}
+
+func (d *demo) step(msg string) {
+	d.n++
+	fmt.Fprintf(d.progress, "[%d/%d %5.1fs] %s\n", d.n, d.total, time.Since(d.started).Seconds(), msg)
+}
+
+func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.progress, format, a...) }
+
+// demoPreflight explains what is missing before anything is built.
+func demoPreflight(self string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("the demo builds network namespaces and needs root: run `sudo make demo` (or sudo bin/egret demo)")
+	}
+	var missing []string
+	for _, t := range []string{"ip", "bridge", "nft", "ethtool", "sysctl"} {
+		if _, err := exec.LookPath(t); err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing tools %s: install them with `apt-get install iproute2 nftables ethtool procps`", strings.Join(missing, ", "))
+	}
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("this kernel has no AF_XDP sockets (%w): egret gateway needs Linux ≥ 5.4 with CONFIG_XDP_SOCKETS", err)
+	}
+	unix.Close(fd)
+	help, _ := exec.Command(self, "gateway", "--help").CombinedOutput()
+	if !strings.Contains(string(help), "-node") || !strings.Contains(string(help), "-source") {
+		return fmt.Errorf("%s has no gateway agent mode (egret gateway --node --source) yet; the demo needs it", self)
+	}
+	return nil
+}
+
+// failoverTarget is the gateway whose failure shows the most: the one
+// hosting the IP of the object with the fewest egress IPs (every pod of
+// that object must move), ties by name.
+func failoverTarget(st *lab.Status) string {
+	count := map[string]int{}
+	for _, a := range st.Assignment {
+		count[a.EgressIP]++
+	}
+	best, bestN := "", 0
+	for _, a := range st.Assignment {
+		if a.Node == "" {
+			continue
+		}
+		if n := count[a.EgressIP]; best == "" || n < bestN || (n == bestN && a.Node < best) {
+			best, bestN = a.Node, n
+		}
+	}
+	return best
+}
+
+// probeAll sends every probe kind from every pod; ok is false when one
+// failed or the server saw an unexpected source.
+func probeAll(l *lab.Lab, st *lab.Status, phase string) ([]demoRecord, bool) {
+	host := map[netip.Addr]string{}
+	for _, a := range st.Assignment {
+		host[a.IP] = a.Node
+	}
+	var out []demoRecord
+	ok := true
+	for _, p := range st.Pods {
+		for _, kind := range lab.ProbeKinds {
+			r := demoRecord{Phase: phase, Pod: p.Name, Namespace: p.KubeNamespace, Node: p.Node,
+				EgressIPObject: p.Policy, Probe: kind, Steered: p.Policy != ""}
+			for _, e := range p.ExpectedSources {
+				r.Expected = append(r.Expected, e.String())
+			}
+			var seen netip.Addr
+			var err error
+			for try := 0; try < 3; try++ { // a lost first datagram or ARP miss is not a failure
+				if seen, err = l.Spec.ProbeSource(p.Namespace, kind, 2*time.Second); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				r.Error = err.Error()
+			} else {
+				r.OK, r.Seen, r.Gateway = true, seen.String(), host[seen]
+				r.AsExpected = slices.Contains(p.ExpectedSources, seen)
+			}
+			ok = ok && r.OK && r.AsExpected
+			out = append(out, r)
+		}
+	}
+	return out, ok
+}
+
+// printTable prints one line per pod: what the server saw for each probe.
+func printTable(w io.Writer, recs []demoRecord) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\n  POD\tNAMESPACE\tNODE\tEGRESSIP OBJECT\tPROBE\tSERVER SAW\tVIA GATEWAY\tOK")
+	for _, r := range recs {
+		obj, gw, seen := r.EgressIPObject, r.Gateway, r.Seen
+		if !r.Steered {
+			obj, gw = "(none)", "not steered: node IP"
+		}
+		if !r.OK {
+			seen = "FAILED: " + r.Error
+		}
+		mark := "yes"
+		if !r.OK || !r.AsExpected {
+			mark = "NO (want " + strings.Join(r.Expected, " or ") + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Namespace, r.Node, obj, r.Probe, seen, gw, mark)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+func assignmentLine(as []lab.AssignmentStatus) string {
+	parts := make([]string, len(as))
+	for i, a := range as {
+		node := a.Node
+		if node == "" {
+			node = "unassigned"
+		}
+		parts[i] = fmt.Sprintf("%s %v → %s", a.EgressIP, a.IP, node)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func movedLine(ms []lab.AssignmentStatus) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%v (now on %s)", m.IP, m.Node)
+	}
+	return strings.Join(parts, ", ")
+}

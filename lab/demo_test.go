@@ -1,0 +1,93 @@
+package lab
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestDemo runs `egret demo --json` end to end (the built binary) and checks
+// its records: every selected pod seen as one of its object's egress IPs
+// through the node hosting it, the unselected pod as its node's IP, every
+// probe answered, and failover within reachabilityTotalTimeoutSeconds + 1 s.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole demo; skipped with -short")
+	}
+	requireRoot(t)
+	requireTools(t, "ip", "bridge", "nft", "ethtool", "sysctl")
+	bin := egretBinary(t)
+	requireAgent(t, bin)
+	name := testLabName("d")
+	t.Cleanup(func() { Down("", name) })
+
+	start := time.Now()
+	cmd := exec.Command(bin, "demo", "--json", "--name", name)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	took := time.Since(start)
+	t.Logf("egret demo took %v; progress:\n%s", took.Round(time.Millisecond), stderr.String())
+	if err != nil {
+		t.Fatalf("egret demo --json: %v\nstdout:\n%s", err, stdout.String())
+	}
+	var res struct {
+		Records []struct {
+			Phase, Pod, Namespace, Node, EgressIPObject, Probe, Seen, Gateway string
+			OK, Steered, AsExpected                                           bool
+			Expected                                                          []string
+		} `json:"records"`
+		FailoverSeconds                 float64 `json:"failover_seconds"`
+		ReachabilityTotalTimeoutSeconds int     `json:"reachabilityTotalTimeoutSeconds"`
+		FailedGateway                   string  `json:"failedGateway"`
+		AssignmentBefore                []AssignmentStatus
+		AssignmentAfter                 []AssignmentStatus
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("demo output is not JSON: %v\n%s", err, stdout.String())
+	}
+	nodeIP := map[string]string{"w1": "192.0.2.11", "w2": "192.0.2.12"}
+	wantObj := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w2-p2": ""}
+	count := map[string]int{}
+	for _, r := range res.Records {
+		count[r.Phase]++
+		if !r.OK {
+			t.Errorf("%s %s %s: failed", r.Phase, r.Pod, r.Probe)
+			continue
+		}
+		if r.EgressIPObject != wantObj[r.Pod] || r.Steered != (wantObj[r.Pod] != "") {
+			t.Errorf("%s: object %q steered=%v, want %q", r.Pod, r.EgressIPObject, r.Steered, wantObj[r.Pod])
+		}
+		assign := res.AssignmentBefore
+		if r.Phase == "after" {
+			assign = res.AssignmentAfter
+		}
+		if !r.Steered {
+			if r.Seen != nodeIP[r.Node] || r.Gateway != "" {
+				t.Errorf("%s %s (unselected): server saw %s via %q, want its node IP %s", r.Phase, r.Pod, r.Seen, r.Gateway, nodeIP[r.Node])
+			}
+			continue
+		}
+		i := slices.IndexFunc(assign, func(a AssignmentStatus) bool { return a.IP.String() == r.Seen })
+		if i < 0 || assign[i].EgressIP != r.EgressIPObject || assign[i].Node != r.Gateway || !r.AsExpected {
+			t.Errorf("%s %s %s: server saw %s via %s; not an egress IP of %s on that node (%v)", r.Phase, r.Pod, r.Probe, r.Seen, r.Gateway, r.EgressIPObject, assign)
+		}
+		if r.Phase == "after" && r.Gateway == res.FailedGateway {
+			t.Errorf("after the failover %s still left through the killed gateway %s", r.Pod, r.Gateway)
+		}
+	}
+	if want := 4 * len(ProbeKinds); count["before"] != want || count["after"] != want {
+		t.Errorf("records per phase %v, want %d each", count, want)
+	}
+	limit := float64(res.ReachabilityTotalTimeoutSeconds) + 1
+	if res.FailoverSeconds <= 0 || res.FailoverSeconds > limit {
+		t.Errorf("failover_seconds %.3f, want within (0, %.0f]", res.FailoverSeconds, limit)
+	}
+	t.Logf("failover of %s: %.3f s", res.FailedGateway, res.FailoverSeconds)
+	if left := Namespaces(name); len(left) > 0 {
+		t.Errorf("the demo left namespaces behind without --keep: %v", left)
+	}
+}

@@ -1,0 +1,239 @@
+package lab
+
+import (
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// requireAgent fails under CI=true, and skips otherwise, when the binary
+// has no gateway agent mode (`egret gateway --node --source`).
+func requireAgent(t *testing.T, bin string) {
+	t.Helper()
+	if AgentAvailable(bin) {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("egret gateway has no agent mode (--node, --source); managed mode needs it and CI=true demands the test runs")
+	}
+	t.Skip("managed mode: `egret gateway --node --source` does not exist yet")
+}
+
+// TestObjects checks the manifest directory managed mode writes: the
+// Node, Namespace and Pod objects a cluster would hold, and the EgressIP
+// manifests of deploy/examples/lab selecting the pods the spec says.
+func TestObjects(t *testing.T) {
+	s, err := DefaultSpec("egl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := writeObjects(s, dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(dir + "/nodes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"name: g1", "k8s.ovn.org/egress-assignable: \"\"", `k8s.ovn.org/node-primary-ifaddr: '{"ipv4":"192.0.2.21/24"}'`,
+		"egret.io/vtep: 192.0.2.23", "type: InternalIP", "address: 192.0.2.12", "type: Ready"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("nodes.yaml lacks %q:\n%s", want, b)
+		}
+	}
+	if n := strings.Count(string(b), "egress-assignable"); n != 3 {
+		t.Errorf("%d assignable nodes, want g1-g3 only", n)
+	}
+	eips, err := EgressIPs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eips) != 2 || eips[0].Name != "blue" || len(eips[0].Spec.EgressIPs) != 2 || eips[1].Name != "green" {
+		t.Fatalf("EgressIPs %+v", eips)
+	}
+	for _, w := range s.Workers {
+		for _, p := range w.Pods {
+			got := ""
+			if e := s.Selecting(eips, p); e != nil {
+				got = e.Name
+			}
+			if got != p.Policy {
+				t.Errorf("pod %s is selected by %q, the spec says %q", p.Name, got, p.Policy)
+			}
+		}
+	}
+	// A status file the controller writes is read back.
+	eips[1].Status.Items = nil
+	st := eips[1]
+	st.Status.Items = append(st.Status.Items, egressv1.EgressIPStatusItem{Node: "g2", EgressIP: "192.0.2.102"})
+	y, _ := yaml.Marshal(st)
+	os.MkdirAll(dir+"/status", 0o755)
+	if err := os.WriteFile(dir+"/status/green.yaml", y, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if eips, _ = EgressIPs(dir); len(eips[1].Status.Items) != 1 || eips[1].Status.Items[0].Node != "g2" || len(eips[0].Status.Items) != 0 {
+		t.Errorf("status not read back: %+v", eips)
+	}
+	if fullyAssigned(eips) {
+		t.Error("blue has no status yet, but fullyAssigned is true")
+	}
+}
+
+// TestManaged runs the lab with the real control plane: the controller's
+// assignment is valid and traffic follows it, then a gateway is killed and
+// its egress IPs move within reachabilityTotalTimeoutSeconds + 1 s, new
+// connections use the new node, and the returned node gets IPs again
+// after the hold-down.
+func TestManaged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end lab test; skipped with -short")
+	}
+	requireRoot(t)
+	requireAgent(t, egretBinary(t))
+	l := upLab(t, testLabName("m"), ModeManaged)
+	m := l.Impl.(Managed)
+	limit := time.Duration(m.reach())*time.Second + time.Second
+
+	st, err := l.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Problems) > 0 {
+		t.Fatalf("problems: %v", st.Problems)
+	}
+	checkAssignment(t, st)
+	for _, p := range st.Pods {
+		if want := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w2-p2": ""}[p.Name]; p.Policy != want {
+			t.Errorf("pod %s: selected by %q, want %q", p.Name, p.Policy, want)
+		}
+	}
+	t.Run("Sources", func(t *testing.T) { checkSources(t, l, st) })
+	t.Run("Spread", func(t *testing.T) {
+		// Per-connection balancing: new connections of a blue pod use both
+		// of blue's egress IPs.
+		p := st.Pod("w1-p1")
+		seen := map[netip.Addr]int{}
+		for i := 0; i < 24; i++ {
+			a, err := l.Spec.ProbeSource(p.Namespace, ProbeHTTP, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[a]++
+		}
+		for _, e := range p.EgressIPs {
+			if seen[e] == 0 {
+				t.Errorf("24 connections from w1-p1 never used %v: %v", e, seen)
+			}
+		}
+	})
+
+	gw := ""
+	for _, a := range st.Assignment {
+		if a.EgressIP == "green" {
+			gw = a.Node
+		}
+	}
+	res, err := l.Failover(gw, 10*time.Second)
+	if err != nil {
+		t.Fatalf("failover of %s: %v", gw, err)
+	}
+	t.Logf("failover of %s (%s): status after %.3f s, first request from %s with the moved IP after %.3f s; %d requests, %d failed (limit %v)",
+		gw, movedString(res.Moved), res.StatusSeconds, res.Pod, res.TrafficSeconds, res.Attempts, res.Failed, limit)
+	if res.StatusSeconds > limit.Seconds() || res.TrafficSeconds > limit.Seconds() {
+		t.Errorf("failover took %.3f s (status) / %.3f s (traffic); the limit is %v", res.StatusSeconds, res.TrafficSeconds, limit)
+	}
+	st, _ = l.Status()
+	checkAssignment(t, st)
+	for _, a := range st.Assignment {
+		if a.Node == gw {
+			t.Errorf("%v is still on the killed gateway %s", a.IP, gw)
+		}
+	}
+	t.Run("NewConnectionsUseTheNewNode", func(t *testing.T) { checkSources(t, l, st) })
+
+	// The node returns: after the hold-down it takes IPs again. Assigned IPs
+	// never move back (minimal churn), so another gateway fails and its IPs
+	// must land on the returned one.
+	if err := l.StartGateway(gw); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	var other string
+	for _, a := range st.Assignment {
+		if a.Node != gw && (other == "" || a.Node < other) {
+			other = a.Node
+		}
+	}
+	time.Sleep(time.Until(back.Add(m.holdDown() + 500*time.Millisecond)))
+	if st2, _ := l.Status(); !slices.EqualFunc(st.Assignment, st2.Assignment, func(a, b AssignmentStatus) bool { return a == b }) {
+		t.Errorf("the assignment changed when %s returned (minimal churn): %v → %v", gw, st.Assignment, st2.Assignment)
+	}
+	res2, err := l.Failover(other, 10*time.Second)
+	if err != nil {
+		t.Fatalf("second failover (%s): %v", other, err)
+	}
+	t.Logf("second failover of %s: %s after %.3f s", other, movedString(res2.Moved), res2.Seconds())
+	if !slices.ContainsFunc(res2.Moved, func(a AssignmentStatus) bool { return a.Node == gw }) {
+		t.Errorf("the returned gateway %s got none of %s's IPs: %s", gw, other, movedString(res2.Moved))
+	}
+	st, _ = l.Status()
+	checkAssignment(t, st)
+	t.Run("SourcesAfterReturn", func(t *testing.T) { checkSources(t, l, st) })
+}
+
+// checkAssignment checks the spec's rules on the controller's status: every
+// IP assigned once, to a live gateway, no node with two IPs of one object.
+func checkAssignment(t *testing.T, st *Status) {
+	t.Helper()
+	perNode := map[string]bool{}
+	for _, a := range st.Assignment {
+		if a.Node == "" {
+			t.Errorf("%s %v is unassigned", a.EgressIP, a.IP)
+			continue
+		}
+		if !strings.HasPrefix(a.Node, "g") {
+			t.Errorf("%v assigned to %s, which is not egress-assignable", a.IP, a.Node)
+		}
+		if perNode[a.EgressIP+"/"+a.Node] {
+			t.Errorf("%s hosts two IPs of %s", a.Node, a.EgressIP)
+		}
+		perNode[a.EgressIP+"/"+a.Node] = true
+	}
+}
+
+// checkSources sends every probe kind from every pod and checks the server
+// saw one of the pod's expected sources (an assigned egress IP of its
+// object, or its node's IP when none selects it).
+func checkSources(t *testing.T, l *Lab, st *Status) {
+	t.Helper()
+	for _, p := range st.Pods {
+		for _, kind := range ProbeKinds {
+			var got netip.Addr
+			var err error
+			for try := 0; try < 3; try++ {
+				if got, err = l.Spec.ProbeSource(p.Namespace, kind, 2*time.Second); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				t.Errorf("%s %s: %v", p.Name, kind, err)
+			} else if !slices.Contains(p.ExpectedSources, got) {
+				t.Errorf("%s %s: server saw %v, want one of %v", p.Name, kind, got, p.ExpectedSources)
+			}
+		}
+	}
+}
+
+func movedString(ms []AssignmentStatus) string {
+	var parts []string
+	for _, m := range ms {
+		parts = append(parts, m.IP.String()+"→"+m.Node)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,134 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Probe kinds: what the demo and the tests send from a pod.
+const (
+	ProbeHTTP = "http"
+	ProbeUDP  = "udp"
+	ProbePing = "ping"
+)
+
+// ProbeKinds lists the probes in the order the demo runs them.
+var ProbeKinds = []string{ProbeHTTP, ProbeUDP, ProbePing}
+
+// ProbeSource sends one probe of kind from namespace ns (a pod) to the
+// echo server on a new connection and returns the source address the
+// server saw.
+func (s *Spec) ProbeSource(ns, kind string, timeout time.Duration) (netip.Addr, error) {
+	switch kind {
+	case ProbeHTTP:
+		ap, err := HTTPSource(ns, netip.AddrPortFrom(s.Server.IP, HTTPPort).String(), timeout)
+		return ap.Addr(), err
+	case ProbeUDP:
+		ap, err := UDPSource(ns, netip.AddrPortFrom(s.Server.IP, UDPPort).String(), timeout)
+		return ap.Addr(), err
+	case ProbePing:
+		return s.PingSource(ns, timeout)
+	}
+	return netip.Addr{}, fmt.Errorf("unknown probe %q: use http, udp or ping", kind)
+}
+
+// HTTPSource makes one GET / on a new TCP connection from namespace ns and
+// returns the "<ip>:<port>" the echo server answers with.
+func HTTPSource(ns, srv string, timeout time.Duration) (netip.AddrPort, error) {
+	c := &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return DialContext(ctx, ns, network, addr)
+		},
+	}}
+	resp, err := c.Get("http://" + srv + "/")
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("reading the echo answer: %w", err)
+	}
+	return netip.ParseAddrPort(strings.Fields(line + " ")[0])
+}
+
+var pingID atomic.Uint32
+
+// PingSource sends an ICMP echo request from namespace ns to the server,
+// waits for the reply in ns and returns the source address the request
+// had when it reached the server (seen by a raw socket there).
+func (s *Spec) PingSource(ns string, timeout time.Duration) (netip.Addr, error) {
+	srvSeen, err := ListenPacket(s.NS(s.Server.Name), "ip4:icmp", "0.0.0.0")
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("ICMP listener on the server: %w", err)
+	}
+	defer srvSeen.Close()
+	pc, err := ListenPacket(ns, "ip4:icmp", "0.0.0.0")
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("ICMP socket in %s: %w", ns, err)
+	}
+	defer pc.Close()
+	id := uint16(0x6500 + pingID.Add(1)%0x1000)
+	marker := []byte(fmt.Sprintf("egret-probe-%s-%d", ns, id))
+	if _, err := pc.WriteTo(echoRequest(id, 1, marker), &net.IPAddr{IP: s.Server.IP.AsSlice()}); err != nil {
+		return netip.Addr{}, fmt.Errorf("ICMP send from %s: %w", ns, err)
+	}
+	deadline := time.Now().Add(timeout)
+	if _, ok := readEcho(pc, 0, id, marker, deadline); !ok {
+		return netip.Addr{}, fmt.Errorf("no ICMP echo reply within %v", timeout)
+	}
+	from, ok := readEcho(srvSeen, 8, id, marker, deadline)
+	if !ok {
+		return netip.Addr{}, errors.New("the reply came back but the server's raw socket saw no request")
+	}
+	return from, nil
+}
+
+// readEcho reads until an ICMP message of typ with id and payload arrives
+// and returns its source.
+func readEcho(pc net.PacketConn, typ byte, id uint16, payload []byte, deadline time.Time) (netip.Addr, bool) {
+	pc.SetReadDeadline(deadline)
+	buf := make([]byte, 2048)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		m := buf[:n]
+		if n >= 8 && m[0] == typ && binary.BigEndian.Uint16(m[4:]) == id && strings.Contains(string(m[8:]), string(payload)) {
+			a, _ := netip.AddrFromSlice(from.(*net.IPAddr).IP.To4())
+			return a, true
+		}
+	}
+}
+
+// echoRequest builds an ICMPv4 echo request.
+func echoRequest(id, seq uint16, payload []byte) []byte {
+	b := make([]byte, 8+len(payload))
+	b[0] = 8
+	binary.BigEndian.PutUint16(b[4:], id)
+	binary.BigEndian.PutUint16(b[6:], seq)
+	copy(b[8:], payload)
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(b[2:], ^uint16(sum))
+	return b
+}
