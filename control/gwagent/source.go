@@ -53,8 +53,9 @@ type FileSource struct {
 	every time.Duration
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	status Statuses // last good read
+	mu      sync.Mutex
+	status  Statuses // last good read
+	changed func()
 }
 
 // NewFileSource returns a FileSource over dir, polled every interval
@@ -81,6 +82,9 @@ func (s *FileSource) Start(ctx context.Context, changed func()) error {
 	if _, err := s.Check(ctx); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.changed = changed
+	s.mu.Unlock()
 	go func() {
 		t := time.NewTicker(s.every)
 		defer t.Stop()
@@ -89,32 +93,28 @@ func (s *FileSource) Start(ctx context.Context, changed func()) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				s.mu.Lock()
-				before := s.status
-				s.mu.Unlock()
-				if _, err := s.Check(ctx); err == nil {
-					s.mu.Lock()
-					after := s.status
-					s.mu.Unlock()
-					if !reflect.DeepEqual(before, after) {
-						changed()
-					}
-				}
+				s.Check(ctx)
 			}
 		}
 	}()
 	return nil
 }
 
-// Check implements Source: it reads every status file.
+// Check implements Source: it reads every status file (and reports a
+// change to the changed function of Start).
 func (s *FileSource) Check(context.Context) (Statuses, error) {
 	st, err := ReadStatusDir(filepath.Join(s.dir, filesource.StatusDir))
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
+	differ := !reflect.DeepEqual(s.status, st)
 	s.status = st
+	changed := s.changed
 	s.mu.Unlock()
+	if differ && changed != nil {
+		changed()
+	}
 	return st, nil
 }
 
