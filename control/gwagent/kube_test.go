@@ -1,0 +1,199 @@
+package gwagent
+
+import (
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/internal/kubetest"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// gatewayUser is the identity the agent runs as in the test, with only the
+// read rights a gateway agent needs.
+const gatewayUser = "system:serviceaccount:egret-system:egret-gateway"
+
+// cutProxy forwards TCP from a loopback port to the API server until Cut,
+// and again after Restore: the agent loses and regains contact for real.
+type cutProxy struct {
+	addr, target string
+	mu           sync.Mutex
+	lis          net.Listener
+	conns        []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	p := &cutProxy{target: target}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = lis.Addr().String()
+	p.serve(lis)
+	t.Cleanup(p.Cut)
+	return p
+}
+
+func (p *cutProxy) serve(lis net.Listener) {
+	p.mu.Lock()
+	p.lis = lis
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+}
+
+// Cut closes the listener and every forwarded connection.
+func (p *cutProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lis != nil {
+		p.lis.Close()
+		p.lis = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// Restore listens again on the same port.
+func (p *cutProxy) Restore(t *testing.T) {
+	lis, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serve(lis)
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// TestAgentKube runs the agent against a real kube-apiserver through
+// KubeSource, with read-only RBAC: an EgressIP whose status places its IP
+// on this node is claimed, a move releases it, and losing the API server
+// fences the node until it returns.
+func TestAgentKube(t *testing.T) {
+	tp, seen := newNsTopo(t) // first: needs root, fails under CI=true without it
+	env := kubetest.Start(t)
+	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eipc, err := egressv1.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The rights docs/gateway-agent.md lists, and no more.
+	must(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "egret-gateway"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"k8s.ovn.org"}, Resources: []string{"egressips"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
+		}}, metav1.CreateOptions{}))
+	must(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "egret-gateway"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "egret-gateway"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: gatewayUser}}}, metav1.CreateOptions{}))
+
+	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"env": "prod"}}}, metav1.CreateOptions{}))
+	for _, n := range []*corev1.Node{
+		node("g1", "", map[string]string{"egret.io/vtep": "10.78.0.1"}),
+		node("w1", "", map[string]string{"egret.io/vtep": "10.78.0.2", AnnotationTunnelMAC: "02:65:67:00:00:11"}),
+	} {
+		must(cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}))
+	}
+	p := pod("shop", "web", "w1", map[string]string{"app": "web"})
+	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "x"}}
+	p, err = cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP = nsPod.String()
+	p.Status.PodIPs = []corev1.PodIP{{IP: nsPod.String()}}
+	must(cs.CoreV1().Pods("shop").UpdateStatus(ctx, p, metav1.UpdateOptions{}))
+	e := eip("blue", []string{nsEgressIP.String()}, map[string]string{"env": "prod"}, nil)
+	must(eipc.Create(ctx, e, metav1.CreateOptions{}))
+	place := func(node string) {
+		t.Helper()
+		cur, err := eipc.Get(ctx, "blue", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Status.Items = []egressv1.EgressIPStatusItem{{Node: node, EgressIP: nsEgressIP.String()}}
+		must(eipc.Update(ctx, cur, metav1.UpdateOptions{}))
+	}
+	place("g1")
+
+	user := env.UserConfig(t, gatewayUser, "system:authenticated")
+	proxy := newCutProxy(t, strings.TrimPrefix(user.Host, "https://"))
+	viaProxy := rest.CopyConfig(user)
+	viaProxy.Host = "https://" + proxy.addr
+	viaProxy.Timeout = 2 * time.Second
+	src, err := NewKubeSource(viaProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fence = time.Second
+	a, _ := startAgent(t, tp, src, fence)
+
+	el := waitFor(t, "egress IP claimed from the API server's status", 20*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	t.Logf("claimed %v after start", el)
+	if from, reply := tp.roundTrip(t, seen, 41001); from.Addr() != nsEgressIP || reply == nil {
+		t.Fatalf("server saw %v (reply %v); want the egress IP", from, reply != nil)
+	}
+
+	place("g2")
+	el = waitFor(t, "released when the status moves it", 3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
+	t.Logf("released %v after the status update", el)
+	place("g1")
+	waitFor(t, "claimed again", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+
+	proxy.Cut()
+	el = waitFor(t, "fenced when the API server is unreachable", fence+3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
+	t.Logf("fenced %v after the API server became unreachable (fence-after %v)", el, fence)
+	if !a.State().Fenced || a.State().Serving {
+		t.Errorf("state while fenced: %+v", a.State())
+	}
+	proxy.Restore(t)
+	el = waitFor(t, "claimed when the API server is back", 10*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	t.Logf("claimed again %v after the API server came back", el)
+	if a.State().Fenced {
+		t.Error("still fenced")
+	}
+}
