@@ -69,8 +69,13 @@ func harnessConfig() gateway.Config {
 }
 
 func newHarnessPipeline(t testing.TB, maxFlows int) *gateway.Pipeline {
+	return newHarnessPipelineUDP(t, maxFlows, 0)
+}
+
+// newHarnessPipelineUDP is newHarnessPipeline with a UDP flow timeout (0: the default).
+func newHarnessPipelineUDP(t testing.TB, maxFlows int, udpTimeout time.Duration) *gateway.Pipeline {
 	t.Helper()
-	ct, err := conntrack.New(conntrack.Config{MaxFlows: maxFlows})
+	ct, err := conntrack.New(conntrack.Config{MaxFlows: maxFlows, Timeouts: conntrack.Timeouts{UDP: udpTimeout}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +147,19 @@ type harness struct {
 	workers []*hWorker
 	ifs     map[int]*ifCounters
 	stop    atomic.Bool
-	wg      sync.WaitGroup
+
+	churnFrames [][]byte
+	churnNext   int
+	// speed makes the pipeline's clock run faster than real time, so flows
+	// expire within a short test (0 or 1: real time).
+	speed int64
+	wg    sync.WaitGroup
 }
 
 type hWorker struct {
 	gw     *gateway.Worker
+	churn  func(elapsed time.Duration) int // new flows per round; nil for a steady worker
+	sport  uint16
 	frames [][]byte // input frames, batch-sized
 	rxIf   []int    // interface each frame arrives on
 	out    [][]byte
@@ -202,7 +215,7 @@ func newHarness(t testing.TB, p *gateway.Pipeline, nw int) *harness {
 // round runs one batch on worker w and updates the I/O counters.
 func (h *harness) round(w *hWorker) {
 	start := time.Now()
-	w.gw.Process(int64(time.Since(epochH)), w.frames, w.out, w.res)
+	w.gw.Process(h.now(), w.frames, w.out[:len(w.frames)], w.res[:len(w.frames)])
 	var rxUB, rxOB, txUB, txOB, txU, txO, rxU, rxO uint64
 	for k, f := range w.frames {
 		if w.rxIf[k] == ifUnderlay {
@@ -237,15 +250,59 @@ func (h *harness) round(w *hWorker) {
 
 var epochH = time.Now()
 
+func (h *harness) now() int64 {
+	return int64(time.Since(epochH)) * max(h.speed, 1)
+}
+
+// addChurn adds a worker that opens perRound(elapsed) new flows a round
+// (UDP from both pods with fresh source ports) and expires idle ones, so
+// flow counts, port use and creation and expiry rates move.
+func (h *harness) addChurn(t testing.TB, perRound func(elapsed time.Duration) int) {
+	w := &hWorker{gw: h.p.NewWorker(uint64(len(h.workers) + 1)), churn: perRound, sport: 1024}
+	h.workers = append(h.workers, w)
+	// Frames are built up front: the churn loop only picks them.
+	h.churnFrames = make([][]byte, 0, churnPool)
+	for k := 0; k < churnPool; k++ {
+		h.churnFrames = append(h.churnFrames, podFrame(t, k%2, uint16(1024+k), 32, hNodeVTEP[k%2]))
+	}
+}
+
+const (
+	churnPool = 60000 // distinct source ports cycled through
+)
+
+func (h *harness) churnRound(w *hWorker, elapsed time.Duration) {
+	n := min(w.churn(elapsed), 64)
+	w.frames, w.rxIf = w.frames[:0], w.rxIf[:0]
+	for i := 0; i < n; i++ {
+		w.frames = append(w.frames, h.churnFrames[h.churnNext%churnPool])
+		w.rxIf = append(w.rxIf, ifUnderlay)
+		h.churnNext++
+	}
+	for len(w.out) < n {
+		w.out = append(w.out, make([]byte, 2048))
+	}
+	if len(w.res) < n {
+		w.res = make([]gateway.Result, n)
+	}
+	h.round(w)
+	w.gw.Expire(h.now(), 4096)
+}
+
 // start runs every worker in its own goroutine until Stop, pausing pause
 // between rounds (0: flat out).
 func (h *harness) start(pause time.Duration) {
+	t0 := time.Now()
 	for _, w := range h.workers {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
 			for !h.stop.Load() {
-				h.round(w)
+				if w.churn != nil {
+					h.churnRound(w, time.Since(t0))
+				} else {
+					h.round(w)
+				}
 				if pause > 0 {
 					time.Sleep(pause)
 				}
