@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/egret-gw/egret/control/gwagent"
+	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 )
@@ -45,7 +48,20 @@ type gatewayFlags struct {
 	logFormat   string
 	metricsAddr string
 	watch       time.Duration
+
+	// Agent mode (--source or --kubeconfig): the configuration is built
+	// from the cluster's objects; docs/gateway-agent.md.
+	node             string
+	source           string
+	kubeconfig       string
+	healthAddr       string
+	fenceAfter       time.Duration
+	announceCount    int
+	announceInterval time.Duration
 }
+
+// agent reports whether the command runs as the gateway agent.
+func (f *gatewayFlags) agent() bool { return f.source != "" || f.kubeconfig != "" }
 
 func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	f := &gatewayFlags{fs: flag.NewFlagSet("egret gateway", flag.ContinueOnError)}
@@ -58,11 +74,38 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (default text)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port for metrics (not served yet; observability is a later issue)")
 	fs.DurationVar(&f.watch, "watch", time.Second, "how often to check the config file for changes (0 disables; SIGHUP still reloads)")
+	fs.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "agent mode: this node's name; status items for it are hosted here (default $NODE_NAME)")
+	fs.StringVar(&f.source, "source", "", "agent mode: dir:/path (a directory of YAML objects and the controller's status/), or kube (in-cluster, else $KUBECONFIG)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "agent mode: kubeconfig file of the API server to watch")
+	fs.StringVar(&f.healthAddr, "health-addr", fmt.Sprintf(":%d", health.DefaultPort), "agent mode: gRPC health service address (SERVING while the data plane runs and is not fenced); empty disables")
+	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
+	fs.IntVar(&f.announceCount, "announce-count", 3, "gratuitous ARPs / unsolicited NAs sent per claimed egress IP (1–20)")
+	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; all settings are flags or in --config", fs.Arg(0))
+	}
+	if f.announceCount < 1 || f.announceCount > 20 {
+		return nil, fmt.Errorf("--announce-count %d: use 1–20", f.announceCount)
+	}
+	if f.announceInterval < time.Millisecond || f.announceInterval > 5*time.Second {
+		return nil, fmt.Errorf("--announce-interval %v: use 1ms–5s", f.announceInterval)
+	}
+	if f.agent() {
+		switch {
+		case f.node == "":
+			return nil, errors.New("--node: agent mode needs this node's name (or NODE_NAME)")
+		case f.source != "" && f.source != "kube" && !strings.HasPrefix(f.source, "dir:"):
+			return nil, fmt.Errorf("--source %q: use dir:/path or kube", f.source)
+		case strings.HasPrefix(f.source, "dir:") && f.kubeconfig != "":
+			return nil, errors.New("--kubeconfig and --source dir: exclude each other")
+		case f.source == "dir:":
+			return nil, errors.New("--source dir: needs a directory (dir:/path)")
+		case f.fenceAfter < 100*time.Millisecond || f.fenceAfter > 10*time.Minute:
+			return nil, fmt.Errorf("--fence-after %v: use 100ms–10m", f.fenceAfter)
+		}
 	}
 	return f, nil
 }
@@ -70,6 +113,48 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 // load reads the config file (if any), applies the flags that were set and
 // validates the result.
 func (f *gatewayFlags) load() (*engine.Settled, []byte, error) {
+	c, raw, err := f.loadRaw()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := c.Validate()
+	if err != nil {
+		if f.config != "" {
+			return nil, nil, fmt.Errorf("%s: %w", f.config, err)
+		}
+		return nil, nil, err
+	}
+	return s, raw, nil
+}
+
+// loadBase is load for agent mode: the file holds only the static part
+// (nodes and policies come from the source), and validation waits until
+// they are added.
+func (f *gatewayFlags) loadBase() (*engine.Config, []byte, error) {
+	c, raw, err := f.loadRaw()
+	if err != nil {
+		return nil, nil, err
+	}
+	where := "agent mode"
+	if f.config != "" {
+		where = f.config
+	}
+	switch {
+	case len(c.Nodes) > 0 || len(c.Policies) > 0:
+		return nil, nil, fmt.Errorf("%s: nodes and policies come from the cluster in agent mode; remove them from the file", where)
+	case c.EgressIPsClaimed:
+		return nil, nil, fmt.Errorf("%s: egressIPsClaimed cannot be used in agent mode: the agent claims, releases and fences the egress IPs itself", where)
+	case len(c.Interfaces) == 0:
+		return nil, nil, fmt.Errorf("%s: config field interfaces: no interface given; name at least one (or pass --iface)", where)
+	}
+	if c.Node == "" {
+		c.Node = f.node
+	}
+	return c, raw, nil
+}
+
+// loadRaw reads the config file (if any) and applies the flags that were set.
+func (f *gatewayFlags) loadRaw() (*engine.Config, []byte, error) {
 	c := &engine.Config{}
 	var raw []byte
 	if f.config != "" {
@@ -97,14 +182,7 @@ func (f *gatewayFlags) load() (*engine.Settled, []byte, error) {
 			c.MetricsAddr = f.metricsAddr
 		}
 	})
-	s, err := c.Validate()
-	if err != nil {
-		if f.config != "" {
-			return nil, nil, fmt.Errorf("%s: %w", f.config, err)
-		}
-		return nil, nil, err
-	}
-	return s, raw, nil
+	return c, raw, nil
 }
 
 func newLogger(format string) *slog.Logger {
@@ -123,6 +201,9 @@ func runGateway(args []string) error {
 	if err != nil {
 		return err
 	}
+	if f.agent() {
+		return runGatewayAgent(f)
+	}
 	set, raw, err := f.load()
 	if err != nil {
 		return err
@@ -138,7 +219,7 @@ func runGateway(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	eng, err := engine.New(set, engine.Options{Logger: log})
+	eng, err := engine.New(set, engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval})
 	if err != nil {
 		return err
 	}
@@ -171,16 +252,7 @@ func runGateway(args []string) error {
 			log.Info("gateway: shutting down", "signal", sig.String())
 			st := eng.Stats()
 			err := eng.Close()
-			drops := map[string]uint64{}
-			for _, r := range gateway.DropReasons() {
-				if n := st.Pipeline.Drop(r); n > 0 {
-					drops[r.String()] = n
-				}
-			}
-			log.Info("gateway: final counters", "rx", st.Pipeline.Count(gateway.CounterRx),
-				"forwarded", st.Pipeline.Count(gateway.CounterForwarded), "replied", st.Pipeline.Count(gateway.CounterReplied),
-				"flows", st.Flows, "drops", drops, "pass_dropped", st.Engine.PassDropped, "no_port", st.Engine.NoPort,
-				"no_buffer", st.Engine.NoBuffer, "expired", st.Engine.Expired)
+			logFinal(log, st)
 			return err
 		case <-tick:
 			data, err := os.ReadFile(f.config)
@@ -191,4 +263,116 @@ func runGateway(args []string) error {
 			reload("config file changed")
 		}
 	}
+}
+
+// logFinal logs the engine's counters when the gateway stops.
+func logFinal(log *slog.Logger, st engine.Stats) {
+	drops := map[string]uint64{}
+	for _, r := range gateway.DropReasons() {
+		if n := st.Pipeline.Drop(r); n > 0 {
+			drops[r.String()] = n
+		}
+	}
+	log.Info("gateway: final counters", "rx", st.Pipeline.Count(gateway.CounterRx),
+		"forwarded", st.Pipeline.Count(gateway.CounterForwarded), "replied", st.Pipeline.Count(gateway.CounterReplied),
+		"flows", st.Flows, "drops", drops, "pass_dropped", st.Engine.PassDropped, "no_port", st.Engine.NoPort,
+		"no_buffer", st.Engine.NoBuffer, "expired", st.Engine.Expired)
+}
+
+// runGatewayAgent is agent mode: the gateway agent (control/gwagent) builds
+// the engine's configuration from the cluster's objects and drives it.
+func runGatewayAgent(f *gatewayFlags) error {
+	base, raw, err := f.loadBase()
+	if err != nil {
+		return err
+	}
+	format := base.LogFormat
+	if format == "" {
+		format = "text"
+	}
+	if format != "text" && format != "json" {
+		return fmt.Errorf("config field logFormat: %q: use text or json", base.LogFormat)
+	}
+	log := newLogger(format)
+	slog.SetDefault(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var src gwagent.Source
+	if dir, ok := strings.CutPrefix(f.source, "dir:"); ok {
+		if src, err = gwagent.NewFileSource(dir, 0, log); err != nil {
+			return err
+		}
+	} else {
+		restCfg, err := kubeRESTConfig(f.kubeconfig)
+		if err != nil {
+			return err
+		}
+		if src, err = gwagent.NewKubeSource(restCfg); err != nil {
+			return err
+		}
+	}
+	var eng *engine.Engine
+	a := &gwagent.Agent{Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
+		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
+			e, err := engine.New(s, engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval})
+			if err != nil {
+				return nil, err
+			}
+			e.Start()
+			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
+			eng = e
+			return e, nil
+		}}
+	if f.healthAddr != "" {
+		hs, err := health.Listen(f.healthAddr)
+		if err != nil {
+			return err
+		}
+		hs.SetServing(false) // until the data plane runs
+		defer hs.Stop()
+		a.Health = hs
+	}
+	go func() {
+		var tick <-chan time.Time
+		if f.config != "" && f.watch > 0 {
+			t := time.NewTicker(f.watch)
+			defer t.Stop()
+			tick = t.C
+		}
+		reload := func(why string) {
+			c, _, err := f.loadBase()
+			if err != nil {
+				log.Error("gateway: reload failed; keeping the running configuration", "why", why, "err", err)
+				return
+			}
+			a.SetBase(*c)
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				reload("SIGHUP")
+			case <-tick:
+				data, err := os.ReadFile(f.config)
+				if err != nil || bytes.Equal(data, raw) {
+					continue
+				}
+				raw = data
+				reload("config file changed")
+			}
+		}
+	}()
+	log.Info("gateway agent: starting", "node", f.node, "source", f.source, "kubeconfig", f.kubeconfig,
+		"health", f.healthAddr, "fence_after", f.fenceAfter)
+	err = a.Run(ctx)
+	if eng != nil {
+		logFinal(log, eng.Stats())
+	}
+	return err
 }

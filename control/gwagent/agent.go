@@ -54,8 +54,31 @@ type Agent struct {
 	FenceAfter, CheckEvery, Resync time.Duration
 	Log                            *slog.Logger
 
-	mu    sync.Mutex
-	state State
+	mu      sync.Mutex
+	state   State
+	base    *engine.Config // set by SetBase, replaces Base
+	rebuild func()         // asks the running loop for a pass
+}
+
+// SetBase replaces the static part of the configuration while the agent
+// runs (the command's SIGHUP); the next pass applies it.
+func (a *Agent) SetBase(c engine.Config) {
+	a.mu.Lock()
+	a.base = &c
+	kick := a.rebuild
+	a.mu.Unlock()
+	if kick != nil {
+		kick()
+	}
+}
+
+func (a *Agent) currentBase() engine.Config {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.base != nil {
+		return *a.base
+	}
+	return a.Base
 }
 
 // State is what the agent is doing, for tests and logs.
@@ -124,6 +147,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		default:
 		}
 	}
+	a.mu.Lock()
+	a.rebuild = poke
+	a.mu.Unlock()
 	if err := a.Source.Start(ctx, poke); err != nil {
 		return fmt.Errorf("gateway agent: starting the object source: %w", err)
 	}
@@ -239,7 +265,7 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh Statuses) error {
 		// contact: host only what the fresh read agrees with.
 		in.EgressIPs = agree(in.EgressIPs, fresh)
 	}
-	r := Build(a.Base, in)
+	r := Build(a.currentBase(), in)
 	if p := joinErrs(r.Problems); p != l.lastProblem {
 		for _, e := range r.Problems {
 			a.Log.Warn("gateway agent: input skipped", "problem", e.Error())
