@@ -156,7 +156,7 @@ func (c *ctrlSource) Start(ctx context.Context, changed func()) error {
 		return err
 	}
 	if c.statusDir != "" {
-		go pollDir(ctx, c.statusDir, time.Second, changed)
+		go pollDir(ctx, c.statusDir, statusPoll, changed)
 	}
 	return nil
 }
@@ -164,6 +164,12 @@ func (c *ctrlSource) Start(ctx context.Context, changed func()) error {
 func (c *ctrlSource) Objects() steer.Objects {
 	return steer.Objects{EgressIPs: c.s.EgressIPs(), Nodes: c.s.Nodes(), Namespaces: c.s.Namespaces(), Pods: c.s.Pods()}
 }
+
+// statusPoll is how often the status files of a dir: source are checked.
+// A moved egress IP reaches the kernel at most this long after the
+// controller wrote it, and failover must finish within the reachability
+// timeout + 1 s, so it is well below a second.
+const statusPoll = 200 * time.Millisecond
 
 // pollDir calls changed whenever the names, sizes or times of dir's files change.
 func pollDir(ctx context.Context, dir string, every time.Duration, changed func()) {
