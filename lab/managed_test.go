@@ -113,6 +113,7 @@ func TestManaged(t *testing.T) {
 			t.Errorf("pod %s: selected by %q, want %q", p.Name, p.Policy, want)
 		}
 	}
+	checkClaims(t, l, st, "")
 	t.Run("Sources", func(t *testing.T) { checkSources(t, l, st) })
 	t.Run("Spread", func(t *testing.T) {
 		// Per-connection balancing: new connections of a blue pod use both
@@ -170,6 +171,9 @@ func TestManaged(t *testing.T) {
 			other = a.Node
 		}
 	}
+	// The returned agent must not hold on to what it had claimed before it
+	// was killed: those IPs live on other nodes now.
+	checkClaims(t, l, st, "")
 	time.Sleep(time.Until(back.Add(m.holdDown() + 500*time.Millisecond)))
 	if st2, _ := l.Status(); !slices.EqualFunc(st.Assignment, st2.Assignment, func(a, b AssignmentStatus) bool { return a == b }) {
 		t.Errorf("the assignment changed when %s returned (minimal churn): %v → %v", gw, st.Assignment, st2.Assignment)
@@ -184,6 +188,7 @@ func TestManaged(t *testing.T) {
 	}
 	st, _ = l.Status()
 	checkAssignment(t, st)
+	checkClaims(t, l, st, other)
 	t.Run("SourcesAfterReturn", func(t *testing.T) { checkSources(t, l, st) })
 }
 
@@ -204,6 +209,37 @@ func checkAssignment(t *testing.T, st *Status) {
 			t.Errorf("%s hosts two IPs of %s", a.Node, a.EgressIP)
 		}
 		perNode[a.EgressIP+"/"+a.Node] = true
+	}
+}
+
+// checkClaims checks that each gateway's eth0 holds exactly the egress IPs
+// the controller assigned to it (skip: a gateway that is down).
+func checkClaims(t *testing.T, l *Lab, st *Status, skip string) {
+	t.Helper()
+	for _, g := range l.Spec.Gateways {
+		if g.Name == skip {
+			continue
+		}
+		out, err := run("ip", "-n", l.Spec.NS(g.Name), "-4", "-o", "addr", "show", "dev", "eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var have, want []string
+		for _, f := range strings.Fields(out) {
+			if strings.HasSuffix(f, "/32") {
+				have = append(have, strings.TrimSuffix(f, "/32"))
+			}
+		}
+		for _, a := range st.Assignment {
+			if a.Node == g.Name {
+				want = append(want, a.IP.String())
+			}
+		}
+		slices.Sort(have)
+		slices.Sort(want)
+		if !slices.Equal(have, want) {
+			t.Errorf("%s's eth0 holds egress IPs %v, the controller assigned it %v (an IP on two nodes answers ARP on both)", g.Name, have, want)
+		}
 	}
 }
 
