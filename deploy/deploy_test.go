@@ -1,0 +1,347 @@
+// Package deploy holds Egret's Kubernetes manifests; its tests build them with
+// kustomize and apply them to a real kube-apiserver.
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/egret-gw/egret/internal/kubetest"
+)
+
+// obj is a manifest decoded generically.
+type obj map[string]any
+
+func (o obj) kind() string { s, _ := o["kind"].(string); return s }
+
+func (o obj) name() string { return str(o, "metadata", "name") }
+
+func (o obj) ns() string { return str(o, "metadata", "namespace") }
+
+func get(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				if o, ok2 := v.(obj); ok2 {
+					m = o
+				} else {
+					return nil
+				}
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func str(v any, path ...any) string { s, _ := get(v, path...).(string); return s }
+
+func kubectl(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(kubetest.BinDir(), "kubectl")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("kubectl is not in %s; hack/k8s-bins.sh builds it (CI=true demands it)", kubetest.BinDir())
+		}
+		t.Skipf("kubectl is not in %s; run hack/k8s-bins.sh", kubetest.BinDir())
+	}
+	return p
+}
+
+func run(t *testing.T, stdin []byte, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.Bytes()
+}
+
+// build runs kustomize on dir and decodes every object.
+func build(t *testing.T, kc, dir string) ([]byte, []obj) {
+	t.Helper()
+	raw := run(t, nil, kc, "kustomize", dir)
+	var objs []obj
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var o obj
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("kustomize %s output: %v", dir, err)
+		}
+		objs = append(objs, o)
+	}
+	return raw, objs
+}
+
+func find(t *testing.T, objs []obj, kind, name string) obj {
+	t.Helper()
+	for _, o := range objs {
+		if o.kind() == kind && o.name() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s in the build", kind, name)
+	return nil
+}
+
+func TestKustomizeBuild(t *testing.T) {
+	kc := kubectl(t)
+	_, objs := build(t, kc, ".")
+	var kinds []string
+	nsCount := 0
+	sas := map[string]bool{}
+	for _, o := range objs {
+		kinds = append(kinds, o.kind()+"/"+o.name())
+		if o.kind() == "Namespace" {
+			nsCount++
+		}
+		if o.kind() == "ServiceAccount" {
+			sas[o.ns()+"/"+o.name()] = true
+		}
+		if str(o, "metadata", "labels", "app.kubernetes.io/part-of") != "egret" {
+			t.Errorf("%s/%s lacks the part-of label", o.kind(), o.name())
+		}
+	}
+	sort.Strings(kinds)
+	t.Logf("deploy/ builds %d objects: %v", len(objs), kinds)
+	if nsCount != 1 {
+		t.Errorf("%d Namespace objects, want 1", nsCount)
+	}
+	find(t, objs, "CustomResourceDefinition", "egressips.k8s.ovn.org")
+
+	// Every workload runs as a ServiceAccount the build creates.
+	for _, o := range objs {
+		if o.kind() != "Deployment" && o.kind() != "DaemonSet" {
+			continue
+		}
+		sa := str(o, "spec", "template", "spec", "serviceAccountName")
+		if !sas[o.ns()+"/"+sa] {
+			t.Errorf("%s %s runs as ServiceAccount %q, which deploy/ does not create", o.kind(), o.name(), sa)
+		}
+	}
+
+	ctl := find(t, objs, "Deployment", "egret-controller")
+	if r, _ := get(ctl, "spec", "replicas").(float64); r != 2 {
+		t.Errorf("controller replicas %v, want 2", get(ctl, "spec", "replicas"))
+	}
+	if args := fmt.Sprint(get(ctl, "spec", "template", "spec", "containers", 0, "args")); !strings.Contains(args, "--leader-elect=true") {
+		t.Errorf("controller args %s lack --leader-elect=true", args)
+	}
+
+	gw := find(t, objs, "DaemonSet", "egret-gateway")
+	spec := get(gw, "spec", "template", "spec")
+	if get(spec, "hostNetwork") != true {
+		t.Error("gateway is not on the host network")
+	}
+	if v, ok := get(spec, "nodeSelector", "k8s.ovn.org/egress-assignable").(string); !ok || v != "" {
+		t.Errorf("gateway nodeSelector %v, want k8s.ovn.org/egress-assignable: \"\"", get(spec, "nodeSelector"))
+	}
+	if get(spec, "tolerations") == nil {
+		t.Error("gateway has no tolerations")
+	}
+	sc := get(spec, "containers", 0, "securityContext")
+	if get(sc, "privileged") == true {
+		t.Error("gateway is privileged")
+	}
+	var add []string
+	for _, c := range get(sc, "capabilities", "add").([]any) {
+		add = append(add, c.(string))
+	}
+	sort.Strings(add)
+	if want := []string{"BPF", "IPC_LOCK", "NET_ADMIN", "NET_RAW", "PERFMON"}; !slices.Equal(add, want) {
+		t.Errorf("gateway capabilities %v, want exactly %v", add, want)
+	}
+	if d := fmt.Sprint(get(sc, "capabilities", "drop")); d != "[ALL]" {
+		t.Errorf("gateway drops %s, want [ALL]", d)
+	}
+	bpffs := false
+	for _, v := range get(spec, "volumes").([]any) {
+		if str(v, "hostPath", "path") == "/sys/fs/bpf" {
+			bpffs = true
+		}
+	}
+	if !bpffs {
+		t.Error("gateway does not mount the bpffs")
+	}
+	steer := find(t, objs, "DaemonSet", "egret-steer")
+	if c := fmt.Sprint(get(steer, "spec", "template", "spec", "containers", 0, "securityContext", "capabilities", "add")); c != "[NET_ADMIN]" {
+		t.Errorf("steer capabilities %s, want [NET_ADMIN]", c)
+	}
+
+	// Metrics ports are the documented ones.
+	for name, port := range map[string]float64{"egret-gateway": 9110, "egret-steer": 9112} {
+		ds := find(t, objs, "DaemonSet", name)
+		if p, _ := get(ds, "spec", "template", "spec", "containers", 0, "ports", 0, "containerPort").(float64); p != port {
+			t.Errorf("%s metrics port %v, want %v", name, p, port)
+		}
+	}
+}
+
+func TestMonitoringBuild(t *testing.T) {
+	kc := kubectl(t)
+	_, objs := build(t, kc, "monitoring")
+	cm := find(t, objs, "ConfigMap", "egret-dashboard")
+	if l := str(cm, "metadata", "labels", "grafana_dashboard"); l != "1" {
+		t.Errorf("dashboard ConfigMap label grafana_dashboard=%q, want \"1\"", l)
+	}
+	want, err := os.ReadFile("monitoring/egret-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := str(cm, "data", "egret-dashboard.json"); got != string(want) {
+		t.Error("dashboard ConfigMap differs from monitoring/egret-dashboard.json")
+	}
+	var d map[string]any
+	if err := json.Unmarshal(want, &d); err != nil {
+		t.Fatalf("dashboard is not JSON: %v", err)
+	}
+
+	rule := find(t, objs, "PrometheusRule", "egret")
+	raw, err := os.ReadFile("monitoring/egret-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file map[string]any
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(map[string]any(get(rule, "spec").(map[string]any)), file) {
+		t.Error("PrometheusRule spec differs from monitoring/egret-rules.yaml; regenerate it")
+	}
+	for _, name := range []string{"egret-gateway", "egret-controller", "egret-steer"} {
+		pm := find(t, objs, "PodMonitor", name)
+		if p := str(pm, "spec", "podMetricsEndpoints", 0, "port"); p != "metrics" {
+			t.Errorf("PodMonitor %s scrapes port %q, want metrics", name, p)
+		}
+	}
+}
+
+func TestPromtoolCheckRules(t *testing.T) {
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool is not installed (hack/deps.sh installs prometheus; CI=true demands it)")
+		}
+		t.Skip("promtool is not installed; run hack/deps.sh")
+	}
+	out := run(t, nil, p, "check", "rules", "monitoring/egret-rules.yaml")
+	if !bytes.Contains(out, []byte("SUCCESS")) {
+		t.Fatalf("promtool: %s", out)
+	}
+}
+
+// TestApply applies deploy/ and deploy/monitoring/ to a real kube-apiserver:
+// server-side dry-run first, then for real, and checks the RBAC grants.
+func TestApply(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and kube-apiserver")
+	}
+	kc := kubectl(t)
+	env := kubetest.Start(t)
+	k := func(stdin []byte, args ...string) []byte {
+		return run(t, stdin, kc, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
+	}
+	core, coreObjs := build(t, kc, ".")
+	mon, _ := build(t, kc, "monitoring")
+
+	// Cluster-scoped objects and the namespace dry-run on an empty cluster;
+	// namespaced ones need the namespace, so the whole set dry-runs after
+	// the real apply of those.
+	var first []byte
+	for _, doc := range strings.Split(string(core), "\n---\n") {
+		if strings.Contains(doc, "namespace: egret-system") {
+			continue
+		}
+		first = append(first, []byte("---\n"+doc+"\n")...)
+	}
+	k(first, "apply", "--server-side", "--dry-run=server", "-f", "-")
+	k(first, "apply", "--server-side", "-f", "-")
+	k(nil, "wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org")
+	k(core, "apply", "--server-side", "--dry-run=server", "-f", "-")
+	out := k(core, "apply", "--server-side", "-f", "-")
+	t.Logf("apply deploy/:\n%s", out)
+	for _, o := range coreObjs {
+		args := []string{"get", strings.ToLower(o.kind()), o.name(), "-o", "name"}
+		if o.ns() != "" {
+			args = append(args, "-n", o.ns())
+		}
+		k(nil, args...)
+	}
+
+	// Monitoring needs the Prometheus Operator's CRDs: a minimal copy.
+	crds, err := os.ReadFile("testdata/monitoring-crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k(crds, "apply", "--server-side", "-f", "-")
+	k(nil, "wait", "--for=condition=established", "--timeout=60s", "crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	k(mon, "apply", "--server-side", "--dry-run=server", "-f", "-")
+	t.Logf("apply deploy/monitoring/:\n%s", k(mon, "apply", "--server-side", "-f", "-"))
+	if got := string(k(nil, "get", "configmap", "-n", "egret-system", "-l", "grafana_dashboard=1", "-o", "name")); strings.TrimSpace(got) != "configmap/egret-dashboard" {
+		t.Errorf("dashboard ConfigMaps by label: %q", got)
+	}
+
+	// Least privilege, asked of the API server's authorizer.
+	can := func(sa, verb, res string) bool {
+		cmd := exec.Command(kc, "--kubeconfig", env.Kubeconfig, "auth", "can-i", verb, res,
+			"--as=system:serviceaccount:egret-system:"+sa, "-n", "egret-system")
+		out, _ := cmd.Output() // exit status 1 means "no"
+		return strings.TrimSpace(string(out)) == "yes"
+	}
+	grants := []struct {
+		sa, verb, res string
+		want          bool
+	}{
+		{"egret-controller", "update", "egressips.k8s.ovn.org", true},
+		{"egret-controller", "update", "leases.coordination.k8s.io", true},
+		{"egret-controller", "get", "secrets", false},
+		{"egret-controller", "delete", "egressips.k8s.ovn.org", false},
+		{"egret-gateway", "watch", "egressips.k8s.ovn.org", true},
+		{"egret-gateway", "list", "pods", true},
+		{"egret-gateway", "update", "egressips.k8s.ovn.org", false},
+		{"egret-gateway", "get", "secrets", false},
+		{"egret-gateway", "create", "pods", false},
+		{"egret-steer", "list", "nodes", true},
+		{"egret-steer", "update", "nodes", false},
+		{"egret-steer", "get", "secrets", false},
+	}
+	for _, g := range grants {
+		if got := can(g.sa, g.verb, g.res); got != g.want {
+			t.Errorf("%s can %s %s: %v, want %v", g.sa, g.verb, g.res, got, g.want)
+		}
+	}
+	// Applying again changes no workload's spec (its generation stays).
+	gens := func() string {
+		return string(k(nil, "get", "deployment,daemonset", "-n", "egret-system", "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.metadata.generation} {end}`))
+	}
+	before := gens()
+	k(core, "apply", "--server-side", "-f", "-")
+	if after := gens(); after != before || !strings.Contains(before, "egret-gateway=1") {
+		t.Errorf("workload generations %q before a second apply, %q after", before, after)
+	}
+}
