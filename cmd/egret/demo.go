@@ -102,6 +102,9 @@ func runDemo(args []string) error {
 		return err
 	}
 	l.Impl = lab.Managed{Binary: self, ReachabilityTotalTimeoutSeconds: *reach, HoldDown: *holdDown}
+	if left := lab.Namespaces(*name); len(left) > 0 {
+		d.printf("  lab %q exists already (an earlier --keep or an interrupted run): it is removed and built again\n", *name)
+	}
 
 	d.step(fmt.Sprintf("building the lab %q: 2 workers with 4 pods, 3 gateways, router, echo server; starting egret controller, 3 egret gateway agents, 2 egret steer agents", *name))
 	if err := l.Up(); err != nil {
@@ -283,23 +286,44 @@ func probeAll(l *lab.Lab, st *lab.Status, phase string) ([]demoRecord, bool) {
 	return out, ok
 }
 
-// printTable prints one line per pod: what the server saw for each probe.
+// printTable prints one line per pod: the source the server saw for each
+// probe and the gateway node hosting it.
 func printTable(w io.Writer, recs []demoRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  POD\tNAMESPACE\tNODE\tEGRESSIP OBJECT\tPROBE\tSERVER SAW\tVIA GATEWAY\tOK")
-	for _, r := range recs {
-		obj, gw, seen := r.EgressIPObject, r.Gateway, r.Seen
+	fmt.Fprintln(w, "\n  each probe column: the source address the outside server saw (the gateway node hosting it)")
+	fmt.Fprint(tw, "  POD\tNAMESPACE\tNODE\tEGRESSIP\t")
+	for _, k := range lab.ProbeKinds {
+		fmt.Fprintf(tw, "%s\t", strings.ToUpper(k))
+	}
+	fmt.Fprintln(tw, "OK")
+	for i := 0; i < len(recs); {
+		r := recs[i]
+		obj := r.EgressIPObject
 		if !r.Steered {
-			obj, gw = "(none)", "not steered: node IP"
+			obj = "(none)"
 		}
-		if !r.OK {
-			seen = "FAILED: " + r.Error
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t", r.Pod, r.Namespace, r.Node, obj)
+		var bad []string
+		for ; i < len(recs) && recs[i].Pod == r.Pod; i++ {
+			p := recs[i]
+			cell := p.Seen + " (" + p.Gateway + ")"
+			switch {
+			case !p.OK:
+				cell = "FAILED"
+				bad = append(bad, p.Probe+": "+p.Error)
+			case !p.Steered:
+				cell = p.Seen + " (node IP: not steered)"
+			}
+			if p.OK && !p.AsExpected {
+				bad = append(bad, p.Probe+": want "+strings.Join(p.Expected, " or "))
+			}
+			fmt.Fprintf(tw, "%s\t", cell)
 		}
-		mark := "yes"
-		if !r.OK || !r.AsExpected {
-			mark = "NO (want " + strings.Join(r.Expected, " or ") + ")"
+		if len(bad) == 0 {
+			fmt.Fprintln(tw, "yes")
+		} else {
+			fmt.Fprintln(tw, "NO: "+strings.Join(bad, "; "))
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Namespace, r.Node, obj, r.Probe, seen, gw, mark)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
