@@ -161,9 +161,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	lastOK.Store(time.Now().UnixNano()) // Start returned: the source was just listed
 	go a.checkLoop(ctx, func(st Statuses) {
 		freshMu.Lock()
+		differ := !reflect.DeepEqual(fresh, st)
 		fresh = st
 		freshMu.Unlock()
 		lastOK.Store(time.Now().UnixNano())
+		if differ {
+			poke() // while settling, what is hosted depends on the fresh read
+		}
 	})
 
 	l := &loop{}
@@ -205,8 +209,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-kick:
 			time.Sleep(20 * time.Millisecond) // let a burst of changes settle into one pass
 		case <-tick.C:
-			// Only the fence state can have changed here.
+			// Only the fence state or the end of settling can change here.
 			dirty = (time.Since(time.Unix(0, lastOK.Load())) > a.FenceAfter) != l.fenced
+			if !l.settleUntil.IsZero() && time.Now().After(l.settleUntil) {
+				l.settleUntil = time.Time{}
+				dirty = true
+			}
 		case <-resync.C:
 		case <-retry:
 		}
