@@ -273,3 +273,67 @@ func movedString(ms []AssignmentStatus) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// TestManagedStatus reads a managed lab's run folder (no namespaces): the
+// assignment comes from the status files, the selection from the manifests.
+func TestManagedStatus(t *testing.T) {
+	s, err := DefaultSpec("eltunit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Lab{Spec: s, RunRoot: t.TempDir()}
+	objs := ObjectsDir(l.RunDir())
+	if err := writeObjects(s, objs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.RunDir()+"/state.json", []byte(`{"name":"eltunit","mode":"managed"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(objs+"/status", 0o755)
+	writeStatus := func(name string, items ...egressv1.EgressIPStatusItem) {
+		t.Helper()
+		y, _ := yaml.Marshal(egressv1.EgressIP{Status: egressv1.EgressIPStatus{Items: items}})
+		if err := os.WriteFile(objs+"/status/"+name+".yaml", y, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeStatus("blue", egressv1.EgressIPStatusItem{Node: "g3", EgressIP: "192.0.2.103"})
+	st, err := l.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Up || st.Mode != ModeManaged || st.Controller == nil || st.Controller.Running || len(st.Steer) != 2 {
+		t.Fatalf("status %+v", st)
+	}
+	if !slices.Contains(st.Problems, "egret controller is not running") {
+		t.Errorf("dead controller not reported: %v", st.Problems)
+	}
+	w1p1, w1p2, w2p2 := st.Pod("w1-p1"), st.Pod("w1-p2"), st.Pod("w2-p2")
+	if w1p1.Policy != "blue" || w1p1.KubeNamespace != "shop" || len(w1p1.EgressIPs) != 1 || w1p1.EgressIPs[0].String() != "192.0.2.103" || w1p1.Gateway != "g3" {
+		t.Errorf("w1-p1: %+v", w1p1)
+	}
+	if w1p2.Policy != "green" || w1p2.EgressIP != nil || len(w1p2.ExpectedSources) != 0 {
+		t.Errorf("w1-p2 (green unassigned) must expect nothing (fail closed): %+v", w1p2)
+	}
+	if w2p2.Policy != "" || w2p2.ExpectedSource.String() != "192.0.2.12" {
+		t.Errorf("w2-p2: %+v", w2p2)
+	}
+	if len(st.Assignment) != 3 || st.Assignment[0].Node != "" || st.Assignment[1].Node != "g3" {
+		t.Errorf("assignment %+v", st.Assignment)
+	}
+	if g3 := st.Gateways[2]; len(g3.EgressIPs) != 1 || g3.Policies[0] != "blue" {
+		t.Errorf("g3: %+v", g3)
+	}
+	// A corrupt status file is a problem, not a crash.
+	if err := os.WriteFile(objs+"/status/green.yaml", []byte("status: [unclosed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = l.Status(); err != nil || !slices.ContainsFunc(st.Problems, func(p string) bool { return strings.Contains(p, "status of green") }) {
+		t.Errorf("corrupt status file: err %v, problems %v", err, st.Problems)
+	}
+	var b strings.Builder
+	st.WriteText(&b)
+	if !strings.Contains(b.String(), "controller") {
+		t.Errorf("text status:\n%s", b.String())
+	}
+}
