@@ -44,8 +44,12 @@ test: deps tools build vet
 test-unit:
 	$(GO) test -count=1 -short ./...
 
+# The main job: the lab in network namespaces with the real controller, gateway and steer
+# agents; who egresses as whom; a gateway killed and the failover timed.
+# make demo DEMO_FLAGS=--keep leaves the lab up; DEMO_FLAGS=--json prints JSON.
+DEMO_FLAGS ?=
 demo: deps build
-	$(BIN)/egret demo
+	$(BIN)/egret demo $(DEMO_FLAGS)
 
 # Each parser and the whole pipeline under the coverage-guided fuzzer (FUZZTIME each).
 FUZZTIME ?= 60s
