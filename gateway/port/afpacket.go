@@ -120,12 +120,14 @@ func (p *Packet) Receive(b *Batch, timeout time.Duration) error {
 		got = 0
 	}
 	b.pool = p.pool
+	bytes := 0
 	for i := 0; i < got; i++ {
 		l := int(p.rxHdr[i].Len)
 		if l > room {
 			l = room // truncated: the frame was bigger than a buffer
 		}
 		b.set(i, p.rxBase[i], p.pool.headroom, l)
+		bytes += l
 	}
 	b.N = got
 	for i := got; i < n; i++ {
@@ -133,6 +135,7 @@ func (p *Packet) Receive(b *Batch, timeout time.Duration) error {
 	}
 	if got > 0 {
 		p.cnt.rx.Add(uint64(got))
+		p.cnt.rxBytes.Add(uint64(bytes))
 	}
 	if e != 0 && e != unix.EAGAIN && e != unix.EINTR {
 		p.cnt.rxErr.Add(1)
@@ -157,7 +160,7 @@ func (p *Packet) Transmit(b *Batch) {
 		p.txIov[n].SetLen(b.Len[i])
 		n++
 	}
-	sent := 0
+	sent, bytes := 0, 0
 	for sent < n {
 		r, e := p.mmsg(unix.SYS_SENDMMSG, &p.txHdr[sent], n-sent, unix.MSG_DONTWAIT)
 		if e == unix.EINTR {
@@ -172,10 +175,14 @@ func (p *Packet) Transmit(b *Batch) {
 		sent += r
 	}
 	for i := 0; i < n; i++ {
+		if i < sent {
+			bytes += int(p.txIov[i].Len)
+		}
 		p.txIov[i].Base = nil
 	}
 	b.Release()
 	p.cnt.tx.Add(uint64(sent))
+	p.cnt.txBytes.Add(uint64(bytes))
 	if n > sent {
 		p.cnt.txDrops.Add(uint64(n - sent))
 	}

@@ -246,15 +246,18 @@ func (x *XSK) Receive(b *Batch, timeout time.Duration) error {
 	}
 	b.pool = x.pool
 	mask := uint64(x.pool.frameSize - 1)
+	var bytes uint64
 	for i := 0; i < int(n); i++ {
 		d := x.rxD[cons&x.rx.mask]
 		cons++
 		base := d.Addr &^ mask
 		b.set(i, base, int(d.Addr&mask), int(d.Len))
+		bytes += uint64(d.Len)
 	}
 	b.N = int(n)
 	x.rx.cons.Store(cons)
 	x.cnt.rx.Add(uint64(n))
+	x.cnt.rxBytes.Add(bytes)
 	return nil
 }
 
@@ -267,7 +270,7 @@ func (x *XSK) Transmit(b *Batch) {
 	x.complete()
 	prod := x.tx.prod.Load()
 	room := x.tx.size - (prod - x.tx.cons.Load())
-	sent, drops := 0, 0
+	sent, drops, bytes := 0, 0, 0
 	same := b.pool == x.pool
 	for i := 0; i < b.N; i++ {
 		base := b.base[i]
@@ -298,6 +301,7 @@ func (x *XSK) Transmit(b *Batch) {
 		prod++
 		room--
 		sent++
+		bytes += b.Len[i]
 	}
 	if same {
 		b.reset()
@@ -308,6 +312,7 @@ func (x *XSK) Transmit(b *Batch) {
 		x.tx.prod.Store(prod)
 		x.pending += sent
 		x.cnt.tx.Add(uint64(sent))
+		x.cnt.txBytes.Add(uint64(bytes))
 	}
 	if drops > 0 {
 		x.cnt.txDrops.Add(uint64(drops))

@@ -81,6 +81,11 @@ func (m *Mem) Receive(b *Batch, timeout time.Duration) error {
 		m.pull(b)
 	}
 	m.cnt.rx.Add(uint64(b.N))
+	bytes := 0
+	for i := 0; i < b.N; i++ {
+		bytes += b.Len[i]
+	}
+	m.cnt.rxBytes.Add(uint64(bytes))
 	return nil
 }
 
@@ -117,7 +122,7 @@ func (m *Mem) Transmit(b *Batch) {
 		return
 	}
 	q := m.out
-	sent, drops := 0, 0
+	sent, drops, bytes := 0, 0, 0
 	q.mu.Lock()
 	for i := 0; i < b.N; i++ {
 		if b.base[i] == gone {
@@ -132,6 +137,7 @@ func (m *Mem) Transmit(b *Batch) {
 		q.lens[t] = copy(q.slots[t], f)
 		q.n++
 		sent++
+		bytes += len(f)
 	}
 	q.mu.Unlock()
 	b.Release()
@@ -142,6 +148,7 @@ func (m *Mem) Transmit(b *Batch) {
 		}
 	}
 	m.cnt.tx.Add(uint64(sent))
+	m.cnt.txBytes.Add(uint64(bytes))
 	m.cnt.txDrops.Add(uint64(drops))
 }
 

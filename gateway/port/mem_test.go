@@ -60,11 +60,11 @@ func TestMemPairMovesBatches(t *testing.T) {
 	if b.Pool().Free() != 256 || rx.N != 0 {
 		t.Fatal("Release did not return every buffer")
 	}
-	if s := b.Stats(); s.RxFrames != 64 {
-		t.Fatalf("rx stats %+v", s)
+	if s := b.Stats(); s.RxFrames != 64 || s.RxBytes != 64*60 {
+		t.Fatalf("rx stats %+v, want 64 frames of 60 bytes", s)
 	}
-	if s := a.Stats(); s.TxFrames != 64 || s.TxDrops != 0 {
-		t.Fatalf("tx stats %+v", s)
+	if s := a.Stats(); s.TxFrames != 64 || s.TxBytes != 64*60 || s.TxDrops != 0 {
+		t.Fatalf("tx stats %+v, want 64 frames of 60 bytes", s)
 	}
 }
 
@@ -73,8 +73,8 @@ func TestMemQueueFullCountsDrops(t *testing.T) {
 	var tx, rx port.Batch
 	fill(t, a, &tx, 64, 1)
 	a.Transmit(&tx)
-	if s := a.Stats(); s.TxFrames != 16 || s.TxDrops != 48 {
-		t.Fatalf("stats %+v, want 16 sent and 48 dropped", s)
+	if s := a.Stats(); s.TxFrames != 16 || s.TxBytes != 16*60 || s.TxDrops != 48 {
+		t.Fatalf("stats %+v, want 16 sent (960 bytes; drops count no bytes) and 48 dropped", s)
 	}
 	b.Receive(&rx, 0)
 	if rx.N != 16 {

@@ -47,6 +47,8 @@ type Port interface {
 type Stats struct {
 	RxFrames uint64 // frames received
 	TxFrames uint64 // frames queued for transmission
+	RxBytes  uint64 // bytes of the frames received (Ethernet header on, FCS off)
+	TxBytes  uint64 // bytes of the frames queued for transmission
 	TxDrops  uint64 // frames dropped: transmit queue full, no buffer or frame too big
 	RxErrors uint64 // receive system calls that failed
 	TxErrors uint64 // transmit system calls that failed
@@ -56,11 +58,12 @@ type Stats struct {
 // scrapers.
 type counters struct {
 	rx, tx, txDrops, rxErr, txErr atomic.Uint64
+	rxBytes, txBytes              atomic.Uint64
 }
 
 func (c *counters) stats() Stats {
-	return Stats{RxFrames: c.rx.Load(), TxFrames: c.tx.Load(), TxDrops: c.txDrops.Load(),
-		RxErrors: c.rxErr.Load(), TxErrors: c.txErr.Load()}
+	return Stats{RxFrames: c.rx.Load(), TxFrames: c.tx.Load(), RxBytes: c.rxBytes.Load(), TxBytes: c.txBytes.Load(),
+		TxDrops: c.txDrops.Load(), RxErrors: c.rxErr.Load(), TxErrors: c.txErr.Load()}
 }
 
 // Pool is a region of memory cut into equal frame buffers, with a stack of

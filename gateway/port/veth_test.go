@@ -171,6 +171,10 @@ func testVeth(t *testing.T, packet bool) {
 	if st.TxFrames != 2*n || st.TxDrops != 0 || st.RxFrames < n {
 		t.Fatalf("stats %+v", st)
 	}
+	// Every frame here is 60 bytes; AF_PACKET also sees kernel chatter.
+	if st.TxBytes != 2*n*60 || st.RxBytes < n*60 || st.RxBytes < 14*st.RxFrames {
+		t.Fatalf("byte counters %+v: want %d bytes sent and at least %d received", st, 2*n*60, n*60)
+	}
 	if x, ok := p.(*port.XSK); ok {
 		x.Flush()
 		time.Sleep(50 * time.Millisecond)
