@@ -562,6 +562,58 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
+// WorkerStats are one worker's counters as last published (once per batch).
+type WorkerStats struct {
+	Pipeline gateway.Stats
+	Engine   Counters
+}
+
+// Workers appends each worker's counters to dst, in queue order; safe from
+// any goroutine and allocation-free once dst has room.
+func (e *Engine) Workers(dst []WorkerStats) []WorkerStats {
+	for _, w := range e.workers {
+		dst = append(dst, WorkerStats{Pipeline: w.gw.Stats(), Engine: w.pub.read()})
+	}
+	return dst
+}
+
+// EachPort calls fn for every open port with its interface's name, under
+// the engine's lock: the port's socket stays open during fn (so fn may
+// read its kernel statistics), and nothing is called once Close began.
+func (e *Engine) EachPort(fn func(iface string, p port.Port)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	for _, ifc := range e.ifcs {
+		for _, p := range ifc.Ports {
+			fn(ifc.Name, p)
+		}
+	}
+}
+
+// Hosted appends the egress IPs of the running configuration to dst.
+func (e *Engine) Hosted(dst []netip.Addr) []netip.Addr {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.set == nil {
+		return dst
+	}
+	return append(dst, e.set.Hosted...)
+}
+
+// TunnelPeers is the number of worker nodes the running configuration
+// accepts tunnel traffic from.
+func (e *Engine) TunnelPeers() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.set == nil {
+		return 0
+	}
+	return len(e.set.Gateway.Nodes)
+}
+
 // Modes reports each served interface's mode (afxdp or afpacket).
 func (e *Engine) Modes() map[string]string {
 	e.mu.Lock()

@@ -24,6 +24,10 @@ type Counters struct {
 	NoBuffer uint64
 	// Expired counts flows removed by the periodic expiry.
 	Expired uint64
+	// BusyNanos is the time spent handling received frames, from a batch's
+	// arrival to its transmission (wall clock, cumulative); its rate is the
+	// worker's busy ratio, the rest of the time it polls or waits.
+	BusyNanos uint64
 }
 
 func (c *Counters) add(o *Counters) {
@@ -31,13 +35,14 @@ func (c *Counters) add(o *Counters) {
 	c.NoPort += o.NoPort
 	c.NoBuffer += o.NoBuffer
 	c.Expired += o.Expired
+	c.BusyNanos += o.BusyNanos
 }
 
 // pubCounters are a worker's counters as last published (atomics, read by Stats).
 type pubCounters struct {
-	_                                   [64]byte
-	passDropped, noPort, noBuf, expired atomic.Uint64
-	_                                   [64]byte
+	_                                         [64]byte
+	passDropped, noPort, noBuf, expired, busy atomic.Uint64
+	_                                         [64]byte
 }
 
 func (p *pubCounters) publish(c *Counters) {
@@ -45,10 +50,12 @@ func (p *pubCounters) publish(c *Counters) {
 	p.noPort.Store(c.NoPort)
 	p.noBuf.Store(c.NoBuffer)
 	p.expired.Store(c.Expired)
+	p.busy.Store(c.BusyNanos)
 }
 
 func (p *pubCounters) read() Counters {
-	return Counters{PassDropped: p.passDropped.Load(), NoPort: p.noPort.Load(), NoBuffer: p.noBuf.Load(), Expired: p.expired.Load()}
+	return Counters{PassDropped: p.passDropped.Load(), NoPort: p.noPort.Load(), NoBuffer: p.noBuf.Load(),
+		Expired: p.expired.Load(), BusyNanos: p.busy.Load()}
 }
 
 // epoch is the base of the monotonic nanosecond clock handed to the pipeline.
@@ -150,12 +157,15 @@ func (w *worker) receive(k int, wait time.Duration) int {
 		return 0
 	}
 	n := w.rx.N
+	// Busy time is always wall time: w.now may be a test's clock.
+	t0 := nanotime()
 	now := w.now()
 	for start := 0; start < n; start += w.batch {
 		m := min(w.batch, n-start)
 		w.process(k, now, start, m)
 	}
 	w.rx.Release()
+	w.local.BusyNanos += uint64(nanotime() - t0)
 	w.pub.publish(&w.local)
 	return n
 }
