@@ -63,7 +63,6 @@ type Options struct {
 type Engine struct {
 	opt     Options
 	log     *slog.Logger
-	ns      netns.NsHandle
 	nl      *netlink.Handle
 	cache   *kernel.Cache
 	router  *kernelRouter
@@ -121,10 +120,10 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 			e.teardown()
 		}
 	}()
-	if e.ns, err = netns.Get(); err != nil {
-		return nil, fmt.Errorf("engine: read the network namespace: %w", err)
-	}
-	if e.nl, err = netlink.NewHandleAt(e.ns); err != nil {
+	// Everything is opened in the calling thread's namespace, never by
+	// setns(): entering a namespace needs CAP_SYS_ADMIN, which the gateway
+	// DaemonSet does not grant (deploy/caps_linux_test.go).
+	if e.nl, err = netlink.NewHandle(); err != nil {
 		return nil, fmt.Errorf("engine: netlink: %w", err)
 	}
 	ctCfg := conntrack.Config{MaxFlows: set.ConntrackMax}
@@ -141,7 +140,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if e.pipe, err = gateway.NewPipeline(e.ct, natCfg); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if e.cache, err = kernel.NewCache(kernel.Options{NetNS: e.ns, Logger: e.log}); err != nil {
+	if e.cache, err = kernel.NewCache(kernel.Options{Logger: e.log}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.router = &kernelRouter{cache: e.cache}
@@ -151,7 +150,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if err := e.swap(set); err != nil {
 		return nil, err
 	}
-	if e.claimer, err = kernel.NewClaimer(e.ns); err != nil {
+	if e.claimer, err = kernel.NewClaimer(netns.None()); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if opt.Announcements > 0 {
@@ -507,9 +506,6 @@ func (e *Engine) teardown() error {
 	if e.nl != nil {
 		e.nl.Close()
 		e.nl = nil
-	}
-	if e.ns.IsOpen() {
-		e.ns.Close()
 	}
 	return errors.Join(errs...)
 }
