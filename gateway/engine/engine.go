@@ -140,7 +140,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if e.pipe, err = gateway.NewPipeline(e.ct, natCfg); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if e.cache, err = kernel.NewCache(kernel.Options{Logger: e.log}); err != nil {
+	if e.cache, err = kernel.NewCache(kernel.Options{NetNS: netns.None(), Logger: e.log}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.router = &kernelRouter{cache: e.cache}
