@@ -153,6 +153,9 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if e.claimer, err = kernel.NewClaimer(netns.None()); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	if err := e.claimer.PinSocket(); err != nil { // Reload may run on any thread
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if opt.Announcements > 0 {
 		e.claimer.Announcements = opt.Announcements
 	}

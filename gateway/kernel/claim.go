@@ -22,6 +22,11 @@ type Claimer struct {
 	Announcements int
 	Interval      time.Duration
 
+	// raw, if rawOK, is the AF_PACKET socket announcements go out of,
+	// opened once by PinSocket in the namespace the claimer serves.
+	raw   int
+	rawOK bool
+
 	nl *netlink.Handle
 	ns netns.NsHandle
 }
@@ -44,7 +49,13 @@ func NewClaimer(ns netns.NsHandle) (*Claimer, error) {
 }
 
 // Close releases the netlink socket.
-func (c *Claimer) Close() { c.nl.Close() }
+func (c *Claimer) Close() {
+	c.nl.Close()
+	if c.rawOK {
+		unix.Close(c.raw)
+		c.rawOK = false
+	}
+}
 
 func hostAddr(ip netip.Addr) *netlink.Addr {
 	bits := ip.BitLen()
@@ -128,6 +139,13 @@ func (c *Claimer) Announce(ifindex int, mac net.HardwareAddr, ip netip.Addr) err
 
 // rawSocket opens an AF_PACKET socket inside the claimer's namespace.
 func (c *Claimer) rawSocket() (int, error) {
+	if c.rawOK {
+		fd, err := unix.Dup(c.raw)
+		if err != nil {
+			return -1, fmt.Errorf("packet socket: %w", err)
+		}
+		return fd, nil
+	}
 	open := func() (int, error) {
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -222,4 +240,20 @@ func icmp6Checksum(src, dst [16]byte, msg []byte) uint16 {
 		sum = sum>>16 + sum&0xffff
 	}
 	return ^uint16(sum)
+}
+
+// PinSocket opens the AF_PACKET socket announcements are sent from now, in
+// the calling thread's network namespace, and keeps it until Close. Claims
+// then announce from whatever thread calls them, without entering a
+// namespace (setns needs CAP_SYS_ADMIN), which is how the engine uses it.
+func (c *Claimer) PinSocket() error {
+	if c.rawOK {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("kernel: packet socket for announcements: %w", err)
+	}
+	c.raw, c.rawOK = fd, true
+	return nil
 }
