@@ -40,19 +40,34 @@ type Server struct {
 	once   sync.Once
 }
 
+// Option adjusts a Server before it starts serving.
+type Option func(*options)
+
+type options struct{ notServing bool }
+
+// NotServing makes the server report NOT_SERVING from its first answer
+// until SetServing(true): an agent whose data plane is not up yet must not
+// look healthy, not even for the moment between Listen and SetServing.
+func NotServing() Option { return func(o *options) { o.notServing = true } }
+
 // Listen binds addr (host:port; ":9107" for every address) and starts
-// serving at once, reporting SERVING for Service and for the whole server
-// (the empty service name). Stop it with Stop.
-func Listen(addr string) (*Server, error) {
+// serving at once, reporting SERVING (or NOT_SERVING with the NotServing
+// option) for Service and for the whole server (the empty service name).
+// Stop it with Stop.
+func Listen(addr string, opts ...Option) (*Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("health: listening on %s: %w", addr, err)
 	}
-	return Serve(lis), nil
+	return Serve(lis, opts...), nil
 }
 
 // Serve serves the health service on lis (which it then owns).
-func Serve(lis net.Listener) *Server {
+func Serve(lis net.Listener, opts ...Option) *Server {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	s := &Server{
 		grpc:   grpc.NewServer(),
 		health: grpchealth.NewServer(),
@@ -60,8 +75,7 @@ func Serve(lis net.Listener) *Server {
 		done:   make(chan struct{}),
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.health.SetServingStatus(Service, healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.SetServing(!o.notServing) // before the first connection is accepted
 	go func() {
 		s.err = s.grpc.Serve(lis)
 		close(s.done)

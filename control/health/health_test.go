@@ -63,3 +63,24 @@ func TestProbeBadTargets(t *testing.T) {
 		t.Error("listening on an invalid address succeeded")
 	}
 }
+
+// With NotServing the very first check already says NOT_SERVING: there is
+// no moment between Listen and SetServing(false) in which a probe passes.
+func TestNotServingFromTheStart(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", NotServing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	p := NewProber()
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := p.Check(ctx, s.Addr().String()); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("first check = %v, want %v", err, ErrNotServing)
+	}
+	s.SetServing(true)
+	if err := p.Check(ctx, s.Addr().String()); err != nil {
+		t.Fatalf("check after SetServing(true): %v", err)
+	}
+}
