@@ -13,10 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/egret-gw/egret/control/gwagent"
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/metrics"
 )
 
 func init() {
@@ -72,7 +76,7 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.IntVar(&f.queues, "queues", 0, "receive queues, one worker each (default: the first interface's RX queue count)")
 	fs.IntVar(&f.batch, "batch", 0, "frames per Process/Transmit call, 32–64 (default 64)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (default text)")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port for metrics (not served yet; observability is a later issue)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port serving /metrics, /healthz and /readyz (default "+metrics.DefaultGatewayAddr+"; \"off\" disables)")
 	fs.DurationVar(&f.watch, "watch", time.Second, "how often to check the config file for changes (0 disables; SIGHUP still reloads)")
 	fs.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "agent mode: this node's name; status items for it are hosted here (default $NODE_NAME)")
 	fs.StringVar(&f.source, "source", "", "agent mode: dir:/path (a directory of YAML objects and the controller's status/), or kube (in-cluster, else $KUBECONFIG)")
@@ -210,9 +214,11 @@ func runGateway(args []string) error {
 	}
 	log := newLogger(set.LogFormat)
 	slog.SetDefault(log)
-	if set.MetricsAddr != "" {
-		log.Warn("gateway: --metrics-addr is accepted but no metrics endpoint is served yet", "addr", set.MetricsAddr)
+	gm, err := startGatewayMetrics(set.MetricsAddr, log)
+	if err != nil {
+		return err
 	}
+	defer gm.close()
 
 	// Signals first: a SIGTERM during start-up must still clean up.
 	sigs := make(chan os.Signal, 4)
@@ -224,6 +230,8 @@ func runGateway(args []string) error {
 		return err
 	}
 	eng.Start()
+	gm.attach(eng)
+	gm.setReady(func() error { return nil })
 	log.Info("gateway: running", "modes", eng.Modes(), "config", f.config)
 
 	var tick <-chan time.Time
@@ -295,6 +303,11 @@ func runGatewayAgent(f *gatewayFlags) error {
 	}
 	log := newLogger(format)
 	slog.SetDefault(log)
+	gm, err := startGatewayMetrics(base.MetricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer gm.close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -324,6 +337,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 				return nil, err
 			}
 			e.Start()
+			gm.attach(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 			eng = e
 			return e, nil
@@ -368,6 +382,17 @@ func runGatewayAgent(f *gatewayFlags) error {
 			}
 		}
 	}()
+	// Ready while the data plane runs and is not fenced: what the health
+	// service reports to the controller.
+	gm.setReady(func() error {
+		switch st := a.State(); {
+		case !st.Running:
+			return errors.New("data plane not running yet (waiting for a usable configuration)")
+		case st.Fenced:
+			return errors.New("fenced: no contact with the source, every egress IP released")
+		}
+		return nil
+	})
 	log.Info("gateway agent: starting", "node", f.node, "source", f.source, "kubeconfig", f.kubeconfig,
 		"health", f.healthAddr, "fence_after", f.fenceAfter)
 	err = a.Run(ctx)
@@ -375,4 +400,89 @@ func runGatewayAgent(f *gatewayFlags) error {
 		logFinal(log, eng.Stats())
 	}
 	return err
+}
+
+// gatewayMetrics is the gateway's metrics endpoint. The data-plane
+// collector is registered once the engine runs (in agent mode that waits
+// for a usable configuration); until then /metrics has the build and
+// process series and /readyz answers 503.
+type gatewayMetrics struct {
+	reg *prometheus.Registry
+	srv *metrics.Server // nil when disabled
+	log *slog.Logger
+}
+
+func startGatewayMetrics(addr string, log *slog.Logger) (*gatewayMetrics, error) {
+	gm := &gatewayMetrics{reg: metrics.NewRegistry(version), log: log}
+	if addr == "off" {
+		return gm, nil
+	}
+	if addr == "" {
+		addr = metrics.DefaultGatewayAddr
+	}
+	srv, err := metrics.Serve(addr, gm.reg, func() error { return errors.New("data plane starting") })
+	if err != nil {
+		return nil, err
+	}
+	gm.srv = srv
+	log.Info("gateway: metrics served", "addr", srv.Addr())
+	return gm, nil
+}
+
+func (gm *gatewayMetrics) setReady(fn func() error) {
+	if gm.srv != nil {
+		gm.srv.SetReady(fn)
+	}
+}
+
+func (gm *gatewayMetrics) close() {
+	if gm.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		gm.srv.Close(ctx)
+	}
+}
+
+// attach registers the data-plane collector over eng.
+func (gm *gatewayMetrics) attach(eng *engine.Engine) {
+	if err := gm.reg.Register(metrics.NewGatewayCollector(engineSource(eng))); err != nil {
+		gm.log.Warn("gateway: data-plane metrics not registered", "err", err)
+	}
+}
+
+// engineSource adapts a running engine to the collector. The collector
+// serialises scrapes, so the closures share their scratch space.
+func engineSource(eng *engine.Engine) metrics.GatewaySource {
+	var ws []engine.WorkerStats
+	return metrics.GatewaySource{
+		Workers: func(dst []metrics.WorkerStats) []metrics.WorkerStats {
+			ws = eng.Workers(ws[:0])
+			for i := range ws {
+				w := &ws[i]
+				dst = append(dst, metrics.WorkerStats{Pipeline: w.Pipeline, BusyNanos: w.Engine.BusyNanos,
+					NoBuffer: w.Engine.NoBuffer, NoPort: w.Engine.NoPort, PassDropped: w.Engine.PassDropped})
+			}
+			return dst
+		},
+		Interfaces: func(dst []metrics.InterfaceStats) []metrics.InterfaceStats {
+			eng.EachPort(func(iface string, p port.Port) {
+				st := p.Stats()
+				is := metrics.InterfaceStats{Name: iface, RxPackets: st.RxFrames, TxPackets: st.TxFrames,
+					RxBytes: st.RxBytes, TxBytes: st.TxBytes, HasBytes: true,
+					TxDrops: st.TxDrops, RxErrors: st.RxErrors, TxErrors: st.TxErrors}
+				if x, ok := p.(*port.XSK); ok {
+					// The socket stays open during EachPort.
+					if xs, err := metrics.ReadXDPRingStats(x.FD()); err == nil {
+						is.XDP, is.HasXDP = xs, true
+					}
+				}
+				dst = append(dst, is)
+			})
+			return dst
+		},
+		Conntrack:   eng.Pipeline().Conntrack(),
+		NAT:         eng.Pipeline().NAT(),
+		EgressIPs:   eng.Hosted,
+		TunnelPeers: eng.TunnelPeers,
+	}
 }
