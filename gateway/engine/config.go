@@ -41,7 +41,8 @@ type Config struct {
 	Batch int `json:"batch,omitempty"`
 	// LogFormat is text or json.
 	LogFormat string `json:"logFormat,omitempty"`
-	// MetricsAddr is where a metrics endpoint will listen (not served yet).
+	// MetricsAddr is where `egret gateway` serves /metrics, /healthz and
+	// /readyz (metrics.DefaultGatewayAddr when empty; "off" disables).
 	MetricsAddr string `json:"metricsAddr,omitempty"`
 	// ConntrackMax bounds the flow table (memory is sized for it up front).
 	ConntrackMax int `json:"conntrackMax,omitempty"`
@@ -193,7 +194,7 @@ func (c *Config) Validate() (*Settled, error) {
 	default:
 		return nil, fieldErr("logFormat", "%q: use text or json", c.LogFormat)
 	}
-	if s.MetricsAddr != "" {
+	if s.MetricsAddr != "" && s.MetricsAddr != "off" {
 		if _, _, err := net.SplitHostPort(s.MetricsAddr); err != nil {
 			return nil, fieldErr("metricsAddr", "%q is not host:port", c.MetricsAddr)
 		}
