@@ -20,8 +20,6 @@ import (
 	"github.com/egret-gw/egret/control/steer"
 	"github.com/egret-gw/egret/gateway/engine"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // AnnotationTunnelMAC on a Node gives the MAC of its tunnel device when the
@@ -101,45 +99,47 @@ func Build(base engine.Config, in Inputs) Result {
 		c.InnerMAC = net.HardwareAddr(m[:]).String()
 	}
 
-	objs := selectors(in.EgressIPs, problem)
+	sel, problems := steer.NewSelector(in.EgressIPs)
+	r.Problems = append(r.Problems, problems...)
 
 	// Policies: every usable object, with the egress IPs its status places here.
 	hosted := map[netip.Addr]string{}
-	for _, o := range objs {
+	for i := range sel.Len() {
+		eip := sel.Object(i)
 		inSpec := map[netip.Addr]bool{}
-		for _, s := range o.eip.Spec.EgressIPs {
+		for _, s := range eip.Spec.EgressIPs {
 			if a, err := egressv1.ParseEgressIP(s); err == nil {
 				inSpec[a] = true
 			}
 		}
-		p := engine.Policy{Name: o.eip.Name}
+		p := engine.Policy{Name: eip.Name}
 		var ips []netip.Addr
-		for _, item := range o.eip.Status.Items {
+		for _, item := range eip.Status.Items {
 			if item.Node != in.Node {
 				continue
 			}
 			a, err := egressv1.ParseEgressIP(item.EgressIP)
 			switch {
 			case err != nil:
-				problem("EgressIP %s: status item %q: %v; not hosted", o.eip.Name, item.EgressIP, err)
+				problem("EgressIP %s: status item %q: %v; not hosted", eip.Name, item.EgressIP, err)
 				continue
 			case !inSpec[a]:
-				problem("EgressIP %s: status item %q is not one of its egress IPs; not hosted", o.eip.Name, item.EgressIP)
+				problem("EgressIP %s: status item %q is not one of its egress IPs; not hosted", eip.Name, item.EgressIP)
 				continue
 			case a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsUnspecified():
-				problem("EgressIP %s: %v cannot be an egress IP; not hosted", o.eip.Name, a)
+				problem("EgressIP %s: %v cannot be an egress IP; not hosted", eip.Name, a)
 				continue
 			case slices.Contains(gwVTEPs, a):
-				problem("EgressIP %s: %v is this gateway's VTEP; not hosted", o.eip.Name, a)
+				problem("EgressIP %s: %v is this gateway's VTEP; not hosted", eip.Name, a)
 				continue
 			}
 			if other, dup := hosted[a]; dup {
-				if other != o.eip.Name {
-					problem("EgressIP %s: %v is also placed here for EgressIP %s; hosted for %s (first by name)", o.eip.Name, a, other, other)
+				if other != eip.Name {
+					problem("EgressIP %s: %v is also placed here for EgressIP %s; hosted for %s (first by name)", eip.Name, a, other, other)
 				}
 				continue
 			}
-			hosted[a] = o.eip.Name
+			hosted[a] = eip.Name
 			ips = append(ips, a)
 		}
 		slices.SortFunc(ips, netip.Addr.Compare)
@@ -192,7 +192,7 @@ func Build(base engine.Config, in Inputs) Result {
 	}
 
 	// Pods: the selected ones, under their node, each address once.
-	nsLabels := make(map[string]labels.Set, len(in.Namespaces))
+	nsLabels := make(map[string]map[string]string, len(in.Namespaces))
 	for _, ns := range in.Namespaces {
 		if ns != nil {
 			nsLabels[ns.Name] = ns.Labels
@@ -212,10 +212,11 @@ func Build(base engine.Config, in Inputs) Result {
 		if !ok {
 			continue // arrives with its namespace
 		}
-		owner := ownerOf(objs, nl, labels.Set(pod.Labels))
-		if owner == "" {
+		i := sel.Owner(nl, pod.Labels)
+		if i < 0 {
 			continue
 		}
+		owner := sel.Object(i).Name
 		w := workers[pod.Node]
 		if w == nil {
 			switch {
@@ -270,52 +271,6 @@ func Fenced(c engine.Config) engine.Config {
 		out.Policies[i] = engine.Policy{Name: p.Name}
 	}
 	return out
-}
-
-type object struct {
-	eip           *egressv1.EgressIP
-	nsSel, podSel labels.Selector
-}
-
-// selectors compiles each object's selectors, skipping duplicates and
-// invalid selectors, sorted by name (the steer agent's precedence).
-func selectors(eips []*egressv1.EgressIP, problem func(string, ...any)) []object {
-	var objs []object
-	seen := map[string]bool{}
-	for _, e := range eips {
-		if e == nil {
-			continue
-		}
-		if seen[e.Name] {
-			problem("EgressIP %q appears twice in the input; using the first", e.Name)
-			continue
-		}
-		seen[e.Name] = true
-		nsSel, err := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector)
-		if err != nil {
-			problem("EgressIP %s: namespaceSelector: %w", e.Name, err)
-			continue
-		}
-		podSel, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
-		if err != nil {
-			problem("EgressIP %s: podSelector: %w", e.Name, err)
-			continue
-		}
-		objs = append(objs, object{eip: e, nsSel: nsSel, podSel: podSel})
-	}
-	slices.SortFunc(objs, func(a, b object) int { return cmp.Compare(a.eip.Name, b.eip.Name) })
-	return objs
-}
-
-// ownerOf is the name of the first object (objs are sorted) selecting a pod
-// with these namespace and pod labels, "" if none does.
-func ownerOf(objs []object, nsLabels, podLabels labels.Set) string {
-	for _, o := range objs {
-		if o.nsSel.Matches(nsLabels) && o.podSel.Matches(podLabels) {
-			return o.eip.Name
-		}
-	}
-	return ""
 }
 
 // pickVTEP is the node VTEP the gateway accepts: the first (IPv4 preferred,

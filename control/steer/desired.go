@@ -9,8 +9,6 @@ import (
 	"slices"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Pod is what the steer agent needs to know about a pod.
@@ -155,37 +153,17 @@ func Desired(in Inputs, p Params) State {
 
 	type object struct {
 		eip      *egressv1.EgressIP
-		nsSel    labels.Selector
-		podSel   labels.Selector
 		pods     []netip.Addr
 		fams     [2]bool
 		hops     [2][]NextHop
 		gateways []string
 	}
-	objs := make([]*object, 0, len(in.EgressIPs))
-	seen := map[string]bool{}
-	for _, e := range in.EgressIPs {
-		if e == nil {
-			continue
-		}
-		if seen[e.Name] {
-			problem("EgressIP %q appears twice in the input; using the first", e.Name)
-			continue
-		}
-		seen[e.Name] = true
-		nsSel, err := selector(e.Spec.NamespaceSelector)
-		if err != nil {
-			problem("EgressIP %s: namespaceSelector: %w", e.Name, err)
-			continue
-		}
-		podSel, err := selector(e.Spec.PodSelector)
-		if err != nil {
-			problem("EgressIP %s: podSelector: %w", e.Name, err)
-			continue
-		}
-		objs = append(objs, &object{eip: e, nsSel: nsSel, podSel: podSel})
+	sel, problems := NewSelector(in.EgressIPs)
+	st.Problems = append(st.Problems, problems...)
+	objs := make([]*object, sel.Len())
+	for i := range objs {
+		objs[i] = &object{eip: sel.Object(i)}
 	}
-	slices.SortFunc(objs, func(a, b *object) int { return cmp.Compare(a.eip.Name, b.eip.Name) })
 
 	// Pods: the first object (by name) that selects a pod steers it.
 	selected := map[netip.Addr]bool{}
@@ -200,15 +178,12 @@ func Desired(in Inputs, p Params) State {
 			continue
 		}
 		var owner *object
-		for _, o := range objs {
-			if !o.nsSel.Matches(labels.Set(nsLabels)) || !o.podSel.Matches(labels.Set(pod.Labels)) {
-				continue
-			}
+		for _, i := range sel.Match(nsLabels, pod.Labels) {
 			if owner == nil {
-				owner = o
+				owner = objs[i]
 			} else {
 				problem("pod %s/%s is selected by EgressIP %s and %s; steering it with %s (first by name)",
-					pod.Namespace, pod.Name, owner.eip.Name, o.eip.Name, owner.eip.Name)
+					pod.Namespace, pod.Name, owner.eip.Name, objs[i].eip.Name, owner.eip.Name)
 			}
 		}
 		if owner == nil {
@@ -337,13 +312,6 @@ func (st *State) sort() {
 	slices.SortFunc(st.Neighs, func(a, b Neigh) int { return a.Addr.Compare(b.Addr) })
 	slices.SortFunc(st.FDB, func(a, b FDB) int { return slices.Compare(a.MAC[:], b.MAC[:]) })
 	slices.SortFunc(st.Objects, func(a, b ObjectState) int { return cmp.Compare(a.Name, b.Name) })
-}
-
-// selector converts a LabelSelector; the empty selector selects everything,
-// as in the EgressIP API (an empty podSelector selects every pod of the
-// selected namespaces).
-func selector(s metav1.LabelSelector) (labels.Selector, error) {
-	return metav1.LabelSelectorAsSelector(&s)
 }
 
 func famIndex(a netip.Addr) int {
