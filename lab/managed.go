@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,7 +16,11 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/health"
 	labexamples "github.com/egret-gw/egret/deploy/examples/lab"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -101,27 +106,40 @@ func (m Managed) Start(env GatewayEnv) error {
 	if err != nil {
 		return err
 	}
-	health := netip.AddrPortFrom(env.Gateway.IP, HealthPort).String()
-	return waitTCP(env.NS, health, pid, filepath.Join(env.RunDir, id+".log"), 15*time.Second, "egret gateway agent")
+	hc := netip.AddrPortFrom(env.Gateway.IP, HealthPort).String()
+	return waitServing(env.NS, hc, pid, filepath.Join(env.RunDir, id+".log"), 15*time.Second)
 }
 
-// waitTCP waits until addr accepts TCP connections from inside ns, failing
-// early when process pid exits.
-func waitTCP(ns, addr string, pid int, logPath string, limit time.Duration, what string) error {
+// waitServing waits until the gateway agent's health service in ns says
+// SERVING, i.e. its data plane runs with a configuration (and has removed
+// whatever a killed predecessor left claimed), failing early when process
+// pid exits. An open port alone is not enough: the agent listens before
+// its data plane is up.
+func waitServing(ns, addr string, pid int, logPath string, limit time.Duration) error {
+	conn, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return DialContext(ctx, ns, "tcp", a) }))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
 	deadline := time.Now().Add(limit)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		c, err := DialContext(ctx, ns, "tcp", addr)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: health.Service})
 		cancel()
-		if err == nil {
-			c.Close()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			return nil
 		}
+		if err == nil {
+			err = fmt.Errorf("status %s", resp.GetStatus())
+		}
 		if !alive(pid) {
-			return fmt.Errorf("%s in %s exited during start; log: %s", what, ns, tail(logPath))
+			return fmt.Errorf("egret gateway agent in %s exited during start; log: %s", ns, tail(logPath))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s in %s does not answer on %s after %v: %v; log: %s", what, ns, addr, limit, err, tail(logPath))
+			return fmt.Errorf("egret gateway agent in %s is not SERVING on %s after %v: %v; log: %s", ns, addr, limit, err, tail(logPath))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -342,12 +342,18 @@ func runGatewayAgent(f *gatewayFlags) error {
 			eng = e
 			return e, nil
 		}}
+	// Until its first configuration this run hosts nothing: what a killed
+	// predecessor claimed goes before anything can probe this node.
+	if gone, err := engine.ReleaseStaleClaims(base.Interfaces); err != nil {
+		log.Warn("gateway agent: removing stale egress IPs", "err", err)
+	} else if len(gone) > 0 {
+		log.Info("gateway agent: removed egress IPs a previous run left claimed", "ips", gone)
+	}
 	if f.healthAddr != "" {
-		hs, err := health.Listen(f.healthAddr)
+		hs, err := health.Listen(f.healthAddr, health.NotServing()) // until the data plane runs
 		if err != nil {
 			return err
 		}
-		hs.SetServing(false) // until the data plane runs
 		defer hs.Stop()
 		a.Health = hs
 	}

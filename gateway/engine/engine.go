@@ -79,6 +79,7 @@ type Engine struct {
 	steered map[netip.Addr]bool // egress IPs in the XDP maps
 	vteps   map[netip.Addr]bool // VTEPs in the XDP maps
 	claimed map[netip.Addr]string
+	sweep   []string // interfaces whose marked addresses are ours to remove (claim mode)
 	started bool
 	closed  bool
 
@@ -161,6 +162,23 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	}
 	if opt.AnnounceInterval > 0 {
 		e.claimer.Interval = opt.AnnounceInterval
+	}
+	if set.Claim {
+		// A predecessor killed with -9 could not release its claims: its
+		// marked addresses that this configuration does not host go now,
+		// or one egress IP would sit on two gateways.
+		e.sweep = slices.Clone(set.Interfaces)
+		hosted := map[netip.Addr]bool{}
+		for _, a := range set.Hosted {
+			hosted[a] = true
+		}
+		gone, err := e.claimer.ReleaseMarked(e.sweep, func(a netip.Addr) bool { return hosted[a] })
+		if len(gone) > 0 {
+			e.log.Info("engine: removed egress IPs a previous run left claimed", "ips", gone)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("engine: remove stale egress IPs: %w", err)
+		}
 	}
 
 	queues, frameSize, err := e.sizeQueues(set)
@@ -483,6 +501,13 @@ func (e *Engine) teardown() error {
 				errs = append(errs, err)
 			}
 			delete(e.claimed, a)
+		}
+		// Also anything marked that this run did not record (a claim
+		// interrupted by an error, a predecessor's leftover).
+		if gone, err := e.claimer.ReleaseMarked(e.sweep, nil); err != nil {
+			errs = append(errs, err)
+		} else if len(gone) > 0 {
+			e.log.Info("engine: removed leftover egress IPs", "ips", gone)
 		}
 		e.claimer.Close()
 		e.claimer = nil

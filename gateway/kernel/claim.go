@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -27,8 +28,9 @@ type Claimer struct {
 	raw   int
 	rawOK bool
 
-	nl *netlink.Handle
-	ns netns.NsHandle
+	nl   *netlink.Handle
+	sock map[int]*nl.SocketHandle // raw requests: IFA_PROTO, which netlink.Addr lacks
+	ns   netns.NsHandle
 }
 
 // NewClaimer works on the namespace ns, or the current one if ns is not open.
@@ -45,15 +47,23 @@ func NewClaimer(ns netns.NsHandle) (*Claimer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kernel: netlink: %w", err)
 	}
-	return &Claimer{Announcements: 3, Interval: 100 * time.Millisecond, nl: nl, ns: ns}, nil
+	sock, err := routeSocket(ns)
+	if err != nil {
+		nl.Close()
+		return nil, err
+	}
+	return &Claimer{Announcements: 3, Interval: 100 * time.Millisecond, nl: nl, sock: sock, ns: ns}, nil
 }
 
-// Close releases the netlink socket.
+// Close releases the netlink sockets.
 func (c *Claimer) Close() {
 	c.nl.Close()
 	if c.rawOK {
 		unix.Close(c.raw)
 		c.rawOK = false
+	}
+	for _, s := range c.sock {
+		s.Socket.Close()
 	}
 }
 
@@ -67,8 +77,9 @@ func hostAddr(ip netip.Addr) *netlink.Addr {
 }
 
 // Claim adds ip as a /32 (or /128, without duplicate address detection) to
-// interface ifname, then announces it: the first announcement at once, the
-// others Interval apart. Claiming an address already present re-announces.
+// interface ifname, marked as Egret's (AddrProto), then announces it: the
+// first announcement at once, the others Interval apart. Claiming an
+// address already present marks it and re-announces.
 func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
 		return fmt.Errorf("kernel: claim %v: %w", ip, errBadAddr)
@@ -78,7 +89,7 @@ func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("kernel: claim %s: interface %q: %w", ip, ifname, err)
 	}
-	if err := c.nl.AddrReplace(l, hostAddr(ip)); err != nil {
+	if err := c.addMarked(l.Attrs().Index, ip); err != nil {
 		return fmt.Errorf("kernel: add %s to %s: %w", ip, ifname, err)
 	}
 	if err := c.Announce(l.Attrs().Index, l.Attrs().HardwareAddr, ip); err != nil {

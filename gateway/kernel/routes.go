@@ -150,7 +150,8 @@ func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
 
 // Options configure a Cache; the zero value watches the current namespace.
 type Options struct {
-	// NetNS, if valid, is the namespace whose tables are watched.
+	// NetNS, if open and not 0 (the zero value), is the namespace whose
+	// tables are watched; otherwise the current one.
 	NetNS  netns.NsHandle
 	Logger *slog.Logger
 	// ResolveEvery limits how often resolution of one missing neighbour
@@ -182,7 +183,7 @@ func NewCache(opt Options) (*Cache, error) {
 		err error
 		ns  *netns.NsHandle
 	)
-	if opt.NetNS.IsOpen() {
+	if opt.NetNS > 0 && opt.NetNS.IsOpen() {
 		nl, err = netlink.NewHandleAt(opt.NetNS)
 		ns = &opt.NetNS
 	} else {
@@ -205,7 +206,13 @@ func NewCache(opt Options) (*Cache, error) {
 		default:
 		}
 	}
-	onErr := func(err error) { c.log.Warn("kernel: netlink subscription error; resyncing", "err", err); poke() }
+	onErr := func(err error) {
+		if c.closing() {
+			return // Close shuts the subscriptions down: their errors say nothing
+		}
+		c.log.Warn("kernel: netlink subscription error; resyncing", "err", err)
+		poke()
+	}
 	rch, nch, lch := make(chan netlink.RouteUpdate, 256), make(chan netlink.NeighUpdate, 256), make(chan netlink.LinkUpdate, 64)
 	if err := netlink.RouteSubscribeWithOptions(rch, c.done, netlink.RouteSubscribeOptions{Namespace: ns, ErrorCallback: onErr}); err != nil {
 		c.Close()
@@ -420,6 +427,15 @@ func (c *Cache) solicit(k neighKey) error {
 		n.Family = netlink.FAMILY_V6
 	}
 	return c.nl.NeighSet(n)
+}
+
+func (c *Cache) closing() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Close stops watching and releases the netlink sockets.

@@ -1,0 +1,30 @@
+package engine
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/egret-gw/egret/gateway/kernel"
+)
+
+// ReleaseStaleClaims removes every egress IP that an earlier run marked as
+// claimed (kernel.AddrProto) on the named interfaces of the current
+// namespace, and returns what it removed. The gateway agent calls it before
+// anything else: a run killed with -9 could not release its claims, and
+// until its first configuration arrives the new run hosts nothing, so a
+// claim left behind would make one IP answer on two gateways. New does the
+// same for the IPs its configuration does not host.
+func ReleaseStaleClaims(interfaces []string) ([]netip.Addr, error) {
+	c, err := kernel.NewClaimer(netns.None())
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	defer c.Close()
+	gone, err := c.ReleaseMarked(interfaces, nil)
+	if err != nil {
+		return gone, fmt.Errorf("engine: remove stale egress IPs: %w", err)
+	}
+	return gone, nil
+}
