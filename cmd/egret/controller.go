@@ -12,6 +12,7 @@ import (
 
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/control/filesource"
+	"github.com/egret-gw/egret/metrics"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -23,6 +24,7 @@ func init() {
 func runController(args []string) error {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	f := controller.BindFlags(fs)
+	metricsAddr := fs.String("metrics-addr", metrics.DefaultControllerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,6 +45,18 @@ func runController(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var m *metrics.Control
+	if *metricsAddr != "off" {
+		reg := metrics.NewRegistry(version)
+		m = metrics.NewControl(reg)
+		// A standby replica is ready too: it takes over when the leader goes.
+		srv, err := metrics.Serve(*metricsAddr, reg, nil)
+		if err != nil {
+			return err
+		}
+		defer srv.Close(context.Background())
+		log.Info("controller: metrics served", "addr", srv.Addr())
+	}
 	if isDir {
 		if f.Kubeconfig != "" {
 			return errors.New("--kubeconfig and --source dir: exclude each other")
@@ -55,13 +69,14 @@ func runController(args []string) error {
 		if err != nil {
 			return err
 		}
+		c.SetMetrics(m)
 		return c.Run(ctx)
 	}
 	restCfg, err := kubeRESTConfig(f.Kubeconfig)
 	if err != nil {
 		return err
 	}
-	return controller.RunKube(ctx, restCfg, cfg, f.Identity, log)
+	return controller.RunKube(ctx, restCfg, cfg, f.Identity, log, m)
 }
 
 // kubeRESTConfig uses the named kubeconfig, else the in-cluster service

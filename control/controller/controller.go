@@ -22,6 +22,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/assign"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/metrics"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/workqueue"
@@ -64,6 +65,7 @@ type Controller struct {
 	log     *slog.Logger
 	queue   workqueue.TypedRateLimitingInterface[qkey]
 	metrics Metrics
+	obs     *metrics.Control // Prometheus metrics; nil ignores
 	reach   *reachability
 	now     func() time.Time
 	updates chan struct{}
@@ -108,6 +110,13 @@ func New(src Source, cfg Config, log *slog.Logger) (*Controller, error) {
 // Metrics returns the live counters.
 func (c *Controller) Metrics() *Metrics { return &c.metrics }
 
+// SetMetrics makes the controller report to m (Prometheus); call it
+// before Run. This replica counts as the leader while Run runs.
+func (c *Controller) SetMetrics(m *metrics.Control) {
+	c.obs = m
+	c.reach.obs = m
+}
+
 // Updates signals (without blocking, coalesced) after every assignment and
 // every Namespace or Pod change: read Snapshot then.
 func (c *Controller) Updates() <-chan struct{} { return c.updates }
@@ -129,6 +138,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.src.Start(ctx, c.changed); err != nil {
 		return fmt.Errorf("starting the object source: %w", err)
 	}
+	c.obs.SetLeader(true)
+	defer c.obs.SetLeader(false)
 	c.reach.start(ctx)
 	defer c.reach.stop()
 	// Judge every node before the first assignment, so a restart does not
@@ -303,12 +314,17 @@ func (c *Controller) assign() {
 	res, err := assign.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
 	if err != nil {
 		// Only duplicate names, which no source produces.
+		c.obs.ReconcileError("assign")
 		c.log.Error("assignment failed", "err", err)
 		return
 	}
 
 	eligible := map[string]bool{}
+	perNode := map[string]int{}
 	for _, n := range nodes {
+		if n.Assignable {
+			perNode[n.Name] = 0 // a series at 0, not absent, for every egress node
+		}
 		eligible[n.Name] = n.Assignable && n.AnnotationErr == nil && n.Ready && n.Reachable &&
 			!(c.cfg.DrainCordoned && n.Cordoned)
 	}
@@ -322,11 +338,13 @@ func (c *Controller) assign() {
 			d.items = append(d.items, egressv1.EgressIPStatusItem{Node: a.Node, EgressIP: a.EgressIP})
 			k := r.Name + "/" + a.EgressIP
 			placed[k] = a.Node
+			perNode[a.Node]++
 			if prev, ok := c.placed[k]; ok && prev != a.Node {
 				c.metrics.Moves.Add(1)
 				if !eligible[prev] {
 					c.metrics.Failovers.Add(1)
 				}
+				c.obs.Moved(prev, !eligible[prev])
 				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node)
 			}
 		}
@@ -369,7 +387,9 @@ func (c *Controller) assign() {
 	c.emitted = current
 	c.metrics.UnassignedIPs.Store(unassigned)
 	c.metrics.AssignRuns.Add(1)
-	c.metrics.AssignNanos.Add(int64(c.now().Sub(start)))
+	took := c.now().Sub(start)
+	c.metrics.AssignNanos.Add(int64(took))
+	c.obs.ObserveAssignment(took, perNode, int(unassigned))
 	c.signal()
 }
 
@@ -401,6 +421,7 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	switch {
 	case err == nil:
 		c.metrics.StatusWrites.Add(1)
+		c.obs.StatusWritten(false)
 		c.queue.Forget(k)
 		items := make([]assign.StatusItem, len(d.items))
 		for i, it := range d.items {
@@ -414,18 +435,21 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 		// The cache is behind: the newer object triggers a new assignment;
 		// retry this one too in case it does not.
 		c.metrics.StatusConflicts.Add(1)
+		c.obs.StatusWritten(true)
 		c.queue.AddRateLimited(k)
 	case apierrors.IsNotFound(err):
 		c.queue.Forget(k)
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 		// Retrying the same content cannot succeed: report and stop.
 		c.metrics.StatusErrors.Add(1)
+		c.obs.ReconcileError("status")
 		c.queue.Forget(k)
 		c.log.Error("status refused by the API server", "egressip", k.name, "err", err)
 		c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
 			Name: obj.Name, UID: obj.UID}, corev1.EventTypeWarning, "StatusUpdateFailed", err.Error())
 	default:
 		c.metrics.StatusErrors.Add(1)
+		c.obs.ReconcileError("status")
 		c.log.Warn("status write failed; retrying", "egressip", k.name, "err", err)
 		c.queue.AddRateLimited(k)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/metrics"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -148,8 +149,10 @@ func (s *KubeSource) Event(ref *corev1.ObjectReference, eventType, reason, messa
 // RunKube runs the controller against the API server of restCfg until ctx
 // ends: with leader election (unless disabled), only the holder of the
 // Lease assigns, probes and writes; the others wait to take over. identity
-// names this replica in the Lease (the host name when empty).
-func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity string, log *slog.Logger) error {
+// names this replica in the Lease (the host name when empty). m (nil: none)
+// receives the metrics; egret_controller_leader is 1 only while this
+// replica runs the controller.
+func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity string, log *slog.Logger, m *metrics.Control) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -166,8 +169,10 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 		if err != nil {
 			return err
 		}
+		c.SetMetrics(m)
 		return c.Run(ctx)
 	}
+	m.SetLeader(false)
 	if full.LeaderElection.Disabled {
 		return runOnce(ctx)
 	}

@@ -170,7 +170,7 @@ func TestLeaderElection(t *testing.T) {
 	start := func(id string) (context.CancelFunc, chan error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- controller.RunKube(ctx, user, cfg, id, testLogger(t)) }()
+		go func() { done <- controller.RunKube(ctx, user, cfg, id, testLogger(t), nil) }()
 		t.Cleanup(cancel)
 		return cancel, done
 	}

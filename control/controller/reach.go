@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/metrics"
 )
 
 // reachability runs one probe loop per assignable node and remembers each
@@ -15,6 +16,7 @@ type reachability struct {
 	total, interval time.Duration
 	prober          *health.Prober
 	metrics         *Metrics
+	obs             *metrics.Control // set before start; nil ignores
 	log             *slog.Logger
 	// onChange is called when a node's verdict changes (or is first known).
 	onChange func()
@@ -78,6 +80,9 @@ func (r *reachability) track(targets map[string]string) {
 			if s.known && !s.reachable {
 				r.metrics.NodesUnreachable.Add(-1)
 			}
+			if _, still := targets[name]; !still {
+				r.obs.ForgetNode(name)
+			}
 		}
 	}
 	for name, t := range targets {
@@ -107,7 +112,10 @@ func (r *reachability) loop(ctx context.Context, name string, s *probeState) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.metrics.observeProbe(time.Since(start), err != nil)
+		took := time.Since(start)
+		r.metrics.observeProbe(took, err != nil)
+		r.obs.ObserveProbe(name, took, err != nil)
+		r.obs.SetReachable(name, err == nil)
 		r.mu.Lock()
 		changed := !s.known || s.reachable != (err == nil)
 		if changed {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/egret-gw/egret/control/assign"
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -229,6 +232,28 @@ func runScenario(t *testing.T, c cluster) {
 			t.Errorf("probe failures %d, unreachable nodes %d; want ≥1 and 1",
 				ctrl.Metrics().ProbeFailures.Load(), ctrl.Metrics().NodesUnreachable.Load())
 		}
+		// The same, as Prometheus sees it.
+		reg := registries[ctrl]
+		for _, w := range []struct {
+			name, node string
+			min, max   float64
+		}{
+			{"egret_controller_failovers_total", "egress-a", 1, 10},
+			{"egret_controller_probe_failures_total", "egress-a", 1, 1e9},
+			{"egret_controller_node_reachable", "egress-a", 0, 0},
+			{"egret_controller_node_reachable", "egress-c", 1, 1},
+			{"egret_controller_egress_ips_assigned", "egress-a", 0, 0},
+			{"egret_controller_egress_ips_assigned", "egress-b", 1, 1},
+			{"egret_controller_egress_ips_assigned", "egress-c", 1, 1},
+			{"egret_controller_egress_ip_moves_total", "", 1, 10},
+			{"egret_controller_leader", "", 1, 1},
+			{"egret_controller_egress_ips_unassigned", "", 0, 0},
+		} {
+			v, ok := gathered(t, reg, w.name, w.node)
+			if !ok || v < w.min || v > w.max {
+				t.Errorf("%s{node=%q} = %v (present %v), want %v..%v", w.name, w.node, v, ok, w.min, w.max)
+			}
+		}
 	})
 
 	t.Run("recovered node gets work only after the hold-down", func(t *testing.T) {
@@ -331,6 +356,12 @@ func runScenario(t *testing.T, c cluster) {
 	if w := ctrl.Metrics().StatusWrites.Load(); w < 6 {
 		t.Errorf("StatusWrites = %d, want at least one per object", w)
 	}
+	if w, _ := gathered(t, registries[ctrl], "egret_controller_status_writes_total", ""); w != float64(ctrl.Metrics().StatusWrites.Load()) {
+		t.Errorf("egret_controller_status_writes_total %v, the controller counted %d", w, ctrl.Metrics().StatusWrites.Load())
+	}
+	if n, _ := gathered(t, registries[ctrl], "egret_controller_assignment_duration_seconds", ""); n != float64(ctrl.Metrics().AssignRuns.Load()) {
+		t.Errorf("assignment duration histogram counts %v, the controller assigned %d times", n, ctrl.Metrics().AssignRuns.Load())
+	}
 	if slices.Contains([]int64{ctrl.Metrics().AssignRuns.Load()}, 0) {
 		t.Error("AssignRuns is 0")
 	}
@@ -343,6 +374,11 @@ func startController(t *testing.T, src controller.Source, cfg controller.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
+	c.SetMetrics(metrics.NewControl(reg))
+	registriesMu.Lock()
+	registries[c] = reg
+	registriesMu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -358,4 +394,48 @@ func startController(t *testing.T, src controller.Source, cfg controller.Config)
 		}
 	})
 	return c
+}
+
+// registries holds each test controller's Prometheus registry.
+var (
+	registriesMu sync.Mutex
+	registries   = map[*controller.Controller]*prometheus.Registry{}
+)
+
+// gathered reads metric name (with label node=node when node is not
+// empty) from reg: a gauge's or counter's value, a histogram's count.
+func gathered(t *testing.T, reg *prometheus.Registry, name, node string) (float64, bool) {
+	t.Helper()
+	if reg == nil {
+		t.Fatal("no registry for this controller")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := node == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "node" && l.GetValue() == node {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue(), true
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue(), true
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount()), true
+			}
+		}
+	}
+	return 0, false
 }
