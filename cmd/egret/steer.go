@@ -18,6 +18,7 @@ import (
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/control/filesource"
 	"github.com/egret-gw/egret/control/steer"
+	"github.com/egret-gw/egret/metrics"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -37,6 +38,7 @@ func runSteer(args []string) error {
 	vtep := fs.String("vtep", "", "this node's VTEP address (overrides the config)")
 	logFormat := fs.String("log-format", "", "text or json (overrides the config)")
 	once := fs.Bool("once", false, "reconcile once and exit")
+	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent programmed (device, rules, routes, filter) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,7 +99,7 @@ func runSteer(args []string) error {
 			return errors.New("--kubeconfig and --source dir: exclude each other")
 		}
 		dir := strings.TrimPrefix(*source, "dir:")
-		fsrc, err := filesource.New(dir, 0, log)
+		fsrc, err := filesource.NewReadOnly(dir, 0, log) // status files are the controller's
 		if err != nil {
 			return err
 		}
@@ -115,6 +117,16 @@ func runSteer(args []string) error {
 			return err
 		}
 		a.Source = &ctrlSource{s: ks}
+	}
+	if !*once && *metricsAddr != "off" {
+		reg := metrics.NewRegistry(version)
+		a.Metrics = metrics.NewSteer(reg, k.Drops)
+		srv, err := metrics.Serve(*metricsAddr, reg, nil)
+		if err != nil {
+			return err
+		}
+		defer srv.Close(context.Background())
+		log.Info("steer: metrics served", "addr", srv.Addr())
 	}
 	if *once {
 		if err := k.Setup(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/metrics"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -113,6 +114,8 @@ type Agent struct {
 	// Status, if set, supplies an EgressIP's status (the file source
 	// written by a controller in another process).
 	Status func(name string) (egressv1.EgressIPStatus, bool)
+	// Metrics, if set, records every reconcile.
+	Metrics *metrics.Steer
 }
 
 // Run sets up the kernel, starts the source and reconciles until ctx ends.
@@ -147,6 +150,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var lastProblems string
 	for {
 		_, st, err := a.ReconcileOnce()
+		a.Metrics.ObserveApply(len(st.Rules), len(st.Routes), len(st.Selected), len(st.Problems), err)
 		if p := problemsString(st.Problems); p != lastProblems {
 			for _, e := range st.Problems {
 				log.Warn("input skipped", "problem", e.Error())

@@ -1,0 +1,79 @@
+package metrics
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Steer is the steer agent's metrics. The agent calls ObserveApply after
+// every reconcile; the fail-closed drops are read from the kernel (the
+// nftables counters) at scrape time. A nil *Steer ignores every call.
+type Steer struct {
+	rules, routes, selected prometheus.Gauge
+	applies, applyErrors    prometheus.Counter
+	problems                prometheus.Gauge
+	lastDrops               atomic.Uint64
+}
+
+// NewSteer registers the steer metrics with reg. drops (nil: no series)
+// returns the packets the fail-closed filter dropped; on error the last
+// value read is reported.
+func NewSteer(reg prometheus.Registerer, drops func() (uint64, error)) *Steer {
+	s := &Steer{
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egret_steer_rules",
+			Help: "Policy routing rules the agent has programmed (one per selected pod address and family).",
+		}),
+		routes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egret_steer_routes",
+			Help: "Routes the agent has programmed in its tables (towards the gateways).",
+		}),
+		selected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egret_steer_selected_pod_addresses",
+			Help: "Local pod addresses selected by an EgressIP: steered, and kept in by the fail-closed filter.",
+		}),
+		applies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egret_steer_reconciles_total",
+			Help: "Reconcile passes (desired state computed and applied to the kernel).",
+		}),
+		applyErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egret_steer_apply_errors_total",
+			Help: "Reconcile passes whose kernel update failed (retried with backoff; the kernel keeps its last state).",
+		}),
+		problems: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egret_steer_input_problems",
+			Help: "Input errors skipped by the last reconcile (invalid selector, gateway without VTEP...).",
+		}),
+	}
+	reg.MustRegister(s.rules, s.routes, s.selected, s.applies, s.applyErrors, s.problems)
+	if drops != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egret_steer_fail_closed_drops_total",
+			Help: "Packets of selected pods dropped because they would have left outside the tunnel (nftables counters).",
+		}, func() float64 {
+			if n, err := drops(); err == nil {
+				s.lastDrops.Store(n)
+			}
+			return float64(s.lastDrops.Load())
+		}))
+	}
+	return s
+}
+
+// ObserveApply records one reconcile: what the desired state holds and
+// whether applying it failed.
+func (s *Steer) ObserveApply(rules, routes, selected, problems int, err error) {
+	if s == nil {
+		return
+	}
+	s.applies.Inc()
+	if err != nil {
+		s.applyErrors.Inc()
+		return // the kernel keeps its last state: keep the gauges
+	}
+	s.rules.Set(float64(rules))
+	s.routes.Set(float64(routes))
+	s.selected.Set(float64(selected))
+	s.problems.Set(float64(problems))
+}
