@@ -231,7 +231,9 @@ func podCIDR(s *Spec) netip.Prefix {
 // Namespaces, Pods (what a cluster would have) and the EgressIP manifests
 // of deploy/examples/lab, unchanged.
 func writeObjects(s *Spec, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// status/ is the controller's, but agents started before it read the
+	// folder and never create it (filesource.NewReadOnly).
+	if err := os.MkdirAll(filepath.Join(dir, "status"), 0o755); err != nil {
 		return err
 	}
 	var nodes, nss, pods []any

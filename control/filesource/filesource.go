@@ -13,6 +13,12 @@
 //
 // A status file is read back on start, so a restarted controller keeps its
 // assignment, as it would with the API server.
+//
+// Only the controller, the status writer, may write or delete status files
+// and events. Every other reader of the directory (the steer agent, the
+// gateway agent) uses NewReadOnly: it never creates, writes or deletes
+// anything there, so a manifest removed while the controller still works on
+// it cannot make a reader race the controller over its status file.
 package filesource
 
 import (
@@ -61,6 +67,7 @@ type Source struct {
 	dir      string
 	interval time.Duration
 	log      *slog.Logger
+	readOnly bool
 
 	// Errors counts documents that were refused (unreadable, malformed,
 	// unknown kind, duplicate name); each is logged with its file.
@@ -76,6 +83,7 @@ type Source struct {
 	pods    map[string]*corev1.Pod
 	changed func(controller.Kind)
 	events  *os.File
+	listErr string // the last "cannot list" error, logged once per change
 }
 
 type fileSig struct {
@@ -105,19 +113,38 @@ func New(dir string, interval time.Duration, log *slog.Logger) (*Source, error) 
 		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{}}, nil
 }
 
+// NewReadOnly is New for a process that only reads the directory (the
+// steer and gateway agents): it creates, writes and deletes nothing there.
+// Status files are the controller's: a removed manifest's status file is
+// left for the controller to delete, UpdateEgressIP fails, and Events are
+// only logged at debug level.
+func NewReadOnly(dir string, interval time.Duration, log *slog.Logger) (*Source, error) {
+	s, err := New(dir, interval, log)
+	if err != nil {
+		return nil, err
+	}
+	s.readOnly = true
+	return s, nil
+}
+
+// ErrReadOnly is returned by UpdateEgressIP on a read-only Source.
+var ErrReadOnly = errors.New("file source: read-only; only the controller writes status files")
+
 // Start implements controller.Source: it loads the directory and polls it
 // until ctx ends.
 func (s *Source) Start(ctx context.Context, changed func(controller.Kind)) error {
-	if err := os.MkdirAll(filepath.Join(s.dir, StatusDir), 0o755); err != nil {
-		return fmt.Errorf("file source: creating the status directory: %w", err)
+	if !s.readOnly {
+		if err := os.MkdirAll(filepath.Join(s.dir, StatusDir), 0o755); err != nil {
+			return fmt.Errorf("file source: creating the status directory: %w", err)
+		}
+		f, err := os.OpenFile(filepath.Join(s.dir, EventsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("file source: opening the events file: %w", err)
+		}
+		s.mu.Lock()
+		s.events = f
+		s.mu.Unlock()
 	}
-	f, err := os.OpenFile(filepath.Join(s.dir, EventsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("file source: opening the events file: %w", err)
-	}
-	s.mu.Lock()
-	s.events = f
-	s.mu.Unlock()
 	s.Reload()
 	s.mu.Lock()
 	s.changed = changed
@@ -129,7 +156,9 @@ func (s *Source) Start(ctx context.Context, changed func(controller.Kind)) error
 			select {
 			case <-ctx.Done():
 				s.mu.Lock()
-				s.events.Close()
+				if s.events != nil {
+					s.events.Close()
+				}
 				s.events = nil
 				s.mu.Unlock()
 				return
@@ -182,10 +211,24 @@ type loaded struct {
 // kinds whose objects changed. The poll loop calls it; tests may too.
 func (s *Source) Reload() {
 	sigs, err := s.scan()
+	s.mu.Lock()
+	last := s.listErr
 	if err != nil {
+		s.listErr = err.Error()
+	} else {
+		s.listErr = ""
+	}
+	s.mu.Unlock()
+	if err != nil {
+		// Polled every interval: say it once per change, not every poll.
 		s.Errors.Add(1)
-		s.log.Error("file source: cannot list the directory", "dir", s.dir, "err", err)
+		if err.Error() != last {
+			s.log.Error("file source: cannot list the directory", "dir", s.dir, "err", err)
+		}
 		return
+	}
+	if last != "" {
+		s.log.Info("file source: the directory can be listed again", "dir", s.dir)
 	}
 	s.mu.Lock()
 	same := reflect.DeepEqual(sigs, s.sigs)
@@ -366,7 +409,9 @@ func (s *Source) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 		if _, ok := in[name]; !ok {
 			delete(s.eips, name)
 			delete(s.seen, name)
-			os.Remove(s.statusPath(name))
+			if !s.readOnly {
+				os.Remove(s.statusPath(name)) // the status writer's file
+			}
 			changed = true
 		}
 	}
@@ -469,6 +514,9 @@ var egressIPResource = egressv1.SchemeGroupVersion.WithResource(egressv1.Resourc
 // UpdateEgressIP implements controller.Source: only the status is taken
 // (the manifest files are the user's), with the API server's conflict rule.
 func (s *Source) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	s.mu.Lock()
 	cur, ok := s.eips[eip.Name]
 	if !ok {
@@ -525,6 +573,10 @@ type eventLine struct {
 // Event implements controller.Source: the Event is appended to events.log
 // (the controller logs it too).
 func (s *Source) Event(ref *corev1.ObjectReference, eventType, reason, message string) {
+	if s.readOnly {
+		s.log.Debug("file source: event not recorded (read-only)", "kind", ref.Kind, "name", ref.Name, "reason", reason, "message", message)
+		return
+	}
 	b, err := json.Marshal(eventLine{Time: time.Now().UTC(), Type: eventType, Kind: ref.Kind, Name: ref.Name, Reason: reason, Message: message})
 	if err != nil {
 		return

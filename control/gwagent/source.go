@@ -67,7 +67,7 @@ func NewFileSource(dir string, interval time.Duration, log *slog.Logger) (*FileS
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	fs, err := filesource.New(dir, interval, log)
+	fs, err := filesource.NewReadOnly(dir, interval, log) // status files are the controller's
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,13 @@ func (s *FileSource) Start(ctx context.Context, changed func()) error {
 		return err
 	}
 	if _, err := s.Check(ctx); err != nil {
-		return err
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		// No controller has written a status yet (only it creates the
+		// folder): not fatal, but no contact either; the agent fences
+		// if the folder does not appear within its fence time.
+		s.log.Warn("gateway agent: no status folder yet; waiting for the controller to write one", "dir", filepath.Join(s.dir, filesource.StatusDir))
 	}
 	s.mu.Lock()
 	s.changed = changed

@@ -1,0 +1,126 @@
+package filesource
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// A reader (steer, gateway agent) never writes into the directory: no
+// status folder or events file is created, a removed manifest's status file
+// stays for the controller, and status writes are refused.
+func TestReadOnlyWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "all.yaml", manifests)
+	ro, err := NewReadOnly(dir, 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := ro.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{StatusDir, EventsFile} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("a read-only source created %s (%v)", name, err)
+		}
+	}
+	ro.Event(&corev1.ObjectReference{Kind: "EgressIP", Name: "egress-group1"}, "Warning", "Test", "not written")
+	e, ok := ro.EgressIP("egress-group1")
+	if !ok {
+		t.Fatal("manifest not loaded")
+	}
+	if err := ro.UpdateEgressIP(ctx, e.DeepCopy()); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("UpdateEgressIP on a read-only source: %v, want ErrReadOnly", err)
+	}
+
+	// The controller writes a status; the manifest then disappears. The
+	// reader sees the object go but leaves the status file alone.
+	ctl, _ := start(t, dir)
+	cur, _ := ctl.EgressIP("egress-group1")
+	up := cur.DeepCopy()
+	up.Status.Items = append(up.Status.Items, up.Status.Items...)
+	if err := ctl.UpdateEgressIP(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	status := filepath.Join(dir, StatusDir, "egress-group1.yaml")
+	os.Remove(filepath.Join(dir, "all.yaml"))
+	ro.Reload()
+	if len(ro.EgressIPs()) != 0 {
+		t.Error("the reader still has the removed EgressIP")
+	}
+	if _, err := os.Stat(status); err != nil {
+		t.Errorf("the reader deleted the controller's status file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, EventsFile)); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, EventsFile)); strings.Contains(string(b), "not written") {
+		t.Error("the reader's event reached events.log")
+	}
+	ctl.Reload() // the controller, the status writer, removes it
+	if _, err := os.Stat(status); !os.IsNotExist(err) {
+		t.Errorf("the controller kept the status file of a removed object: %v", err)
+	}
+}
+
+// countingHandler counts log records by message.
+type countingHandler struct {
+	slog.Handler
+	n map[string]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.n[r.Message]++
+	return nil
+}
+
+// An unlistable directory is logged when it becomes so and when it
+// recovers, not on every poll.
+func TestListErrorLoggedOncePerChange(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "objects")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := &countingHandler{Handler: slog.DiscardHandler, n: map[string]int{}}
+	s, err := NewReadOnly(dir, 0, slog.New(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Reload()
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		s.Reload()
+	}
+	if got := s.Errors.Load(); got != 10 {
+		t.Errorf("Errors = %d, want every failed poll counted (10)", got)
+	}
+	if got := h.n["file source: cannot list the directory"]; got != 1 {
+		t.Errorf("logged 'cannot list' %d times over 10 polls, want once", got)
+	}
+	if err := os.Rename(dir+".away", dir); err != nil {
+		t.Fatal(err)
+	}
+	s.Reload()
+	s.Reload()
+	if got := h.n["file source: the directory can be listed again"]; got != 1 {
+		t.Errorf("logged the recovery %d times, want once", got)
+	}
+	os.Rename(dir, dir+".away")
+	s.Reload()
+	if got := h.n["file source: cannot list the directory"]; got != 2 {
+		t.Errorf("a second outage logged %d times in all, want 2", got)
+	}
+}
