@@ -153,3 +153,92 @@ func xlateICMPError(ip []byte, pk *Parsed, pod *[16]byte, podPort uint16) {
 	}
 	binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
 }
+
+// ICMP errors to the outside are rate limited per worker (RFC 4443 §2.4(f),
+// RFC 1812 §4.3.2.8): a token bucket of icmpOutBurst refilled with one
+// token every icmpOutEvery nanoseconds.
+const (
+	icmpOutBurst = 64
+	icmpOutEvery = int64(1_000_000) // 1000 per second and worker
+)
+
+// icmpOutAllowed takes a token for an ICMP error to the outside.
+func (w *Worker) icmpOutAllowed(now int64) bool {
+	if n := (now - w.icmpLast) / icmpOutEvery; n > 0 {
+		w.icmpTokens = int(min(int64(w.icmpTokens)+n, icmpOutBurst))
+		w.icmpLast += n * icmpOutEvery
+		if now-w.icmpLast > icmpOutEvery*icmpOutBurst { // first use or long idle
+			w.icmpLast = now
+		}
+	}
+	if w.icmpTokens <= 0 {
+		return false
+	}
+	w.icmpTokens--
+	return true
+}
+
+// tooBigToOutside answers a packet from the outside (w.pk, to a hosted
+// egress IP) that does not fit the tunnel to the pod's node once
+// encapsulated: ICMP fragmentation needed (IPv4, DF set) or packet too big
+// (IPv6) carrying mtu, the largest packet that fits, from the egress IP it
+// was sent to, quoting as much of it as fits in 576 bytes (IPv4, RFC 1812
+// §4.3.2.3) or 1280 bytes (IPv6, RFC 4443 §2.4(c)). The server's PMTU
+// discovery then lowers its packet size for this destination.
+func (w *Worker) tooBigToOutside(st *installed, now int64, in, out []byte, mtu int) Result {
+	pk := &w.pk
+	snap := st.snap
+	if !snap.routes.Lookup(&pk.Src, &w.hop) {
+		return w.drop(DropMTUExceeded)
+	}
+	if !w.icmpOutAllowed(now) {
+		return w.drop(DropMTUExceeded)
+	}
+	ihl, maxLen := ipv4MinLen, maxICMPv4Error
+	if pk.IPVer == 6 {
+		ihl, maxLen = ipv6Len, maxICMPv6Error
+	}
+	quote := pk.End - pk.L3
+	if room := maxLen - ihl - icmpLen; quote > room {
+		quote = room
+	}
+	if room := w.hop.MTU - ihl - icmpLen; quote > room {
+		quote = room
+	}
+	innerLen := ihl + icmpLen + quote
+	n := ethLen + innerLen
+	if quote < ihl+8 || n > len(out) {
+		return w.drop(DropMTUExceeded)
+	}
+	writeEth(out, &w.hop.DstMAC, &w.hop.SrcMAC, pk.IPVer)
+	ip := out[ethLen:n]
+	ic := ip[ihl:]
+	copy(ic[icmpLen:], in[pk.L3:pk.L3+quote])
+	binary.BigEndian.PutUint32(ic[4:], 0)
+	if pk.IPVer == 4 {
+		ip[0], ip[1] = 0x45, 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(innerLen))
+		binary.BigEndian.PutUint32(ip[4:], 0)
+		ip[8], ip[9], ip[10], ip[11] = 64, protoICMP, 0, 0
+		copy(ip[12:16], pk.Dst[12:])
+		copy(ip[16:20], pk.Src[12:])
+		binary.BigEndian.PutUint16(ip[10:], header.ChecksumFold(header.Checksum(ip[:ipv4MinLen], 0)))
+		ic[0], ic[1] = icmp4Unreach, 4 // fragmentation needed and DF set
+		binary.BigEndian.PutUint16(ic[6:], uint16(mtu))
+		ic[2], ic[3] = 0, 0
+		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, 0)))
+	} else {
+		binary.BigEndian.PutUint32(ip[0:], 6<<28)
+		binary.BigEndian.PutUint16(ip[4:], uint16(icmpLen+quote))
+		ip[6], ip[7] = protoICMPv6, 64
+		copy(ip[8:24], pk.Dst[:])
+		copy(ip[24:40], pk.Src[:])
+		ic[0], ic[1] = icmp6TooBig, 0
+		binary.BigEndian.PutUint32(ic[4:], uint32(mtu))
+		ic[2], ic[3] = 0, 0
+		ps := header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
+		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
+	}
+	w.stats.local.Counters[CounterICMPSent]++
+	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+}

@@ -27,6 +27,9 @@ type Worker struct {
 	frags   fragTable
 	stats   *workerStats
 	release func(*conntrack.Flow)
+
+	icmpTokens int   // ICMP errors to the outside still allowed (icmpOutAllowed)
+	icmpLast   int64 // when the bucket was last refilled
 }
 
 // NewWorker returns a new worker of p; seed varies the NAT port choice
@@ -326,8 +329,15 @@ func (w *Worker) reply(st *installed, now int64, in, out []byte) Result {
 	}
 	ipLen := pk.End - pk.L3
 	hl := encapLen(node.fam)
-	if hl-ethLen+ipLen > w.hop.MTU {
-		return w.drop(DropMTUExceeded)
+	if mtu := w.hop.MTU - (hl - ethLen); ipLen > mtu {
+		// Too big for the tunnel once encapsulated. A router answers the
+		// sender so its PMTU discovery works; it never answers an ICMP
+		// error, a later fragment, or IPv4 without DF, which a router
+		// would fragment: the gateway does not, it drops and counts.
+		if isErr || later || (pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0) {
+			return w.drop(DropMTUExceeded)
+		}
+		return w.tooBigToOutside(st, now, in, out, mtu)
 	}
 	n := hl + ipLen
 	if n > len(out) {
