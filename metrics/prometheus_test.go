@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
-
 )
 
 const (
