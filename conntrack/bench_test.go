@@ -99,55 +99,41 @@ func pick(i int, lo, hi uint32) uint32 {
 // calls Prefetch for each, then Track for each.
 const lookupBatch = 32
 
+// Lookup benchmark modes.
+const (
+	modePrefetch  = iota // Prefetch, PrefetchEntry, Track over lookupBatch keys
+	modeUnbatched        // Track alone
+	modeBatch            // TrackBatch over lookupBatch keys
+	modeRefresh          // Track alone, every hit moves the timer (locked path)
+)
+
 // BenchmarkLookup: a hit on a random flow, alternating original and reply
-// direction, including building the key (as the baseline does). flows=N
-// runs as the data plane does (Prefetch a batch of 32, PrefetchEntry each,
-// then Track each);
-// flows=N_unbatched calls Track alone.
+// direction, including building the key (as the baseline does).
+//
+//	flows=N            the old data-plane pattern: Prefetch a batch of 32,
+//	                   PrefetchEntry each, then Track each
+//	flows=N_batch      TrackBatch over the same 32 keys
+//	flows=N_unbatched  Track alone
+//	flows=N_refresh    Track alone on original tuples, with the clock moving
+//	                   1 ms per lookup so every hit must write the timer
+//	                   (the locked path)
+//
+// Except in _refresh, now is the flows' insertion time: the steady state of
+// a busy flow whose previous packet was less than refreshSlack ago, where a
+// hit changes nothing and takes no lock.
 func BenchmarkLookup(b *testing.B) {
+	modes := []struct {
+		suffix string
+		mode   int
+	}{{"", modePrefetch}, {"_batch", modeBatch}, {"_unbatched", modeUnbatched}, {"_refresh", modeRefresh}}
 	for _, sz := range benchSizes {
-		for _, batched := range []bool{true, false} {
-			name := "flows=" + sz.name
-			if !batched {
-				name += "_unbatched"
-			}
-			b.Run(name, func(b *testing.B) {
-				bt := getBenchTable(b, sz.n)
-				tb := bt.tb
-				lo, hi := bt.oldest, bt.next
-				var out Flow
-				var keys [lookupBatch]Tuple
-				b.ReportAllocs()
-				b.ResetTimer()
-				c := startCPU()
-				for i := 0; i < b.N; i += lookupBatch {
-					m := min(lookupBatch, b.N-i)
-					for j := 0; j < m; j++ {
-						f := flowN(pick(i+j, lo, hi), ProtoTCP)
-						keys[j] = f.Orig
-						if (i+j)&1 == 1 {
-							keys[j] = f.Reply()
-						}
-						if batched {
-							tb.Prefetch(&keys[j])
-						}
-					}
-					if batched {
-						for j := 0; j < m; j++ {
-							tb.PrefetchEntry(&keys[j])
-						}
-					}
-					for j := 0; j < m; j++ {
-						if !tb.Track(Dir((i+j)&1), &keys[j], FlagACK, 1, &out) {
-							b.Fatal("miss")
-						}
-					}
-				}
-				c.report(b)
-				b.ReportMetric(float64(tb.Bytes())/float64(tb.Cap()), "bytes/flow")
+		for _, md := range modes {
+			b.Run("flows="+sz.name+md.suffix, func(b *testing.B) {
+				benchLookup(b, sz.n, md.mode)
 			})
 		}
 	}
+	b.Run("baseline_dram", benchDRAM)
 	// The same keys in a Go map (both tuples → index into a []Flow).
 	b.Run("baseline_gomap", func(b *testing.B) {
 		const n = 1 << 20
@@ -178,6 +164,65 @@ func BenchmarkLookup(b *testing.B) {
 		c.report(b)
 		_ = out
 	})
+}
+
+func benchLookup(b *testing.B, n, mode int) {
+	bt := getBenchTable(b, n)
+	tb := bt.tb
+	lo, hi := bt.oldest, bt.next
+	var out Flow
+	var keys [lookupBatch]Tuple
+	var batch [lookupBatch]Lookup
+	now := int64(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	c := startCPU()
+	for i := 0; i < b.N; i += lookupBatch {
+		m := min(lookupBatch, b.N-i)
+		for j := 0; j < m; j++ {
+			f := flowN(pick(i+j, lo, hi), ProtoTCP)
+			k := &keys[j]
+			if mode == modeBatch {
+				k = &batch[j].Key
+				batch[j].Dir, batch[j].Flags = Dir((i+j)&1), FlagACK
+			}
+			*k = f.Orig
+			if (i+j)&1 == 1 {
+				*k = f.Reply()
+			}
+			if mode == modePrefetch {
+				tb.Prefetch(k)
+			}
+		}
+		switch mode {
+		case modeBatch:
+			if tb.TrackBatch(batch[:m], now) != m {
+				b.Fatal("miss")
+			}
+			continue
+		case modePrefetch:
+			for j := 0; j < m; j++ {
+				tb.PrefetchEntry(&keys[j])
+			}
+		}
+		for j := 0; j < m; j++ {
+			dir := Dir((i + j) & 1)
+			if mode == modeRefresh {
+				// Packets from the pod: an expired flow is revived, so
+				// the clock may run past the flows' timeouts.
+				now = int64(i+j) * int64(time.Millisecond)
+				if dir == Reply {
+					keys[j] = flowN(pick(i+j, lo, hi), ProtoTCP).Orig
+					dir = Original
+				}
+			}
+			if !tb.Track(dir, &keys[j], FlagACK, now, &out) {
+				b.Fatal("miss")
+			}
+		}
+	}
+	c.report(b)
+	b.ReportMetric(float64(tb.Bytes())/float64(tb.Cap()), "bytes/flow")
 }
 
 // BenchmarkLookupParallel: lookups from all Ps at once, to show that the

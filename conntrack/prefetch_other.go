@@ -2,4 +2,6 @@
 
 package conntrack
 
-func prefetchLine(addr uintptr) {}
+func prefetchLine(addr uintptr)  {}
+func prefetchSpan(addr uintptr)  {}
+func prefetchSpanW(addr uintptr) {}

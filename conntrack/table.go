@@ -35,7 +35,7 @@ const (
 // and an index of keys (original or reply tuples) that hash to it. Its own
 // lock guards both; the padding keeps two shards' locks off one cache line.
 type shard struct {
-	mu       sync.Mutex
+	mu       seqLock  // also the version optimistic lookups check
 	slots    []uint64 // Robin Hood index: tag<<32 | ref; 0 is empty
 	n        uint64   // len(slots)
 	base     uint32   // index of this shard's first entry in Table.entries
@@ -414,6 +414,13 @@ func (e *entry) toFlow(f *Flow) {
 
 // --- the data-plane operations ---
 
+// refreshSlack is how far a flow's deadline may lag behind now+timeout
+// before a packet moves it. A write moves it to now+timeout+refreshSlack,
+// so packets of a busy flow within the next refreshSlack change nothing and
+// take the lock-free path; a flow therefore expires between timeout and
+// timeout+refreshSlack after its last packet, never earlier.
+const refreshSlack = int64(250 * time.Millisecond)
+
 // Track looks k up as a tuple of direction dir. On a hit it advances the TCP
 // state machine with the packet's flags (0 for UDP and ICMP), refreshes the
 // flow's timer, copies the flow into out and returns true.
@@ -421,11 +428,24 @@ func (e *entry) toFlow(f *Flow) {
 // A flow whose timer has run out but that Expire has not removed yet is
 // revived by a packet from the pod (Original) and is a miss for packets
 // from outside (Reply): an expired mapping admits nothing inbound.
+//
+// A hit that changes neither the state nor (beyond refreshSlack) the timer
+// takes no lock (trackFast); everything else runs under the shard lock.
 func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool {
 	if dir > Reply {
 		return false
 	}
 	h := t.h.hash(k)
+	if optimisticReads {
+		if hit, ok := t.trackFast(h, dir, k, tcpFlags, now, out); ok {
+			return hit
+		}
+	}
+	return t.trackLocked(h, dir, k, tcpFlags, now, out)
+}
+
+// trackLocked is Track under the shard lock; h is k's hash.
+func (t *Table) trackLocked(h uint64, dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool {
 	si := uint32(h & t.shardMask)
 	s := &t.shards[si]
 	tag := uint32(h >> 32)
@@ -449,16 +469,24 @@ func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) b
 			return false
 		}
 	}
-	e := &t.entries[g]
+	hit := t.apply(&t.entries[g], dir, tcpFlags, now, out)
+	s.mu.Unlock()
+	return hit
+}
+
+// apply is a hit's work on entry e (its shard locked): a reply to an expired
+// flow is a miss; otherwise advance the state, move the timer if it is due
+// and copy the flow to out.
+func (t *Table) apply(e *entry, dir Dir, tcpFlags uint8, now int64, out *Flow) bool {
 	if now >= e.deadline && dir == Reply {
-		s.mu.Unlock()
 		return false
 	}
 	st := nextState(State(e.state), dir, tcpFlags)
-	e.state = uint8(st)
-	e.deadline = now + t.to[st]
+	if d := now + t.to[st]; st != State(e.state) || d > e.deadline {
+		e.state = uint8(st)
+		e.deadline = d + refreshSlack
+	}
 	e.toFlow(out)
-	s.mu.Unlock()
 	return true
 }
 
@@ -506,6 +534,24 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 	s1i, s2i := uint32(h1&t.shardMask), uint32(h2&t.shardMask)
 	tag1, tag2 := uint32(h1>>32), uint32(h2>>32)
 	s1, s2 := &t.shards[s1i], &t.shards[s2i]
+	// Start the three cache misses an insert has (both keys' index lines
+	// and the entry it will fill) before the lock, whose atomic would
+	// otherwise make them wait for each other.
+	if s1.n != 0 && s2.n != 0 {
+		prefetchLine(uintptr(unsafe.Pointer(unsafe.SliceData(s1.slots))) + uintptr(home(tag1, s1.n))*8)
+		prefetchLine(uintptr(unsafe.Pointer(unsafe.SliceData(s2.slots))) + uintptr(home(tag2, s2.n))*8)
+		if optimisticReads {
+			// An unlocked peek at the entry the insert will most likely
+			// take; a wrong guess costs a wasted prefetch.
+			local := s1.bump
+			if fr := s1.free; fr != 0 {
+				local = fr - 1
+			}
+			if i := int(s1.base) + int(local); i < len(t.entries) {
+				prefetchSpanW(uintptr(unsafe.Pointer(&t.entries[i])))
+			}
+		}
+	}
 	t.lock2(s1i, s2i)
 	if t.find(s1, tag1, &f.Orig, anyDir) != 0 || t.find(s2, tag2, &r, anyDir) != 0 {
 		t.unlock2(s1i, s2i)

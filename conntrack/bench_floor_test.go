@@ -1,0 +1,149 @@
+package conntrack
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// The floor: what this machine's memory costs for the access pattern a
+// lookup has, with no table logic at all, over a buffer as large as the
+// 1M-flow table and allocated the same way (off-heap, huge pages where the
+// kernel gives them). Reading the lookup's ns/op against these says how many
+// DRAM misses' worth of time a lookup spends.
+//
+//	chase         one dependent load per op (a random cyclic pointer chase):
+//	              the latency of one miss, nothing overlapped
+//	independent   one load per op to a random line, in batches of
+//	              lookupBatch, all prefetched first: the throughput of
+//	              overlapped misses
+//	lookup        the lookup's exact shape per op: a random line (the index
+//	              slot), then two adjacent lines whose address is read from
+//	              it (the 72-byte entry), batched and prefetched in the same
+//	              three passes as the batched lookup
+//	keys          building the keys as the lookup benchmarks do, no table
+//	              memory: the benchmark loop's own cost, not the lookup's
+//	keys+hash     the same plus hashing each key
+func benchDRAM(b *testing.B) {
+	bt := getBenchTable(b, 1<<20)
+	size := int(bt.tb.Bytes())
+	mem, free, err := allocTable(size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer free()
+	const line = 64
+	nLines := uint32(len(mem) / line)
+	words := unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), len(mem)/8)
+	// Sattolo's algorithm: one random cycle through every line, so the
+	// chase visits each line once per lap and never settles in a cache.
+	perm := make([]uint32, nLines)
+	for i := range perm {
+		perm[i] = uint32(i)
+	}
+	x := uint64(0x9E3779B97F4A7C15)
+	for i := nLines - 1; i > 0; i-- {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		j := uint32((x >> 32) * uint64(i) >> 32)
+		perm[i], perm[j] = perm[j], perm[i]
+	}
+	for i := uint32(0); i < nLines; i++ {
+		words[uint64(perm[i])*line/8] = uint64(perm[(i+1)%nLines])
+	}
+	perm = nil
+	base := uintptr(unsafe.Pointer(&mem[0]))
+
+	b.Run("chase", func(b *testing.B) {
+		p := uint64(0)
+		b.ReportAllocs()
+		b.ResetTimer()
+		c := startCPU()
+		for i := 0; i < b.N; i++ {
+			p = words[p*line/8]
+		}
+		c.report(b)
+		sinkU64 = p
+	})
+	b.Run("independent", func(b *testing.B) {
+		var idx [lookupBatch]uint32
+		sum := uint64(0)
+		b.ReportAllocs()
+		b.ResetTimer()
+		c := startCPU()
+		for i := 0; i < b.N; i += lookupBatch {
+			m := min(lookupBatch, b.N-i)
+			for j := 0; j < m; j++ {
+				idx[j] = pick(i+j, 0, nLines)
+				prefetchLine(base + uintptr(idx[j])*line)
+			}
+			for j := 0; j < m; j++ {
+				sum += words[uint64(idx[j])*line/8]
+			}
+		}
+		c.report(b)
+		sinkU64 = sum
+	})
+	b.Run("lookup", func(b *testing.B) {
+		var idx [lookupBatch]uint32
+		sum := uint64(0)
+		b.ReportAllocs()
+		b.ResetTimer()
+		c := startCPU()
+		for i := 0; i < b.N; i += lookupBatch {
+			m := min(lookupBatch, b.N-i)
+			for j := 0; j < m; j++ {
+				idx[j] = pick(i+j, 0, nLines)
+				prefetchLine(base + uintptr(idx[j])*line)
+			}
+			for j := 0; j < m; j++ {
+				// The "entry": 72 bytes at a line offset the slot names,
+				// so it spans two lines as the table's entries do.
+				e := uint32(words[uint64(idx[j])*line/8]) % (nLines - 2)
+				idx[j] = e
+				a := base + uintptr(e)*line + 8
+				prefetchLine(a)
+				prefetchLine(a + 71)
+			}
+			for j := 0; j < m; j++ {
+				e := uint64(idx[j]) * line / 8
+				sum += words[e+1] + words[e+9]
+			}
+		}
+		c.report(b)
+		sinkU64 = sum
+	})
+	// The benchmark loop's own work: building the keys (keys), and that
+	// plus hashing them (keys+hash), without touching the table.
+	for _, hash := range []bool{false, true} {
+		name := "keys"
+		if hash {
+			name = "keys+hash"
+		}
+		b.Run(name, func(b *testing.B) {
+			tb := bt.tb
+			lo, hi := bt.oldest, bt.next
+			sum := uint64(0)
+			var k Tuple
+			b.ReportAllocs()
+			b.ResetTimer()
+			c := startCPU()
+			for i := 0; i < b.N; i++ {
+				f := flowN(pick(i, lo, hi), ProtoTCP)
+				k = f.Orig
+				if i&1 == 1 {
+					k = f.Reply()
+				}
+				if hash {
+					sum += tb.h.hash(&k)
+				} else {
+					sum += uint64(k.Src[15]) + uint64(k.Dst[13])
+				}
+			}
+			c.report(b)
+			sinkU64 = sum
+		})
+	}
+}
+
+var sinkU64 uint64

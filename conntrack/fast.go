@@ -1,0 +1,117 @@
+package conntrack
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// optimisticReads enables the lock-free lookup path. It relies on x86-TSO
+// (loads are not reordered with other loads, stores not with other stores),
+// so it is on for amd64 only; and the race detector would rightly report its
+// unlocked reads, so race builds take the locked path, which the race tests
+// then check.
+const optimisticReads = !raceEnabled && runtime.GOARCH == "amd64"
+
+// Sentinels for a batch slot's index result; real refs are below 1<<31.
+const (
+	refMiss    uint32 = 0         // the index has no key with k's tag: a miss
+	refUnknown uint32 = 1<<32 - 1 // the unlocked probe saw a writer: ask under the lock
+)
+
+// findTag returns the ref of the first key in s's index with k's tag and
+// direction, or refMiss, without the lock and without touching any entry:
+// a miss costs the index line only. The caller validates s's version; a
+// racing writer can make the answer wrong but never make this loop run
+// away (it stops after n slots) or index out of range.
+func (t *Table) findTag(s *shard, tag uint32, dir Dir) uint32 {
+	n := s.n
+	slots := s.slots
+	if n == 0 {
+		return refMiss
+	}
+	pos := home(tag, n)
+	for d := uint64(0); d < n; d++ {
+		sl := slots[pos]
+		if sl == 0 {
+			return refMiss
+		}
+		stag := uint32(sl >> 32)
+		if stag == tag {
+			if ref := uint32(sl); Dir((ref-1)&1) == dir {
+				return ref
+			}
+		} else {
+			h := home(stag, n)
+			sd := pos - h
+			if pos < h {
+				sd += n
+			}
+			if sd < d {
+				return refMiss
+			}
+		}
+		pos++
+		if pos == n {
+			pos = 0
+		}
+	}
+	return refMiss
+}
+
+// trackFast is Track without a lock. It returns decided=false whenever the
+// answer needs the lock: a writer ran meanwhile, the packet changes the
+// state or moves the timer, or the key is not the entry's (a stale ref or a
+// tag collision).
+func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, fl uint8, now int64, out *Flow) (hit, decided bool) {
+	s := &t.shards[h&t.shardMask]
+	v := s.mu.version()
+	if v&1 != 0 {
+		return false, false
+	}
+	ref := t.findTag(s, uint32(h>>32), dir)
+	if ref == refMiss {
+		return false, s.mu.unchanged(v)
+	}
+	if _, g, _ := t.refEntry(ref); int(g) < len(t.entries) {
+		prefetchSpan(uintptr(unsafe.Pointer(&t.entries[g]))) // both lines in one round trip
+	}
+	return t.trackEntry(ref, dir, k, fl, now, out)
+}
+
+// trackEntry finishes an unlocked lookup at the entry ref names: it copies
+// the entry, checks the copy is consistent (its shard's version did not
+// move) and k's, and on a hit that changes nothing fills out.
+func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, fl uint8, now int64, out *Flow) (hit, decided bool) {
+	osh, g, _ := t.refEntry(ref)
+	if int(osh) >= len(t.shards) || int(g) >= len(t.entries) {
+		return false, false
+	}
+	os := &t.shards[osh]
+	v := os.mu.version()
+	if v&1 != 0 {
+		return false, false
+	}
+	e := t.entries[g]
+	if !os.mu.unchanged(v) || e.state == uint8(StateNone) || !keyEq(&e, k, dir) {
+		return false, false
+	}
+	if dir == Reply && now >= e.deadline {
+		return false, true // expired: nothing inbound (as in trackLocked)
+	}
+	st := nextState(State(e.state), dir, fl)
+	if st != State(e.state) || now+t.to[st] > e.deadline {
+		// A write is due: lock the entry's shard only (its lines are in
+		// the cache now) and re-check the entry is still k's flow.
+		os.mu.Lock()
+		p := &t.entries[g]
+		if p.state == uint8(StateNone) || !keyEq(p, k, dir) {
+			os.mu.Unlock()
+			return false, false
+		}
+		hit = t.apply(p, dir, fl, now, out)
+		os.mu.Unlock()
+		return hit, true
+	}
+	e.toFlow(out)
+	return true, true
+}
