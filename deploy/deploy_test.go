@@ -172,7 +172,7 @@ func TestKustomizeBuild(t *testing.T) {
 		add = append(add, c.(string))
 	}
 	sort.Strings(add)
-	if want := []string{"BPF", "IPC_LOCK", "NET_ADMIN", "NET_RAW", "SYS_ADMIN"}; !slices.Equal(add, want) {
+	if want := []string{"BPF", "IPC_LOCK", "NET_ADMIN", "NET_RAW", "PERFMON"}; !slices.Equal(add, want) {
 		t.Errorf("gateway capabilities %v, want exactly %v", add, want)
 	}
 	if d := fmt.Sprint(get(sc, "capabilities", "drop")); d != "[ALL]" {
