@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -55,6 +56,7 @@ func TestLab(t *testing.T) {
 			t.Run("Transfer200MB", func(t *testing.T) { testTransfer(t, l) })
 			t.Run("Iperf3", func(t *testing.T) { testIperf3(t, l) })
 			t.Run("PMTU", func(t *testing.T) { testPMTU(t, l) })
+			t.Run("PodMTU1500", func(t *testing.T) { testPodMTU1500(t, l) })
 		})
 	}
 }
@@ -410,4 +412,50 @@ func testPMTU(t *testing.T, l *Lab) {
 		t.Fatalf("pod %s has no path MTU %d towards the server: %s", p.Name, mtu, out)
 	}
 	t.Logf("pod %s: %d frag-needed received; route: %s", p.Name, fragNeeded, strings.TrimSpace(out))
+}
+
+// testPodMTU1500: a pod whose eth0 says 1500 (the tunnel holds 1450)
+// advertises a 1460-byte MSS, so the server sends segments that do not fit
+// the tunnel once encapsulated. The gateway must answer them with ICMP
+// frag-needed from the egress IP carrying 1450; the server's PMTU discovery
+// then shrinks its segments and the download completes.
+func testPodMTU1500(t *testing.T, l *Lab) {
+	s := l.Spec
+	w := s.Workers[0]
+	p := w.Pods[0]
+	ns, srv := s.NS(p.Name), s.NS(s.Server.Name)
+	eip := mustSteer(s, p)
+	if err := ipBatch(srv, "route flush cache"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ipBatch(ns, "link set eth0 mtu 1500"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ipBatch(ns, fmt.Sprintf("link set eth0 mtu %d", TunnelMTU))
+		ipBatch(srv, "route flush cache")
+	})
+	const n = 8 << 20
+	h := sha256.New()
+	io.Copy(h, Pattern(n))
+	want := h.Sum(nil)
+	c := &http.Client{Timeout: 20 * time.Second, Transport: podClient(ns).Transport}
+	resp, err := c.Get(fmt.Sprintf("http://%v/bytes?n=%d", netip.AddrPortFrom(s.Server.IP, HTTPPort), n))
+	if err != nil {
+		t.Fatalf("download to a pod with MTU 1500: %v", err)
+	}
+	defer resp.Body.Close()
+	h.Reset()
+	got, err := io.Copy(h, resp.Body)
+	if err != nil || got != n || !bytes.Equal(h.Sum(nil), want) {
+		t.Fatalf("download to a pod with MTU 1500: %d of %d bytes (%v): the server's full-sized segments never fit the tunnel", got, n, err)
+	}
+	out, err := run("ip", "-n", srv, "route", "get", eip.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, fmt.Sprintf("mtu %d", TunnelMTU)) {
+		t.Fatalf("the server has no path MTU %d towards %v (no frag-needed arrived): %s", TunnelMTU, eip, out)
+	}
+	t.Logf("8 MB to %s (MTU 1500) completed; server route: %s", p.Name, strings.TrimSpace(out))
 }
