@@ -67,6 +67,13 @@ type neighKey struct {
 	addr    [16]byte
 }
 
+// neighEntry is a usable neighbour: its MAC and its index in the
+// snapshot's nkeys and used.
+type neighEntry struct {
+	mac [6]byte
+	i   int32
+}
+
 // snapshot is an immutable view of the kernel tables; lookups read it
 // without locks, updates build a new one.
 type snapshot struct {
@@ -74,8 +81,39 @@ type snapshot struct {
 	routes   map[prefixKey]route // IPv6
 	lens4    []uint8             // prefix lengths present, longest first
 	lens6    []uint8
-	neigh    map[neighKey][6]byte
+	neigh    map[neighKey]neighEntry
 	linkMACs map[int][6]byte
+	// nkeys lists the neighbours by index; used[i] is set (once, by the
+	// first lookup that finds neighbour i since the last refresh): the
+	// neighbours workers send to, which the refresher keeps fresh.
+	nkeys []neighKey
+	used  []atomic.Uint32
+}
+
+// addNeigh records a usable neighbour; sealNeigh sizes the used marks once
+// all are added.
+func (s *snapshot) addNeigh(k neighKey, mac [6]byte) {
+	if e, ok := s.neigh[k]; ok {
+		e.mac = mac
+		s.neigh[k] = e
+		return
+	}
+	s.neigh[k] = neighEntry{mac: mac, i: int32(len(s.nkeys))}
+	s.nkeys = append(s.nkeys, k)
+}
+
+// sealNeigh allocates the used marks, carrying over those of prev (a
+// rebuild must not forget which neighbours are in use).
+func (s *snapshot) sealNeigh(prev *snapshot) {
+	s.used = make([]atomic.Uint32, len(s.nkeys))
+	if prev == nil {
+		return
+	}
+	for i, k := range s.nkeys {
+		if e, ok := prev.neigh[k]; ok && int(e.i) < len(prev.used) && prev.used[e.i].Load() != 0 {
+			s.used[i].Store(1)
+		}
+	}
 }
 
 func mask(a [16]byte, bits int, v6 bool) [16]byte {
@@ -99,7 +137,7 @@ func mask(a [16]byte, bits int, v6 bool) [16]byte {
 func key4(a uint32, bits uint8) uint64 { return uint64(a)<<8 | uint64(bits) }
 
 func newSnapshot() *snapshot {
-	return &snapshot{routes4: map[uint64]route{}, routes: map[prefixKey]route{}, neigh: map[neighKey][6]byte{}, linkMACs: map[int][6]byte{}}
+	return &snapshot{routes4: map[uint64]route{}, routes: map[prefixKey]route{}, neigh: map[neighKey]neighEntry{}, linkMACs: map[int][6]byte{}}
 }
 
 // addRoute records r for pfx unless a route for pfx is already there (the
@@ -157,22 +195,32 @@ type Options struct {
 	// ResolveEvery limits how often resolution of one missing neighbour
 	// is asked from the kernel; default 1s.
 	ResolveEvery time.Duration
+	// RefreshEvery is how often the neighbours that lookups found since
+	// the last time are handed to the kernel for revalidation (default 1s,
+	// negative: never). No kernel traffic uses the gateway's next hops,
+	// so without it their entries go STALE and are never confirmed; with
+	// it the kernel probes them before they expire (NTF_USE marks them
+	// used, so a REACHABLE entry moves to DELAY/PROBE instead of STALE).
+	// Keep it below the kernel's delay_first_probe_time (5s).
+	RefreshEvery time.Duration
 }
 
 // Cache answers route and neighbour lookups from a snapshot of the kernel's
 // main routing table, neighbour table and link addresses, rebuilt whenever
 // netlink reports a change.
 type Cache struct {
-	snap     atomic.Pointer[snapshot]
-	nl       *netlink.Handle
-	log      *slog.Logger
-	resolve  chan neighKey
-	done     chan struct{}
-	wg       sync.WaitGroup
-	misses   atomic.Uint64
-	noRoute  atomic.Uint64
-	rebuilds atomic.Uint64
-	every    time.Duration
+	snap      atomic.Pointer[snapshot]
+	nl        *netlink.Handle
+	log       *slog.Logger
+	resolve   chan neighKey
+	done      chan struct{}
+	wg        sync.WaitGroup
+	misses    atomic.Uint64
+	noRoute   atomic.Uint64
+	rebuilds  atomic.Uint64
+	refreshes atomic.Uint64
+	every     time.Duration
+	refresh   time.Duration
 }
 
 // NewCache dumps the tables, subscribes to route, neighbour and link
@@ -192,12 +240,15 @@ func NewCache(opt Options) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kernel: netlink: %w", err)
 	}
-	c := &Cache{nl: nl, log: opt.Logger, resolve: make(chan neighKey, 1024), done: make(chan struct{}), every: opt.ResolveEvery}
+	c := &Cache{nl: nl, log: opt.Logger, resolve: make(chan neighKey, 1024), done: make(chan struct{}), every: opt.ResolveEvery, refresh: opt.RefreshEvery}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
 	if c.every == 0 {
 		c.every = time.Second
+	}
+	if c.refresh == 0 {
+		c.refresh = time.Second
 	}
 	events := make(chan struct{}, 1)
 	poke := func() {
@@ -332,8 +383,9 @@ func (c *Cache) rebuild() error {
 		}
 		var m [6]byte
 		copy(m[:], n.HardwareAddr)
-		s.neigh[neighKey{int32(n.LinkIndex), a.Unmap().As16()}] = m
+		s.addNeigh(neighKey{int32(n.LinkIndex), a.Unmap().As16()}, m)
 	}
+	s.sealNeigh(c.snap.Load())
 	c.snap.Store(s)
 	c.rebuilds.Add(1)
 	return nil
@@ -363,7 +415,7 @@ func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
 		nh.Gateway = dst
 	}
 	k := neighKey{int32(r.ifindex), nh.Gateway.As16()}
-	mac, ok := s.neigh[k]
+	e, ok := s.neigh[k]
 	if !ok {
 		c.misses.Add(1)
 		select {
@@ -372,7 +424,14 @@ func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
 		}
 		return nh, NoNeighbour
 	}
-	nh.DstMAC = mac
+	if int(e.i) < len(s.used) {
+		// Read first: the shared line is written once per refresh period,
+		// not on every packet.
+		if u := &s.used[e.i]; u.Load() == 0 {
+			u.Store(1)
+		}
+	}
+	nh.DstMAC = e.mac
 	return nh, Found
 }
 
@@ -381,22 +440,31 @@ type CacheStats struct {
 	NoNeighbour uint64 // lookups that found a route but no neighbour
 	NoRoute     uint64 // lookups that found no route
 	Rebuilds    uint64 // snapshots built
+	Refreshes   uint64 // in-use neighbours handed to the kernel for revalidation
 }
 
 // Stats returns the counters.
 func (c *Cache) Stats() CacheStats {
-	return CacheStats{NoNeighbour: c.misses.Load(), NoRoute: c.noRoute.Load(), Rebuilds: c.rebuilds.Load()}
+	return CacheStats{NoNeighbour: c.misses.Load(), NoRoute: c.noRoute.Load(), Rebuilds: c.rebuilds.Load(), Refreshes: c.refreshes.Load()}
 }
 
 // resolver asks the kernel to resolve missing neighbours, at most once per
-// c.every for each.
+// c.every for each, and every c.refresh to revalidate those in use.
 func (c *Cache) resolver() {
 	defer c.wg.Done()
 	last := map[neighKey]time.Time{}
+	var tick <-chan time.Time
+	if c.refresh > 0 {
+		t := time.NewTicker(c.refresh)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-c.done:
 			return
+		case <-tick:
+			c.refreshUsed()
 		case k := <-c.resolve:
 			now := time.Now()
 			if t, ok := last[k]; ok && now.Sub(t) < c.every {
@@ -413,6 +481,22 @@ func (c *Cache) resolver() {
 			if err := c.solicit(k); err != nil {
 				c.log.Debug("kernel: neighbour resolution request failed", "ifindex", k.ifindex, "err", err)
 			}
+		}
+	}
+}
+
+// refreshUsed hands every neighbour looked up since the last call to the
+// kernel (NTF_USE) and clears its mark.
+func (c *Cache) refreshUsed() {
+	s := c.snap.Load()
+	for i := range s.used {
+		if s.used[i].Load() == 0 || s.used[i].Swap(0) == 0 {
+			continue
+		}
+		c.refreshes.Add(1)
+
+		if err := c.solicit(s.nkeys[i]); err != nil && !c.closing() {
+			c.log.Debug("kernel: neighbour refresh failed", "ifindex", s.nkeys[i].ifindex, "err", err)
 		}
 	}
 }

@@ -26,9 +26,10 @@ func testSnapshot() *snapshot {
 	add("fd00:1::/64", 3, "")
 	s.lens4 = []uint8{25, 24, 16, 0}
 	s.lens6 = []uint8{64, 0}
-	s.neigh[neighKey{2, netip.MustParseAddr("10.0.0.254").As16()}] = [6]byte{0xaa, 1, 1, 1, 1, 1}
-	s.neigh[neighKey{3, netip.MustParseAddr("10.1.2.200").As16()}] = [6]byte{0xaa, 2, 2, 2, 2, 2}
-	s.neigh[neighKey{3, netip.MustParseAddr("fd00:1::9").As16()}] = [6]byte{0xaa, 3, 3, 3, 3, 3}
+	s.addNeigh(neighKey{2, netip.MustParseAddr("10.0.0.254").As16()}, [6]byte{0xaa, 1, 1, 1, 1, 1})
+	s.addNeigh(neighKey{3, netip.MustParseAddr("10.1.2.200").As16()}, [6]byte{0xaa, 2, 2, 2, 2, 2})
+	s.addNeigh(neighKey{3, netip.MustParseAddr("fd00:1::9").As16()}, [6]byte{0xaa, 3, 3, 3, 3, 3})
+	s.sealNeigh(nil)
 	return s
 }
 
@@ -159,5 +160,38 @@ func TestLongestPrefixMatchAgainstScan(t *testing.T) {
 		if got != want {
 			t.Fatalf("lookup %s: route %d, scan says %d", a, got, want)
 		}
+	}
+}
+
+// A lookup that finds a neighbour marks it in use (once), and a rebuilt
+// snapshot keeps the marks of the neighbours it still has.
+func TestLookupMarksNeighbourInUse(t *testing.T) {
+	c := testCache()
+	s := c.snap.Load()
+	k := neighKey{2, netip.MustParseAddr("10.0.0.254").As16()}
+	if s.used[s.neigh[k].i].Load() != 0 {
+		t.Fatal("marked before any lookup")
+	}
+	if _, v := c.Lookup(netip.MustParseAddr("8.8.8.8")); v != Found {
+		t.Fatalf("lookup via the default route: %v", v)
+	}
+	marked := 0
+	for i := range s.used {
+		if s.used[i].Load() != 0 {
+			marked++
+			if s.nkeys[i] != k {
+				t.Errorf("neighbour %v marked; only the default gateway was used", s.nkeys[i])
+			}
+		}
+	}
+	if marked != 1 {
+		t.Fatalf("%d neighbours marked, want 1", marked)
+	}
+	n := newSnapshot()
+	n.addNeigh(neighKey{3, netip.MustParseAddr("10.1.2.200").As16()}, [6]byte{1})
+	n.addNeigh(k, [6]byte{2})
+	n.sealNeigh(s)
+	if n.used[n.neigh[k].i].Load() == 0 || n.used[0].Load() != 0 {
+		t.Errorf("rebuild lost or invented marks: %v %v", n.used[0].Load(), n.used[1].Load())
 	}
 }

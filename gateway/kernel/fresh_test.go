@@ -1,0 +1,114 @@
+package kernel_test
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/egret-gw/egret/gateway/kernel"
+	"github.com/egret-gw/egret/gateway/kernel/nstest"
+)
+
+// sysctl writes a /proc/sys value inside ns.
+func sysctl(t *testing.T, ns *nstest.NS, key, val string) {
+	t.Helper()
+	if err := ns.Do(func() error { return os.WriteFile("/proc/sys/"+key, []byte(val), 0o644) }); err != nil {
+		t.Fatalf("sysctl %s=%s: %v", key, val, err)
+	}
+}
+
+func neighState(t *testing.T, ns *nstest.NS, ifindex int, ip netip.Addr) int {
+	t.Helper()
+	ns4, err := ns.NL.NeighList(ifindex, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns4 {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip {
+			return n.State
+		}
+	}
+	return 0
+}
+
+// TestInUseNeighboursStayFresh: no kernel traffic uses the gateway's next
+// hops, so their neighbour entries would go STALE (and stay unconfirmed)
+// after base_reachable_time. The cache hands the ones lookups found to the
+// kernel every RefreshEvery, so under traffic the peer stays
+// REACHABLE/DELAY/PROBE and never misses after the first resolution, while a
+// next hop nobody uses any more is left to go STALE.
+func TestInUseNeighboursStayFresh(t *testing.T) {
+	tp := newTopo(t)
+	for _, dev := range []string{"gw0", "gw1"} {
+		// REACHABLE for 1.25–3.75 s after a confirmation, longer than the
+		// 1 s "recently used" window: an entry nothing uses goes STALE.
+		sysctl(t, tp.gw, "net/ipv4/neigh/"+dev+"/base_reachable_time_ms", "2500")
+		sysctl(t, tp.gw, "net/ipv4/neigh/"+dev+"/delay_first_probe_time", "1")
+	}
+	c, err := kernel.NewCache(kernel.Options{NetNS: tp.gw.Handle, RefreshEvery: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	peer, router := pe0.Addr(), r0.Addr()
+	far := netip.MustParseAddr("192.0.2.77")
+	eventually(t, "the peer to resolve", func() bool { _, v := c.Lookup(peer); return v == kernel.Found })
+	eventually(t, "the router to resolve", func() bool { _, v := c.Lookup(far); return v == kernel.Found })
+	misses := c.Stats().NoNeighbour
+
+	// Traffic to the peer only, for several reachable times.
+	states := map[int]int{}
+	var routerStale bool
+	rstates := map[int]int{}
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, v := c.Lookup(peer); v != kernel.Found {
+			t.Fatalf("lookup of the in-use peer: %v", v)
+		}
+		states[neighState(t, tp.gw, tp.gw0.Index, peer)]++
+		rs := neighState(t, tp.gw, tp.gw1.Index, router)
+		rstates[rs]++
+		routerStale = routerStale || rs == netlink.NUD_STALE
+	}
+	if got := c.Stats().NoNeighbour; got != misses {
+		t.Errorf("%d neighbour misses under steady traffic, want none after the first", got-misses)
+	}
+	if n := states[netlink.NUD_STALE]; n > 0 {
+		t.Errorf("the in-use peer was STALE in %d of %d samples (states %v): it is not being revalidated", n, sumOf(states), stateNames(states))
+	}
+	if states[netlink.NUD_REACHABLE] == 0 {
+		t.Errorf("the in-use peer was never REACHABLE: %v", stateNames(states))
+	}
+	if !routerStale {
+		t.Error("the router, not looked up any more, never went STALE: refreshes are not limited to next hops in use")
+	}
+	if c.Stats().Refreshes == 0 {
+		t.Error("no refresh counted")
+	}
+	t.Logf("peer states over 6 s: %v; router %v; refreshes %d", stateNames(states), stateNames(rstates), c.Stats().Refreshes)
+}
+
+func sumOf(m map[int]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func stateNames(m map[int]int) map[string]int {
+	names := map[int]string{netlink.NUD_REACHABLE: "REACHABLE", netlink.NUD_STALE: "STALE", netlink.NUD_DELAY: "DELAY",
+		netlink.NUD_PROBE: "PROBE", netlink.NUD_FAILED: "FAILED", netlink.NUD_INCOMPLETE: "INCOMPLETE", 0: "absent"}
+	out := map[string]int{}
+	for k, v := range m {
+		n, ok := names[k]
+		if !ok {
+			n = fmt.Sprintf("0x%x", k)
+		}
+		out[n] += v
+	}
+	return out
+}
