@@ -20,6 +20,9 @@ import (
 //	              slot), then two adjacent lines whose address is read from
 //	              it (the 72-byte entry), batched and prefetched in the same
 //	              three passes as the batched lookup
+//	insert        an insert's pattern: two random index lines and one
+//	              two-line entry, prefetched, two shard locks, the lines
+//	              read and the entry written; one op at a time
 //	keys          building the keys as the lookup benchmarks do, no table
 //	              memory: the benchmark loop's own cost, not the lookup's
 //	keys+hash     the same plus hashing each key
@@ -112,6 +115,42 @@ func benchDRAM(b *testing.B) {
 		}
 		c.report(b)
 		sinkU64 = sum
+	})
+	// An insert's memory pattern alone: two random index lines and a random
+	// 72-byte entry, prefetched (the entry for writing), then two locks
+	// taken and released as Insert does (four atomic read-modify-writes on
+	// two of 64 shard words), the index lines read and the entry written.
+	b.Run("insert", func(b *testing.B) {
+		var locks [64]struct {
+			l seqLock
+			_ [60]byte
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		c := startCPU()
+		for i := 0; i < b.N; i++ {
+			x := uint32(i) * 0x9E3779B1
+			s1, s2 := pick(int(x), 0, nLines), pick(int(x^0x5bd1e995), 0, nLines)
+			en := pick(int(x^0x2545F491), 0, nLines-2)
+			prefetchLine(base + uintptr(s1)*line)
+			prefetchLine(base + uintptr(s2)*line)
+			prefetchSpanW(base + uintptr(en)*line + 8)
+			l1, l2 := &locks[x>>26].l, &locks[(x>>20)&63].l
+			l1.Lock()
+			if l2 != l1 {
+				l2.Lock()
+			}
+			v := words[uint64(s1)*line/8] + words[uint64(s2)*line/8]
+			e := uint64(en)*line/8 + 1
+			for k := uint64(0); k < 9; k++ {
+				words[e+k] = v + k
+			}
+			l1.Unlock()
+			if l2 != l1 {
+				l2.Unlock()
+			}
+		}
+		c.report(b)
 	})
 	// The benchmark loop's own work: building the keys (keys), and that
 	// plus hashing them (keys+hash), without touching the table.

@@ -18,11 +18,9 @@ type seqLock struct {
 
 // Lock takes l, spinning (then yielding to the scheduler) while it is held.
 func (l *seqLock) Lock() {
-	v := l.v.Load()
-	if v&1 == 0 && l.v.CompareAndSwap(v, v+1) {
-		return
+	if v := l.v.Load(); v&1 != 0 || !l.v.CompareAndSwap(v, v+1) {
+		l.lockSlow()
 	}
-	l.lockSlow()
 }
 
 func (l *seqLock) lockSlow() {

@@ -294,20 +294,28 @@ const anyDir Dir = 2
 // find looks k up in s's index (s locked) and returns the matching ref, or
 // 0. With dir == anyDir keys of either direction match.
 func (t *Table) find(s *shard, tag uint32, k *Tuple, dir Dir) uint32 {
+	ref, _, _ := t.findPos(s, tag, k, dir)
+	return ref
+}
+
+// findPos is find that on a miss also says where put would place k: slot
+// pos, at displacement d from k's home. Insert hands both to putAt, so the
+// index chain (long when the index is 80% full) is walked once, not twice.
+func (t *Table) findPos(s *shard, tag uint32, k *Tuple, dir Dir) (ref uint32, pos, d uint64) {
 	n := s.n
 	slots := s.slots
-	pos := home(tag, n)
-	for d := uint64(0); ; d++ {
+	pos = home(tag, n)
+	for d = 0; ; d++ {
 		sl := slots[pos]
 		if sl == 0 {
-			return 0
+			return 0, pos, d
 		}
 		stag := uint32(sl >> 32)
 		if stag == tag {
 			ref := uint32(sl)
 			_, g, rd := t.refEntry(ref)
 			if (dir == anyDir || dir == rd) && keyEq(&t.entries[g], k, rd) {
-				return ref
+				return ref, pos, d
 			}
 		} else {
 			h := home(stag, n)
@@ -316,7 +324,7 @@ func (t *Table) find(s *shard, tag uint32, k *Tuple, dir Dir) uint32 {
 				sd += n
 			}
 			if sd < d {
-				return 0 // Robin Hood: k would have been placed before here
+				return 0, pos, d // Robin Hood: k would have been placed before here
 			}
 		}
 		pos++
@@ -328,11 +336,15 @@ func (t *Table) find(s *shard, tag uint32, k *Tuple, dir Dir) uint32 {
 
 // put adds tag/ref to s's index (s locked, room checked by the caller).
 func (s *shard) put(tag, ref uint32) {
+	s.putAt(home(tag, s.n), 0, tag, ref)
+}
+
+// putAt is put starting at slot pos, where the key's displacement is d, as
+// findPos found them (with no change to the index since).
+func (s *shard) putAt(pos, d uint64, tag, ref uint32) {
 	n := s.n
 	slots := s.slots
 	cur := uint64(tag)<<32 | uint64(ref)
-	pos := home(tag, n)
-	d := uint64(0)
 	for {
 		sl := slots[pos]
 		if sl == 0 {
@@ -553,7 +565,13 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 		}
 	}
 	t.lock2(s1i, s2i)
-	if t.find(s1, tag1, &f.Orig, anyDir) != 0 || t.find(s2, tag2, &r, anyDir) != 0 {
+	ref1, pos1, d1 := t.findPos(s1, tag1, &f.Orig, anyDir)
+	if ref1 != 0 {
+		t.unlock2(s1i, s2i)
+		return ErrExists
+	}
+	ref2, pos2, d2 := t.findPos(s2, tag2, &r, anyDir)
+	if ref2 != 0 {
 		t.unlock2(s1i, s2i)
 		return ErrExists
 	}
@@ -586,8 +604,12 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 		sport: f.Orig.SrcPort, dport: f.Orig.DstPort, nport: f.NATPort,
 		proto: f.Orig.Proto, state: uint8(st),
 	}
-	s1.put(tag1, t.makeRef(s1i, local, Original))
-	s2.put(tag2, t.makeRef(s1i, local, Reply))
+	s1.putAt(pos1, d1, tag1, t.makeRef(s1i, local, Original))
+	if s1 == s2 {
+		s2.put(tag2, t.makeRef(s1i, local, Reply)) // the first put moved keys
+	} else {
+		s2.putAt(pos2, d2, tag2, t.makeRef(s1i, local, Reply))
+	}
 	t.unlock2(s1i, s2i)
 	return nil
 }
