@@ -110,6 +110,12 @@ type Config struct {
 //	// the flow's timer, copies the flow into out and returns true.
 //	func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool
 //
+//	// TrackBatch is Track for up to MaxBatch lookups at once, with the same
+//	// results as calling Track on each in order; it overlaps their memory
+//	// misses (hash all, prefetch all index lines, then all entries). It
+//	// returns the number of hits; each Lookup's Hit and Flow say the rest.
+//	func (t *Table) TrackBatch(b []Lookup, now int64) int
+//
 //	// Insert adds f (both its original and its reply tuple), with the state
 //	// the first packet's TCP flags give. ErrFull or ErrExists leave the table
 //	// unchanged.
