@@ -298,7 +298,7 @@ func TestPrometheusLab(t *testing.T) {
 		{`sum(rate(egret_gateway_worker_busy_seconds_total[10s])) > 0`, "worker busy time"},
 		{`max(rate(egret_gateway_worker_busy_seconds_total[10s])) < 1`, "busy ratio below 1"},
 		{`sum(egret_gateway_egress_ips) == 3`, "3 egress IPs hosted in all"},
-		{`max(egret_gateway_tunnel_peers) == 2`, "both worker nodes as tunnel peers of a gateway hosting blue"},
+		{`min(egret_gateway_tunnel_peers and on (instance) egret_gateway_egress_ips > 0) >= 1`, "tunnel peers on every gateway hosting an egress IP"},
 		{`sum(egret_gateway_nat_ports_max{protocol="tcp"}) > 0`, "NAT port range per egress IP"},
 		{fmt.Sprintf(`egret_controller_failovers_total{node=%q} >= 1`, victim), "the failover away from " + victim},
 		{`egret_controller_egress_ip_moves_total >= 1`, "egress IP moves"},
@@ -316,6 +316,12 @@ func TestPrometheusLab(t *testing.T) {
 		r, err := api.query(c.expr)
 		if err != nil || len(r.Result) == 0 {
 			t.Errorf("%s: %s: no result (%v)", c.why, c.expr, err)
+		}
+	}
+
+	if r, err := api.query(`egret_gateway_tunnel_peers`); err == nil {
+		for _, x := range r.Result {
+			t.Logf("tunnel peers of %s: %v", x.Metric["instance"], x.Value[1])
 		}
 	}
 
