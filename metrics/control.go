@@ -92,7 +92,8 @@ var ReconcileKinds = []string{"assign", "status", "event", "node"}
 
 // ObserveAssignment records one assignment computation: how long it took,
 // how many IPs each node now hosts (nodes absent from perNode host none and
-// their series is removed) and how many valid IPs have no node.
+// their series is removed) and how many valid IPs have no node. Each node
+// in perNode also gets its failover counter, at 0 until it fails.
 func (c *Control) ObserveAssignment(d time.Duration, perNode map[string]int, unassigned int) {
 	if c == nil {
 		return
@@ -101,6 +102,9 @@ func (c *Control) ObserveAssignment(d time.Duration, perNode map[string]int, una
 	c.assigned.Reset()
 	for n, k := range perNode {
 		c.assigned.WithLabelValues(n).Set(float64(k))
+		// A node's failover counter exists at 0 from its first assignment:
+		// increase() over a series that appears at 1 shows nothing.
+		c.failovers.WithLabelValues(n)
 	}
 	c.unassigned.Set(float64(unassigned))
 }

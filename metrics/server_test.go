@@ -135,6 +135,9 @@ func TestControl(t *testing.T) {
 	if _, ok := sample(fams, "egret_controller_egress_ips_assigned", "node=gw2"); ok {
 		t.Error("a node that lost all its IPs keeps an assigned series")
 	}
+	if v, ok := sample(fams, "egret_controller_failovers_total", "node=gw1"); !ok || v != 0 {
+		t.Errorf("failovers of an assigned node that never failed: %v (present %v), want a series at 0", v, ok)
+	}
 	c.ForgetNode("gw2")
 	fams, _ = reg.Gather()
 	if _, ok := sample(fams, "egret_controller_node_reachable", "node=gw2"); ok {
