@@ -11,7 +11,7 @@ export EGRET_LAB_GATEWAY
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit vet fmt fuzz bpf demo bench bench-lab clean
+.PHONY: all build deps tools test test-unit vet fmt fuzz bpf demo bench bench-lab dashboard-png clean
 
 all: build
 
@@ -70,6 +70,10 @@ bench:
 # kernel (VXLAN decap + nftables masquerade) in an identical namespace, as a ratio. Root.
 bench-lab: deps build
 	$(GO) run ./bench/lab -egret $(BIN)/egret
+
+# Render docs/dashboard.png from a real Prometheus scraping the managed lab under traffic.
+dashboard-png: deps build
+	EGRET_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png $(GO) test -run TestPrometheusLab -count=1 ./metrics/
 
 clean:
 	rm -rf $(BIN)
