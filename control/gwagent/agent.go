@@ -262,9 +262,16 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh Statuses) error {
 			l.settleUntil = now.Add(a.FenceAfter)
 		}
 		l.fenced = fenced
+		// Fenced and Serving change together, so no reader sees a fenced
+		// node that still reports SERVING.
+		serving := l.dp != nil && !fenced
 		a.mu.Lock()
 		a.state.Fenced = fenced
+		a.state.Serving = serving
 		a.mu.Unlock()
+		if a.Health != nil {
+			a.Health.SetServing(serving)
+		}
 	}
 	in := a.Source.Objects()
 	in.Node = a.Node
