@@ -162,6 +162,21 @@ func dropCases() []dropCase {
 			p.sport, p.dport = 53, 5000
 			return plainFrame(t, p.build(t))
 		}},
+		{reason: DropICMPRateLimited, prep: func(t *testing.T, f *fixture) {
+			// The pod's burst of time-exceeded answers is used up.
+			p := udpFrom(pod1v4, server4)
+			p.ttl = 1
+			fr := tunnelFrame(t, podTun(), p.build(t))
+			for i := 0; i < icmpPodBurst; i++ {
+				if r, _ := f.run(t, fr); r.Verdict != VerdictTx {
+					t.Fatalf("time exceeded %d of the burst: %v %v", i, r.Verdict, r.Reason)
+				}
+			}
+		}, frame: func(t *testing.T) []byte {
+			p := udpFrom(pod1v4, server4)
+			p.ttl = 1
+			return tunnelFrame(t, podTun(), p.build(t))
+		}},
 		{reason: DropNoConfig, noSwap: true, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},

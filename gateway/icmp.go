@@ -19,12 +19,12 @@ const (
 	maxICMPv6Error = 1280
 )
 
-// icmpToPod answers the pod packet in w.pk with an ICMP error from the
+// icmpToPod answers the pod packet pk with an ICMP error from the
 // gateway's router address, encapsulated back to node ni with the tunnel
 // type and VNI the packet came with. failed is the drop reason when it
-// cannot be sent.
-func (w *Worker) icmpToPod(st *installed, ni int32, in, out []byte, kind int, mtu int, failed DropReason) Result {
-	pk := &w.pk
+// cannot be sent; beyond the rate limit (icmpPodAllowed) the packet is a
+// DropICMPRateLimited drop.
+func (w *Worker) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, out []byte, kind int, mtu int, failed DropReason) Result {
 	snap := st.snap
 	f := fam(pk.IPVer)
 	if !snap.hasRoute[f] {
@@ -53,6 +53,9 @@ func (w *Worker) icmpToPod(st *installed, ni int32, in, out []byte, kind int, mt
 	n := hl + innerLen
 	if n > len(out) {
 		return w.drop(DropOutBuffer)
+	}
+	if !w.icmpPodAllowed(now) {
+		return w.drop(DropICMPRateLimited)
 	}
 	ip := out[hl:n]
 	ic := ip[ihl:]
@@ -164,17 +167,43 @@ const (
 
 // icmpOutAllowed takes a token for an ICMP error to the outside.
 func (w *Worker) icmpOutAllowed(now int64) bool {
-	if n := (now - w.icmpLast) / icmpOutEvery; n > 0 {
-		w.icmpTokens = int(min(int64(w.icmpTokens)+n, icmpOutBurst))
-		w.icmpLast += n * icmpOutEvery
-		if now-w.icmpLast > icmpOutEvery*icmpOutBurst { // first use or long idle
-			w.icmpLast = now
-		}
+	return w.icmpOut.take(now, icmpOutBurst, icmpOutEvery)
+}
+
+// ICMP errors to pods (time exceeded, too big) have a bucket of their own,
+// of the same size (RFC 1812 §4.3.2.8, RFC 4443 §2.4(f)): a pod that floods
+// the gateway with packets whose TTL runs out, or that are larger than the
+// MTU, gets at most this many answers (each one a frame of up to 576 or 1280
+// bytes that the gateway builds), and it cannot use up the answers owed to
+// the outside, nor the outside use up its.
+const (
+	icmpPodBurst = 64
+	icmpPodEvery = int64(1_000_000) // 1000 per second and worker
+)
+
+// icmpPodAllowed takes a token for an ICMP error to a pod.
+func (w *Worker) icmpPodAllowed(now int64) bool {
+	return w.icmpPod.take(now, icmpPodBurst, icmpPodEvery)
+}
+
+// tokenBucket allows burst events at once and one more every `every`
+// nanoseconds. The zero value is full on first use.
+type tokenBucket struct {
+	tokens int64
+	last   int64 // when tokens were last added; 0 before first use
+}
+
+func (b *tokenBucket) take(now, burst, every int64) bool {
+	if b.last == 0 || now-b.last > every*burst { // first use or long idle
+		b.tokens, b.last = burst, now
+	} else if n := (now - b.last) / every; n > 0 {
+		b.tokens = min(b.tokens+n, burst)
+		b.last += n * every
 	}
-	if w.icmpTokens <= 0 {
+	if b.tokens <= 0 {
 		return false
 	}
-	w.icmpTokens--
+	b.tokens--
 	return true
 }
 
@@ -185,8 +214,7 @@ func (w *Worker) icmpOutAllowed(now int64) bool {
 // was sent to, quoting as much of it as fits in 576 bytes (IPv4, RFC 1812
 // §4.3.2.3) or 1280 bytes (IPv6, RFC 4443 §2.4(c)). The server's PMTU
 // discovery then lowers its packet size for this destination.
-func (w *Worker) tooBigToOutside(st *installed, now int64, in, out []byte, mtu int) Result {
-	pk := &w.pk
+func (w *Worker) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out []byte, mtu int) Result {
 	snap := st.snap
 	if !snap.routes.Lookup(&pk.Src, &w.hop) {
 		return w.drop(DropMTUExceeded)

@@ -31,6 +31,7 @@ const (
 	DropOutBuffer                          // the output buffer is too small for the frame
 	DropUnknownNode                        // reply for a flow whose pod's node left the configuration
 	DropNoConfig                           // no configuration snapshot installed yet
+	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
 	numDropReasons
 )
 
@@ -58,6 +59,7 @@ var dropNames = [numDropReasons]string{
 	DropOutBuffer:        "out_buffer",
 	DropUnknownNode:      "unknown_node",
 	DropNoConfig:         "no_config",
+	DropICMPRateLimited:  "icmp_rate_limited",
 }
 
 // String returns the reason's label value.

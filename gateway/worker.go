@@ -19,18 +19,50 @@ type Worker struct {
 	p       *Pipeline
 	ct      *conntrack.Table
 	alloc   *nat.Allocator
-	pk      Parsed
-	flow    conntrack.Flow
-	tuple   conntrack.Tuple
-	hop     Hop
+	hop     Hop // the reply path's next hop and the ICMP errors' (scratch)
 	rnd     uint64
 	frags   fragTable
 	stats   *workerStats
 	release func(*conntrack.Flow)
 
-	icmpTokens int   // ICMP errors to the outside still allowed (icmpOutAllowed)
-	icmpLast   int64 // when the bucket was last refilled
+	// single makes Process look flows up one frame at a time with Track
+	// instead of one TrackBatch per receive batch: the baseline that the
+	// benchmarks and the batch-equivalence test compare against.
+	single bool
+	// inserted is set when this worker added a flow during the current
+	// batch: a later frame of the batch that missed in TrackBatch may be
+	// that flow (a retransmitted SYN, the server's answer), so its miss is
+	// checked again with Track before it counts.
+	inserted bool
+
+	icmpOut tokenBucket // ICMP errors to the outside (icmpOutAllowed)
+	icmpPod tokenBucket // ICMP errors to pods (icmpPodAllowed)
+
+	// One receive batch: a decode, a plan and (if it needs one) a flow
+	// lookup per frame. Fixed arrays, so a batch allocates nothing.
+	pks   [conntrack.MaxBatch]Parsed
+	steps [conntrack.MaxBatch]step
+	lks   [conntrack.MaxBatch]conntrack.Lookup
 }
+
+// step is what the first pass over a batch decided for one frame.
+type step struct {
+	hop    Hop   // forward: the next hop towards the destination
+	n      int   // forward: length of the frame to send
+	ni     int32 // forward: index of the sending node
+	policy int32 // forward: the pod's policy
+	op     uint8 // stepDone, stepForward or stepReply
+	later  bool  // IPv4 later fragment: follows the fragment table, no lookup
+	isErr  bool  // reply: an ICMP error from outside, looked up by its quote
+	lk     uint8 // index of the frame's lookup in Worker.lks (iff op != stepDone && !later)
+}
+
+// Plans of a step.
+const (
+	stepDone    uint8 = iota // the result is final after the first pass
+	stepForward              // pod → outside, finished after the lookup
+	stepReply                // outside → pod, finished after the lookup
+)
 
 // NewWorker returns a new worker of p; seed varies the NAT port choice
 // between workers.
@@ -55,6 +87,11 @@ func (w *Worker) Stats() Stats {
 // for VerdictTx, the frame to send into out[i][:res[i].Len]. in[i] is never
 // modified. now is monotonic nanoseconds, read once per batch by the caller.
 // len(out) and len(res) must be at least len(in).
+//
+// Frames are taken conntrack.MaxBatch at a time in three passes: decode and
+// check every frame up to its flow lookup, look all of them up with one
+// TrackBatch (their cache misses overlap), then finish every frame in order.
+// The results are those of processing the frames one by one.
 func (w *Worker) Process(now int64, in, out [][]byte, res []Result) {
 	if len(in) == 0 {
 		return
@@ -62,17 +99,81 @@ func (w *Worker) Process(now int64, in, out [][]byte, res []Result) {
 	st := w.p.state.Load()
 	_ = out[len(in)-1]
 	_ = res[len(in)-1]
-	for i, f := range in {
-		res[i] = w.process(st, now, f, out[i])
+	if w.single {
+		for i, f := range in {
+			res[i] = w.processOne(st, now, f, out[i])
+		}
+	} else {
+		for len(in) > 0 {
+			k := min(len(in), conntrack.MaxBatch)
+			w.batch(st, now, in[:k], out[:k], res[:k])
+			in, out, res = in[k:], out[k:], res[k:]
+		}
 	}
 	w.stats.publish()
 }
 
 // ProcessOne handles a single frame; Process is the batched form.
 func (w *Worker) ProcessOne(now int64, in, out []byte) Result {
-	r := w.process(w.p.state.Load(), now, in, out)
+	r := w.processOne(w.p.state.Load(), now, in, out)
 	w.stats.publish()
 	return r
+}
+
+// processOne is the one-frame path: prepare, Track, finish.
+func (w *Worker) processOne(st *installed, now int64, in, out []byte) Result {
+	pk, s, l := &w.pks[0], &w.steps[0], &w.lks[0]
+	r := w.prepare(st, now, in, out, pk, s, l)
+	if s.op == stepDone {
+		return r
+	}
+	if !s.later {
+		l.Hit = w.ct.Track(l.Dir, &l.Key, l.Flags, now, &l.Flow)
+	}
+	return w.finish(st, now, in, out, pk, s, l)
+}
+
+// batch processes at most conntrack.MaxBatch frames. Only the lookup is
+// batched: everything that depends on an earlier frame of the batch (the
+// fragment table, a flow the batch created, the ICMP rate limit to the
+// outside) happens in the last pass, in frame order. The first pass's ICMP
+// errors to pods are in frame order among themselves.
+func (w *Worker) batch(st *installed, now int64, in, out [][]byte, res []Result) {
+	_ = out[len(in)-1]
+	_ = res[len(in)-1]
+	nl, pending := 0, 0
+	for i, f := range in {
+		s := &w.steps[i]
+		res[i] = w.prepare(st, now, f, out[i], &w.pks[i], s, &w.lks[nl])
+		if s.op == stepDone {
+			continue
+		}
+		pending++
+		if !s.later {
+			s.lk = uint8(nl)
+			nl++
+		}
+	}
+	if pending == 0 {
+		return
+	}
+	w.ct.TrackBatch(w.lks[:nl], now)
+	w.inserted = false
+	for i, f := range in {
+		s := &w.steps[i]
+		if s.op == stepDone {
+			continue
+		}
+		var l *conntrack.Lookup
+		if !s.later {
+			l = &w.lks[s.lk]
+			if !l.Hit && w.inserted {
+				l.Hit = w.ct.Track(l.Dir, &l.Key, l.Flags, now, &l.Flow)
+			}
+		}
+		res[i] = w.finish(st, now, f, out[i], &w.pks[i], s, l)
+	}
+	w.inserted = false
 }
 
 func (w *Worker) drop(r DropReason) Result {
@@ -85,9 +186,13 @@ func (w *Worker) pass() Result {
 	return Result{Verdict: VerdictPass}
 }
 
-func (w *Worker) process(st *installed, now int64, in, out []byte) Result {
+// prepare decodes frame in into pk and takes it as far as it goes without
+// the flow table. If s.op is stepDone on return, the Result is final;
+// otherwise the frame needs finish, after looking up l (filled here) unless
+// s.later.
+func (w *Worker) prepare(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
 	w.stats.local.Counters[CounterRx]++
-	pk := &w.pk
+	s.op, s.later, s.isErr = stepDone, false, false
 	pk.Decode(in)
 	switch pk.Kind {
 	case KindOther:
@@ -102,7 +207,7 @@ func (w *Worker) process(st *installed, now int64, in, out []byte) Result {
 		if !st.snap.hasVTEP[f] || st.snap.vtep[f] != pk.OuterDst {
 			return w.pass()
 		}
-		return w.forward(st, now, in, out)
+		return w.forwardPrepare(st, now, in, out, pk, s, l)
 	default: // KindIP
 		if st == nil {
 			return w.pass()
@@ -110,8 +215,17 @@ func (w *Worker) process(st *installed, now int64, in, out []byte) Result {
 		if !st.snap.hosted.has(&pk.Dst) {
 			return w.pass()
 		}
-		return w.reply(st, now, in, out)
+		return w.replyPrepare(pk, s, l)
 	}
+}
+
+// finish completes a frame that prepare left pending; l is its lookup
+// (nil for a later fragment).
+func (w *Worker) finish(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
+	if s.op == stepForward {
+		return w.forwardFinish(st, now, in, out, pk, s, l)
+	}
+	return w.replyFinish(st, now, in, out, pk, s, l)
 }
 
 func fam(ver uint8) uint8 { return (ver >> 1) & 1 } // 4 → 0, 6 → 1
@@ -126,9 +240,10 @@ func (w *Worker) random() uint64 {
 	return x * 0x2545f4914f6cdd1d
 }
 
-// forward takes a decapsulated pod packet to the outside.
-func (w *Worker) forward(st *installed, now int64, in, out []byte) Result {
-	pk := &w.pk
+// forwardPrepare checks a decapsulated pod packet up to its flow lookup:
+// anti-spoof, policy, TTL, route and size (a packet that cannot leave must
+// not create a flow), then the lookup key.
+func (w *Worker) forwardPrepare(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
 	snap := st.snap
 	nip, ok := snap.nodeByVTEP.get(&pk.OuterSrc)
 	if !ok {
@@ -146,94 +261,103 @@ func (w *Worker) forward(st *installed, now int64, in, out []byte) Result {
 		return w.drop(DropIPv6Fragment)
 	}
 	if pk.TTL <= 1 {
-		return w.icmpToPod(st, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
+		return w.icmpToPod(st, pk, now, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
 	}
-
-	// Route and size first: a packet that cannot leave must not create a flow.
-	if !snap.routes.Lookup(&pk.Dst, &w.hop) {
+	if !snap.routes.Lookup(&pk.Dst, &s.hop) {
 		return w.drop(DropNoRoute)
 	}
 	ipLen := pk.End - pk.L3
-	if ipLen > w.hop.MTU {
+	if ipLen > s.hop.MTU {
 		if pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0 {
 			return w.drop(DropMTUExceeded) // DF clear: a router would fragment; we do not
 		}
-		return w.icmpToPod(st, ni, in, out, icmpTooBig, w.hop.MTU, DropMTUExceeded)
+		return w.icmpToPod(st, pk, now, ni, in, out, icmpTooBig, s.hop.MTU, DropMTUExceeded)
 	}
-	n := ethLen + ipLen
-	if n > len(out) {
+	s.n = ethLen + ipLen
+	if s.n > len(out) {
 		return w.drop(DropOutBuffer)
 	}
+	s.ni, s.policy = ni, pod.policy
+	if pk.Frag && pk.FragOff != 0 {
+		s.op, s.later = stepForward, true
+		return Result{}
+	}
+	t := &l.Key
+	t.Src, t.Dst, t.Proto = conntrack.Addr(pk.Src), conntrack.Addr(pk.Dst), pk.Proto
+	l.Dir, l.Flags = conntrack.Original, 0
+	switch pk.Proto {
+	case protoTCP, protoUDP:
+		if !pk.HasL4 {
+			return w.drop(DropMalformed)
+		}
+		t.SrcPort, t.DstPort = pk.SrcPort, pk.DstPort
+		if pk.Proto == protoTCP {
+			l.Flags = pk.TCPFlags
+		}
+	case protoICMP, protoICMPv6:
+		if !pk.HasL4 {
+			return w.drop(DropMalformed)
+		}
+		if !pk.ICMPEcho || (pk.ICMPType != icmp4Echo && pk.ICMPType != icmp6Echo) {
+			return w.drop(DropICMPType)
+		}
+		t.SrcPort, t.DstPort = pk.ICMPID, 0
+	default:
+		return w.drop(DropUnsupportedProto)
+	}
+	s.op = stepForward
+	return Result{}
+}
 
+// forwardFinish takes a pod packet to the outside once its flow is looked
+// up: a miss becomes a new flow; then the NAT rewrite.
+func (w *Worker) forwardFinish(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
 	var natAddr [16]byte
 	var natPort uint16
-	later := pk.Frag && pk.FragOff != 0
-	if later {
+	if s.later {
 		e := w.frags.lookup(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now)
 		if e == nil {
 			return w.drop(DropFragNoFirst)
 		}
 		natAddr = e.addr
 	} else {
-		t := &w.tuple
-		t.Src, t.Dst, t.Proto = conntrack.Addr(pk.Src), conntrack.Addr(pk.Dst), pk.Proto
-		var flags uint8
-		switch pk.Proto {
-		case protoTCP, protoUDP:
-			if !pk.HasL4 {
-				return w.drop(DropMalformed)
-			}
-			t.SrcPort, t.DstPort = pk.SrcPort, pk.DstPort
-			flags = pk.TCPFlags
-		case protoICMP, protoICMPv6:
-			if !pk.HasL4 {
-				return w.drop(DropMalformed)
-			}
-			if !pk.ICMPEcho || (pk.ICMPType != icmp4Echo && pk.ICMPType != icmp6Echo) {
-				return w.drop(DropICMPType)
-			}
-			t.SrcPort, t.DstPort = pk.ICMPID, 0
-		default:
-			return w.drop(DropUnsupportedProto)
-		}
-		if !w.ct.Track(conntrack.Original, t, flags, now, &w.flow) {
-			if r := w.newFlow(st, ni, pod.policy, flags, now); r != DropNone {
+		if !l.Hit {
+			if r := w.newFlow(st, pk, s.ni, s.policy, l, now); r != DropNone {
 				return w.drop(r)
 			}
 		}
-		natAddr, natPort = [16]byte(w.flow.NATAddr), w.flow.NATPort
+		natAddr, natPort = [16]byte(l.Flow.NATAddr), l.Flow.NATPort
 	}
-
-	writeEth(out, &w.hop.DstMAC, &w.hop.SrcMAC, pk.IPVer)
+	n := s.n
+	writeEth(out, &s.hop.DstMAC, &s.hop.SrcMAC, pk.IPVer)
 	copy(out[ethLen:n], in[pk.L3:pk.End])
 	ip := out[ethLen:n]
-	l4 := pk.L4 - pk.L3
 	decTTL(ip, pk.IPVer)
-	if later {
+	if s.later {
 		setAddrV4(ip, ipSrc, &natAddr)
 	} else {
-		natRewrite(ip, pk.IPVer, l4, pk.Proto, srcSide, &natAddr, natPort, pk.ICMPEcho)
+		natRewrite(ip, pk.IPVer, pk.L4-pk.L3, pk.Proto, srcSide, &natAddr, natPort, pk.ICMPEcho)
 		if pk.Frag && pk.IPVer == 4 {
 			w.frags.add(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &natAddr, 0)
 		}
 	}
 	w.stats.local.Counters[CounterForwarded]++
-	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+	return Result{Verdict: VerdictTx, Ifindex: s.hop.Ifindex, Len: n}
 }
 
-// newFlow allocates a NAT binding for w.tuple and inserts the flow into
-// w.flow. It returns DropNone on success.
-func (w *Worker) newFlow(st *installed, ni int32, policy int32, flags uint8, now int64) DropReason {
-	t := &w.tuple
+// newFlow allocates a NAT binding for l.Key and inserts the flow into
+// l.Flow. It returns DropNone on success.
+func (w *Worker) newFlow(st *installed, pk *Parsed, ni int32, policy int32, l *conntrack.Lookup, now int64) DropReason {
+	t, flags := &l.Key, l.Flags
 	if t.Proto == protoTCP && flags&(conntrack.FlagSYN|conntrack.FlagACK|conntrack.FlagRST|conntrack.FlagFIN) != conntrack.FlagSYN {
 		return DropTCPNoFlow
 	}
-	if st.snap.hosted.has(&w.pk.Dst) {
+	if st.snap.hosted.has(&pk.Dst) {
 		// Checked only here: no flow to a hosted egress IP is ever created,
 		// so established traffic needs no hairpin lookup.
 		return DropHairpin
 	}
-	ips := st.snap.policies[policy].ips[fam(w.pk.IPVer)]
+	ips := st.snap.policies[policy].ips[fam(pk.IPVer)]
 	if len(ips) == 0 {
 		return DropNoEgressIP
 	}
@@ -244,11 +368,12 @@ func (w *Worker) newFlow(st *installed, ni int32, policy int32, flags uint8, now
 	if err != nil {
 		return DropNATExhausted
 	}
-	f := &w.flow
+	f := &l.Flow
 	*f = conntrack.Flow{Orig: *t, NATAddr: conntrack.Addr(natAddr), NATPort: port,
-		Aux: packAux(st.vtepOfNode[ni], w.pk.Tunnel, w.pk.VNI)}
+		Aux: packAux(st.vtepOfNode[ni], pk.Tunnel, pk.VNI)}
 	err = w.ct.Insert(f, flags, now)
 	if err == nil {
+		w.inserted = true
 		w.stats.local.Counters[CounterFlowsNew]++
 		return DropNone
 	}
@@ -262,61 +387,73 @@ func (w *Worker) newFlow(st *installed, ni int32, policy int32, flags uint8, now
 	return DropNATExhausted // the reply tuple was taken between Allocate and Insert
 }
 
-// reply takes a packet from the outside to a hosted egress IP back to its pod.
-func (w *Worker) reply(st *installed, now int64, in, out []byte) Result {
-	pk := &w.pk
+// replyPrepare checks a packet from the outside to a hosted egress IP up to
+// its flow lookup and builds the key: the reply tuple, or for an ICMP error
+// the reply tuple of the packet it quotes.
+func (w *Worker) replyPrepare(pk *Parsed, s *step, l *conntrack.Lookup) Result {
 	if pk.Frag && pk.IPVer == 6 {
 		return w.drop(DropIPv6Fragment)
 	}
 	if pk.TTL <= 1 {
 		return w.drop(DropTTLExpired)
 	}
+	if pk.Frag && pk.FragOff != 0 {
+		s.op, s.later = stepReply, true
+		return Result{}
+	}
+	t := &l.Key
+	l.Dir, l.Flags = conntrack.Reply, 0
+	switch pk.Proto {
+	case protoTCP, protoUDP:
+		if !pk.HasL4 {
+			return w.drop(DropMalformed)
+		}
+		*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
+		if pk.Proto == protoTCP {
+			l.Flags = pk.TCPFlags
+		}
+	case protoICMP, protoICMPv6:
+		if !pk.HasL4 {
+			return w.drop(DropMalformed)
+		}
+		switch {
+		case pk.ICMPEcho && (pk.ICMPType == icmp4EchoReply || pk.ICMPType == icmp6EchoReply):
+			*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: 0, DstPort: pk.ICMPID, Proto: pk.Proto}
+		case pk.ICMPErr:
+			if pk.EmbSrc != pk.Dst {
+				return w.drop(DropNoFlow) // quotes a packet we did not send
+			}
+			*t = conntrack.Tuple{Src: conntrack.Addr(pk.EmbDst), Dst: conntrack.Addr(pk.EmbSrc), SrcPort: pk.EmbDstPort, DstPort: pk.EmbSrcPort, Proto: pk.EmbProto}
+			s.isErr = true
+		case pk.ICMPEcho:
+			return w.drop(DropNoFlow) // echo request to an egress IP: unsolicited
+		default:
+			return w.drop(DropICMPType)
+		}
+	default:
+		return w.drop(DropUnsupportedProto)
+	}
+	s.op = stepReply
+	return Result{}
+}
+
+// replyFinish takes a packet from the outside back to its pod once its flow
+// is looked up.
+func (w *Worker) replyFinish(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
 	var podAddr [16]byte
 	var podPort uint16
 	var aux uint64
-	later := pk.Frag && pk.FragOff != 0
-	isErr := false
-	if later {
+	if s.later {
 		e := w.frags.lookup(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now)
 		if e == nil {
 			return w.drop(DropFragNoFirst)
 		}
 		podAddr, aux = e.addr, e.aux
 	} else {
-		t := &w.tuple
-		var flags uint8
-		switch pk.Proto {
-		case protoTCP, protoUDP:
-			if !pk.HasL4 {
-				return w.drop(DropMalformed)
-			}
-			*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
-			flags = pk.TCPFlags
-		case protoICMP, protoICMPv6:
-			if !pk.HasL4 {
-				return w.drop(DropMalformed)
-			}
-			switch {
-			case pk.ICMPEcho && (pk.ICMPType == icmp4EchoReply || pk.ICMPType == icmp6EchoReply):
-				*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: 0, DstPort: pk.ICMPID, Proto: pk.Proto}
-			case pk.ICMPErr:
-				if pk.EmbSrc != pk.Dst {
-					return w.drop(DropNoFlow) // quotes a packet we did not send
-				}
-				*t = conntrack.Tuple{Src: conntrack.Addr(pk.EmbDst), Dst: conntrack.Addr(pk.EmbSrc), SrcPort: pk.EmbDstPort, DstPort: pk.EmbSrcPort, Proto: pk.EmbProto}
-				isErr = true
-			case pk.ICMPEcho:
-				return w.drop(DropNoFlow) // echo request to an egress IP: unsolicited
-			default:
-				return w.drop(DropICMPType)
-			}
-		default:
-			return w.drop(DropUnsupportedProto)
-		}
-		if !w.ct.Track(conntrack.Reply, t, flags, now, &w.flow) {
+		if !l.Hit {
 			return w.drop(DropNoFlow)
 		}
-		podAddr, podPort, aux = [16]byte(w.flow.Orig.Src), w.flow.Orig.SrcPort, w.flow.Aux
+		podAddr, podPort, aux = [16]byte(l.Flow.Orig.Src), l.Flow.Orig.SrcPort, l.Flow.Aux
 	}
 
 	vi, tun, vni := unpackAux(aux)
@@ -334,10 +471,10 @@ func (w *Worker) reply(st *installed, now int64, in, out []byte) Result {
 		// sender so its PMTU discovery works; it never answers an ICMP
 		// error, a later fragment, or IPv4 without DF, which a router
 		// would fragment: the gateway does not, it drops and counts.
-		if isErr || later || (pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0) {
+		if s.isErr || s.later || (pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0) {
 			return w.drop(DropMTUExceeded)
 		}
-		return w.tooBigToOutside(st, now, in, out, mtu)
+		return w.tooBigToOutside(st, pk, now, in, out, mtu)
 	}
 	n := hl + ipLen
 	if n > len(out) {
@@ -347,9 +484,9 @@ func (w *Worker) reply(st *installed, now int64, in, out []byte) Result {
 	ip := out[hl:n]
 	decTTL(ip, pk.IPVer)
 	switch {
-	case later:
+	case s.later:
 		setAddrV4(ip, ipDst, &podAddr)
-	case isErr:
+	case s.isErr:
 		xlateICMPError(ip, pk, &podAddr, podPort)
 		w.stats.local.Counters[CounterICMPXlated]++
 	default:
