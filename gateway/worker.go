@@ -38,26 +38,28 @@ type Worker struct {
 	icmpOut tokenBucket // ICMP errors to the outside (icmpOutAllowed)
 	icmpPod tokenBucket // ICMP errors to pods (icmpPodAllowed)
 
-	// One receive batch: a decode, a plan and (if it needs one) a flow
-	// lookup per frame. Fixed arrays, so a batch allocates nothing.
-	pks   [conntrack.MaxBatch]Parsed
-	steps [conntrack.MaxBatch]step
-	lks   [conntrack.MaxBatch]conntrack.Lookup
+	// One receive batch: a decode and plan per frame, and a flow lookup
+	// per frame that needs one. Fixed arrays: a batch allocates nothing.
+	frames [conntrack.MaxBatch]frame
+	lks    [conntrack.MaxBatch]conntrack.Lookup
 }
 
-// step is what the first pass over a batch decided for one frame.
-type step struct {
-	hop    Hop   // forward: the next hop towards the destination
-	n      int   // forward: length of the frame to send
-	ni     int32 // forward: index of the sending node
-	policy int32 // forward: the pod's policy
-	op     uint8 // stepDone, stepForward or stepReply
-	later  bool  // IPv4 later fragment: follows the fragment table, no lookup
-	isErr  bool  // reply: an ICMP error from outside, looked up by its quote
-	lk     uint8 // index of the frame's lookup in Worker.lks (iff op != stepDone && !later)
+// frame is one frame of a batch and what the first pass decided for it.
+type frame struct {
+	pk     Parsed
+	in     []byte // the received frame
+	out    []byte // the caller's output buffer
+	hop    Hop    // forward: the next hop towards the destination
+	n      int    // forward: length of the frame to send
+	ni     int32  // forward: index of the sending node
+	policy int32  // forward: the pod's policy
+	op     uint8  // stepDone, stepForward or stepReply
+	later  bool   // IPv4 later fragment: follows the fragment table, no lookup
+	isErr  bool   // reply: an ICMP error from outside, looked up by its quote
+	lk     uint8  // index of the frame's lookup in Worker.lks (iff op != stepDone && !later)
 }
 
-// Plans of a step.
+// Plans of a frame.
 const (
 	stepDone    uint8 = iota // the result is final after the first pass
 	stepForward              // pod → outside, finished after the lookup
@@ -122,15 +124,16 @@ func (w *Worker) ProcessOne(now int64, in, out []byte) Result {
 
 // processOne is the one-frame path: prepare, Track, finish.
 func (w *Worker) processOne(st *installed, now int64, in, out []byte) Result {
-	pk, s, l := &w.pks[0], &w.steps[0], &w.lks[0]
-	r := w.prepare(st, now, in, out, pk, s, l)
-	if s.op == stepDone {
+	fr, l := &w.frames[0], &w.lks[0]
+	fr.in, fr.out = in, out
+	r := w.prepare(st, now, fr, l)
+	if fr.op == stepDone {
 		return r
 	}
-	if !s.later {
+	if !fr.later {
 		l.Hit = w.ct.Track(l.Dir, &l.Key, l.Flags, now, &l.Flow)
 	}
-	return w.finish(st, now, in, out, pk, s, l)
+	return w.finish(st, now, fr, l)
 }
 
 // batch processes at most conntrack.MaxBatch frames. Only the lookup is
@@ -143,14 +146,15 @@ func (w *Worker) batch(st *installed, now int64, in, out [][]byte, res []Result)
 	_ = res[len(in)-1]
 	nl, pending := 0, 0
 	for i, f := range in {
-		s := &w.steps[i]
-		res[i] = w.prepare(st, now, f, out[i], &w.pks[i], s, &w.lks[nl])
-		if s.op == stepDone {
+		fr := &w.frames[i]
+		fr.in, fr.out = f, out[i]
+		res[i] = w.prepare(st, now, fr, &w.lks[nl])
+		if fr.op == stepDone {
 			continue
 		}
 		pending++
-		if !s.later {
-			s.lk = uint8(nl)
+		if !fr.later {
+			fr.lk = uint8(nl)
 			nl++
 		}
 	}
@@ -159,19 +163,19 @@ func (w *Worker) batch(st *installed, now int64, in, out [][]byte, res []Result)
 	}
 	w.ct.TrackBatch(w.lks[:nl], now)
 	w.inserted = false
-	for i, f := range in {
-		s := &w.steps[i]
-		if s.op == stepDone {
+	for i := range in {
+		fr := &w.frames[i]
+		if fr.op == stepDone {
 			continue
 		}
 		var l *conntrack.Lookup
-		if !s.later {
-			l = &w.lks[s.lk]
+		if !fr.later {
+			l = &w.lks[fr.lk]
 			if !l.Hit && w.inserted {
 				l.Hit = w.ct.Track(l.Dir, &l.Key, l.Flags, now, &l.Flow)
 			}
 		}
-		res[i] = w.finish(st, now, f, out[i], &w.pks[i], s, l)
+		res[i] = w.finish(st, now, fr, l)
 	}
 	w.inserted = false
 }
@@ -190,10 +194,11 @@ func (w *Worker) pass() Result {
 // the flow table. If s.op is stepDone on return, the Result is final;
 // otherwise the frame needs finish, after looking up l (filled here) unless
 // s.later.
-func (w *Worker) prepare(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
+func (w *Worker) prepare(st *installed, now int64, fr *frame, l *conntrack.Lookup) Result {
 	w.stats.local.Counters[CounterRx]++
-	s.op, s.later, s.isErr = stepDone, false, false
-	pk.Decode(in)
+	fr.op, fr.later, fr.isErr = stepDone, false, false
+	pk := &fr.pk
+	pk.Decode(fr.in)
 	switch pk.Kind {
 	case KindOther:
 		return w.pass()
@@ -207,7 +212,7 @@ func (w *Worker) prepare(st *installed, now int64, in, out []byte, pk *Parsed, s
 		if !st.snap.hasVTEP[f] || st.snap.vtep[f] != pk.OuterDst {
 			return w.pass()
 		}
-		return w.forwardPrepare(st, now, in, out, pk, s, l)
+		return w.forwardPrepare(st, now, fr, l)
 	default: // KindIP
 		if st == nil {
 			return w.pass()
@@ -215,17 +220,17 @@ func (w *Worker) prepare(st *installed, now int64, in, out []byte, pk *Parsed, s
 		if !st.snap.hosted.has(&pk.Dst) {
 			return w.pass()
 		}
-		return w.replyPrepare(pk, s, l)
+		return w.replyPrepare(fr, l)
 	}
 }
 
 // finish completes a frame that prepare left pending; l is its lookup
 // (nil for a later fragment).
-func (w *Worker) finish(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
-	if s.op == stepForward {
-		return w.forwardFinish(st, now, in, out, pk, s, l)
+func (w *Worker) finish(st *installed, now int64, fr *frame, l *conntrack.Lookup) Result {
+	if fr.op == stepForward {
+		return w.forwardFinish(st, now, fr, l)
 	}
-	return w.replyFinish(st, now, in, out, pk, s, l)
+	return w.replyFinish(st, now, fr, l)
 }
 
 func fam(ver uint8) uint8 { return (ver >> 1) & 1 } // 4 → 0, 6 → 1
@@ -243,7 +248,8 @@ func (w *Worker) random() uint64 {
 // forwardPrepare checks a decapsulated pod packet up to its flow lookup:
 // anti-spoof, policy, TTL, route and size (a packet that cannot leave must
 // not create a flow), then the lookup key.
-func (w *Worker) forwardPrepare(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
+func (w *Worker) forwardPrepare(st *installed, now int64, s *frame, l *conntrack.Lookup) Result {
+	pk, in, out := &s.pk, s.in, s.out
 	snap := st.snap
 	nip, ok := snap.nodeByVTEP.get(&pk.OuterSrc)
 	if !ok {
@@ -311,7 +317,8 @@ func (w *Worker) forwardPrepare(st *installed, now int64, in, out []byte, pk *Pa
 
 // forwardFinish takes a pod packet to the outside once its flow is looked
 // up: a miss becomes a new flow; then the NAT rewrite.
-func (w *Worker) forwardFinish(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
+func (w *Worker) forwardFinish(st *installed, now int64, s *frame, l *conntrack.Lookup) Result {
+	pk, in, out := &s.pk, s.in, s.out
 	var natAddr [16]byte
 	var natPort uint16
 	if s.later {
@@ -390,7 +397,8 @@ func (w *Worker) newFlow(st *installed, pk *Parsed, ni int32, policy int32, l *c
 // replyPrepare checks a packet from the outside to a hosted egress IP up to
 // its flow lookup and builds the key: the reply tuple, or for an ICMP error
 // the reply tuple of the packet it quotes.
-func (w *Worker) replyPrepare(pk *Parsed, s *step, l *conntrack.Lookup) Result {
+func (w *Worker) replyPrepare(s *frame, l *conntrack.Lookup) Result {
+	pk := &s.pk
 	if pk.Frag && pk.IPVer == 6 {
 		return w.drop(DropIPv6Fragment)
 	}
@@ -439,7 +447,8 @@ func (w *Worker) replyPrepare(pk *Parsed, s *step, l *conntrack.Lookup) Result {
 
 // replyFinish takes a packet from the outside back to its pod once its flow
 // is looked up.
-func (w *Worker) replyFinish(st *installed, now int64, in, out []byte, pk *Parsed, s *step, l *conntrack.Lookup) Result {
+func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lookup) Result {
+	pk, in, out := &s.pk, s.in, s.out
 	var podAddr [16]byte
 	var podPort uint16
 	var aux uint64
