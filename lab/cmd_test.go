@@ -50,7 +50,7 @@ func TestCommandLifecycle(t *testing.T) {
 	if !st.Up || st.Mode != ModeKernel || len(st.Problems) > 0 || !st.Server.Running {
 		t.Fatalf("status after up: %+v", st)
 	}
-	want := map[string]string{"w1-p1": "192.0.2.101", "w2-p1": "192.0.2.101", "w1-p2": "192.0.2.102", "w2-p2": ""}
+	want := map[string]string{"w1-p1": "192.0.2.101", "w2-p1": "192.0.2.101", "w1-p2": "192.0.2.102", "w1-p3": "192.0.2.104", "w2-p2": ""}
 	for _, p := range st.Pods {
 		got := ""
 		if p.EgressIP != nil {

@@ -29,7 +29,11 @@ const MaxPatternBytes = 16 << 30
 type EchoServer struct {
 	HTTPAddr string
 	UDPAddr  string
-	Log      *slog.Logger
+	// HTTPAddr6 and UDPAddr6 are optional further listeners (the server's
+	// IPv6 address); same answers.
+	HTTPAddr6 string
+	UDPAddr6  string
+	Log       *slog.Logger
 }
 
 // Run serves until ctx is done.
@@ -37,26 +41,56 @@ func (e *EchoServer) Run(ctx context.Context) error {
 	if e.Log == nil {
 		e.Log = slog.Default()
 	}
-	ln, err := net.Listen("tcp", e.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("echo server: %w", err)
+	var lns []net.Listener
+	var pcs []net.PacketConn
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		for _, pc := range pcs {
+			pc.Close()
+		}
 	}
-	pc, err := net.ListenPacket("udp", e.UDPAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("echo server: %w", err)
+	for _, a := range []string{e.HTTPAddr, e.HTTPAddr6} {
+		if a == "" && len(lns) > 0 {
+			continue
+		}
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("echo server: %w", err)
+		}
+		lns = append(lns, ln)
+	}
+	for _, a := range []string{e.UDPAddr, e.UDPAddr6} {
+		if a == "" && len(pcs) > 0 {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", a)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("echo server: %w", err)
+		}
+		pcs = append(pcs, pc)
 	}
 	srv := &http.Server{Handler: echoHandler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- serveUDP(pc) }()
-	e.Log.Info("echo server listening", "http", ln.Addr().String(), "udp", pc.LocalAddr().String())
+	errc := make(chan error, len(lns)+len(pcs))
+	var addrs []string
+	for _, ln := range lns {
+		go func() { errc <- srv.Serve(ln) }()
+		addrs = append(addrs, "tcp "+ln.Addr().String())
+	}
+	for _, pc := range pcs {
+		go func() { errc <- serveUDP(pc) }()
+		addrs = append(addrs, "udp "+pc.LocalAddr().String())
+	}
+	e.Log.Info("echo server listening", "on", addrs)
+	var err error
 	select {
 	case <-ctx.Done():
-		err = nil
 	case err = <-errc:
 	}
-	pc.Close()
+	closeAll()
 	srv.Close()
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil

@@ -56,15 +56,25 @@ func (l *Lab) Failover(gw string, wait time.Duration) (*FailoverResult, error) {
 	if len(moved) == 0 {
 		return nil, fmt.Errorf("gateway %s hosts no egress IP; nothing would fail over", gw)
 	}
-	// Watch a pod of the object with the fewest egress IPs elsewhere, so
-	// that its new connections need a moved IP as often as possible.
-	best := -1
-	for _, p := range st.Pods {
-		if len(p.EgressIPs) == 0 || !slices.ContainsFunc(p.EgressIPs, func(a netip.Addr) bool { return slices.Contains(moved, a) }) {
-			continue
+	// Watch a pod of the object with the fewest egress IPs of the family
+	// elsewhere, so that its new connections need a moved IP as often as
+	// possible; IPv4 when a moved IP is IPv4, else over IPv6.
+	best, bestLen, v6 := -1, 0, false
+	for _, fam6 := range []bool{false, true} {
+		for i, p := range st.Pods {
+			srcs := p.ExpectedSources
+			if fam6 {
+				srcs = p.ExpectedSources6
+			}
+			if !slices.ContainsFunc(srcs, func(a netip.Addr) bool { return slices.Contains(moved, a) }) {
+				continue
+			}
+			if best < 0 || len(srcs) < bestLen {
+				best, bestLen, v6 = i, len(srcs), fam6
+			}
 		}
-		if best < 0 || len(p.EgressIPs) < len(st.Pods[best].EgressIPs) {
-			best = slices.IndexFunc(st.Pods, func(q PodStatus) bool { return q.Name == p.Name })
+		if best >= 0 {
+			break
 		}
 	}
 	if best < 0 {
@@ -73,6 +83,9 @@ func (l *Lab) Failover(gw string, wait time.Duration) (*FailoverResult, error) {
 	pod := st.Pods[best]
 	res.Pod = pod.Name
 	srv := netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort).String()
+	if v6 {
+		srv = netip.AddrPortFrom(l.Spec.Server.IP6, HTTPPort).String()
+	}
 	objs := ObjectsDir(l.RunDir())
 
 	start := time.Now()

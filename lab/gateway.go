@@ -55,7 +55,7 @@ func NewImpl(mode, binary string) (Impl, error) {
 		if binary == "" {
 			return nil, errors.New("managed mode needs the path of the egret binary")
 		}
-		return Managed{Binary: binary}, nil
+		return Managed{Binary: binary, DualStack: true}, nil
 	}
 	return nil, fmt.Errorf("gateway mode %q: use %q, %q or %q", mode, ModeKernel, ModeEgret, ModeManaged)
 }

@@ -91,9 +91,12 @@ func (l *Lab) build() error {
 	}
 	for _, ns := range s.Namespaces() {
 		// Forwarding where routing happens; no reverse-path filter, since
-		// replies come back out of the tunnel on asymmetric paths.
+		// replies come back out of the tunnel on asymmetric paths. No
+		// duplicate address detection: addresses (link-local ones too) are
+		// usable at once, and the lab's addresses are unique by Validate.
 		if _, err := nsExec(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1",
-			"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"); err != nil {
+			"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
+			"net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"); err != nil {
 			return err
 		}
 	}
@@ -119,21 +122,28 @@ func (l *Lab) build() error {
 	}
 	bits := s.NodeSubnet.Bits()
 	r := s.Router
-	if err := ipBatch(s.NS(r.Name), "link set lo up",
+	bits6 := s.NodeSubnet6.Bits()
+	if err := ipBatch(s.NS(r.Name), append([]string{"link set lo up",
 		fmt.Sprintf("addr add %v/%d dev eth0", r.IP, bits), "link set eth0 up",
 		fmt.Sprintf("link add eth1 type veth peer name eth0 netns %s", s.NS(s.Server.Name)),
-		fmt.Sprintf("addr add %v/%d dev eth1", r.OutIP, r.Outside.Bits()), "link set eth1 up"); err != nil {
+		fmt.Sprintf("addr add %v/%d dev eth1", r.OutIP, r.Outside.Bits()), "link set eth1 up"},
+		addr6(r.IP6, bits6, "eth0", r.IP6)...)...); err != nil {
 		return err
 	}
-	if err := ipBatch(s.NS(s.Server.Name), "link set lo up",
+	if err := ipBatch(s.NS(r.Name), addr6(r.OutIP6, r.Outside6.Bits(), "eth1", r.OutIP6)...); err != nil {
+		return err
+	}
+	if err := ipBatch(s.NS(s.Server.Name), append([]string{"link set lo up",
 		fmt.Sprintf("addr add %v/%d dev eth0", s.Server.IP, r.Outside.Bits()), "link set eth0 up",
-		fmt.Sprintf("route add default via %v", r.OutIP)); err != nil {
+		fmt.Sprintf("route add default via %v", r.OutIP)},
+		addr6(s.Server.IP6, r.Outside6.Bits(), "eth0", r.OutIP6)...)...); err != nil {
 		return err
 	}
 	if c := s.Controller; c.Name != "" {
-		if err := ipBatch(s.NS(c.Name), "link set lo up",
+		if err := ipBatch(s.NS(c.Name), append([]string{"link set lo up",
 			fmt.Sprintf("addr add %v/%d dev eth0", c.IP, bits), "link set eth0 up",
-			fmt.Sprintf("route add default via %v", r.IP)); err != nil {
+			fmt.Sprintf("route add default via %v", r.IP)},
+			addr6(c.IP6, bits6, "eth0", r.IP6)...)...); err != nil {
 			return fmt.Errorf("controller namespace: %w", err)
 		}
 	}
@@ -147,6 +157,7 @@ func (l *Lab) build() error {
 		lines := []string{"link set lo up",
 			fmt.Sprintf("addr add %v/%d dev eth0", g.IP, bits), "link set eth0 up",
 			fmt.Sprintf("route add default via %v", r.IP)}
+		lines = append(lines, addr6(g.IP6, bits6, "eth0", r.IP6)...)
 		ips, _ := s.Hosted(g.Name)
 		if managed {
 			ips = nil // the gateway agent claims what the controller assigns
@@ -170,7 +181,8 @@ func (l *Lab) build() error {
 		}
 	}
 	if managed {
-		if err := writeObjects(s, ObjectsDir(dir)); err != nil {
+		m, _ := l.impl().(Managed)
+		if err := writeObjects(s, ObjectsDir(dir), m.DualStack); err != nil {
 			return err
 		}
 	}
@@ -207,6 +219,11 @@ func (l *Lab) buildWorker(w Worker, static bool) error {
 		"link add cni0 type bridge",
 		fmt.Sprintf("addr add %v/%d dev cni0", gw, w.PodSubnet.Bits()),
 		fmt.Sprintf("link set cni0 mtu %d up", TunnelMTU),
+	}
+	lines = append(lines, addr6(w.IP6, s.NodeSubnet6.Bits(), "eth0", s.Router.IP6)...)
+	gw6 := w.PodSubnet6.Addr().Next()
+	if w.PodSubnet6.IsValid() {
+		lines = append(lines, addr6(gw6, w.PodSubnet6.Bits(), "cni0", netip.Addr{})...)
 	}
 	if static {
 		lines = append(lines, fmt.Sprintf("link add egv0 address %s type vxlan id %d local %v dstport %d nolearning",
@@ -247,18 +264,37 @@ func (l *Lab) buildWorker(w Worker, static bool) error {
 		}
 	}
 	// Pods no policy selects leave with the node's IP, as with any CNI.
-	rules := fmt.Sprintf("table ip egret_lab {\n\tchain masquerade_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"eth0\" ip saddr %v masquerade\n\t}\n}\n", w.PodSubnet)
+	rules := fmt.Sprintf("table inet egret_lab {\n\tchain masquerade_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"eth0\" ip saddr %v masquerade\n", w.PodSubnet)
+	if w.PodSubnet6.IsValid() {
+		rules += fmt.Sprintf("\t\toifname \"eth0\" ip6 saddr %v masquerade\n", w.PodSubnet6)
+	}
+	rules += "\t}\n}\n"
 	if _, err := runIn(rules, "ip", "netns", "exec", s.NS(w.Name), "nft", "-f", "-"); err != nil {
 		return err
 	}
 	for _, p := range w.Pods {
-		if err := ipBatch(s.NS(p.Name), "link set lo up",
+		if err := ipBatch(s.NS(p.Name), append([]string{"link set lo up",
 			fmt.Sprintf("addr add %v/%d dev eth0", p.IP, w.PodSubnet.Bits()), fmt.Sprintf("link set eth0 mtu %d up", TunnelMTU),
-			fmt.Sprintf("route add default via %v", gw)); err != nil {
+			fmt.Sprintf("route add default via %v", gw)},
+			addr6(p.IP6, w.PodSubnet6.Bits(), "eth0", gw6)...)...); err != nil {
 			return fmt.Errorf("pod %s: %w", p.Name, err)
 		}
 	}
 	return nil
+}
+
+// addr6 returns the ip batch lines that put IPv6 address a/bits on dev
+// (without duplicate address detection) and, when via is valid, a default
+// route through it; nothing when a is not set (an IPv4-only member).
+func addr6(a netip.Addr, bits int, dev string, via netip.Addr) []string {
+	if !a.IsValid() {
+		return nil
+	}
+	lines := []string{fmt.Sprintf("addr add %v/%d dev %s nodad", a, bits, dev)}
+	if via.IsValid() && via != a {
+		lines = append(lines, fmt.Sprintf("route add default via %v dev %s", via, dev))
+	}
+	return lines
 }
 
 // gatewayTable is the routing table of the i-th gateway on workers.
@@ -278,8 +314,12 @@ func (l *Lab) startEcho() error {
 	ns := s.NS(s.Server.Name)
 	httpAddr := netip.AddrPortFrom(s.Server.IP, HTTPPort).String()
 	udpAddr := netip.AddrPortFrom(s.Server.IP, UDPPort).String()
-	pid, err := startDaemon(l.RunDir(), "echo", ns, l.Binary, "lab", "echo-server",
-		"--lab", s.Name, "--http", httpAddr, "--udp", udpAddr)
+	args := []string{"lab", "echo-server", "--lab", s.Name, "--http", httpAddr, "--udp", udpAddr}
+	if s.Server.IP6.IsValid() {
+		args = append(args, "--http6", netip.AddrPortFrom(s.Server.IP6, HTTPPort).String(),
+			"--udp6", netip.AddrPortFrom(s.Server.IP6, UDPPort).String())
+	}
+	pid, err := startDaemon(l.RunDir(), "echo", ns, l.Binary, args...)
 	if err != nil {
 		return err
 	}

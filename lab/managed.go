@@ -53,7 +53,16 @@ type Managed struct {
 	// HoldDown keeps a returned gateway from new egress IPs (default 5 s,
 	// short so that the demo and the failover test can show it).
 	HoldDown time.Duration
+	// DualStack also applies the dual-stack EgressIP of deploy/examples/lab
+	// (dual.yaml: 192.0.2.104 and 2001:db8:2::104 for pod w1-p3). Without
+	// it w1-p3 is selected by no object and the lab has the three IPv4
+	// egress IPs of blue and green only. NewImpl and `egret demo` set it.
+	DualStack bool
 }
+
+// DualStackManifest is the manifest of deploy/examples/lab that only
+// Managed.DualStack applies.
+const DualStackManifest = "dual.yaml"
 
 // Default managed-mode timings.
 const (
@@ -194,8 +203,15 @@ func (l *Lab) startControlPlane() error {
 		return err
 	}
 	for _, w := range s.Workers {
-		cfg := fmt.Sprintf("# written by egret lab up (managed mode); format in docs/steer.md\nunderlay: eth0\nvni: %d\nport: %d\nclusterCIDRs: [%v]\nnodeCIDRs: [%v]\n",
-			VNI, VXLANPort, podCIDR(s), s.NodeSubnet)
+		cluster, nodes := []string{podCIDR(s, false).String()}, []string{s.NodeSubnet.String()}
+		if p6 := podCIDR(s, true); p6.IsValid() {
+			cluster = append(cluster, p6.String())
+		}
+		if s.NodeSubnet6.IsValid() {
+			nodes = append(nodes, s.NodeSubnet6.String())
+		}
+		cfg := fmt.Sprintf("# written by egret lab up (managed mode); format in docs/steer.md\nunderlay: eth0\nvni: %d\nport: %d\nclusterCIDRs: [%s]\nnodeCIDRs: [%s]\n",
+			VNI, VXLANPort, strings.Join(cluster, ", "), strings.Join(nodes, ", "))
 		path := filepath.Join(dir, "steer-"+w.Name+".yaml")
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			return err
@@ -211,14 +227,24 @@ func (l *Lab) startControlPlane() error {
 	return l.WaitSources(15 * time.Second)
 }
 
-// podCIDR is the smallest prefix holding every worker's pod subnet.
-func podCIDR(s *Spec) netip.Prefix {
-	p := s.Workers[0].PodSubnet
+// podCIDR is the smallest prefix holding every worker's pod subnet of one
+// family (the zero Prefix when the workers have no IPv6 pod subnet).
+func podCIDR(s *Spec, v6 bool) netip.Prefix {
+	sub := func(w Worker) netip.Prefix {
+		if v6 {
+			return w.PodSubnet6
+		}
+		return w.PodSubnet
+	}
+	p := sub(s.Workers[0])
+	if !p.IsValid() {
+		return p
+	}
 	for bits := p.Bits(); bits > 0; bits-- {
 		c, _ := p.Addr().Prefix(bits)
 		all := true
 		for _, w := range s.Workers {
-			all = all && c.Contains(w.PodSubnet.Addr())
+			all = all && c.Contains(sub(w).Addr())
 		}
 		if all {
 			return c
@@ -230,20 +256,20 @@ func podCIDR(s *Spec) netip.Prefix {
 // writeObjects writes the Kubernetes objects of the lab into dir: Nodes,
 // Namespaces, Pods (what a cluster would have) and the EgressIP manifests
 // of deploy/examples/lab, unchanged.
-func writeObjects(s *Spec, dir string) error {
+func writeObjects(s *Spec, dir string, dualStack bool) error {
 	// status/ is the controller's, but agents started before it read the
 	// folder and never create it (filesource.NewReadOnly).
 	if err := os.MkdirAll(filepath.Join(dir, "status"), 0o755); err != nil {
 		return err
 	}
 	var nodes, nss, pods []any
-	node := func(name string, ip netip.Addr, assignable bool) *corev1.Node {
+	node := func(name string, ip, ip6 netip.Addr, assignable bool) *corev1.Node {
 		n := &corev1.Node{
 			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
 			ObjectMeta: metav1.ObjectMeta{Name: name,
 				Labels: map[string]string{"kubernetes.io/hostname": name},
 				Annotations: map[string]string{
-					annotationPrimaryIf: fmt.Sprintf(`{"ipv4":"%v/%d"}`, ip, s.NodeSubnet.Bits()),
+					annotationPrimaryIf: primaryIfAddr(ip, s.NodeSubnet, ip6, s.NodeSubnet6),
 					annotationVTEP:      ip.String(),
 				}},
 			Status: corev1.NodeStatus{
@@ -257,19 +283,18 @@ func writeObjects(s *Spec, dir string) error {
 		return n
 	}
 	for _, w := range s.Workers {
-		nodes = append(nodes, node(w.Name, w.IP, false))
+		nodes = append(nodes, node(w.Name, w.IP, w.IP6, false))
 		for _, p := range w.Pods {
 			pods = append(pods, &corev1.Pod{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.KubeNamespace, Labels: p.Labels},
 				Spec:       corev1.PodSpec{NodeName: w.Name, Containers: []corev1.Container{{Name: "app", Image: "lab"}}},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP.String(),
-					PodIPs: []corev1.PodIP{{IP: p.IP.String()}}},
+				Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP.String(), PodIPs: podIPs(p)},
 			})
 		}
 	}
 	for _, g := range s.Gateways {
-		nodes = append(nodes, node(g.Name, g.IP, true))
+		nodes = append(nodes, node(g.Name, g.IP, g.IP6, true))
 	}
 	for _, ns := range s.KubeNamespaces {
 		nss = append(nss, &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
@@ -291,7 +316,7 @@ func writeObjects(s *Spec, dir string) error {
 		}
 	}
 	return fs.WalkDir(labexamples.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil || d.IsDir() || (path == DualStackManifest && !dualStack) {
 			return err
 		}
 		b, err := labexamples.Manifests.ReadFile(path)
@@ -300,6 +325,25 @@ func writeObjects(s *Spec, dir string) error {
 		}
 		return os.WriteFile(filepath.Join(dir, "egressip-"+path), b, 0o644)
 	})
+}
+
+// primaryIfAddr is the k8s.ovn.org/node-primary-ifaddr annotation of a
+// node: its fabric address per family, with the subnet's prefix length
+// (the subnet decides which egress IPs the node may host).
+func primaryIfAddr(ip netip.Addr, subnet netip.Prefix, ip6 netip.Addr, subnet6 netip.Prefix) string {
+	if !ip6.IsValid() {
+		return fmt.Sprintf(`{"ipv4":"%v/%d"}`, ip, subnet.Bits())
+	}
+	return fmt.Sprintf(`{"ipv4":"%v/%d","ipv6":"%v/%d"}`, ip, subnet.Bits(), ip6, subnet6.Bits())
+}
+
+// podIPs is a pod's status.podIPs: IPv4 first, then IPv6 when it has one.
+func podIPs(p Pod) []corev1.PodIP {
+	ips := []corev1.PodIP{{IP: p.IP.String()}}
+	if p.IP6.IsValid() {
+		ips = append(ips, corev1.PodIP{IP: p.IP6.String()})
+	}
+	return ips
 }
 
 // EgressIPs reads the EgressIP objects of a managed lab's manifest
@@ -404,29 +448,50 @@ func fullyAssigned(eips []egressv1.EgressIP) bool {
 
 // WaitSources waits until a UDP echo from every pod is seen by the server
 // with one of the pod's expected sources (its object's assigned egress
-// IPs, or its node's IP).
+// IPs, or its node's IP), and the same over IPv6 from every dual-stack pod
+// with an IPv6 source to expect.
 func (l *Lab) WaitSources(limit time.Duration) error {
 	s := l.Spec
-	srv := netip.AddrPortFrom(s.Server.IP, UDPPort).String()
 	deadline := time.Now().Add(limit)
 	for _, w := range s.Workers {
 		for _, p := range w.Pods {
-			var last string
-			for ok := false; !ok; {
-				st, err := l.Status()
-				if err != nil {
-					return err
-				}
-				want := st.Pod(p.Name).ExpectedSources
-				got, err := UDPSource(s.NS(p.Name), srv, 300*time.Millisecond)
-				ok = err == nil && slices.Contains(want, got.Addr())
-				if !ok {
-					last = fmt.Sprintf("server saw %v (err %v), want one of %v", got, err, want)
-					if time.Now().After(deadline) {
-						return fmt.Errorf("pod %s: no UDP echo with the expected source within %v: %s; steer log: %s",
-							p.Name, limit, last, tail(filepath.Join(l.RunDir(), "steer-"+w.Name+".log")))
+			for _, v6 := range []bool{false, true} {
+				srv := netip.AddrPortFrom(s.Server.IP, UDPPort).String()
+				if v6 {
+					if !p.IP6.IsValid() || !s.Server.IP6.IsValid() {
+						continue
 					}
-					time.Sleep(50 * time.Millisecond)
+					srv = netip.AddrPortFrom(s.Server.IP6, UDPPort).String()
+				}
+				var last string
+				for ok := false; !ok; {
+					st, err := l.Status()
+					if err != nil {
+						return err
+					}
+					if !st.Up {
+						// Up has not written its state file yet: read the
+						// controller's assignment all the same, not the
+						// static one.
+						st.managedView(s, l.RunDir())
+					}
+					want := st.Pod(p.Name).ExpectedSources
+					if v6 {
+						want = st.Pod(p.Name).ExpectedSources6
+					}
+					if len(want) == 0 {
+						break // selected, but no egress IP of this family: held back
+					}
+					got, err := UDPSource(s.NS(p.Name), srv, 300*time.Millisecond)
+					ok = err == nil && slices.Contains(want, got.Addr())
+					if !ok {
+						last = fmt.Sprintf("server %s saw %v (err %v), want one of %v", srv, got, err, want)
+						if time.Now().After(deadline) {
+							return fmt.Errorf("pod %s: no UDP echo with the expected source within %v: %s; steer log: %s",
+								p.Name, limit, last, tail(filepath.Join(l.RunDir(), "steer-"+w.Name+".log")))
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
 				}
 			}
 		}

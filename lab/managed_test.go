@@ -34,14 +34,14 @@ func TestObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := writeObjects(s, dir); err != nil {
+	if err := writeObjects(s, dir, true); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(dir + "/nodes.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"name: g1", "k8s.ovn.org/egress-assignable: \"\"", `k8s.ovn.org/node-primary-ifaddr: '{"ipv4":"192.0.2.21/24"}'`,
+	for _, want := range []string{"name: g1", "k8s.ovn.org/egress-assignable: \"\"", `k8s.ovn.org/node-primary-ifaddr: '{"ipv4":"192.0.2.21/24","ipv6":"2001:db8:2::21/64"}'`,
 		"egret.io/vtep: 192.0.2.23", "type: InternalIP", "address: 192.0.2.12", "type: Ready"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("nodes.yaml lacks %q:\n%s", want, b)
@@ -54,8 +54,26 @@ func TestObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(eips) != 2 || eips[0].Name != "blue" || len(eips[0].Spec.EgressIPs) != 2 || eips[1].Name != "green" {
+	if len(eips) != 3 || eips[0].Name != "blue" || len(eips[0].Spec.EgressIPs) != 2 || eips[1].Name != "dual" || eips[2].Name != "green" {
 		t.Fatalf("EgressIPs %+v", eips)
+	}
+	if d := eips[1].Spec.EgressIPs; len(d) != 2 || d[0] != "192.0.2.104" || d[1] != "2001:db8:2::104" {
+		t.Errorf("dual-stack EgressIP has %v, want an IPv4 and an IPv6 egress IP", d)
+	}
+	pb, err := os.ReadFile(dir + "/pods.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(pb), "ip: 2001:db8:18:1::4") {
+		t.Errorf("pods.yaml lacks w1-p3's IPv6 podIP:\n%s", pb)
+	}
+	// Without DualStack the dual-stack object is not applied.
+	dir4 := t.TempDir()
+	if err := writeObjects(s, dir4, false); err != nil {
+		t.Fatal(err)
+	}
+	if e4, err := EgressIPs(dir4); err != nil || len(e4) != 2 {
+		t.Errorf("IPv4-only objects: %d EgressIPs (%v), want blue and green", len(e4), err)
 	}
 	for _, w := range s.Workers {
 		for _, p := range w.Pods {
@@ -69,15 +87,15 @@ func TestObjects(t *testing.T) {
 		}
 	}
 	// A status file the controller writes is read back.
-	eips[1].Status.Items = nil
-	st := eips[1]
+	eips[2].Status.Items = nil
+	st := eips[2]
 	st.Status.Items = append(st.Status.Items, egressv1.EgressIPStatusItem{Node: "g2", EgressIP: "192.0.2.102"})
 	y, _ := yaml.Marshal(st)
 	os.MkdirAll(dir+"/status", 0o755)
 	if err := os.WriteFile(dir+"/status/green.yaml", y, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if eips, _ = EgressIPs(dir); len(eips[1].Status.Items) != 1 || eips[1].Status.Items[0].Node != "g2" || len(eips[0].Status.Items) != 0 {
+	if eips, _ = EgressIPs(dir); len(eips[2].Status.Items) != 1 || eips[2].Status.Items[0].Node != "g2" || len(eips[0].Status.Items) != 0 {
 		t.Errorf("status not read back: %+v", eips)
 	}
 	if fullyAssigned(eips) {
@@ -109,7 +127,7 @@ func TestManaged(t *testing.T) {
 	}
 	checkAssignment(t, st)
 	for _, p := range st.Pods {
-		if want := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w2-p2": ""}[p.Name]; p.Policy != want {
+		if want := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": ""}[p.Name]; p.Policy != want {
 			t.Errorf("pod %s: selected by %q, want %q", p.Name, p.Policy, want)
 		}
 	}
@@ -133,6 +151,11 @@ func TestManaged(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("DualStack", func(t *testing.T) { testDualStack(t, l) })
+	if st, err = l.Status(); err != nil {
+		t.Fatal(err)
+	}
 
 	gw := ""
 	for _, a := range st.Assignment {
@@ -220,14 +243,17 @@ func checkClaims(t *testing.T, l *Lab, st *Status, skip string) {
 		if g.Name == skip {
 			continue
 		}
-		out, err := run("ip", "-n", l.Spec.NS(g.Name), "-4", "-o", "addr", "show", "dev", "eth0")
+		out, err := run("ip", "-n", l.Spec.NS(g.Name), "-o", "addr", "show", "dev", "eth0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var have, want []string
 		for _, f := range strings.Fields(out) {
-			if strings.HasSuffix(f, "/32") {
-				have = append(have, strings.TrimSuffix(f, "/32"))
+			// Egress IPs are claimed as /32 and /128 (node addresses are /24, /64).
+			if a, ok := strings.CutSuffix(f, "/32"); ok {
+				have = append(have, a)
+			} else if a, ok := strings.CutSuffix(f, "/128"); ok {
+				have = append(have, a)
 			}
 		}
 		for _, a := range st.Assignment {
@@ -238,7 +264,7 @@ func checkClaims(t *testing.T, l *Lab, st *Status, skip string) {
 		slices.Sort(have)
 		slices.Sort(want)
 		if !slices.Equal(have, want) {
-			t.Errorf("%s's eth0 holds egress IPs %v, the controller assigned it %v (an IP on two nodes answers ARP on both)", g.Name, have, want)
+			t.Errorf("%s's eth0 holds egress IPs %v, the controller assigned it %v (an IP on two nodes answers ARP / NDP on both)", g.Name, have, want)
 		}
 	}
 }
@@ -249,7 +275,11 @@ func checkClaims(t *testing.T, l *Lab, st *Status, skip string) {
 func checkSources(t *testing.T, l *Lab, st *Status) {
 	t.Helper()
 	for _, p := range st.Pods {
-		for _, kind := range ProbeKinds {
+		kinds := ProbeKinds
+		if len(p.ExpectedSources6) > 0 {
+			kinds = append(append([]string{}, ProbeKinds...), ProbeKinds6...)
+		}
+		for _, kind := range kinds {
 			var got netip.Addr
 			var err error
 			for try := 0; try < 3; try++ {
@@ -259,8 +289,10 @@ func checkSources(t *testing.T, l *Lab, st *Status) {
 			}
 			if err != nil {
 				t.Errorf("%s %s: %v", p.Name, kind, err)
-			} else if !slices.Contains(p.ExpectedSources, got) {
-				t.Errorf("%s %s: server saw %v, want one of %v", p.Name, kind, got, p.ExpectedSources)
+			} else if want := p.ExpectedSources; strings.HasSuffix(kind, "6") && !slices.Contains(p.ExpectedSources6, got) {
+				t.Errorf("%s %s: server saw %v, want one of %v", p.Name, kind, got, p.ExpectedSources6)
+			} else if !strings.HasSuffix(kind, "6") && !slices.Contains(want, got) {
+				t.Errorf("%s %s: server saw %v, want one of %v", p.Name, kind, got, want)
 			}
 		}
 	}
@@ -283,7 +315,7 @@ func TestManagedStatus(t *testing.T) {
 	}
 	l := &Lab{Spec: s, RunRoot: t.TempDir()}
 	objs := ObjectsDir(l.RunDir())
-	if err := writeObjects(s, objs); err != nil {
+	if err := writeObjects(s, objs, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(l.RunDir()+"/state.json", []byte(`{"name":"eltunit","mode":"managed"}`), 0o644); err != nil {
@@ -318,7 +350,7 @@ func TestManagedStatus(t *testing.T) {
 	if w2p2.Policy != "" || w2p2.ExpectedSource.String() != "192.0.2.12" {
 		t.Errorf("w2-p2: %+v", w2p2)
 	}
-	if len(st.Assignment) != 3 || st.Assignment[0].Node != "" || st.Assignment[1].Node != "g3" {
+	if len(st.Assignment) != 5 || st.Assignment[0].Node != "" || st.Assignment[1].Node != "g3" {
 		t.Errorf("assignment %+v", st.Assignment)
 	}
 	if g3 := st.Gateways[2]; len(g3.EgressIPs) != 1 || g3.Policies[0] != "blue" {

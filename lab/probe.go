@@ -24,6 +24,16 @@ const (
 // ProbeKinds lists the probes in the order the demo runs them.
 var ProbeKinds = []string{ProbeHTTP, ProbeUDP, ProbePing}
 
+// IPv6 probes: the same, to the server's IPv6 address (dual-stack pods).
+const (
+	ProbeHTTP6 = "http6"
+	ProbeUDP6  = "udp6"
+	ProbePing6 = "ping6"
+)
+
+// ProbeKinds6 lists the IPv6 probes in the order the demo runs them.
+var ProbeKinds6 = []string{ProbeHTTP6, ProbeUDP6, ProbePing6}
+
 // ProbeSource sends one probe of kind from namespace ns (a pod) to the
 // echo server on a new connection and returns the source address the
 // server saw.
@@ -37,8 +47,22 @@ func (s *Spec) ProbeSource(ns, kind string, timeout time.Duration) (netip.Addr, 
 		return ap.Addr(), err
 	case ProbePing:
 		return s.PingSource(ns, timeout)
+	case ProbeHTTP6, ProbeUDP6, ProbePing6:
+		if !s.Server.IP6.IsValid() {
+			return netip.Addr{}, fmt.Errorf("probe %s: the lab's server has no IPv6 address", kind)
+		}
 	}
-	return netip.Addr{}, fmt.Errorf("unknown probe %q: use http, udp or ping", kind)
+	switch kind {
+	case ProbeHTTP6:
+		ap, err := HTTPSource(ns, netip.AddrPortFrom(s.Server.IP6, HTTPPort).String(), timeout)
+		return ap.Addr(), err
+	case ProbeUDP6:
+		ap, err := UDPSource(ns, netip.AddrPortFrom(s.Server.IP6, UDPPort).String(), timeout)
+		return ap.Addr(), err
+	case ProbePing6:
+		return s.Ping6Source(ns, timeout)
+	}
+	return netip.Addr{}, fmt.Errorf("unknown probe %q: use http, udp, ping, http6, udp6 or ping6", kind)
 }
 
 // HTTPSource makes one GET / on a new TCP connection from namespace ns and
@@ -94,6 +118,37 @@ func (s *Spec) PingSource(ns string, timeout time.Duration) (netip.Addr, error) 
 	return from, nil
 }
 
+// Ping6Source is PingSource over IPv6 (ICMPv6 echo to the server's IPv6
+// address). The kernel fills in ICMPv6 checksums on raw sockets.
+func (s *Spec) Ping6Source(ns string, timeout time.Duration) (netip.Addr, error) {
+	srvSeen, err := ListenPacket(s.NS(s.Server.Name), "ip6:ipv6-icmp", "::")
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("ICMPv6 listener on the server: %w", err)
+	}
+	defer srvSeen.Close()
+	pc, err := ListenPacket(ns, "ip6:ipv6-icmp", "::")
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("ICMPv6 socket in %s: %w", ns, err)
+	}
+	defer pc.Close()
+	id := uint16(0x6500 + pingID.Add(1)%0x1000)
+	marker := []byte(fmt.Sprintf("egret-probe6-%s-%d", ns, id))
+	req := echoRequest(id, 1, marker)
+	req[0], req[2], req[3] = 128, 0, 0 // ICMPv6 echo request; checksum by the kernel
+	if _, err := pc.WriteTo(req, &net.IPAddr{IP: s.Server.IP6.AsSlice()}); err != nil {
+		return netip.Addr{}, fmt.Errorf("ICMPv6 send from %s: %w", ns, err)
+	}
+	deadline := time.Now().Add(timeout)
+	if _, ok := readEcho(pc, 129, id, marker, deadline); !ok {
+		return netip.Addr{}, fmt.Errorf("no ICMPv6 echo reply within %v", timeout)
+	}
+	from, ok := readEcho(srvSeen, 128, id, marker, deadline)
+	if !ok {
+		return netip.Addr{}, errors.New("the reply came back but the server's raw socket saw no request")
+	}
+	return from, nil
+}
+
 // readEcho reads until an ICMP message of typ with id and payload arrives
 // and returns its source.
 func readEcho(pc net.PacketConn, typ byte, id uint16, payload []byte, deadline time.Time) (netip.Addr, bool) {
@@ -106,8 +161,8 @@ func readEcho(pc net.PacketConn, typ byte, id uint16, payload []byte, deadline t
 		}
 		m := buf[:n]
 		if n >= 8 && m[0] == typ && binary.BigEndian.Uint16(m[4:]) == id && strings.Contains(string(m[8:]), string(payload)) {
-			a, _ := netip.AddrFromSlice(from.(*net.IPAddr).IP.To4())
-			return a, true
+			a, _ := netip.AddrFromSlice(from.(*net.IPAddr).IP)
+			return a.Unmap(), true
 		}
 	}
 }

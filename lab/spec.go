@@ -21,7 +21,8 @@ const (
 	// VXLANPort is the VXLAN UDP destination port (IANA).
 	VXLANPort = 4789
 	// TunnelMTU is the MTU of the tunnel devices and of the pods' links:
-	// 1500 on the fabric minus 50 bytes of VXLAN over IPv4.
+	// 1500 on the fabric minus 50 bytes of VXLAN over IPv4 (IPv6 inside
+	// the tunnel uses the same IPv4 underlay, so the same MTU).
 	TunnelMTU = 1450
 	// HTTPPort and UDPPort are the echo server's ports.
 	HTTPPort = 8080
@@ -38,6 +39,7 @@ type Spec struct {
 	// Name prefixes every namespace ("<name>-w1") and names the run folder.
 	Name         string
 	NodeSubnet   netip.Prefix // fabric: node eth0 addresses and egress IPs
+	NodeSubnet6  netip.Prefix // the fabric's IPv6 subnet: node addresses and IPv6 egress IPs
 	TunnelSubnet netip.Prefix // inner addresses of the VXLAN devices
 	Router       Router
 	Server       Server
@@ -58,18 +60,24 @@ type Router struct {
 	IP      netip.Addr // on eth0, in NodeSubnet
 	Outside netip.Prefix
 	OutIP   netip.Addr // on eth1, towards the server
+	// IP6, Outside6 and OutIP6 are the IPv6 counterparts.
+	IP6      netip.Addr
+	Outside6 netip.Prefix
+	OutIP6   netip.Addr
 }
 
 // Server is the outside echo server.
 type Server struct {
 	Name string
 	IP   netip.Addr
+	IP6  netip.Addr
 }
 
 // Controller is the control-plane namespace on the fabric.
 type Controller struct {
 	Name string
 	IP   netip.Addr // on eth0, in NodeSubnet
+	IP6  netip.Addr // on eth0, in NodeSubnet6
 }
 
 // KubeNamespace is a Kubernetes namespace object of the managed mode.
@@ -80,18 +88,23 @@ type KubeNamespace struct {
 
 // Worker is a worker node with its pods.
 type Worker struct {
-	Name      string
-	IP        netip.Addr // eth0 and VTEP
-	TunnelIP  netip.Addr
-	TunnelMAC [6]byte
-	PodSubnet netip.Prefix // on the worker's cni0 bridge; .1 is the pods' gateway
-	Pods      []Pod
+	Name       string
+	IP         netip.Addr // eth0 and VTEP
+	IP6        netip.Addr // eth0's IPv6 address (the VTEP stays IPv4)
+	TunnelIP   netip.Addr
+	TunnelMAC  [6]byte
+	PodSubnet  netip.Prefix // on the worker's cni0 bridge; .1 is the pods' gateway
+	PodSubnet6 netip.Prefix // IPv6 on cni0; ::1 is the pods' gateway
+	Pods       []Pod
 }
 
 // Pod is one pod: a namespace with eth0 on its worker's cni0 bridge.
 type Pod struct {
-	Name   string // unique in the lab, e.g. "w1-p1"
-	IP     netip.Addr
+	Name string // unique in the lab, e.g. "w1-p1"
+	IP   netip.Addr
+	// IP6 is the pod's IPv6 address in its worker's PodSubnet6; the zero
+	// Addr for an IPv4-only pod.
+	IP6    netip.Addr
 	Policy string // "" when no policy selects the pod
 	// KubeNamespace and Labels are the pod object's namespace and labels
 	// in managed mode, where the EgressIP selectors decide (Policy then
@@ -104,6 +117,7 @@ type Pod struct {
 type Gateway struct {
 	Name      string
 	IP        netip.Addr // eth0 and VTEP
+	IP6       netip.Addr // eth0's IPv6 address, in NodeSubnet6
 	TunnelIP  netip.Addr
 	TunnelMAC [6]byte
 }
@@ -119,11 +133,14 @@ var mustAddr = netip.MustParseAddr
 
 func tunnelMAC(last byte) [6]byte { return [6]byte{0x02, 0x65, 0x67, 0x00, 0x00, last} }
 
-// DefaultSpec is the topology: workers w1 and w2 with pods p1 and p2
-// each, gateways g1–g3, policy "blue" selecting w1-p1 and w2-p1 (egress IP
-// 192.0.2.101 on g1), policy "green" selecting w1-p2 (192.0.2.102 on g2),
-// w2-p2 selected by none, g3 spare. Only documentation and benchmark ranges
-// are used.
+// DefaultSpec is the topology: workers w1 and w2 with pods, gateways
+// g1–g3, policy "blue" selecting w1-p1 and w2-p1 (egress IP 192.0.2.101 on
+// g1), policy "green" selecting w1-p2 (192.0.2.102 on g2), policy "dual"
+// selecting the dual-stack pod w1-p3 (192.0.2.104 on g2 in the static
+// modes; managed mode adds its IPv6 egress IP), w2-p2 (dual-stack too)
+// selected by none, g3 spare. Every node, the router and the server are
+// dual-stack; the VTEPs stay IPv4 (IPv6 inside the tunnel). Only
+// documentation and benchmark ranges are used (2001:db8::/32 for IPv6).
 func DefaultSpec(name string) (*Spec, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
@@ -131,43 +148,52 @@ func DefaultSpec(name string) (*Spec, error) {
 	s := &Spec{
 		Name:         name,
 		NodeSubnet:   netip.MustParsePrefix("192.0.2.0/24"),
+		NodeSubnet6:  netip.MustParsePrefix("2001:db8:2::/64"),
 		TunnelSubnet: netip.MustParsePrefix("198.19.0.0/24"),
 		Router: Router{Name: "rtr", IP: mustAddr("192.0.2.1"),
-			Outside: netip.MustParsePrefix("198.51.100.0/24"), OutIP: mustAddr("198.51.100.1")},
-		Server:     Server{Name: "srv", IP: mustAddr("198.51.100.10")},
-		Controller: Controller{Name: "ctl", IP: mustAddr("192.0.2.2")},
+			Outside: netip.MustParsePrefix("198.51.100.0/24"), OutIP: mustAddr("198.51.100.1"),
+			IP6: mustAddr("2001:db8:2::1"), Outside6: netip.MustParsePrefix("2001:db8:5100::/64"), OutIP6: mustAddr("2001:db8:5100::1")},
+		Server:     Server{Name: "srv", IP: mustAddr("198.51.100.10"), IP6: mustAddr("2001:db8:5100::10")},
+		Controller: Controller{Name: "ctl", IP: mustAddr("192.0.2.2"), IP6: mustAddr("2001:db8:2::2")},
 		KubeNamespaces: []KubeNamespace{
 			{Name: "shop", Labels: map[string]string{"team": "shop"}},
 			{Name: "billing", Labels: map[string]string{"team": "billing"}},
+			{Name: "qa", Labels: map[string]string{"env": "qa"}},
 		},
 		Policies: []Policy{
 			{Name: "blue", EgressIPs: []netip.Addr{mustAddr("192.0.2.101")}, Hosts: []string{"g1"}},
 			{Name: "green", EgressIPs: []netip.Addr{mustAddr("192.0.2.102")}, Hosts: []string{"g2"}},
+			{Name: "dual", EgressIPs: []netip.Addr{mustAddr("192.0.2.104")}, Hosts: []string{"g2"}},
 		},
 	}
 	for i := 1; i <= 2; i++ {
 		s.Workers = append(s.Workers, Worker{
-			Name:      fmt.Sprintf("w%d", i),
-			IP:        netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}),
-			TunnelIP:  netip.AddrFrom4([4]byte{198, 19, 0, byte(10 + i)}),
-			TunnelMAC: tunnelMAC(byte(10 + i)),
-			PodSubnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 0}), 24),
+			Name:       fmt.Sprintf("w%d", i),
+			IP:         netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}),
+			IP6:        mustAddr(fmt.Sprintf("2001:db8:2::%d", 10+i)),
+			TunnelIP:   netip.AddrFrom4([4]byte{198, 19, 0, byte(10 + i)}),
+			TunnelMAC:  tunnelMAC(byte(10 + i)),
+			PodSubnet:  netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 0}), 24),
+			PodSubnet6: netip.MustParsePrefix(fmt.Sprintf("2001:db8:18:%d::/64", i)),
 		})
 	}
 	w1, w2 := &s.Workers[0], &s.Workers[1]
-	// Managed mode: deploy/examples/lab selects app=web in team=shop (blue)
-	// and all of team=billing (green); w2-p2 is in shop but not app=web.
+	// Managed mode: deploy/examples/lab selects app=web in team=shop (blue),
+	// all of team=billing (green) and egressip=ds in env=qa (dual); w2-p2
+	// is in shop but not app=web.
 	web := map[string]string{"app": "web"}
 	w1.Pods = []Pod{
 		{Name: "w1-p1", IP: mustAddr("198.18.1.2"), Policy: "blue", KubeNamespace: "shop", Labels: web},
-		{Name: "w1-p2", IP: mustAddr("198.18.1.3"), Policy: "green", KubeNamespace: "billing", Labels: map[string]string{"app": "invoices"}}}
+		{Name: "w1-p2", IP: mustAddr("198.18.1.3"), Policy: "green", KubeNamespace: "billing", Labels: map[string]string{"app": "invoices"}},
+		{Name: "w1-p3", IP: mustAddr("198.18.1.4"), IP6: mustAddr("2001:db8:18:1::4"), Policy: "dual", KubeNamespace: "qa", Labels: map[string]string{"egressip": "ds"}}}
 	w2.Pods = []Pod{
 		{Name: "w2-p1", IP: mustAddr("198.18.2.2"), Policy: "blue", KubeNamespace: "shop", Labels: web},
-		{Name: "w2-p2", IP: mustAddr("198.18.2.3"), KubeNamespace: "shop", Labels: map[string]string{"app": "batch"}}}
+		{Name: "w2-p2", IP: mustAddr("198.18.2.3"), IP6: mustAddr("2001:db8:18:2::3"), KubeNamespace: "shop", Labels: map[string]string{"app": "batch"}}}
 	for i := 1; i <= 3; i++ {
 		s.Gateways = append(s.Gateways, Gateway{
 			Name:      fmt.Sprintf("g%d", i),
 			IP:        netip.AddrFrom4([4]byte{192, 0, 2, byte(20 + i)}),
+			IP6:       mustAddr(fmt.Sprintf("2001:db8:2::%d", 20+i)),
 			TunnelIP:  netip.AddrFrom4([4]byte{198, 19, 0, byte(20 + i)}),
 			TunnelMAC: tunnelMAC(byte(20 + i)),
 		})
@@ -277,7 +303,28 @@ func (s *Spec) Validate() error {
 		seen[a] = who
 		return nil
 	}
+	// IPv6 is optional per member; an address that is set must be IPv6,
+	// lie in its subnet and be unique.
+	claim6 := func(a netip.Addr, subnet netip.Prefix, who string) error {
+		if !a.IsValid() {
+			return nil
+		}
+		if !a.Is6() || a.Is4In6() || !subnet.IsValid() || !subnet.Contains(a) {
+			return fmt.Errorf("lab spec: %s: IPv6 address %v is not in %v", who, a, subnet)
+		}
+		return claim(a, who+" (IPv6)")
+	}
 	names := map[string]bool{"fabric": true, s.Router.Name: true, s.Server.Name: true}
+	for _, a := range []struct {
+		ip     netip.Addr
+		subnet netip.Prefix
+		who    string
+	}{{s.Router.IP6, s.NodeSubnet6, "router eth0"}, {s.Router.OutIP6, s.Router.Outside6, "router eth1"},
+		{s.Server.IP6, s.Router.Outside6, "server"}, {s.Controller.IP6, s.NodeSubnet6, "controller"}} {
+		if err := claim6(a.ip, a.subnet, a.who); err != nil {
+			return err
+		}
+	}
 	if c := s.Controller; c.Name != "" {
 		if names[c.Name] || !s.NodeSubnet.Contains(c.IP) {
 			return fmt.Errorf("lab spec: controller %q needs its own name and an address in %v", c.Name, s.NodeSubnet)
@@ -318,6 +365,9 @@ func (s *Spec) Validate() error {
 		if err := claim(g.TunnelIP, g.Name+" tunnel"); err != nil {
 			return err
 		}
+		if err := claim6(g.IP6, s.NodeSubnet6, g.Name); err != nil {
+			return err
+		}
 	}
 	for _, w := range s.Workers {
 		if err := name(w.Name); err != nil {
@@ -332,6 +382,9 @@ func (s *Spec) Validate() error {
 		if err := claim(w.TunnelIP, w.Name+" tunnel"); err != nil {
 			return err
 		}
+		if err := claim6(w.IP6, s.NodeSubnet6, w.Name); err != nil {
+			return err
+		}
 		for _, p := range w.Pods {
 			if err := name(p.Name); err != nil {
 				return err
@@ -340,6 +393,12 @@ func (s *Spec) Validate() error {
 				return fmt.Errorf("lab spec: pod %s: %v is not a pod address of %v", p.Name, p.IP, w.PodSubnet)
 			}
 			if err := claim(p.IP, p.Name); err != nil {
+				return err
+			}
+			if p.IP6.IsValid() && p.IP6 == w.PodSubnet6.Addr().Next() {
+				return fmt.Errorf("lab spec: pod %s: %v is the pods' IPv6 gateway on %s", p.Name, p.IP6, w.Name)
+			}
+			if err := claim6(p.IP6, w.PodSubnet6, p.Name); err != nil {
 				return err
 			}
 			if p.Policy != "" && s.Policy(p.Policy) == nil {

@@ -24,7 +24,7 @@ func TestDefaultSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"),
-		netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15")}
+		netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("2001:db8::/32")}
 	inDoc := func(a netip.Addr) bool {
 		for _, p := range doc {
 			if p.Contains(a) {
@@ -33,11 +33,18 @@ func TestDefaultSpec(t *testing.T) {
 		}
 		return false
 	}
-	want := map[string]string{"w1-p1": "192.0.2.101", "w2-p1": "192.0.2.101", "w1-p2": "192.0.2.102", "w2-p2": "192.0.2.12"}
+	want := map[string]string{"w1-p1": "192.0.2.101", "w2-p1": "192.0.2.101", "w1-p2": "192.0.2.102", "w1-p3": "192.0.2.104", "w2-p2": "192.0.2.12"}
+	dual := 0
 	for _, w := range s.Workers {
+		if !inDoc(w.IP6) || !w.IP6.Is6() || !inDoc(w.PodSubnet6.Addr()) {
+			t.Errorf("worker %s: IPv6 %v / pods %v missing or outside 2001:db8::/32", w.Name, w.IP6, w.PodSubnet6)
+		}
 		for _, p := range w.Pods {
-			if !inDoc(p.IP) || !inDoc(w.IP) || !inDoc(w.TunnelIP) {
+			if !inDoc(p.IP) || !inDoc(w.IP) || !inDoc(w.TunnelIP) || (p.IP6.IsValid() && !inDoc(p.IP6)) {
 				t.Errorf("%s uses an address outside the documentation ranges", p.Name)
+			}
+			if p.IP6.IsValid() {
+				dual++
 			}
 			if got := s.ExpectedSource(w, p).String(); got != want[p.Name] {
 				t.Errorf("%s: expected source %s, want %s", p.Name, got, want[p.Name])
@@ -47,8 +54,16 @@ func TestDefaultSpec(t *testing.T) {
 	if ips, _ := s.Hosted("g3"); len(ips) != 0 {
 		t.Errorf("g3 should be spare, hosts %v", ips)
 	}
-	if ns := s.Namespaces(); len(ns) != 13 || ns[0] != "egl-fabric" {
+	if ns := s.Namespaces(); len(ns) != 14 || ns[0] != "egl-fabric" {
 		t.Errorf("namespaces %v", ns)
+	}
+	if dual != 2 {
+		t.Errorf("%d dual-stack pods, want w1-p3 and w2-p2", dual)
+	}
+	for _, a := range []netip.Addr{s.Router.IP6, s.Router.OutIP6, s.Server.IP6, s.Controller.IP6, s.Gateways[0].IP6} {
+		if !a.Is6() || !inDoc(a) {
+			t.Errorf("IPv6 address %v missing or outside 2001:db8::/32", a)
+		}
 	}
 }
 
@@ -69,6 +84,10 @@ func TestValidate(t *testing.T) {
 		"hosts mismatch":        func(s *Spec) { s.Policies[0].Hosts = nil },
 		"duplicate member name": func(s *Spec) { s.Gateways[1].Name = "g1" },
 		"missing address":       func(s *Spec) { s.Gateways[0].TunnelIP = netip.Addr{} },
+		"IPv6 pod off-subnet":   func(s *Spec) { s.Workers[0].Pods[2].IP6 = netip.MustParseAddr("2001:db8:18:2::9") },
+		"IPv6 pod on gateway":   func(s *Spec) { s.Workers[0].Pods[2].IP6 = netip.MustParseAddr("2001:db8:18:1::1") },
+		"IPv6 duplicate":        func(s *Spec) { s.Gateways[1].IP6 = s.Workers[0].IP6 },
+		"IPv4 as IPv6":          func(s *Spec) { s.Server.IP6 = netip.MustParseAddr("198.51.100.20") },
 	}
 	for what, brk := range breakers {
 		s, _ := DefaultSpec("egl")

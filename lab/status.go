@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -57,6 +58,7 @@ type AssignmentStatus struct {
 type ServerStatus struct {
 	Namespace string     `json:"namespace"`
 	IP        netip.Addr `json:"ip"`
+	IP6       netip.Addr `json:"ip6"`
 	HTTPPort  int        `json:"httpPort"`
 	UDPPort   int        `json:"udpPort"`
 	PID       int        `json:"pid,omitempty"`
@@ -102,8 +104,14 @@ type PodStatus struct {
 	Gateways  []string     `json:"gateways,omitempty"`
 	// ExpectedSource is what the server sees: EgressIP, or the node's IP.
 	ExpectedSource netip.Addr `json:"expectedSource"`
-	// ExpectedSources are all the sources the server may see.
+	// ExpectedSources are all the sources the server may see (IPv4).
 	ExpectedSources []netip.Addr `json:"expectedSources"`
+	// IP6 is the pod's IPv6 address ("" for an IPv4-only pod) and
+	// ExpectedSources6 the sources the server may see for its IPv6
+	// traffic: its object's assigned IPv6 egress IPs (none: held back), or
+	// its node's IPv6 address when not steered.
+	IP6              netip.Addr   `json:"ip6"`
+	ExpectedSources6 []netip.Addr `json:"expectedSources6,omitempty"`
 }
 
 // Pod returns the status of the named pod (a zero one when unknown).
@@ -134,14 +142,19 @@ func (l *Lab) Status() (*Status, error) {
 	s := l.Spec
 	dir := l.RunDir()
 	st := &Status{Name: s.Name,
-		Server: ServerStatus{Namespace: s.NS(s.Server.Name), IP: s.Server.IP, HTTPPort: HTTPPort, UDPPort: UDPPort},
+		Server: ServerStatus{Namespace: s.NS(s.Server.Name), IP: s.Server.IP, IP6: s.Server.IP6, HTTPPort: HTTPPort, UDPPort: UDPPort},
 		Router: RouterStatus{Namespace: s.NS(s.Router.Name), IP: s.Router.IP, OutsideIP: s.Router.OutIP},
 	}
 	for _, w := range s.Workers {
 		st.Workers = append(st.Workers, WorkerStatus{Name: w.Name, Namespace: s.NS(w.Name), IP: w.IP, VTEP: w.IP, Interface: "egv0", PodSubnet: w.PodSubnet})
 		for _, p := range w.Pods {
 			ps := PodStatus{Name: p.Name, Node: w.Name, Namespace: s.NS(p.Name), IP: p.IP, Policy: p.Policy,
-				ExpectedSource: s.ExpectedSource(w, p), ExpectedSources: []netip.Addr{s.ExpectedSource(w, p)}}
+				ExpectedSource: s.ExpectedSource(w, p), ExpectedSources: []netip.Addr{s.ExpectedSource(w, p)}, IP6: p.IP6}
+			if p.IP6.IsValid() {
+				// The static modes steer IPv4 only: IPv6 leaves through the
+				// node's masquerade.
+				ps.ExpectedSources6 = []netip.Addr{w.IP6}
+			}
 			if e, g, ok := s.Steering(p); ok {
 				ps.EgressIP, ps.Gateway = &e, g.Name
 			}
@@ -320,21 +333,30 @@ func (st *Status) managedView(s *Spec, dir string) {
 			i++
 			ps.KubeNamespace, ps.Policy, ps.EgressIP, ps.Gateway = p.KubeNamespace, "", nil, ""
 			ps.ExpectedSource, ps.ExpectedSources = w.IP, []netip.Addr{w.IP}
+			ps.ExpectedSources6 = nil
+			if p.IP6.IsValid() {
+				ps.ExpectedSources6 = []netip.Addr{w.IP6}
+			}
 			e := s.Selecting(eips, p)
 			if e == nil {
 				continue
 			}
 			ps.Policy = e.Name
-			ps.ExpectedSources = nil
+			ps.ExpectedSources, ps.ExpectedSources6 = nil, nil
 			for _, a := range st.Assignment {
 				if a.EgressIP == e.Name && a.Node != "" {
 					ps.EgressIPs = append(ps.EgressIPs, a.IP)
 					ps.Gateways = append(ps.Gateways, a.Node)
-					ps.ExpectedSources = append(ps.ExpectedSources, a.IP)
+					if a.IP.Is4() {
+						ps.ExpectedSources = append(ps.ExpectedSources, a.IP)
+					} else if p.IP6.IsValid() {
+						ps.ExpectedSources6 = append(ps.ExpectedSources6, a.IP)
+					}
 				}
 			}
-			if len(ps.EgressIPs) > 0 {
-				ps.EgressIP, ps.Gateway, ps.ExpectedSource = &ps.EgressIPs[0], ps.Gateways[0], ps.EgressIPs[0]
+			if len(ps.ExpectedSources) > 0 {
+				j := slices.Index(ps.EgressIPs, ps.ExpectedSources[0])
+				ps.EgressIP, ps.Gateway, ps.ExpectedSource = &ps.EgressIPs[j], ps.Gateways[j], ps.EgressIPs[j]
 			} else {
 				ps.ExpectedSource = netip.Addr{} // selected but unassigned: traffic is held back (fail closed)
 			}

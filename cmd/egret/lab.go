@@ -154,6 +154,8 @@ func labEcho(args []string) error {
 	name := fs.String("lab", "", "the lab this server belongs to (for logs and `lab down`)")
 	httpAddr := fs.String("http", "", "HTTP listen address (ip:port)")
 	udpAddr := fs.String("udp", "", "UDP listen address (ip:port)")
+	httpAddr6 := fs.String("http6", "", "optional second HTTP listen address ([ipv6]:port)")
+	udpAddr6 := fs.String("udp6", "", "optional second UDP listen address ([ipv6]:port)")
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
 	}
@@ -163,7 +165,7 @@ func labEcho(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("lab", *name)
-	return (&lab.EchoServer{HTTPAddr: *httpAddr, UDPAddr: *udpAddr, Log: log}).Run(ctx)
+	return (&lab.EchoServer{HTTPAddr: *httpAddr, UDPAddr: *udpAddr, HTTPAddr6: *httpAddr6, UDPAddr6: *udpAddr6, Log: log}).Run(ctx)
 }
 
 func isHelp(args []string) bool {
