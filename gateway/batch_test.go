@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -22,7 +23,7 @@ import (
 // limit, NAT port collisions between two pods, and drops of every kind.
 // The second slice is the frames that the gateway answers with an ICMP
 // error to the pod, for bursts that exceed the rate limit.
-func framePool(t *testing.T) (fs, answered [][]byte) {
+func framePool(t testing.TB) (fs, answered [][]byte) {
 	add := func(fr []byte) { fs = append(fs, fr) }
 	tu2 := tun{outerSrc: node2VTEP, outerDst: gwVTEP6, kind: TunnelGeneve, vni: 7}
 	for p := uint16(0); p < 6; p++ {
@@ -286,4 +287,86 @@ func TestBatchAllocs(t *testing.T) {
 			t.Fatalf("frame %d: %v %v", i, r.Verdict, r.Reason)
 		}
 	}
+}
+
+// joinFrames packs frames into one fuzz input: each frame behind its
+// 2-byte big-endian length.
+func joinFrames(fs ...[]byte) []byte {
+	var b []byte
+	for _, f := range fs {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// splitFrames undoes joinFrames; a short tail becomes the last frame.
+func splitFrames(b []byte, max int) [][]byte {
+	var fs [][]byte
+	for len(b) > 0 && len(fs) < max {
+		if len(b) < 2 {
+			fs = append(fs, b)
+			break
+		}
+		n := min(int(binary.BigEndian.Uint16(b)), len(b)-2)
+		fs = append(fs, b[2:2+n])
+		b = b[2+n:]
+	}
+	return fs
+}
+
+// FuzzBatch feeds arbitrary batches of frames to a batched worker and to a
+// worker doing one lookup per frame, on twin pipelines: results, outputs
+// and counters must stay identical, nothing may panic, no input is
+// modified.
+func FuzzBatch(f *testing.F) {
+	pool, answered := framePool(f)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 40 {
+		fs := make([][]byte, 1+rng.IntN(80))
+		for i := range fs {
+			fs[i] = pool[rng.IntN(len(pool))]
+		}
+		f.Add(joinFrames(fs...))
+	}
+	f.Add(joinFrames(answered...))
+	batched := newFixture(f, 1<<12, smallUnderlay())
+	single := newFixture(f, 1<<12, smallUnderlay())
+	single.w.single = true
+	const maxFrames = 2 * conntrack.MaxBatch
+	out := make([][]byte, maxFrames)
+	for i := range out {
+		out[i] = make([]byte, 2048)
+	}
+	res := make([]Result, maxFrames)
+	one := [][]byte{make([]byte, 2048)}
+	oneRes := make([]Result, 1)
+	now := testNow
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cp := append([]byte(nil), b...)
+		in := splitFrames(cp, maxFrames)
+		if len(in) == 0 {
+			return
+		}
+		now += int64(time.Millisecond)
+		batched.w.Process(now, in, out[:len(in)], res[:len(in)])
+		if !bytes.Equal(cp, b) {
+			t.Fatal("an input frame was modified")
+		}
+		for i, fr := range in {
+			single.w.Process(now, [][]byte{fr}, one, oneRes)
+			if res[i] != oneRes[0] {
+				t.Fatalf("frame %d of %d: batched %+v, one by one %+v", i, len(in), res[i], oneRes[0])
+			}
+			if r := res[i]; r.Verdict == VerdictTx && !bytes.Equal(out[i][:r.Len], one[0][:r.Len]) {
+				t.Fatalf("frame %d of %d: outputs differ", i, len(in))
+			}
+			if r := res[i]; r.Verdict == VerdictDrop && (r.Reason == DropNone || r.Reason >= numDropReasons) {
+				t.Fatalf("frame %d: drop without a valid reason: %d", i, r.Reason)
+			}
+		}
+		if bs, ss := batched.p.Stats(), single.p.Stats(); bs != ss {
+			t.Fatalf("counters differ:\nbatched    %+v\none by one %+v", bs, ss)
+		}
+	})
 }

@@ -118,7 +118,7 @@ func TestTooBigAnswered(t *testing.T) {
 }
 
 // fragments splits a UDP/IPv4 packet built by gopacket into two fragments.
-func fragments(t *testing.T, whole []byte, at int) (first, second []byte) {
+func fragments(t testing.TB, whole []byte, at int) (first, second []byte) {
 	hl := int(whole[0]&0xf) * 4
 	body := whole[hl:]
 	mk := func(part []byte, off int, mf bool) []byte {
