@@ -49,6 +49,13 @@ func InputsFrom(node string, o Objects) Inputs {
 	}
 	for _, n := range o.Nodes {
 		in.VTEPs[n.Name] = NodeVTEPs(n)
+		if n.Name == node {
+			in.NodeKnown = true
+			in.NodePodCIDRs = n.Spec.PodCIDRs
+			if len(in.NodePodCIDRs) == 0 && n.Spec.PodCIDR != "" {
+				in.NodePodCIDRs = []string{n.Spec.PodCIDR}
+			}
+		}
 	}
 	for _, p := range o.Pods {
 		if p.Spec.NodeName != node {
@@ -116,6 +123,8 @@ type Agent struct {
 	Status func(name string) (egressv1.EgressIPStatus, bool)
 	// Metrics, if set, records every reconcile.
 	Metrics *metrics.Steer
+
+	lastFailClosed string
 }
 
 // Run sets up the kernel, starts the source and reconciles until ctx ends.
@@ -194,6 +203,7 @@ func (a *Agent) ReconcileOnce() (Changes, State, error) {
 		o.EgressIPs = eips
 	}
 	st := Desired(InputsFrom(a.Node, o), a.Kernel.Params())
+	a.logFailClosed(st)
 	ch, err := a.Kernel.Apply(st)
 	if a.Log != nil && !ch.Zero() {
 		for _, obj := range st.Objects {
@@ -202,6 +212,26 @@ func (a *Agent) ReconcileOnce() (Changes, State, error) {
 		a.Log.Info("kernel updated", "changes", ch.String())
 	}
 	return ch, st, err
+}
+
+// logFailClosed says which fail-closed mode is in effect whenever it
+// changes: podCIDR with the node's pod networks, or selected, and why.
+func (a *Agent) logFailClosed(st State) {
+	note := fmt.Sprint(st.FailClosed, st.PodCIDRs, st.FailClosedWhy)
+	if a.Log == nil || note == a.lastFailClosed {
+		return
+	}
+	a.lastFailClosed = note
+	switch {
+	case st.KeepPodCIDRs:
+		a.Log.Info("fail-closed: keeping the pod networks already in the kernel", "failClosed", st.FailClosed, "why", st.FailClosedWhy)
+	case st.FailClosed == FailClosedPodCIDR:
+		a.Log.Info("fail-closed: pod addresses are blocked until classified", "failClosed", st.FailClosed, "podCIDRs", st.PodCIDRs)
+	case st.FailClosedWhy != "":
+		a.Log.Warn("fail-closed: falling back to blocking selected pods only", "failClosed", st.FailClosed, "why", st.FailClosedWhy)
+	default:
+		a.Log.Info("fail-closed: blocking selected pods only (configured)", "failClosed", st.FailClosed)
+	}
 }
 
 func problemsString(errs []error) string {

@@ -14,7 +14,7 @@ import (
 
 // Actual reads the agent's state back from the kernel: rules at its
 // priority pointing into its tables, routes of its protocol in its tables,
-// permanent neighbour and FDB entries on its device, and the selected set.
+// permanent neighbour and FDB entries on its device, and the filter's sets.
 // Next hops carry only Addr (the kernel does not know MAC and VTEP per route).
 func (k *Kernel) Actual() (State, error) {
 	var st State
@@ -40,9 +40,11 @@ func (k *Kernel) Actual() (State, error) {
 			return st, err
 		}
 	}
-	if st.Selected, err = k.nft.selected(); err != nil {
+	sets, err := k.nft.read()
+	if err != nil {
 		return st, err
 	}
+	st.Selected, st.Allowed, st.PodCIDRs = sets.selected, sets.allowed, sets.pods
 	st.sort()
 	return st, nil
 }
@@ -179,6 +181,15 @@ func (k *Kernel) fdb(idx int) ([]FDB, error) {
 // before anything that steers, FDB and neighbours before the routes that
 // use them, routes before the rules that lead into them; removal in reverse,
 // the filter elements last.
+//
+// In the filter, one transaction first adds the newly selected addresses,
+// takes the addresses that lose their classification out of the allowed
+// set, replaces the pod networks and allows the newly unselected addresses
+// that were never steered; a last transaction, after the steering is gone,
+// takes the addresses that were selected out of the selected set and
+// allows those now unselected. A pod that becomes selected is never
+// allowed after its steering starts, and one that stops being selected is
+// allowed only once its steering is removed.
 func (k *Kernel) Apply(want State) (Changes, error) {
 	var ch Changes
 	have, err := k.Actual()
@@ -195,15 +206,45 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	var errs []error
 	fail := func(err error) { errs = append(errs, err) }
 
-	// 1. Filter: new selected addresses.
-	addSel := missing(want.Selected, have.Selected, netip.Addr.Compare)
-	if len(addSel) > 0 {
-		if err := k.nft.update(addSel, nil); err != nil {
-			// Without the filter nothing may be steered: stop here.
-			return ch, err
-		}
-		ch.Added += len(addSel)
+	// 1. Filter: new selected addresses, allowed ones, pod networks.
+	pods := want.PodCIDRs
+	if want.KeepPodCIDRs {
+		pods = have.PodCIDRs
 	}
+	var allowed []netip.Addr
+	for _, a := range want.Allowed {
+		if slices.ContainsFunc(pods, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			allowed = append(allowed, a)
+		}
+	}
+	steered := func(a netip.Addr) bool {
+		_, sel := slices.BinarySearchFunc(have.Selected, a, netip.Addr.Compare)
+		return sel || slices.ContainsFunc(have.Rules, func(r Rule) bool { return r.Src == a })
+	}
+	first := nftChange{
+		addSel:   missing(want.Selected, have.Selected, netip.Addr.Compare),
+		delAllow: missing(have.Allowed, allowed, netip.Addr.Compare),
+		setPods:  !want.KeepPodCIDRs && !slices.Equal(normalizePrefixes(want.PodCIDRs), have.PodCIDRs),
+		pods:     want.PodCIDRs,
+	}
+	var lateAllow []netip.Addr
+	for _, a := range missing(allowed, have.Allowed, netip.Addr.Compare) {
+		if steered(a) {
+			lateAllow = append(lateAllow, a)
+		} else {
+			first.addAllow = append(first.addAllow, a)
+		}
+	}
+	if err := k.nft.apply(first); err != nil {
+		// Without the filter nothing may be steered: stop here.
+		return ch, err
+	}
+	ch.Added += len(first.addSel) + len(first.addAllow)
+	ch.Removed += len(first.delAllow)
+	if first.setPods {
+		ch.Updated++
+	}
+	k.step("filter")
 
 	// 2. FDB and neighbours.
 	haveFDB := map[[6]byte]FDB{}
@@ -273,6 +314,7 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		// Keep the old state where the new one failed: remove nothing.
 		return ch, errors.Join(errs...)
 	}
+	k.step("steering")
 
 	// 5. Removal, reverse order.
 	for _, r := range missing(have.Rules, want.Rules, ruleCmp) {
@@ -282,6 +324,7 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		}
 		ch.Removed++
 	}
+	k.step("rules removed")
 	wantRoute := map[routeKey]bool{}
 	for _, r := range want.Routes {
 		wantRoute[routeKey{r.Table, r.Dst}] = true
@@ -334,12 +377,13 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		// removed must stay covered.
 		return ch, errors.Join(errs...)
 	}
-	if delSel := missing(have.Selected, want.Selected, netip.Addr.Compare); len(delSel) > 0 {
-		if err := k.nft.update(nil, delSel); err != nil {
-			return ch, err
-		}
-		ch.Removed += len(delSel)
+	k.step("unsteered")
+	last := nftChange{delSel: missing(have.Selected, want.Selected, netip.Addr.Compare), addAllow: lateAllow}
+	if err := k.nft.apply(last); err != nil {
+		return ch, err
 	}
+	ch.Removed += len(last.delSel)
+	ch.Added += len(last.addAllow)
 	return ch, nil
 }
 

@@ -33,6 +33,13 @@ const (
 	RouteProtocol = 231
 	// NFTTable is the agent's nftables table (family inet).
 	NFTTable = "egret-steer"
+	// FailClosedPodCIDR drops the forwarded traffic of every address in the
+	// node's pod CIDRs to outside destinations until the agent has
+	// classified the address as a pod no EgressIP selects (the default).
+	FailClosedPodCIDR = "podCIDR"
+	// FailClosedSelected drops only the traffic of pods the agent has seen
+	// selected; a new pod can leave with the node's address until then.
+	FailClosedSelected = "selected"
 )
 
 // Config is the agent's configuration file (YAML); flags override it.
@@ -61,6 +68,12 @@ type Config struct {
 	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
 	ServiceCIDRs []string `json:"serviceCIDRs,omitempty"`
 	NodeCIDRs    []string `json:"nodeCIDRs,omitempty"`
+	// PodCIDRs are this node's pod networks; default the Node's
+	// spec.podCIDRs.
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// FailClosed is "podCIDR" (default: block unclassified pod addresses;
+	// falls back to "selected" while no pod CIDRs are known) or "selected".
+	FailClosed string `json:"failClosed,omitempty"`
 	// RulePriority, TableBase and TableCount set the owned ranges.
 	RulePriority int    `json:"rulePriority,omitempty"`
 	TableBase    uint32 `json:"tableBase,omitempty"`
@@ -130,6 +143,9 @@ func (c Config) WithDefaults() Config {
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
+	if c.FailClosed == "" {
+		c.FailClosed = FailClosedPodCIDR
+	}
 	return c
 }
 
@@ -172,6 +188,12 @@ func (c Config) Validate() error {
 	if _, err := c.Excluded(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.PodNetworks(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.FailClosed != FailClosedPodCIDR && c.FailClosed != FailClosedSelected {
+		errs = append(errs, fmt.Errorf("failClosed %q: use podCIDR or selected", c.FailClosed))
+	}
 	if c.RulePriority <= 0 || c.RulePriority >= 32766 {
 		errs = append(errs, fmt.Errorf("rulePriority %d: give 1–32765 so the rules come before the main table's", c.RulePriority))
 	}
@@ -203,6 +225,21 @@ func (c Config) Excluded() ([]netip.Prefix, error) {
 			}
 			out = append(out, p.Masked())
 		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// PodNetworks parses podCIDRs.
+func (c Config) PodNetworks() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var errs []error
+	for _, s := range c.PodCIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+			errs = append(errs, fmt.Errorf("podCIDRs: %q is not a network such as 10.128.1.0/24", s))
+			continue
+		}
+		out = append(out, p.Masked())
 	}
 	return out, errors.Join(errs...)
 }

@@ -39,6 +39,10 @@ type Inputs struct {
 	EgressIPs []*egressv1.EgressIP
 	// VTEPs maps a node name to its tunnel endpoint addresses.
 	VTEPs map[string][]netip.Addr
+	// NodeKnown says the source holds this node's Node object;
+	// NodePodCIDRs are its spec.podCIDRs (spec.podCIDR when empty).
+	NodeKnown    bool
+	NodePodCIDRs []string
 }
 
 // RouteType says what a route in an object's table does.
@@ -112,10 +116,28 @@ type State struct {
 	// fail-closed filter drops their traffic to non-cluster destinations
 	// unless it leaves through the tunnel device.
 	Selected []netip.Addr
-	Rules    []Rule
-	Routes   []Route
-	Neighs   []Neigh
-	FDB      []FDB
+	// Allowed are the local pod addresses in PodCIDRs that no EgressIP
+	// selects: the only sources in PodCIDRs whose traffic may leave
+	// outside the tunnel. Empty in failClosed: selected; with KeepPodCIDRs
+	// every unselected local pod (Apply keeps those in the kernel's pod
+	// networks).
+	Allowed []netip.Addr
+	// PodCIDRs are the node's pod networks (failClosed: podCIDR): their
+	// traffic to non-cluster destinations is dropped unless it leaves
+	// through the tunnel device or its source is in Allowed. Empty in
+	// failClosed: selected.
+	PodCIDRs []netip.Prefix
+	// KeepPodCIDRs says the node's pod networks are not known yet (its
+	// Node object has not been seen): Apply leaves the kernel's as they
+	// are, so a restarting agent keeps blocking.
+	KeepPodCIDRs bool
+	Rules        []Rule
+	Routes       []Route
+	Neighs       []Neigh
+	FDB          []FDB
+	// FailClosed is the mode in effect ("podCIDR" or "selected") and
+	// FailClosedWhy the reason when it is not the configured one, for logs.
+	FailClosed, FailClosedWhy string
 	// Objects says, per EgressIP that selects a local pod, its table and
 	// gateways, for logs and status.
 	Objects []ObjectState
@@ -140,6 +162,11 @@ type Params struct {
 	LocalVTEP netip.Addr
 	// TableBase and TableCount are the route tables the agent owns.
 	TableBase, TableCount uint32
+	// FailClosed is "podCIDR" (or "") or "selected"; see Config.FailClosed.
+	FailClosed string
+	// PodCIDRs, if set, are the node's pod networks; otherwise the Node
+	// object's spec.podCIDRs are used.
+	PodCIDRs []netip.Prefix
 }
 
 // Desired computes the kernel state for in. It is a pure function: it reads
@@ -165,8 +192,11 @@ func Desired(in Inputs, p Params) State {
 		objs[i] = &object{eip: sel.Object(i)}
 	}
 
+	podNets := podNetworks(in, p, &st, problem)
+
 	// Pods: the first object (by name) that selects a pod steers it.
 	selected := map[netip.Addr]bool{}
+	var unselected []netip.Addr
 	for _, pod := range in.Pods {
 		if pod.Node != in.Node || pod.HostNetwork || pod.Done || len(pod.IPs) == 0 {
 			continue
@@ -187,6 +217,11 @@ func Desired(in Inputs, p Params) State {
 			}
 		}
 		if owner == nil {
+			for _, ip := range pod.IPs {
+				if ip = ip.Unmap(); ip.IsValid() && !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsMulticast() {
+					unselected = append(unselected, ip)
+				}
+			}
 			continue
 		}
 		for _, ip := range pod.IPs {
@@ -291,6 +326,17 @@ func Desired(in Inputs, p Params) State {
 			}
 		}
 	}
+	if st.FailClosed == FailClosedPodCIDR {
+		for _, ip := range unselected {
+			// An address another local pod uses selected stays blocked.
+			if selected[ip] {
+				continue
+			}
+			if st.KeepPodCIDRs || slices.ContainsFunc(podNets, func(n netip.Prefix) bool { return n.Contains(ip) }) {
+				st.Allowed = append(st.Allowed, ip)
+			}
+		}
+	}
 	for a, m := range neighs {
 		st.Neighs = append(st.Neighs, Neigh{Addr: a, MAC: m})
 	}
@@ -301,9 +347,71 @@ func Desired(in Inputs, p Params) State {
 	return st
 }
 
+// podNetworks decides the fail-closed mode and the node's pod networks.
+func podNetworks(in Inputs, p Params, st *State, problem func(string, ...any)) []netip.Prefix {
+	if p.FailClosed == FailClosedSelected {
+		st.FailClosed = FailClosedSelected
+		return nil
+	}
+	st.FailClosed = FailClosedPodCIDR
+	nets := p.PodCIDRs
+	if len(nets) == 0 {
+		if !in.NodeKnown {
+			st.KeepPodCIDRs = true
+			st.FailClosedWhy = fmt.Sprintf("Node %s not seen yet: the pod CIDRs in the kernel are kept", in.Node)
+			return nil
+		}
+		for _, s := range in.NodePodCIDRs {
+			n, err := netip.ParsePrefix(s)
+			if err != nil || n.Addr().Zone() != "" || n.Addr().Is4In6() {
+				problem("Node %s: spec.podCIDRs entry %q is not a network; ignored", in.Node, s)
+				continue
+			}
+			nets = append(nets, n)
+		}
+	}
+	nets = normalizePrefixes(nets)
+	if len(nets) == 0 {
+		st.FailClosed = FailClosedSelected
+		st.FailClosedWhy = fmt.Sprintf("Node %s has no spec.podCIDRs and the config no podCIDRs: only pods the agent has seen selected are blocked, a new pod can leave with the node's address until then", in.Node)
+		return nil
+	}
+	st.PodCIDRs = nets
+	return nets
+}
+
+// normalizePrefixes masks, sorts and drops networks inside another one:
+// an nftables interval set refuses overlapping elements.
+func normalizePrefixes(list []netip.Prefix) []netip.Prefix {
+	in := make([]netip.Prefix, 0, len(list))
+	for _, n := range list {
+		if n.IsValid() {
+			in = append(in, n.Masked())
+		}
+	}
+	slices.SortFunc(in, prefixCmp)
+	var out []netip.Prefix
+	for _, n := range in {
+		if len(out) > 0 {
+			if last := out[len(out)-1]; last.Bits() <= n.Bits() && last.Contains(n.Addr()) {
+				continue
+			}
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func prefixCmp(a, b netip.Prefix) int {
+	return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+}
+
 func (st *State) sort() {
 	slices.SortFunc(st.Selected, netip.Addr.Compare)
 	st.Selected = slices.Compact(st.Selected)
+	slices.SortFunc(st.Allowed, netip.Addr.Compare)
+	st.Allowed = slices.Compact(st.Allowed)
+	slices.SortFunc(st.PodCIDRs, prefixCmp)
 	slices.SortFunc(st.Rules, func(a, b Rule) int { return a.Src.Compare(b.Src) })
 	slices.SortFunc(st.Routes, func(a, b Route) int {
 		return cmp.Or(cmp.Compare(a.Table, b.Table), a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()))
@@ -388,9 +496,10 @@ func tableFor(name string, base, count uint32, used map[uint32]bool) (uint32, bo
 }
 
 // Equal reports whether two states program the same kernel configuration
-// (Objects and Problems are not compared).
+// (Objects, Problems and the fail-closed notes are not compared).
 func (st State) Equal(o State) bool {
-	return slices.Equal(st.Selected, o.Selected) && slices.Equal(st.Rules, o.Rules) &&
+	return slices.Equal(st.Selected, o.Selected) && slices.Equal(st.Allowed, o.Allowed) &&
+		slices.Equal(st.PodCIDRs, o.PodCIDRs) && slices.Equal(st.Rules, o.Rules) &&
 		slices.EqualFunc(st.Routes, o.Routes, routeEqual) && slices.Equal(st.Neighs, o.Neighs) &&
 		slices.Equal(st.FDB, o.FDB)
 }

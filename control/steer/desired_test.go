@@ -207,9 +207,12 @@ func TestDesiredStatusEdgeCases(t *testing.T) {
 	if len(st.Problems) != 2 || len(st.FDB) != 0 {
 		t.Fatalf("problems %v, FDB %v", st.Problems, st.FDB)
 	}
-	// No EgressIP: nothing at all.
+	// No EgressIP: nothing at all (failClosed: selected; in podCIDR mode
+	// the pods are allowed, see TestDesiredFailClosed).
 	in.EgressIPs = nil
-	if st := Desired(in, params); !st.Equal(State{}) {
+	sel := params
+	sel.FailClosed = FailClosedSelected
+	if st := Desired(in, sel); !st.Equal(State{}) {
 		t.Fatalf("no objects: %+v", st)
 	}
 	// Pod in a namespace the agent has not seen yet: not matched.

@@ -30,7 +30,12 @@ type Kernel struct {
 	mac      [6]byte
 	underIdx int
 	excluded []netip.Prefix
+	podCIDRs []netip.Prefix
 	log      *slog.Logger
+	// afterStep, set by tests, runs after each stage of Apply ("filter",
+	// "steering", "rules removed", "unsteered") so they can probe the
+	// kernel in between.
+	afterStep func(stage string)
 }
 
 // Changes counts what an Apply changed, for logs and tests.
@@ -66,6 +71,10 @@ func NewKernel(cfg Config, ns netns.NsHandle, log *slog.Logger) (*Kernel, error)
 		h.Close()
 		return nil, err
 	}
+	if k.podCIDRs, err = cfg.PodNetworks(); err != nil {
+		h.Close()
+		return nil, err
+	}
 	if err := k.resolveVTEP(); err != nil {
 		h.Close()
 		return nil, err
@@ -95,7 +104,8 @@ func (k *Kernel) TunnelMAC() [6]byte { return k.mac }
 
 // Params are the desired-state parameters of this node.
 func (k *Kernel) Params() Params {
-	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount}
+	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount,
+		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs}
 }
 
 func (k *Kernel) resolveVTEP() error {
@@ -144,7 +154,9 @@ func (k *Kernel) resolveVTEP() error {
 
 // Setup installs what does not depend on the inputs, in fail-closed order:
 // first the nftables table (so selected pods cannot leak), then the tunnel
-// device and the sysctls. It is idempotent.
+// device and the sysctls. It is idempotent and keeps the filter's sets, so
+// an agent that restarts blocks what its predecessor blocked, including
+// pod addresses it has not classified yet.
 func (k *Kernel) Setup() error {
 	if err := k.nft.setup(k.excluded); err != nil {
 		return err
@@ -314,6 +326,22 @@ func family(a netip.Addr) int {
 	return unix.AF_INET6
 }
 
-// Drops is the number of packets of selected pods the fail-closed filter
-// dropped because they tried to leave outside the tunnel.
-func (k *Kernel) Drops() (uint64, error) { return k.nft.drops() }
+// Drops is the number of packets the fail-closed filter dropped because
+// they tried to leave outside the tunnel: from selected pods, and from pod
+// addresses not classified yet (failClosed: podCIDR).
+func (k *Kernel) Drops() (uint64, error) {
+	sel, uncl, err := k.nft.drops()
+	return sel + uncl, err
+}
+
+// DropsByReason splits Drops: packets of selected pods, and of addresses in
+// the node's pod CIDRs the agent has not classified (yet).
+func (k *Kernel) DropsByReason() (selected, unclassified uint64, err error) {
+	return k.nft.drops()
+}
+
+func (k *Kernel) step(stage string) {
+	if k.afterStep != nil {
+		k.afterStep(stage)
+	}
+}

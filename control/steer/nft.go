@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -15,17 +16,26 @@ import (
 // nftState is the agent's fail-closed filter, one inet table:
 //
 //	table inet egret-steer {
-//	  set sel4 { type ipv4_addr }   # local pods selected by an EgressIP
+//	  set sel4 { type ipv4_addr }                  # local pods selected by an EgressIP
 //	  set sel6 { type ipv6_addr }
+//	  set allow4 { type ipv4_addr }                # local pods no EgressIP selects
+//	  set allow6 { type ipv6_addr }
+//	  set pods4 { type ipv4_addr; flags interval } # the node's pod CIDRs (failClosed: podCIDR)
+//	  set pods6 { type ipv6_addr; flags interval }
 //	  chain forward { type filter hook forward priority -10; policy accept;
 //	    ip daddr 10.128.0.0/14 return          # one per excluded network
 //	    ip saddr @sel4 oifname != "egret0" counter drop
 //	    ip6 saddr @sel6 oifname != "egret0" counter drop
+//	    ip saddr @pods4 ip saddr != @allow4 oifname != "egret0" counter drop
+//	    ip6 saddr @pods6 ip6 saddr != @allow6 oifname != "egret0" counter drop
 //	  }
 //	}
 //
 // A drop in any base chain is final, so other tables accepting the packet
-// cannot let it out.
+// cannot let it out. The rules never change with the inputs, only the sets
+// do: Setup can rewrite the chain at every start without losing what an
+// earlier agent put in the sets, and an address in sel is dropped whatever
+// allow says, so the order of set changes inside Apply cannot open a gap.
 type nftState struct {
 	ns  netns.NsHandle
 	dev string
@@ -35,8 +45,20 @@ const (
 	nftChain    = "forward"
 	nftSet4     = "sel4"
 	nftSet6     = "sel6"
+	nftAllow4   = "allow4"
+	nftAllow6   = "allow6"
+	nftPods4    = "pods4"
+	nftPods6    = "pods6"
 	nftPriority = -10
+	// Rule tags (user data) of the drop rules, for the counters.
+	tagSelected     = "egret:selected"
+	tagUnclassified = "egret:unclassified"
 )
+
+// nftSets are the table's sets.
+type nftSets struct {
+	sel, allow, pods [2]*nftables.Set // [0] IPv4, [1] IPv6
+}
 
 func (n *nftState) conn() (*nftables.Conn, error) {
 	var c *nftables.Conn
@@ -52,28 +74,41 @@ func (n *nftState) conn() (*nftables.Conn, error) {
 	return c, nil
 }
 
-func (n *nftState) objects() (*nftables.Table, *nftables.Set, *nftables.Set) {
+func (n *nftState) objects() (*nftables.Table, nftSets) {
 	t := &nftables.Table{Name: NFTTable, Family: nftables.TableFamilyINet}
-	s4 := &nftables.Set{Table: t, Name: nftSet4, KeyType: nftables.TypeIPAddr}
-	s6 := &nftables.Set{Table: t, Name: nftSet6, KeyType: nftables.TypeIP6Addr}
-	return t, s4, s6
+	set := func(name string, key nftables.SetDatatype, interval bool) *nftables.Set {
+		return &nftables.Set{Table: t, Name: name, KeyType: key, Interval: interval}
+	}
+	return t, nftSets{
+		sel:   [2]*nftables.Set{set(nftSet4, nftables.TypeIPAddr, false), set(nftSet6, nftables.TypeIP6Addr, false)},
+		allow: [2]*nftables.Set{set(nftAllow4, nftables.TypeIPAddr, false), set(nftAllow6, nftables.TypeIP6Addr, false)},
+		pods:  [2]*nftables.Set{set(nftPods4, nftables.TypeIPAddr, true), set(nftPods6, nftables.TypeIP6Addr, true)},
+	}
 }
 
-// setup creates the table, sets and chain if missing and replaces the
-// chain's rules, all in one transaction: set elements survive, and there is
-// no moment without the drop rules.
+// family constants per set index: NFPROTO, source address offset and length.
+var nftFam = [2]struct {
+	proto byte
+	off   uint32
+	l     uint32
+}{{unix.NFPROTO_IPV4, 12, 4}, {unix.NFPROTO_IPV6, 8, 16}}
+
+// setup creates the table and sets if missing and replaces the chain's
+// rules, all in one transaction: set elements survive, and there is no
+// moment without the drop rules.
 func (n *nftState) setup(excluded []netip.Prefix) error {
 	c, err := n.conn()
 	if err != nil {
 		return err
 	}
-	t, s4, s6 := n.objects()
+	t, sets := n.objects()
 	c.AddTable(t)
-	if err := c.AddSet(s4, nil); err != nil {
-		return fmt.Errorf("nftables set %s: %w", nftSet4, err)
-	}
-	if err := c.AddSet(s6, nil); err != nil {
-		return fmt.Errorf("nftables set %s: %w", nftSet6, err)
+	for _, group := range [][2]*nftables.Set{sets.sel, sets.allow, sets.pods} {
+		for _, s := range group {
+			if err := c.AddSet(s, nil); err != nil {
+				return fmt.Errorf("nftables set %s: %w", s.Name, err)
+			}
+		}
 	}
 	policy := nftables.ChainPolicyAccept
 	ch := c.AddChain(&nftables.Chain{Name: nftChain, Table: t, Type: nftables.ChainTypeFilter,
@@ -97,22 +132,29 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	}
 	dev := make([]byte, unix.IFNAMSIZ)
 	copy(dev, n.dev)
-	for _, s := range []struct {
-		set   *nftables.Set
-		proto byte
-		off   uint32
-		l     uint32
-	}{{s4, unix.NFPROTO_IPV4, 12, 4}, {s6, unix.NFPROTO_IPV6, 8, 16}} {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+	notTunnel := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: dev},
+		&expr.Counter{},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
+	// Selected pods first: their drop does not depend on allow.
+	for f, fam := range nftFam {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: []byte(tagSelected), Exprs: append([]expr.Any{
 			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{s.proto}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: s.off, Len: s.l},
-			&expr.Lookup{SourceRegister: 1, SetName: s.set.Name},
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: dev},
-			&expr.Counter{},
-			&expr.Verdict{Kind: expr.VerdictDrop},
-		}})
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
+			&expr.Lookup{SourceRegister: 1, SetName: sets.sel[f].Name},
+		}, notTunnel...)})
+	}
+	for f, fam := range nftFam {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: []byte(tagUnclassified), Exprs: append([]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
+			&expr.Lookup{SourceRegister: 1, SetName: sets.pods[f].Name},
+			&expr.Lookup{SourceRegister: 1, SetName: sets.allow[f].Name, Invert: true},
+		}, notTunnel...)})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("install nftables table inet %s: %w", NFTTable, err)
@@ -120,63 +162,178 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	return nil
 }
 
-// selected lists the addresses in both sets.
-func (n *nftState) selected() ([]netip.Addr, error) {
+// nftRead is the content of the sets.
+type nftRead struct {
+	selected, allowed []netip.Addr
+	pods              []netip.Prefix
+}
+
+// read lists the addresses and networks in the sets.
+func (n *nftState) read() (nftRead, error) {
+	var out nftRead
 	c, err := n.conn()
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	_, s4, s6 := n.objects()
-	var out []netip.Addr
-	for _, s := range []*nftables.Set{s4, s6} {
-		els, err := c.GetSetElements(s)
+	_, sets := n.objects()
+	for f := range 2 {
+		for _, s := range []struct {
+			set  *nftables.Set
+			into *[]netip.Addr
+		}{{sets.sel[f], &out.selected}, {sets.allow[f], &out.allowed}} {
+			els, err := c.GetSetElements(s.set)
+			if err != nil {
+				if isNotFound(err) {
+					continue
+				}
+				return out, fmt.Errorf("read nftables set %s: %w", s.set.Name, err)
+			}
+			for _, e := range els {
+				if a, ok := netip.AddrFromSlice(e.Key); ok {
+					*s.into = append(*s.into, a)
+				}
+			}
+		}
+		els, err := c.GetSetElements(sets.pods[f])
 		if err != nil {
 			if isNotFound(err) {
 				continue
 			}
-			return nil, fmt.Errorf("read nftables set %s: %w", s.Name, err)
+			return out, fmt.Errorf("read nftables set %s: %w", sets.pods[f].Name, err)
 		}
-		for _, e := range els {
-			if a, ok := netip.AddrFromSlice(e.Key); ok {
-				out = append(out, a)
-			}
-		}
+		out.pods = append(out.pods, intervalPrefixes(els)...)
 	}
 	return out, nil
 }
 
-// update adds and removes set elements in one transaction.
-func (n *nftState) update(add, del []netip.Addr) error {
+// intervalElements are the elements of an interval set holding p: its
+// first address and, unless p reaches the last address of its family, the
+// address after it flagged as the interval's end.
+func intervalElements(p netip.Prefix) []nftables.SetElement {
+	p = p.Masked()
+	out := []nftables.SetElement{{Key: p.Addr().AsSlice()}}
+	if next := lastAddr(p).Next(); next.IsValid() {
+		out = append(out, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
+	}
+	return out
+}
+
+// intervalPrefixes turns interval set elements back into the prefixes
+// intervalElements made; ranges that are not one prefix are left out (the
+// agent never writes them, and Apply rewrites a set it does not recognise).
+func intervalPrefixes(els []nftables.SetElement) []netip.Prefix {
+	type edge struct {
+		a   netip.Addr
+		end bool
+	}
+	var edges []edge
+	for _, e := range els {
+		if a, ok := netip.AddrFromSlice(e.Key); ok {
+			edges = append(edges, edge{a, e.IntervalEnd})
+		}
+	}
+	// Where one network ends at the next one's start, the end comes first.
+	slices.SortFunc(edges, func(x, y edge) int {
+		if c := x.a.Compare(y.a); c != 0 {
+			return c
+		}
+		if x.end == y.end {
+			return 0
+		}
+		if x.end {
+			return -1
+		}
+		return 1
+	})
+	var out []netip.Prefix
+	for i, e := range edges {
+		if e.end {
+			continue
+		}
+		var next netip.Addr // invalid: the range runs to the family's last address
+		if i+1 < len(edges) && edges[i+1].end {
+			next = edges[i+1].a
+		}
+		for bits := 0; bits <= e.a.BitLen(); bits++ {
+			p := netip.PrefixFrom(e.a, bits)
+			if p.Masked().Addr() == e.a && lastAddr(p).Next() == next {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// lastAddr is the highest address in p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// nftChange is one transaction on the sets.
+type nftChange struct {
+	addSel, delSel, addAllow, delAllow []netip.Addr
+	// setPods replaces the pod networks with pods.
+	setPods bool
+	pods    []netip.Prefix
+}
+
+func (ch nftChange) empty() bool {
+	return len(ch.addSel)+len(ch.delSel)+len(ch.addAllow)+len(ch.delAllow) == 0 && !ch.setPods
+}
+
+// apply changes the sets in one transaction: the kernel sees all of it or
+// none of it.
+func (n *nftState) apply(ch nftChange) error {
+	if ch.empty() {
+		return nil
+	}
 	c, err := n.conn()
 	if err != nil {
 		return err
 	}
-	_, s4, s6 := n.objects()
-	split := func(list []netip.Addr) (v4, v6 []nftables.SetElement) {
+	_, sets := n.objects()
+	split := func(list []netip.Addr) (out [2][]nftables.SetElement) {
 		for _, a := range list {
-			if a.Is4() {
-				v4 = append(v4, nftables.SetElement{Key: a.AsSlice()})
-			} else {
-				v6 = append(v6, nftables.SetElement{Key: a.AsSlice()})
-			}
+			out[famIndex(a)] = append(out[famIndex(a)], nftables.SetElement{Key: a.AsSlice()})
 		}
 		return
 	}
-	a4, a6 := split(add)
-	d4, d6 := split(del)
-	for _, op := range []struct {
-		set *nftables.Set
-		add []nftables.SetElement
-		del []nftables.SetElement
-	}{{s4, a4, d4}, {s6, a6, d6}} {
-		if len(op.add) > 0 {
-			if err := c.SetAddElements(op.set, op.add); err != nil {
+	addSel, delSel, addAllow, delAllow := split(ch.addSel), split(ch.delSel), split(ch.addAllow), split(ch.delAllow)
+	var pods [2][]nftables.SetElement
+	for _, p := range normalizePrefixes(ch.pods) {
+		pods[famIndex(p.Addr())] = append(pods[famIndex(p.Addr())], intervalElements(p)...)
+	}
+	for f := range 2 {
+		for _, op := range []struct {
+			set *nftables.Set
+			els []nftables.SetElement
+			add bool
+		}{{sets.sel[f], addSel[f], true}, {sets.allow[f], delAllow[f], false},
+			{sets.allow[f], addAllow[f], true}, {sets.sel[f], delSel[f], false}} {
+			if len(op.els) == 0 {
+				continue
+			}
+			if op.add {
+				err = c.SetAddElements(op.set, op.els)
+			} else {
+				err = c.SetDeleteElements(op.set, op.els)
+			}
+			if err != nil {
 				return fmt.Errorf("nftables set %s: %w", op.set.Name, err)
 			}
 		}
-		if len(op.del) > 0 {
-			if err := c.SetDeleteElements(op.set, op.del); err != nil {
-				return fmt.Errorf("nftables set %s: %w", op.set.Name, err)
+		if ch.setPods {
+			c.FlushSet(sets.pods[f])
+			if len(pods[f]) > 0 {
+				if err := c.SetAddElements(sets.pods[f], pods[f]); err != nil {
+					return fmt.Errorf("nftables set %s: %w", sets.pods[f].Name, err)
+				}
 			}
 		}
 	}
@@ -186,27 +343,31 @@ func (n *nftState) update(add, del []netip.Addr) error {
 	return nil
 }
 
-// drops sums the counters of the drop rules: packets of selected pods that
-// tried to leave outside the tunnel.
-func (n *nftState) drops() (uint64, error) {
+// drops sums the counters of the drop rules: packets of selected pods, and
+// of pod addresses not classified yet, that tried to leave outside the
+// tunnel.
+func (n *nftState) drops() (selected, unclassified uint64, err error) {
 	c, err := n.conn()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	t, _, _ := n.objects()
+	t, _ := n.objects()
 	rules, err := c.GetRules(t, &nftables.Chain{Name: nftChain, Table: t})
 	if err != nil {
-		return 0, fmt.Errorf("read nftables chain %s: %w", nftChain, err)
+		return 0, 0, fmt.Errorf("read nftables chain %s: %w", nftChain, err)
 	}
-	var sum uint64
 	for _, r := range rules {
 		for _, e := range r.Exprs {
 			if ctr, ok := e.(*expr.Counter); ok {
-				sum += ctr.Packets
+				if string(r.UserData) == tagUnclassified {
+					unclassified += ctr.Packets
+				} else {
+					selected += ctr.Packets
+				}
 			}
 		}
 	}
-	return sum, nil
+	return selected, unclassified, nil
 }
 
 func (n *nftState) remove() error {
@@ -214,7 +375,7 @@ func (n *nftState) remove() error {
 	if err != nil {
 		return err
 	}
-	t, _, _ := n.objects()
+	t, _ := n.objects()
 	c.DelTable(t)
 	if err := c.Flush(); err != nil && !isNotFound(err) {
 		return fmt.Errorf("remove nftables table inet %s: %w", NFTTable, err)
