@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"encoding/json"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"testing"
@@ -36,9 +37,9 @@ func TestDemo(t *testing.T) {
 	}
 	var res struct {
 		Records []struct {
-			Phase, Pod, Namespace, Node, EgressIPObject, Probe, Seen, Gateway string
-			OK, Steered, AsExpected                                           bool
-			Expected                                                          []string
+			Phase, Pod, Namespace, Node, EgressIPObject, Probe, Family, Seen, Gateway string
+			OK, Steered, AsExpected                                                   bool
+			Expected                                                                  []string
 		} `json:"records"`
 		FailoverSeconds                 float64 `json:"failover_seconds"`
 		ReachabilityTotalTimeoutSeconds int     `json:"reachabilityTotalTimeoutSeconds"`
@@ -49,11 +50,20 @@ func TestDemo(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		t.Fatalf("demo output is not JSON: %v\n%s", err, stdout.String())
 	}
-	nodeIP := map[string]string{"w1": "192.0.2.11", "w2": "192.0.2.12"}
-	wantObj := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w2-p2": ""}
+	nodeIP := map[string]string{"w1": "192.0.2.11", "w2": "192.0.2.12", "w1/ipv6": "2001:db8:2::11", "w2/ipv6": "2001:db8:2::12"}
+	wantObj := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": ""}
 	count := map[string]int{}
+	v6 := map[string]int{}
 	for _, r := range res.Records {
 		count[r.Phase]++
+		if r.Family == "ipv6" {
+			v6[r.Phase+" "+r.Pod]++
+			if ip, err := netip.ParseAddr(r.Seen); r.OK && (err != nil || !ip.Is6()) {
+				t.Errorf("%s %s %s: an IPv6 probe seen as %q", r.Phase, r.Pod, r.Probe, r.Seen)
+			}
+		} else if r.Family != "ipv4" {
+			t.Errorf("%s %s %s: family %q", r.Phase, r.Pod, r.Probe, r.Family)
+		}
 		if !r.OK {
 			t.Errorf("%s %s %s: failed", r.Phase, r.Pod, r.Probe)
 			continue
@@ -66,8 +76,12 @@ func TestDemo(t *testing.T) {
 			assign = res.AssignmentAfter
 		}
 		if !r.Steered {
-			if r.Seen != nodeIP[r.Node] || r.Gateway != "" {
-				t.Errorf("%s %s (unselected): server saw %s via %q, want its node IP %s", r.Phase, r.Pod, r.Seen, r.Gateway, nodeIP[r.Node])
+			key := r.Node
+			if r.Family == "ipv6" {
+				key += "/ipv6"
+			}
+			if r.Seen != nodeIP[key] || r.Gateway != "" {
+				t.Errorf("%s %s %s (unselected): server saw %s via %q, want its node IP %s", r.Phase, r.Pod, r.Probe, r.Seen, r.Gateway, nodeIP[key])
 			}
 			continue
 		}
@@ -79,8 +93,14 @@ func TestDemo(t *testing.T) {
 			t.Errorf("after the failover %s still left through the killed gateway %s", r.Pod, r.Gateway)
 		}
 	}
-	if want := 4 * len(ProbeKinds); count["before"] != want || count["after"] != want {
+	// Five pods over IPv4, the two dual-stack ones (w1-p3, w2-p2) also over IPv6.
+	if want := 5*len(ProbeKinds) + 2*len(ProbeKinds6); count["before"] != want || count["after"] != want {
 		t.Errorf("records per phase %v, want %d each", count, want)
+	}
+	for _, k := range []string{"before w1-p3", "before w2-p2", "after w1-p3", "after w2-p2"} {
+		if v6[k] != len(ProbeKinds6) {
+			t.Errorf("%s: %d IPv6 probes, want %d", k, v6[k], len(ProbeKinds6))
+		}
 	}
 	limit := float64(res.ReachabilityTotalTimeoutSeconds) + 1
 	if res.FailoverSeconds <= 0 || res.FailoverSeconds > limit {

@@ -221,10 +221,40 @@ func (l *Lab) startControlPlane() error {
 			return err
 		}
 	}
+	l.warmNeighbours()
 	if _, err := l.WaitAssigned(20 * time.Second); err != nil {
 		return err
 	}
 	return l.WaitSources(15 * time.Second)
+}
+
+// warmNeighbours has each gateway's kernel resolve the router (IPv4 and
+// IPv6) and every worker's VTEP, as the background traffic between the
+// nodes of a real cluster would. The data plane does not queue a packet
+// whose next hop is unresolved: it drops it and asks the kernel to
+// resolve (gateway.md), so without this the first packet of every
+// gateway/worker pair would be lost and each probe of Up and the demo
+// would wait for a retry. One datagram to the discard port per neighbour
+// is enough; nothing needs to answer.
+func (l *Lab) warmNeighbours() {
+	s := l.Spec
+	targets := []netip.Addr{s.Router.IP, s.Router.IP6}
+	for _, w := range s.Workers {
+		targets = append(targets, w.IP)
+	}
+	for _, g := range s.Gateways {
+		for _, a := range targets {
+			if !a.IsValid() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			if c, err := DialContext(ctx, s.NS(g.Name), "udp", netip.AddrPortFrom(a, 9).String()); err == nil {
+				c.Write([]byte("neighbour"))
+				c.Close()
+			}
+			cancel()
+		}
+	}
 }
 
 // podCIDR is the smallest prefix holding every worker's pod subnet of one

@@ -31,9 +31,11 @@ type demoRecord struct {
 	Node      string `json:"node"`
 	// EgressIPObject is the EgressIP object selecting the pod ("" for none).
 	EgressIPObject string `json:"egressIPObject"`
-	Probe          string `json:"probe"` // http, udp or ping
-	OK             bool   `json:"ok"`
-	Error          string `json:"error,omitempty"`
+	Probe          string `json:"probe"` // http, udp, ping, or http6, udp6, ping6 over IPv6
+	// Family is "ipv4" or "ipv6": the address family of the probe.
+	Family string `json:"family"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
 	// Seen is the source address the outside server saw.
 	Seen string `json:"seen"`
 	// Gateway is the node hosting Seen ("" when not steered).
@@ -101,12 +103,12 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	l.Impl = lab.Managed{Binary: self, ReachabilityTotalTimeoutSeconds: *reach, HoldDown: *holdDown}
+	l.Impl = lab.Managed{Binary: self, ReachabilityTotalTimeoutSeconds: *reach, HoldDown: *holdDown, DualStack: true}
 	if left := lab.Namespaces(*name); len(left) > 0 {
 		d.printf("  lab %q exists already (an earlier --keep or an interrupted run): it is removed and built again\n", *name)
 	}
 
-	d.step(fmt.Sprintf("building the lab %q: 2 workers with 4 pods, 3 gateways, router, echo server; starting egret controller, 3 egret gateway agents, 2 egret steer agents", *name))
+	d.step(fmt.Sprintf("building the lab %q: 2 workers with 5 pods (2 dual-stack), 3 gateways, router, echo server; starting egret controller, 3 egret gateway agents, 2 egret steer agents", *name))
 	if err := l.Up(); err != nil {
 		return fmt.Errorf("building the lab: %w (the logs are in %s; `egret lab down --name %s` removes what is left)", err, l.RunDir(), *name)
 	}
@@ -129,7 +131,7 @@ func runDemo(args []string) error {
 	res.Assignment = st.Assignment
 	d.printf("  the controller assigned: %s\n", assignmentLine(st.Assignment))
 
-	d.step("sending HTTP, UDP and ping from every pod to the outside server 198.51.100.10")
+	d.step("sending HTTP, UDP and ping from every pod to the outside server 198.51.100.10, and over IPv6 to 2001:db8:5100::10 from the dual-stack pods")
 	recs, ok := probeAll(l, st, "before")
 	res.Records = append(res.Records, recs...)
 	if !*asJSON {
@@ -260,10 +262,18 @@ func probeAll(l *lab.Lab, st *lab.Status, phase string) ([]demoRecord, bool) {
 	var out []demoRecord
 	ok := true
 	for _, p := range st.Pods {
-		for _, kind := range lab.ProbeKinds {
+		kinds := lab.ProbeKinds
+		if p.IP6.IsValid() && len(p.ExpectedSources6) > 0 {
+			kinds = append(append([]string{}, lab.ProbeKinds...), lab.ProbeKinds6...)
+		}
+		for _, kind := range kinds {
 			r := demoRecord{Phase: phase, Pod: p.Name, Namespace: p.KubeNamespace, Node: p.Node,
-				EgressIPObject: p.Policy, Probe: kind, Steered: p.Policy != ""}
-			for _, e := range p.ExpectedSources {
+				EgressIPObject: p.Policy, Probe: kind, Family: "ipv4", Steered: p.Policy != ""}
+			want := p.ExpectedSources
+			if slices.Contains(lab.ProbeKinds6, kind) {
+				r.Family, want = "ipv6", p.ExpectedSources6
+			}
+			for _, e := range want {
 				r.Expected = append(r.Expected, e.String())
 			}
 			var seen netip.Addr
@@ -277,7 +287,7 @@ func probeAll(l *lab.Lab, st *lab.Status, phase string) ([]demoRecord, bool) {
 				r.Error = err.Error()
 			} else {
 				r.OK, r.Seen, r.Gateway = true, seen.String(), host[seen]
-				r.AsExpected = slices.Contains(p.ExpectedSources, seen)
+				r.AsExpected = slices.Contains(want, seen)
 			}
 			ok = ok && r.OK && r.AsExpected
 			out = append(out, r)
@@ -286,12 +296,12 @@ func probeAll(l *lab.Lab, st *lab.Status, phase string) ([]demoRecord, bool) {
 	return out, ok
 }
 
-// printTable prints one line per pod: the source the server saw for each
-// probe and the gateway node hosting it.
+// printTable prints one line per pod and address family: the source the
+// server saw for each probe and the gateway node hosting it.
 func printTable(w io.Writer, recs []demoRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "\n  each probe column: the source address the outside server saw (the gateway node hosting it)")
-	fmt.Fprint(tw, "  POD\tNAMESPACE\tNODE\tEGRESSIP\t")
+	fmt.Fprint(tw, "  POD\tNAMESPACE\tNODE\tEGRESSIP\tIP\t")
 	for _, k := range lab.ProbeKinds {
 		fmt.Fprintf(tw, "%s\t", strings.ToUpper(k))
 	}
@@ -302,9 +312,13 @@ func printTable(w io.Writer, recs []demoRecord) {
 		if !r.Steered {
 			obj = "(none)"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t", r.Pod, r.Namespace, r.Node, obj)
+		fam := "v4"
+		if r.Family == "ipv6" {
+			fam = "v6"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t", r.Pod, r.Namespace, r.Node, obj, fam)
 		var bad []string
-		for ; i < len(recs) && recs[i].Pod == r.Pod; i++ {
+		for ; i < len(recs) && recs[i].Pod == r.Pod && recs[i].Family == r.Family; i++ {
 			p := recs[i]
 			cell := p.Seen + " (" + p.Gateway + ")"
 			switch {
