@@ -37,6 +37,8 @@ func runSteer(args []string) error {
 	underlay := fs.String("underlay", "", "underlay interface (overrides the config)")
 	vtep := fs.String("vtep", "", "this node's VTEP address (overrides the config)")
 	logFormat := fs.String("log-format", "", "text or json (overrides the config)")
+	failClosed := fs.String("fail-closed", "", "podCIDR (block pod addresses until classified; the default) or selected (block selected pods only); overrides the config")
+	podCIDRs := fs.String("pod-cidrs", "", "this node's pod networks, comma-separated (overrides the config and the Node's spec.podCIDRs)")
 	once := fs.Bool("once", false, "reconcile once and exit")
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent programmed (device, rules, routes, filter) and exit")
@@ -57,6 +59,12 @@ func runSteer(args []string) error {
 		if flagVal != "" {
 			*field = flagVal
 		}
+	}
+	if *failClosed != "" {
+		cfg.FailClosed = *failClosed
+	}
+	if *podCIDRs != "" {
+		cfg.PodCIDRs = strings.Split(*podCIDRs, ",")
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -551,6 +551,51 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("pods of the node reach each other without clusterCIDRs", func(t *testing.T) {
+		// A second pod on the node, 198.18.1.20 behind vp2.
+		pod2, pod2H := newNS(t, "pod2")
+		ipb(t, l.node, "link add vp2 type veth peer name eth0 netns "+pod2, "link set vp2 up", "route add 198.18.1.20/32 dev vp2")
+		ipb(t, pod2, "addr add 198.18.1.20/24 dev eth0", "link set eth0 up", "route add default dev eth0")
+		// The first pod sees 198.18.1.20 on its link: the node answers for it.
+		sh(t, "ip", "netns", "exec", l.node, "sysctl", "-qw", "net.ipv4.conf.vp1.proxy_arp=1", "net.ipv4.conf.vp2.proxy_arp=1")
+		pc, err := listenUDP(pod2H, netip.AddrPortFrom(addr("198.18.1.20"), 6400))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		cfg4 := testConfig()
+		cfg4.ClusterCIDRs, cfg4.PodCIDRs = nil, fcPodNets
+		k4, err := NewKernel(cfg4, l.nodeH, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k4.Close()
+		in := fcInputs(false)
+		in.Pods = nil
+		if err := k4.Setup(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k4.Apply(Desired(in, k4.Params())); err != nil {
+			t.Fatal(err)
+		}
+		sendUDPPort(t, l.podH, unseen4, addr("198.18.1.20"), ports(29000, 1), 6400)
+		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 100)
+		if _, from, err := pc.ReadFrom(buf); err != nil || from.(*net.UDPAddr).AddrPort().Addr() != unseen4 {
+			_, d, _ := k4.DropsByReason()
+			out, _ := exec.Command("ip", "netns", "exec", l.node, "nft", "list", "table", "inet", NFTTable).CombinedOutput()
+			t.Fatalf("the unclassified address did not reach a pod of its node: %v %v (%d dropped)\n%s", from, err, d, out)
+		}
+		sendUDPPort(t, l.podH, unseen4, outside4, ports(29100, 2), 6401)
+		if c := countUplink(uplink.take()); c.node[6401]+c.other[6401] != 0 {
+			t.Fatalf("the unclassified address leaked: %+v", c)
+		}
+		// Restore the main test's excluded networks.
+		if err := k.Setup(); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("cleanup removes everything", func(t *testing.T) {
 		if err := k.Cleanup(); err != nil {
 			t.Fatal(err)

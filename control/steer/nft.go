@@ -26,8 +26,8 @@ import (
 //	    ip daddr 10.128.0.0/14 return          # one per excluded network
 //	    ip saddr @sel4 oifname != "egret0" counter drop
 //	    ip6 saddr @sel6 oifname != "egret0" counter drop
-//	    ip saddr @pods4 ip saddr != @allow4 oifname != "egret0" counter drop
-//	    ip6 saddr @pods6 ip6 saddr != @allow6 oifname != "egret0" counter drop
+//	    ip saddr @pods4 ip saddr != @allow4 ip daddr != @pods4 oifname != "egret0" counter drop
+//	    ip6 saddr @pods6 ip6 saddr != @allow6 ip6 daddr != @pods6 oifname != "egret0" counter drop
 //	  }
 //	}
 //
@@ -89,7 +89,7 @@ func (n *nftState) objects() (*nftables.Table, nftSets) {
 // family constants per set index: NFPROTO, source address offset and length.
 var nftFam = [2]struct {
 	proto byte
-	off   uint32
+	off   uint32 // source address; the destination follows it
 	l     uint32
 }{{unix.NFPROTO_IPV4, 12, 4}, {unix.NFPROTO_IPV6, 8, 16}}
 
@@ -154,6 +154,9 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
 			&expr.Lookup{SourceRegister: 1, SetName: sets.pods[f].Name},
 			&expr.Lookup{SourceRegister: 1, SetName: sets.allow[f].Name, Invert: true},
+			// Pods of this node reach each other even without clusterCIDRs.
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off + fam.l, Len: fam.l},
+			&expr.Lookup{SourceRegister: 1, SetName: sets.pods[f].Name, Invert: true},
 		}, notTunnel...)})
 	}
 	if err := c.Flush(); err != nil {
