@@ -283,7 +283,7 @@ func findRoute(t *testing.T, st State, table uint32, dst string) Route {
 
 func TestLoadConfigDocExample(t *testing.T) {
 	p := t.TempDir() + "/steer.yaml"
-	doc := "tunnel: vxlan\ndevice: egret0\nvni: 100\nport: 4789\nunderlay: eth0\nclusterCIDRs: [10.128.0.0/14, fd00:10::/48]\nserviceCIDRs: [172.30.0.0/16]\nnodeCIDRs: [192.0.2.0/24]\nrulePriority: 27000\ntableBase: 1701249024\ntableCount: 65536\nresync: 30s\nlogFormat: json\n"
+	doc := "tunnel: vxlan\ndevice: egret0\nvni: 100\nport: 4789\nunderlay: eth0\nclusterCIDRs: [10.128.0.0/14, fd00:10::/48]\nserviceCIDRs: [172.30.0.0/16]\nnodeCIDRs: [192.0.2.0/24]\npodCIDRs: [10.128.1.0/24]\nfailClosed: podCIDR\nrulePriority: 27000\ntableBase: 1701249024\ntableCount: 65536\nresync: 30s\nlogFormat: json\n"
 	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,8 @@ func TestLoadConfigDocExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = c.WithDefaults()
-	if err := c.Validate(); err != nil || c.Resync.Duration != 30*time.Second || c.TableBase != DefaultTableBase || len(c.ClusterCIDRs) != 2 {
+	if err := c.Validate(); err != nil || c.Resync.Duration != 30*time.Second || c.TableBase != DefaultTableBase || len(c.ClusterCIDRs) != 2 ||
+		c.FailClosed != FailClosedPodCIDR || len(c.PodCIDRs) != 1 {
 		t.Fatalf("%+v: %v", c, err)
 	}
 	os.WriteFile(p, []byte("vni: 1\nbogus: 2\n"), 0o644)
