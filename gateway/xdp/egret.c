@@ -161,8 +161,22 @@ int egret_xdp(struct xdp_md *ctx)
 			goto pass;
 		struct in6_key dst;
 		__builtin_memcpy(dst.a, &ip6->daddr, sizeof(dst.a));
-		if (bpf_map_lookup_elem(&egress6, &dst))
+		if (bpf_map_lookup_elem(&egress6, &dst)) {
+			// Neighbour discovery for an egress IP (router/neighbour
+			// solicitations and advertisements, redirects: ICMPv6 types
+			// 133-137) is the kernel's to answer, as ARP is for IPv4:
+			// the address is on the interface, and a unicast NS that
+			// went unanswered would cost a packet at every reachability
+			// check of the router.
+			if (ip6->nexthdr == IPPROTO_ICMPV6) {
+				__u8 *icmp_type = (void *)(ip6 + 1);
+				if ((void *)(icmp_type + 1) > end)
+					goto pass;
+				if (*icmp_type >= 133 && *icmp_type <= 137)
+					goto pass;
+			}
 			return to_socket(ctx, STAT_EGRESS);
+		}
 		// Extension headers before UDP are left to the kernel: tunnel
 		// peers do not send them.
 		if (ip6->nexthdr != IPPROTO_UDP)

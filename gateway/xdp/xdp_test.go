@@ -352,3 +352,67 @@ func vxlanFrame(t *testing.T, src, dst net.HardwareAddr, vlan uint16, sip, dip n
 	}
 	return buf.Bytes()
 }
+
+// TestEgressIPv6NeighbourDiscovery: neighbour discovery addressed to a hosted
+// IPv6 egress IP is the kernel's (as ARP is for IPv4), while every other
+// packet to that address still goes to the socket. Without it, a router's
+// unicast reachability probe of the egress IP would go unanswered.
+func TestEgressIPv6NeighbourDiscovery(t *testing.T) {
+	l := newLab(t)
+	egress6 := netip.MustParseAddr("fd77::100")
+	l.gw.AddAddr(t, "gw0", netip.PrefixFrom(egress6, 128))
+	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Detach() })
+	l.openSocket(p)
+	if err := p.AddEgressIP(egress6); err != nil {
+		t.Fatal(err)
+	}
+	raw := l.peer.OpenRaw(t, "pe0")
+
+	// A unicast neighbour solicitation for the egress IP, as a router
+	// sends to confirm reachability: the kernel must answer it.
+	ns := ndFrame(t, l.pEnd.MAC, l.gwEnd.MAC, peer6.Addr(), egress6, egress6)
+	if err := raw.Send(ns); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	answered := false
+	for !answered && time.Now().Before(deadline) {
+		f := raw.Next(500 * time.Millisecond)
+		if f == nil {
+			continue
+		}
+		pkt := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
+		if na, ok := pkt.Layer(layers.LayerTypeICMPv6NeighborAdvertisement).(*layers.ICMPv6NeighborAdvertisement); ok &&
+			netip.AddrFrom16([16]byte(na.TargetAddress.To16())) == egress6 {
+			answered = true
+		}
+	}
+	if !answered {
+		t.Fatal("no neighbour advertisement for the egress IP: the solicitation did not reach the kernel")
+	}
+	l.expectNotOnSocket(egress6.AsSlice())
+
+	// Any other packet to the egress IP still goes to the data plane.
+	l.peer.AddNeigh(t, "pe0", egress6, l.gwEnd.MAC)
+	l.sendUDP(netip.AddrPortFrom(egress6, 33000), []byte("to-egress-ip6"))
+	l.expectOnSocket([]byte("to-egress-ip6"))
+}
+
+// ndFrame builds a neighbour solicitation from src for target, sent to dst.
+func ndFrame(t *testing.T, smac, dmac net.HardwareAddr, src, dst, target netip.Addr) []byte {
+	eth := &layers.Ethernet{SrcMAC: smac, DstMAC: dmac, EthernetType: layers.EthernetTypeIPv6}
+	ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolICMPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeNeighborSolicitation, 0)}
+	icmp.SetNetworkLayerForChecksum(ip)
+	sol := &layers.ICMPv6NeighborSolicitation{TargetAddress: target.AsSlice(),
+		Options: layers.ICMPv6Options{{Type: layers.ICMPv6OptSourceAddress, Data: smac}}}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, icmp, sol); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
