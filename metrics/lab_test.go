@@ -159,7 +159,7 @@ func TestPrometheusLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lab.Lab{Spec: spec, Impl: lab.Managed{Binary: bin}, Binary: bin}
+	l := &lab.Lab{Spec: spec, Impl: lab.Managed{Binary: bin, DualStack: true}, Binary: bin}
 	lab.Down("", name)
 	upStart := time.Now()
 	if err := l.Up(); err != nil {
@@ -297,13 +297,13 @@ func TestPrometheusLab(t *testing.T) {
 		{`sum(egret_gateway_flows_created_total) > 50`, "flows created"},
 		{`sum(rate(egret_gateway_worker_busy_seconds_total[10s])) > 0`, "worker busy time"},
 		{`max(rate(egret_gateway_worker_busy_seconds_total[10s])) < 1`, "busy ratio below 1"},
-		{`sum(egret_gateway_egress_ips) == 3`, "3 egress IPs hosted in all"},
+		{`sum(egret_gateway_egress_ips) == 5`, "5 egress IPs hosted in all (two of them the dual-stack object's)"},
 		{`min(egret_gateway_tunnel_peers and on (instance) egret_gateway_egress_ips > 0) >= 1`, "tunnel peers on every gateway hosting an egress IP"},
 		{`sum(egret_gateway_nat_ports_max{protocol="tcp"}) > 0`, "NAT port range per egress IP"},
 		{fmt.Sprintf(`egret_controller_failovers_total{node=%q} >= 1`, victim), "the failover away from " + victim},
 		{`egret_controller_egress_ip_moves_total >= 1`, "egress IP moves"},
 		{`egret_controller_leader == 1`, "a leading controller"},
-		{`sum(egret_controller_egress_ips_assigned) == 3`, "3 egress IPs assigned"},
+		{`sum(egret_controller_egress_ips_assigned) == 5`, "5 egress IPs assigned"},
 		{fmt.Sprintf(`egret_controller_probe_failures_total{node=%q} >= 1`, victim), "failed probes of " + victim},
 		{`count(egret_controller_node_reachable == 1) == 3`, "all 3 gateways reachable again"},
 		{`egret_controller_status_writes_total >= 3`, "status writes"},
