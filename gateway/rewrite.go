@@ -72,45 +72,66 @@ func csumApply(c uint16, d uint64) uint16 {
 	return ^uint16(s)
 }
 
-// natRewrite replaces one side's address and port (or ICMP echo identifier)
-// of the IP packet ip, whose transport header is at l4, and updates the IP,
-// TCP, UDP and ICMP checksums incrementally (RFC 1624), computing the
-// address difference once for all of them.
-func natRewrite(ip []byte, ver uint8, l4 int, proto uint8, side int, a *[16]byte, port uint16, echo bool) {
-	var old, nw []byte
-	if ver == 4 {
+// rewriteNAT copies the IP packet src (decoded as pk) into dst, of the
+// same length, decrementing the TTL (hop limit, checked above 1 by the
+// caller) and replacing one side's address and port (or ICMP echo
+// identifier). The IP, TCP, UDP and ICMP checksums are updated
+// incrementally (RFC 1624) with the address difference computed once, and
+// the IPv4 header's with the TTL change folded into the same sum. Every old
+// value is read from src, never from dst just after the copy wrote it, so
+// no load waits on those stores.
+func rewriteNAT(dst, src []byte, pk *Parsed, side int, a *[16]byte, port uint16) {
+	copy(dst, src)
+	side &= 1
+	var d uint64
+	if pk.IPVer == 4 {
+		sh := (*[ipv4MinLen]byte)(src[:ipv4MinLen])
+		dh := (*[ipv4MinLen]byte)(dst[:ipv4MinLen])
 		o := ipSrc + 4*side
-		old, nw = ip[o:o+4], a[12:16]
+		nw := binary.BigEndian.Uint32(a[12:16])
+		d = uint64(^binary.BigEndian.Uint32(sh[o:o+4])) + uint64(nw)
+		ttl := binary.BigEndian.Uint16(sh[8:10])
+		nttl := ttl - 0x0100
+		ipd := d + uint64(^ttl) + uint64(nttl)
+		binary.BigEndian.PutUint16(dh[8:10], nttl)
+		binary.BigEndian.PutUint16(dh[10:12], csumApply(binary.BigEndian.Uint16(sh[10:12]), ipd))
+		binary.BigEndian.PutUint32(dh[o:o+4], nw)
 	} else {
+		sh := (*[ipv6Len]byte)(src[:ipv6Len])
+		dh := (*[ipv6Len]byte)(dst[:ipv6Len])
 		o := 8 + 16*side
-		old, nw = ip[o:o+16], a[:]
+		d = csumDelta(sh[o:o+16], a[:])
+		dh[7] = sh[7] - 1
+		copy(dh[o:o+16], a[:])
 	}
-	d := csumDelta(old, nw)
-	switch proto {
+	l4 := pk.L4 - pk.L3
+	switch pk.Proto {
 	case protoTCP:
-		po := l4 + 2*side
-		pd := d + uint64(^binary.BigEndian.Uint16(ip[po:])) + uint64(port)
-		binary.BigEndian.PutUint16(ip[l4+16:], csumApply(binary.BigEndian.Uint16(ip[l4+16:]), pd))
-		binary.BigEndian.PutUint16(ip[po:], port)
+		sh := (*[tcpMinLen]byte)(src[l4 : l4+tcpMinLen])
+		dh := (*[tcpMinLen]byte)(dst[l4 : l4+tcpMinLen])
+		po := 2 * side
+		pd := d + uint64(^binary.BigEndian.Uint16(sh[po:po+2])) + uint64(port)
+		binary.BigEndian.PutUint16(dh[16:18], csumApply(binary.BigEndian.Uint16(sh[16:18]), pd))
+		binary.BigEndian.PutUint16(dh[po:po+2], port)
 	case protoUDP:
-		po := l4 + 2*side
-		if c := binary.BigEndian.Uint16(ip[l4+6:]); c != 0 {
-			pd := d + uint64(^binary.BigEndian.Uint16(ip[po:])) + uint64(port)
-			binary.BigEndian.PutUint16(ip[l4+6:], header.UDPChecksumValue(csumApply(c, pd)))
+		sh := (*[udpLen]byte)(src[l4 : l4+udpLen])
+		dh := (*[udpLen]byte)(dst[l4 : l4+udpLen])
+		po := 2 * side
+		if c := binary.BigEndian.Uint16(sh[6:8]); c != 0 {
+			pd := d + uint64(^binary.BigEndian.Uint16(sh[po:po+2])) + uint64(port)
+			binary.BigEndian.PutUint16(dh[6:8], header.UDPChecksumValue(csumApply(c, pd)))
 		}
-		binary.BigEndian.PutUint16(ip[po:], port)
+		binary.BigEndian.PutUint16(dh[po:po+2], port)
 	case protoICMP, protoICMPv6:
-		if echo {
-			pd := uint64(^binary.BigEndian.Uint16(ip[l4+4:])) + uint64(port)
-			if proto == protoICMPv6 {
+		if pk.ICMPEcho {
+			sh := (*[icmpLen]byte)(src[l4 : l4+icmpLen])
+			dh := (*[icmpLen]byte)(dst[l4 : l4+icmpLen])
+			pd := uint64(^binary.BigEndian.Uint16(sh[4:6])) + uint64(port)
+			if pk.Proto == protoICMPv6 {
 				pd += d
 			}
-			binary.BigEndian.PutUint16(ip[l4+2:], csumApply(binary.BigEndian.Uint16(ip[l4+2:]), pd))
-			binary.BigEndian.PutUint16(ip[l4+4:], port)
+			binary.BigEndian.PutUint16(dh[2:4], csumApply(binary.BigEndian.Uint16(sh[2:4]), pd))
+			binary.BigEndian.PutUint16(dh[4:6], port)
 		}
 	}
-	if ver == 4 {
-		binary.BigEndian.PutUint16(ip[10:], csumApply(binary.BigEndian.Uint16(ip[10:]), d))
-	}
-	copy(old, nw)
 }

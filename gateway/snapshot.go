@@ -93,6 +93,7 @@ type snapNode struct {
 }
 
 type snapPod struct {
+	vtep   [16]byte // the node's VTEP: one compare settles the VTEP and anti-spoof checks
 	node   int32
 	policy int32 // -1: not selected
 }
@@ -193,7 +194,7 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			if _, dup := pods[pk]; dup {
 				return nil, fmt.Errorf("gateway config: pod address %v is on two nodes or listed twice", a)
 			}
-			sp := snapPod{node: idx, policy: -1}
+			sp := snapPod{vtep: k, node: idx, policy: -1}
 			if p.Policy != "" {
 				pi, ok := policyIdx[p.Policy]
 				if !ok {

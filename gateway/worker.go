@@ -251,14 +251,22 @@ func (w *Worker) random() uint64 {
 func (w *Worker) forwardPrepare(st *installed, now int64, s *frame, l *conntrack.Lookup) Result {
 	pk, in, out := &s.pk, s.in, s.out
 	snap := st.snap
-	nip, ok := snap.nodeByVTEP.get(&pk.OuterSrc)
-	if !ok {
-		return w.drop(DropUnknownVTEP)
-	}
-	ni := *nip
+	// The usual case takes one table lookup: the inner source is a pod whose
+	// node's VTEP is the outer source, so the VTEP is known and the pod is
+	// that node's. Anything else is sorted out in the order of the checks.
 	pod, ok := snap.pods.get(&pk.Src)
-	if !ok || pod.node != ni {
-		return w.drop(DropSpoofedSource)
+	var ni int32
+	if ok && pod.vtep == pk.OuterSrc {
+		ni = pod.node
+	} else {
+		nip, known := snap.nodeByVTEP.get(&pk.OuterSrc)
+		if !known {
+			return w.drop(DropUnknownVTEP)
+		}
+		ni = *nip
+		if !ok || pod.node != ni {
+			return w.drop(DropSpoofedSource)
+		}
 	}
 	if pod.policy < 0 {
 		return w.drop(DropNotSelected)
@@ -337,13 +345,13 @@ func (w *Worker) forwardFinish(st *installed, now int64, s *frame, l *conntrack.
 	}
 	n := s.n
 	writeEth(out, &s.hop.DstMAC, &s.hop.SrcMAC, pk.IPVer)
-	copy(out[ethLen:n], in[pk.L3:pk.End])
-	ip := out[ethLen:n]
-	decTTL(ip, pk.IPVer)
+	ip, src := out[ethLen:n], in[pk.L3:pk.End]
 	if s.later {
+		copy(ip, src)
+		decTTL(ip, pk.IPVer)
 		setAddrV4(ip, ipSrc, &natAddr)
 	} else {
-		natRewrite(ip, pk.IPVer, pk.L4-pk.L3, pk.Proto, srcSide, &natAddr, natPort, pk.ICMPEcho)
+		rewriteNAT(ip, src, pk, srcSide, &natAddr, natPort)
 		if pk.Frag && pk.IPVer == 4 {
 			w.frags.add(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &natAddr, 0)
 		}
@@ -489,17 +497,19 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 	if n > len(out) {
 		return w.drop(DropOutBuffer)
 	}
-	copy(out[hl:n], in[pk.L3:pk.End])
-	ip := out[hl:n]
-	decTTL(ip, pk.IPVer)
+	ip, src := out[hl:n], in[pk.L3:pk.End]
 	switch {
 	case s.later:
+		copy(ip, src)
+		decTTL(ip, pk.IPVer)
 		setAddrV4(ip, ipDst, &podAddr)
 	case s.isErr:
+		copy(ip, src)
+		decTTL(ip, pk.IPVer)
 		xlateICMPError(ip, pk, &podAddr, podPort)
 		w.stats.local.Counters[CounterICMPXlated]++
 	default:
-		natRewrite(ip, pk.IPVer, pk.L4-pk.L3, pk.Proto, dstSide, &podAddr, podPort, pk.ICMPEcho)
+		rewriteNAT(ip, src, pk, dstSide, &podAddr, podPort)
 		if pk.Frag && pk.IPVer == 4 {
 			w.frags.add(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &podAddr, aux)
 		}
