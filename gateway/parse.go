@@ -193,40 +193,44 @@ func (p *Parsed) Decode(frame []byte) {
 		return
 	}
 	p.OuterL3 = l3
-	if !p.decodeIP(frame, l3, et) {
+	l4, end, ok := p.decodeIP(frame, l3, et)
+	if !ok {
 		return
 	}
 	p.Kind = KindIP
-	p.decodeL4(frame)
-	if p.Proto == protoUDP && p.HasL4 && !p.Frag && (p.DstPort == vxlanPort || p.DstPort == genevePort) {
-		p.decodeTunnel(frame)
+	if p.Proto == protoUDP && !p.Frag && l4+udpLen <= end && end <= len(frame) {
+		u := (*[udpLen]byte)(frame[l4 : l4+udpLen])
+		if dport := binary.BigEndian.Uint16(u[2:4]); dport == vxlanPort || dport == genevePort {
+			p.decodeTunnel(frame, l4, end, binary.BigEndian.Uint16(u[0:2]), dport, int(binary.BigEndian.Uint16(u[4:6])))
+			return
+		}
 	}
+	p.decodeL4(frame, l4, end)
 }
 
 // decodeTunnel reads VXLAN/Geneve and the inner packet. On entry the outer IP
-// and UDP header are in p's routed-packet fields.
-func (p *Parsed) decodeTunnel(b []byte) {
+// header is in p's routed-packet fields; its UDP header at l4 (the IP packet
+// ends at end) has ports sport and dport and length ul.
+func (p *Parsed) decodeTunnel(b []byte, l4, end int, sport, dport uint16, ul int) {
 	p.OuterVer = p.IPVer
 	copy16(&p.OuterSrc, &p.Src)
 	copy16(&p.OuterDst, &p.Dst)
-	p.OuterSrcPort = p.SrcPort
-	// The UDP header is in b (decodeL4 checked it); the tunnel header is
-	// read through one fixed-size view (VXLAN and Geneve without options
-	// are both 8 bytes), so the field reads carry no bounds checks.
-	ul := int(binary.BigEndian.Uint16(b[p.L4+4:]))
-	if ul < udpLen || p.L4+ul > p.End {
+	p.OuterSrcPort = sport
+	// The tunnel header is read through one fixed-size view (VXLAN and
+	// Geneve without options are both 8 bytes): no bounds checks per field.
+	if ul < udpLen || l4+ul > end {
 		p.bad(DropMalformed)
 		return
 	}
-	udpEnd := p.L4 + ul
-	t := p.L4 + udpLen
+	udpEnd := l4 + ul
+	t := l4 + udpLen
 	if t+vxlanLen > udpEnd || udpEnd > len(b) {
 		p.bad(DropMalformed)
 		return
 	}
 	h := (*[vxlanLen]byte)(b[t : t+vxlanLen])
 	var eth int
-	if p.DstPort == vxlanPort {
+	if dport == vxlanPort {
 		if h[0]&0x08 == 0 {
 			p.bad(DropBadTunnel)
 			return
@@ -263,19 +267,18 @@ func (p *Parsed) decodeTunnel(b []byte) {
 		p.bad(DropUnsupportedProto)
 		return
 	}
-	if !p.decodeIP(b[:udpEnd], eth+ethLen, et) {
-		if p.Kind != KindMalformed {
-			p.bad(DropMalformed)
-		}
+	l4, end, ok := p.decodeIP(b[:udpEnd], eth+ethLen, et)
+	if !ok {
 		return
 	}
 	p.Kind = KindTunnel
-	p.decodeL4(b)
+	p.decodeL4(b, l4, end)
 }
 
-// decodeIP fills the routed-packet IP fields from the header at off. It
-// returns false (with p marked malformed) if the header is invalid.
-func (p *Parsed) decodeIP(b []byte, off int, et uint16) bool {
+// decodeIP fills the routed-packet IP fields from the header at off and
+// returns L4 and End (also in p) for the caller to go on without reloading
+// them. ok is false (with p marked malformed) if the header is invalid.
+func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 	p.L3 = off
 	p.Frag = false
 	p.HasL4 = false
@@ -283,20 +286,21 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) bool {
 	p.ICMPErr = false
 	p.EmbEcho = false
 	if et == etherTypeIPv4 {
-		if len(b) < off+ipv4MinLen || b[off]>>4 != 4 {
+		if off < 0 || len(b) < off+ipv4MinLen {
 			p.bad(DropMalformed)
-			return false
-		}
-		hl := int(b[off]&0x0f) * 4
-		tl := int(binary.BigEndian.Uint16(b[off+2:]))
-		if hl < ipv4MinLen || tl < hl || off+tl > len(b) {
-			p.bad(DropMalformed)
-			return false
+			return 0, 0, false
 		}
 		h := (*[ipv4MinLen]byte)(b[off : off+ipv4MinLen]) // one bounds check for the fields below
+		hl := int(h[0]&0x0f) * 4
+		tl := int(binary.BigEndian.Uint16(h[2:4]))
+		if h[0]>>4 != 4 || hl < ipv4MinLen || tl < hl || off+tl > len(b) {
+			p.bad(DropMalformed)
+			return 0, 0, false
+		}
+		end, l4 = off+tl, off+hl
 		p.IPVer = 4
-		p.End = off + tl
-		p.L4 = off + hl
+		p.End = end
+		p.L4 = l4
 		p.Proto = h[9]
 		p.TTL = h[8]
 		setMapped(&p.Src, (*[4]byte)(h[12:16]))
@@ -304,34 +308,35 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) bool {
 		ff := binary.BigEndian.Uint16(h[6:8])
 		p.FragOff = ff & 0x1fff
 		p.MoreFrags = ff&0x2000 != 0
-		if p.FragOff != 0 || p.MoreFrags {
+		if ff&0x3fff != 0 {
 			p.Frag = true
 			p.FragID = uint32(binary.BigEndian.Uint16(h[4:6]))
 		}
-		return true
+		return l4, end, true
 	}
-	if len(b) < off+ipv6Len || b[off]>>4 != 6 {
+	if off < 0 || len(b) < off+ipv6Len {
 		p.bad(DropMalformed)
-		return false
+		return 0, 0, false
 	}
-	pl := int(binary.BigEndian.Uint16(b[off+4:]))
-	if off+ipv6Len+pl > len(b) {
+	h := (*[ipv6Len]byte)(b[off : off+ipv6Len])
+	end = off + ipv6Len + int(binary.BigEndian.Uint16(h[4:6]))
+	if h[0]>>4 != 6 || end > len(b) {
 		p.bad(DropMalformed)
-		return false
+		return 0, 0, false
 	}
 	p.IPVer = 6
-	p.End = off + ipv6Len + pl
-	p.TTL = b[off+7]
-	copy(p.Src[:], b[off+8:off+24])
-	copy(p.Dst[:], b[off+24:off+40])
-	nh, l4, ok := walkIPv6(b[:p.End], off, p)
+	p.End = end
+	p.TTL = h[7]
+	p.Src = [16]byte(h[8:24])
+	p.Dst = [16]byte(h[24:40])
+	nh, l4, ok := walkIPv6(b[:end], off, p)
 	if !ok {
 		p.bad(DropMalformed)
-		return false
+		return 0, 0, false
 	}
 	p.Proto = nh
 	p.L4 = l4
-	return true
+	return l4, end, true
 }
 
 // walkIPv6 follows the extension-header chain of the IPv6 header at off
@@ -372,12 +377,12 @@ func walkIPv6(b []byte, off int, p *Parsed) (uint8, int, bool) {
 	return 0, 0, false
 }
 
-// decodeL4 reads the transport header of the routed packet.
-func (p *Parsed) decodeL4(b []byte) {
+// decodeL4 reads the transport header at l4 of the routed packet, which
+// ends at end.
+func (p *Parsed) decodeL4(b []byte, l4, end int) {
 	if p.Frag && p.FragOff != 0 {
 		return
 	}
-	l4, end := p.L4, p.End
 	switch p.Proto {
 	case protoTCP:
 		if l4+tcpMinLen > end || end > len(b) {
