@@ -93,7 +93,7 @@ func (w *Worker) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, o
 		ps := header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
 		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
 	}
-	writeEncap(out[:n], snap, node, pk.Tunnel, pk.VNI, &w.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
+	writeEncap(out[:n], node, pk.Tunnel, pk.VNI, &w.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
 	w.stats.local.Counters[CounterICMPSent]++
 	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
 }

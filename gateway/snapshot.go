@@ -90,6 +90,7 @@ type snapNode struct {
 	vtep     [16]byte
 	innerMAC [6]byte
 	fam      uint8
+	encap    encapTemplate // headers of packets sent to the node
 }
 
 type snapPod struct {
@@ -184,7 +185,8 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 		}
 		idx := int32(len(s.nodes))
 		nodeByVTEP[k] = idx
-		s.nodes = append(s.nodes, snapNode{name: n.Name, vtep: k, innerMAC: n.InnerMAC, fam: f})
+		s.nodes = append(s.nodes, snapNode{name: n.Name, vtep: k, innerMAC: n.InnerMAC, fam: f,
+			encap: newEncapTemplate(f, &s.vtep[f], &k, &s.innerMAC, &n.InnerMAC)})
 		for _, p := range n.Pods {
 			a := p.Addr.Unmap()
 			if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {

@@ -148,8 +148,9 @@ func (w *Worker) batch(st *installed, now int64, in, out [][]byte, res []Result)
 	for i, f := range in {
 		fr := &w.frames[i]
 		fr.in, fr.out = f, out[i]
-		res[i] = w.prepare(st, now, fr, &w.lks[nl])
+		r := w.prepare(st, now, fr, &w.lks[nl])
 		if fr.op == stepDone {
+			res[i] = r
 			continue
 		}
 		pending++
@@ -297,7 +298,11 @@ func (w *Worker) forwardPrepare(st *installed, now int64, s *frame, l *conntrack
 		return Result{}
 	}
 	t := &l.Key
-	t.Src, t.Dst, t.Proto = conntrack.Addr(pk.Src), conntrack.Addr(pk.Dst), pk.Proto
+	// Word copies: Decode stored the addresses as 8-byte words, and a
+	// 16-byte load of them could not be forwarded from those stores.
+	copy16((*[16]byte)(&t.Src), &pk.Src)
+	copy16((*[16]byte)(&t.Dst), &pk.Dst)
+	t.Proto = pk.Proto
 	l.Dir, l.Flags = conntrack.Original, 0
 	switch pk.Proto {
 	case protoTCP, protoUDP:
@@ -514,7 +519,7 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 			w.frags.add(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &podAddr, aux)
 		}
 	}
-	writeEncap(out[:n], st.snap, node, tun, vni, &w.hop, pk.IPVer, entropy(&podAddr, podPort, &pk.Src))
+	writeEncap(out[:n], node, tun, vni, &w.hop, pk.IPVer, entropy(&podAddr, podPort, &pk.Src))
 	w.stats.local.Counters[CounterReplied]++
 	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
 }
