@@ -313,7 +313,15 @@ func writeObjects(s *Spec, dir string, dualStack bool) error {
 		return n
 	}
 	for _, w := range s.Workers {
-		nodes = append(nodes, node(w.Name, w.IP, w.IP6, false))
+		n := node(w.Name, w.IP, w.IP6, false)
+		// The pod CIDRs let the steer agent fail closed for pods it has not
+		// classified yet (failClosed: podCIDR, its default).
+		n.Spec.PodCIDRs = []string{w.PodSubnet.String()}
+		if dualStack && w.PodSubnet6.IsValid() {
+			n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, w.PodSubnet6.String())
+		}
+		n.Spec.PodCIDR = n.Spec.PodCIDRs[0]
+		nodes = append(nodes, n)
 		for _, p := range w.Pods {
 			pods = append(pods, &corev1.Pod{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},

@@ -50,7 +50,7 @@ func NewSteer(reg prometheus.Registerer, drops func() (uint64, error)) *Steer {
 	if drops != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "egret_steer_fail_closed_drops_total",
-			Help: "Packets of selected pods dropped because they would have left outside the tunnel (nftables counters).",
+			Help: "Packets dropped by the fail-closed filter: from selected pods that would have left outside the tunnel, or from pod addresses the agent has not classified yet (nftables counters).",
 		}, func() float64 {
 			if n, err := drops(); err == nil {
 				s.lastDrops.Store(n)
