@@ -234,22 +234,13 @@ func runGateway(args []string) error {
 	gm.setReady(func() error { return nil })
 	log.Info("gateway: running", "modes", eng.Modes(), "config", f.config)
 
-	var tick <-chan time.Time
-	if f.config != "" && f.watch > 0 {
-		t := time.NewTicker(f.watch)
-		defer t.Stop()
-		tick = t.C
-	}
-	reload := func(why string) {
-		s, _, err := f.load()
-		if err != nil {
-			log.Error("gateway: reload failed; keeping the running configuration", "why", why, "err", err)
-			return
-		}
+	w := f.watchConfig(raw)
+	defer w.stop()
+	reload := reloader(log, f.load, func(s *engine.Settled, why string) {
 		if err := eng.Reload(s); err != nil {
 			log.Error("gateway: reload incomplete", "why", why, "err", err)
 		}
-	}
+	})
 	for {
 		select {
 		case sig := <-sigs:
@@ -262,14 +253,61 @@ func runGateway(args []string) error {
 			err := eng.Close()
 			logFinal(log, st)
 			return err
-		case <-tick:
-			data, err := os.ReadFile(f.config)
-			if err != nil || bytes.Equal(data, raw) {
-				continue
+		case <-w.tick:
+			if w.changed() {
+				reload("config file changed")
 			}
-			raw = data // a broken file is reported once, not every tick
-			reload("config file changed")
 		}
+	}
+}
+
+// configWatch polls the config file for changes every --watch; without a
+// file or with --watch 0 its tick never fires.
+type configWatch struct {
+	path   string
+	raw    []byte // the file's content when last loaded or seen
+	tick   <-chan time.Time
+	ticker *time.Ticker
+}
+
+func (f *gatewayFlags) watchConfig(raw []byte) *configWatch {
+	w := &configWatch{path: f.config, raw: raw}
+	if f.config != "" && f.watch > 0 {
+		w.ticker = time.NewTicker(f.watch)
+		w.tick = w.ticker.C
+	}
+	return w
+}
+
+// changed reports whether the file's content differs from what was last
+// seen. The new content counts as seen even if it fails to load, so a
+// broken file is reported once, not every tick.
+func (w *configWatch) changed() bool {
+	data, err := os.ReadFile(w.path)
+	if err != nil || bytes.Equal(data, w.raw) {
+		return false
+	}
+	w.raw = data
+	return true
+}
+
+func (w *configWatch) stop() {
+	if w.ticker != nil {
+		w.ticker.Stop()
+	}
+}
+
+// reloader returns the reload both gateway modes share: load reads the
+// configuration again, and apply takes it only if it loaded; a file that
+// fails to load keeps the running configuration.
+func reloader[T any](log *slog.Logger, load func() (T, []byte, error), apply func(c T, why string)) func(why string) {
+	return func(why string) {
+		c, _, err := load()
+		if err != nil {
+			log.Error("gateway: reload failed; keeping the running configuration", "why", why, "err", err)
+			return
+		}
+		apply(c, why)
 	}
 }
 
@@ -358,33 +396,19 @@ func runGatewayAgent(f *gatewayFlags) error {
 		a.Health = hs
 	}
 	go func() {
-		var tick <-chan time.Time
-		if f.config != "" && f.watch > 0 {
-			t := time.NewTicker(f.watch)
-			defer t.Stop()
-			tick = t.C
-		}
-		reload := func(why string) {
-			c, _, err := f.loadBase()
-			if err != nil {
-				log.Error("gateway: reload failed; keeping the running configuration", "why", why, "err", err)
-				return
-			}
-			a.SetBase(*c)
-		}
+		w := f.watchConfig(raw)
+		defer w.stop()
+		reload := reloader(log, f.loadBase, func(c *engine.Config, _ string) { a.SetBase(*c) })
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-hup:
 				reload("SIGHUP")
-			case <-tick:
-				data, err := os.ReadFile(f.config)
-				if err != nil || bytes.Equal(data, raw) {
-					continue
+			case <-w.tick:
+				if w.changed() {
+					reload("config file changed")
 				}
-				raw = data
-				reload("config file changed")
 			}
 		}
 	}()
