@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/egret-gw/egret/gateway/engine"
 )
 
 // Impl starts one gateway implementation in a gateway namespace. The lab has
@@ -188,71 +190,25 @@ func offloadsOff(ns, dev string) error {
 	return err
 }
 
-// GatewayConfig is the file `egret gateway --config` reads in the lab. It
-// holds what gateway.Config needs; JSON names are the YAML keys.
-type GatewayConfig struct {
-	// Node is the gateway's node name.
-	Node string `json:"node"`
-	// Interfaces are the interfaces to serve (XDP + AF_XDP).
-	Interfaces []string `json:"interfaces"`
-	// VTEPs are the gateway's tunnel addresses (outer destination).
-	VTEPs []string `json:"vteps"`
-	// InnerMAC is the gateway's MAC inside the tunnel: workers send to it
-	// and replies come from it.
-	InnerMAC string `json:"innerMAC"`
-	// RouterV4 is the source of ICMP errors the gateway itself sends to pods.
-	RouterV4 string `json:"routerV4,omitempty"`
-	// Tunnel is "vxlan"; VNI and Port are its parameters.
-	Tunnel string `json:"tunnel"`
-	VNI    int    `json:"vni"`
-	Port   int    `json:"port"`
-	// Nodes are the worker nodes allowed to send tunnel traffic.
-	Nodes []ConfigNode `json:"nodes"`
-	// Policies lists every policy; EgressIPs holds only those hosted here
-	// (empty when the policy's IPs live on other gateways).
-	Policies []ConfigPolicy `json:"policies"`
-	// EgressIPsClaimed is true: the lab has put the hosted egress IPs on
-	// the interface as /32 already, so the gateway must not claim or release them.
-	EgressIPsClaimed bool `json:"egressIPsClaimed"`
-}
-
-// ConfigNode is a worker node in GatewayConfig.
-type ConfigNode struct {
-	Name     string      `json:"name"`
-	VTEP     string      `json:"vtep"`
-	InnerMAC string      `json:"innerMAC"`
-	Pods     []ConfigPod `json:"pods"`
-}
-
-// ConfigPod is a pod in GatewayConfig; Policy is "" when none selects it.
-type ConfigPod struct {
-	Addr   string `json:"addr"`
-	Policy string `json:"policy,omitempty"`
-}
-
-// ConfigPolicy is an egress policy in GatewayConfig.
-type ConfigPolicy struct {
-	Name      string   `json:"name"`
-	EgressIPs []string `json:"egressIPs"`
-}
-
-// NewGatewayConfig builds the config of gateway gw.
-func NewGatewayConfig(s *Spec, gw string) GatewayConfig {
+// NewGatewayConfig builds the file `egret gateway --config` reads for
+// gateway gw. The hosted egress IPs are on its interface already (the lab
+// puts them there as /32), so the gateway must not claim or release them.
+func NewGatewayConfig(s *Spec, gw string) engine.Config {
 	g := s.Gateway(gw)
-	c := GatewayConfig{
+	c := engine.Config{
 		Node: g.Name, Interfaces: []string{"eth0"}, VTEPs: []string{g.IP.String()},
 		InnerMAC: mac(g.TunnelMAC), RouterV4: g.TunnelIP.String(),
 		Tunnel: "vxlan", VNI: VNI, Port: VXLANPort, EgressIPsClaimed: true,
 	}
 	for _, w := range s.Workers {
-		n := ConfigNode{Name: w.Name, VTEP: w.IP.String(), InnerMAC: mac(w.TunnelMAC)}
+		n := engine.Node{Name: w.Name, VTEP: w.IP.String(), InnerMAC: mac(w.TunnelMAC)}
 		for _, p := range w.Pods {
-			n.Pods = append(n.Pods, ConfigPod{Addr: p.IP.String(), Policy: p.Policy})
+			n.Pods = append(n.Pods, engine.Pod{Addr: p.IP.String(), Policy: p.Policy})
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	for _, p := range s.Policies {
-		cp := ConfigPolicy{Name: p.Name, EgressIPs: []string{}}
+		cp := engine.Policy{Name: p.Name, EgressIPs: []string{}}
 		for i, h := range p.Hosts {
 			if h == gw {
 				cp.EgressIPs = append(cp.EgressIPs, p.EgressIPs[i].String())
