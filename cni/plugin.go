@@ -147,39 +147,61 @@ func openPod(args *skel.CmdArgs) (ns.NetNS, *netlink.Handle, error) {
 	h, err := netlink.NewHandleAt(nlns.NsHandle(int(podNS.Fd())))
 	if err != nil {
 		podNS.Close()
-		return nil, nil, fmt.Errorf("opening netlink in the pod: %w", err)
+		return nil, nil, cniErr(fmt.Errorf("opening netlink in the pod: %w", err), types.ErrInternal)
 	}
 	return podNS, h, nil
 }
 
-// Add creates and configures the egress interface; any failure undoes what was done.
-func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
+// loadWithPrev is how ADD and CHECK start: the config and the pod's
+// arguments, refusing an interface type that cannot work here, with the
+// prevResult parsed.
+func (p *Plugin) loadWithPrev(args *skel.CmdArgs) (*Config, PodArgs, error) {
 	c, pod, err := p.load(args)
 	if err != nil {
-		return err
+		return nil, PodArgs{}, err
 	}
 	if c.InterfaceType == InterfaceAWSElasticIP {
-		return awsUnavailable()
+		return nil, PodArgs{}, awsUnavailable()
 	}
 	if err := version.ParsePrevResult(&c.Raw.NetConf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+		return nil, PodArgs{}, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
+	return c, pod, nil
+}
+
+// planPod resolves the pod's addresses and plans its interface from the
+// host's links (host is a netlink handle in the host's namespace).
+func (p *Plugin) planPod(host *netlink.Handle, c *Config, pod PodArgs, ifName string) (*Plan, error) {
 	ip, err := p.resolve(c, pod)
 	if err != nil {
-		return cniErr(err, types.ErrInvalidNetworkConfig)
+		return nil, cniErr(err, types.ErrInvalidNetworkConfig)
+	}
+	pl, err := plan(host, c, ip, ifName)
+	if err != nil {
+		return nil, cniErr(err, types.ErrInternal)
+	}
+	return pl, nil
+}
+
+// Add creates and configures the egress interface; any failure undoes what was done.
+func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
+	c, pod, err := p.loadWithPrev(args)
+	if err != nil {
+		return err
 	}
 	host, err := netlink.NewHandle()
 	if err != nil {
 		return cniErr(fmt.Errorf("opening netlink: %w", err), types.ErrInternal)
 	}
 	defer host.Close()
-	pl, err := plan(host, c, ip, args.IfName)
+	pl, err := p.planPod(host, c, pod, args.IfName)
 	if err != nil {
-		return cniErr(err, types.ErrInternal)
+		return err
 	}
+	ip := pl.IP
 	podNS, podH, err := openPod(args)
 	if err != nil {
-		return cniErr(err, types.ErrInternal)
+		return err
 	}
 	defer podNS.Close()
 	defer podH.Close()
@@ -269,15 +291,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 
 // Check verifies that ADD's work is still in place.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	c, pod, err := p.load(args)
+	c, pod, err := p.loadWithPrev(args)
 	if err != nil {
 		return err
-	}
-	if c.InterfaceType == InterfaceAWSElasticIP {
-		return awsUnavailable()
-	}
-	if err := version.ParsePrevResult(&c.Raw.NetConf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
 	if c.Raw.PrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs prevResult", "")
@@ -286,18 +302,14 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
-	ip, err := p.resolve(c, pod)
-	if err != nil {
-		return cniErr(err, types.ErrInvalidNetworkConfig)
-	}
 	host, err := netlink.NewHandle()
 	if err != nil {
-		return cniErr(err, types.ErrInternal)
+		return cniErr(fmt.Errorf("opening netlink: %w", err), types.ErrInternal)
 	}
 	defer host.Close()
-	pl, err := plan(host, c, ip, args.IfName)
+	pl, err := p.planPod(host, c, pod, args.IfName)
 	if err != nil {
-		return cniErr(err, types.ErrInternal)
+		return err
 	}
 	podNS, podH, err := openPod(args)
 	if err != nil {
