@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -99,20 +98,7 @@ type nsTopo struct {
 
 func (tp *nsTopo) hasAddr(t *testing.T, a netip.Addr) bool {
 	t.Helper()
-	l, err := tp.gw.NL.LinkByName("d0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs, err := tp.gw.NL.AddrList(l, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ad := range addrs {
-		if x, ok := netip.AddrFromSlice(ad.IP); ok && x.Unmap() == a {
-			return true
-		}
-	}
-	return false
+	return tp.gw.HasAddr(t, "d0", a)
 }
 
 func serialize(t testing.TB, ls ...gopacket.SerializableLayer) []byte {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/vishvananda/netlink"
 
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/gateway/kernel/nstest"
@@ -165,20 +164,7 @@ func (tp *topo) xdpAttached(t testing.TB) bool {
 // hasAddr reports whether d0 carries a.
 func (tp *topo) hasAddr(t testing.TB, a netip.Addr) bool {
 	t.Helper()
-	l, err := tp.gw.NL.LinkByName("d0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs, err := tp.gw.NL.AddrList(l, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ad := range addrs {
-		if x, ok := netip.AddrFromSlice(ad.IP); ok && x.Unmap() == a {
-			return true
-		}
-	}
-	return false
+	return tp.gw.HasAddr(t, "d0", a)
 }
 
 // server is a UDP echo server in the peer namespace that reports the source

@@ -195,3 +195,38 @@ func (ns *NS) AddNeigh(t testing.TB, name string, ip netip.Addr, mac net.Hardwar
 		t.Fatalf("neighbour %s on %s: %v", ip, name, err)
 	}
 }
+
+// Addrs lists the addresses on interface name, with their prefix lengths.
+func (ns *NS) Addrs(t testing.TB, name string) []netip.Prefix {
+	t.Helper()
+	l, err := ns.NL.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := ns.NL.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatalf("addresses of %s: %v", name, err)
+	}
+	var ps []netip.Prefix
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || a.IPNet == nil {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		ps = append(ps, netip.PrefixFrom(ip.Unmap(), ones))
+	}
+	return ps
+}
+
+// HasAddr reports whether interface name carries address a, whatever its
+// prefix length.
+func (ns *NS) HasAddr(t testing.TB, name string, a netip.Addr) bool {
+	t.Helper()
+	for _, p := range ns.Addrs(t, name) {
+		if p.Addr() == a {
+			return true
+		}
+	}
+	return false
+}
