@@ -23,8 +23,8 @@ const (
 )
 
 // Config is the file `egret gateway --config` reads (YAML; the JSON names
-// are the keys). It is the lab's GatewayConfig (docs/lab.md) plus the
-// run-time settings that flags may also give. Plain data: Validate turns it
+// are the keys): the topology (the lab writes it from this type, docs/lab.md)
+// plus the run-time settings that flags may also give. Plain data: Validate turns it
 // into a gateway.Config.
 type Config struct {
 	// Node is this gateway's node name (for logs).
