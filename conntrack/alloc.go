@@ -20,7 +20,7 @@ import (
 // memory, frees them promptly when they are dropped.
 func allocTable(size int) (mem []byte, free func(), err error) {
 	if size < 32<<20 {
-		return make([]byte, size), func() {}, nil
+		return heapTable(size), func() {}, nil
 	}
 	const huge = 2 << 20
 	size = (size + huge - 1) &^ (huge - 1)

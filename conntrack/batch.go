@@ -43,7 +43,7 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 		hs[i] = h
 		s := &t.shards[h&t.shardMask]
 		if s.n != 0 {
-			prefetchLine(uintptr(unsafe.Pointer(unsafe.SliceData(s.slots))) + uintptr(home(uint32(h>>32), s.n))*8)
+			prefetchLine(s.bucketAddr(h))
 		}
 	}
 	if optimisticReads {
@@ -60,7 +60,7 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 			if v&1 != 0 {
 				continue
 			}
-			ref := t.findTag(s, uint32(h>>32), l.Dir)
+			ref := t.findTag(s, h, l.Dir)
 			if ref == refMiss {
 				if s.mu.unchanged(v) {
 					refs[i] = refMiss

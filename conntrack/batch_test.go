@@ -140,7 +140,7 @@ func TestOptimisticLookupsConsistent(t *testing.T) {
 			si := uint32(h & tb.shardMask)
 			s := &tb.shards[si]
 			s.mu.Lock()
-			if ref := tb.find(s, uint32(h>>32), &f.Orig, Original); ref != 0 {
+			if ref := tb.find(s, h, &f.Orig, Original); ref != 0 {
 				_, g, _ := tb.refEntry(ref)
 				e := &tb.entries[g]
 				st := State(1 + r.IntN(int(StateClose)))
@@ -247,7 +247,7 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &tb.shards[0]
-	_, g, _ := tb.refEntry(tb.find(s, uint32(tb.h.hash(&f.Orig)>>32), &f.Orig, Original))
+	_, g, _ := tb.refEntry(tb.find(s, tb.h.hash(&f.Orig), &f.Orig, Original))
 	e := &tb.entries[g]
 	s.mu.Lock()
 	e.aux = uint64(e.state) * 0x0101010101010101

@@ -18,41 +18,32 @@ const (
 	refUnknown uint32 = 1<<32 - 1 // the unlocked probe saw a writer: ask under the lock
 )
 
-// findTag returns the ref of the first key in s's index with k's tag and
-// direction, or refMiss, without the lock and without touching any entry:
-// a miss costs the index line only. The caller validates s's version; a
-// racing writer can make the answer wrong but never make this loop run
-// away (it stops after n slots) or index out of range.
-func (t *Table) findTag(s *shard, tag uint32, dir Dir) uint32 {
-	n := s.n
-	slots := s.slots
-	if n == 0 {
+// findTag returns the ref of the first key in s's index with the tag of
+// hash h and direction dir, or refMiss, without the lock and without
+// touching any entry: a miss costs the index line only. The caller validates
+// s's version; a racing writer can make the answer wrong but never make this
+// loop run away (it stops after n buckets) or index out of range.
+func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
+	nb := s.n
+	if nb == 0 {
 		return refMiss
 	}
-	pos := home(tag, n)
-	for d := uint64(0); d < n; d++ {
-		sl := slots[pos]
-		if sl == 0 {
+	tag, mask := t.slotTag(h), t.tagMask
+	b := homeBucket(h, nb)
+	for i := uint64(0); i < nb; i++ {
+		w := s.bucket(b)
+		for j := 1; j < bucketWords; j++ {
+			if sl := w[j]; sl&mask == tag && sl != 0 { // tag first: see find
+				if ref := sl &^ mask; Dir((ref-1)&1) == dir {
+					return ref
+				}
+			}
+		}
+		if w[0] == 0 {
 			return refMiss
 		}
-		stag := uint32(sl >> 32)
-		if stag == tag {
-			if ref := uint32(sl); Dir((ref-1)&1) == dir {
-				return ref
-			}
-		} else {
-			h := home(stag, n)
-			sd := pos - h
-			if pos < h {
-				sd += n
-			}
-			if sd < d {
-				return refMiss
-			}
-		}
-		pos++
-		if pos == n {
-			pos = 0
+		if b++; b == nb {
+			b = 0
 		}
 	}
 	return refMiss
@@ -68,7 +59,7 @@ func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, fl uint8, now int64, out 
 	if v&1 != 0 {
 		return false, false
 	}
-	ref := t.findTag(s, uint32(h>>32), dir)
+	ref := t.findTag(s, h, dir)
 	if ref == refMiss {
 		return false, s.mu.unchanged(v)
 	}

@@ -19,7 +19,7 @@ func (t *Table) Prefetch(k *Tuple) {
 	if s.n == 0 {
 		return
 	}
-	prefetchLine(uintptr(unsafe.Pointer(unsafe.SliceData(s.slots))) + uintptr(home(uint32(h>>32), s.n))*8)
+	prefetchLine(s.bucketAddr(h))
 }
 
 // PrefetchEntry starts loading the entry k's index slot points to; call it
@@ -27,15 +27,15 @@ func (t *Table) Prefetch(k *Tuple) {
 func (t *Table) PrefetchEntry(k *Tuple) {
 	h := t.h.hash(k)
 	s := &t.shards[h&t.shardMask]
-	tag := uint32(h >> 32)
 	if s.n == 0 {
 		return
 	}
-	pos := home(tag, s.n)
-	for i := 0; i < 2 && pos < s.n; i++ { // the key is often displaced by one
-		sl := s.slots[pos]
-		if uint32(sl>>32) == tag && uint32(sl) != 0 {
-			_, g, _ := t.refEntry(uint32(sl))
+	// The home bucket only: a key is elsewhere about once in a thousand.
+	tag, mask := t.slotTag(h), t.tagMask
+	w := s.bucket(homeBucket(h, s.n))
+	for j := 1; j < bucketWords; j++ {
+		if sl := w[j]; sl&mask == tag && sl != 0 { // tag first: see find
+			_, g, _ := t.refEntry(sl &^ mask)
 			if int(g) < len(t.entries) {
 				// 72-byte entries straddle cache lines more often than not.
 				a := uintptr(unsafe.Pointer(&t.entries[g]))
@@ -44,7 +44,6 @@ func (t *Table) PrefetchEntry(k *Tuple) {
 			}
 			return
 		}
-		pos++
 	}
 }
 

@@ -24,20 +24,17 @@ type entry struct {
 
 const entrySize = int(unsafe.Sizeof(entry{}))
 
-// slotsPerFlow is the index size per flow capacity: two keys per flow at a
-// load factor of at most 0.8 when the table is full.
-const (
-	slotsPerFlowNum = 5
-	slotsPerFlowDen = 2
-)
+// indexBytesPerFlow is the index size per flow capacity: 20 bytes, i.e.
+// 4.7 slots for the flow's two keys, a load of at most 0.43 when full.
+const indexBytesPerFlow = 20
 
 // shard owns a range of entries (flows whose original tuple hashes to it)
 // and an index of keys (original or reply tuples) that hash to it. Its own
 // lock guards both; the padding keeps two shards' locks off one cache line.
 type shard struct {
 	mu       seqLock  // also the version optimistic lookups check
-	slots    []uint64 // Robin Hood index: tag<<32 | ref; 0 is empty
-	n        uint64   // len(slots)
+	idx      []uint32 // the index: n buckets of bucketWords (see find)
+	n        uint64   // buckets
 	base     uint32   // index of this shard's first entry in Table.entries
 	bump     uint32   // entries [base, base+bump) have been handed out
 	free     uint32   // free-list head: local index + 1; 0 = empty
@@ -56,6 +53,8 @@ type Table struct {
 	shardMask uint64
 	shardBits uint
 	shardCap  uint32
+	refBits   uint   // low bits of an index slot that hold the ref
+	tagMask   uint32 // the other bits: the key's tag
 	maxFlows  int64
 	to        [numStates]int64
 	bytes     int64
@@ -159,13 +158,12 @@ func New(cfg Config) (*Table, error) {
 	if uint(bits.Len(uint(shardCap)))+shardBits+1 > 31 {
 		return nil, fmt.Errorf("conntrack: MaxFlows %d with %d shards does not fit 32-bit references", cfg.MaxFlows, ns)
 	}
-	n := (shardCap*slotsPerFlowNum + slotsPerFlowDen - 1) / slotsPerFlowDen
-	if n < 8 {
-		n = 8
-	}
-	nEntries, nSlots := ns*shardCap, ns*n
-	// One block: slots (8-byte aligned) first, then the entries.
-	mem, free, err := allocTable(nSlots*8 + nEntries*entrySize)
+	const bucketBytes = bucketWords * 4
+	n := (shardCap*indexBytesPerFlow + bucketBytes - 1) / bucketBytes // buckets
+	nEntries, nWords := ns*shardCap, ns*n*bucketWords
+	// One block (64-byte aligned, so a bucket is one cache line): the
+	// index first, then the entries.
+	mem, free, err := allocTable(nWords*4 + nEntries*entrySize)
 	if err != nil {
 		return nil, err
 	}
@@ -177,17 +175,22 @@ func New(cfg Config) (*Table, error) {
 		shardCap:  uint32(shardCap),
 		maxFlows:  int64(cfg.MaxFlows),
 	}
-	slots := unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), nSlots)
-	t.entries = unsafe.Slice((*entry)(unsafe.Pointer(&mem[nSlots*8])), nEntries)
+	words := unsafe.Slice((*uint32)(unsafe.Pointer(&mem[0])), nWords)
+	t.entries = unsafe.Slice((*entry)(unsafe.Pointer(&mem[nWords*4])), nEntries)
+	// The largest ref, shardCap-1 in the last shard as a reply key, sets
+	// how many low bits of a slot the ref takes; the tag has the rest.
+	t.refBits = uint(bits.Len32(t.makeRef(uint32(ns-1), uint32(shardCap-1), Reply)))
+	t.tagMask = ^uint32(0) << t.refBits
 	// A table dropped without Close still gives its memory back.
 	t.free = sync.OnceFunc(free)
 	runtime.AddCleanup(t, func(f func()) { f() }, t.free)
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.slots = slots[i*n : (i+1)*n : (i+1)*n]
+		w := n * bucketWords
+		s.idx = words[i*w : (i+1)*w : (i+1)*w]
 		s.n = uint64(n)
 		s.base = uint32(i * shardCap)
-		s.keyLimit = uint32(n - n/16 - 1)
+		s.keyLimit = uint32(n*bucketSlots - n*bucketSlots/16 - 1)
 	}
 	t.bytes = int64(len(mem)) +
 		int64(ns)*int64(unsafe.Sizeof(shard{})) + int64(unsafe.Sizeof(Table{}))
@@ -240,7 +243,7 @@ func (t *Table) Timeout(s State) time.Duration {
 func (t *Table) Close() {
 	t.entries = nil
 	for i := range t.shards {
-		t.shards[i].slots = nil
+		t.shards[i].idx = nil
 		t.shards[i].n = 0
 	}
 	t.free()
@@ -276,7 +279,38 @@ func (t *Table) refEntry(ref uint32) (sh uint32, g uint32, dir Dir) {
 	return
 }
 
-func home(tag uint32, n uint64) uint64 { return (uint64(tag) * n) >> 32 }
+// The index is bucketed by cache line: bucket b is words [16b, 16b+16) of
+// s.idx, one 64-byte line. Word 0 counts the keys that found the bucket full
+// and went on to a later one (its overflow); words 1..15 are slots. A slot is
+// tag|ref: ref in the low t.refBits bits, the rest are hash bits (the tag),
+// 0 is empty. A key lives in the first bucket from its home that had room
+// when it was inserted, so a search stops at the first bucket whose overflow
+// is 0; at the load the table is sized for (at most 0.43) a bucket overflows
+// about once in a thousand, so an insert or a lookup reads one line. Delete
+// clears the slot and the overflow counts the key added: nothing moves, no
+// tombstones, and churn cannot lengthen any search.
+const (
+	bucketWords = 16 // 64 bytes
+	bucketSlots = bucketWords - 1
+)
+
+// bucketAddr is the address of the home bucket of a key with hash h (s.n
+// must not be 0), for prefetching.
+func (s *shard) bucketAddr(h uint64) uintptr {
+	return uintptr(unsafe.Pointer(unsafe.SliceData(s.idx))) + uintptr(homeBucket(h, s.n))*bucketWords*4
+}
+
+// homeBucket is the bucket where a key with hash h starts.
+func homeBucket(h uint64, nb uint64) uint64 { return (uint64(uint32(h>>32)) * nb) >> 32 }
+
+// slotTag is the tag part of the slot of a key with hash h: hash bits not
+// used to pick the shard or (mostly) the bucket.
+func (t *Table) slotTag(h uint64) uint32 { return uint32(h>>12) << t.refBits }
+
+// bucket returns bucket b of s's index.
+func (s *shard) bucket(b uint64) *[bucketWords]uint32 {
+	return (*[bucketWords]uint32)(s.idx[b*bucketWords : b*bucketWords+bucketWords])
+}
 
 // keyEq reports whether k is entry e's tuple of direction dir.
 func keyEq(e *entry, k *Tuple, dir Dir) bool {
@@ -291,127 +325,89 @@ func keyEq(e *entry, k *Tuple, dir Dir) bool {
 // anyDir is a lookup direction matching keys of both directions.
 const anyDir Dir = 2
 
-// find looks k up in s's index (s locked) and returns the matching ref, or
-// 0. With dir == anyDir keys of either direction match.
-func (t *Table) find(s *shard, tag uint32, k *Tuple, dir Dir) uint32 {
-	ref, _, _ := t.findPos(s, tag, k, dir)
-	return ref
-}
-
-// findPos is find that on a miss also says where put would place k: slot
-// pos, at displacement d from k's home. Insert hands both to putAt, so the
-// index chain (long when the index is 80% full) is walked once, not twice.
-func (t *Table) findPos(s *shard, tag uint32, k *Tuple, dir Dir) (ref uint32, pos, d uint64) {
-	n := s.n
-	slots := s.slots
-	pos = home(tag, n)
-	for d = 0; ; d++ {
-		sl := slots[pos]
-		if sl == 0 {
-			return 0, pos, d
-		}
-		stag := uint32(sl >> 32)
-		if stag == tag {
-			ref := uint32(sl)
-			_, g, rd := t.refEntry(ref)
-			if (dir == anyDir || dir == rd) && keyEq(&t.entries[g], k, rd) {
-				return ref, pos, d
-			}
-		} else {
-			h := home(stag, n)
-			sd := pos - h
-			if pos < h {
-				sd += n
-			}
-			if sd < d {
-				return 0, pos, d // Robin Hood: k would have been placed before here
+// find looks k (hash h) up in s's index (s locked) and returns the matching
+// ref, or 0. With dir == anyDir keys of either direction match.
+func (t *Table) find(s *shard, h uint64, k *Tuple, dir Dir) uint32 {
+	nb := s.n
+	tag, mask := t.slotTag(h), t.tagMask
+	b := homeBucket(h, nb)
+	for i := uint64(0); i < nb; i++ {
+		w := s.bucket(b)
+		for j := 1; j < bucketWords; j++ {
+			// Tag first: rarely true, so a predictable branch (testing
+			// for empty first mispredicts: slots are empty at random).
+			if sl := w[j]; sl&mask == tag && sl != 0 {
+				ref := sl &^ mask
+				_, g, rd := t.refEntry(ref)
+				if (dir == anyDir || dir == rd) && keyEq(&t.entries[g], k, rd) {
+					return ref
+				}
 			}
 		}
-		pos++
-		if pos == n {
-			pos = 0
+		if w[0] == 0 {
+			return 0
+		}
+		if b++; b == nb {
+			b = 0
 		}
 	}
+	return 0
 }
 
-// put adds tag/ref to s's index (s locked, room checked by the caller).
-func (s *shard) put(tag, ref uint32) {
-	s.putAt(home(tag, s.n), 0, tag, ref)
-}
-
-// putAt is put starting at slot pos, where the key's displacement is d, as
-// findPos found them (with no change to the index since).
-func (s *shard) putAt(pos, d uint64, tag, ref uint32) {
-	n := s.n
-	slots := s.slots
-	cur := uint64(tag)<<32 | uint64(ref)
+// put adds the key with hash h and ref to s's index (s locked, room checked
+// by the caller): in the first bucket from its home with a free slot,
+// counting an overflow in every full bucket it passes.
+func (t *Table) put(s *shard, h uint64, ref uint32) {
+	nb := s.n
+	v := t.slotTag(h) | ref
+	b := homeBucket(h, nb)
 	for {
-		sl := slots[pos]
-		if sl == 0 {
-			slots[pos] = cur
-			s.keys++
-			return
+		w := s.bucket(b)
+		for j := 1; j < bucketWords; j++ {
+			if w[j] == 0 {
+				w[j] = v
+				s.keys++
+				return
+			}
 		}
-		h := home(uint32(sl>>32), n)
-		sd := pos - h
-		if pos < h {
-			sd += n
+		w[0]++
+		if b++; b == nb {
+			b = 0
 		}
-		if sd < d {
-			slots[pos] = cur
-			cur = sl
-			d = sd
-		}
-		pos++
-		if pos == n {
-			pos = 0
-		}
-		d++
 	}
 }
 
-// remove deletes tag/ref from s's index (s locked) with backward shifting,
-// so the index never accumulates tombstones.
-func (s *shard) remove(tag, ref uint32) bool {
-	n := s.n
-	slots := s.slots
-	want := uint64(tag)<<32 | uint64(ref)
-	pos := home(tag, n)
-	for d := uint64(0); ; d++ {
-		sl := slots[pos]
-		if sl == 0 {
+// remove deletes the key with hash h and ref from s's index (s locked) and
+// takes back the overflows its insertion counted.
+func (t *Table) remove(s *shard, h uint64, ref uint32) bool {
+	nb := s.n
+	idx := s.idx
+	v := t.slotTag(h) | ref
+	hb := homeBucket(h, nb)
+	b := hb
+	for i := uint64(0); i < nb; i++ {
+		w := s.bucket(b)
+		for j := 1; j < bucketWords; j++ {
+			if w[j] == v {
+				w[j] = 0
+				s.keys--
+				for c := hb; c != b; {
+					idx[c*bucketWords]--
+					if c++; c == nb {
+						c = 0
+					}
+				}
+				return true
+			}
+		}
+		if w[0] == 0 {
 			return false
 		}
-		if sl == want {
-			break
-		}
-		h := home(uint32(sl>>32), n)
-		sd := pos - h
-		if pos < h {
-			sd += n
-		}
-		if sd < d {
-			return false
-		}
-		pos++
-		if pos == n {
-			pos = 0
+		if b++; b == nb {
+			b = 0
 		}
 	}
-	for {
-		next := pos + 1
-		if next == n {
-			next = 0
-		}
-		sl := slots[next]
-		if sl == 0 || home(uint32(sl>>32), n) == next {
-			slots[pos] = 0
-			s.keys--
-			return true
-		}
-		slots[pos] = sl
-		pos = next
-	}
+	return false
 }
 
 // replyTuple rebuilds e's reply tuple.
@@ -460,9 +456,8 @@ func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) b
 func (t *Table) trackLocked(h uint64, dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool {
 	si := uint32(h & t.shardMask)
 	s := &t.shards[si]
-	tag := uint32(h >> 32)
 	s.mu.Lock()
-	ref := t.find(s, tag, k, dir)
+	ref := t.find(s, h, k, dir)
 	if ref == 0 {
 		s.mu.Unlock()
 		return false
@@ -538,20 +533,16 @@ func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error {
 
 // insert stores f with state st and the given deadline.
 func (t *Table) insert(f *Flow, st State, deadline int64) error {
-	r := f.Reply()
-	if r == f.Orig {
-		return ErrInvalidFlow
-	}
-	h1, h2 := t.h.hash(&f.Orig), t.h.hash(&r)
-	s1i, s2i := uint32(h1&t.shardMask), uint32(h2&t.shardMask)
-	tag1, tag2 := uint32(h1>>32), uint32(h2>>32)
-	s1, s2 := &t.shards[s1i], &t.shards[s2i]
 	// Start the three cache misses an insert has (both keys' index lines
-	// and the entry it will fill) before the lock, whose atomic would
-	// otherwise make them wait for each other.
-	if s1.n != 0 && s2.n != 0 {
-		prefetchLine(uintptr(unsafe.Pointer(unsafe.SliceData(s1.slots))) + uintptr(home(tag1, s1.n))*8)
-		prefetchLine(uintptr(unsafe.Pointer(unsafe.SliceData(s2.slots))) + uintptr(home(tag2, s2.n))*8)
+	// and the entry it will fill) as early as possible, each as soon as its
+	// address is known, and do the work that needs none of them (the
+	// reply tuple, its hash, the check) while they load; the lock's atomic
+	// must come after them or it would make them wait for each other.
+	h1 := t.h.hash(&f.Orig)
+	s1i := uint32(h1 & t.shardMask)
+	s1 := &t.shards[s1i]
+	if s1.n != 0 {
+		prefetchLine(s1.bucketAddr(h1))
 		if optimisticReads {
 			// An unlocked peek at the entry the insert will most likely
 			// take; a wrong guess costs a wasted prefetch.
@@ -564,29 +555,36 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 			}
 		}
 	}
+	r := f.Reply()
+	h2 := t.h.hash(&r)
+	s2i := uint32(h2 & t.shardMask)
+	s2 := &t.shards[s2i]
+	if s2.n != 0 {
+		prefetchLine(s2.bucketAddr(h2))
+	}
+	if r == f.Orig {
+		return ErrInvalidFlow
+	}
 	t.lock2(s1i, s2i)
-	ref1, pos1, d1 := t.findPos(s1, tag1, &f.Orig, anyDir)
-	if ref1 != 0 {
-		t.unlock2(s1i, s2i)
-		return ErrExists
-	}
-	ref2, pos2, d2 := t.findPos(s2, tag2, &r, anyDir)
-	if ref2 != 0 {
-		t.unlock2(s1i, s2i)
-		return ErrExists
-	}
+	// Count the flow now, while the index lines are still on their way: an
+	// atomic after the finds would wait for them, and the finds' result
+	// would then wait for it. Every refusal takes the count back.
+	over := t.count.Add(1) > t.maxFlows
+	var err error
 	need1 := uint32(1)
 	if s1 == s2 {
 		need1 = 2
 	}
-	if s1.used >= t.shardCap || s1.keys+need1 > s1.keyLimit || s2.keys+1 > s2.keyLimit {
-		t.unlock2(s1i, s2i)
-		return ErrFull
+	switch {
+	case t.find(s1, h1, &f.Orig, anyDir) != 0 || t.find(s2, h2, &r, anyDir) != 0:
+		err = ErrExists
+	case over || s1.used >= t.shardCap || s1.keys+need1 > s1.keyLimit || s2.keys+1 > s2.keyLimit:
+		err = ErrFull
 	}
-	if t.count.Add(1) > t.maxFlows {
+	if err != nil {
 		t.count.Add(-1)
 		t.unlock2(s1i, s2i)
-		return ErrFull
+		return err
 	}
 	var local uint32
 	if s1.free != 0 {
@@ -604,12 +602,8 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 		sport: f.Orig.SrcPort, dport: f.Orig.DstPort, nport: f.NATPort,
 		proto: f.Orig.Proto, state: uint8(st),
 	}
-	s1.putAt(pos1, d1, tag1, t.makeRef(s1i, local, Original))
-	if s1 == s2 {
-		s2.put(tag2, t.makeRef(s1i, local, Reply)) // the first put moved keys
-	} else {
-		s2.putAt(pos2, d2, tag2, t.makeRef(s1i, local, Reply))
-	}
+	t.put(s1, h1, t.makeRef(s1i, local, Original))
+	t.put(s2, h2, t.makeRef(s1i, local, Reply))
 	t.unlock2(s1i, s2i)
 	return nil
 }
@@ -620,18 +614,18 @@ func (t *Table) ReplyInUse(k *Tuple) bool {
 	h := t.h.hash(k)
 	s := &t.shards[h&t.shardMask]
 	s.mu.Lock()
-	ref := t.find(s, uint32(h>>32), k, anyDir)
+	ref := t.find(s, h, k, anyDir)
 	s.mu.Unlock()
 	return ref != 0
 }
 
 // unlink removes entry g (in shard s1i, locked) from both indexes and frees
 // it; the reply key's shard s2i must be locked too. It copies the flow to out.
-func (t *Table) unlink(s1i, s2i uint32, g uint32, tag1, tag2 uint32, out *Flow) {
+func (t *Table) unlink(s1i, s2i uint32, g uint32, h1, h2 uint64, out *Flow) {
 	s1, s2 := &t.shards[s1i], &t.shards[s2i]
 	local := g - s1.base
-	s1.remove(tag1, t.makeRef(s1i, local, Original))
-	s2.remove(tag2, t.makeRef(s1i, local, Reply))
+	t.remove(s1, h1, t.makeRef(s1i, local, Original))
+	t.remove(s2, h2, t.makeRef(s1i, local, Reply))
 	e := &t.entries[g]
 	e.toFlow(out)
 	*e = entry{aux: uint64(s1.free)}
@@ -644,10 +638,9 @@ func (t *Table) unlink(s1i, s2i uint32, g uint32, tag1, tag2 uint32, out *Flow) 
 func (t *Table) Delete(orig *Tuple, out *Flow) bool {
 	h1 := t.h.hash(orig)
 	s1i := uint32(h1 & t.shardMask)
-	tag1 := uint32(h1 >> 32)
 	s1 := &t.shards[s1i]
 	s1.mu.Lock()
-	ref := t.find(s1, tag1, orig, Original)
+	ref := t.find(s1, h1, orig, Original)
 	if ref == 0 {
 		s1.mu.Unlock()
 		return false
@@ -661,7 +654,7 @@ func (t *Table) Delete(orig *Tuple, out *Flow) bool {
 		// Lock order is by shard index: let go and take both.
 		s1.mu.Unlock()
 		t.lock2(s1i, s2i)
-		ref = t.find(s1, tag1, orig, Original)
+		ref = t.find(s1, h1, orig, Original)
 		if ref == 0 {
 			t.unlock2(s1i, s2i)
 			return false
@@ -677,7 +670,7 @@ func (t *Table) Delete(orig *Tuple, out *Flow) bool {
 	} else if s2i > s1i {
 		t.shards[s2i].mu.Lock()
 	}
-	t.unlink(s1i, s2i, g, tag1, uint32(h2>>32), out)
+	t.unlink(s1i, s2i, g, h1, h2, out)
 	t.unlock2(s1i, s2i)
 	t.emit(EventDeleted, out)
 	return true
@@ -757,7 +750,7 @@ func (t *Table) expireOne(si, g uint32, now int64, out *Flow) bool {
 			}
 		}
 	}
-	t.unlink(si, s2i, g, uint32(h1>>32), uint32(h2>>32), out)
+	t.unlink(si, s2i, g, h1, h2, out)
 	if s2i != si {
 		t.shards[s2i].mu.Unlock()
 	}
