@@ -39,7 +39,7 @@ func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 				}
 			}
 		}
-		if w[0] == 0 {
+		if w[0] < overflowOne {
 			return refMiss
 		}
 		if b++; b == nb {

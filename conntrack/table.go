@@ -158,6 +158,11 @@ func New(cfg Config) (*Table, error) {
 	if uint(bits.Len(uint(shardCap)))+shardBits+1 > 31 {
 		return nil, fmt.Errorf("conntrack: MaxFlows %d with %d shards does not fit 32-bit references", cfg.MaxFlows, ns)
 	}
+	if shardCap > maxShardKeys/4 {
+		// A shard's index holds about two keys per entry; keep it well
+		// under what an overflow count can say.
+		return nil, fmt.Errorf("conntrack: %d flows per shard is above the limit %d; use more shards", shardCap, maxShardKeys/4)
+	}
 	const bucketBytes = bucketWords * 4
 	n := (shardCap*indexBytesPerFlow + bucketBytes - 1) / bucketBytes // buckets
 	nEntries, nWords := ns*shardCap, ns*n*bucketWords
@@ -190,7 +195,7 @@ func New(cfg Config) (*Table, error) {
 		s.idx = words[i*w : (i+1)*w : (i+1)*w]
 		s.n = uint64(n)
 		s.base = uint32(i * shardCap)
-		s.keyLimit = uint32(n*bucketSlots - n*bucketSlots/16 - 1)
+		s.keyLimit = uint32(min(n*bucketSlots-n*bucketSlots/16-1, maxShardKeys))
 	}
 	t.bytes = int64(len(mem)) +
 		int64(ns)*int64(unsafe.Sizeof(shard{})) + int64(unsafe.Sizeof(Table{}))
@@ -280,18 +285,25 @@ func (t *Table) refEntry(ref uint32) (sh uint32, g uint32, dir Dir) {
 }
 
 // The index is bucketed by cache line: bucket b is words [16b, 16b+16) of
-// s.idx, one 64-byte line. Word 0 counts the keys that found the bucket full
-// and went on to a later one (its overflow); words 1..15 are slots. A slot is
-// tag|ref: ref in the low t.refBits bits, the rest are hash bits (the tag),
-// 0 is empty. A key lives in the first bucket from its home that had room
-// when it was inserted, so a search stops at the first bucket whose overflow
-// is 0; at the load the table is sized for (at most 0.43) a bucket overflows
-// about once in a thousand, so an insert or a lookup reads one line. Delete
-// clears the slot and the overflow counts the key added: nothing moves, no
-// tombstones, and churn cannot lengthen any search.
+// s.idx, one 64-byte line. Word 0 is the bucket's header: the number of
+// slots in use (low 4 bits; they are always slots 1..used) and, above, its
+// overflow: how many keys found it full and went on to a later bucket.
+// Words 1..15 are slots: tag|ref, ref in the low t.refBits bits, the rest
+// hash bits (the tag); 0 is empty. A key lives in the first bucket from its
+// home that had room when it was inserted, so a search stops at the first
+// bucket without overflow; at the load the table is sized for (at most
+// 0.43) a bucket overflows about once in a thousand, so an insert or a
+// lookup reads one line. Delete moves the bucket's last key into the freed
+// slot and takes back the overflows the key added: no tombstones, so churn
+// cannot lengthen any search, and an insert's slot is known without a scan.
 const (
 	bucketWords = 16 // 64 bytes
 	bucketSlots = bucketWords - 1
+	usedMask    = 15 // header bits counting the slots in use
+	overflowOne = 16 // one overflow in the header
+	// maxShardKeys bounds a shard's keys so that an overflow count (28
+	// bits) cannot wrap.
+	maxShardKeys = 1<<28 - 1
 )
 
 // bucketAddr is the address of the home bucket of a key with hash h (s.n
@@ -344,7 +356,7 @@ func (t *Table) find(s *shard, h uint64, k *Tuple, dir Dir) uint32 {
 				}
 			}
 		}
-		if w[0] == 0 {
+		if w[0] < overflowOne {
 			return 0
 		}
 		if b++; b == nb {
@@ -363,14 +375,13 @@ func (t *Table) put(s *shard, h uint64, ref uint32) {
 	b := homeBucket(h, nb)
 	for {
 		w := s.bucket(b)
-		for j := 1; j < bucketWords; j++ {
-			if w[j] == 0 {
-				w[j] = v
-				s.keys++
-				return
-			}
+		if u := w[0] & usedMask; u < bucketSlots {
+			w[1+u] = v
+			w[0]++
+			s.keys++
+			return
 		}
-		w[0]++
+		w[0] += overflowOne
 		if b++; b == nb {
 			b = 0
 		}
@@ -389,10 +400,12 @@ func (t *Table) remove(s *shard, h uint64, ref uint32) bool {
 		w := s.bucket(b)
 		for j := 1; j < bucketWords; j++ {
 			if w[j] == v {
-				w[j] = 0
+				u := w[0] & usedMask // j <= u: slots 1..u are in use
+				w[j], w[u] = w[u], 0
+				w[0]--
 				s.keys--
 				for c := hb; c != b; {
-					idx[c*bucketWords]--
+					idx[c*bucketWords] -= overflowOne
 					if c++; c == nb {
 						c = 0
 					}
@@ -400,7 +413,7 @@ func (t *Table) remove(s *shard, h uint64, ref uint32) bool {
 				return true
 			}
 		}
-		if w[0] == 0 {
+		if w[0] < overflowOne {
 			return false
 		}
 		if b++; b == nb {
