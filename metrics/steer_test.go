@@ -22,7 +22,7 @@ func TestSteerMetrics(t *testing.T) {
 # HELP egret_steer_apply_errors_total Reconcile passes whose kernel update failed (retried with backoff; the kernel keeps its last state).
 # TYPE egret_steer_apply_errors_total counter
 egret_steer_apply_errors_total 1
-# HELP egret_steer_fail_closed_drops_total Packets of selected pods dropped because they would have left outside the tunnel (nftables counters).
+# HELP egret_steer_fail_closed_drops_total Packets dropped by the fail-closed filter: from selected pods that would have left outside the tunnel, or from pod addresses the agent has not classified yet (nftables counters).
 # TYPE egret_steer_fail_closed_drops_total counter
 egret_steer_fail_closed_drops_total 7
 # HELP egret_steer_reconciles_total Reconcile passes (desired state computed and applied to the kernel).
