@@ -9,14 +9,44 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
-var seq atomic.Uint32
+var (
+	seq      atomic.Uint32
+	sweepOne sync.Once
+)
+
+// sweep deletes namespaces left by test processes that died before their
+// cleanup ran (a killed or timed-out go test): egt-<pid>-<n> whose pid is gone.
+func sweep() {
+	ents, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "egt-")
+		if !ok {
+			continue
+		}
+		pidStr, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			netns.DeleteNamed(e.Name())
+		}
+	}
+}
 
 // Root skips the test unless it runs as root, except under CI=true where a
 // missing privilege is a failure.
@@ -42,6 +72,7 @@ type NS struct {
 func New(t testing.TB) *NS {
 	t.Helper()
 	Root(t)
+	sweepOne.Do(sweep)
 	name := fmt.Sprintf("egt-%d-%d", os.Getpid(), seq.Add(1))
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
