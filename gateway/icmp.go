@@ -35,64 +35,18 @@ func (w *Worker) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, o
 		return w.drop(DropNoRoute)
 	}
 	hl := encapLen(node.fam)
-	ihl, maxLen := ipv4MinLen, maxICMPv4Error
-	if f == 1 {
-		ihl, maxLen = ipv6Len, maxICMPv6Error
-	}
-	quote := pk.End - pk.L3
-	if room := maxLen - ihl - icmpLen; quote > room {
-		quote = room
-	}
-	if room := w.hop.MTU - (hl - ethLen) - ihl - icmpLen; quote > room {
-		quote = room
-	}
-	if quote < ihl+8 { // the pod must see its header and ports
+	quote, ihl, ok := icmpQuote(pk, w.hop.MTU-(hl-ethLen))
+	if !ok {
 		return w.drop(failed)
 	}
-	innerLen := ihl + icmpLen + quote
-	n := hl + innerLen
+	n := hl + ihl + icmpLen + quote
 	if n > len(out) {
 		return w.drop(DropOutBuffer)
 	}
 	if !w.icmpPodAllowed(now) {
 		return w.drop(DropICMPRateLimited)
 	}
-	ip := out[hl:n]
-	ic := ip[ihl:]
-	copy(ic[icmpLen:], in[pk.L3:pk.L3+quote])
-	binary.BigEndian.PutUint32(ic[4:], 0)
-	if f == 0 {
-		ip[0], ip[1] = 0x45, 0
-		binary.BigEndian.PutUint16(ip[2:], uint16(innerLen))
-		binary.BigEndian.PutUint32(ip[4:], 0)
-		ip[8], ip[9], ip[10], ip[11] = 64, protoICMP, 0, 0
-		copy(ip[12:16], snap.router[0][12:])
-		copy(ip[16:20], pk.Src[12:])
-		binary.BigEndian.PutUint16(ip[10:], header.ChecksumFold(header.Checksum(ip[:ipv4MinLen], 0)))
-		if kind == icmpTimeExceeded {
-			ic[0], ic[1] = icmp4TimeExc, 0
-		} else {
-			ic[0], ic[1] = icmp4Unreach, 4 // fragmentation needed and DF set
-			binary.BigEndian.PutUint16(ic[6:], uint16(mtu))
-		}
-		ic[2], ic[3] = 0, 0
-		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, 0)))
-	} else {
-		binary.BigEndian.PutUint32(ip[0:], 6<<28)
-		binary.BigEndian.PutUint16(ip[4:], uint16(icmpLen+quote))
-		ip[6], ip[7] = protoICMPv6, 64
-		copy(ip[8:24], snap.router[1][:])
-		copy(ip[24:40], pk.Src[:])
-		if kind == icmpTimeExceeded {
-			ic[0], ic[1] = icmp6TimeExc, 0
-		} else {
-			ic[0], ic[1] = icmp6TooBig, 0
-			binary.BigEndian.PutUint32(ic[4:], uint32(mtu))
-		}
-		ic[2], ic[3] = 0, 0
-		ps := header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
-		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
-	}
+	writeICMPError(out[hl:n], in[pk.L3:pk.L3+quote], pk.IPVer, &snap.router[f], &pk.Src, kind, mtu)
 	writeEncap(out[:n], node, pk.Tunnel, pk.VNI, &w.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
 	w.stats.local.Counters[CounterICMPSent]++
 	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
@@ -207,7 +161,7 @@ func (b *tokenBucket) take(now, burst, every int64) bool {
 	return true
 }
 
-// tooBigToOutside answers a packet from the outside (w.pk, to a hosted
+// tooBigToOutside answers a packet from the outside (pk, to a hosted
 // egress IP) that does not fit the tunnel to the pod's node once
 // encapsulated: ICMP fragmentation needed (IPv4, DF set) or packet too big
 // (IPv6) carrying mtu, the largest packet that fits, from the egress IP it
@@ -222,51 +176,72 @@ func (w *Worker) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out [
 	if !w.icmpOutAllowed(now) {
 		return w.drop(DropMTUExceeded)
 	}
+	quote, ihl, ok := icmpQuote(pk, w.hop.MTU)
+	n := ethLen + ihl + icmpLen + quote
+	if !ok || n > len(out) {
+		return w.drop(DropMTUExceeded)
+	}
+	writeEth(out, &w.hop.DstMAC, &w.hop.SrcMAC, pk.IPVer)
+	writeICMPError(out[ethLen:n], in[pk.L3:pk.L3+quote], pk.IPVer, &pk.Dst, &pk.Src, icmpTooBig, mtu)
+	w.stats.local.Counters[CounterICMPSent]++
+	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+}
+
+// icmpQuote returns how much of pk's IP packet an ICMP error about it quotes
+// when the error's IP packet may be at most mtu bytes, and the error's IP
+// header length: as much as fits in 576 bytes (IPv4) or 1280 (IPv6). ok is
+// false when the quote would not reach the ports, which the sender needs to
+// match the error to its socket.
+func icmpQuote(pk *Parsed, mtu int) (quote, ihl int, ok bool) {
 	ihl, maxLen := ipv4MinLen, maxICMPv4Error
 	if pk.IPVer == 6 {
 		ihl, maxLen = ipv6Len, maxICMPv6Error
 	}
-	quote := pk.End - pk.L3
-	if room := maxLen - ihl - icmpLen; quote > room {
-		quote = room
+	quote = min(pk.End-pk.L3, maxLen-ihl-icmpLen, mtu-ihl-icmpLen)
+	return quote, ihl, quote >= ihl+8
+}
+
+// writeICMPError writes into ip, exactly the error's length, an ICMP error
+// of kind (carrying mtu for icmpTooBig) from src to dst in an IP packet of
+// version ver, quoting quoted.
+func writeICMPError(ip, quoted []byte, ver uint8, src, dst *[16]byte, kind, mtu int) {
+	ihl := ipv4MinLen
+	if ver == 6 {
+		ihl = ipv6Len
 	}
-	if room := w.hop.MTU - ihl - icmpLen; quote > room {
-		quote = room
-	}
-	innerLen := ihl + icmpLen + quote
-	n := ethLen + innerLen
-	if quote < ihl+8 || n > len(out) {
-		return w.drop(DropMTUExceeded)
-	}
-	writeEth(out, &w.hop.DstMAC, &w.hop.SrcMAC, pk.IPVer)
-	ip := out[ethLen:n]
 	ic := ip[ihl:]
-	copy(ic[icmpLen:], in[pk.L3:pk.L3+quote])
+	copy(ic[icmpLen:], quoted)
 	binary.BigEndian.PutUint32(ic[4:], 0)
-	if pk.IPVer == 4 {
+	if ver == 4 {
 		ip[0], ip[1] = 0x45, 0
-		binary.BigEndian.PutUint16(ip[2:], uint16(innerLen))
+		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
 		binary.BigEndian.PutUint32(ip[4:], 0)
 		ip[8], ip[9], ip[10], ip[11] = 64, protoICMP, 0, 0
-		copy(ip[12:16], pk.Dst[12:])
-		copy(ip[16:20], pk.Src[12:])
+		copy(ip[12:16], src[12:])
+		copy(ip[16:20], dst[12:])
 		binary.BigEndian.PutUint16(ip[10:], header.ChecksumFold(header.Checksum(ip[:ipv4MinLen], 0)))
-		ic[0], ic[1] = icmp4Unreach, 4 // fragmentation needed and DF set
-		binary.BigEndian.PutUint16(ic[6:], uint16(mtu))
+		if kind == icmpTimeExceeded {
+			ic[0], ic[1] = icmp4TimeExc, 0
+		} else {
+			ic[0], ic[1] = icmp4Unreach, 4 // fragmentation needed and DF set
+			binary.BigEndian.PutUint16(ic[6:], uint16(mtu))
+		}
 		ic[2], ic[3] = 0, 0
 		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, 0)))
+		return
+	}
+	binary.BigEndian.PutUint32(ip[0:], 6<<28)
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(ic)))
+	ip[6], ip[7] = protoICMPv6, 64
+	copy(ip[8:24], src[:])
+	copy(ip[24:40], dst[:])
+	if kind == icmpTimeExceeded {
+		ic[0], ic[1] = icmp6TimeExc, 0
 	} else {
-		binary.BigEndian.PutUint32(ip[0:], 6<<28)
-		binary.BigEndian.PutUint16(ip[4:], uint16(icmpLen+quote))
-		ip[6], ip[7] = protoICMPv6, 64
-		copy(ip[8:24], pk.Dst[:])
-		copy(ip[24:40], pk.Src[:])
 		ic[0], ic[1] = icmp6TooBig, 0
 		binary.BigEndian.PutUint32(ic[4:], uint32(mtu))
-		ic[2], ic[3] = 0, 0
-		ps := header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
-		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
 	}
-	w.stats.local.Counters[CounterICMPSent]++
-	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+	ic[2], ic[3] = 0, 0
+	ps := header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
+	binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
 }
