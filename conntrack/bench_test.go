@@ -95,14 +95,12 @@ func pick(i int, lo, hi uint32) uint32 {
 	return lo + uint32((uint64(x)*uint64(hi-lo))>>32)
 }
 
-// lookupBatch is the data plane's batch size: it parses a batch of frames,
-// calls Prefetch for each, then Track for each.
+// lookupBatch is the batch size the lookup benchmarks use.
 const lookupBatch = 32
 
 // Lookup benchmark modes.
 const (
-	modePrefetch  = iota // Prefetch, PrefetchEntry, Track over lookupBatch keys
-	modeUnbatched        // Track alone
+	modeUnbatched = iota // Track alone
 	modeBatch            // TrackBatch over lookupBatch keys
 	modeRefresh          // Track alone, every hit moves the timer (locked path)
 )
@@ -110,9 +108,7 @@ const (
 // BenchmarkLookup: a hit on a random flow, alternating original and reply
 // direction, including building the key (as the baseline does).
 //
-//	flows=N            the old data-plane pattern: Prefetch a batch of 32,
-//	                   PrefetchEntry each, then Track each
-//	flows=N_batch      TrackBatch over the same 32 keys
+//	flows=N_batch      TrackBatch over a batch of 32 keys
 //	flows=N_unbatched  Track alone
 //	flows=N_refresh    Track alone on original tuples, with the clock moving
 //	                   1 ms per lookup so every hit must write the timer
@@ -125,7 +121,7 @@ func BenchmarkLookup(b *testing.B) {
 	modes := []struct {
 		suffix string
 		mode   int
-	}{{"", modePrefetch}, {"_batch", modeBatch}, {"_unbatched", modeUnbatched}, {"_refresh", modeRefresh}}
+	}{{"_batch", modeBatch}, {"_unbatched", modeUnbatched}, {"_refresh", modeRefresh}}
 	for _, sz := range benchSizes {
 		for _, md := range modes {
 			b.Run("flows="+sz.name+md.suffix, func(b *testing.B) {
@@ -190,20 +186,12 @@ func benchLookup(b *testing.B, n, mode int) {
 			if (i+j)&1 == 1 {
 				*k = f.Reply()
 			}
-			if mode == modePrefetch {
-				tb.Prefetch(k)
-			}
 		}
-		switch mode {
-		case modeBatch:
+		if mode == modeBatch {
 			if tb.TrackBatch(batch[:m], now) != m {
 				b.Fatal("miss")
 			}
 			continue
-		case modePrefetch:
-			for j := 0; j < m; j++ {
-				tb.PrefetchEntry(&keys[j])
-			}
 		}
 		for j := 0; j < m; j++ {
 			dir := Dir((i + j) & 1)
