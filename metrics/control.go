@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,56 +28,36 @@ type Control struct {
 // NewControl registers the control-plane metrics with reg.
 func NewControl(reg prometheus.Registerer) *Control {
 	c := &Control{
-		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "egret_controller_egress_ips_assigned",
-			Help: "Egress IPs assigned to the node by the last assignment.",
-		}, []string{"node"}),
-		unassigned: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egret_controller_egress_ips_unassigned",
-			Help: "Valid egress IPs that no node can host after the last assignment.",
-		}),
+		assigned: newGaugeVec("egret_controller_egress_ips_assigned",
+			"Egress IPs assigned to the node by the last assignment.", "node"),
+		unassigned: newGauge("egret_controller_egress_ips_unassigned",
+			"Valid egress IPs that no node can host after the last assignment."),
 		assignSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egret_controller_assignment_duration_seconds",
 			Help:    "Time to compute an assignment of egress IPs to nodes.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10), // 50 µs .. 13 s
 		}),
-		moves: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "egret_controller_egress_ip_moves_total",
-			Help: "Egress IPs that changed node, for any reason.",
-		}),
-		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egret_controller_failovers_total",
-			Help: "Egress IPs moved away from a node that was no longer usable, by the node they left.",
-		}, []string{"node"}),
+		moves: newCounter("egret_controller_egress_ip_moves_total",
+			"Egress IPs that changed node, for any reason."),
+		failovers: newCounterVec("egret_controller_failovers_total",
+			"Egress IPs moved away from a node that was no longer usable, by the node they left.", "node"),
 		probeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "egret_controller_probe_duration_seconds",
 			Help:    "Reachability probe round trips to gateway nodes (failed probes count their time spent).",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 3, 10), // 100 µs .. 2 s
 		}, []string{"node"}),
-		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egret_controller_probe_failures_total",
-			Help: "Reachability probes that failed, by node.",
-		}, []string{"node"}),
-		reachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "egret_controller_node_reachable",
-			Help: "1 if the egress-assignable node passes the reachability check, 0 if not.",
-		}, []string{"node"}),
-		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egret_controller_reconcile_errors_total",
-			Help: "Reconcile attempts that failed, by what was being done (status, event, assign).",
-		}, []string{"kind"}),
-		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "egret_controller_status_writes_total",
-			Help: "EgressIP status updates written.",
-		}),
-		statusConflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "egret_controller_status_conflicts_total",
-			Help: "EgressIP status updates that met a conflict and were retried.",
-		}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egret_controller_leader",
-			Help: "1 while this replica holds the leader lease, else 0.",
-		}),
+		probeFailures: newCounterVec("egret_controller_probe_failures_total",
+			"Reachability probes that failed, by node.", "node"),
+		reachable: newGaugeVec("egret_controller_node_reachable",
+			"1 if the egress-assignable node passes the reachability check, 0 if not.", "node"),
+		reconcileErrors: newCounterVec("egret_controller_reconcile_errors_total",
+			"Reconcile attempts that failed, by what was being done ("+strings.Join(ReconcileKinds, ", ")+").", "kind"),
+		statusWrites: newCounter("egret_controller_status_writes_total",
+			"EgressIP status updates written."),
+		statusConflicts: newCounter("egret_controller_status_conflicts_total",
+			"EgressIP status updates that met a conflict and were retried."),
+		leader: newGauge("egret_controller_leader",
+			"1 while this replica holds the leader lease, else 0."),
 	}
 	reg.MustRegister(c.assigned, c.unassigned, c.assignSeconds, c.moves, c.failovers, c.probeSeconds,
 		c.probeFailures, c.reachable, c.reconcileErrors, c.statusWrites, c.statusConflicts, c.leader)
@@ -185,4 +166,22 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// The plain metric constructors: name and help, plus labels for a vector.
+
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func newGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }

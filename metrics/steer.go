@@ -21,30 +21,18 @@ type Steer struct {
 // value read is reported.
 func NewSteer(reg prometheus.Registerer, drops func() (uint64, error)) *Steer {
 	s := &Steer{
-		rules: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egret_steer_rules",
-			Help: "Policy routing rules the agent has programmed (one per selected pod address and family).",
-		}),
-		routes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egret_steer_routes",
-			Help: "Routes the agent has programmed in its tables (towards the gateways).",
-		}),
-		selected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egret_steer_selected_pod_addresses",
-			Help: "Local pod addresses selected by an EgressIP: steered, and kept in by the fail-closed filter.",
-		}),
-		applies: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "egret_steer_reconciles_total",
-			Help: "Reconcile passes (desired state computed and applied to the kernel).",
-		}),
-		applyErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "egret_steer_apply_errors_total",
-			Help: "Reconcile passes whose kernel update failed (retried with backoff; the kernel keeps its last state).",
-		}),
-		problems: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egret_steer_input_problems",
-			Help: "Input errors skipped by the last reconcile (invalid selector, gateway without VTEP...).",
-		}),
+		rules: newGauge("egret_steer_rules",
+			"Policy routing rules the agent has programmed (one per selected pod address and family)."),
+		routes: newGauge("egret_steer_routes",
+			"Routes the agent has programmed in its tables (towards the gateways)."),
+		selected: newGauge("egret_steer_selected_pod_addresses",
+			"Local pod addresses selected by an EgressIP: steered, and kept in by the fail-closed filter."),
+		applies: newCounter("egret_steer_reconciles_total",
+			"Reconcile passes (desired state computed and applied to the kernel)."),
+		applyErrors: newCounter("egret_steer_apply_errors_total",
+			"Reconcile passes whose kernel update failed (retried with backoff; the kernel keeps its last state)."),
+		problems: newGauge("egret_steer_input_problems",
+			"Input errors skipped by the last reconcile (invalid selector, gateway without VTEP...)."),
 	}
 	reg.MustRegister(s.rules, s.routes, s.selected, s.applies, s.applyErrors, s.problems)
 	if drops != nil {
