@@ -1,7 +1,5 @@
 package conntrack
 
-import "unsafe"
-
 // MaxBatch is the number of lookups TrackBatch overlaps at once; longer
 // slices are taken MaxBatch at a time.
 const MaxBatch = 64
@@ -48,28 +46,9 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 	}
 	if optimisticReads {
 		for i := range b {
-			l := &b[i]
-			h := hs[i]
-			refs[i] = refUnknown
-			if l.Dir > Reply {
-				refs[i] = refMiss
-				continue
-			}
-			s := &t.shards[h&t.shardMask]
-			v := s.mu.version()
-			if v&1 != 0 {
-				continue
-			}
-			ref := t.findTag(s, h, l.Dir)
-			if ref == refMiss {
-				if s.mu.unchanged(v) {
-					refs[i] = refMiss
-				}
-				continue
-			}
-			refs[i] = ref
-			if _, g, _ := t.refEntry(ref); int(g) < len(t.entries) {
-				prefetchSpan(uintptr(unsafe.Pointer(&t.entries[g])))
+			refs[i] = refMiss
+			if b[i].Dir <= Reply {
+				refs[i] = t.probe(hs[i], b[i].Dir)
 			}
 		}
 	}
@@ -78,13 +57,7 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 		l := &b[i]
 		hit, decided := false, false
 		if optimisticReads {
-			switch ref := refs[i]; ref {
-			case refMiss:
-				decided = true
-			case refUnknown:
-			default:
-				hit, decided = t.trackEntry(ref, l.Dir, &l.Key, l.Flags, now, &l.Flow)
-			}
+			hit, decided = t.trackRef(refs[i], l.Dir, &l.Key, l.Flags, now, &l.Flow)
 		}
 		if !decided {
 			hit = l.Dir <= Reply && t.trackLocked(hs[i], l.Dir, &l.Key, l.Flags, now, &l.Flow)

@@ -54,17 +54,40 @@ func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 // state or moves the timer, or the key is not the entry's (a stale ref or a
 // tag collision).
 func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, fl uint8, now int64, out *Flow) (hit, decided bool) {
+	return t.trackRef(t.probe(h, dir), dir, k, fl, now, out)
+}
+
+// probe is the first half of an unlocked lookup of a key with hash h and
+// direction dir: it returns the ref findTag gives (and starts loading that
+// entry's two lines), refMiss if the index has no such key, or refUnknown
+// if a writer held or took the shard meanwhile. TrackBatch probes a whole
+// batch before finishing any lookup.
+func (t *Table) probe(h uint64, dir Dir) uint32 {
 	s := &t.shards[h&t.shardMask]
 	v := s.mu.version()
 	if v&1 != 0 {
-		return false, false
+		return refUnknown
 	}
 	ref := t.findTag(s, h, dir)
 	if ref == refMiss {
-		return false, s.mu.unchanged(v)
+		if !s.mu.unchanged(v) {
+			return refUnknown
+		}
+		return refMiss
 	}
 	if _, g, _ := t.refEntry(ref); int(g) < len(t.entries) {
 		prefetchSpan(uintptr(unsafe.Pointer(&t.entries[g]))) // both lines in one round trip
+	}
+	return ref
+}
+
+// trackRef finishes an unlocked lookup from probe's answer.
+func (t *Table) trackRef(ref uint32, dir Dir, k *Tuple, fl uint8, now int64, out *Flow) (hit, decided bool) {
+	switch ref {
+	case refMiss:
+		return false, true
+	case refUnknown:
+		return false, false
 	}
 	return t.trackEntry(ref, dir, k, fl, now, out)
 }
