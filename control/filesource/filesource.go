@@ -448,16 +448,55 @@ func (s *Source) statusPath(name string) string {
 
 // readStatus reads the status a previous run wrote, if any.
 func (s *Source) readStatus(name string) (egressv1.EgressIPStatus, bool) {
-	b, err := os.ReadFile(s.statusPath(name))
+	st, err := ReadStatus(filepath.Join(s.dir, StatusDir), name)
 	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("file source: ignoring an unreadable status file", "file", s.statusPath(name), "err", err)
+		}
 		return egressv1.EgressIPStatus{}, false
+	}
+	return st, true
+}
+
+// ReadStatus reads the status file of EgressIP name in statusDir (a
+// directory's StatusDir folder). A missing file is an os.ErrNotExist error.
+func ReadStatus(statusDir, name string) (egressv1.EgressIPStatus, error) {
+	b, err := os.ReadFile(filepath.Join(statusDir, name+".yaml"))
+	if err != nil {
+		return egressv1.EgressIPStatus{}, fmt.Errorf("file source: status of %s: %w", name, err)
 	}
 	var e egressv1.EgressIP
 	if err := yaml.Unmarshal(b, &e); err != nil {
-		s.log.Warn("file source: ignoring an unreadable status file", "file", s.statusPath(name), "err", err)
-		return egressv1.EgressIPStatus{}, false
+		return egressv1.EgressIPStatus{}, fmt.Errorf("file source: status of %s: %w", name, err)
 	}
-	return e.Status, true
+	return e.Status, nil
+}
+
+// ReadStatuses reads every <name>.yaml status file the controller wrote
+// into statusDir, by EgressIP name, for a reader in another process (the
+// gateway agent). Any unreadable or unparsable file is an error; a file
+// removed while the folder is read is skipped.
+func ReadStatuses(statusDir string) (map[string]egressv1.EgressIPStatus, error) {
+	entries, err := os.ReadDir(statusDir)
+	if err != nil {
+		return nil, fmt.Errorf("file source: status folder: %w", err)
+	}
+	out := map[string]egressv1.EgressIPStatus{}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".yaml")
+		if e.IsDir() || !ok || name == "" || strings.HasPrefix(name, ".") {
+			continue
+		}
+		st, err := ReadStatus(statusDir, name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // replaced or removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[name] = st
+	}
+	return out, nil
 }
 
 func sorted[T any](m map[string]*T) []*T {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/egret-gw/egret/control/filesource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 )
 
 // Statuses maps an EgressIP name to its status as last read from the
@@ -109,10 +107,11 @@ func (s *FileSource) Start(ctx context.Context, changed func()) error {
 // Check implements Source: it reads every status file (and reports a
 // change to the changed function of Start).
 func (s *FileSource) Check(context.Context) (Statuses, error) {
-	st, err := ReadStatusDir(filepath.Join(s.dir, filesource.StatusDir))
+	m, err := filesource.ReadStatuses(filepath.Join(s.dir, filesource.StatusDir))
 	if err != nil {
 		return nil, err
 	}
+	st := Statuses(m)
 	s.mu.Lock()
 	differ := !reflect.DeepEqual(s.status, st)
 	s.status = st
@@ -122,35 +121,6 @@ func (s *FileSource) Check(context.Context) (Statuses, error) {
 		changed()
 	}
 	return st, nil
-}
-
-// ReadStatusDir reads every <name>.yaml status file a controller wrote into
-// dir. Any unreadable or unparsable file is an error.
-func ReadStatusDir(dir string) (Statuses, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("file source: status folder: %w", err)
-	}
-	out := Statuses{}
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".yaml")
-		if e.IsDir() || !ok || name == "" || strings.HasPrefix(name, ".") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if errors.Is(err, os.ErrNotExist) {
-			continue // replaced or removed meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("file source: status of %s: %w", name, err)
-		}
-		var eip egressv1.EgressIP
-		if err := yaml.Unmarshal(b, &eip); err != nil {
-			return nil, fmt.Errorf("file source: status of %s: %w", name, err)
-		}
-		out[name] = eip.Status
-	}
-	return out, nil
 }
 
 // Objects implements Source: an EgressIP with a status file gets that
