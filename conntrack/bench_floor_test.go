@@ -76,10 +76,7 @@ func benchDRAM(b *testing.B) {
 		c := startCPU()
 		for i := 0; i < b.N; i += lookupBatch {
 			m := min(lookupBatch, b.N-i)
-			for j := 0; j < m; j++ {
-				idx[j] = pick(i+j, 0, nLines)
-				prefetchLine(base + uintptr(idx[j])*line)
-			}
+			startLines(idx[:m], i, nLines, base)
 			for j := 0; j < m; j++ {
 				sum += words[uint64(idx[j])*line/8]
 			}
@@ -95,10 +92,7 @@ func benchDRAM(b *testing.B) {
 		c := startCPU()
 		for i := 0; i < b.N; i += lookupBatch {
 			m := min(lookupBatch, b.N-i)
-			for j := 0; j < m; j++ {
-				idx[j] = pick(i+j, 0, nLines)
-				prefetchLine(base + uintptr(idx[j])*line)
-			}
+			startLines(idx[:m], i, nLines, base)
 			for j := 0; j < m; j++ {
 				// The "entry": 72 bytes at a line offset the slot names,
 				// so it spans two lines as the table's entries do.
@@ -168,11 +162,7 @@ func benchDRAM(b *testing.B) {
 			b.ResetTimer()
 			c := startCPU()
 			for i := 0; i < b.N; i++ {
-				f := flowN(pick(i, lo, hi), ProtoTCP)
-				k = f.Orig
-				if i&1 == 1 {
-					k = f.Reply()
-				}
+				k = benchKey(i, lo, hi)
 				if hash {
 					sum += tb.h.hash(&k)
 				} else {
@@ -182,6 +172,15 @@ func benchDRAM(b *testing.B) {
 			c.report(b)
 			sinkU64 = sum
 		})
+	}
+}
+
+// startLines is the first pass of the batched floors: idx[j] becomes the
+// random line of op i+j, and loading it starts.
+func startLines(idx []uint32, i int, nLines uint32, base uintptr) {
+	for j := range idx {
+		idx[j] = pick(i+j, 0, nLines)
+		prefetchLine(base + uintptr(idx[j])*64)
 	}
 }
 
