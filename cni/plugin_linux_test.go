@@ -155,7 +155,7 @@ func TestAddCheckDel(t *testing.T) {
 				}
 				if v != "0.3.0" && v != "0.3.1" {
 					// CHECK must notice when the work is undone behind its back.
-					saved := breakDefault(t, l)
+					saved := breakDefault(t, l, netlink.FAMILY_V4)
 					if err := r.check(list); err == nil {
 						t.Error("CHECK passed with the egress default route removed")
 					}
@@ -262,9 +262,10 @@ func assertClean(t *testing.T, l *lab, before4 []string) {
 	}
 }
 
-func breakDefault(t *testing.T, l *lab) netlink.Route {
+// breakDefault deletes the pod's default route of family and returns it.
+func breakDefault(t *testing.T, l *lab, family int) netlink.Route {
 	t.Helper()
-	rs, err := l.Pod.NL.RouteList(nil, netlink.FAMILY_V4)
+	rs, err := l.Pod.NL.RouteList(nil, family)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func breakDefault(t *testing.T, l *lab) netlink.Route {
 			return r
 		}
 	}
-	t.Fatal("no default route to break")
+	t.Fatalf("no default route of family %d to break", family)
 	return netlink.Route{}
 }
 
@@ -339,7 +340,7 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "late failure" {
-				saved := breakDefault6(t, l)
+				saved := breakDefault(t, l, netlink.FAMILY_V6)
 				defer func() { _ = l.Pod.NL.RouteAdd(&saved) }()
 			}
 			out, err := runPlugin(t, l, "ADD", tc.conf, tc.args)
@@ -384,24 +385,6 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 	if err == nil || json.Unmarshal(out, &e) != nil || e.Code != types.ErrInvalidNetNS {
 		t.Errorf("ADD in a missing namespace: %v %s", err, out)
 	}
-}
-
-func breakDefault6(t *testing.T, l *lab) netlink.Route {
-	t.Helper()
-	rs, err := l.Pod.NL.RouteList(nil, netlink.FAMILY_V6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
-		if isDefault(r) {
-			if err := l.Pod.NL.RouteDel(&r); err != nil {
-				t.Fatal(err)
-			}
-			return r
-		}
-	}
-	t.Fatal("no IPv6 default route")
-	return netlink.Route{}
 }
 
 // TestStatusAndGC covers the 1.1.0 verbs: STATUS reports availability, GC lets the
