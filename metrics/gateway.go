@@ -215,11 +215,12 @@ func (c *GatewayCollector) Collect(ch chan<- prometheus.Metric) {
 			cfg := a.Config()
 			unpriv := float64(int(cfg.PortMax) - int(cfg.PortMin) + 1)
 			for _, ip := range c.ips {
-				k := nat.Addr(ip.Unmap().As16())
-				s := ip.Unmap().String()
+				ip = ip.Unmap()
+				k := nat.Addr(ip.As16())
+				s := ip.String()
 				for _, p := range natProtos {
 					proto := p.proto
-					if p.name == "icmp" && !ip.Unmap().Is4() {
+					if p.name == "icmp" && !ip.Is4() {
 						proto = 58
 					}
 					gauge(ch, c.portsInUse, float64(a.PortsInUse(k, proto)), s, p.name)
