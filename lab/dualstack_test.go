@@ -2,10 +2,7 @@ package lab
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -49,7 +46,7 @@ func testDualStack(t *testing.T, l *Lab) {
 			}
 		}
 	})
-	t.Run("Unsolicited6", func(t *testing.T) { testUnsolicited6(t, l, p, v6.IP) })
+	t.Run("Unsolicited6", func(t *testing.T) { checkUnsolicited(t, l.Spec, p.Name, p.Namespace, l.Spec.Server.IP6, v6.IP) })
 	t.Run("PMTU6", func(t *testing.T) { testPMTU6(t, l, p, v6.IP) })
 	t.Run("Reclaim6", func(t *testing.T) { testReclaim6(t, l, p) })
 }
@@ -111,80 +108,6 @@ func ipv6Frame(f []byte) []byte {
 
 func ip6Src(p []byte) netip.Addr { return netip.AddrFrom16([16]byte(p[8:24])) }
 func ip6Dst(p []byte) netip.Addr { return netip.AddrFrom16([16]byte(p[24:40])) }
-
-// testUnsolicited6: UDP, TCP and ICMPv6 from the server to the IPv6 egress
-// IP that no pod flow asked for reach no pod, while the pod's own flow
-// does (so the captures are shown to work).
-func testUnsolicited6(t *testing.T, l *Lab, p PodStatus, eip netip.Addr) {
-	s := l.Spec
-	var caps []*capture
-	var names []string
-	for _, lp := range pods(s) {
-		caps = append(caps, startCapture(t, s.NS(lp.p.Name), "eth0"))
-		names = append(names, lp.p.Name)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	uc, err := DialContext(ctx, p.Namespace, "udp", netip.AddrPortFrom(s.Server.IP6, UDPPort).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer uc.Close()
-	mapped := udpEcho(t, uc, "open an IPv6 flow")
-	if mapped.Addr() != eip {
-		t.Fatalf("w1-p3 egresses over IPv6 as %v, want %v", mapped, eip)
-	}
-	var tag [8]byte
-	rand.Read(tag[:])
-	bad := "UNSOLICITED6-" + hex.EncodeToString(tag[:])
-	srvNS := s.NS(s.Server.Name)
-	for _, port := range []uint16{mapped.Port(), 53, 4789, 8081, 40000} {
-		c, err := DialContext(ctx, srvNS, "udp", netip.AddrPortFrom(eip, port).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Write([]byte(bad))
-		c.Close()
-	}
-	for _, port := range []uint16{mapped.Port(), 22, 80} {
-		tctx, tcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		if c, err := DialContext(tctx, srvNS, "tcp", netip.AddrPortFrom(eip, port).String()); err == nil {
-			c.Close()
-			t.Errorf("a TCP connection from the outside to [%v]:%d was accepted", eip, port)
-		}
-		tcancel()
-	}
-	icmp, err := ListenPacket(srvNS, "ip6:ipv6-icmp", "::")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := icmpEcho(0x7777, 1, []byte(bad))
-	req[0], req[2], req[3] = 128, 0, 0
-	if _, err := icmp.WriteTo(req, &net.IPAddr{IP: eip.AsSlice()}); err != nil {
-		t.Errorf("ICMPv6 echo to %v: %v", eip, err)
-	}
-	icmp.Close()
-	good := "SOLICITED6-" + hex.EncodeToString(tag[:])
-	udpEcho(t, uc, good)
-	time.Sleep(300 * time.Millisecond)
-	sawGood := false
-	for i, c := range caps {
-		for _, f := range c.Stop() {
-			if bytes.Contains(f, []byte(bad)) {
-				t.Errorf("pod %s received an unsolicited IPv6 packet: % x", names[i], f)
-			}
-			if bytes.Contains(f, []byte(good)) && names[i] == p.Name {
-				sawGood = true
-			}
-			if ip := ipv6Frame(f); ip != nil && ip6Src(ip) == s.Server.IP6 && !(ip[6] == 17 && binary.BigEndian.Uint16(ip[40:]) == UDPPort) && !(ip[6] == 6 && binary.BigEndian.Uint16(ip[40:]) == HTTPPort) && ip[6] != 58 {
-				t.Errorf("pod %s received an IPv6 packet from the server that no pod flow explains: % x", names[i], ip)
-			}
-		}
-	}
-	if !sawGood {
-		t.Fatalf("the capture in %s did not see the reply of its own IPv6 flow; the check above proves nothing", p.Name)
-	}
-}
 
 // testPMTU6: with a 1280-byte hop between router and server, the router's
 // packet-too-big about an upload from the IPv6 egress IP is translated

@@ -164,25 +164,37 @@ func testUnsolicited(t *testing.T, l *Lab) {
 	s := l.Spec
 	p := s.Workers[0].Pods[0]
 	eip, _, _ := s.Steering(p)
-	ns := s.NS(p.Name)
+	checkUnsolicited(t, s, p.Name, s.NS(p.Name), s.Server.IP, eip)
+}
+
+// checkUnsolicited: UDP, TCP and ICMP from the server to egress IP eip
+// that no pod flow asked for reach no pod, while the flow pod name (in
+// namespace ns) opens to server, of eip's family, does (so the captures
+// are shown to work).
+func checkUnsolicited(t *testing.T, s *Spec, name, ns string, server, eip netip.Addr) {
+	v6 := eip.Is6()
+	fam := "IPv4"
+	if v6 {
+		fam = "IPv6"
+	}
 	var caps []*capture
 	for _, lp := range pods(s) {
 		caps = append(caps, startCapture(t, s.NS(lp.p.Name), "eth0"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	uc, err := DialContext(ctx, ns, "udp", netip.AddrPortFrom(s.Server.IP, UDPPort).String())
+	uc, err := DialContext(ctx, ns, "udp", netip.AddrPortFrom(server, UDPPort).String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer uc.Close()
-	mapped := udpEcho(t, uc, "open a flow")
+	mapped := udpEcho(t, uc, "open an "+fam+" flow")
 	if mapped.Addr() != eip {
-		t.Fatalf("pod %s egresses as %v, want %v", p.Name, mapped, eip)
+		t.Fatalf("pod %s egresses over %s as %v, want %v", name, fam, mapped, eip)
 	}
 	var tag [8]byte
 	rand.Read(tag[:])
-	bad := "UNSOLICITED-" + hex.EncodeToString(tag[:])
+	bad := "UNSOLICITED-" + fam + "-" + hex.EncodeToString(tag[:])
 	srvNS := s.NS(s.Server.Name)
 	// From another source port to the mapped port (address-and-port
 	// dependent filtering), and to ports nobody opened.
@@ -198,39 +210,71 @@ func testUnsolicited(t *testing.T, l *Lab) {
 		tctx, tcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		if c, err := DialContext(tctx, srvNS, "tcp", netip.AddrPortFrom(eip, port).String()); err == nil {
 			c.Close()
-			t.Errorf("a TCP connection from the outside to %v:%d was accepted", eip, port)
+			t.Errorf("a TCP connection from the outside to %v was accepted", netip.AddrPortFrom(eip, port))
 		}
 		tcancel()
 	}
-	icmp, err := ListenPacket(srvNS, "ip4:icmp", "0.0.0.0")
+	network, laddr, req := "ip4:icmp", "0.0.0.0", icmpEcho(0x7777, 1, []byte(bad))
+	if v6 {
+		// ICMPv6 echo request; the kernel fills in the checksum.
+		network, laddr = "ip6:ipv6-icmp", "::"
+		req[0], req[2], req[3] = 128, 0, 0
+	}
+	icmp, err := ListenPacket(srvNS, network, laddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	icmp.WriteTo(icmpEcho(0x7777, 1, []byte(bad)), &net.IPAddr{IP: eip.AsSlice()})
+	if _, err := icmp.WriteTo(req, &net.IPAddr{IP: eip.AsSlice()}); err != nil {
+		t.Errorf("ICMP echo to %v: %v", eip, err)
+	}
 	icmp.Close()
 	// The pod's own flow still works: this reply must be captured, which
 	// proves the captures see what reaches the pods.
-	good := "SOLICITED-" + hex.EncodeToString(tag[:])
+	good := "SOLICITED-" + fam + "-" + hex.EncodeToString(tag[:])
 	udpEcho(t, uc, good)
 	time.Sleep(300 * time.Millisecond)
 	sawGood := false
 	for i, c := range caps {
-		name := pods(s)[i].p.Name
+		pod := pods(s)[i].p.Name
 		for _, f := range c.Stop() {
 			if bytes.Contains(f, []byte(bad)) {
-				t.Errorf("pod %s received an unsolicited packet: % x", name, f)
+				t.Errorf("pod %s received an unsolicited %s packet: % x", pod, fam, f)
 			}
-			if bytes.Contains(f, []byte(good)) && name == p.Name {
+			if bytes.Contains(f, []byte(good)) && pod == name {
 				sawGood = true
 			}
-			if ip := ipv4(f); ip != nil && ipSrc(ip) == s.Server.IP && !(ip[9] == 17 && binary.BigEndian.Uint16(ipL4(ip)) == UDPPort) && !(ip[9] == 6 && binary.BigEndian.Uint16(ipL4(ip)) == HTTPPort) {
-				t.Errorf("pod %s received a packet from the server that no pod flow explains: % x", name, ip)
+			if ip, proto, l4 := serverPacket(f, v6, server); ip != nil && !(proto == 17 && srcPort(l4) == UDPPort) && !(proto == 6 && srcPort(l4) == HTTPPort) && !(v6 && proto == 58) {
+				t.Errorf("pod %s received an %s packet from the server that no pod flow explains: % x", pod, fam, ip)
 			}
 		}
 	}
 	if !sawGood {
-		t.Fatalf("the capture in %s did not see the reply of the pod's own flow; the check above proves nothing", p.Name)
+		t.Fatalf("the capture in %s did not see the reply of its own %s flow; the check above proves nothing", name, fam)
 	}
+}
+
+// serverPacket returns the IP packet in frame, its protocol and what
+// follows its header if it is of the family v6 says and comes from server;
+// otherwise ip is nil.
+func serverPacket(frame []byte, v6 bool, server netip.Addr) (ip []byte, proto byte, l4 []byte) {
+	if v6 {
+		if ip = ipv6Frame(frame); ip == nil || ip6Src(ip) != server {
+			return nil, 0, nil
+		}
+		return ip, ip[6], ip[40:]
+	}
+	if ip = ipv4(frame); ip == nil || ipSrc(ip) != server {
+		return nil, 0, nil
+	}
+	return ip, ip[9], ipL4(ip)
+}
+
+// srcPort is the source port of a UDP or TCP header, 0 if l4 is too short.
+func srcPort(l4 []byte) uint16 {
+	if len(l4) < 2 {
+		return 0
+	}
+	return binary.BigEndian.Uint16(l4)
 }
 
 // testTransfer: 200 MB from the server to a steered pod arrive intact.
