@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/filesource"
 	"github.com/egret-gw/egret/metrics"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // AnnotationVTEP on a Node lists its tunnel addresses (comma-separated, at
@@ -256,15 +255,11 @@ func DirStatus(dir string) func(name string) (egressv1.EgressIPStatus, bool) {
 		if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
 			return egressv1.EgressIPStatus{}, false
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "status", name+".yaml"))
+		st, err := filesource.ReadStatus(filepath.Join(dir, filesource.StatusDir), name)
 		if err != nil {
-			// No status file: keep the status in the object itself.
+			// No (readable) status file: keep the status in the object itself.
 			return egressv1.EgressIPStatus{}, false
 		}
-		var e egressv1.EgressIP
-		if err := yaml.Unmarshal(b, &e); err != nil {
-			return egressv1.EgressIPStatus{}, false
-		}
-		return e.Status, true
+		return st, true
 	}
 }
