@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"errors"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -291,3 +292,157 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 	}
 	t.Logf("%d hits, %d rewrites, none torn", hits, rewrites.Load())
 }
+
+// InsertBatch gives exactly the results and events of Insert called once
+// per flow in order: successes, ErrExists against the table and against an
+// earlier flow of the same batch, ErrInvalidFlow, and ErrFull once the table
+// is full, with deletes between batches making room again. Two tables get
+// the same operations; one inserts in batches, the other one by one.
+func TestInsertBatchMatchesInsert(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	a := mustNew(t, Config{MaxFlows: 700, Shards: 4})
+	b := mustNew(t, Config{MaxFlows: 700, Shards: 4})
+	type ev struct {
+		ev Event
+		f  Flow
+	}
+	var evA, evB []ev
+	a.SetEventHook(func(e Event, f Flow) { evA = append(evA, ev{e, f}) })
+	b.SetEventHook(func(e Event, f Flow) { evB = append(evB, ev{e, f}) })
+	flagSet := []uint8{0, FlagSYN, FlagSYN | FlagACK, FlagACK, FlagRST}
+	batch := make([]Insertion, 0, 3*MaxBatch)
+	var out Flow
+	seen := map[error]int{}
+	now := int64(0)
+	for round := 0; round < 600; round++ {
+		now += int64(r.IntN(3)) * sec
+		batch = batch[:r.IntN(cap(batch)+1)]
+		for i := range batch {
+			in := &batch[i]
+			*in = Insertion{Flow: randFlow(r), Flags: flagSet[r.IntN(len(flagSet))]}
+			in.Flow.Orig.Proto = []uint8{ProtoTCP, ProtoUDP, ProtoICMP}[r.IntN(3)]
+			switch r.IntN(16) {
+			case 0:
+				if i > 0 {
+					in.Flow = batch[r.IntN(i)].Flow // a duplicate within the batch
+				}
+			case 1: // reply tuple == original tuple
+				f := &in.Flow
+				f.Orig.Dst, f.NATAddr = f.Orig.Src, f.Orig.Src
+				f.Orig.DstPort, f.NATPort = f.Orig.SrcPort, f.Orig.SrcPort
+			}
+			in.Err = errors.New("not set") // InsertBatch must overwrite it
+		}
+		want := make([]Insertion, len(batch))
+		copy(want, batch)
+		n := a.InsertBatch(batch, now)
+		added := 0
+		for i := range want {
+			w := &want[i]
+			w.Err = b.Insert(&w.Flow, w.Flags, now)
+			got := &batch[i]
+			if got.Err != w.Err {
+				t.Fatalf("round %d flow %d: InsertBatch %v, Insert %v", round, i, got.Err, w.Err)
+			}
+			if w.Err == nil {
+				added++
+				if got.Flow != w.Flow {
+					t.Fatalf("round %d flow %d: InsertBatch flow %+v, Insert %+v", round, i, got.Flow, w.Flow)
+				}
+			}
+			seen[w.Err]++
+		}
+		if n != added {
+			t.Fatalf("round %d: InsertBatch returned %d, %d added", round, n, added)
+		}
+		if a.Len() != b.Len() {
+			t.Fatalf("round %d: Len %d vs %d", round, a.Len(), b.Len())
+		}
+		// Make room: delete a random share of the batch's flows from both.
+		for i := range want {
+			if want[i].Err == nil && r.IntN(3) != 0 {
+				da, db := a.Delete(&want[i].Flow.Orig, &out), b.Delete(&want[i].Flow.Orig, &out)
+				if !da || !db {
+					t.Fatalf("round %d: delete %v %v", round, da, db)
+				}
+			}
+		}
+	}
+	for _, err := range []error{nil, ErrExists, ErrInvalidFlow, ErrFull} {
+		if seen[err] < 50 {
+			t.Fatalf("test too weak: %d results %v (all: %v)", seen[err], err, seen)
+		}
+	}
+	if len(evA) != len(evB) {
+		t.Fatalf("%d events from batches, %d from single inserts", len(evA), len(evB))
+	}
+	for i := range evA {
+		if evA[i] != evB[i] {
+			t.Fatalf("event %d: %v %+v vs %v %+v", i, evA[i].ev, evA[i].f, evB[i].ev, evB[i].f)
+		}
+	}
+	if a.InsertBatch(nil, now) != 0 {
+		t.Fatal("empty batch")
+	}
+}
+
+// InsertBatch allocates nothing, successes and refusals alike.
+func TestInsertBatchZeroAllocs(t *testing.T) {
+	tb := mustNew(t, Config{MaxFlows: 4096})
+	var batch [MaxBatch]Insertion
+	var out Flow
+	allocs := testing.AllocsPerRun(100, func() {
+		for i := range batch {
+			batch[i] = Insertion{Flow: flowN(uint32(i%(MaxBatch/2)), ProtoTCP), Flags: FlagSYN}
+		}
+		if tb.InsertBatch(batch[:], 1) != MaxBatch/2 {
+			panic("wrong count")
+		}
+		for i := 0; i < MaxBatch/2; i++ {
+			if !tb.Delete(&batch[i].Flow.Orig, &out) {
+				panic("delete")
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per InsertBatch", allocs)
+	}
+}
+
+// Batches inserted from several goroutines at once, overlapping in part:
+// every flow ends up in the table exactly once, and the insert counts add up.
+func TestInsertBatchConcurrent(t *testing.T) {
+	const perG, goroutines = 3000, 4
+	tb := mustNew(t, Config{MaxFlows: perG * goroutines, Shards: 8})
+	var added atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var batch [40]Insertion
+			for i := 0; i < perG; i += len(batch) {
+				for j := range batch {
+					// Half the ids are shared with the next goroutine.
+					id := uint32(g*perG/2 + (i+j)%perG)
+					batch[j] = Insertion{Flow: flowN(id, ProtoUDP)}
+				}
+				added.Add(int64(tb.InsertBatch(batch[:], 1)))
+			}
+		}()
+	}
+	wg.Wait()
+	want := perG/2*goroutines + perG/2 // distinct ids
+	if int(added.Load()) != want || tb.Len() != want {
+		t.Fatalf("added %d, Len %d, want %d", added.Load(), tb.Len(), want)
+	}
+	var out Flow
+	for id := 0; id < want; id++ {
+		f := flowN(uint32(id), ProtoUDP)
+		if !tb.Track(Original, &f.Orig, 0, 1, &out) || !tb.Track(Reply, ptr(f.Reply()), 0, 1, &out) {
+			t.Fatalf("flow %d missing", id)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -260,42 +260,13 @@ func BenchmarkLookupParallel(b *testing.B) {
 // insertBatch oldest flows if the next chunk would not fit, and builds the
 // next chunk's flows (flowN costs about 30 ns: the benchmark's work, not
 // the table's).
+//
+//	flows=N        Insert, one flow at a time
+//	flows=N_batch  InsertBatch over lookupBatch (32) flows at a time
 func BenchmarkInsert(b *testing.B) {
 	for _, sz := range benchSizes {
-		b.Run("flows="+sz.name, func(b *testing.B) {
-			bt := getBenchTable(b, sz.n)
-			tb := bt.tb
-			var out Flow
-			flows := make([]Flow, insertBatch)
-			b.ReportAllocs()
-			b.ResetTimer()
-			c := startCPU()
-			for i := 0; i < b.N; i++ {
-				j := i % insertBatch
-				if j == 0 {
-					c.pause()
-					b.StopTimer()
-					if bt.next-bt.oldest+insertBatch > uint32(sz.n) {
-						for k := 0; k < insertBatch; k++ {
-							g := flowN(bt.oldest, ProtoTCP)
-							bt.oldest++
-							if !tb.Delete(&g.Orig, &out) {
-								b.Fatal("delete")
-							}
-						}
-					}
-					nextFlows(flows, bt.next)
-					b.StartTimer()
-					c.resume()
-				}
-				if err := tb.Insert(&flows[j], FlagSYN, 0); err != nil {
-					b.Fatal(err)
-				}
-				bt.next++
-			}
-			c.report(b)
-			b.ReportMetric(float64(tb.Bytes())/float64(tb.Cap()), "bytes/flow")
-		})
+		b.Run("flows="+sz.name, func(b *testing.B) { benchInsert(b, sz.n, false) })
+		b.Run("flows="+sz.name+"_batch", func(b *testing.B) { benchInsert(b, sz.n, true) })
 	}
 	b.Run("baseline_gomap", func(b *testing.B) {
 		const n = 1 << 20
@@ -337,6 +308,54 @@ func BenchmarkInsert(b *testing.B) {
 		}
 		c.report(b)
 	})
+}
+
+// benchInsert is one BenchmarkInsert case: Insert or (batched) InsertBatch.
+func benchInsert(b *testing.B, n int, batched bool) {
+	bt := getBenchTable(b, n)
+	tb := bt.tb
+	var out Flow
+	flows := make([]Insertion, insertBatch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	c := startCPU()
+	for i := 0; i < b.N; {
+		j := i % insertBatch
+		if j == 0 {
+			c.pause()
+			b.StopTimer()
+			if bt.next-bt.oldest+insertBatch > uint32(n) {
+				for k := 0; k < insertBatch; k++ {
+					g := flowN(bt.oldest, ProtoTCP)
+					bt.oldest++
+					if !tb.Delete(&g.Orig, &out) {
+						b.Fatal("delete")
+					}
+				}
+			}
+			for k := range flows {
+				flows[k] = Insertion{Flow: flowN(bt.next+uint32(k), ProtoTCP), Flags: FlagSYN}
+			}
+			b.StartTimer()
+			c.resume()
+		}
+		if batched {
+			m := min(lookupBatch, b.N-i, insertBatch-j)
+			if tb.InsertBatch(flows[j:j+m], 0) != m {
+				b.Fatal(flows[j].Err)
+			}
+			i += m
+			bt.next += uint32(m)
+			continue
+		}
+		if err := tb.Insert(&flows[j].Flow, flows[j].Flags, 0); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		bt.next++
+	}
+	c.report(b)
+	b.ReportMetric(float64(tb.Bytes())/float64(tb.Cap()), "bytes/flow")
 }
 
 // nextFlows fills fl with flows first, first+1, ...

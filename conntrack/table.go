@@ -546,16 +546,27 @@ func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error {
 
 // insert stores f with state st and the given deadline.
 func (t *Table) insert(f *Flow, st State, deadline int64) error {
-	// Start the three cache misses an insert has (both keys' index lines
-	// and the entry it will fill) as early as possible, each as soon as its
-	// address is known, and do the work that needs none of them (the
-	// reply tuple, its hash, the check) while they load; the lock's atomic
-	// must come after them or it would make them wait for each other.
-	h1 := t.h.hash(&f.Orig)
-	s1i := uint32(h1 & t.shardMask)
-	s1 := &t.shards[s1i]
+	var ik insertKeys
+	t.startInsert(f, &ik)
+	return t.finishInsert(f, &ik, st, deadline)
+}
+
+// insertKeys is the part of an insert that needs no table memory: both
+// tuples' hashes and the reply tuple.
+type insertKeys struct {
+	h1, h2 uint64
+	r      Tuple
+}
+
+// startInsert computes f's insertKeys and starts the cache misses the
+// insert will have (both keys' index lines and the entry it will most
+// likely fill), each as soon as its address is known, so that they overlap
+// each other and the work that needs none of them.
+func (t *Table) startInsert(f *Flow, ik *insertKeys) {
+	ik.h1 = t.h.hash(&f.Orig)
+	s1 := &t.shards[ik.h1&t.shardMask]
 	if s1.n != 0 {
-		prefetchLine(s1.bucketAddr(h1))
+		prefetchLine(s1.bucketAddr(ik.h1))
 		if optimisticReads {
 			// An unlocked peek at the entry the insert will most likely
 			// take; a wrong guess costs a wasted prefetch.
@@ -568,16 +579,24 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 			}
 		}
 	}
-	r := f.Reply()
-	h2 := t.h.hash(&r)
-	s2i := uint32(h2 & t.shardMask)
-	s2 := &t.shards[s2i]
-	if s2.n != 0 {
-		prefetchLine(s2.bucketAddr(h2))
+	ik.r = f.Reply()
+	ik.h2 = t.h.hash(&ik.r)
+	if s2 := &t.shards[ik.h2&t.shardMask]; s2.n != 0 {
+		prefetchLine(s2.bucketAddr(ik.h2))
 	}
-	if r == f.Orig {
+}
+
+// finishInsert stores f, whose insertKeys startInsert computed, with state
+// st and the given deadline.
+func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64) error {
+	h1, h2, r := ik.h1, ik.h2, &ik.r
+	s1i, s2i := uint32(h1&t.shardMask), uint32(h2&t.shardMask)
+	s1, s2 := &t.shards[s1i], &t.shards[s2i]
+	if *r == f.Orig {
 		return ErrInvalidFlow
 	}
+	// The lock's atomic comes after the prefetches (startInsert) or it
+	// would make them wait for each other.
 	t.lock2(s1i, s2i)
 	// Count the flow now, while the index lines are still on their way: an
 	// atomic after the finds would wait for them, and the finds' result
@@ -589,7 +608,7 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 		need1 = 2
 	}
 	switch {
-	case t.find(s1, h1, &f.Orig, anyDir) != 0 || t.find(s2, h2, &r, anyDir) != 0:
+	case t.find(s1, h1, &f.Orig, anyDir) != 0 || t.find(s2, h2, r, anyDir) != 0:
 		err = ErrExists
 	case over || s1.used >= t.shardCap || s1.keys+need1 > s1.keyLimit || s2.keys+1 > s2.keyLimit:
 		err = ErrFull
@@ -603,6 +622,11 @@ func (t *Table) insert(f *Flow, st State, deadline int64) error {
 	if s1.free != 0 {
 		local = s1.free - 1
 		s1.free = uint32(t.entries[s1.base+local].aux)
+		if s1.free != 0 {
+			// The next insert into this shard pops that entry: start
+			// loading it now (a batch's next insert may be it).
+			prefetchSpanW(uintptr(unsafe.Pointer(&t.entries[s1.base+s1.free-1])))
+		}
 	} else {
 		local = s1.bump
 		s1.bump++
