@@ -263,9 +263,6 @@ func (t *Table) Cap() int { return int(t.maxFlows) }
 // Bytes returns the memory the table allocated up front, in bytes.
 func (t *Table) Bytes() int64 { return t.bytes }
 
-// Shards returns the number of shards.
-func (t *Table) Shards() int { return len(t.shards) }
-
 // --- references and the index ---
 
 // A ref names one key of one entry: ((local<<shardBits | shard)<<1 | dir) + 1.
