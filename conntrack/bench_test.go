@@ -277,7 +277,11 @@ func BenchmarkInsert(b *testing.B) {
 			m[f.Orig] = int32(next)
 			m[f.Reply()] = int32(next)
 		}
-		flows := make([]Flow, insertBatch)
+		flows := make([]Insertion, insertBatch)
+		del := func(g *Flow) {
+			delete(m, g.Orig)
+			delete(m, g.Reply())
+		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		c := startCPU()
@@ -286,19 +290,11 @@ func BenchmarkInsert(b *testing.B) {
 			if j == 0 {
 				c.pause()
 				b.StopTimer()
-				if next-oldest+insertBatch > n {
-					for k := 0; k < insertBatch; k++ {
-						g := flowN(oldest, ProtoTCP)
-						oldest++
-						delete(m, g.Orig)
-						delete(m, g.Reply())
-					}
-				}
-				nextFlows(flows, next)
+				refillChunk(flows, next, &oldest, n, del)
 				b.StartTimer()
 				c.resume()
 			}
-			f := &flows[j]
+			f := &flows[j].Flow
 			if _, ok := m[f.Orig]; ok {
 				b.Fatal("exists")
 			}
@@ -316,6 +312,11 @@ func benchInsert(b *testing.B, n int, batched bool) {
 	tb := bt.tb
 	var out Flow
 	flows := make([]Insertion, insertBatch)
+	del := func(g *Flow) {
+		if !tb.Delete(&g.Orig, &out) {
+			b.Fatal("delete")
+		}
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	c := startCPU()
@@ -324,18 +325,7 @@ func benchInsert(b *testing.B, n int, batched bool) {
 		if j == 0 {
 			c.pause()
 			b.StopTimer()
-			if bt.next-bt.oldest+insertBatch > uint32(n) {
-				for k := 0; k < insertBatch; k++ {
-					g := flowN(bt.oldest, ProtoTCP)
-					bt.oldest++
-					if !tb.Delete(&g.Orig, &out) {
-						b.Fatal("delete")
-					}
-				}
-			}
-			for k := range flows {
-				flows[k] = Insertion{Flow: flowN(bt.next+uint32(k), ProtoTCP), Flags: FlagSYN}
-			}
+			refillChunk(flows, bt.next, &bt.oldest, n, del)
 			b.StartTimer()
 			c.resume()
 		}
@@ -358,10 +348,20 @@ func benchInsert(b *testing.B, n int, batched bool) {
 	b.ReportMetric(float64(tb.Bytes())/float64(tb.Cap()), "bytes/flow")
 }
 
-// nextFlows fills fl with flows first, first+1, ...
-func nextFlows(fl []Flow, first uint32) {
+// refillChunk prepares BenchmarkInsert's next chunk (the caller stops the
+// timer): if the chunk would not fit among the n flows the table or map may
+// hold, it deletes the len(fl) oldest flows through del; then it fills fl
+// with flows next, next+1, ...
+func refillChunk(fl []Insertion, next uint32, oldest *uint32, n int, del func(*Flow)) {
+	if next-*oldest+uint32(len(fl)) > uint32(n) {
+		for range fl {
+			g := flowN(*oldest, ProtoTCP)
+			*oldest++
+			del(&g)
+		}
+	}
 	for k := range fl {
-		fl[k] = flowN(first+uint32(k), ProtoTCP)
+		fl[k] = Insertion{Flow: flowN(next+uint32(k), ProtoTCP), Flags: FlagSYN}
 	}
 }
 
