@@ -106,11 +106,7 @@ func (t *Table) insertBatch(b []Insertion, now int64) int {
 	added := 0
 	for i := range b {
 		in := &b[i]
-		st := initialState(in.Flow.Orig.Proto, in.Flags)
-		in.Err = t.finishInsert(&in.Flow, &ks[i], st, now+t.to[st])
-		if in.Err == nil {
-			in.Flow.State = st
-			t.emit(EventCreated, &in.Flow)
+		if in.Err = t.insertNew(&in.Flow, &ks[i], in.Flags, now); in.Err == nil {
 			added++
 		}
 	}

@@ -532,8 +532,16 @@ func (t *Table) unlock2(a, b uint32) {
 // first packet's TCP flags give, and sets f.State to it. ErrFull or
 // ErrExists leave the table unchanged.
 func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error {
+	var ik insertKeys
+	t.startInsert(f, &ik)
+	return t.insertNew(f, &ik, tcpFlags, now)
+}
+
+// insertNew is the rest of Insert (and of each InsertBatch item) once
+// startInsert has run: the first packet's state, the store, the event.
+func (t *Table) insertNew(f *Flow, ik *insertKeys, tcpFlags uint8, now int64) error {
 	st := initialState(f.Orig.Proto, tcpFlags)
-	if err := t.insert(f, st, now+t.to[st]); err != nil {
+	if err := t.finishInsert(f, ik, st, now+t.to[st]); err != nil {
 		return err
 	}
 	f.State = st
@@ -541,7 +549,7 @@ func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error {
 	return nil
 }
 
-// insert stores f with state st and the given deadline.
+// insert stores f with state st and the given deadline (Import).
 func (t *Table) insert(f *Flow, st State, deadline int64) error {
 	var ik insertKeys
 	t.startInsert(f, &ik)
