@@ -29,7 +29,7 @@ type Flow struct {
 	Orig    Tuple  // as the pod sent it: pod → server
 	NATAddr Addr   // the egress IP the pod side is rewritten to
 	NATPort uint16 // the port (or ICMP identifier) the pod side is rewritten to
-	Aux     uint64 // opaque to conntrack: the caller's return-path data
+	Aux     uint32 // opaque to conntrack: the caller's return-path data (32 bits keep an entry in one cache line)
 	State   State
 }
 

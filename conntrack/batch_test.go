@@ -97,8 +97,8 @@ func TestTrackBatchMatchesTrack(t *testing.T) {
 func TestOptimisticLookupsConsistent(t *testing.T) {
 	const nflows = 8
 	tb := mustNew(t, Config{MaxFlows: 64, Shards: 2})
-	check := func(o *Tuple, nport uint16, st State) uint64 {
-		return tb.h.hash(o)*31 + uint64(nport) + uint64(st)<<40
+	check := func(o *Tuple, nport uint16, st State) uint32 {
+		return uint32(tb.h.hash(o))*31 + uint32(nport) + uint32(st)<<24
 	}
 	mk := func(i uint32, gen uint16) Flow {
 		f := flowN(i, ProtoTCP)
@@ -251,7 +251,7 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 	_, g, _ := tb.refEntry(tb.find(s, tb.h.hash(&f.Orig), &f.Orig, Original))
 	e := &tb.entries[g]
 	s.mu.Lock()
-	e.aux = uint64(e.state) * 0x0101010101010101
+	e.aux = uint32(e.state) * 0x01010101
 	s.mu.Unlock()
 	var stop atomic.Bool
 	var rewrites atomic.Int64
@@ -262,8 +262,8 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 		for st := uint8(1); !stop.Load(); st = st%uint8(StateClose) + 1 {
 			s.mu.Lock()
 			e.state = st
-			e.aux = uint64(st) * 0x0101010101010101
-			e.deadline = 1<<40 + int64(st) // far off: lookups need not write
+			e.aux = uint32(st) * 0x01010101
+			e.deadline = tickCeil(int64(365*24*time.Hour)) + uint32(st) // far off: lookups need not write
 			s.mu.Unlock()
 			n++
 		}
@@ -276,7 +276,7 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 		for j := 0; j < 1000; j++ {
 			if tb.Track(Original, &f.Orig, 0, 0, &out) {
 				hits++
-				if out.Aux != uint64(out.State)*0x0101010101010101 {
+				if out.Aux != uint32(out.State)*0x01010101 {
 					torn++
 				}
 			}

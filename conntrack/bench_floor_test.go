@@ -17,11 +17,11 @@ import (
 //	              lookupBatch, all prefetched first: the throughput of
 //	              overlapped misses
 //	lookup        the lookup's exact shape per op: a random line (the index
-//	              slot), then two adjacent lines whose address is read from
-//	              it (the 72-byte entry), batched and prefetched in the same
+//	              slot), then the line whose address is read from it (the
+//	              64-byte entry), batched and prefetched in the same
 //	              three passes as the batched lookup
 //	insert        an insert's pattern: two random index lines and one
-//	              two-line entry, prefetched, two shard locks, the lines
+//	              one-line entry, prefetched, two shard locks, the lines
 //	              read and the entry written; one op at a time
 //	hash          reading the prebuilt keys in order and hashing them, no
 //	              table memory: the lookup's own work before its first miss
@@ -93,24 +93,22 @@ func benchDRAM(b *testing.B) {
 			m := min(lookupBatch, b.N-i)
 			startLines(idx[:m], i, nLines, base)
 			for j := 0; j < m; j++ {
-				// The "entry": 72 bytes at a line offset the slot names,
-				// so it spans two lines as the table's entries do.
-				e := uint32(words[uint64(idx[j])*line/8]) % (nLines - 2)
+				// The "entry": the line the slot names, a whole line
+				// as the table's entries are.
+				e := uint32(words[uint64(idx[j])*line/8]) % nLines
 				idx[j] = e
-				a := base + uintptr(e)*line + 8
-				prefetchLine(a)
-				prefetchLine(a + 71)
+				prefetchLine(base + uintptr(e)*line)
 			}
 			for j := 0; j < m; j++ {
 				e := uint64(idx[j]) * line / 8
-				sum += words[e+1] + words[e+9]
+				sum += words[e+1] + words[e+7]
 			}
 		}
 		c.report(b)
 		sinkU64 = sum
 	})
 	// An insert's memory pattern alone: two random index lines and a random
-	// 72-byte entry, prefetched (the entry for writing), then two locks
+	// 64-byte entry, prefetched (the entry for writing), then two locks
 	// taken and released as Insert does (four atomic read-modify-writes on
 	// two of 64 shard words), the index lines read and the entry written.
 	b.Run("insert", func(b *testing.B) {
@@ -124,18 +122,18 @@ func benchDRAM(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			x := uint32(i) * 0x9E3779B1
 			s1, s2 := pick(int(x), 0, nLines), pick(int(x^0x5bd1e995), 0, nLines)
-			en := pick(int(x^0x2545F491), 0, nLines-2)
+			en := pick(int(x^0x2545F491), 0, nLines)
 			prefetchLine(base + uintptr(s1)*line)
 			prefetchLine(base + uintptr(s2)*line)
-			prefetchSpanW(base + uintptr(en)*line + 8)
+			prefetchLineW(base + uintptr(en)*line)
 			l1, l2 := &locks[x>>26].l, &locks[(x>>20)&63].l
 			l1.Lock()
 			if l2 != l1 {
 				l2.Lock()
 			}
 			v := words[uint64(s1)*line/8] + words[uint64(s2)*line/8]
-			e := uint64(en)*line/8 + 1
-			for k := uint64(0); k < 9; k++ {
+			e := uint64(en) * line / 8
+			for k := uint64(0); k < 8; k++ {
 				words[e+k] = v + k
 			}
 			l1.Unlock()

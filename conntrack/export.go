@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// The export record, version 1 (all integers big-endian):
+// The export record, version 2 (all integers big-endian; version 1 had an
+// 8-byte Aux):
 //
-//	 0      1  version (1)
+//	 0      1  version (2)
 //	 1      1  flags: bit 0 set = IPv4, the three addresses are 4 bytes each
 //	 2      1  protocol
 //	 3      1  state (State)
@@ -19,16 +20,16 @@ import (
 //	 6      2  original destination port (server port)
 //	 8      2  NAT port
 //	10      4  remaining idle lifetime in milliseconds
-//	14      8  Aux
-//	22   4|16  original source address (pod)
+//	14      4  Aux
+//	18   4|16  original source address (pod)
 //	     4|16  original destination address (server)
 //	     4|16  NAT address (egress IP)
 //
-// An IPv4 record is 34 bytes, an IPv6 one 70. A stream (Export/Import) is the
+// An IPv4 record is 30 bytes, an IPv6 one 66. A stream (Export/Import) is the
 // 4-byte magic "EGCT" followed by records back to back.
 const (
-	RecordVersion  = 1
-	recordHeader   = 22
+	RecordVersion  = 2
+	recordHeader   = 18
 	RecordLenIPv4  = recordHeader + 3*4
 	RecordLenIPv6  = recordHeader + 3*16
 	recFlagIPv4    = 1
@@ -64,7 +65,7 @@ func AppendRecord(dst []byte, f *Flow, remaining time.Duration) []byte {
 	dst = binary.BigEndian.AppendUint16(dst, f.Orig.DstPort)
 	dst = binary.BigEndian.AppendUint16(dst, f.NATPort)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(ms))
-	dst = binary.BigEndian.AppendUint64(dst, f.Aux)
+	dst = binary.BigEndian.AppendUint32(dst, f.Aux)
 	for _, a := range [3]*Addr{&f.Orig.Src, &f.Orig.Dst, &f.NATAddr} {
 		if v4 {
 			dst = append(dst, a[12:]...)
@@ -111,7 +112,7 @@ func DecodeRecord(b []byte) (f Flow, remaining time.Duration, n int, err error) 
 	f.Orig.DstPort = binary.BigEndian.Uint16(b[6:])
 	f.NATPort = binary.BigEndian.Uint16(b[8:])
 	remaining = time.Duration(binary.BigEndian.Uint32(b[10:])) * time.Millisecond
-	f.Aux = binary.BigEndian.Uint64(b[14:])
+	f.Aux = binary.BigEndian.Uint32(b[14:])
 	p := b[recordHeader:n]
 	for _, a := range [3]*Addr{&f.Orig.Src, &f.Orig.Dst, &f.NATAddr} {
 		if n == RecordLenIPv4 {
@@ -175,7 +176,7 @@ func (t *Table) Export(w io.Writer, now int64) (int, error) {
 					continue
 				}
 				e.toFlow(&f)
-				buf = AppendRecord(buf, &f, time.Duration(e.deadline-now))
+				buf = AppendRecord(buf, &f, untilDeadline(e.deadline, now))
 				count++
 			}
 			bump := s.bump

@@ -15,7 +15,7 @@ func exportFlows() []Flow {
 	udp.State = StateUDPReplied
 	icmp6 := Flow{
 		Orig:    Tuple{Src: addr("fd00::1"), Dst: addr("2001:db8::5"), SrcPort: 77, Proto: ProtoICMPv6},
-		NATAddr: addr("2001:db8:1::9"), NATPort: 1077, Aux: 1 << 63, State: StateICMPUnreplied,
+		NATAddr: addr("2001:db8:1::9"), NATPort: 1077, Aux: 1 << 31, State: StateICMPUnreplied,
 	}
 	mixed := Flow{ // NAT64-like mix: not all IPv4, so the long form
 		Orig:    Tuple{Src: addr("10.1.2.3"), Dst: addr("64:ff9b::c000:201"), SrcPort: 1, DstPort: 2, Proto: 132},
@@ -51,11 +51,12 @@ func TestRecordRejectsMalformed(t *testing.T) {
 	f.State = StateEstablished
 	good := AppendRecord(nil, &f, time.Minute)
 	for name, mut := range map[string]func(b []byte){
-		"version":       func(b []byte) { b[0] = 2 },
-		"flags":         func(b []byte) { b[1] = 0x80 },
-		"state none":    func(b []byte) { b[3] = 0 },
-		"state range":   func(b []byte) { b[3] = 250 },
-		"UDP state TCP": func(b []byte) { b[2] = ProtoUDP },
+		"version 1 (8-byte Aux)": func(b []byte) { b[0] = 1 },
+		"version 3":              func(b []byte) { b[0] = 3 },
+		"flags":                  func(b []byte) { b[1] = 0x80 },
+		"state none":             func(b []byte) { b[3] = 0 },
+		"state range":            func(b []byte) { b[3] = 250 },
+		"UDP state TCP":          func(b []byte) { b[2] = ProtoUDP },
 	} {
 		b := append([]byte(nil), good...)
 		mut(b)

@@ -59,7 +59,7 @@ func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, fl uint8, now int64, out 
 
 // probe is the first half of an unlocked lookup of a key with hash h and
 // direction dir: it returns the ref findTag gives (and starts loading that
-// entry's two lines), refMiss if the index has no such key, or refUnknown
+// entry's line), refMiss if the index has no such key, or refUnknown
 // if a writer held or took the shard meanwhile. TrackBatch probes a whole
 // batch before finishing any lookup.
 func (t *Table) probe(h uint64, dir Dir) uint32 {
@@ -76,7 +76,7 @@ func (t *Table) probe(h uint64, dir Dir) uint32 {
 		return refMiss
 	}
 	if _, g, _ := t.refEntry(ref); int(g) < len(t.entries) {
-		prefetchSpan(uintptr(unsafe.Pointer(&t.entries[g]))) // both lines in one round trip
+		prefetchLine(uintptr(unsafe.Pointer(&t.entries[g])))
 	}
 	return ref
 }
@@ -109,11 +109,11 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, fl uint8, now int64, o
 	if !os.mu.unchanged(v) || e.state == uint8(StateNone) || !keyEq(&e, k, dir) {
 		return false, false
 	}
-	if dir == Reply && now >= e.deadline {
+	if dir == Reply && expired(now, e.deadline) {
 		return false, true // expired: nothing inbound (as in trackLocked)
 	}
 	st := nextState(State(e.state), dir, fl)
-	if st != State(e.state) || now+t.to[st] > e.deadline {
+	if st != State(e.state) || !covers(e.deadline, now+t.to[st]) {
 		// A write is due: lock the entry's shard only (its lines are in
 		// the cache now) and re-check the entry is still k's flow.
 		os.mu.Lock()

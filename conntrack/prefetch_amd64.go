@@ -6,14 +6,8 @@ package conntrack
 //go:noescape
 func prefetchLine(addr uintptr)
 
-// prefetchSpan is prefetchLine for both lines of the 72-byte entry at addr
-// (a 72-byte entry always spans exactly two 64-byte lines): one call, not two.
+// prefetchLineW is prefetchLine for a line about to be written (PREFETCHW:
+// it arrives exclusive, so the stores need no second trip).
 //
 //go:noescape
-func prefetchSpan(addr uintptr)
-
-// prefetchSpanW is prefetchSpan for an entry about to be written
-// (PREFETCHW: the lines arrive exclusive, so the stores need no second trip).
-//
-//go:noescape
-func prefetchSpanW(addr uintptr)
+func prefetchLineW(addr uintptr)

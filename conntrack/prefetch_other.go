@@ -3,5 +3,4 @@
 package conntrack
 
 func prefetchLine(addr uintptr)  {}
-func prefetchSpan(addr uintptr)  {}
-func prefetchSpanW(addr uintptr) {}
+func prefetchLineW(addr uintptr) {}

@@ -12,17 +12,25 @@ import (
 	"unsafe"
 )
 
-// entry is one flow as stored: 72 bytes, no pointers. The reply tuple is not
-// stored; it is Orig's server side plus nat/nport.
+// entry is one flow as stored: 64 bytes, one cache line (the entries start
+// on a line boundary), no pointers. The reply tuple is not stored; it is
+// Orig's server side plus nat/nport.
 type entry struct {
 	src, dst, nat       Addr
-	aux                 uint64 // Flow.Aux; the free-list link while state == StateNone
-	deadline            int64  // idle expiry, caller's monotonic nanoseconds
+	aux                 uint32 // Flow.Aux; the free-list link while state == StateNone
+	deadline            uint32 // idle expiry in ticks of the caller's monotonic clock (tick.go)
 	sport, dport, nport uint16
 	proto, state        uint8
 }
 
 const entrySize = int(unsafe.Sizeof(entry{}))
+
+// An entry is exactly one cache line: a lookup or an insert touches one line
+// of it, not two. Both arrays fail to compile if the size moves.
+var (
+	_ [entrySize - 64]byte
+	_ [64 - entrySize]byte
+)
 
 // indexBytesPerFlow is the index size per flow capacity: 20 bytes, i.e.
 // 4.7 slots for the flow's two keys, a load of at most 0.43 when full.
@@ -495,13 +503,13 @@ func (t *Table) trackLocked(h uint64, dir Dir, k *Tuple, tcpFlags uint8, now int
 // flow is a miss; otherwise advance the state, move the timer if it is due
 // and copy the flow to out.
 func (t *Table) apply(e *entry, dir Dir, tcpFlags uint8, now int64, out *Flow) bool {
-	if now >= e.deadline && dir == Reply {
+	if dir == Reply && expired(now, e.deadline) {
 		return false
 	}
 	st := nextState(State(e.state), dir, tcpFlags)
-	if d := now + t.to[st]; st != State(e.state) || d > e.deadline {
+	if d := now + t.to[st]; st != State(e.state) || !covers(e.deadline, d) {
 		e.state = uint8(st)
-		e.deadline = d + refreshSlack
+		e.deadline = tickCeil(d + refreshSlack)
 	}
 	e.toFlow(out)
 	return true
@@ -580,7 +588,7 @@ func (t *Table) startInsert(f *Flow, ik *insertKeys) {
 				local = fr - 1
 			}
 			if i := int(s1.base) + int(local); i < len(t.entries) {
-				prefetchSpanW(uintptr(unsafe.Pointer(&t.entries[i])))
+				prefetchLineW(uintptr(unsafe.Pointer(&t.entries[i])))
 			}
 		}
 	}
@@ -626,11 +634,11 @@ func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64) 
 	var local uint32
 	if s1.free != 0 {
 		local = s1.free - 1
-		s1.free = uint32(t.entries[s1.base+local].aux)
+		s1.free = t.entries[s1.base+local].aux
 		if s1.free != 0 {
 			// The next insert into this shard pops that entry: start
 			// loading it now (a batch's next insert may be it).
-			prefetchSpanW(uintptr(unsafe.Pointer(&t.entries[s1.base+s1.free-1])))
+			prefetchLineW(uintptr(unsafe.Pointer(&t.entries[s1.base+s1.free-1])))
 		}
 	} else {
 		local = s1.bump
@@ -640,7 +648,7 @@ func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64) 
 	e := &t.entries[s1.base+local]
 	*e = entry{
 		src: f.Orig.Src, dst: f.Orig.Dst, nat: f.NATAddr,
-		aux: f.Aux, deadline: deadline,
+		aux: f.Aux, deadline: tickCeil(deadline),
 		sport: f.Orig.SrcPort, dport: f.Orig.DstPort, nport: f.NATPort,
 		proto: f.Orig.Proto, state: uint8(st),
 	}
@@ -670,7 +678,7 @@ func (t *Table) unlink(s1i, s2i uint32, g uint32, h1, h2 uint64, out *Flow) {
 	t.remove(s2, h2, t.makeRef(s1i, local, Reply))
 	e := &t.entries[g]
 	e.toFlow(out)
-	*e = entry{aux: uint64(s1.free)}
+	*e = entry{aux: s1.free}
 	s1.free = local + 1
 	s1.used--
 	t.count.Add(-1)
@@ -748,7 +756,7 @@ func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int {
 			scan--
 			g := s.base + local
 			e := &t.entries[g]
-			if e.state == uint8(StateNone) || now < e.deadline {
+			if e.state == uint8(StateNone) || !expired(now, e.deadline) {
 				continue
 			}
 			if !t.expireOne(si, g, now, fl) {
@@ -785,7 +793,7 @@ func (t *Table) expireOne(si, g uint32, now int64, out *Flow) bool {
 			t.lock2(si, s2i)
 			// Re-check: the entry may have been refreshed, deleted or
 			// reused while no lock was held.
-			if e.state == uint8(StateNone) || now < e.deadline || !keyEq(e, &o, Original) ||
+			if e.state == uint8(StateNone) || !expired(now, e.deadline) || !keyEq(e, &o, Original) ||
 				e.nat != r.Dst || e.nport != r.DstPort {
 				t.shards[s2i].mu.Unlock()
 				return false

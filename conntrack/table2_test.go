@@ -94,7 +94,7 @@ func randFlow(r *rand.Rand) Flow {
 	f.Orig.Dst[15] = byte(r.IntN(4))
 	f.NATAddr[15] = byte(r.IntN(2))
 	f.NATPort = uint16(r.IntN(64))
-	f.Aux = r.Uint64()
+	f.Aux = r.Uint32()
 	return f
 }
 

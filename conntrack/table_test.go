@@ -28,7 +28,7 @@ func flowN(i uint32, proto uint8) Flow {
 	f.NATAddr = natBase
 	f.NATAddr[14], f.NATAddr[15] = byte(i>>16), byte(i>>8)
 	f.NATPort = uint16(i) | 1<<15
-	f.Aux = uint64(i) * 3
+	f.Aux = i * 3
 	return f
 }
 

@@ -177,6 +177,20 @@ func dropCases() []dropCase {
 			p.ttl = 1
 			return tunnelFrame(t, podTun(), p.build(t))
 		}},
+		{reason: DropTunnelIDs, prep: func(t *testing.T, f *fixture) {
+			// Every number is taken by other (tunnel, VNI) pairs; the
+			// pod's own pair has none yet.
+			for v := uint32(0); v < MaxTunnelIDs; v++ {
+				if _, ok := f.p.tunnels.number(tunnelID{TunnelGeneve, v}); !ok {
+					t.Fatalf("pair %d of %d not numbered", v, MaxTunnelIDs)
+				}
+			}
+			if _, ok := f.p.tunnels.number(tunnelID{TunnelGeneve, MaxTunnelIDs}); ok {
+				t.Fatal("a pair past MaxTunnelIDs was numbered")
+			}
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+		}},
 		{reason: DropNoConfig, noSwap: true, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},

@@ -18,7 +18,7 @@ type fragKey struct {
 type fragEntry struct {
 	key     fragKey
 	addr    [16]byte // the address later fragments get (NAT address or pod)
-	aux     uint64   // the flow's return path (direction fragIn)
+	aux     uint32   // the flow's return path (direction fragIn)
 	expires int64
 }
 
@@ -62,7 +62,7 @@ func (t *fragTable) lookup(dir uint8, src, dst *[16]byte, id uint32, proto uint8
 	return nil
 }
 
-func (t *fragTable) add(dir uint8, src, dst *[16]byte, id uint32, proto uint8, now int64, addr *[16]byte, aux uint64) {
+func (t *fragTable) add(dir uint8, src, dst *[16]byte, id uint32, proto uint8, now int64, addr *[16]byte, aux uint32) {
 	k := fragKey{src: *src, dst: *dst, id: id, proto: proto, dir: dir}
 	h := fragHash(&k) & t.mask
 	a, b := &t.slots[h], &t.slots[(h+1)&t.mask]

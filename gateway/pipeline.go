@@ -45,7 +45,7 @@ type Result struct {
 
 // MaxVTEPs bounds how many distinct node VTEP addresses a pipeline ever
 // interns (the index is kept in a flow's Aux, so it must outlive snapshots).
-const MaxVTEPs = 1 << 24
+const MaxVTEPs = 1 << vtepBits
 
 // installed is a snapshot plus the pipeline's stable VTEP numbering for it.
 type installed struct {
@@ -64,6 +64,8 @@ type Pipeline struct {
 	mu      sync.Mutex // guards the fields below (swaps and worker creation only)
 	intern  map[[16]byte]uint32
 	workers []*Worker
+
+	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths
 }
 
 // ctInUse lets the NAT allocator ask the flow table about reply tuples.
@@ -145,14 +147,4 @@ func (p *Pipeline) Stats() Stats {
 		s.Add(&one)
 	}
 	return s
-}
-
-// aux packs a flow's return path: the interned VTEP index of the pod's node,
-// the tunnel type and the VNI.
-func packAux(vtep uint32, t Tunnel, vni uint32) uint64 {
-	return uint64(vtep)<<32 | uint64(t)<<24 | uint64(vni&0xffffff)
-}
-
-func unpackAux(a uint64) (vtep uint32, t Tunnel, vni uint32) {
-	return uint32(a >> 32), Tunnel(a >> 24 & 0xff), uint32(a & 0xffffff)
 }

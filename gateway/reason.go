@@ -32,6 +32,7 @@ const (
 	DropUnknownNode                        // reply for a flow whose pod's node left the configuration
 	DropNoConfig                           // no configuration snapshot installed yet
 	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
+	DropTunnelIDs                          // new flow refused: MaxTunnelIDs (tunnel, VNI) pairs already numbered
 	numDropReasons
 )
 
@@ -60,6 +61,7 @@ var dropNames = [numDropReasons]string{
 	DropUnknownNode:      "unknown_node",
 	DropNoConfig:         "no_config",
 	DropICMPRateLimited:  "icmp_rate_limited",
+	DropTunnelIDs:        "tunnel_ids_exhausted",
 }
 
 // String returns the reason's label value.

@@ -29,6 +29,11 @@ type Worker struct {
 	// instead of one TrackBatch per receive batch: the baseline that the
 	// benchmarks and the batch-equivalence test compare against.
 	single bool
+	// tun is the (tunnel, VNI) pair of this worker's last new flow and
+	// tunNum its number (valid iff tunOK): see tunnelNumber.
+	tun    tunnelID
+	tunNum uint32
+	tunOK  bool
 	// inserted is set when this worker added a flow during the current
 	// batch: a later frame of the batch that missed in TrackBatch may be
 	// that flow (a retransmitted SYN, the server's answer), so its miss is
@@ -381,6 +386,10 @@ func (w *Worker) newFlow(st *installed, pk *Parsed, ni int32, policy int32, l *c
 	if len(ips) == 0 {
 		return DropNoEgressIP
 	}
+	tn, ok := w.tunnelNumber(tunnelID{pk.Tunnel, pk.VNI})
+	if !ok {
+		return DropTunnelIDs
+	}
 	src, dst := nat.Addr(t.Src), nat.Addr(t.Dst)
 	h := nat.FlowHash(t.Proto, src, t.SrcPort, dst, t.DstPort)
 	natAddr := ips[nat.Pick(ips, h)]
@@ -390,7 +399,7 @@ func (w *Worker) newFlow(st *installed, pk *Parsed, ni int32, policy int32, l *c
 	}
 	f := &l.Flow
 	*f = conntrack.Flow{Orig: *t, NATAddr: conntrack.Addr(natAddr), NATPort: port,
-		Aux: packAux(st.vtepOfNode[ni], pk.Tunnel, pk.VNI)}
+		Aux: packAux(st.vtepOfNode[ni], tn)}
 	err = w.ct.Insert(f, flags, now)
 	if err == nil {
 		w.inserted = true
@@ -464,7 +473,7 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 	pk, in, out := &s.pk, s.in, s.out
 	var podAddr [16]byte
 	var podPort uint16
-	var aux uint64
+	var aux uint32
 	if s.later {
 		e := w.frags.lookup(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now)
 		if e == nil {
@@ -478,7 +487,8 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 		podAddr, podPort, aux = [16]byte(l.Flow.Orig.Src), l.Flow.Orig.SrcPort, l.Flow.Aux
 	}
 
-	vi, tun, vni := unpackAux(aux)
+	vi, tn := unpackAux(aux)
+	tid := w.p.tunnels.ids[tn]
 	if int(vi) >= len(st.nodeOfVTEP) || st.nodeOfVTEP[vi] < 0 {
 		return w.drop(DropUnknownNode)
 	}
@@ -519,7 +529,7 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 			w.frags.add(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &podAddr, aux)
 		}
 	}
-	writeEncap(out[:n], node, tun, vni, &w.hop, pk.IPVer, entropy(&podAddr, podPort, &pk.Src))
+	writeEncap(out[:n], node, tid.kind, tid.vni, &w.hop, pk.IPVer, entropy(&podAddr, podPort, &pk.Src))
 	w.stats.local.Counters[CounterReplied]++
 	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
 }

@@ -1,0 +1,47 @@
+package gateway
+
+import (
+	"testing"
+)
+
+// Flows of one pod that arrive with different tunnel types and VNIs each get
+// their replies back with their own pair, and the pairs are numbered once
+// however many flows use them.
+func TestReturnPathPerTunnel(t *testing.T) {
+	f := newFixture(t, 1024, testConfig())
+	pairs := []tunnelID{{TunnelVXLAN, testVNI}, {TunnelGeneve, testVNI}, {TunnelVXLAN, 7}, {TunnelGeneve, 1<<24 - 1}}
+	for round := 0; round < 3; round++ {
+		for i, pr := range pairs {
+			tu := podTun()
+			tu.kind, tu.vni = pr.kind, pr.vni
+			if pr.kind == TunnelGeneve {
+				tu.geneveOpts = geneveOpts()
+			}
+			p := udpFrom(pod1v4, server4)
+			p.sport, p.dport = uint16(20000+round*len(pairs)+i), 9000
+			r, out := f.run(t, tunnelFrame(t, tu, p.build(t)))
+			mustTx(t, r, outHop.Ifindex)
+			natPort := uint16(out[14+20]) << 8 // the NAT port: UDP source port of the forwarded packet
+			natPort |= uint16(out[14+20+1])
+			rep := pkt{src: server4, dst: egress4, ttl: 50, proto: "udp", sport: p.dport, dport: natPort, payload: []byte("a")}
+			r, out = f.run(t, plainFrame(t, rep.build(t)))
+			mustTx(t, r, underlayHop.Ifindex)
+			checkEncap(t, out, node1VTEP, node1MAC, pr.kind, pr.vni)
+		}
+	}
+	f.p.tunnels.mu.Lock()
+	n := len(f.p.tunnels.of)
+	f.p.tunnels.mu.Unlock()
+	if n != len(pairs) {
+		t.Fatalf("%d (tunnel, VNI) pairs numbered, want %d", n, len(pairs))
+	}
+}
+
+// Aux packing round-trips the largest VTEP index and tunnel number.
+func TestPackAux(t *testing.T) {
+	for _, c := range [][2]uint32{{0, 0}, {MaxVTEPs - 1, MaxTunnelIDs - 1}, {12345, 17}} {
+		if v, tn := unpackAux(packAux(c[0], c[1])); v != c[0] || tn != c[1] {
+			t.Errorf("packAux(%d, %d) unpacks to %d, %d", c[0], c[1], v, tn)
+		}
+	}
+}
