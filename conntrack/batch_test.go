@@ -235,9 +235,11 @@ func TestTrackBatchZeroAllocs(t *testing.T) {
 
 // An entry rewritten in a tight loop under its lock while another core
 // reads it without the lock: every lookup that returns must see one whole
-// version (state and Aux written together), never a mix. The entry spans
-// two cache lines that bounce between the cores, which makes a mixed copy
-// likely if the version check were missing.
+// version (state, Aux and the NAT address's last byte written together),
+// never a mix. The entry is one cache line, copied in 16-byte loads; the NAT
+// address and the state are in different ones, so with the line bouncing
+// between the cores a mixed copy is likely if the version check were
+// missing.
 func TestOptimisticLookupTornEntry(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("needs two Ps to race a reader against a writer")
@@ -252,6 +254,7 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 	e := &tb.entries[g]
 	s.mu.Lock()
 	e.aux = uint32(e.state) * 0x01010101
+	e.nat[15] = e.state
 	s.mu.Unlock()
 	var stop atomic.Bool
 	var rewrites atomic.Int64
@@ -263,6 +266,7 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 			s.mu.Lock()
 			e.state = st
 			e.aux = uint32(st) * 0x01010101
+			e.nat[15] = st
 			e.deadline = tickCeil(int64(365*24*time.Hour)) + uint32(st) // far off: lookups need not write
 			s.mu.Unlock()
 			n++
@@ -276,7 +280,7 @@ func TestOptimisticLookupTornEntry(t *testing.T) {
 		for j := 0; j < 1000; j++ {
 			if tb.Track(Original, &f.Orig, 0, 0, &out) {
 				hits++
-				if out.Aux != uint32(out.State)*0x01010101 {
+				if out.Aux != uint32(out.State)*0x01010101 || out.NATAddr[15] != uint8(out.State) {
 					torn++
 				}
 			}
