@@ -1,6 +1,9 @@
 package gateway
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // A flow's return path — which node to tunnel replies to, and with which
 // tunnel type and VNI — is kept in the flow's 32-bit conntrack Aux: the
@@ -22,34 +25,72 @@ type tunnelID struct {
 	vni  uint32
 }
 
-// tunnelTable numbers tunnelIDs for the life of the pipeline. Numbers are
-// handed out under mu; ids[i] is written before number i is handed out and
-// never changes, so the reply path reads it without the lock (the number
-// reaches another worker only through the flow table, whose locks order the
-// write before the read).
+// key packs id into 32 bits (a VNI has 24).
+func (id tunnelID) key() uint32 { return uint32(id.kind)<<24 | id.vni&(1<<24-1) }
+
+// tunnelSlots is the size of tunnelTable's open-addressing index: twice
+// the numbers it can hold, so a probe always meets an empty slot soon.
+const tunnelSlots = 2 * MaxTunnelIDs
+
+// tunnelTable numbers tunnelIDs for the life of the pipeline, without a lock
+// for pairs already numbered: a worker meeting a pair other than its last
+// one (a cluster mixing VXLAN and Geneve, or several VNIs) looks it up in
+// slots with atomic loads. Numbering a new pair takes mu. ids[n] is written
+// before slot for number n is published and never changes afterwards, so the
+// reply path reads it without the lock too (a number reaches another worker
+// only through the flow table, after it was published).
 type tunnelTable struct {
-	mu  sync.Mutex
-	of  map[tunnelID]uint32
-	ids [MaxTunnelIDs]tunnelID
+	mu    sync.Mutex    // serialises numbering
+	count atomic.Uint32 // numbers handed out
+	slots [tunnelSlots]atomic.Uint64
+	ids   [MaxTunnelIDs]tunnelID
+}
+
+// A slot is 0 while empty, else key<<32 | slotUsed | number.
+const slotUsed = 1 << 31
+
+func tunnelHome(k uint32) uint32 { return (k * 0x9E3779B1) >> (32 - tunnelBits - 1) }
+
+// find returns the number of the pair with key k, if it has one.
+func (tt *tunnelTable) find(k uint32) (uint32, bool) {
+	for i := tunnelHome(k); ; i = (i + 1) & (tunnelSlots - 1) {
+		v := tt.slots[i].Load()
+		if v == 0 {
+			return 0, false
+		}
+		if uint32(v>>32) == k {
+			return uint32(v) &^ slotUsed, true
+		}
+	}
 }
 
 // number returns id's number, giving it the next one if it has none; false
-// if all MaxTunnelIDs numbers are taken.
+// if all MaxTunnelIDs numbers are taken (then without taking the lock, so a
+// stream of unknown pairs cannot make workers queue on it).
 func (tt *tunnelTable) number(id tunnelID) (uint32, bool) {
-	tt.mu.Lock()
-	defer tt.mu.Unlock()
-	if n, ok := tt.of[id]; ok {
+	k := id.key()
+	if n, ok := tt.find(k); ok {
 		return n, true
 	}
-	if len(tt.of) >= MaxTunnelIDs {
+	if tt.count.Load() >= MaxTunnelIDs {
 		return 0, false
 	}
-	n := uint32(len(tt.of))
-	tt.ids[n] = id
-	if tt.of == nil {
-		tt.of = make(map[tunnelID]uint32)
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	if n, ok := tt.find(k); ok {
+		return n, true
 	}
-	tt.of[id] = n
+	n := tt.count.Load()
+	if n >= MaxTunnelIDs {
+		return 0, false
+	}
+	tt.ids[n] = id
+	i := tunnelHome(k)
+	for tt.slots[i].Load() != 0 {
+		i = (i + 1) & (tunnelSlots - 1)
+	}
+	tt.slots[i].Store(uint64(k)<<32 | slotUsed | uint64(n))
+	tt.count.Store(n + 1)
 	return n, true
 }
 

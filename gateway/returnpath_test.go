@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"sync"
 	"testing"
 )
 
@@ -29,10 +30,7 @@ func TestReturnPathPerTunnel(t *testing.T) {
 			checkEncap(t, out, node1VTEP, node1MAC, pr.kind, pr.vni)
 		}
 	}
-	f.p.tunnels.mu.Lock()
-	n := len(f.p.tunnels.of)
-	f.p.tunnels.mu.Unlock()
-	if n != len(pairs) {
+	if n := f.p.tunnels.count.Load(); n != uint32(len(pairs)) {
 		t.Fatalf("%d (tunnel, VNI) pairs numbered, want %d", n, len(pairs))
 	}
 }
@@ -43,5 +41,49 @@ func TestPackAux(t *testing.T) {
 		if v, tn := unpackAux(packAux(c[0], c[1])); v != c[0] || tn != c[1] {
 			t.Errorf("packAux(%d, %d) unpacks to %d, %d", c[0], c[1], v, tn)
 		}
+	}
+}
+
+// Workers numbering overlapping pairs at once: each pair gets one number,
+// numbers are dense and distinct, ids maps them back, and past the limit
+// nothing more is numbered.
+func TestTunnelNumbersConcurrent(t *testing.T) {
+	var tt tunnelTable
+	const workers = 4
+	got := make([][]uint32, workers)
+	var wg sync.WaitGroup
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for v := uint32(0); v < MaxTunnelIDs+100; v++ {
+				// Every worker walks the pairs from another start.
+				vni := (v + uint32(g)*1000) % (MaxTunnelIDs + 100)
+				n, ok := tt.number(tunnelID{TunnelVXLAN, vni})
+				if ok {
+					got[g] = append(got[g], vni<<16|n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if c := tt.count.Load(); c != MaxTunnelIDs {
+		t.Fatalf("%d pairs numbered, want %d", c, MaxTunnelIDs)
+	}
+	numOf := map[uint32]uint32{}
+	for _, gs := range got {
+		for _, x := range gs {
+			vni, n := x>>16, x&0xffff
+			if prev, seen := numOf[vni]; seen && prev != n {
+				t.Fatalf("VNI %d numbered %d and %d", vni, prev, n)
+			}
+			numOf[vni] = n
+			if id := tt.ids[n]; id != (tunnelID{TunnelVXLAN, vni}) {
+				t.Fatalf("ids[%d] = %+v, want VNI %d", n, id, vni)
+			}
+		}
+	}
+	if len(numOf) != MaxTunnelIDs {
+		t.Fatalf("%d distinct pairs got numbers, want %d", len(numOf), MaxTunnelIDs)
 	}
 }
