@@ -36,7 +36,16 @@ type Flow struct {
 // Reply returns the tuple of packets from the server back to the egress IP:
 // server → NATAddr:NATPort.
 func (f *Flow) Reply() Tuple {
-	return Tuple{Src: f.Orig.Dst, Dst: f.NATAddr, SrcPort: f.Orig.DstPort, DstPort: f.NATPort, Proto: f.Orig.Proto}
+	var r Tuple
+	f.replyTo(&r)
+	return r
+}
+
+// replyTo writes f's reply tuple into r field by field (see entry.toFlow
+// for why not through a composite literal).
+func (f *Flow) replyTo(r *Tuple) {
+	r.Src, r.Dst = f.Orig.Dst, f.NATAddr
+	r.SrcPort, r.DstPort, r.Proto = f.Orig.DstPort, f.NATPort, f.Orig.Proto
 }
 
 // State is a flow's protocol state (TCP states, UDP unreplied/replied,
@@ -129,6 +138,12 @@ type Config struct {
 //
 //	// ReplyInUse reports whether reply tuple k is tracked (for NAT port choice).
 //	func (t *Table) ReplyInUse(k *Tuple) bool
+//
+//	// Prefetch starts loading the index line where key k would be (a
+//	// hint, no lock, no result), so that a ReplyInUse, Track or Insert of
+//	// k soon after finds it in the cache; a batch prefetches all its keys
+//	// first so their misses overlap.
+//	func (t *Table) Prefetch(k *Tuple)
 //
 //	// Delete removes the flow whose original tuple is orig and copies it to out.
 //	func (t *Table) Delete(orig *Tuple, out *Flow) bool
