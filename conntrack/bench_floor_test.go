@@ -7,7 +7,7 @@ import (
 
 // The floor: what this machine's memory costs for the access pattern a
 // lookup has, with no table logic at all, over a buffer as large as the
-// 1M-flow table and allocated the same way (off-heap, huge pages where the
+// n-flow table and allocated the same way (off-heap, huge pages where the
 // kernel gives them). Reading the lookup's ns/op against these says how many
 // DRAM misses' worth of time a lookup spends.
 //
@@ -25,8 +25,8 @@ import (
 //	              read and the entry written; one op at a time
 //	hash          reading the prebuilt keys in order and hashing them, no
 //	              table memory: the lookup's own work before its first miss
-func benchDRAM(b *testing.B) {
-	bt := getBenchTable(b, 1<<20)
+func benchDRAM(b *testing.B, n int) {
+	bt := getBenchTable(b, n)
 	size := int(bt.tb.Bytes())
 	mem, free, err := allocTable(size)
 	if err != nil {
