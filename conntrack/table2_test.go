@@ -350,3 +350,31 @@ func TestHolds10MFlows(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefetchIsAHint: Prefetch reads nothing the caller sees and changes
+// nothing, for present and absent keys alike, allocates nothing, and is
+// safe on a closed table.
+func TestPrefetchIsAHint(t *testing.T) {
+	tb, err := New(Config{MaxFlows: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := flowN(1, ProtoTCP)
+	if err := tb.Insert(&f, FlagSYN, 0); err != nil {
+		t.Fatal(err)
+	}
+	r, absent := f.Reply(), flowN(2, ProtoTCP).Orig
+	if n := testing.AllocsPerRun(100, func() {
+		tb.Prefetch(&f.Orig)
+		tb.Prefetch(&r)
+		tb.Prefetch(&absent)
+	}); n != 0 {
+		t.Fatalf("Prefetch allocates %v times", n)
+	}
+	var out Flow
+	if tb.Len() != 1 || !tb.ReplyInUse(&r) || tb.ReplyInUse(&absent) || !tb.Track(Original, &f.Orig, FlagACK, 1, &out) {
+		t.Fatal("Prefetch changed the table")
+	}
+	tb.Close()
+	tb.Prefetch(&f.Orig)
+}

@@ -370,3 +370,65 @@ func FuzzBatch(f *testing.F) {
 		}
 	})
 }
+
+// TestNewFlowEgressIPChoice: with several egress IPs in a policy, every new
+// flow leaves from the IP nat.Pick gives for its flow hash, in the batched
+// path (which makes that choice early, in prefetchNewFlows, and keeps it
+// for newFlow) and in the one-frame path alike, and the flows spread over
+// all the IPs. It fails if the batch keeps another frame's choice or none.
+func TestNewFlowEgressIPChoice(t *testing.T) {
+	v4 := []netip.Addr{egress4, netip.MustParseAddr("192.0.2.21"), netip.MustParseAddr("192.0.2.22"), netip.MustParseAddr("192.0.2.23")}
+	cfg := testConfig()
+	cfg.Policies[0].EgressIPs = append(slices.Clone(v4), egress6)
+	ips := make([]nat.Addr, len(v4))
+	for i, a := range v4 {
+		ips[i] = nat.Addr(a.As16())
+	}
+	batched := newFixture(t, 4096, cfg)
+	single := newFixture(t, 4096, cfg)
+	single.w.single = true
+
+	const n = 192
+	in := make([][]byte, n)
+	want := make([]netip.Addr, n)
+	for i := range in {
+		p := pkt{src: pod1v4, dst: server4, sport: uint16(20000 + i), dport: 443}
+		proto, dport := uint8(6), p.dport
+		switch i % 3 {
+		case 0:
+			p.proto, p.flags = "tcp", "S"
+		case 1:
+			p.proto, proto = "udp", 17
+		default:
+			p.proto, proto, dport = "echo", 1, 0
+		}
+		in[i] = tunnelFrame(t, podTun(), p.build(t))
+		h := nat.FlowHash(proto, nat.Addr(pod1v4.As16()), p.sport, nat.Addr(server4.As16()), dport)
+		want[i] = netip.AddrFrom16(ips[nat.Pick(ips, h)]).Unmap()
+	}
+	seen := map[netip.Addr]int{}
+	for _, f := range []*fixture{batched, single} {
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = make([]byte, 2048)
+		}
+		res := make([]Result, n)
+		f.w.Process(testNow, in, out, res)
+		for i, r := range res {
+			if r.Verdict != VerdictTx {
+				t.Fatalf("single=%v frame %d: %v %v", f.w.single, i, r.Verdict, r.Reason)
+			}
+			got, _ := netip.AddrFromSlice(out[i][ethLen+12 : ethLen+16])
+			if got != want[i] {
+				t.Fatalf("single=%v frame %d left from %v, want %v (nat.Pick)", f.w.single, i, got, want[i])
+			}
+			seen[got]++
+		}
+	}
+	if len(seen) != len(v4) {
+		t.Fatalf("flows used %d of the %d egress IPs: %v", len(seen), len(v4), seen)
+	}
+	if b, s := flowRecords(t, batched.ct, testNow), flowRecords(t, single.ct, testNow); !slices.Equal(b, s) {
+		t.Fatal("the batched and the one-frame path made different flows")
+	}
+}

@@ -129,8 +129,15 @@ func benchLoopBatch(b *testing.B, w *Worker, in [][]byte, batch int) {
 // once per test binary: filling it takes seconds.
 type million struct {
 	w        *Worker
+	ct       *conntrack.Table
 	est, rep [][]byte // pod → server ACKs and server → egress IP ACKs, 64 KiB random flows each
+	syn      [][]byte // SYNs of millionNew flows the table does not hold (flows millionFlows...)
 }
+
+// millionNew is how many new flows new_flow_v4_1M opens before it deletes
+// them again (with the timer stopped); the table has room for 1/8 more
+// than its million flows.
+const millionNew = 1 << 16
 
 const (
 	millionFlows  = 1 << 20
@@ -222,7 +229,11 @@ func buildMillion(tb testing.TB) (*million, error) {
 	if n := f.ct.Len(); n != millionFlows {
 		return nil, fmt.Errorf("%d flows, want %d", n, millionFlows)
 	}
-	m := &million{w: f.w}
+	m := &million{w: f.w, ct: f.ct}
+	m.syn = make([][]byte, millionNew)
+	for i := range m.syn {
+		m.syn[i] = podFrame(nil, syn, millionFlows+i)
+	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, fs := range []struct {
 		dst *[][]byte
@@ -289,6 +300,20 @@ func BenchmarkPipeline(b *testing.B) {
 				benchLoopBatch(b, m.w, in, conntrack.MaxBatch)
 			})
 		}
+	}
+	// New flows into the 1M-flow table: a TCP SYN of a flow it does not
+	// hold, so the miss, the NAT port check (the reply tuple's index line)
+	// and the insert meet cold cache lines as they would on a busy gateway.
+	for _, single := range []bool{false, true} {
+		sub := "new_flow_v4_1M"
+		if single {
+			sub += "_single"
+		}
+		b.Run(sub, func(b *testing.B) {
+			m := getMillion(b)
+			m.w.single = single
+			benchNewFlows(b, m)
+		})
 	}
 	b.Run("new_flow_v4", func(b *testing.B) {
 		const round = 4096
@@ -378,4 +403,51 @@ func (c *cpuClock) stop() {
 	c.b.StopTimer()
 	runtime.UnlockOSThread()
 	c.b.ReportMetric(float64(c.elapsed)/float64(c.b.N), "cpu-ns/op")
+}
+
+// benchNewFlows processes m's SYNs, conntrack.MaxBatch per call; after
+// each millionNew of them it deletes their flows and releases their ports
+// with the timer stopped, so the table stays at 1M flows plus at most
+// millionNew.
+func benchNewFlows(b *testing.B, m *million) {
+	const batch = conntrack.MaxBatch
+	out := make([][]byte, batch)
+	for i := range out {
+		out[i] = make([]byte, 2048)
+	}
+	res := make([]Result, batch)
+	var pk Parsed
+	var fl conntrack.Flow
+	clear := func(n int) {
+		for _, fr := range m.syn[:n] {
+			pk.Decode(fr)
+			k := conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst),
+				SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
+			if !m.ct.Delete(&k, &fl) {
+				b.Fatal("new flow not in the table")
+			}
+			m.w.releaseFlow(&fl)
+		}
+	}
+	b.ReportAllocs()
+	c := startCPU(b)
+	next := 0
+	for done := 0; done < b.N; done += batch {
+		if next == millionNew {
+			c.pause()
+			clear(next)
+			next = 0
+			c.resume()
+		}
+		k := min(batch, b.N-done)
+		m.w.Process(testNow, m.syn[next:next+k], out[:k], res[:k])
+		next += k
+		for i := range res[:k] {
+			if res[i].Verdict != VerdictTx {
+				b.Fatalf("new flow dropped: %v", res[i].Reason)
+			}
+		}
+	}
+	c.stop()
+	clear(next)
 }

@@ -61,6 +61,8 @@ type frame struct {
 	op     uint8  // stepDone, stepForward or stepReply
 	later  bool   // IPv4 later fragment: follows the fragment table, no lookup
 	isErr  bool   // reply: an ICMP error from outside, looked up by its quote
+	picked bool   // forward: pick is set (prefetchNewFlows)
+	pick   int32  // forward: the index of the flow's egress IP in its policy's list
 	lk     uint8  // index of the frame's lookup in Worker.lks (iff op != stepDone && !later)
 }
 
@@ -167,7 +169,9 @@ func (w *Worker) batch(st *installed, now int64, in, out [][]byte, res []Result)
 	if pending == 0 {
 		return
 	}
-	w.ct.TrackBatch(w.lks[:nl], now)
+	if w.ct.TrackBatch(w.lks[:nl], now) < nl {
+		w.prefetchNewFlows(st, in)
+	}
 	w.inserted = false
 	for i := range in {
 		fr := &w.frames[i]
@@ -202,7 +206,7 @@ func (w *Worker) pass() Result {
 // s.later.
 func (w *Worker) prepare(st *installed, now int64, fr *frame, l *conntrack.Lookup) Result {
 	w.stats.local.Counters[CounterRx]++
-	fr.op, fr.later, fr.isErr = stepDone, false, false
+	fr.op, fr.later, fr.isErr, fr.picked = stepDone, false, false, false
 	pk := &fr.pk
 	pk.Decode(fr.in)
 	switch pk.Kind {
@@ -249,6 +253,39 @@ func (w *Worker) random() uint64 {
 	x ^= x >> 27
 	w.rnd = x
 	return x * 0x2545f4914f6cdd1d
+}
+
+// prefetchNewFlows starts loading, for every pod frame of the batch whose
+// lookup missed and that may open a flow, the index line of the reply tuple
+// its NAT port check (Allocate's ReplyInUse) will most likely ask about:
+// the egress IP the flow hash picks, with the pod's own source port. On a
+// big table that line is a cache miss per new flow, as long as a lookup's;
+// prefetched for the whole batch first, the misses overlap as TrackBatch's
+// do. It is only a hint: a wrong guess (another port, the flow exists after
+// all) costs a wasted load, never a different result. It keeps each flow's
+// egress IP choice for newFlow.
+func (w *Worker) prefetchNewFlows(st *installed, in [][]byte) {
+	var r conntrack.Tuple
+	for i := range in {
+		fr := &w.frames[i]
+		if fr.op != stepForward || fr.later {
+			continue
+		}
+		l := &w.lks[fr.lk]
+		if l.Hit || (l.Key.Proto == protoTCP && l.Flags&(conntrack.FlagSYN|conntrack.FlagACK|conntrack.FlagRST|conntrack.FlagFIN) != conntrack.FlagSYN) {
+			continue
+		}
+		ips := st.snap.policies[fr.policy].ips[fam(fr.pk.IPVer)]
+		if len(ips) == 0 {
+			continue
+		}
+		t := &l.Key
+		h := nat.FlowHash(t.Proto, nat.Addr(t.Src), t.SrcPort, nat.Addr(t.Dst), t.DstPort)
+		fr.pick, fr.picked = int32(nat.Pick(ips, h)), true
+		r.Src, r.Dst = t.Dst, conntrack.Addr(ips[fr.pick])
+		r.SrcPort, r.DstPort, r.Proto = t.DstPort, t.SrcPort, t.Proto
+		w.ct.Prefetch(&r)
+	}
 }
 
 // forwardPrepare checks a decapsulated pod packet up to its flow lookup:
@@ -347,7 +384,7 @@ func (w *Worker) forwardFinish(st *installed, now int64, s *frame, l *conntrack.
 		natAddr = e.addr
 	} else {
 		if !l.Hit {
-			if r := w.newFlow(st, pk, s.ni, s.policy, l, now); r != DropNone {
+			if r := w.newFlow(st, s, l, now); r != DropNone {
 				return w.drop(r)
 			}
 		}
@@ -370,9 +407,10 @@ func (w *Worker) forwardFinish(st *installed, now int64, s *frame, l *conntrack.
 	return Result{Verdict: VerdictTx, Ifindex: s.hop.Ifindex, Len: n}
 }
 
-// newFlow allocates a NAT binding for l.Key and inserts the flow into
-// l.Flow. It returns DropNone on success.
-func (w *Worker) newFlow(st *installed, pk *Parsed, ni int32, policy int32, l *conntrack.Lookup, now int64) DropReason {
+// newFlow allocates a NAT binding for frame s's lookup l.Key and inserts
+// the flow into l.Flow. It returns DropNone on success.
+func (w *Worker) newFlow(st *installed, s *frame, l *conntrack.Lookup, now int64) DropReason {
+	pk, ni, policy := &s.pk, s.ni, s.policy
 	t, flags := &l.Key, l.Flags
 	if t.Proto == protoTCP && flags&(conntrack.FlagSYN|conntrack.FlagACK|conntrack.FlagRST|conntrack.FlagFIN) != conntrack.FlagSYN {
 		return DropTCPNoFlow
@@ -391,8 +429,11 @@ func (w *Worker) newFlow(st *installed, pk *Parsed, ni int32, policy int32, l *c
 		return DropTunnelIDs
 	}
 	src, dst := nat.Addr(t.Src), nat.Addr(t.Dst)
-	h := nat.FlowHash(t.Proto, src, t.SrcPort, dst, t.DstPort)
-	natAddr := ips[nat.Pick(ips, h)]
+	pick := int(s.pick)
+	if !s.picked {
+		pick = nat.Pick(ips, nat.FlowHash(t.Proto, src, t.SrcPort, dst, t.DstPort))
+	}
+	natAddr := ips[pick]
 	port, err := w.alloc.Allocate(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr, w.random())
 	if err != nil {
 		return DropNATExhausted
