@@ -94,34 +94,7 @@ func newFlowFrames(t testing.TB, n int) [][]byte {
 }
 
 func benchLoop(b *testing.B, w *Worker, in [][]byte) {
-	benchLoopBatch(b, w, in, benchBatch)
-}
-
-// benchLoopBatch processes b.N frames of in, in order and round robin,
-// batch frames per Process call.
-func benchLoopBatch(b *testing.B, w *Worker, in [][]byte, batch int) {
-	out := make([][]byte, batch)
-	for i := range out {
-		out[i] = make([]byte, 2048)
-	}
-	res := make([]Result, batch)
-	b.ReportAllocs()
-	c := startCPU(b)
-	next := 0
-	for done := 0; done < b.N; done += batch {
-		k := min(batch, b.N-done)
-		if next+k > len(in) {
-			next = 0
-		}
-		w.Process(testNow, in[next:next+k], out[:k], res[:k])
-		next += k
-	}
-	c.stop()
-	for i := range res[:min(batch, b.N)] {
-		if res[i].Verdict != VerdictTx {
-			b.Fatalf("frame %d not sent: %v", i, res[i].Reason)
-		}
-	}
+	benchFrames(b, w, in, benchBatch, nil)
 }
 
 // million is a pipeline with 1M established TCP flows (pod1v4 to 17
@@ -297,7 +270,7 @@ func BenchmarkPipeline(b *testing.B) {
 					in = m.rep
 				}
 				m.w.single = single
-				benchLoopBatch(b, m.w, in, conntrack.MaxBatch)
+				benchFrames(b, m.w, in, conntrack.MaxBatch, nil)
 			})
 		}
 	}
@@ -312,7 +285,19 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(sub, func(b *testing.B) {
 			m := getMillion(b)
 			m.w.single = single
-			benchNewFlows(b, m)
+			var pk Parsed
+			var fl conntrack.Flow
+			benchFrames(b, m.w, m.syn, conntrack.MaxBatch, func(n int) {
+				for _, fr := range m.syn[:n] {
+					pk.Decode(fr)
+					k := conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst),
+						SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
+					if !m.ct.Delete(&k, &fl) {
+						b.Fatal("new flow not in the table")
+					}
+					m.w.releaseFlow(&fl)
+				}
+			})
 		})
 	}
 	b.Run("new_flow_v4", func(b *testing.B) {
@@ -334,32 +319,12 @@ func BenchmarkPipeline(b *testing.B) {
 			b.Fatal(err)
 		}
 		w := p.NewWorker(3)
-		out := make([][]byte, benchBatch)
-		for i := range out {
-			out[i] = make([]byte, 2048)
-		}
-		res := make([]Result, benchBatch)
-		b.ReportAllocs()
-		c := startCPU(b)
-		next := 0
-		for done := 0; done < b.N; done += benchBatch {
-			if next == round {
-				b.StopTimer()
-				w.Expire(testNow+1e15, 2*round) // remove the round's flows and release ports
-				if ct.Len() != 0 {
-					b.Fatalf("%d flows left after expiry", ct.Len())
-				}
-				next = 0
-				b.StartTimer()
+		benchFrames(b, w, frames, benchBatch, func(int) {
+			w.Expire(testNow+1e15, 2*round) // remove the round's flows and release ports
+			if ct.Len() != 0 {
+				b.Fatalf("%d flows left after expiry", ct.Len())
 			}
-			k := min(benchBatch, b.N-done)
-			w.Process(testNow, frames[next:next+k], out[:k], res[:k])
-			next += benchBatch
-			if res[0].Verdict != VerdictTx {
-				b.Fatalf("new flow dropped: %v", res[0].Reason)
-			}
-		}
-		c.stop()
+		})
 	})
 }
 
@@ -405,49 +370,41 @@ func (c *cpuClock) stop() {
 	c.b.ReportMetric(float64(c.elapsed)/float64(c.b.N), "cpu-ns/op")
 }
 
-// benchNewFlows processes m's SYNs, conntrack.MaxBatch per call; after
-// each millionNew of them it deletes their flows and releases their ports
-// with the timer stopped, so the table stays at 1M flows plus at most
-// millionNew.
-func benchNewFlows(b *testing.B, m *million) {
-	const batch = conntrack.MaxBatch
+// benchFrames processes b.N frames of frames, in order, batch per Process
+// call, and checks that every one is sent. With clear nil it goes round
+// robin. Otherwise frames are the SYNs of flows the table does not hold:
+// once all are sent, benchFrames calls clear(n) with both clocks stopped to
+// remove the n flows they opened and release their ports, and starts over;
+// it clears the last round too, so a shared table is left as it was.
+func benchFrames(b *testing.B, w *Worker, frames [][]byte, batch int, clear func(n int)) {
 	out := make([][]byte, batch)
 	for i := range out {
 		out[i] = make([]byte, 2048)
 	}
 	res := make([]Result, batch)
-	var pk Parsed
-	var fl conntrack.Flow
-	clear := func(n int) {
-		for _, fr := range m.syn[:n] {
-			pk.Decode(fr)
-			k := conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst),
-				SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
-			if !m.ct.Delete(&k, &fl) {
-				b.Fatal("new flow not in the table")
-			}
-			m.w.releaseFlow(&fl)
-		}
-	}
 	b.ReportAllocs()
 	c := startCPU(b)
 	next := 0
 	for done := 0; done < b.N; done += batch {
-		if next == millionNew {
-			c.pause()
-			clear(next)
-			next = 0
-			c.resume()
-		}
 		k := min(batch, b.N-done)
-		m.w.Process(testNow, m.syn[next:next+k], out[:k], res[:k])
+		if next+k > len(frames) {
+			if clear != nil {
+				c.pause()
+				clear(next)
+				c.resume()
+			}
+			next = 0
+		}
+		w.Process(testNow, frames[next:next+k], out[:k], res[:k])
 		next += k
 		for i := range res[:k] {
 			if res[i].Verdict != VerdictTx {
-				b.Fatalf("new flow dropped: %v", res[i].Reason)
+				b.Fatalf("frame %d not sent: %v %v", next-k+i, res[i].Verdict, res[i].Reason)
 			}
 		}
 	}
 	c.stop()
-	clear(next)
+	if clear != nil {
+		clear(next)
+	}
 }
