@@ -148,6 +148,10 @@ type Config struct {
 //	// Delete removes the flow whose original tuple is orig and copies it to out.
 //	func (t *Table) Delete(orig *Tuple, out *Flow) bool
 //
+//	// DeleteBinding is Delete only if the flow is still bound to
+//	// natAddr:natPort (a flow re-created meanwhile with another binding stays).
+//	func (t *Table) DeleteBinding(orig *Tuple, natAddr Addr, natPort uint16, out *Flow) bool
+//
 //	// Expire removes at most budget expired flows, resuming where the last
 //	// call stopped (incremental, no stop-the-world sweep), and calls fn with
 //	// each removed flow outside any lock. It returns how many it removed.

@@ -702,12 +702,31 @@ func (t *Table) unlink(s1i, s2i uint32, g uint32, h1, h2 uint64, out *Flow) {
 
 // Delete removes the flow whose original tuple is orig and copies it to out.
 func (t *Table) Delete(orig *Tuple, out *Flow) bool {
+	return t.del(orig, nil, 0, out)
+}
+
+// DeleteBinding removes the flow whose original tuple is orig only if it is
+// still bound to natAddr:natPort, and copies it to out. A data plane that
+// retires a flow it looked up (its egress IP left) uses it so that a flow
+// another worker has meanwhile re-created for the same tuple, with another
+// binding, is left alone.
+func (t *Table) DeleteBinding(orig *Tuple, natAddr Addr, natPort uint16, out *Flow) bool {
+	return t.del(orig, &natAddr, natPort, out)
+}
+
+// bound reports whether entry e is bound to *nat:nport, or nat is nil.
+func (e *entry) bound(nat *Addr, nport uint16) bool {
+	return nat == nil || (e.nat == *nat && e.nport == nport)
+}
+
+// del is Delete, and DeleteBinding when nat is not nil.
+func (t *Table) del(orig *Tuple, nat *Addr, nport uint16, out *Flow) bool {
 	h1 := t.h.hash(orig)
 	s1i := uint32(h1 & t.shardMask)
 	s1 := &t.shards[s1i]
 	s1.mu.Lock()
 	ref := t.find(s1, h1, orig, Original)
-	if ref == 0 {
+	if ref == 0 || !t.entries[t.refIndex(ref)].bound(nat, nport) {
 		s1.mu.Unlock()
 		return false
 	}
@@ -721,7 +740,7 @@ func (t *Table) Delete(orig *Tuple, out *Flow) bool {
 		s1.mu.Unlock()
 		t.lock2(s1i, s2i)
 		ref = t.find(s1, h1, orig, Original)
-		if ref == 0 {
+		if ref == 0 || !t.entries[t.refIndex(ref)].bound(nat, nport) {
 			t.unlock2(s1i, s2i)
 			return false
 		}
@@ -731,7 +750,7 @@ func (t *Table) Delete(orig *Tuple, out *Flow) bool {
 		t.entries[g].replyTuple(&r)
 		if h2b := t.h.hash(&r); h2b != h2 {
 			t.unlock2(s1i, s2i)
-			return t.Delete(orig, out)
+			return t.del(orig, nat, nport, out)
 		}
 	} else if s2i > s1i {
 		t.shards[s2i].mu.Lock()
@@ -740,6 +759,12 @@ func (t *Table) Delete(orig *Tuple, out *Flow) bool {
 	t.unlock2(s1i, s2i)
 	t.emit(EventDeleted, out)
 	return true
+}
+
+// refIndex is the index in t.entries of the entry ref names.
+func (t *Table) refIndex(ref uint32) uint32 {
+	_, g, _ := t.refEntry(ref)
+	return g
 }
 
 var flowPool = sync.Pool{New: func() any { return new(Flow) }}

@@ -378,3 +378,48 @@ func TestPrefetchIsAHint(t *testing.T) {
 	tb.Close()
 	tb.Prefetch(&f.Orig)
 }
+
+// TestDeleteBinding: the flow goes only if it is still bound to the given
+// NAT address and port; otherwise it stays whole (both keys, no event).
+func TestDeleteBinding(t *testing.T) {
+	tb := mustNew(t, Config{MaxFlows: 1024})
+	var events []Event
+	tb.SetEventHook(func(k Event, f Flow) { events = append(events, k) })
+	f := flowN(7, ProtoUDP)
+	if err := tb.Insert(&f, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := f.Reply()
+	otherAddr := f.NATAddr
+	otherAddr[15]++
+	var out Flow
+	for _, c := range []struct {
+		addr Addr
+		port uint16
+	}{{f.NATAddr, f.NATPort + 1}, {otherAddr, f.NATPort}} {
+		if tb.DeleteBinding(&f.Orig, c.addr, c.port, &out) {
+			t.Fatalf("deleted with binding %v:%d, the flow's is %v:%d", c.addr, c.port, f.NATAddr, f.NATPort)
+		}
+		if tb.Len() != 1 || !tb.ReplyInUse(&r) || !tb.Track(Original, &f.Orig, 0, 1, &out) {
+			t.Fatal("a refused DeleteBinding changed the table")
+		}
+	}
+	if len(events) != 1 {
+		t.Fatalf("events %v, want only the creation", events)
+	}
+	if !tb.DeleteBinding(&f.Orig, f.NATAddr, f.NATPort, &out) {
+		t.Fatal("DeleteBinding with the flow's own binding refused")
+	}
+	if out.Orig != f.Orig || out.NATAddr != f.NATAddr || out.NATPort != f.NATPort {
+		t.Fatalf("deleted %+v, want %+v", out, f)
+	}
+	if tb.Len() != 0 || tb.ReplyInUse(&r) || tb.ReplyInUse(&f.Orig) {
+		t.Fatal("the flow or one of its keys is still there")
+	}
+	if len(events) != 2 || events[1] != EventDeleted {
+		t.Fatalf("events %v, want created then deleted", events)
+	}
+	if tb.DeleteBinding(&f.Orig, f.NATAddr, f.NATPort, &out) {
+		t.Fatal("deleted a flow twice")
+	}
+}

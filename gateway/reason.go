@@ -94,6 +94,7 @@ const (
 	CounterICMPXlated                  // ICMP errors from outside translated to a pod
 	CounterFlowsNew                    // flows created
 	CounterFlowsExpired                // flows expired and their port released
+	CounterFlowsMoved                  // flows removed because their egress IP left the pod's policy here
 	numCounters
 )
 
@@ -106,6 +107,7 @@ var counterNames = [numCounters]string{
 	CounterICMPXlated:   "icmp_errors_translated",
 	CounterFlowsNew:     "flows_created",
 	CounterFlowsExpired: "flows_expired",
+	CounterFlowsMoved:   "flows_moved",
 }
 
 // String returns the counter's label value.

@@ -383,6 +383,9 @@ func (w *Worker) forwardFinish(st *installed, now int64, s *frame, l *conntrack.
 		}
 		natAddr = e.addr
 	} else {
+		if l.Hit && !natCurrent(st, s, &l.Flow) {
+			l.Hit = w.retire(st, s, l, now)
+		}
 		if !l.Hit {
 			if r := w.newFlow(st, s, l, now); r != DropNone {
 				return w.drop(r)
@@ -405,6 +408,44 @@ func (w *Worker) forwardFinish(st *installed, now int64, s *frame, l *conntrack.
 	}
 	w.stats.local.Counters[CounterForwarded]++
 	return Result{Verdict: VerdictTx, Ifindex: s.hop.Ifindex, Len: n}
+}
+
+// natCurrent reports whether flow f's egress IP is still one of the IPs of
+// frame s's pod's policy hosted here, for the packet's family. Pick keeps a
+// flow on its IP for life; this is what ends that life when the IP leaves.
+func natCurrent(st *installed, s *frame, f *conntrack.Flow) bool {
+	for _, ip := range st.snap.policies[s.policy].ips[fam(s.pk.IPVer)] {
+		if ip == nat.Addr(f.NATAddr) {
+			return true
+		}
+	}
+	return false
+}
+
+// retire handles a hit on a flow whose egress IP is no longer one of its
+// pod's policy's IPs hosted here: the IP moved to another gateway, or the
+// pod's policy changed. Its packets would leave from an address this
+// gateway no longer owns, and the replies would go elsewhere, so the flow is
+// removed, its port released and flows_moved counted. The packet is then a
+// miss: UDP and ICMP open a flow on a current egress IP (the flows of the IP
+// that left move, and no other), TCP is tcp_no_flow. An earlier frame of
+// the batch may have done this already: the key is looked up again first,
+// and a current flow found then is used. It reports whether l now holds a
+// current flow.
+func (w *Worker) retire(st *installed, s *frame, l *conntrack.Lookup, now int64) bool {
+	natAddr, natPort := l.Flow.NATAddr, l.Flow.NATPort
+	if w.ct.Track(conntrack.Original, &l.Key, l.Flags, now, &l.Flow) {
+		if natCurrent(st, s, &l.Flow) {
+			return true
+		}
+		natAddr, natPort = l.Flow.NATAddr, l.Flow.NATPort
+	}
+	var gone conntrack.Flow
+	if w.ct.DeleteBinding(&l.Key, natAddr, natPort, &gone) {
+		w.releaseFlow(&gone)
+		w.stats.local.Counters[CounterFlowsMoved]++
+	}
+	return false
 }
 
 // newFlow allocates a NAT binding for frame s's lookup l.Key and inserts

@@ -88,7 +88,7 @@ type GatewayCollector struct {
 	rxPkts, rxBytes, txPkts, txBytes, txDrops, rxErr, txErr              *prometheus.Desc
 	xdpRxDropped, xdpRxRingFull, xdpFillEmpty, xdpTxEmpty, xdpInvalid    *prometheus.Desc
 	plRx, plPass, plFwd, plReplied, icmpSent, icmpXlated, drops          *prometheus.Desc
-	flows, flowsMax, flowsCreated, flowsExpired                          *prometheus.Desc
+	flows, flowsMax, flowsCreated, flowsExpired, flowsMoved              *prometheus.Desc
 	portsInUse, portsMax, exhausted, egressIPs, peers, workersDesc, busy *prometheus.Desc
 }
 
@@ -134,6 +134,7 @@ func NewGatewayCollector(src GatewaySource) *GatewayCollector {
 		flowsMax:     d("flows_max", "Capacity of the connection-tracking table."),
 		flowsCreated: d("flows_created_total", "Flows created."),
 		flowsExpired: d("flows_expired_total", "Flows expired and their NAT port released."),
+		flowsMoved:   d("flows_moved_total", "Flows removed because their egress IP left this gateway or their pod's policy; the pod's next packet opens a flow on a current egress IP (UDP, ICMP) or is dropped as tcp_no_flow (TCP)."),
 
 		portsInUse:  d("nat_ports_in_use", "NAT ports (ICMP identifiers) with at least one live flow, per egress IP and protocol.", "egress_ip", "protocol"),
 		portsMax:    d("nat_ports_max", "Size of the NAT port range for unprivileged source ports, per egress IP and protocol.", "egress_ip", "protocol"),
@@ -150,7 +151,7 @@ func (c *GatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPkts, c.rxBytes, c.txPkts, c.txBytes, c.txDrops, c.rxErr, c.txErr,
 		c.xdpRxDropped, c.xdpRxRingFull, c.xdpFillEmpty, c.xdpTxEmpty, c.xdpInvalid,
 		c.plRx, c.plPass, c.plFwd, c.plReplied, c.icmpSent, c.icmpXlated, c.drops,
-		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired,
+		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired, c.flowsMoved,
 		c.portsInUse, c.portsMax, c.exhausted, c.egressIPs, c.peers, c.workersDesc, c.busy} {
 		ch <- d
 	}
@@ -194,6 +195,7 @@ func (c *GatewayCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.icmpXlated, sum.Count(gateway.CounterICMPXlated))
 	counter(ch, c.flowsCreated, sum.Count(gateway.CounterFlowsNew))
 	counter(ch, c.flowsExpired, sum.Count(gateway.CounterFlowsExpired))
+	counter(ch, c.flowsMoved, sum.Count(gateway.CounterFlowsMoved))
 	for _, r := range gateway.DropReasons() {
 		counter(ch, c.drops, sum.Drop(r), r.String())
 	}
