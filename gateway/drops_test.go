@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/nat"
@@ -313,5 +315,60 @@ func TestPass(t *testing.T) {
 	}
 	if s := f.p.Stats(); s.Count(CounterPass) != 3 || s.Count(CounterRx) != 3 {
 		t.Errorf("counters %+v", s.Counters)
+	}
+}
+
+// TestFullTableOfExpiredFlowsMakesRoom: a table full of flows whose timers
+// have run out, before the periodic sweep has reached them, still takes a
+// new flow: the worker removes expired flows first (counted as expired,
+// their ports released). A table full of live flows still refuses it with
+// conntrack_full and keeps them, and a live flow among expired ones stays.
+// The batched and the one-frame paths agree.
+func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			f := newFixture(t, 16, testConfig())
+			f.w.single = single
+			out := make([][]byte, 1)
+			out[0] = make([]byte, 2048)
+			res := make([]Result, 1)
+			send := func(now int64, sport uint16) Result {
+				p := udpFrom(pod1v4, server4)
+				p.sport = sport
+				f.w.Process(now, [][]byte{tunnelFrame(t, podTun(), p.build(t))}, out, res)
+				return res[0]
+			}
+			for i := 0; f.ct.Len() < f.ct.Cap(); i++ {
+				if r := send(testNow, uint16(10000+i)); r.Verdict != VerdictTx {
+					t.Fatalf("flow %d: %v %v", i, r.Verdict, r.Reason)
+				}
+			}
+			full := f.ct.Len()
+			udp := int64(conntrack.DefaultTimeouts().UDP)
+			// Live: refused, nothing removed.
+			if r := send(testNow+udp/2, 9); r.Reason != DropConntrackFull {
+				t.Fatalf("new flow on a table full of live flows: %v %v", r.Verdict, r.Reason)
+			}
+			// Keep flow 10000 alive; the others run out.
+			if r := send(testNow+udp/2, 10000); r.Verdict != VerdictTx {
+				t.Fatalf("existing flow: %v %v", r.Verdict, r.Reason)
+			}
+			later := testNow + udp + int64(time.Minute)
+			if r := send(later, 9); r.Verdict != VerdictTx {
+				t.Fatalf("new flow on a table full of expired flows: %v %v", r.Verdict, r.Reason)
+			}
+			st := f.w.Stats()
+			if st.Count(CounterFlowsExpired) == 0 || f.ct.Len() > full {
+				t.Fatalf("expired %d, flows %d (cap %d)", st.Count(CounterFlowsExpired), f.ct.Len(), f.ct.Cap())
+			}
+			if got := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), protoUDP); got != f.ct.Len() {
+				t.Errorf("ports in use %d, flows %d: a removed flow kept its port", got, f.ct.Len())
+			}
+			rep := pkt{src: server4, dst: egress4, proto: "udp", sport: 53, dport: 10000, payload: []byte("a")}
+			f.w.Process(later, [][]byte{plainFrame(t, rep.build(t))}, out, res)
+			if res[0].Verdict != VerdictTx {
+				t.Fatalf("reply of the flow kept alive: %v %v", res[0].Verdict, res[0].Reason)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"time"
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/nat"
@@ -39,6 +40,10 @@ type Worker struct {
 	// that flow (a retransmitted SYN, the server's answer), so its miss is
 	// checked again with Track before it counts.
 	inserted bool
+
+	// reclaimAfter: no reclaim scan before this time; set when a scan of a
+	// full table found nothing expired (see reclaim).
+	reclaimAfter int64
 
 	icmpOut tokenBucket // ICMP errors to the outside (icmpOutAllowed)
 	icmpPod tokenBucket // ICMP errors to pods (icmpPodAllowed)
@@ -108,6 +113,7 @@ func (w *Worker) Process(now int64, in, out [][]byte, res []Result) {
 	st := w.p.state.Load()
 	_ = out[len(in)-1]
 	_ = res[len(in)-1]
+	w.reclaim(now, len(in))
 	if w.single {
 		for i, f := range in {
 			res[i] = w.processOne(st, now, f, out[i])
@@ -124,6 +130,7 @@ func (w *Worker) Process(now int64, in, out [][]byte, res []Result) {
 
 // ProcessOne handles a single frame; Process is the batched form.
 func (w *Worker) ProcessOne(now int64, in, out []byte) Result {
+	w.reclaim(now, 1)
 	r := w.processOne(w.p.state.Load(), now, in, out)
 	w.stats.publish()
 	return r
@@ -614,6 +621,29 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 	writeEncap(out[:n], node, tid.kind, tid.vni, &w.hop, pk.IPVer, entropy(&podAddr, podPort, &pk.Src))
 	w.stats.local.Counters[CounterReplied]++
 	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+}
+
+// reclaimBackoff is how long a worker leaves a full table alone after a
+// reclaim scan found nothing expired in it: a table full of live flows must
+// not cost a scan per batch.
+const reclaimBackoff = int64(10 * time.Millisecond)
+
+// reclaim makes room before a call that may open n flows when the table
+// has fewer than n free: it removes up to n expired flows that the periodic
+// sweep (Expire) has not reached yet, with Expire's bounded work, so that a
+// table full of dead flows does not refuse live ones (conntrack_full is for
+// a table full of live flows). It runs once per Process call, before any
+// frame is looked up, so the batched and the one-frame path see the same
+// table.
+func (w *Worker) reclaim(now int64, n int) {
+	if w.ct.Len() <= w.ct.Cap()-n || now < w.reclaimAfter {
+		return
+	}
+	got := w.ct.Expire(now, n, w.release)
+	w.stats.local.Counters[CounterFlowsExpired] += uint64(got)
+	if got == 0 {
+		w.reclaimAfter = now + reclaimBackoff
+	}
 }
 
 // Expire removes up to budget expired flows and releases their NAT ports.

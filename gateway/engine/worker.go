@@ -98,30 +98,44 @@ type worker struct {
 
 // run is the worker loop: receive from every port, process, transmit, expire
 // flows on a timer; it returns once stop is set.
+//
+// Expiry removes at most expireBudget flows every expireEvery. A sweep that
+// removed its whole budget means flows run out faster than that pace (a
+// burst of short flows ending together): the worker is behind, and until a
+// sweep removes less it sweeps once per loop turn and does not block in
+// receive, so dead flows cannot pile up and fill the table. Each sweep's
+// work stays bounded (Expire), and packets are still served between sweeps.
 func (w *worker) run(stop *atomic.Bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	next := w.now() + w.expireEvery
+	behind := false
 	for !stop.Load() {
 		got := 0
 		if len(w.ports) == 1 {
-			got = w.receive(0, w.wait)
+			wait := w.wait
+			if behind {
+				wait = 0
+			}
+			got = w.receive(0, wait)
 		} else {
 			for k := range w.ports {
 				got += w.receive(k, 0)
 			}
 		}
 		now := w.now()
-		if now >= next {
-			w.local.Expired += uint64(w.gw.Expire(now, w.expireBudget))
+		if behind || now >= next {
+			n := w.gw.Expire(now, w.expireBudget)
+			w.local.Expired += uint64(n)
 			w.pub.publish(&w.local)
+			behind = n >= w.expireBudget
 			next = now + w.expireEvery
 		}
 		if got == 0 {
 			for _, x := range w.xsks {
 				x.Flush() // idle: get transmitted buffers back
 			}
-			if len(w.ports) > 1 {
+			if len(w.ports) > 1 && !behind {
 				w.idle()
 			}
 		}
