@@ -726,11 +726,11 @@ func (t *Table) del(orig *Tuple, nat *Addr, nport uint16, out *Flow) bool {
 	s1 := &t.shards[s1i]
 	s1.mu.Lock()
 	ref := t.find(s1, h1, orig, Original)
-	if ref == 0 || !t.entries[t.refIndex(ref)].bound(nat, nport) {
+	_, g, _ := t.refEntry(ref)
+	if ref == 0 || !t.entries[g].bound(nat, nport) {
 		s1.mu.Unlock()
 		return false
 	}
-	_, g, _ := t.refEntry(ref)
 	var r Tuple
 	t.entries[g].replyTuple(&r)
 	h2 := t.h.hash(&r)
@@ -740,11 +740,11 @@ func (t *Table) del(orig *Tuple, nat *Addr, nport uint16, out *Flow) bool {
 		s1.mu.Unlock()
 		t.lock2(s1i, s2i)
 		ref = t.find(s1, h1, orig, Original)
-		if ref == 0 || !t.entries[t.refIndex(ref)].bound(nat, nport) {
+		_, g, _ = t.refEntry(ref)
+		if ref == 0 || !t.entries[g].bound(nat, nport) {
 			t.unlock2(s1i, s2i)
 			return false
 		}
-		_, g, _ = t.refEntry(ref)
 		// The tuple may have been deleted and re-inserted with another
 		// NAT binding meanwhile.
 		t.entries[g].replyTuple(&r)
@@ -759,12 +759,6 @@ func (t *Table) del(orig *Tuple, nat *Addr, nport uint16, out *Flow) bool {
 	t.unlock2(s1i, s2i)
 	t.emit(EventDeleted, out)
 	return true
-}
-
-// refIndex is the index in t.entries of the entry ref names.
-func (t *Table) refIndex(ref uint32) uint32 {
-	_, g, _ := t.refEntry(ref)
-	return g
 }
 
 var flowPool = sync.Pool{New: func() any { return new(Flow) }}

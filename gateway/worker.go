@@ -279,7 +279,7 @@ func (w *Worker) prefetchNewFlows(st *installed, in [][]byte) {
 			continue
 		}
 		l := &w.lks[fr.lk]
-		if l.Hit || (l.Key.Proto == protoTCP && l.Flags&(conntrack.FlagSYN|conntrack.FlagACK|conntrack.FlagRST|conntrack.FlagFIN) != conntrack.FlagSYN) {
+		if l.Hit || !opensFlow(&l.Key, l.Flags) {
 			continue
 		}
 		ips := st.snap.policies[fr.policy].ips[fam(fr.pk.IPVer)]
@@ -455,12 +455,19 @@ func (w *Worker) retire(st *installed, s *frame, l *conntrack.Lookup, now int64)
 	return false
 }
 
+// opensFlow reports whether a pod packet with tuple t and TCP flags may
+// open a flow: any UDP or ICMP echo, and TCP only with a bare SYN.
+func opensFlow(t *conntrack.Tuple, flags uint8) bool {
+	const f = conntrack.FlagSYN | conntrack.FlagACK | conntrack.FlagRST | conntrack.FlagFIN
+	return t.Proto != protoTCP || flags&f == conntrack.FlagSYN
+}
+
 // newFlow allocates a NAT binding for frame s's lookup l.Key and inserts
 // the flow into l.Flow. It returns DropNone on success.
 func (w *Worker) newFlow(st *installed, s *frame, l *conntrack.Lookup, now int64) DropReason {
 	pk, ni, policy := &s.pk, s.ni, s.policy
 	t, flags := &l.Key, l.Flags
-	if t.Proto == protoTCP && flags&(conntrack.FlagSYN|conntrack.FlagACK|conntrack.FlagRST|conntrack.FlagFIN) != conntrack.FlagSYN {
+	if !opensFlow(t, flags) {
 		return DropTCPNoFlow
 	}
 	if st.snap.hosted.has(&pk.Dst) {
