@@ -71,14 +71,8 @@ func runDemo(args []string) error {
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
 	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "the controller's reachabilityTotalTimeoutSeconds (1-60)")
 	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "how long a returned gateway waits before it gets egress IPs again")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if help, err := parse(fs, args); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *reach < 1 || *reach > 60 {
 		return fmt.Errorf("--reachability-timeout %d: use 1-60 seconds", *reach)

@@ -55,17 +55,19 @@ func labFlags(name string) (*flag.FlagSet, *string) {
 	return fs, n
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
+// parse parses a subcommand's flags; help is true when they asked for the
+// usage (-h), which fs has printed: the caller then returns nil.
+func parse(fs *flag.FlagSet, args []string) (help bool, err error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return true, nil
 		}
-		return err
+		return false, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return false, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	return nil
+	return false, nil
 }
 
 func newLab(name, mode string) (*lab.Lab, error) {
@@ -93,7 +95,7 @@ func labUp(args []string) error {
 	fs.StringVar(&mode, "gateway", mode, "gateway implementation: kernel (VXLAN + nftables SNAT), egret (egret gateway, static config) or managed (egret controller + gateway and steer agents); default from EGRET_LAB_GATEWAY")
 	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "managed: the controller's reachabilityTotalTimeoutSeconds (1-60)")
 	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "managed: how long a returned gateway waits before it gets egress IPs again")
-	if err := parse(fs, args); err != nil || isHelp(args) {
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	l, err := newLab(*name, mode)
@@ -120,7 +122,7 @@ func labUp(args []string) error {
 
 func labDown(args []string) error {
 	fs, name := labFlags("down")
-	if err := parse(fs, args); err != nil || isHelp(args) {
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	return lab.Down("", *name)
@@ -129,7 +131,7 @@ func labDown(args []string) error {
 func labStatus(args []string) error {
 	fs, name := labFlags("status")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := parse(fs, args); err != nil || isHelp(args) {
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	l, err := newLab(*name, lab.ModeKernel)
@@ -156,7 +158,7 @@ func labEcho(args []string) error {
 	udpAddr := fs.String("udp", "", "UDP listen address (ip:port)")
 	httpAddr6 := fs.String("http6", "", "optional second HTTP listen address ([ipv6]:port)")
 	udpAddr6 := fs.String("udp6", "", "optional second UDP listen address ([ipv6]:port)")
-	if err := parse(fs, args); err != nil || isHelp(args) {
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	if *httpAddr == "" || *udpAddr == "" {
@@ -166,13 +168,4 @@ func labEcho(args []string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("lab", *name)
 	return (&lab.EchoServer{HTTPAddr: *httpAddr, UDPAddr: *udpAddr, HTTPAddr6: *httpAddr6, UDPAddr6: *udpAddr6, Log: log}).Run(ctx)
-}
-
-func isHelp(args []string) bool {
-	for _, a := range args {
-		if a == "-h" || a == "--help" || a == "-help" {
-			return true
-		}
-	}
-	return false
 }
