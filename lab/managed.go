@@ -3,7 +3,9 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/filesource"
 	"github.com/egret-gw/egret/control/health"
 	labexamples "github.com/egret-gw/egret/deploy/examples/lab"
 	"google.golang.org/grpc"
@@ -402,7 +405,7 @@ func EgressIPs(objectsDir string) ([]egressv1.EgressIP, error) {
 		for {
 			var e egressv1.EgressIP
 			if err := dec.Decode(&e); err != nil {
-				if err.Error() == "EOF" {
+				if errors.Is(err, io.EOF) {
 					break
 				}
 				return nil, fmt.Errorf("%s: %w", f, err)
@@ -410,14 +413,12 @@ func EgressIPs(objectsDir string) ([]egressv1.EgressIP, error) {
 			if e.Kind != egressv1.Kind || e.Name == "" {
 				continue
 			}
-			e.Status = egressv1.EgressIPStatus{}
-			if sb, err := os.ReadFile(filepath.Join(objectsDir, "status", e.Name+".yaml")); err == nil {
-				var st egressv1.EgressIP
-				if err := yaml.Unmarshal(sb, &st); err != nil {
-					return nil, fmt.Errorf("status of %s: %w", e.Name, err)
-				}
-				e.Status = st.Status
+			// The status file is the controller's, in the file source's format.
+			st, err := filesource.ReadStatus(filepath.Join(objectsDir, filesource.StatusDir), e.Name)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
 			}
+			e.Status = st
 			out = append(out, e)
 		}
 	}
