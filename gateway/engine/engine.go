@@ -39,7 +39,9 @@ type Options struct {
 	// notices shutdown or an expiry tick when idle.
 	Wait time.Duration
 	// ExpireEvery and ExpireBudget pace flow expiry: every ExpireEvery each
-	// worker removes at most ExpireBudget expired flows (defaults 100ms, 2048).
+	// worker removes at most ExpireBudget expired flows (defaults 100ms, 2048),
+	// and sweeps every loop turn instead while a sweep keeps removing its
+	// whole budget (it is behind; see worker.run).
 	ExpireEvery  time.Duration
 	ExpireBudget int
 	// PoolFrames is the number of frame buffers per queue (default 4096).
