@@ -18,7 +18,6 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/filesource"
 	"github.com/egret-gw/egret/control/health"
 	labexamples "github.com/egret-gw/egret/deploy/examples/lab"
 	"google.golang.org/grpc"
@@ -413,12 +412,17 @@ func EgressIPs(objectsDir string) ([]egressv1.EgressIP, error) {
 			if e.Kind != egressv1.Kind || e.Name == "" {
 				continue
 			}
-			// The status file is the controller's, in the file source's format.
-			st, err := filesource.ReadStatus(filepath.Join(objectsDir, filesource.StatusDir), e.Name)
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, err
+			// The controller's status file (filesource.ReadStatus's format;
+			// lab cannot import filesource: metrics' lab tests would then
+			// import metrics through the controller).
+			e.Status = egressv1.EgressIPStatus{}
+			if sb, err := os.ReadFile(filepath.Join(objectsDir, "status", e.Name+".yaml")); err == nil {
+				var st egressv1.EgressIP
+				if err := yaml.Unmarshal(sb, &st); err != nil {
+					return nil, fmt.Errorf("status of %s: %w", e.Name, err)
+				}
+				e.Status = st.Status
 			}
-			e.Status = st
 			out = append(out, e)
 		}
 	}
