@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/yaml"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // gatewayCaps reads the capabilities the gateway DaemonSet adds.

@@ -10,8 +10,8 @@ import (
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 const xskBuffers = 128 // the smallest pool the port package accepts
@@ -20,36 +20,36 @@ const xskBuffers = 128 // the smallest pool the port package accepts
 // and steers n frames to it while nobody gives the kernel buffers, so the
 // kernel drops most of them. It returns the socket's fd and the XDP program
 // steering to it; everything is closed by t.Cleanup.
-func droppingXSK(t *testing.T, n int) (int, *port.Interface) {
+func droppingXSK(t *testing.T, n int) (int, *nic.Interface) {
 	t.Helper()
 	dut, gen := nstest.New(t), nstest.New(t)
 	d0, g0 := nstest.VethPair(t, dut, "xd0", netip.MustParsePrefix("10.77.0.1/24"), gen, "xg0", netip.MustParsePrefix("10.77.0.2/24"))
 	raw := gen.OpenRaw(t, "xg0")
-	umem, err := port.NewUmem(xskBuffers, 2048, 0)
+	umem, err := nic.NewUmem(xskBuffers, 2048, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	egress := netip.MustParseAddr("192.0.2.99")
-	var ifc *port.Interface
+	var ifc *nic.Interface
 	// Only the socket setup runs in the namespace: the test goroutine (and
 	// the servers it starts) stay in the host's.
 	if err := dut.Do(func() error {
 		var err error
-		if ifc, err = port.Open(port.Config{Interface: "xd0", Pools: []*port.Pool{umem}}); err != nil {
+		if ifc, err = nic.Open(nic.Config{Interface: "xd0", Pools: []*nic.Pool{umem}}); err != nil {
 			return err
 		}
 		return ifc.Program.AddEgressIP(egress)
 	}); err != nil {
-		port.FreeUmem(umem)
+		nic.FreeUmem(umem)
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ifc.Close(); port.FreeUmem(umem) })
+	t.Cleanup(func() { ifc.Close(); nic.FreeUmem(umem) })
 	if ifc.Mode() != "afxdp" {
 		t.Fatalf("mode %s, want afxdp (the kernel has XDP on veth)", ifc.Mode())
 	}
-	x, ok := ifc.Ports[0].(*port.XSK)
+	x, ok := ifc.Queues[0].(*nic.XSK)
 	if !ok {
-		t.Fatalf("port is %T, want *port.XSK", ifc.Ports[0])
+		t.Fatalf("port is %T, want *nic.XSK", ifc.Queues[0])
 	}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.IP{198, 51, 100, 1}, DstIP: egress.AsSlice()}
 	udp := &layers.UDP{SrcPort: 53, DstPort: 40000}

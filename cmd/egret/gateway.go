@@ -19,7 +19,7 @@ import (
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/metrics"
 )
 
@@ -495,12 +495,12 @@ func engineSource(eng *engine.Engine) metrics.GatewaySource {
 			return dst
 		},
 		Interfaces: func(dst []metrics.InterfaceStats) []metrics.InterfaceStats {
-			eng.EachPort(func(iface string, p port.Port) {
+			eng.EachPort(func(iface string, p nic.Queue) {
 				st := p.Stats()
 				is := metrics.InterfaceStats{Name: iface, RxPackets: st.RxFrames, TxPackets: st.TxFrames,
 					RxBytes: st.RxBytes, TxBytes: st.TxBytes, HasBytes: true,
 					TxDrops: st.TxDrops, RxErrors: st.RxErrors, TxErrors: st.TxErrors}
-				if x, ok := p.(*port.XSK); ok {
+				if x, ok := p.(*nic.XSK); ok {
 					// The socket stays open during EachPort.
 					if xs, err := metrics.ReadXDPRingStats(x.FD()); err == nil {
 						is.XDP, is.HasXDP = xs, true

@@ -20,7 +20,7 @@ import (
 
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway/engine"
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // Topology: the gateway namespace (d0, VTEP 10.78.0.1) and a peer namespace

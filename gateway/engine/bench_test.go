@@ -11,7 +11,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -45,7 +45,7 @@ func benchFrame(tb testing.TB, sport uint16) []byte {
 
 // newBenchWorker is an engine worker on one in-memory port (ifindex 1) and
 // the peer port that feeds it and drains what it sends.
-func newBenchWorker(tb testing.TB) (*worker, *port.Mem) {
+func newBenchWorker(tb testing.TB) (*worker, *nic.Mem) {
 	ct, err := conntrack.New(conntrack.Config{MaxFlows: 1 << 16})
 	if err != nil {
 		tb.Fatal(err)
@@ -67,19 +67,19 @@ func newBenchWorker(tb testing.TB) (*worker, *port.Mem) {
 	if err := p.Swap(snap); err != nil {
 		tb.Fatal(err)
 	}
-	a, b, err := port.NewMemPair(1024, 2048, 0, 256)
+	a, b, err := nic.NewMemPair(1024, 2048, 0, 256)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &worker{gw: p.NewWorker(1), pool: a.Pool(), ports: []port.Port{a}, ifindex: []int{1}, kernelRx: []bool{false},
+	w := &worker{gw: p.NewWorker(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
 		batch: DefaultBatch, wait: time.Millisecond, now: nanotime, expireEvery: int64(time.Second), expireBudget: 64,
-		tx: make([]port.Batch, 1)}
+		tx: make([]nic.Batch, 1)}
 	return w, b
 }
 
 // feed puts a batch of frames on the peer side for the worker to receive.
-func feed(b *port.Mem, frames [][]byte) {
-	var bt port.Batch
+func feed(b *nic.Mem, frames [][]byte) {
+	var bt nic.Batch
 	b.Pool().Alloc(&bt, len(frames))
 	for i, f := range frames {
 		copy(bt.Buf[i][bt.Off[i]:], f)
@@ -92,7 +92,7 @@ func feed(b *port.Mem, frames [][]byte) {
 // tunnel frame comes out SNATed, and nothing is counted as lost.
 func TestWorkerForwards(t *testing.T) {
 	w, peer := newBenchWorker(t)
-	frames := make([][]byte, port.MaxBatch)
+	frames := make([][]byte, nic.MaxBatch)
 	for i := range frames {
 		frames[i] = benchFrame(t, uint16(30000+i))
 	}
@@ -100,7 +100,7 @@ func TestWorkerForwards(t *testing.T) {
 	if n := w.receive(0, time.Second); n != len(frames) {
 		t.Fatalf("worker received %d frames, want %d", n, len(frames))
 	}
-	var got port.Batch
+	var got nic.Batch
 	if err := peer.Receive(&got, time.Second); err != nil || got.N != len(frames) {
 		t.Fatalf("peer got %d frames (%v), want %d; counters %+v", got.N, err, len(frames), w.pub.read())
 	}
@@ -136,11 +136,11 @@ func TestWorkerForwards(t *testing.T) {
 // ports; the peer's copies are included. One op is one frame.
 func BenchmarkWorker(b *testing.B) {
 	w, peer := newBenchWorker(b)
-	frames := make([][]byte, port.MaxBatch)
+	frames := make([][]byte, nic.MaxBatch)
 	for i := range frames {
 		frames[i] = benchFrame(b, uint16(30000+i))
 	}
-	var got port.Batch
+	var got nic.Batch
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += len(frames) {

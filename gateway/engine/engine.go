@@ -24,8 +24,9 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/kernel"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/claim"
+	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/egret-gw/egret/nat"
 )
@@ -66,13 +67,13 @@ type Engine struct {
 	opt     Options
 	log     *slog.Logger
 	nl      *netlink.Handle
-	cache   *kernel.Cache
+	cache   *route.Cache
 	router  *kernelRouter
-	claimer *kernel.Claimer
+	claimer *claim.Claimer
 	ct      *conntrack.Table
 	pipe    *gateway.Pipeline
-	pools   []*port.Pool
-	ifcs    []*port.Interface
+	pools   []*nic.Pool
+	ifcs    []*nic.Interface
 	workers []*worker
 	packet  bool // some interface runs on AF_PACKET: kernel drops in NFTable
 
@@ -143,7 +144,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if e.pipe, err = gateway.NewPipeline(e.ct, natCfg); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if e.cache, err = kernel.NewCache(kernel.Options{NetNS: netns.None(), Logger: e.log}); err != nil {
+	if e.cache, err = route.NewCache(route.Options{NetNS: netns.None(), Logger: e.log}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.router = &kernelRouter{cache: e.cache}
@@ -153,7 +154,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if err := e.swap(set); err != nil {
 		return nil, err
 	}
-	if e.claimer, err = kernel.NewClaimer(netns.None()); err != nil {
+	if e.claimer, err = claim.NewClaimer(netns.None()); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if err := e.claimer.PinSocket(); err != nil { // Reload may run on any thread
@@ -188,7 +189,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		return nil, err
 	}
 	for q := 0; q < queues; q++ {
-		p, err := port.NewUmem(opt.PoolFrames, frameSize, 0)
+		p, err := nic.NewUmem(opt.PoolFrames, frameSize, 0)
 		if err != nil {
 			return nil, fmt.Errorf("engine: queue %d: %w", q, err)
 		}
@@ -384,18 +385,18 @@ func (e *Engine) buildWorkers(set *Settled) {
 		w := &worker{q: q, gw: e.pipe.NewWorker(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
 			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
 		for _, ifc := range e.ifcs {
-			p := ifc.Ports[q]
+			p := ifc.Queues[q]
 			w.ports = append(w.ports, p)
 			w.ifindex = append(w.ifindex, ifc.Index)
 			w.kernelRx = append(w.kernelRx, ifc.Program == nil)
-			if x, ok := p.(*port.XSK); ok {
+			if x, ok := p.(*nic.XSK); ok {
 				w.xsks = append(w.xsks, x)
 			}
 			if f, ok := p.(fder); ok {
 				w.pfd = append(w.pfd, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
 			}
 		}
-		w.tx = make([]port.Batch, len(w.ports))
+		w.tx = make([]nic.Batch, len(w.ports))
 		e.workers = append(e.workers, w)
 	}
 }
@@ -526,7 +527,7 @@ func (e *Engine) teardown() error {
 		}
 	}
 	for _, p := range e.pools {
-		port.FreeUmem(p)
+		nic.FreeUmem(p)
 	}
 	e.pools = nil
 	if e.cache != nil {
@@ -543,7 +544,7 @@ func (e *Engine) teardown() error {
 // PortStats are one port's counters.
 type PortStats struct {
 	Name string
-	port.Stats
+	nic.Stats
 }
 
 // XDPStats are one interface's XDP program counters.
@@ -558,7 +559,7 @@ type Stats struct {
 	Engine   Counters
 	Ports    []PortStats
 	XDP      []XDPStats
-	Kernel   kernel.CacheStats
+	Kernel   route.CacheStats
 	Flows    int
 }
 
@@ -576,7 +577,7 @@ func (e *Engine) Stats() Stats {
 	}
 	s.Kernel = e.cache.Stats()
 	for _, ifc := range e.ifcs {
-		for _, p := range ifc.Ports {
+		for _, p := range ifc.Queues {
 			s.Ports = append(s.Ports, PortStats{Name: p.Name(), Stats: p.Stats()})
 		}
 		if ifc.Program != nil {
@@ -606,14 +607,14 @@ func (e *Engine) Workers(dst []WorkerStats) []WorkerStats {
 // EachPort calls fn for every open port with its interface's name, under
 // the engine's lock: the port's socket stays open during fn (so fn may
 // read its kernel statistics), and nothing is called once Close began.
-func (e *Engine) EachPort(fn func(iface string, p port.Port)) {
+func (e *Engine) EachPort(fn func(iface string, p nic.Queue)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return
 	}
 	for _, ifc := range e.ifcs {
-		for _, p := range ifc.Ports {
+		for _, p := range ifc.Queues {
 			fn(ifc.Name, p)
 		}
 	}
@@ -659,28 +660,28 @@ func (e *Engine) Pipeline() *gateway.Pipeline { return e.pipe }
 // sockets and UMEM asynchronously, and bind fails with EBUSY meanwhile.
 const xskBusyWait = 5 * time.Second
 
-// openInterface is port.Open with one difference: an AF_XDP bind that
+// openInterface is nic.Open with one difference: an AF_XDP bind that
 // fails with EBUSY (a killed predecessor's socket not yet freed) is retried
 // for up to xskBusyWait before falling back to AF_PACKET.
-func (e *Engine) openInterface(name string, set *Settled) (*port.Interface, error) {
-	cfg := port.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
+func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error) {
+	cfg := nic.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
 		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log}
 	if cfg.Packet {
-		return port.Open(cfg)
+		return nic.Open(cfg)
 	}
 	nif, err := net.InterfaceByName(name)
 	if err != nil {
 		return nil, fmt.Errorf("interface %q: %w", name, err)
 	}
-	ifc := &port.Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
-	fail := func(err error) (*port.Interface, error) {
+	ifc := &nic.Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
+	fail := func(err error) (*nic.Interface, error) {
 		ifc.Close()
 		if set.Mode == "afxdp" {
 			return nil, fmt.Errorf("%s: AF_XDP: %w (and --mode afxdp forbids the AF_PACKET fallback)", name, err)
 		}
 		e.log.Warn("engine: XDP cannot serve this interface; falling back to AF_PACKET", "interface", name, "reason", err)
 		cfg.Packet = true
-		return port.Open(cfg)
+		return nic.Open(cfg)
 	}
 	prog, err := xdp.Attach(nif.Index, cfg.XDP)
 	if err != nil {
@@ -688,23 +689,23 @@ func (e *Engine) openInterface(name string, set *Settled) (*port.Interface, erro
 	}
 	ifc.Program = prog
 	for q, pool := range e.pools {
-		var s *port.XSK
+		var s *nic.XSK
 		deadline := time.Now().Add(xskBusyWait)
 		for {
-			s, err = port.OpenXSK(pool, name, nif.Index, q, cfg.Socket)
+			s, err = nic.OpenXSK(pool, name, nif.Index, q, cfg.Socket)
 			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		if err == nil {
-			ifc.Ports = append(ifc.Ports, s)
+			ifc.Queues = append(ifc.Queues, s)
 			err = prog.Register(q, s.FD())
 		}
 		if err != nil {
 			return fail(fmt.Errorf("queue %d: %w", q, err))
 		}
 	}
-	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Ports), "xdp_mode", prog.Mode().String())
+	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Queues), "xdp_mode", prog.Mode().String())
 	return ifc, nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/egret-gw/egret/gateway/engine"
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // Test topology: the gateway namespace (interface d0) and a peer namespace

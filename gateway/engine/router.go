@@ -7,7 +7,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/kernel"
+	"github.com/egret-gw/egret/gateway/route"
 )
 
 // maxIfindex bounds the MTU table; links with a larger index get defaultMTU.
@@ -16,12 +16,12 @@ const (
 	defaultMTU = 1500
 )
 
-// kernelRouter adapts the netlink-fed kernel.Cache to gateway.Router and adds
+// kernelRouter adapts the netlink-fed route.Cache to gateway.Router and adds
 // the link MTU, which the cache does not keep. A missing neighbour is a
 // failed lookup (the pipeline counts it as no_route) and the cache has
 // already asked the kernel to resolve it.
 type kernelRouter struct {
-	cache *kernel.Cache
+	cache *route.Cache
 	mtu   atomic.Pointer[[]int32] // by ifindex; 0: unknown
 }
 
@@ -30,7 +30,7 @@ var _ gateway.Router = (*kernelRouter)(nil)
 // Lookup implements gateway.Router without allocating.
 func (r *kernelRouter) Lookup(dst *[16]byte, hop *gateway.Hop) bool {
 	nh, v := r.cache.Lookup(netip.AddrFrom16(*dst))
-	if v != kernel.Found {
+	if v != route.Found {
 		return false
 	}
 	hop.Ifindex, hop.SrcMAC, hop.DstMAC = nh.Ifindex, nh.SrcMAC, nh.DstMAC

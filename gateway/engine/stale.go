@@ -6,18 +6,18 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/egret-gw/egret/gateway/kernel"
+	"github.com/egret-gw/egret/gateway/claim"
 )
 
 // ReleaseStaleClaims removes every egress IP that an earlier run marked as
-// claimed (kernel.AddrProto) on the named interfaces of the current
+// claimed (claim.AddrProto) on the named interfaces of the current
 // namespace, and returns what it removed. The gateway agent calls it before
 // anything else: a run killed with -9 could not release its claims, and
 // until its first configuration arrives the new run hosts nothing, so a
 // claim left behind would make one IP answer on two gateways. New does the
 // same for the IPs its configuration does not host.
 func ReleaseStaleClaims(interfaces []string) ([]netip.Addr, error) {
-	c, err := kernel.NewClaimer(netns.None())
+	c, err := claim.NewClaimer(netns.None())
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
 )
 
 // TestEngineStatsForMetrics checks what the metrics collector reads from a
@@ -56,10 +56,10 @@ func TestEngineStatsForMetrics(t *testing.T) {
 	}
 
 	var ports []string
-	eng.EachPort(func(iface string, p port.Port) {
+	eng.EachPort(func(iface string, p nic.Queue) {
 		ports = append(ports, iface)
 		st := p.Stats()
-		if _, ok := p.(*port.XSK); !ok {
+		if _, ok := p.(*nic.XSK); !ok {
 			t.Errorf("port %s is %T, want an AF_XDP socket", p.Name(), p)
 		}
 		if st.RxFrames < 10 || st.TxFrames < 10 || st.RxBytes < 10*60 || st.TxBytes < 10*60 {
@@ -78,7 +78,7 @@ func TestEngineStatsForMetrics(t *testing.T) {
 
 	eng.Close()
 	called := false
-	eng.EachPort(func(string, port.Port) { called = true })
+	eng.EachPort(func(string, nic.Queue) { called = true })
 	if called {
 		t.Error("EachPort called fn after Close: the sockets are gone")
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netlink"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TestEngineTwoInterfaces serves the tunnel on d0 and the outside on d1:

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
 )
 
 // Counters the engine keeps besides the pipeline's.
@@ -72,11 +72,11 @@ type fder interface{ FD() int }
 type worker struct {
 	q        int
 	gw       *gateway.Worker
-	pool     *port.Pool
-	ports    []port.Port
+	pool     *nic.Pool
+	ports    []nic.Queue
 	ifindex  []int  // ifindex[k] is the interface of ports[k]
 	kernelRx []bool // kernelRx[k]: the kernel also got the frame (AF_PACKET), so "pass" needs nothing
-	xsks     []*port.XSK
+	xsks     []*nic.XSK
 	pfd      []unix.PollFd
 	batch    int
 	wait     time.Duration
@@ -85,12 +85,12 @@ type worker struct {
 	expireEvery  int64
 	expireBudget int
 
-	rx  port.Batch
-	out port.Batch
-	tx  []port.Batch
-	in  [port.MaxBatch][]byte
-	buf [port.MaxBatch][]byte
-	res [port.MaxBatch]gateway.Result
+	rx  nic.Batch
+	out nic.Batch
+	tx  []nic.Batch
+	in  [nic.MaxBatch][]byte
+	buf [nic.MaxBatch][]byte
+	res [nic.MaxBatch]gateway.Result
 
 	local Counters
 	pub   pubCounters

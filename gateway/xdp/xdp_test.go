@@ -14,9 +14,9 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 var (
@@ -30,9 +30,9 @@ var (
 type lab struct {
 	gw, peer    *nstest.NS
 	gwEnd, pEnd *nstest.Veth
-	umem        *port.Pool
-	sock        *port.XSK
-	rx          port.Batch
+	umem        *nic.Pool
+	sock        *nic.XSK
+	rx          nic.Batch
 	t           *testing.T
 }
 
@@ -48,14 +48,14 @@ func newLab(t *testing.T) *lab {
 func (l *lab) openSocket(p *xdp.Program) {
 	t := l.t
 	if l.umem == nil {
-		u, err := port.NewUmem(512, 2048, 0)
+		u, err := nic.NewUmem(512, 2048, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.umem = u
-		t.Cleanup(func() { port.FreeUmem(u) })
+		t.Cleanup(func() { nic.FreeUmem(u) })
 	}
-	s, err := port.OpenXSK(l.umem, "gw0", l.gwEnd.Index, 0, port.XDPOptions{RingSize: 256})
+	s, err := nic.OpenXSK(l.umem, "gw0", l.gwEnd.Index, 0, nic.XDPOptions{RingSize: 256})
 	if err != nil {
 		t.Fatal(err)
 	}

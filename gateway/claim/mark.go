@@ -1,4 +1,4 @@
-package kernel
+package claim
 
 import (
 	"errors"
@@ -42,7 +42,7 @@ func routeSocket(ns netns.NsHandle) (map[int]*nl.SocketHandle, error) {
 		s, err = nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kernel: netlink: %w", err)
+		return nil, fmt.Errorf("claim: netlink: %w", err)
 	}
 	return map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: s}}, nil
 }
@@ -82,7 +82,7 @@ func (c *Claimer) Marked(ifindexes ...int) ([]MarkedAddr, error) {
 	req.AddData(nl.NewIfAddrmsg(unix.AF_UNSPEC))
 	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWADDR)
 	if err != nil {
-		return nil, fmt.Errorf("kernel: list addresses: %w", err)
+		return nil, fmt.Errorf("claim: list addresses: %w", err)
 	}
 	want := map[int]bool{}
 	for _, i := range ifindexes {
@@ -132,7 +132,7 @@ func (c *Claimer) ReleaseMarked(ifnames []string, keep func(netip.Addr) bool) ([
 	for _, name := range ifnames {
 		l, err := c.nl.LinkByName(name)
 		if err != nil {
-			return nil, fmt.Errorf("kernel: interface %q: %w", name, err)
+			return nil, fmt.Errorf("claim: interface %q: %w", name, err)
 		}
 		idx = append(idx, l.Attrs().Index)
 	}
@@ -155,7 +155,7 @@ func (c *Claimer) ReleaseMarked(ifnames []string, keep func(netip.Addr) bool) ([
 		req.Sockets = c.sock
 		addrMsg(req, m.Ifindex, m.Addr, m.Bits)
 		if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("kernel: remove %s/%d from ifindex %d: %w", m.Addr, m.Bits, m.Ifindex, err))
+			errs = append(errs, fmt.Errorf("claim: remove %s/%d from ifindex %d: %w", m.Addr, m.Bits, m.Ifindex, err))
 			continue
 		}
 		gone = append(gone, m.Addr)

@@ -1,4 +1,4 @@
-// Package port moves Ethernet frames between the gateway's workers and the
+// Package nic moves Ethernet frames between the gateway's workers and the
 // network, in batches: AF_XDP sockets (the fast path), AF_PACKET sockets (the
 // fallback where XDP cannot attach) and in-memory pairs (tests).
 //
@@ -10,7 +10,7 @@
 //
 // A Pool, its ports and the Batches built on them belong to one worker
 // goroutine: nothing here locks. Stats may be read from any goroutine.
-package port
+package nic
 
 import (
 	"errors"
@@ -22,10 +22,10 @@ import (
 const MaxBatch = 64
 
 // ErrClosed is returned by a port used after Close.
-var ErrClosed = errors.New("port: closed")
+var ErrClosed = errors.New("nic: closed")
 
-// Port is one receive/transmit queue of an interface.
-type Port interface {
+// Queue is one receive/transmit queue of an interface.
+type Queue interface {
 	// Name says what the port is, e.g. "afxdp:eth0/0".
 	Name() string
 	// Pool is where the port's frame buffers come from.
@@ -89,11 +89,11 @@ func NewPool(n, frameSize, headroom int) (*Pool, error) {
 func checkPool(n, frameSize, headroom int) error {
 	switch {
 	case n < 2*MaxBatch:
-		return errors.New("port: a pool needs at least 128 buffers")
+		return errors.New("nic: a pool needs at least 128 buffers")
 	case frameSize < 2048 || frameSize > 65536 || frameSize&(frameSize-1) != 0:
-		return errors.New("port: frame size must be a power of two from 2048 to 65536")
+		return errors.New("nic: frame size must be a power of two from 2048 to 65536")
 	case headroom < 0 || headroom > frameSize/2:
-		return errors.New("port: headroom must be between 0 and half the frame size")
+		return errors.New("nic: headroom must be between 0 and half the frame size")
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package port
+package nic
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ func NewUmem(n, frameSize, headroom int) (*Pool, error) {
 	mem, err := unix.Mmap(-1, 0, n*frameSize, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
-		return nil, fmt.Errorf("port: map UMEM of %d bytes: %w", n*frameSize, err)
+		return nil, fmt.Errorf("nic: map UMEM of %d bytes: %w", n*frameSize, err)
 	}
 	return newPool(mem, frameSize, headroom, unix.Munmap), nil
 }
@@ -67,22 +67,22 @@ type XSK struct {
 // (xdp.Program.Register) for frames to arrive.
 func OpenXSK(umem *Pool, ifname string, ifindex, queue int, opt XDPOptions) (*XSK, error) {
 	if umem.unmap == nil {
-		return nil, errors.New("port: AF_XDP needs a pool from NewUmem")
+		return nil, errors.New("nic: AF_XDP needs a pool from NewUmem")
 	}
 	if opt.RingSize == 0 {
 		opt.RingSize = 2048
 	}
 	if opt.RingSize&(opt.RingSize-1) != 0 || opt.RingSize < MaxBatch {
-		return nil, fmt.Errorf("port: ring size %d is not a power of two ≥ %d", opt.RingSize, MaxBatch)
+		return nil, fmt.Errorf("nic: ring size %d is not a power of two ≥ %d", opt.RingSize, MaxBatch)
 	}
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("port: AF_XDP socket: %w", err)
+		return nil, fmt.Errorf("nic: AF_XDP socket: %w", err)
 	}
 	x := &XSK{fd: fd, pool: umem, name: fmt.Sprintf("afxdp:%s/%d", ifname, queue)}
 	if err := x.setup(ifindex, queue, opt); err != nil {
 		x.Close()
-		return nil, fmt.Errorf("port: open %s: %w", x.name, err)
+		return nil, fmt.Errorf("nic: open %s: %w", x.name, err)
 	}
 	return x, nil
 }
@@ -237,7 +237,7 @@ func (x *XSK) Receive(b *Batch, timeout time.Duration) error {
 		pfd := [1]unix.PollFd{{Fd: int32(x.fd), Events: unix.POLLIN}}
 		if _, err := unix.Poll(pfd[:], pollMillis(timeout)); err != nil && err != unix.EINTR {
 			x.cnt.rxErr.Add(1)
-			return fmt.Errorf("port: poll %s: %w", x.name, err)
+			return fmt.Errorf("nic: poll %s: %w", x.name, err)
 		}
 		n = x.rx.prod.Load() - cons
 	}

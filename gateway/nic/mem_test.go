@@ -1,4 +1,4 @@
-package port_test
+package nic_test
 
 import (
 	"bytes"
@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
 )
 
-func fill(t *testing.T, p port.Port, b *port.Batch, n int, tag uint32) {
+func fill(t *testing.T, p nic.Queue, b *nic.Batch, n int, tag uint32) {
 	t.Helper()
 	if got := p.Pool().Alloc(b, n); got != n {
 		t.Fatalf("Alloc %d gave %d", n, got)
@@ -28,11 +28,11 @@ func fill(t *testing.T, p port.Port, b *port.Batch, n int, tag uint32) {
 }
 
 func TestMemPairMovesBatches(t *testing.T) {
-	a, b, err := port.NewMemPair(256, 2048, 128, 256)
+	a, b, err := nic.NewMemPair(256, 2048, 128, 256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tx, rx port.Batch
+	var tx, rx nic.Batch
 	fill(t, a, &tx, 64, 0xe9e7)
 	a.Transmit(&tx)
 	if tx.N != 0 || a.Pool().Free() != 256 {
@@ -69,8 +69,8 @@ func TestMemPairMovesBatches(t *testing.T) {
 }
 
 func TestMemQueueFullCountsDrops(t *testing.T) {
-	a, b, _ := port.NewMemPair(256, 2048, 0, 16)
-	var tx, rx port.Batch
+	a, b, _ := nic.NewMemPair(256, 2048, 0, 16)
+	var tx, rx nic.Batch
 	fill(t, a, &tx, 64, 1)
 	a.Transmit(&tx)
 	if s := a.Stats(); s.TxFrames != 16 || s.TxBytes != 16*60 || s.TxDrops != 48 {
@@ -83,8 +83,8 @@ func TestMemQueueFullCountsDrops(t *testing.T) {
 }
 
 func TestMemReceiveTimesOut(t *testing.T) {
-	_, b, _ := port.NewMemPair(256, 2048, 0, 16)
-	var rx port.Batch
+	_, b, _ := nic.NewMemPair(256, 2048, 0, 16)
+	var rx nic.Batch
 	start := time.Now()
 	if err := b.Receive(&rx, 30*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -93,22 +93,22 @@ func TestMemReceiveTimesOut(t *testing.T) {
 		t.Fatalf("got %d frames after %v; want none after the timeout", rx.N, time.Since(start))
 	}
 	b.Close()
-	if err := b.Receive(&rx, 0); err != port.ErrClosed {
+	if err := b.Receive(&rx, 0); err != nic.ErrClosed {
 		t.Fatalf("Receive after Close: %v", err)
 	}
 }
 
 func TestMemWakesWaitingReceiver(t *testing.T) {
-	a, b, _ := port.NewMemPair(256, 2048, 0, 64)
+	a, b, _ := nic.NewMemPair(256, 2048, 0, 64)
 	done := make(chan int)
 	go func() {
-		var rx port.Batch
+		var rx nic.Batch
 		b.Receive(&rx, 5*time.Second)
 		done <- rx.N
 		rx.Release()
 	}()
 	time.Sleep(20 * time.Millisecond)
-	var tx port.Batch
+	var tx nic.Batch
 	fill(t, a, &tx, 3, 2)
 	a.Transmit(&tx)
 	select {
@@ -122,8 +122,8 @@ func TestMemWakesWaitingReceiver(t *testing.T) {
 }
 
 func TestBatchTakeAndBounds(t *testing.T) {
-	a, _, _ := port.NewMemPair(256, 2048, 64, 64)
-	var rx, out, other port.Batch
+	a, _, _ := nic.NewMemPair(256, 2048, 64, 64)
+	var rx, out, other nic.Batch
 	fill(t, a, &rx, 8, 3)
 	want := append([]byte(nil), rx.Frame(5)...)
 	if !out.Take(&rx, 5) || out.N != 1 || !bytes.Equal(out.Frame(0), want) {
@@ -135,7 +135,7 @@ func TestBatchTakeAndBounds(t *testing.T) {
 	if out.Take(&rx, 8) || out.Take(&rx, -1) {
 		t.Fatal("Take accepted an index out of range")
 	}
-	b2, _, _ := port.NewMemPair(256, 2048, 0, 64)
+	b2, _, _ := nic.NewMemPair(256, 2048, 0, 64)
 	b2.Pool().Alloc(&other, 1)
 	if out.Take(&other, 0) {
 		t.Fatal("Take mixed frames of two pools in one batch")
@@ -160,15 +160,15 @@ func TestBatchTakeAndBounds(t *testing.T) {
 
 func TestPoolRejectsBadSizes(t *testing.T) {
 	for _, c := range []struct{ n, size, head int }{{10, 2048, 0}, {256, 3000, 0}, {256, 1024, 0}, {256, 2048, 2000}, {256, 2048, -1}} {
-		if _, err := port.NewPool(c.n, c.size, c.head); err == nil {
+		if _, err := nic.NewPool(c.n, c.size, c.head); err == nil {
 			t.Errorf("NewPool(%d, %d, %d) accepted", c.n, c.size, c.head)
 		}
 	}
 }
 
 func TestMemNoAllocs(t *testing.T) {
-	a, b, _ := port.NewMemPair(256, 2048, 0, 256)
-	var tx, rx port.Batch
+	a, b, _ := nic.NewMemPair(256, 2048, 0, 256)
+	var tx, rx nic.Batch
 	allocs := testing.AllocsPerRun(100, func() {
 		a.Pool().Alloc(&tx, 64)
 		for i := 0; i < tx.N; i++ {
@@ -184,12 +184,12 @@ func TestMemNoAllocs(t *testing.T) {
 }
 
 func TestRunEchoes(t *testing.T) {
-	a, b, _ := port.NewMemPair(256, 2048, 0, 256)
+	a, b, _ := nic.NewMemPair(256, 2048, 0, 256)
 	stop := make(chan struct{})
 	done := make(chan error)
 	go func() {
-		var out port.Batch
-		done <- port.Run(b, stop, 10*time.Millisecond, func(in *port.Batch) {
+		var out nic.Batch
+		done <- nic.Run(b, stop, 10*time.Millisecond, func(in *nic.Batch) {
 			for i := 0; i < in.N; i++ {
 				if i%2 == 0 { // echo even frames, drop odd ones
 					out.Take(in, i)
@@ -198,7 +198,7 @@ func TestRunEchoes(t *testing.T) {
 			b.Transmit(&out)
 		})
 	}()
-	var tx, rx port.Batch
+	var tx, rx nic.Batch
 	fill(t, a, &tx, 10, 7)
 	a.Transmit(&tx)
 	if err := a.Receive(&rx, 2*time.Second); err != nil || rx.N != 5 {

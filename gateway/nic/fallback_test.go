@@ -1,4 +1,4 @@
-package port_test
+package nic_test
 
 import (
 	"bytes"
@@ -10,8 +10,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // Where XDP cannot attach (here: the interface already runs someone
@@ -36,9 +36,9 @@ func TestOpenFallsBackToAFPacket(t *testing.T) {
 	defer l.Close()
 
 	var logs bytes.Buffer
-	umem, _ := port.NewUmem(256, 2048, 0)
-	defer port.FreeUmem(umem)
-	ifc, err := port.Open(port.Config{Interface: "d0", Pools: []*port.Pool{umem},
+	umem, _ := nic.NewUmem(256, 2048, 0)
+	defer nic.FreeUmem(umem)
+	ifc, err := nic.Open(nic.Config{Interface: "d0", Pools: []*nic.Pool{umem},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

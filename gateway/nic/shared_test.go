@@ -1,12 +1,12 @@
-package port_test
+package nic_test
 
 import (
 	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // Frames received on d0 leave through d1 from the very same UMEM buffer:
@@ -17,22 +17,22 @@ func TestAFXDPSharedUmemForward(t *testing.T) {
 	d1, s1 := nstest.VethPair(t, dut, "d1", netip.MustParsePrefix("10.89.0.1/24"), sink, "s1", netip.MustParsePrefix("10.89.0.2/24"))
 	genRaw, sinkRaw := gen.OpenRaw(t, "g0"), sink.OpenRaw(t, "s1")
 	dut.Enter(t)
-	umem, err := port.NewUmem(1024, 2048, 0)
+	umem, err := nic.NewUmem(1024, 2048, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pools := []*port.Pool{umem}
-	in, err := port.Open(port.Config{Interface: "d0", Pools: pools})
+	pools := []*nic.Pool{umem}
+	in, err := nic.Open(nic.Config{Interface: "d0", Pools: pools})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	out, err := port.Open(port.Config{Interface: "d1", Pools: pools})
+	out, err := nic.Open(nic.Config{Interface: "d1", Pools: pools})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	defer port.FreeUmem(umem)
+	defer nic.FreeUmem(umem)
 	if in.Mode() != "afxdp" || out.Mode() != "afxdp" {
 		t.Fatalf("modes %s/%s, want afxdp", in.Mode(), out.Mode())
 	}
@@ -42,11 +42,11 @@ func TestAFXDPSharedUmemForward(t *testing.T) {
 	for i := uint32(0); i < n; i++ {
 		genRaw.Send(frame(d0.MAC, g0.MAC, i))
 	}
-	var rx, fwd port.Batch
+	var rx, fwd nic.Batch
 	got := 0
 	addrs := map[*byte]bool{}
 	for deadline := time.Now().Add(3 * time.Second); got < n && time.Now().Before(deadline); {
-		in.Ports[0].Receive(&rx, 50*time.Millisecond)
+		in.Queues[0].Receive(&rx, 50*time.Millisecond)
 		for i := 0; i < rx.N; i++ {
 			if _, ok := seqOf(rx.Frame(i)); !ok {
 				continue
@@ -61,7 +61,7 @@ func TestAFXDPSharedUmemForward(t *testing.T) {
 			got++
 		}
 		rx.Release()
-		out.Ports[0].Transmit(&fwd)
+		out.Queues[0].Transmit(&fwd)
 	}
 	if got != n {
 		t.Fatalf("received %d of %d", got, n)
@@ -79,12 +79,12 @@ func TestAFXDPSharedUmemForward(t *testing.T) {
 	if arrived != n {
 		t.Fatalf("%d of %d frames came out of d1", arrived, n)
 	}
-	if st := out.Ports[0].Stats(); st.TxFrames != n || st.TxDrops != 0 {
+	if st := out.Queues[0].Stats(); st.TxFrames != n || st.TxDrops != 0 {
 		t.Fatalf("d1 stats %+v", st)
 	}
 	// Every transmitted buffer comes back through d1's completion ring
 	// into the shared pool.
-	x := out.Ports[0].(*port.XSK)
+	x := out.Queues[0].(*nic.XSK)
 	for deadline := time.Now().Add(2 * time.Second); x.InFlight() > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		x.Flush()
 	}

@@ -1,12 +1,10 @@
-// Package kernel connects the gateway to the host's network stack: a cached
-// view of routes and neighbours (kept current from netlink events) that
-// workers query per packet without allocating, and the claim/release of
-// hosted egress IPs with gratuitous ARP / unsolicited neighbour advertisement.
-package kernel
+// Package route keeps the gateway's view of the host's routes and neighbours:
+// a cache kept current from netlink events that workers query per packet
+// without allocating.
+package route
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -238,7 +236,7 @@ func NewCache(opt Options) (*Cache, error) {
 		nl, err = netlink.NewHandle()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kernel: netlink: %w", err)
+		return nil, fmt.Errorf("route: netlink: %w", err)
 	}
 	c := &Cache{nl: nl, log: opt.Logger, resolve: make(chan neighKey, 1024), done: make(chan struct{}), every: opt.ResolveEvery, refresh: opt.RefreshEvery}
 	if c.log == nil {
@@ -261,21 +259,21 @@ func NewCache(opt Options) (*Cache, error) {
 		if c.closing() {
 			return // Close shuts the subscriptions down: their errors say nothing
 		}
-		c.log.Warn("kernel: netlink subscription error; resyncing", "err", err)
+		c.log.Warn("route: netlink subscription error; resyncing", "err", err)
 		poke()
 	}
 	rch, nch, lch := make(chan netlink.RouteUpdate, 256), make(chan netlink.NeighUpdate, 256), make(chan netlink.LinkUpdate, 64)
 	if err := netlink.RouteSubscribeWithOptions(rch, c.done, netlink.RouteSubscribeOptions{Namespace: ns, ErrorCallback: onErr}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("kernel: subscribe to routes: %w", err)
+		return nil, fmt.Errorf("route: subscribe to routes: %w", err)
 	}
 	if err := netlink.NeighSubscribeWithOptions(nch, c.done, netlink.NeighSubscribeOptions{Namespace: ns, ErrorCallback: onErr}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("kernel: subscribe to neighbours: %w", err)
+		return nil, fmt.Errorf("route: subscribe to neighbours: %w", err)
 	}
 	if err := netlink.LinkSubscribeWithOptions(lch, c.done, netlink.LinkSubscribeOptions{Namespace: ns, ErrorCallback: onErr}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("kernel: subscribe to links: %w", err)
+		return nil, fmt.Errorf("route: subscribe to links: %w", err)
 	}
 	// Subscribed first, dumped second: no change falls between.
 	if err := c.rebuild(); err != nil {
@@ -309,7 +307,7 @@ func (c *Cache) watch(events <-chan struct{}) {
 			// Let a burst of events settle into one rebuild.
 			time.Sleep(2 * time.Millisecond)
 			if err := c.rebuild(); err != nil {
-				c.log.Warn("kernel: rebuilding route/neighbour snapshot failed; keeping the last one", "err", err)
+				c.log.Warn("route: rebuilding route/neighbour snapshot failed; keeping the last one", "err", err)
 			}
 		}
 	}
@@ -320,7 +318,7 @@ func (c *Cache) rebuild() error {
 	s := newSnapshot()
 	links, err := c.nl.LinkList()
 	if err != nil {
-		return fmt.Errorf("kernel: list links: %w", err)
+		return fmt.Errorf("route: list links: %w", err)
 	}
 	for _, l := range links {
 		var m [6]byte
@@ -329,7 +327,7 @@ func (c *Cache) rebuild() error {
 	}
 	routes, err := c.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return fmt.Errorf("kernel: list routes: %w", err)
+		return fmt.Errorf("route: list routes: %w", err)
 	}
 	seen4, seen6 := map[uint8]bool{}, map[uint8]bool{}
 	for _, r := range routes {
@@ -371,7 +369,7 @@ func (c *Cache) rebuild() error {
 	s.lens4, s.lens6 = sortedLens(seen4), sortedLens(seen6)
 	neighs, err := c.nl.NeighList(0, netlink.FAMILY_ALL)
 	if err != nil {
-		return fmt.Errorf("kernel: list neighbours: %w", err)
+		return fmt.Errorf("route: list neighbours: %w", err)
 	}
 	for _, n := range neighs {
 		if n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT|netlink.NUD_NOARP) == 0 || len(n.HardwareAddr) != 6 {
@@ -479,7 +477,7 @@ func (c *Cache) resolver() {
 				}
 			}
 			if err := c.solicit(k); err != nil {
-				c.log.Debug("kernel: neighbour resolution request failed", "ifindex", k.ifindex, "err", err)
+				c.log.Debug("route: neighbour resolution request failed", "ifindex", k.ifindex, "err", err)
 			}
 		}
 	}
@@ -496,7 +494,7 @@ func (c *Cache) refreshUsed() {
 		c.refreshes.Add(1)
 
 		if err := c.solicit(s.nkeys[i]); err != nil && !c.closing() {
-			c.log.Debug("kernel: neighbour refresh failed", "ifindex", s.nkeys[i].ifindex, "err", err)
+			c.log.Debug("route: neighbour refresh failed", "ifindex", s.nkeys[i].ifindex, "err", err)
 		}
 	}
 }
@@ -534,6 +532,3 @@ func (c *Cache) Close() error {
 	c.wg.Wait()
 	return nil
 }
-
-// errBadAddr is returned for an invalid address argument.
-var errBadAddr = errors.New("kernel: invalid IP address")

@@ -1,4 +1,4 @@
-package port
+package nic
 
 import (
 	"errors"
@@ -23,14 +23,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Interface is an opened interface: one port per queue and, in AF_XDP mode,
+// Interface is an opened interface: one Queue per queue and, in AF_XDP mode,
 // the XDP program that steers frames to them.
 type Interface struct {
 	Name    string
 	Index   int
 	MAC     net.HardwareAddr
 	Program *xdp.Program // nil in AF_PACKET mode
-	Ports   []Port       // Ports[q] belongs to the worker of queue q
+	Queues  []Queue      // Queues[q] belongs to the worker of queue q
 }
 
 // Mode is "afxdp" or "afpacket".
@@ -50,20 +50,20 @@ func Open(cfg Config) (*Interface, error) {
 		log = slog.Default()
 	}
 	if len(cfg.Pools) == 0 {
-		return nil, errors.New("port: Open needs at least one pool (one per queue)")
+		return nil, errors.New("nic: Open needs at least one pool (one per queue)")
 	}
 	nif, err := net.InterfaceByName(cfg.Interface)
 	if err != nil {
-		return nil, fmt.Errorf("port: interface %q: %w", cfg.Interface, err)
+		return nil, fmt.Errorf("nic: interface %q: %w", cfg.Interface, err)
 	}
 	ifc := &Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
 	if !cfg.Packet {
 		err := ifc.openXDP(cfg, log)
 		if err == nil {
-			log.Info("port: AF_XDP ready", "interface", ifc.Name, "queues", len(ifc.Ports), "xdp_mode", ifc.Program.Mode().String())
+			log.Info("nic: AF_XDP ready", "interface", ifc.Name, "queues", len(ifc.Queues), "xdp_mode", ifc.Program.Mode().String())
 			return ifc, nil
 		}
-		log.Warn("port: XDP cannot serve this interface; falling back to AF_PACKET", "interface", ifc.Name, "reason", err)
+		log.Warn("nic: XDP cannot serve this interface; falling back to AF_PACKET", "interface", ifc.Name, "reason", err)
 	}
 	group := uint16(ifc.Index) // unique per interface within this process' namespace
 	for q, pool := range cfg.Pools {
@@ -74,11 +74,11 @@ func Open(cfg Config) (*Interface, error) {
 		p, err := OpenPacket(pool, ifc.Name, ifc.Index, opt)
 		if err != nil {
 			ifc.Close()
-			return nil, fmt.Errorf("port: queue %d: %w", q, err)
+			return nil, fmt.Errorf("nic: queue %d: %w", q, err)
 		}
-		ifc.Ports = append(ifc.Ports, p)
+		ifc.Queues = append(ifc.Queues, p)
 	}
-	log.Info("port: AF_PACKET ready", "interface", ifc.Name, "sockets", len(ifc.Ports))
+	log.Info("nic: AF_PACKET ready", "interface", ifc.Name, "sockets", len(ifc.Queues))
 	return ifc, nil
 }
 
@@ -96,7 +96,7 @@ func (ifc *Interface) openXDP(cfg Config, log *slog.Logger) error {
 		s, err := OpenXSK(pool, ifc.Name, ifc.Index, q, cfg.Socket)
 		if err == nil {
 			err = prog.Register(q, s.FD())
-			ifc.Ports = append(ifc.Ports, s)
+			ifc.Queues = append(ifc.Queues, s)
 		}
 		if err != nil {
 			ifc.Close()
@@ -109,10 +109,10 @@ func (ifc *Interface) openXDP(cfg Config, log *slog.Logger) error {
 // Close closes the ports and detaches the XDP program.
 func (ifc *Interface) Close() error {
 	var errs []error
-	for _, p := range ifc.Ports {
+	for _, p := range ifc.Queues {
 		errs = append(errs, p.Close())
 	}
-	ifc.Ports = nil
+	ifc.Queues = nil
 	if ifc.Program != nil {
 		errs = append(errs, ifc.Program.Detach())
 		ifc.Program = nil

@@ -1,4 +1,7 @@
-package kernel
+// Package claim adds and removes the egress IPs a gateway hosts on its
+// interfaces, marked as Egret's, and announces them with gratuitous ARP or
+// unsolicited neighbour advertisements.
+package claim
 
 import (
 	"encoding/binary"
@@ -45,7 +48,7 @@ func NewClaimer(ns netns.NsHandle) (*Claimer, error) {
 		nl, err = netlink.NewHandle()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kernel: netlink: %w", err)
+		return nil, fmt.Errorf("claim: netlink: %w", err)
 	}
 	sock, err := routeSocket(ns)
 	if err != nil {
@@ -67,6 +70,9 @@ func (c *Claimer) Close() {
 	}
 }
 
+// errBadAddr is returned for an invalid address argument.
+var errBadAddr = errors.New("invalid IP address")
+
 func hostAddr(ip netip.Addr) *netlink.Addr {
 	bits := ip.BitLen()
 	a := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
@@ -82,18 +88,18 @@ func hostAddr(ip netip.Addr) *netlink.Addr {
 // address already present marks it and re-announces.
 func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
-		return fmt.Errorf("kernel: claim %v: %w", ip, errBadAddr)
+		return fmt.Errorf("claim %v: %w", ip, errBadAddr)
 	}
 	ip = ip.Unmap()
 	l, err := c.nl.LinkByName(ifname)
 	if err != nil {
-		return fmt.Errorf("kernel: claim %s: interface %q: %w", ip, ifname, err)
+		return fmt.Errorf("claim: claim %s: interface %q: %w", ip, ifname, err)
 	}
 	if err := c.addMarked(l.Attrs().Index, ip); err != nil {
-		return fmt.Errorf("kernel: add %s to %s: %w", ip, ifname, err)
+		return fmt.Errorf("claim: add %s to %s: %w", ip, ifname, err)
 	}
 	if err := c.Announce(l.Attrs().Index, l.Attrs().HardwareAddr, ip); err != nil {
-		return fmt.Errorf("kernel: claimed %s on %s but could not announce it: %w", ip, ifname, err)
+		return fmt.Errorf("claim: claimed %s on %s but could not announce it: %w", ip, ifname, err)
 	}
 	return nil
 }
@@ -102,15 +108,15 @@ func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 // error.
 func (c *Claimer) Release(ifname string, ip netip.Addr) error {
 	if !ip.IsValid() {
-		return fmt.Errorf("kernel: release: %w", errBadAddr)
+		return fmt.Errorf("release: %w", errBadAddr)
 	}
 	ip = ip.Unmap()
 	l, err := c.nl.LinkByName(ifname)
 	if err != nil {
-		return fmt.Errorf("kernel: release %s: interface %q: %w", ip, ifname, err)
+		return fmt.Errorf("claim: release %s: interface %q: %w", ip, ifname, err)
 	}
 	if err := c.nl.AddrDel(l, hostAddr(ip)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("kernel: remove %s from %s: %w", ip, ifname, err)
+		return fmt.Errorf("claim: remove %s from %s: %w", ip, ifname, err)
 	}
 	return nil
 }
@@ -263,7 +269,7 @@ func (c *Claimer) PinSocket() error {
 	}
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("kernel: packet socket for announcements: %w", err)
+		return fmt.Errorf("claim: packet socket for announcements: %w", err)
 	}
 	c.raw, c.rawOK = fd, true
 	return nil

@@ -1,4 +1,4 @@
-package port
+package nic
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 // is closed. handle transmits (Take + Transmit) or keeps nothing; whatever
 // is left in the batch afterwards is released. wait bounds how long one
 // receive blocks, hence how late Run notices stop.
-func Run(p Port, stop <-chan struct{}, wait time.Duration, handle func(*Batch)) error {
+func Run(p Queue, stop <-chan struct{}, wait time.Duration, handle func(*Batch)) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var b Batch

@@ -1,4 +1,4 @@
-package port
+package nic
 
 import (
 	"fmt"
@@ -39,12 +39,12 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 func OpenPacket(pool *Pool, ifname string, ifindex int, opt PacketOptions) (*Packet, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 	if err != nil {
-		return nil, fmt.Errorf("port: AF_PACKET socket on %s: %w", ifname, err)
+		return nil, fmt.Errorf("nic: AF_PACKET socket on %s: %w", ifname, err)
 	}
 	p := &Packet{fd: fd, name: "afpacket:" + ifname, ifindex: ifindex, pool: pool}
 	fail := func(what string, err error) (*Packet, error) {
 		unix.Close(fd)
-		return nil, fmt.Errorf("port: AF_PACKET on %s: %s: %w", ifname, what, err)
+		return nil, fmt.Errorf("nic: AF_PACKET on %s: %s: %w", ifname, what, err)
 	}
 	// Our own transmissions must not come back as receptions.
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
@@ -139,7 +139,7 @@ func (p *Packet) Receive(b *Batch, timeout time.Duration) error {
 	}
 	if e != 0 && e != unix.EAGAIN && e != unix.EINTR {
 		p.cnt.rxErr.Add(1)
-		return fmt.Errorf("port: receive on %s: %w", p.name, e)
+		return fmt.Errorf("nic: receive on %s: %w", p.name, e)
 	}
 	return nil
 }

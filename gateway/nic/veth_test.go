@@ -1,4 +1,4 @@
-package port_test
+package nic_test
 
 import (
 	"bytes"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 var (
@@ -25,7 +25,7 @@ type vethLab struct {
 	dut, gen *nstest.NS
 	d0, g0   *nstest.Veth
 	raw      *nstest.Raw
-	ifc      *port.Interface
+	ifc      *nic.Interface
 }
 
 func newVethLab(t testing.TB, packet bool) *vethLab {
@@ -33,15 +33,15 @@ func newVethLab(t testing.TB, packet bool) *vethLab {
 	d0, g0 := nstest.VethPair(t, dut, "d0", dutIP, gen, "g0", genIP)
 	l := &vethLab{dut: dut, gen: gen, d0: d0, g0: g0, raw: gen.OpenRaw(t, "g0")}
 	dut.Enter(t)
-	umem, err := port.NewUmem(4096, 2048, 0)
+	umem, err := nic.NewUmem(4096, 2048, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ifc, err := port.Open(port.Config{Interface: "d0", Pools: []*port.Pool{umem}, Packet: packet})
+	ifc, err := nic.Open(nic.Config{Interface: "d0", Pools: []*nic.Pool{umem}, Packet: packet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ifc.Close(); port.FreeUmem(umem) })
+	t.Cleanup(func() { ifc.Close(); nic.FreeUmem(umem) })
 	if want := map[bool]string{true: "afpacket", false: "afxdp"}[packet]; ifc.Mode() != want {
 		t.Fatalf("opened in %s mode, want %s", ifc.Mode(), want)
 	}
@@ -93,7 +93,7 @@ func seqOf(f []byte) (uint32, bool) {
 
 func testVeth(t *testing.T, packet bool) {
 	l := newVethLab(t, packet)
-	p := l.ifc.Ports[0]
+	p := l.ifc.Queues[0]
 	const n = 64
 	for i := uint32(0); i < n; i++ {
 		if err := l.raw.Send(frame(l.d0.MAC, l.g0.MAC, i)); err != nil {
@@ -102,7 +102,7 @@ func testVeth(t *testing.T, packet bool) {
 	}
 	// Receive them (maybe over several batches) and forward each back out
 	// of the same port with MACs swapped, without copying.
-	var rx, fwd port.Batch
+	var rx, fwd nic.Batch
 	seen := map[uint32]bool{}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(seen) < n && time.Now().Before(deadline) {
@@ -144,7 +144,7 @@ func testVeth(t *testing.T, packet bool) {
 	}
 
 	// Transmit a batch the worker builds from scratch.
-	var tx port.Batch
+	var tx nic.Batch
 	if got := p.Pool().Alloc(&tx, n); got != n {
 		t.Fatalf("Alloc gave %d buffers", got)
 	}
@@ -175,11 +175,11 @@ func testVeth(t *testing.T, packet bool) {
 	if st.TxBytes != 2*n*60 || st.RxBytes < n*60 || st.RxBytes < 14*st.RxFrames {
 		t.Fatalf("byte counters %+v: want %d bytes sent and at least %d received", st, 2*n*60, n*60)
 	}
-	if x, ok := p.(*port.XSK); ok {
+	if x, ok := p.(*nic.XSK); ok {
 		x.Flush()
 		time.Sleep(50 * time.Millisecond)
 		x.Flush()
-		if free := p.Pool().Free(); free < 4096-2048-port.MaxBatch {
+		if free := p.Pool().Free(); free < 4096-2048-nic.MaxBatch {
 			t.Fatalf("%d buffers free: transmitted buffers not returned", free)
 		}
 	}

@@ -1,4 +1,4 @@
-package kernel_test
+package route_test
 
 import (
 	"fmt"
@@ -9,8 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/egret-gw/egret/gateway/kernel"
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
+	"github.com/egret-gw/egret/gateway/route"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // sysctl writes a /proc/sys value inside ns.
@@ -49,7 +49,7 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 		sysctl(t, tp.gw, "net/ipv4/neigh/"+dev+"/base_reachable_time_ms", "2500")
 		sysctl(t, tp.gw, "net/ipv4/neigh/"+dev+"/delay_first_probe_time", "1")
 	}
-	c, err := kernel.NewCache(kernel.Options{NetNS: tp.gw.Handle, RefreshEvery: 200 * time.Millisecond})
+	c, err := route.NewCache(route.Options{NetNS: tp.gw.Handle, RefreshEvery: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +57,8 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 
 	peer, router := pe0.Addr(), r0.Addr()
 	far := netip.MustParseAddr("192.0.2.77")
-	eventually(t, "the peer to resolve", func() bool { _, v := c.Lookup(peer); return v == kernel.Found })
-	eventually(t, "the router to resolve", func() bool { _, v := c.Lookup(far); return v == kernel.Found })
+	eventually(t, "the peer to resolve", func() bool { _, v := c.Lookup(peer); return v == route.Found })
+	eventually(t, "the router to resolve", func() bool { _, v := c.Lookup(far); return v == route.Found })
 	misses := c.Stats().NoNeighbour
 
 	// Traffic to the peer only, for several reachable times.
@@ -66,7 +66,7 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 	var routerStale bool
 	rstates := map[int]int{}
 	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if _, v := c.Lookup(peer); v != kernel.Found {
+		if _, v := c.Lookup(peer); v != route.Found {
 			t.Fatalf("lookup of the in-use peer: %v", v)
 		}
 		states[neighState(t, tp.gw, tp.gw0.Index, peer)]++

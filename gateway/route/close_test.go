@@ -1,4 +1,4 @@
-package kernel_test
+package route_test
 
 import (
 	"bytes"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egret-gw/egret/gateway/kernel"
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
+	"github.com/egret-gw/egret/gateway/route"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // lockedBuf is a log sink written by the subscription goroutines.
@@ -37,7 +37,7 @@ func TestCacheCloseIsQuiet(t *testing.T) {
 	var buf lockedBuf
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	for i := 0; i < 3; i++ {
-		c, err := kernel.NewCache(kernel.Options{NetNS: ns.Handle, Logger: log})
+		c, err := route.NewCache(route.Options{NetNS: ns.Handle, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}

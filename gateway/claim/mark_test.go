@@ -1,4 +1,4 @@
-package kernel_test
+package claim_test
 
 import (
 	"net"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/egret-gw/egret/gateway/kernel"
+	"github.com/egret-gw/egret/gateway/claim"
 )
 
 // addrsOn lists the host addresses (/32, /128) on ifname.
@@ -38,7 +38,7 @@ func addrsOn(t *testing.T, h *netlink.Handle, ifname string) []netip.Addr {
 // not host, while addresses someone else added stay.
 func TestClaimMarksAndReleaseMarked(t *testing.T) {
 	tp := newTopo(t)
-	first, err := kernel.NewClaimer(tp.gw.Handle)
+	first, err := claim.NewClaimer(tp.gw.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestClaimMarksAndReleaseMarked(t *testing.T) {
 	}
 	first.Close() // no Release: the process was killed
 
-	second, err := kernel.NewClaimer(tp.gw.Handle)
+	second, err := claim.NewClaimer(tp.gw.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}

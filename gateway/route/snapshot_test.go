@@ -1,4 +1,4 @@
-package kernel
+package route
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package port_test
+package nic_test
 
 import (
 	"io"
@@ -12,9 +12,9 @@ import (
 	asavie "github.com/asavie/xdp"
 	"golang.org/x/sys/unix"
 
-	"github.com/egret-gw/egret/gateway/kernel/nstest"
-	"github.com/egret-gw/egret/gateway/port"
+	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // generator blasts frames to the egress IP from namespace gen, out of g0,
@@ -39,9 +39,9 @@ func startGenerator(b *testing.B, gen *nstest.NS, g0, d0 *nstest.Veth) *generato
 		b.Fatal(err)
 	}
 	g := &generator{}
-	var hdr [port.MaxBatch]unix.Mmsghdr
-	var iov [port.MaxBatch]unix.Iovec
-	frames := make([][]byte, port.MaxBatch)
+	var hdr [nic.MaxBatch]unix.Mmsghdr
+	var iov [nic.MaxBatch]unix.Iovec
+	frames := make([][]byte, nic.MaxBatch)
 	for i := range frames {
 		frames[i] = frame(d0.MAC, g0.MAC, uint32(i))
 		iov[i].Base = &frames[i][0]
@@ -54,7 +54,7 @@ func startGenerator(b *testing.B, gen *nstest.NS, g0, d0 *nstest.Veth) *generato
 		defer g.wg.Done()
 		defer unix.Close(fd)
 		for !g.stop.Load() {
-			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafePtr(&hdr[0])), port.MaxBatch, 0, 0, 0)
+			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafePtr(&hdr[0])), nic.MaxBatch, 0, 0, 0)
 			if e == 0 {
 				g.sent.Add(uint64(r))
 			}
@@ -84,9 +84,9 @@ func BenchmarkForward(b *testing.B) {
 
 func benchPort(b *testing.B, packet bool) {
 	l := newVethLab(b, packet)
-	p := l.ifc.Ports[0]
+	p := l.ifc.Queues[0]
 	g := startGenerator(b, l.gen, l.g0, l.d0)
-	var rx port.Batch
+	var rx nic.Batch
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -152,8 +152,8 @@ func benchAsavie(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if n > port.MaxBatch {
-			n = port.MaxBatch
+		if n > nic.MaxBatch {
+			n = nic.MaxBatch
 		}
 		descs := xsk.Receive(n)
 		for _, d := range descs {
