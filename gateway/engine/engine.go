@@ -166,7 +166,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if opt.AnnounceInterval > 0 {
 		e.claimer.Interval = opt.AnnounceInterval
 	}
-	if set.Claim {
+	if !set.EgressIPsClaimed {
 		// A predecessor killed with -9 could not release its claims: its
 		// marked addresses that this configuration does not host go now,
 		// or one egress IP would sit on two gateways.
@@ -221,7 +221,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	e.set = set
 	e.mu.Unlock()
 	e.log.Info("engine: ready", "node", set.Node, "interfaces", set.Interfaces, "queues", queues, "batch", set.Batch,
-		"vteps", set.VTEPs, "egress_ips", set.Hosted, "claim", set.Claim)
+		"vteps", set.VTEPs, "egress_ips", set.Hosted, "claim", !set.EgressIPsClaimed)
 	return e, nil
 }
 
@@ -259,11 +259,16 @@ func (e *Engine) program(set *Settled) error {
 	for _, a := range set.Hosted {
 		wantE[a] = true
 	}
+	port := uint16(xdp.PortVXLAN)
+	if set.Tunnel == gateway.TunnelGeneve {
+		port = xdp.PortGeneve
+	}
 	var errs []error
 	for _, ifc := range e.ifcs {
 		if ifc.Program == nil {
 			continue
 		}
+		errs = append(errs, ifc.Program.SetTunnel(port, set.VNI))
 		for v := range wantV {
 			if !e.vteps[v] {
 				errs = append(errs, ifc.Program.AddVTEP(v))
@@ -294,7 +299,7 @@ func (e *Engine) program(set *Settled) error {
 			return fmt.Errorf("engine: AF_PACKET mode needs kernel drops for the steered traffic: %w", err)
 		}
 	}
-	if !set.Claim {
+	if set.EgressIPsClaimed {
 		return nil
 	}
 	for a, ifname := range e.claimed {
@@ -403,7 +408,7 @@ func (e *Engine) buildWorkers(set *Settled) {
 
 // swap builds a snapshot of set on the kernel router and installs it.
 func (e *Engine) swap(set *Settled) error {
-	g := set.Gateway
+	g := set.gatewayConfig()
 	g.Routes = e.router
 	snap, err := gateway.NewSnapshot(g)
 	if err != nil {
@@ -458,10 +463,10 @@ func (e *Engine) Reload(set *Settled) error {
 	}
 	old := e.set
 	if !slices.Equal(old.Interfaces, set.Interfaces) || old.Mode != set.Mode || old.Queues != set.Queues ||
-		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.Claim != set.Claim {
+		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.EgressIPsClaimed != set.EgressIPsClaimed {
 		e.log.Warn("engine: reload cannot change interfaces, mode, queues, batch, conntrackMax or egressIPsClaimed; restart for those")
 		n := *set
-		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.Claim = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.Claim
+		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.EgressIPsClaimed = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.EgressIPsClaimed
 		set = &n
 	}
 	// Snapshot first, maps second: a newly steered egress IP finds its
@@ -638,7 +643,7 @@ func (e *Engine) TunnelPeers() int {
 	if e.set == nil {
 		return 0
 	}
-	return len(e.set.Gateway.Nodes)
+	return len(e.set.Nodes)
 }
 
 // Modes reports each served interface's mode (afxdp or afpacket).
