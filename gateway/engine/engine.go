@@ -82,6 +82,7 @@ type Engine struct {
 	steered map[netip.Addr]bool // egress IPs in the XDP maps
 	vteps   map[netip.Addr]bool // VTEPs in the XDP maps
 	claimed map[netip.Addr]string
+	retired map[netip.Addr]bool // egress IPs that left, until the NAT allocator forgets them (drain.go)
 	sweep   []string // interfaces whose marked addresses are ours to remove (claim mode)
 	started bool
 	closed  bool
@@ -118,7 +119,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		opt.PoolFrames = 4096
 	}
 	e := &Engine{opt: opt, log: opt.Logger, steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
-		claimed: map[netip.Addr]string{}, done: make(chan struct{})}
+		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			e.teardown()
@@ -436,6 +437,11 @@ func (e *Engine) Start() {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		e.drainLoop()
+	}()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
 		t := time.NewTicker(2 * time.Second)
 		defer t.Stop()
 		for {
@@ -474,6 +480,7 @@ func (e *Engine) Reload(set *Settled) error {
 	if err := e.swap(set); err != nil {
 		return err
 	}
+	e.retire(old, set)
 	e.set = set
 	if err := e.program(set); err != nil {
 		return err
