@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 
@@ -91,16 +90,6 @@ type Pod struct {
 type Policy struct {
 	Name      string   `json:"name"`
 	EgressIPs []string `json:"egressIPs"`
-}
-
-// LoadConfig reads and parses a config file; unknown keys are errors.
-// It does not validate: apply flag overrides, then call Validate.
-func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	return ParseConfig(data)
 }
 
 // ParseConfig parses YAML (or JSON) config data.

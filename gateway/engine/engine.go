@@ -1,8 +1,7 @@
 // Package engine runs Egret's data plane on real interfaces: it attaches the
 // XDP program, programs its maps, opens one socket per queue on every served
 // interface, and runs one queue loop (a pipeline worker) per queue on its
-// own OS thread,
-// with routes and neighbours from the kernel's tables. It also claims the
+// own OS thread, with routes and neighbours from the kernel's tables. It also claims the
 // hosted egress IPs, expires flows, and swaps configurations on reload.
 // `egret gateway` is a thin command around it; docs/gateway.md describes the
 // behaviour.
