@@ -88,9 +88,9 @@ func feed(b *nic.Mem, frames [][]byte) {
 	b.Transmit(&bt)
 }
 
-// TestWorkerForwards checks the loop's plumbing on in-memory ports: every
+// TestQueueLoopForwards checks the loop's plumbing on in-memory ports: every
 // tunnel frame comes out SNATed, and nothing is counted as lost.
-func TestWorkerForwards(t *testing.T) {
+func TestQueueLoopForwards(t *testing.T) {
 	w, peer := newBenchLoop(t)
 	frames := make([][]byte, nic.MaxBatch)
 	for i := range frames {
@@ -131,10 +131,10 @@ func TestWorkerForwards(t *testing.T) {
 	}
 }
 
-// BenchmarkWorker measures the engine's per-frame cost around the pipeline
+// BenchmarkQueueLoop measures the engine's per-frame cost around the pipeline
 // (receive, output buffer allocation, Process, Take, Transmit) on in-memory
 // ports; the peer's copies are included. One op is one frame.
-func BenchmarkWorker(b *testing.B) {
+func BenchmarkQueueLoop(b *testing.B) {
 	w, peer := newBenchLoop(b)
 	frames := make([][]byte, nic.MaxBatch)
 	for i := range frames {

@@ -9,13 +9,13 @@ import (
 	"github.com/egret-gw/egret/gateway"
 )
 
-// TestWorkerCatchesUpOnExpiry: 4096 flows run out at once. At the normal
+// TestQueueLoopCatchesUpOnExpiry: 4096 flows run out at once. At the normal
 // pace (64 every 10 ms of the worker's clock) the sweep would remove at
 // most 640 in the 100 ms the test gives it; a worker that finds itself
 // behind (a sweep removed its whole budget) sweeps every loop turn without
 // blocking, and removes at least three quarters. The clock is the test's:
 // one ms per read.
-func TestWorkerCatchesUpOnExpiry(t *testing.T) {
+func TestQueueLoopCatchesUpOnExpiry(t *testing.T) {
 	w, _ := newBenchLoop(t)
 	const flows = 4096
 	frames := make([][]byte, flows)
