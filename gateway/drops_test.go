@@ -193,6 +193,12 @@ func dropCases() []dropCase {
 		}, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},
+		{reason: DropTunnelMismatch, cfg: func(c *Config) { c.Tunnel, c.VNI = TunnelVXLAN, testVNI+1 }, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t)) // another VNI
+		}},
+		{reason: DropTunnelMismatch, cfg: func(c *Config) { c.Tunnel, c.VNI = TunnelGeneve, testVNI }, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t)) // the other type
+		}},
 		{reason: DropNoConfig, noSwap: true, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},

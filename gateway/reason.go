@@ -33,6 +33,7 @@ const (
 	DropNoConfig                           // no configuration snapshot installed yet
 	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
 	DropTunnelIDs                          // new flow refused: MaxTunnelIDs (tunnel, VNI) pairs already numbered
+	DropTunnelMismatch                     // tunnel packet of another type or VNI than configured
 	numDropReasons
 )
 
@@ -62,6 +63,7 @@ var dropNames = [numDropReasons]string{
 	DropNoConfig:         "no_config",
 	DropICMPRateLimited:  "icmp_rate_limited",
 	DropTunnelIDs:        "tunnel_ids_exhausted",
+	DropTunnelMismatch:   "tunnel_mismatch",
 }
 
 // String returns the reason's label value.

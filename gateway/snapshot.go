@@ -37,6 +37,12 @@ type Config struct {
 	// gateway itself sends to pods (time exceeded, too big). Optional: without
 	// one, such packets are dropped and counted instead.
 	RouterV4, RouterV6 netip.Addr
+	// Tunnel and VNI are the only encapsulation accepted: a tunnel packet
+	// to a VTEP of the other type or with another VNI is dropped
+	// (DropTunnelMismatch). TunnelNone accepts both types and any VNI; the
+	// engine always names one.
+	Tunnel Tunnel
+	VNI    uint32
 	// Nodes are the worker nodes allowed to send tunnel traffic.
 	Nodes []Node
 	// Policies are the egress policies with the egress IPs hosted here.
@@ -76,6 +82,8 @@ type Snapshot struct {
 	router   [2][16]byte
 	hasRoute [2]bool
 	innerMAC [6]byte
+	tunnel   Tunnel // TunnelNone: any
+	vni      uint32
 
 	nodes      []snapNode
 	nodeByVTEP addrTable[int32]
@@ -117,7 +125,10 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 	if cfg.Routes == nil {
 		return nil, errors.New("gateway config: Routes is nil; give a next-hop resolver")
 	}
-	s := &Snapshot{innerMAC: cfg.InnerMAC, routes: cfg.Routes}
+	if cfg.Tunnel > TunnelGeneve || cfg.VNI >= 1<<24 {
+		return nil, fmt.Errorf("gateway config: tunnel %d with VNI %d: use TunnelVXLAN or TunnelGeneve and a 24-bit VNI", cfg.Tunnel, cfg.VNI)
+	}
+	s := &Snapshot{innerMAC: cfg.InnerMAC, routes: cfg.Routes, tunnel: cfg.Tunnel, vni: cfg.VNI}
 	nodeByVTEP := make(map[[16]byte]int32, len(cfg.Nodes))
 	pods := make(map[[16]byte]snapPod)
 	hosted := make(map[[16]byte]struct{})

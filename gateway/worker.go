@@ -229,6 +229,9 @@ func (w *Worker) prepare(st *installed, now int64, fr *frame, l *conntrack.Looku
 		if !st.snap.hasVTEP[f] || st.snap.vtep[f] != pk.OuterDst {
 			return w.pass()
 		}
+		if t := st.snap.tunnel; t != TunnelNone && (pk.Tunnel != t || pk.VNI != st.snap.vni) {
+			return w.drop(DropTunnelMismatch)
+		}
 		return w.forwardPrepare(st, now, fr, l)
 	default: // KindIP
 		if st == nil {

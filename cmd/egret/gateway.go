@@ -114,9 +114,18 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	return f, nil
 }
 
+// configFile is the config file with the flags applied: the command's own
+// keys (logFormat, metricsAddr) in file, and the engine's configuration,
+// settled for the static gateway (set) or parsed only for agent mode (base).
+type configFile struct {
+	file *engine.Config
+	set  *engine.Settled
+	base *engine.Spec
+}
+
 // load reads the config file (if any), applies the flags that were set and
 // validates the result.
-func (f *gatewayFlags) load() (*engine.Settled, []byte, error) {
+func (f *gatewayFlags) load() (*configFile, []byte, error) {
 	c, raw, err := f.loadRaw()
 	if err != nil {
 		return nil, nil, err
@@ -128,13 +137,13 @@ func (f *gatewayFlags) load() (*engine.Settled, []byte, error) {
 		}
 		return nil, nil, err
 	}
-	return s, raw, nil
+	return &configFile{file: c, set: s}, raw, nil
 }
 
 // loadBase is load for agent mode: the file holds only the static part
-// (nodes and policies come from the source), and validation waits until
-// they are added.
-func (f *gatewayFlags) loadBase() (*engine.Config, []byte, error) {
+// (nodes and policies come from the source); it is parsed here, and
+// validated once the agent has added them.
+func (f *gatewayFlags) loadBase() (*configFile, []byte, error) {
 	c, raw, err := f.loadRaw()
 	if err != nil {
 		return nil, nil, err
@@ -154,7 +163,11 @@ func (f *gatewayFlags) loadBase() (*engine.Config, []byte, error) {
 	if c.Node == "" {
 		c.Node = f.node
 	}
-	return c, raw, nil
+	base, err := c.Spec()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return &configFile{file: c, base: base}, raw, nil
 }
 
 // loadRaw reads the config file (if any) and applies the flags that were set.
@@ -208,13 +221,14 @@ func runGateway(args []string) error {
 	if f.agent() {
 		return runGatewayAgent(f)
 	}
-	set, raw, err := f.load()
+	cf, raw, err := f.load()
 	if err != nil {
 		return err
 	}
-	log := newLogger(set.LogFormat)
+	set := cf.set
+	log := newLogger(cf.file.LogFormat)
 	slog.SetDefault(log)
-	gm, err := startGatewayMetrics(set.MetricsAddr, log)
+	gm, err := startGatewayMetrics(cf.file.MetricsAddr, log)
 	if err != nil {
 		return err
 	}
@@ -236,8 +250,8 @@ func runGateway(args []string) error {
 
 	w := f.watchConfig(raw)
 	defer w.stop()
-	reload := reloader(log, f.load, func(s *engine.Settled, why string) {
-		if err := eng.Reload(s); err != nil {
+	reload := reloader(log, f.load, func(c *configFile, why string) {
+		if err := eng.Reload(c.set); err != nil {
 			log.Error("gateway: reload incomplete", "why", why, "err", err)
 		}
 	})
@@ -328,20 +342,17 @@ func logFinal(log *slog.Logger, st engine.Stats) {
 // runGatewayAgent is agent mode: the gateway agent (control/gwagent) builds
 // the engine's configuration from the cluster's objects and drives it.
 func runGatewayAgent(f *gatewayFlags) error {
-	base, raw, err := f.loadBase()
+	cf, raw, err := f.loadBase()
 	if err != nil {
 		return err
 	}
-	format := base.LogFormat
-	if format == "" {
-		format = "text"
+	base := cf.base
+	if format := cf.file.LogFormat; format != "" && format != "text" && format != "json" {
+		return fmt.Errorf("config field logFormat: %q: use text or json", format)
 	}
-	if format != "text" && format != "json" {
-		return fmt.Errorf("config field logFormat: %q: use text or json", base.LogFormat)
-	}
-	log := newLogger(format)
+	log := newLogger(cf.file.LogFormat)
 	slog.SetDefault(log)
-	gm, err := startGatewayMetrics(base.MetricsAddr, log)
+	gm, err := startGatewayMetrics(cf.file.MetricsAddr, log)
 	if err != nil {
 		return err
 	}
@@ -398,7 +409,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	go func() {
 		w := f.watchConfig(raw)
 		defer w.stop()
-		reload := reloader(log, f.loadBase, func(c *engine.Config, _ string) { a.SetBase(*c) })
+		reload := reloader(log, f.loadBase, func(c *configFile, _ string) { a.SetBase(*c.base) })
 		for {
 			select {
 			case <-ctx.Done():

@@ -39,7 +39,7 @@ type Agent struct {
 	Node string
 	// Base is the static part of the configuration (interfaces, VTEPs,
 	// tunnel...); Nodes and Policies come from the source.
-	Base engine.Config
+	Base engine.Spec
 	// Source supplies the objects and the contact check.
 	Source Source
 	// StartDataPlane builds and starts the data plane for the first usable
@@ -56,13 +56,13 @@ type Agent struct {
 
 	mu      sync.Mutex
 	state   State
-	base    *engine.Config // set by SetBase, replaces Base
-	rebuild func()         // asks the running loop for a pass
+	base    *engine.Spec // set by SetBase, replaces Base
+	rebuild func()       // asks the running loop for a pass
 }
 
 // SetBase replaces the static part of the configuration while the agent
 // runs (the command's SIGHUP); the next pass applies it.
-func (a *Agent) SetBase(c engine.Config) {
+func (a *Agent) SetBase(c engine.Spec) {
 	a.mu.Lock()
 	a.base = &c
 	kick := a.rebuild
@@ -72,7 +72,7 @@ func (a *Agent) SetBase(c engine.Config) {
 	}
 }
 
-func (a *Agent) currentBase() engine.Config {
+func (a *Agent) currentBase() engine.Spec {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.base != nil {
@@ -122,7 +122,7 @@ func (a *Agent) defaults() {
 // loop holds the state of Run that only its goroutine touches.
 type loop struct {
 	dp          DataPlane
-	applied     engine.Config
+	applied     engine.Spec
 	fenced      bool
 	settleUntil time.Time
 	retry       bool
@@ -287,7 +287,7 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh Statuses) error {
 		}
 		l.lastProblem = p
 	}
-	cfg := r.Config
+	cfg := r.Spec
 	if fenced {
 		cfg = Fenced(cfg)
 	}
@@ -295,11 +295,11 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh Statuses) error {
 	if l.dp != nil && !l.retry && reflect.DeepEqual(cfg, l.applied) {
 		return nil
 	}
-	set, err := cfg.Validate()
+	set, err := cfg.Settle()
 	if err != nil && fenced && l.dp != nil {
 		// Fencing must release even when the new inputs are unusable.
 		cfg = Fenced(l.applied)
-		set, err = cfg.Validate()
+		set, err = cfg.Settle()
 	}
 	if err != nil {
 		if s := err.Error(); s != l.lastErr {
@@ -344,14 +344,10 @@ func (a *Agent) setServing(ok bool) {
 	}
 }
 
-func hostedOf(c engine.Config) []netip.Addr {
+func hostedOf(c engine.Spec) []netip.Addr {
 	var out []netip.Addr
 	for _, p := range c.Policies {
-		for _, s := range p.EgressIPs {
-			if a, err := netip.ParseAddr(s); err == nil {
-				out = append(out, a)
-			}
-		}
+		out = append(out, p.EgressIPs...)
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out

@@ -18,6 +18,7 @@ import (
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/steer"
+	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -41,9 +42,10 @@ type Inputs struct {
 
 // Result is the built configuration with what was left out and why.
 type Result struct {
-	// Config is base with Nodes and Policies filled (and VTEPs and
-	// InnerMAC defaulted from this node's Node object when base has none).
-	Config engine.Config
+	// Spec is base with Nodes and Policies filled (and VTEPs and InnerMAC
+	// defaulted from this node's Node object when base has none): typed
+	// values the engine settles as they are, without parsing them again.
+	Spec engine.Spec
 	// Hosted are the egress IPs hosted here, sorted.
 	Hosted []netip.Addr
 	// Problems are inputs that were skipped; the rest is still built.
@@ -58,7 +60,7 @@ type Result struct {
 // whose namespaceSelector matches its namespace's labels and whose
 // podSelector matches its labels; when several do, the one whose name sorts
 // first owns it, as on the worker, which steers it to that object's gateways.
-func Build(base engine.Config, in Inputs) Result {
+func Build(base engine.Spec, in Inputs) Result {
 	var r Result
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Errorf(format, a...)) }
 	c := base
@@ -79,7 +81,7 @@ func Build(base engine.Config, in Inputs) Result {
 			var v4, v6 bool
 			for _, a := range steer.NodeVTEPs(self) {
 				if (a.Is4() && !v4) || (a.Is6() && !v6) {
-					c.VTEPs = append(c.VTEPs, a.String())
+					c.VTEPs = append(c.VTEPs, a)
 					v4, v6 = v4 || a.Is4(), v6 || a.Is6()
 				}
 			}
@@ -89,14 +91,13 @@ func Build(base engine.Config, in Inputs) Result {
 		}
 	}
 	var gwVTEPs []netip.Addr
-	for _, s := range c.VTEPs {
-		if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+	for _, a := range c.VTEPs {
+		if a.IsValid() {
 			gwVTEPs = append(gwVTEPs, a.Unmap())
 		}
 	}
-	if c.InnerMAC == "" && len(gwVTEPs) > 0 {
-		m := steer.GatewayMAC(gwVTEPs[0])
-		c.InnerMAC = net.HardwareAddr(m[:]).String()
+	if c.InnerMAC == [6]byte{} && len(gwVTEPs) > 0 {
+		c.InnerMAC = steer.GatewayMAC(gwVTEPs[0])
 	}
 
 	sel, problems := steer.NewSelector(in.EgressIPs)
@@ -112,7 +113,7 @@ func Build(base engine.Config, in Inputs) Result {
 				inSpec[a] = true
 			}
 		}
-		p := engine.Policy{Name: eip.Name}
+		p := gateway.Policy{Name: eip.Name}
 		var ips []netip.Addr
 		for _, item := range eip.Status.Items {
 			if item.Node != in.Node {
@@ -143,20 +144,18 @@ func Build(base engine.Config, in Inputs) Result {
 			ips = append(ips, a)
 		}
 		slices.SortFunc(ips, netip.Addr.Compare)
-		for _, a := range ips {
-			p.EgressIPs = append(p.EgressIPs, a.String())
-			r.Hosted = append(r.Hosted, a)
-		}
+		p.EgressIPs = ips
+		r.Hosted = append(r.Hosted, ips...)
 		c.Policies = append(c.Policies, p)
 	}
 	slices.SortFunc(r.Hosted, netip.Addr.Compare)
 
 	// Worker nodes: every other node with a VTEP of a family the gateway has.
-	type worker struct {
-		node engine.Node
+	type workerNode struct {
+		node gateway.Node
 		pods []netip.Addr
 	}
-	workers := map[string]*worker{}
+	workers := map[string]*workerNode{}
 	vtepOwner := map[netip.Addr]string{}
 	nodes := slices.DeleteFunc(slices.Clone(in.Nodes), func(n *corev1.Node) bool { return n == nil })
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
@@ -188,7 +187,7 @@ func Build(base engine.Config, in Inputs) Result {
 				copy(mac[:], hw)
 			}
 		}
-		workers[n.Name] = &worker{node: engine.Node{Name: n.Name, VTEP: vtep.String(), InnerMAC: net.HardwareAddr(mac[:]).String()}}
+		workers[n.Name] = &workerNode{node: gateway.Node{Name: n.Name, VTEP: vtep, InnerMAC: mac}}
 	}
 
 	// Pods: the selected ones, under their node, each address once.
@@ -246,29 +245,27 @@ func Build(base engine.Config, in Inputs) Result {
 			}
 			podOwner[ip] = key
 			w.pods = append(w.pods, ip)
-			w.node.Pods = append(w.node.Pods, engine.Pod{Addr: ip.String(), Policy: owner})
+			w.node.Pods = append(w.node.Pods, gateway.Pod{Addr: ip, Policy: owner})
 		}
 	}
 	for _, n := range nodes {
 		if w := workers[n.Name]; w != nil {
-			slices.SortFunc(w.node.Pods, func(a, b engine.Pod) int {
-				return netip.MustParseAddr(a.Addr).Compare(netip.MustParseAddr(b.Addr))
-			})
+			slices.SortFunc(w.node.Pods, func(a, b gateway.Pod) int { return a.Addr.Compare(b.Addr) })
 			c.Nodes = append(c.Nodes, w.node)
 			delete(workers, n.Name)
 		}
 	}
-	r.Config = c
+	r.Spec = c
 	return r
 }
 
-// Fenced returns c with no egress IP hosted: the data plane keeps its nodes,
+// Fenced returns s with no egress IP hosted: the data plane keeps its nodes,
 // pods and policies (and flows) but answers for no address.
-func Fenced(c engine.Config) engine.Config {
-	out := c
-	out.Policies = make([]engine.Policy, len(c.Policies))
-	for i, p := range c.Policies {
-		out.Policies[i] = engine.Policy{Name: p.Name}
+func Fenced(s engine.Spec) engine.Spec {
+	out := s
+	out.Policies = make([]gateway.Policy, len(s.Policies))
+	for i, p := range s.Policies {
+		out.Policies[i] = gateway.Policy{Name: p.Name}
 	}
 	return out
 }

@@ -3,7 +3,6 @@ package gwagent
 import (
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/steer"
+	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,21 +49,20 @@ func pod(namespace, name, nodeName string, l map[string]string, ips ...string) *
 	return p
 }
 
-func base() engine.Config {
-	return engine.Config{Interfaces: []string{"eth0"}, VTEPs: []string{"10.0.0.21"}, Tunnel: "vxlan", VNI: 100}
+func base() engine.Spec {
+	return engine.Spec{Interfaces: []string{"eth0"}, VTEPs: []netip.Addr{addr("10.0.0.21")}, Tunnel: gateway.TunnelVXLAN, VNI: 100}
 }
 
-func macOf(v string) string {
-	m := steer.GatewayMAC(netip.MustParseAddr(v))
-	return net.HardwareAddr(m[:]).String()
-}
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func macOf(v string) [6]byte { return steer.GatewayMAC(addr(v)) }
 
 // podPolicies flattens the built nodes into "node/addr" → policy.
-func podPolicies(c engine.Config) map[string]string {
+func podPolicies(c engine.Spec) map[string]string {
 	out := map[string]string{}
 	for _, n := range c.Nodes {
 		for _, p := range n.Pods {
-			out[n.Name+"/"+p.Addr] = p.Policy
+			out[n.Name+"/"+p.Addr.String()] = p.Policy
 		}
 	}
 	return out
@@ -107,24 +106,24 @@ func TestBuild(t *testing.T) {
 	in.Pods = append(in.Pods, hostNet, done, pod("prod", "pending", "w1", nil))
 
 	r := Build(base(), in)
-	c := r.Config
-	if _, err := c.Validate(); err != nil {
+	c := r.Spec
+	if _, err := c.Settle(); err != nil {
 		t.Fatalf("built config does not validate: %v", err)
 	}
 	wantHosted := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.20"), netip.MustParseAddr("2001:db8::20")}
 	if !slices.Equal(r.Hosted, wantHosted) {
 		t.Errorf("hosted %v, want %v", r.Hosted, wantHosted)
 	}
-	wantPol := []engine.Policy{{Name: "blue", EgressIPs: []string{"192.0.2.10"}},
-		{Name: "green", EgressIPs: []string{"192.0.2.20", "2001:db8::20"}}, {Name: "red"}}
+	wantPol := []gateway.Policy{{Name: "blue", EgressIPs: []netip.Addr{addr("192.0.2.10")}},
+		{Name: "green", EgressIPs: []netip.Addr{addr("192.0.2.20"), addr("2001:db8::20")}}, {Name: "red"}}
 	if fmt.Sprint(c.Policies) != fmt.Sprint(wantPol) {
 		t.Errorf("policies %v, want %v", c.Policies, wantPol)
 	}
-	wantNodes := []engine.Node{
-		{Name: "g2", VTEP: "10.0.0.22", InnerMAC: macOf("10.0.0.22"), Pods: nil},
-		{Name: "w1", VTEP: "10.0.0.11", InnerMAC: macOf("10.0.0.11"), Pods: []engine.Pod{
-			{Addr: "10.244.1.5", Policy: "blue"}, {Addr: "10.244.1.6", Policy: "red"}, {Addr: "fd00:10::5", Policy: "blue"}}},
-		{Name: "w2", VTEP: "10.0.0.12", InnerMAC: "02:65:67:00:00:12", Pods: []engine.Pod{{Addr: "10.244.2.5", Policy: "blue"}}},
+	wantNodes := []gateway.Node{
+		{Name: "g2", VTEP: addr("10.0.0.22"), InnerMAC: macOf("10.0.0.22"), Pods: nil},
+		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []gateway.Pod{
+			{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("10.244.1.6"), Policy: "red"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}},
+		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: [6]byte{2, 0x65, 0x67, 0, 0, 0x12}, Pods: []gateway.Pod{{Addr: addr("10.244.2.5"), Policy: "blue"}}},
 	}
 	if fmt.Sprint(c.Nodes) != fmt.Sprint(wantNodes) {
 		t.Errorf("nodes\n got %v\nwant %v", c.Nodes, wantNodes)
@@ -143,26 +142,26 @@ func TestBuildVTEPFromNode(t *testing.T) {
 	in := Inputs{Node: "g1", Nodes: []*corev1.Node{node("g1", "", map[string]string{steer.AnnotationVTEP: "10.0.0.21,fd00::21"}),
 		node("w3", "fd00::13", nil)}}
 	r := Build(b, in)
-	if !slices.Equal(r.Config.VTEPs, []string{"10.0.0.21", "fd00::21"}) || r.Config.InnerMAC != macOf("10.0.0.21") {
-		t.Fatalf("vteps %v innerMAC %s", r.Config.VTEPs, r.Config.InnerMAC)
+	if !slices.Equal(r.Spec.VTEPs, []netip.Addr{addr("10.0.0.21"), addr("fd00::21")}) || r.Spec.InnerMAC != macOf("10.0.0.21") {
+		t.Fatalf("vteps %v innerMAC %x", r.Spec.VTEPs, r.Spec.InnerMAC)
 	}
-	if len(r.Config.Nodes) != 1 || r.Config.Nodes[0].VTEP != "fd00::13" || r.Config.Nodes[0].InnerMAC != macOf("fd00::13") {
-		t.Fatalf("IPv6 worker: %v", r.Config.Nodes)
+	if len(r.Spec.Nodes) != 1 || r.Spec.Nodes[0].VTEP != addr("fd00::13") || r.Spec.Nodes[0].InnerMAC != macOf("fd00::13") {
+		t.Fatalf("IPv6 worker: %v", r.Spec.Nodes)
 	}
-	if _, err := r.Config.Validate(); err != nil {
+	if _, err := r.Spec.Settle(); err != nil {
 		t.Fatal(err)
 	}
 	// A configured innerMAC stays.
-	b.InnerMAC = "02:00:00:00:00:01"
-	if r := Build(b, in); r.Config.InnerMAC != "02:00:00:00:00:01" {
-		t.Fatalf("innerMAC %s", r.Config.InnerMAC)
+	b.InnerMAC = [6]byte{2, 0, 0, 0, 0, 1}
+	if r := Build(b, in); r.Spec.InnerMAC != b.InnerMAC {
+		t.Fatalf("innerMAC %x", r.Spec.InnerMAC)
 	}
 	// No VTEP anywhere: reported, and the config does not validate.
 	r = Build(b, Inputs{Node: "g1"})
 	if !hasProblem(r, "no VTEP configured") {
 		t.Fatalf("problems %v", r.Problems)
 	}
-	if _, err := r.Config.Validate(); err == nil {
+	if _, err := r.Spec.Settle(); err == nil {
 		t.Fatal("config without VTEP validated")
 	}
 }
@@ -192,7 +191,7 @@ func TestBuildBadInputs(t *testing.T) {
 		},
 	}
 	r := Build(base(), in)
-	if _, err := r.Config.Validate(); err != nil {
+	if _, err := r.Spec.Settle(); err != nil {
 		t.Fatalf("built config does not validate: %v\nproblems: %v", err, r.Problems)
 	}
 	if !slices.Equal(r.Hosted, []netip.Addr{netip.MustParseAddr("192.0.2.10")}) {
@@ -214,20 +213,21 @@ func TestBuildBadInputs(t *testing.T) {
 			t.Errorf("problem %q not reported; got:\n%v", want, r.Problems)
 		}
 	}
-	got := podPolicies(r.Config)
+	got := podPolicies(r.Spec)
 	if len(got) != 1 || got["w1/10.244.1.5"] != "a" {
 		t.Errorf("pods %v", got)
 	}
-	if r.Config.Nodes[0].InnerMAC != macOf("10.0.0.11") {
-		t.Errorf("bad annotation should fall back to the default MAC: %v", r.Config.Nodes[0])
+	if r.Spec.Nodes[0].InnerMAC != macOf("10.0.0.11") {
+		t.Errorf("bad annotation should fall back to the default MAC: %v", r.Spec.Nodes[0])
 	}
 }
 
 func TestFenced(t *testing.T) {
 	c := base()
-	c.InnerMAC = "02:00:00:00:00:01"
-	c.Policies = []engine.Policy{{Name: "a", EgressIPs: []string{"192.0.2.1"}}, {Name: "b"}}
-	c.Nodes = []engine.Node{{Name: "w1", VTEP: "10.0.0.11", InnerMAC: "02:00:00:00:00:02", Pods: []engine.Pod{{Addr: "10.244.1.1", Policy: "a"}}}}
+	c.InnerMAC = [6]byte{2, 0, 0, 0, 0, 1}
+	c.Policies = []gateway.Policy{{Name: "a", EgressIPs: []netip.Addr{addr("192.0.2.1")}}, {Name: "b"}}
+	c.Nodes = []gateway.Node{{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: [6]byte{2, 0, 0, 0, 0, 2},
+		Pods: []gateway.Pod{{Addr: addr("10.244.1.1"), Policy: "a"}}}}
 	f := Fenced(c)
 	if len(hostedOf(f)) != 0 || len(f.Policies) != 2 || f.Policies[0].Name != "a" || len(f.Nodes) != 1 {
 		t.Fatalf("fenced %+v", f)
@@ -235,7 +235,7 @@ func TestFenced(t *testing.T) {
 	if len(c.Policies[0].EgressIPs) != 1 {
 		t.Fatal("Fenced modified its input")
 	}
-	if _, err := f.Validate(); err != nil {
+	if _, err := f.Settle(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -301,10 +301,10 @@ func TestBuildMatchesSteer(t *testing.T) {
 	for iter := range 200 {
 		in := randomInputs(rng, false)
 		r := Build(base(), in)
-		if _, err := r.Config.Validate(); err != nil {
+		if _, err := r.Spec.Settle(); err != nil {
 			t.Fatalf("iteration %d: %v", iter, err)
 		}
-		gw := podPolicies(r.Config)
+		gw := podPolicies(r.Spec)
 		for w := range 5 {
 			name := fmt.Sprintf("w%d", w)
 			st := steer.Desired(steer.InputsFrom(name, steer.Objects{EgressIPs: in.EgressIPs, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods}), params)
@@ -341,7 +341,7 @@ func TestBuildAlwaysValid(t *testing.T) {
 		}
 		in.EgressIPs = append(in.EgressIPs, eip("zz", []string{"192.0.2.1"}, nil, nil, "g1", "192.0.2.1"))
 		r := Build(base(), in)
-		if _, err := r.Config.Validate(); err != nil {
+		if _, err := r.Spec.Settle(); err != nil {
 			t.Fatalf("iteration %d: %v\nproblems %v", iter, err, r.Problems)
 		}
 		for _, h := range r.Hosted {

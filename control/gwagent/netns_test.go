@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/internal/nstest"
 )
@@ -261,7 +262,7 @@ var nsHealthAddr = netip.AddrPortFrom(nsGwPrefix.Addr(), health.DefaultPort).Str
 // function stops it (also called by t.Cleanup).
 func startAgent(t *testing.T, tp *nsTopo, src Source, fence time.Duration) (*Agent, func()) {
 	a := &Agent{Node: "g1", Source: src, FenceAfter: fence, Log: testLog(t),
-		Base: engine.Config{Interfaces: []string{"d0"}, Mode: "afxdp", Tunnel: "vxlan", VNI: nsVNI, RouterV4: "169.254.78.1"},
+		Base: engine.Spec{Interfaces: []string{"d0"}, Mode: "afxdp", Tunnel: gateway.TunnelVXLAN, VNI: nsVNI, RouterV4: netip.MustParseAddr("169.254.78.1")},
 		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
 			e, err := engine.New(s, engine.Options{Logger: testLog(t), Announcements: 3, AnnounceInterval: 50 * time.Millisecond})
 			if err != nil {

@@ -88,17 +88,17 @@ func hostAddr(ip netip.Addr) *netlink.Addr {
 // address already present marks it and re-announces.
 func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
-		return fmt.Errorf("claim %v: %w", ip, errBadAddr)
+		return fmt.Errorf("claim: %v: %w", ip, errBadAddr)
 	}
 	ip = ip.Unmap()
 	l, err := c.nl.LinkByName(ifname)
 	if err != nil {
-		return fmt.Errorf("claim: claim %s: interface %q: %w", ip, ifname, err)
+		return fmt.Errorf("claim: %s: interface %q: %w", ip, ifname, err)
 	}
 	if err := c.addMarked(l.Attrs().Index, ip); err != nil {
 		return fmt.Errorf("claim: add %s to %s: %w", ip, ifname, err)
 	}
-	if err := c.Announce(l.Attrs().Index, l.Attrs().HardwareAddr, ip); err != nil {
+	if err := c.announce(l.Attrs().Index, l.Attrs().HardwareAddr, ip); err != nil {
 		return fmt.Errorf("claim: claimed %s on %s but could not announce it: %w", ip, ifname, err)
 	}
 	return nil
@@ -108,7 +108,7 @@ func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 // error.
 func (c *Claimer) Release(ifname string, ip netip.Addr) error {
 	if !ip.IsValid() {
-		return fmt.Errorf("release: %w", errBadAddr)
+		return fmt.Errorf("claim: release %v: %w", ip, errBadAddr)
 	}
 	ip = ip.Unmap()
 	l, err := c.nl.LinkByName(ifname)
@@ -124,6 +124,14 @@ func (c *Claimer) Release(ifname string, ip netip.Addr) error {
 // Announce sends the gratuitous ARP (IPv4) or unsolicited neighbour
 // advertisement (IPv6) for ip from mac out of ifindex.
 func (c *Claimer) Announce(ifindex int, mac net.HardwareAddr, ip netip.Addr) error {
+	if err := c.announce(ifindex, mac, ip); err != nil {
+		return fmt.Errorf("claim: announce %v: %w", ip, err)
+	}
+	return nil
+}
+
+// announce is Announce with errors that the caller prefixes.
+func (c *Claimer) announce(ifindex int, mac net.HardwareAddr, ip netip.Addr) error {
 	if len(mac) != 6 {
 		return fmt.Errorf("interface has no Ethernet address (%v)", mac)
 	}

@@ -43,9 +43,9 @@ func benchFrame(tb testing.TB, sport uint16) []byte {
 		&layers.VXLAN{ValidIDFlag: true, VNI: 100}, gopacket.Payload(inner))
 }
 
-// newBenchWorker is an engine worker on one in-memory port (ifindex 1) and
+// newBenchLoop is a queue loop on one in-memory port (ifindex 1) and
 // the peer port that feeds it and drains what it sends.
-func newBenchWorker(tb testing.TB) (*worker, *nic.Mem) {
+func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
 	ct, err := conntrack.New(conntrack.Config{MaxFlows: 1 << 16})
 	if err != nil {
 		tb.Fatal(err)
@@ -71,13 +71,13 @@ func newBenchWorker(tb testing.TB) (*worker, *nic.Mem) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &worker{gw: p.NewWorker(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
+	w := &queueLoop{gw: p.NewWorker(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
 		batch: DefaultBatch, wait: time.Millisecond, now: nanotime, expireEvery: int64(time.Second), expireBudget: 64,
 		tx: make([]nic.Batch, 1)}
 	return w, b
 }
 
-// feed puts a batch of frames on the peer side for the worker to receive.
+// feed puts a batch of frames on the peer side for the loop to receive.
 func feed(b *nic.Mem, frames [][]byte) {
 	var bt nic.Batch
 	b.Pool().Alloc(&bt, len(frames))
@@ -88,17 +88,17 @@ func feed(b *nic.Mem, frames [][]byte) {
 	b.Transmit(&bt)
 }
 
-// TestWorkerForwards checks the loop's plumbing on in-memory ports: every
+// TestQueueLoopForwards checks the loop's plumbing on in-memory ports: every
 // tunnel frame comes out SNATed, and nothing is counted as lost.
-func TestWorkerForwards(t *testing.T) {
-	w, peer := newBenchWorker(t)
+func TestQueueLoopForwards(t *testing.T) {
+	w, peer := newBenchLoop(t)
 	frames := make([][]byte, nic.MaxBatch)
 	for i := range frames {
 		frames[i] = benchFrame(t, uint16(30000+i))
 	}
 	feed(peer, frames)
 	if n := w.receive(0, time.Second); n != len(frames) {
-		t.Fatalf("worker received %d frames, want %d", n, len(frames))
+		t.Fatalf("loop received %d frames, want %d", n, len(frames))
 	}
 	var got nic.Batch
 	if err := peer.Receive(&got, time.Second); err != nil || got.N != len(frames) {
@@ -116,7 +116,7 @@ func TestWorkerForwards(t *testing.T) {
 	}
 	c := w.pub.read()
 	if c.BusyNanos == 0 {
-		t.Error("a worker that handled a batch counted no busy time")
+		t.Error("a loop that handled a batch counted no busy time")
 	}
 	if c.BusyNanos = 0; c != (Counters{}) {
 		t.Errorf("engine counted losses: %+v", c)
@@ -131,11 +131,11 @@ func TestWorkerForwards(t *testing.T) {
 	}
 }
 
-// BenchmarkWorker measures the engine's per-frame cost around the pipeline
+// BenchmarkQueueLoop measures the engine's per-frame cost around the pipeline
 // (receive, output buffer allocation, Process, Take, Transmit) on in-memory
 // ports; the peer's copies are included. One op is one frame.
-func BenchmarkWorker(b *testing.B) {
-	w, peer := newBenchWorker(b)
+func BenchmarkQueueLoop(b *testing.B) {
+	w, peer := newBenchLoop(b)
 	frames := make([][]byte, nic.MaxBatch)
 	for i := range frames {
 		frames[i] = benchFrame(b, uint16(30000+i))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 )
 
@@ -54,10 +55,10 @@ func TestLabConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Claim {
+	if !s.EgressIPsClaimed {
 		t.Error("egressIPsClaimed: true must turn claiming off")
 	}
-	if s.Mode != "auto" || s.Batch != engine.DefaultBatch || s.LogFormat != "text" || s.ConntrackMax != engine.DefaultConntrackMax {
+	if s.Mode != "auto" || s.Batch != engine.DefaultBatch || s.ConntrackMax != engine.DefaultConntrackMax {
 		t.Errorf("defaults not applied: %+v", s)
 	}
 	if len(s.Hosted) != 1 || s.Hosted[0] != netip.MustParseAddr("192.0.2.101") {
@@ -66,7 +67,10 @@ func TestLabConfig(t *testing.T) {
 	if len(s.VTEPs) != 1 || s.VTEPs[0] != netip.MustParseAddr("192.0.2.21") {
 		t.Errorf("vteps %v", s.VTEPs)
 	}
-	g := s.Gateway
+	if s.Tunnel != gateway.TunnelVXLAN || s.VNI != 100 {
+		t.Errorf("tunnel %v VNI %d, want VXLAN 100", s.Tunnel, s.VNI)
+	}
+	g := s
 	if len(g.Nodes) != 2 || len(g.Nodes[1].Pods) != 2 || g.Nodes[1].Pods[1].Policy != "" || g.Nodes[0].Pods[1].Policy != "green" {
 		t.Errorf("nodes not carried over: %+v", g.Nodes)
 	}

@@ -1,17 +1,22 @@
 // Package engine runs Egret's data plane on real interfaces: it attaches the
-// XDP program, programs its maps, opens one port per queue on every served
-// interface, and runs one pipeline worker per queue on its own OS thread,
-// with routes and neighbours from the kernel's tables. It also claims the
+// XDP program, programs its maps, opens one socket per queue on every served
+// interface, and runs one queue loop (a pipeline worker) per queue on its
+// own OS thread, with routes and neighbours from the kernel's tables. It also claims the
 // hosted egress IPs, expires flows, and swaps configurations on reload.
 // `egret gateway` is a thin command around it; docs/gateway.md describes the
 // behaviour.
+//
+// Errors follow one rule here and in gateway/{xdp,nic,claim}: an error
+// names its package once, where it is made or where a foreign error
+// (netlink, ebpf, a syscall) is wrapped; an error of another Egret package
+// already names its own and is returned as is, or wrapped only to add what
+// it lacks (an interface, a queue), never just to add a prefix.
 package engine
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -20,14 +25,12 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/claim"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/route"
-	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -42,7 +45,7 @@ type Options struct {
 	// ExpireEvery and ExpireBudget pace flow expiry: every ExpireEvery each
 	// worker removes at most ExpireBudget expired flows (defaults 100ms, 2048),
 	// and sweeps every loop turn instead while a sweep keeps removing its
-	// whole budget (it is behind; see worker.run).
+	// whole budget (it is behind; see queueLoop.run).
 	ExpireEvery  time.Duration
 	ExpireBudget int
 	// PoolFrames is the number of frame buffers per queue (default 4096).
@@ -74,7 +77,7 @@ type Engine struct {
 	pipe    *gateway.Pipeline
 	pools   []*nic.Pool
 	ifcs    []*nic.Interface
-	workers []*worker
+	loops   []*queueLoop
 	packet  bool // some interface runs on AF_PACKET: kernel drops in NFTable
 
 	mu      sync.Mutex // guards the fields below (reload, close)
@@ -82,7 +85,8 @@ type Engine struct {
 	steered map[netip.Addr]bool // egress IPs in the XDP maps
 	vteps   map[netip.Addr]bool // VTEPs in the XDP maps
 	claimed map[netip.Addr]string
-	sweep   []string // interfaces whose marked addresses are ours to remove (claim mode)
+	retired map[netip.Addr]bool // egress IPs that left, until the NAT allocator forgets them (drain.go)
+	sweep   []string            // interfaces whose marked addresses are ours to remove (claim mode)
 	started bool
 	closed  bool
 
@@ -118,7 +122,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		opt.PoolFrames = 4096
 	}
 	e := &Engine{opt: opt, log: opt.Logger, steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
-		claimed: map[netip.Addr]string{}, done: make(chan struct{})}
+		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			e.teardown()
@@ -135,17 +139,17 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		ctCfg.Timeouts = *opt.Timeouts
 	}
 	if e.ct, err = conntrack.New(ctCfg); err != nil {
-		return nil, fmt.Errorf("engine: flow table: %w", err)
+		return nil, err
 	}
 	natCfg := nat.DefaultConfig()
 	if opt.NAT != nil {
 		natCfg = *opt.NAT
 	}
 	if e.pipe, err = gateway.NewPipeline(e.ct, natCfg); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
 	if e.cache, err = route.NewCache(route.Options{NetNS: netns.None(), Logger: e.log}); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
 	e.router = &kernelRouter{cache: e.cache}
 	if err := e.router.refreshMTU(e.nl); err != nil {
@@ -155,10 +159,10 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		return nil, err
 	}
 	if e.claimer, err = claim.NewClaimer(netns.None()); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
 	if err := e.claimer.PinSocket(); err != nil { // Reload may run on any thread
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
 	if opt.Announcements > 0 {
 		e.claimer.Announcements = opt.Announcements
@@ -166,7 +170,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if opt.AnnounceInterval > 0 {
 		e.claimer.Interval = opt.AnnounceInterval
 	}
-	if set.Claim {
+	if !set.EgressIPsClaimed {
 		// A predecessor killed with -9 could not release its claims: its
 		// marked addresses that this configuration does not host go now,
 		// or one egress IP would sit on two gateways.
@@ -191,14 +195,14 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	for q := 0; q < queues; q++ {
 		p, err := nic.NewUmem(opt.PoolFrames, frameSize, 0)
 		if err != nil {
-			return nil, fmt.Errorf("engine: queue %d: %w", q, err)
+			return nil, fmt.Errorf("queue %d: %w", q, err)
 		}
 		e.pools = append(e.pools, p)
 	}
 	for _, name := range set.Interfaces {
 		ifc, err := e.openInterface(name, set)
 		if err != nil {
-			return nil, fmt.Errorf("engine: %w", err)
+			return nil, err
 		}
 		e.ifcs = append(e.ifcs, ifc)
 		if ifc.Mode() == "afpacket" {
@@ -215,204 +219,28 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if err := e.program(set); err != nil {
 		return nil, err
 	}
-	e.buildWorkers(set)
+	e.buildQueueLoops(set)
 	e.checkVTEPs(set)
 	e.mu.Lock()
 	e.set = set
 	e.mu.Unlock()
 	e.log.Info("engine: ready", "node", set.Node, "interfaces", set.Interfaces, "queues", queues, "batch", set.Batch,
-		"vteps", set.VTEPs, "egress_ips", set.Hosted, "claim", set.Claim)
+		"vteps", set.VTEPs, "egress_ips", set.Hosted, "claim", !set.EgressIPsClaimed)
 	return e, nil
-}
-
-// sizeQueues settles the queue count (the first interface's RX queues when
-// not given) and a frame size that holds the largest MTU plus encapsulation.
-func (e *Engine) sizeQueues(set *Settled) (queues, frameSize int, err error) {
-	queues, frameSize = set.Queues, 2048
-	for i, name := range set.Interfaces {
-		l, err := e.nl.LinkByName(name)
-		if err != nil {
-			return 0, 0, fmt.Errorf("engine: interface %q: %w", name, err)
-		}
-		if i == 0 && queues == 0 {
-			queues = rxQueues(name)
-		}
-		// Ethernet + VLAN tags + IPv6 VXLAN encapsulation + inner Ethernet.
-		if need := l.Attrs().MTU + 14 + 8 + 70 + 14; need > frameSize {
-			frameSize = 4096
-			if need > 4096 {
-				return 0, 0, fmt.Errorf("engine: interface %s has MTU %d; frames above 4096 bytes are not supported", name, l.Attrs().MTU)
-			}
-		}
-	}
-	return queues, frameSize, nil
-}
-
-// program puts the VTEPs and hosted egress IPs into every XDP program's maps
-// and claims the egress IPs, diffing against what is there.
-func (e *Engine) program(set *Settled) error {
-	wantV := map[netip.Addr]bool{}
-	for _, v := range set.VTEPs {
-		wantV[v] = true
-	}
-	wantE := map[netip.Addr]bool{}
-	for _, a := range set.Hosted {
-		wantE[a] = true
-	}
-	var errs []error
-	for _, ifc := range e.ifcs {
-		if ifc.Program == nil {
-			continue
-		}
-		for v := range wantV {
-			if !e.vteps[v] {
-				errs = append(errs, ifc.Program.AddVTEP(v))
-			}
-		}
-		for a := range wantE {
-			if !e.steered[a] {
-				errs = append(errs, ifc.Program.AddEgressIP(a))
-			}
-		}
-		for v := range e.vteps {
-			if !wantV[v] {
-				errs = append(errs, ifc.Program.RemoveVTEP(v))
-			}
-		}
-		for a := range e.steered {
-			if !wantE[a] {
-				errs = append(errs, ifc.Program.RemoveEgressIP(a))
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("engine: program XDP maps: %w", err)
-	}
-	e.vteps, e.steered = wantV, wantE
-	if e.packet {
-		if err := e.installDrops(true, set.VTEPs, set.Hosted); err != nil {
-			return fmt.Errorf("engine: AF_PACKET mode needs kernel drops for the steered traffic: %w", err)
-		}
-	}
-	if !set.Claim {
-		return nil
-	}
-	for a, ifname := range e.claimed {
-		if !wantE[a] {
-			if err := e.claimer.Release(ifname, a); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			delete(e.claimed, a)
-			e.log.Info("engine: released egress IP", "ip", a, "interface", ifname)
-		}
-	}
-	for _, a := range set.Hosted {
-		if _, ok := e.claimed[a]; ok {
-			continue
-		}
-		ifname := e.claimInterface(set, a)
-		if err := e.claimer.Claim(ifname, a); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		e.claimed[a] = ifname
-		e.log.Info("engine: claimed egress IP", "ip", a, "interface", ifname)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("engine: claim egress IPs: %w", err)
-	}
-	return nil
-}
-
-// claimInterface picks the served interface whose subnet holds a (longest
-// prefix wins), or the first interface.
-func (e *Engine) claimInterface(set *Settled, a netip.Addr) string {
-	best, bits := set.Interfaces[0], -1
-	for _, name := range set.Interfaces {
-		l, err := e.nl.LinkByName(name)
-		if err != nil {
-			continue
-		}
-		addrs, err := e.nl.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			p, ok := prefixOf(ad.IPNet)
-			if ok && p.Bits() < p.Addr().BitLen() && p.Contains(a) && p.Bits() > bits {
-				best, bits = name, p.Bits()
-			}
-		}
-	}
-	return best
-}
-
-func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
-}
-
-// checkVTEPs warns about VTEPs that no interface of the namespace carries:
-// nodes could not resolve them.
-func (e *Engine) checkVTEPs(set *Settled) {
-	addrs, err := e.nl.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		return
-	}
-	for _, v := range set.VTEPs {
-		found := false
-		for _, ad := range addrs {
-			if a, ok := netip.AddrFromSlice(ad.IP); ok && a.Unmap() == v {
-				found = true
-			}
-		}
-		if !found {
-			e.log.Warn("engine: no interface has the VTEP address; nodes cannot reach it until it is added", "vtep", v)
-		}
-	}
-}
-
-func (e *Engine) buildWorkers(set *Settled) {
-	for q, pool := range e.pools {
-		w := &worker{q: q, gw: e.pipe.NewWorker(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
-			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
-		for _, ifc := range e.ifcs {
-			p := ifc.Queues[q]
-			w.ports = append(w.ports, p)
-			w.ifindex = append(w.ifindex, ifc.Index)
-			w.kernelRx = append(w.kernelRx, ifc.Program == nil)
-			if x, ok := p.(*nic.XSK); ok {
-				w.xsks = append(w.xsks, x)
-			}
-			if f, ok := p.(fder); ok {
-				w.pfd = append(w.pfd, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
-			}
-		}
-		w.tx = make([]nic.Batch, len(w.ports))
-		e.workers = append(e.workers, w)
-	}
 }
 
 // swap builds a snapshot of set on the kernel router and installs it.
 func (e *Engine) swap(set *Settled) error {
-	g := set.Gateway
+	g := set.gatewayConfig()
 	g.Routes = e.router
 	snap, err := gateway.NewSnapshot(g)
 	if err != nil {
-		return fmt.Errorf("engine: %w", err)
+		return err
 	}
 	return e.pipe.Swap(snap)
 }
 
-// Start runs one worker goroutine per queue, each locked to its OS thread,
+// Start runs one queue loop goroutine per queue, each locked to its OS thread,
 // and the background refresh of link MTUs.
 func (e *Engine) Start() {
 	e.mu.Lock()
@@ -421,13 +249,18 @@ func (e *Engine) Start() {
 		return
 	}
 	e.started = true
-	for _, w := range e.workers {
+	for _, l := range e.loops {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			w.run(&e.stop)
+			l.run(&e.stop)
 		}()
 	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.drainLoop()
+	}()
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -458,10 +291,10 @@ func (e *Engine) Reload(set *Settled) error {
 	}
 	old := e.set
 	if !slices.Equal(old.Interfaces, set.Interfaces) || old.Mode != set.Mode || old.Queues != set.Queues ||
-		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.Claim != set.Claim {
+		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.EgressIPsClaimed != set.EgressIPsClaimed {
 		e.log.Warn("engine: reload cannot change interfaces, mode, queues, batch, conntrackMax or egressIPsClaimed; restart for those")
 		n := *set
-		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.Claim = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.Claim
+		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.EgressIPsClaimed = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.EgressIPsClaimed
 		set = &n
 	}
 	// Snapshot first, maps second: a newly steered egress IP finds its
@@ -469,6 +302,7 @@ func (e *Engine) Reload(set *Settled) error {
 	if err := e.swap(set); err != nil {
 		return err
 	}
+	e.retire(old, set)
 	e.set = set
 	if err := e.program(set); err != nil {
 		return err
@@ -523,7 +357,7 @@ func (e *Engine) teardown() error {
 	e.ifcs = nil
 	if e.packet {
 		if err := e.installDrops(false, nil, nil); err != nil {
-			errs = append(errs, fmt.Errorf("engine: remove nftables table %s: %w", NFTable, err))
+			errs = append(errs, fmt.Errorf("engine: %w", err)) // names the table
 		}
 	}
 	for _, p := range e.pools {
@@ -541,171 +375,5 @@ func (e *Engine) teardown() error {
 	return errors.Join(errs...)
 }
 
-// PortStats are one port's counters.
-type PortStats struct {
-	Name string
-	nic.Stats
-}
-
-// XDPStats are one interface's XDP program counters.
-type XDPStats struct {
-	Interface string
-	xdp.Stats
-}
-
-// Stats is everything the engine counts, for a metrics collector.
-type Stats struct {
-	Pipeline gateway.Stats
-	Engine   Counters
-	Ports    []PortStats
-	XDP      []XDPStats
-	Kernel   route.CacheStats
-	Flows    int
-}
-
-// Stats reads all counters; safe from any goroutine.
-func (e *Engine) Stats() Stats {
-	s := Stats{Pipeline: e.pipe.Stats(), Flows: e.ct.Len()}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, w := range e.workers {
-		c := w.pub.read()
-		s.Engine.add(&c)
-	}
-	if e.closed {
-		return s
-	}
-	s.Kernel = e.cache.Stats()
-	for _, ifc := range e.ifcs {
-		for _, p := range ifc.Queues {
-			s.Ports = append(s.Ports, PortStats{Name: p.Name(), Stats: p.Stats()})
-		}
-		if ifc.Program != nil {
-			if x, err := ifc.Program.Stats(); err == nil {
-				s.XDP = append(s.XDP, XDPStats{Interface: ifc.Name, Stats: x})
-			}
-		}
-	}
-	return s
-}
-
-// WorkerStats are one worker's counters as last published (once per batch).
-type WorkerStats struct {
-	Pipeline gateway.Stats
-	Engine   Counters
-}
-
-// Workers appends each worker's counters to dst, in queue order; safe from
-// any goroutine and allocation-free once dst has room.
-func (e *Engine) Workers(dst []WorkerStats) []WorkerStats {
-	for _, w := range e.workers {
-		dst = append(dst, WorkerStats{Pipeline: w.gw.Stats(), Engine: w.pub.read()})
-	}
-	return dst
-}
-
-// EachPort calls fn for every open port with its interface's name, under
-// the engine's lock: the port's socket stays open during fn (so fn may
-// read its kernel statistics), and nothing is called once Close began.
-func (e *Engine) EachPort(fn func(iface string, p nic.Queue)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return
-	}
-	for _, ifc := range e.ifcs {
-		for _, p := range ifc.Queues {
-			fn(ifc.Name, p)
-		}
-	}
-}
-
-// Hosted appends the egress IPs of the running configuration to dst.
-func (e *Engine) Hosted(dst []netip.Addr) []netip.Addr {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.set == nil {
-		return dst
-	}
-	return append(dst, e.set.Hosted...)
-}
-
-// TunnelPeers is the number of worker nodes the running configuration
-// accepts tunnel traffic from.
-func (e *Engine) TunnelPeers() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.set == nil {
-		return 0
-	}
-	return len(e.set.Gateway.Nodes)
-}
-
-// Modes reports each served interface's mode (afxdp or afpacket).
-func (e *Engine) Modes() map[string]string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	m := map[string]string{}
-	for _, ifc := range e.ifcs {
-		m[ifc.Name] = ifc.Mode()
-	}
-	return m
-}
-
 // Pipeline returns the engine's pipeline (flow table, NAT allocator).
 func (e *Engine) Pipeline() *gateway.Pipeline { return e.pipe }
-
-// xskBusyWait bounds how long opening an AF_XDP socket retries while the
-// queue is still held: after kill -9 the kernel frees the dead process'
-// sockets and UMEM asynchronously, and bind fails with EBUSY meanwhile.
-const xskBusyWait = 5 * time.Second
-
-// openInterface is nic.Open with one difference: an AF_XDP bind that
-// fails with EBUSY (a killed predecessor's socket not yet freed) is retried
-// for up to xskBusyWait before falling back to AF_PACKET.
-func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error) {
-	cfg := nic.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
-		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log}
-	if cfg.Packet {
-		return nic.Open(cfg)
-	}
-	nif, err := net.InterfaceByName(name)
-	if err != nil {
-		return nil, fmt.Errorf("interface %q: %w", name, err)
-	}
-	ifc := &nic.Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
-	fail := func(err error) (*nic.Interface, error) {
-		ifc.Close()
-		if set.Mode == "afxdp" {
-			return nil, fmt.Errorf("%s: AF_XDP: %w (and --mode afxdp forbids the AF_PACKET fallback)", name, err)
-		}
-		e.log.Warn("engine: XDP cannot serve this interface; falling back to AF_PACKET", "interface", name, "reason", err)
-		cfg.Packet = true
-		return nic.Open(cfg)
-	}
-	prog, err := xdp.Attach(nif.Index, cfg.XDP)
-	if err != nil {
-		return fail(err)
-	}
-	ifc.Program = prog
-	for q, pool := range e.pools {
-		var s *nic.XSK
-		deadline := time.Now().Add(xskBusyWait)
-		for {
-			s, err = nic.OpenXSK(pool, name, nif.Index, q, cfg.Socket)
-			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err == nil {
-			ifc.Queues = append(ifc.Queues, s)
-			err = prog.Register(q, s.FD())
-		}
-		if err != nil {
-			return fail(fmt.Errorf("queue %d: %w", q, err))
-		}
-	}
-	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Queues), "xdp_mode", prog.Mode().String())
-	return ifc, nil
-}

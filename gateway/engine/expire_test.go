@@ -9,14 +9,14 @@ import (
 	"github.com/egret-gw/egret/gateway"
 )
 
-// TestWorkerCatchesUpOnExpiry: 4096 flows run out at once. At the normal
+// TestQueueLoopCatchesUpOnExpiry: 4096 flows run out at once. At the normal
 // pace (64 every 10 ms of the worker's clock) the sweep would remove at
 // most 640 in the 100 ms the test gives it; a worker that finds itself
 // behind (a sweep removed its whole budget) sweeps every loop turn without
 // blocking, and removes at least three quarters. The clock is the test's:
 // one ms per read.
-func TestWorkerCatchesUpOnExpiry(t *testing.T) {
-	w, _ := newBenchWorker(t)
+func TestQueueLoopCatchesUpOnExpiry(t *testing.T) {
+	w, _ := newBenchLoop(t)
 	const flows = 4096
 	frames := make([][]byte, flows)
 	for i := range frames {
@@ -54,7 +54,7 @@ func TestWorkerCatchesUpOnExpiry(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		stop.Store(true)
-		t.Fatal("worker loop did not stop")
+		t.Fatal("queue loop did not stop")
 	}
 	// The pace alone: a sweep every 10 ms from 10 ms on, at most 10 in
 	// 100 ms, 640 flows. Catching up must do far better; the last few may

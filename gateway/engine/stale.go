@@ -19,7 +19,7 @@ import (
 func ReleaseStaleClaims(interfaces []string) ([]netip.Addr, error) {
 	c, err := claim.NewClaimer(netns.None())
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
 	defer c.Close()
 	gone, err := c.ReleaseMarked(interfaces, nil)

@@ -182,39 +182,3 @@ func TestMemNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per batch, want 0", allocs)
 	}
 }
-
-func TestRunEchoes(t *testing.T) {
-	a, b, _ := nic.NewMemPair(256, 2048, 0, 256)
-	stop := make(chan struct{})
-	done := make(chan error)
-	go func() {
-		var out nic.Batch
-		done <- nic.Run(b, stop, 10*time.Millisecond, func(in *nic.Batch) {
-			for i := 0; i < in.N; i++ {
-				if i%2 == 0 { // echo even frames, drop odd ones
-					out.Take(in, i)
-				}
-			}
-			b.Transmit(&out)
-		})
-	}()
-	var tx, rx nic.Batch
-	fill(t, a, &tx, 10, 7)
-	a.Transmit(&tx)
-	if err := a.Receive(&rx, 2*time.Second); err != nil || rx.N != 5 {
-		t.Fatalf("echoed %d frames (%v), want 5", rx.N, err)
-	}
-	for i := 0; i < rx.N; i++ {
-		if got := binary.BigEndian.Uint32(rx.Frame(i)[44:]); got != uint32(2*i) {
-			t.Fatalf("echo %d carries frame %d", i, got)
-		}
-	}
-	rx.Release()
-	close(stop)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if b.Pool().Free() != 256 {
-		t.Fatalf("worker leaked buffers: %d free", b.Pool().Free())
-	}
-}

@@ -66,7 +66,7 @@ func Open(cfg Config) (*Interface, error) {
 		log.Warn("nic: XDP cannot serve this interface; falling back to AF_PACKET", "interface", ifc.Name, "reason", err)
 	}
 	group := uint16(ifc.Index) // unique per interface within this process' namespace
-	for q, pool := range cfg.Pools {
+	for _, pool := range cfg.Pools {
 		opt := PacketOptions{}
 		if len(cfg.Pools) > 1 {
 			opt.FanoutGroup = group
@@ -74,7 +74,7 @@ func Open(cfg Config) (*Interface, error) {
 		p, err := OpenPacket(pool, ifc.Name, ifc.Index, opt)
 		if err != nil {
 			ifc.Close()
-			return nil, fmt.Errorf("nic: queue %d: %w", q, err)
+			return nil, err // names the interface and what failed
 		}
 		ifc.Queues = append(ifc.Queues, p)
 	}

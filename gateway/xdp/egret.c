@@ -6,7 +6,9 @@
 // userspace to the AF_XDP socket of the receive queue:
 //
 //   - tunnel traffic: UDP to port 4789 (VXLAN) or 6081 (Geneve) whose
-//     destination is a local VTEP address (maps vtep4 / vtep6);
+//     destination is a local VTEP address (maps vtep4 / vtep6), of the
+//     configured tunnel type and VNI (map tunnel); a tunnel packet of the
+//     other type or another VNI is dropped and counted (STAT_TUNNEL_MISMATCH);
 //   - traffic to a hosted egress IP (maps egress4 / egress6), any protocol.
 //
 // Everything else (ARP, SSH, kubelet, fragments of tunnel packets...) gets
@@ -74,12 +76,29 @@ struct {
 	__type(value, __u8);
 } egress6 SEC(".maps");
 
+// tunnel_cfg is the tunnel the gateway accepts: the UDP port of its type and
+// its VNI. Port 0 means not configured yet: tunnel packets go to the socket
+// and the pipeline, which checks them as well, decides.
+struct tunnel_cfg {
+	__be16 port;
+	__u16 pad;
+	__u32 vni;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tunnel_cfg);
+} tunnel SEC(".maps");
+
 // Counter indexes in the per-CPU stats array; keep in step with loader.go.
 enum {
 	STAT_PASS = 0,
 	STAT_TUNNEL = 1,
 	STAT_EGRESS = 2,
-	STAT_MAX = 3,
+	STAT_TUNNEL_MISMATCH = 3,
+	STAT_MAX = 4,
 };
 
 struct {
@@ -103,9 +122,32 @@ static __always_inline int to_socket(struct xdp_md *ctx, __u32 stat)
 	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }
 
-static __always_inline int tunnel_port(struct udphdr *udp)
+// to_tunnel handles UDP to a local VTEP: tunnel packets of the configured
+// type and VNI go to the socket, those of the other type or another VNI are
+// dropped, anything else is the kernel's.
+static __always_inline int to_tunnel(struct xdp_md *ctx, struct udphdr *udp, void *end)
 {
-	return udp->dest == bpf_htons(PORT_VXLAN) || udp->dest == bpf_htons(PORT_GENEVE);
+	if (udp->dest != bpf_htons(PORT_VXLAN) && udp->dest != bpf_htons(PORT_GENEVE)) {
+		count(STAT_PASS);
+		return XDP_PASS;
+	}
+	__u32 zero = 0;
+	struct tunnel_cfg *cfg = bpf_map_lookup_elem(&tunnel, &zero);
+	if (!cfg || !cfg->port)
+		return to_socket(ctx, STAT_TUNNEL);
+	if (udp->dest != cfg->port)
+		goto mismatch;
+	// VXLAN and Geneve both carry the VNI in bytes 4-6 of their 8-byte
+	// header. A truncated one is the pipeline's to count as malformed.
+	__u8 *h = (void *)(udp + 1);
+	if ((void *)(h + 8) > end)
+		return to_socket(ctx, STAT_TUNNEL);
+	if (((__u32)h[4] << 16 | (__u32)h[5] << 8 | h[6]) != cfg->vni)
+		goto mismatch;
+	return to_socket(ctx, STAT_TUNNEL);
+mismatch:
+	count(STAT_TUNNEL_MISMATCH);
+	return XDP_DROP;
 }
 
 SEC("xdp")
@@ -150,9 +192,7 @@ int egret_xdp(struct xdp_md *ctx)
 		struct udphdr *udp = l3 + ip->ihl * 4;
 		if ((void *)(udp + 1) > end)
 			goto pass;
-		if (tunnel_port(udp))
-			return to_socket(ctx, STAT_TUNNEL);
-		goto pass;
+		return to_tunnel(ctx, udp, end);
 	}
 
 	if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -186,8 +226,7 @@ int egret_xdp(struct xdp_md *ctx)
 		struct udphdr *udp = (void *)(ip6 + 1);
 		if ((void *)(udp + 1) > end)
 			goto pass;
-		if (tunnel_port(udp))
-			return to_socket(ctx, STAT_TUNNEL);
+		return to_tunnel(ctx, udp, end);
 	}
 
 pass:

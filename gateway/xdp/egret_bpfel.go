@@ -18,6 +18,13 @@ type egretIn6Key struct {
 	A [16]uint8
 }
 
+type egretTunnelCfg struct {
+	_    structs.HostLayout
+	Port uint16
+	Pad  uint16
+	Vni  uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -25,6 +32,7 @@ const (
 	egretMapEgress4   = "egress4"
 	egretMapEgress6   = "egress6"
 	egretMapStats     = "stats"
+	egretMapTunnel    = "tunnel"
 	egretMapVtep4     = "vtep4"
 	egretMapVtep6     = "vtep6"
 	egretMapXsks      = "xsks"
@@ -83,6 +91,7 @@ type egretMapSpecs struct {
 	Egress4 *ebpf.MapSpec `ebpf:"egress4"`
 	Egress6 *ebpf.MapSpec `ebpf:"egress6"`
 	Stats   *ebpf.MapSpec `ebpf:"stats"`
+	Tunnel  *ebpf.MapSpec `ebpf:"tunnel"`
 	Vtep4   *ebpf.MapSpec `ebpf:"vtep4"`
 	Vtep6   *ebpf.MapSpec `ebpf:"vtep6"`
 	Xsks    *ebpf.MapSpec `ebpf:"xsks"`
@@ -117,6 +126,7 @@ type egretMaps struct {
 	Egress4 *ebpf.Map `ebpf:"egress4"`
 	Egress6 *ebpf.Map `ebpf:"egress6"`
 	Stats   *ebpf.Map `ebpf:"stats"`
+	Tunnel  *ebpf.Map `ebpf:"tunnel"`
 	Vtep4   *ebpf.Map `ebpf:"vtep4"`
 	Vtep6   *ebpf.Map `ebpf:"vtep6"`
 	Xsks    *ebpf.Map `ebpf:"xsks"`
@@ -127,6 +137,7 @@ func (m *egretMaps) Close() error {
 		m.Egress4,
 		m.Egress6,
 		m.Stats,
+		m.Tunnel,
 		m.Vtep4,
 		m.Vtep6,
 		m.Xsks,

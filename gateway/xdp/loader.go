@@ -1,6 +1,7 @@
 package xdp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,6 +61,9 @@ type Stats struct {
 	Pass   uint64 // frames given to the kernel
 	Tunnel uint64 // tunnel frames sent to a socket (or passed: no socket on the queue)
 	Egress uint64 // frames to an egress IP sent to a socket (likewise)
+	// TunnelMismatch counts tunnel frames to a local VTEP dropped for being
+	// of the other tunnel type or carrying another VNI than SetTunnel's.
+	TunnelMismatch uint64
 }
 
 // Program is the XDP program attached to one interface, with its maps.
@@ -218,8 +222,34 @@ func (p *Program) Unregister(queue int) error {
 	return nil
 }
 
-// AddVTEP makes tunnel traffic (UDP 4789, 6081) to the local address a go to
-// the sockets.
+// Tunnel UDP ports: the XDP program recognises these two only.
+const (
+	PortVXLAN  = 4789
+	PortGeneve = 6081
+)
+
+// SetTunnel makes the program accept tunnel traffic of one type only, given
+// by its UDP port (PortVXLAN or PortGeneve), with VNI vni: tunnel packets of
+// the other type or with another VNI are dropped and counted
+// (Stats.TunnelMismatch). Until it is called every tunnel packet to a VTEP
+// goes to the sockets.
+func (p *Program) SetTunnel(port uint16, vni uint32) error {
+	if port != PortVXLAN && port != PortGeneve {
+		return fmt.Errorf("xdp: tunnel port %d is neither VXLAN's (%d) nor Geneve's (%d)", port, PortVXLAN, PortGeneve)
+	}
+	if vni >= 1<<24 {
+		return fmt.Errorf("xdp: VNI %d does not fit in 24 bits", vni)
+	}
+	// Port is __be16: network order in memory, as the program compares it.
+	cfg := egretTunnelCfg{Port: binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, port)), Vni: vni}
+	if err := p.objs.Tunnel.Put(uint32(0), cfg); err != nil {
+		return fmt.Errorf("xdp: set tunnel: %w", err)
+	}
+	return nil
+}
+
+// AddVTEP makes tunnel traffic (UDP 4789, 6081; see SetTunnel) to the local
+// address a go to the sockets.
 func (p *Program) AddVTEP(a netip.Addr) error { return p.setAddr(p.objs.Vtep4, p.objs.Vtep6, a, true) }
 
 // RemoveVTEP stops steering tunnel traffic to a.
@@ -239,7 +269,7 @@ func (p *Program) RemoveEgressIP(a netip.Addr) error {
 
 func (p *Program) setAddr(m4, m6 *ebpf.Map, a netip.Addr, add bool) error {
 	if !a.IsValid() {
-		return fmt.Errorf("xdp: invalid address")
+		return errors.New("xdp: invalid address")
 	}
 	a = a.Unmap()
 	var err error
@@ -267,7 +297,7 @@ func (p *Program) setAddr(m4, m6 *ebpf.Map, a netip.Addr, add bool) error {
 // Stats reads the program's counters.
 func (p *Program) Stats() (Stats, error) {
 	var s Stats
-	for i, dst := range []*uint64{&s.Pass, &s.Tunnel, &s.Egress} {
+	for i, dst := range []*uint64{&s.Pass, &s.Tunnel, &s.Egress, &s.TunnelMismatch} {
 		var per []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &per); err != nil {
 			return s, fmt.Errorf("xdp: read counters: %w", err)

@@ -416,3 +416,49 @@ func ndFrame(t *testing.T, smac, dmac net.HardwareAddr, src, dst, target netip.A
 	}
 	return buf.Bytes()
 }
+
+// tunnelPayload is an 8-byte VXLAN/Geneve header with VNI vni, then marker.
+func tunnelPayload(vni uint32, marker string) []byte {
+	h := []byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0}
+	return append(h, marker...)
+}
+
+// TestTunnelTypeAndVNI: once SetTunnel names the tunnel, only that type with
+// that VNI reaches the socket; the other type and other VNIs are dropped
+// and counted, not handed to the kernel.
+func TestTunnelTypeAndVNI(t *testing.T) {
+	l := newLab(t)
+	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Detach() })
+	l.openSocket(p)
+	if err := p.AddVTEP(gwIP.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetTunnel(xdp.PortVXLAN, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetTunnel(4790, 100); err == nil {
+		t.Error("SetTunnel accepted a port that is neither VXLAN's nor Geneve's")
+	}
+	if err := p.SetTunnel(xdp.PortVXLAN, 1<<24); err == nil {
+		t.Error("SetTunnel accepted a VNI wider than 24 bits")
+	}
+
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(100, "right-vni"))
+	l.expectOnSocket([]byte("right-vni"))
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(101, "wrong-vni"))
+	l.expectNotOnSocket([]byte("wrong-vni"))
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortGeneve), tunnelPayload(100, "wrong-type"))
+	l.expectNotOnSocket([]byte("wrong-type"))
+
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TunnelMismatch != 2 || st.Tunnel < 1 {
+		t.Fatalf("counters %+v: want tunnel_mismatch 2 (wrong VNI, wrong type), tunnel ≥ 1", st)
+	}
+}

@@ -26,7 +26,7 @@ type Counters struct {
 	Expired uint64
 	// BusyNanos is the time spent handling received frames, from a batch's
 	// arrival to its transmission (wall clock, cumulative); its rate is the
-	// worker's busy ratio, the rest of the time it polls or waits.
+	// loop's busy ratio, the rest of the time it polls or waits.
 	BusyNanos uint64
 }
 
@@ -38,7 +38,7 @@ func (c *Counters) add(o *Counters) {
 	c.BusyNanos += o.BusyNanos
 }
 
-// pubCounters are a worker's counters as last published (atomics, read by Stats).
+// pubCounters are a queue loop's counters as last published (atomics, read by Stats).
 type pubCounters struct {
 	_                                         [64]byte
 	passDropped, noPort, noBuf, expired, busy atomic.Uint64
@@ -66,10 +66,11 @@ func nanotime() int64 { return int64(time.Since(epoch)) }
 // fder is a port with a pollable socket (AF_XDP and AF_PACKET both are).
 type fder interface{ FD() int }
 
-// worker is one receive queue: its pool, its port on every served
-// interface and its pipeline worker. Everything here belongs to the
-// worker's goroutine except the published counters.
-type worker struct {
+// queueLoop serves one receive queue index: its pool, its socket on every
+// served interface and its pipeline worker, run by one goroutine locked to
+// its OS thread. Everything here belongs to that goroutine except the
+// published counters.
+type queueLoop struct {
 	q        int
 	gw       *gateway.Worker
 	pool     *nic.Pool
@@ -96,141 +97,141 @@ type worker struct {
 	pub   pubCounters
 }
 
-// run is the worker loop: receive from every port, process, transmit, expire
+// run is the loop: receive from every port, process, transmit, expire
 // flows on a timer; it returns once stop is set.
 //
 // Expiry removes at most expireBudget flows every expireEvery. A sweep that
 // removed its whole budget means flows run out faster than that pace (a
-// burst of short flows ending together): the worker is behind, and until a
+// burst of short flows ending together): the loop is behind, and until a
 // sweep removes less it sweeps once per loop turn and does not block in
 // receive, so dead flows cannot pile up and fill the table. Each sweep's
 // work stays bounded (Expire), and packets are still served between sweeps.
-func (w *worker) run(stop *atomic.Bool) {
+func (l *queueLoop) run(stop *atomic.Bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	next := w.now() + w.expireEvery
+	next := l.now() + l.expireEvery
 	behind := false
 	for !stop.Load() {
 		got := 0
-		if len(w.ports) == 1 {
-			wait := w.wait
+		if len(l.ports) == 1 {
+			wait := l.wait
 			if behind {
 				wait = 0
 			}
-			got = w.receive(0, wait)
+			got = l.receive(0, wait)
 		} else {
-			for k := range w.ports {
-				got += w.receive(k, 0)
+			for k := range l.ports {
+				got += l.receive(k, 0)
 			}
 		}
-		now := w.now()
+		now := l.now()
 		if behind || now >= next {
-			n := w.gw.Expire(now, w.expireBudget)
-			w.local.Expired += uint64(n)
-			w.pub.publish(&w.local)
-			behind = n >= w.expireBudget
-			next = now + w.expireEvery
+			n := l.gw.Expire(now, l.expireBudget)
+			l.local.Expired += uint64(n)
+			l.pub.publish(&l.local)
+			behind = n >= l.expireBudget
+			next = now + l.expireEvery
 		}
 		if got == 0 {
-			for _, x := range w.xsks {
+			for _, x := range l.xsks {
 				x.Flush() // idle: get transmitted buffers back
 			}
-			if len(w.ports) > 1 && !behind {
-				w.idle()
+			if len(l.ports) > 1 && !behind {
+				l.idle()
 			}
 		}
 	}
-	w.rx.Release()
-	w.out.Release()
+	l.rx.Release()
+	l.out.Release()
 }
 
-// idle waits for any port to have frames, at most w.wait.
-func (w *worker) idle() {
-	if len(w.pfd) != len(w.ports) {
+// idle waits for any port to have frames, at most l.wait.
+func (l *queueLoop) idle() {
+	if len(l.pfd) != len(l.ports) {
 		time.Sleep(time.Millisecond) // a port without a socket (tests): poll by sleeping
 		return
 	}
-	for i := range w.pfd {
-		w.pfd[i].Revents = 0
+	for i := range l.pfd {
+		l.pfd[i].Revents = 0
 	}
-	ms := int(w.wait / time.Millisecond)
+	ms := int(l.wait / time.Millisecond)
 	if ms < 1 {
 		ms = 1
 	}
-	unix.Poll(w.pfd, ms)
+	unix.Poll(l.pfd, ms)
 }
 
 // receive takes one batch from port k and handles it; it returns the
 // number of frames received.
-func (w *worker) receive(k int, wait time.Duration) int {
-	if err := w.ports[k].Receive(&w.rx, wait); err != nil || w.rx.N == 0 {
-		w.rx.Release()
+func (l *queueLoop) receive(k int, wait time.Duration) int {
+	if err := l.ports[k].Receive(&l.rx, wait); err != nil || l.rx.N == 0 {
+		l.rx.Release()
 		if err != nil {
 			time.Sleep(time.Millisecond) // counted by the port; do not spin on a broken socket
 		}
 		return 0
 	}
-	n := w.rx.N
-	// Busy time is always wall time: w.now may be a test's clock.
+	n := l.rx.N
+	// Busy time is always wall time: l.now may be a test's clock.
 	t0 := nanotime()
-	now := w.now()
-	for start := 0; start < n; start += w.batch {
-		m := min(w.batch, n-start)
-		w.process(k, now, start, m)
+	now := l.now()
+	for start := 0; start < n; start += l.batch {
+		m := min(l.batch, n-start)
+		l.process(k, now, start, m)
 	}
-	w.rx.Release()
-	w.local.BusyNanos += uint64(nanotime() - t0)
-	w.pub.publish(&w.local)
+	l.rx.Release()
+	l.local.BusyNanos += uint64(nanotime() - t0)
+	l.pub.publish(&l.local)
 	return n
 }
 
-// process runs frames [start, start+m) of w.rx through the pipeline into
-// freshly allocated buffers of the worker's pool and transmits the results.
-// The pool is shared by all of the worker's ports, so on AF_XDP the output
+// process runs frames [start, start+m) of l.rx through the pipeline into
+// freshly allocated buffers of the loop's pool and transmits the results.
+// The pool is shared by all of the loop's ports, so on AF_XDP the output
 // buffer goes onto the out interface's TX ring as it is.
-func (w *worker) process(k int, now int64, start, m int) {
-	got := w.pool.Alloc(&w.out, m)
+func (l *queueLoop) process(k int, now int64, start, m int) {
+	got := l.pool.Alloc(&l.out, m)
 	if got < m {
-		w.local.NoBuffer += uint64(m - got)
+		l.local.NoBuffer += uint64(m - got)
 		m = got
 		if m == 0 {
-			w.out.Release()
+			l.out.Release()
 			return
 		}
 	}
 	for i := 0; i < m; i++ {
-		w.in[i] = w.rx.Frame(start + i)
-		w.buf[i] = w.out.Buf[i][w.out.Off[i]:]
+		l.in[i] = l.rx.Frame(start + i)
+		l.buf[i] = l.out.Buf[i][l.out.Off[i]:]
 	}
-	w.gw.Process(now, w.in[:m], w.buf[:m], w.res[:m])
+	l.gw.Process(now, l.in[:m], l.buf[:m], l.res[:m])
 	for i := 0; i < m; i++ {
-		r := &w.res[i]
+		r := &l.res[i]
 		switch r.Verdict {
 		case gateway.VerdictTx:
-			o := w.portOf(r.Ifindex)
+			o := l.portOf(r.Ifindex)
 			if o < 0 {
-				w.local.NoPort++
+				l.local.NoPort++
 				continue
 			}
-			w.out.SetFrame(i, w.out.Off[i], r.Len)
-			w.tx[o].Take(&w.out, i)
+			l.out.SetFrame(i, l.out.Off[i], r.Len)
+			l.tx[o].Take(&l.out, i)
 		case gateway.VerdictPass:
-			if !w.kernelRx[k] {
-				w.local.PassDropped++
+			if !l.kernelRx[k] {
+				l.local.PassDropped++
 			}
 		}
-		w.in[i], w.buf[i] = nil, nil
+		l.in[i], l.buf[i] = nil, nil
 	}
-	for o := range w.tx {
-		if w.tx[o].N > 0 {
-			w.ports[o].Transmit(&w.tx[o])
+	for o := range l.tx {
+		if l.tx[o].N > 0 {
+			l.ports[o].Transmit(&l.tx[o])
 		}
 	}
-	w.out.Release()
+	l.out.Release()
 }
 
-func (w *worker) portOf(ifindex int) int {
-	for k, i := range w.ifindex {
+func (l *queueLoop) portOf(ifindex int) int {
+	for k, i := range l.ifindex {
 		if i == ifindex {
 			return k
 		}

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+	"unsafe"
+
+	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/gateway/xdp"
+	"golang.org/x/sys/unix"
+)
+
+// ethtoolChannels is struct ethtool_channels (linux/ethtool.h).
+type ethtoolChannels struct {
+	Cmd                                         uint32
+	MaxRx, MaxTx, MaxOther, MaxCombined         uint32
+	RxCount, TxCount, OtherCount, CombinedCount uint32
+}
+
+// ifreqData is struct ifreq with the ifr_data pointer member.
+type ifreqData struct {
+	Name [unix.IFNAMSIZ]byte
+	Data uintptr
+	_    [16]byte
+}
+
+// rxQueues asks ethtool (ETHTOOL_GCHANNELS) how many receive queues the
+// interface uses now: what an XDP socket may bind to. Devices without
+// channel support have one.
+func rxQueues(ifname string) int {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 1
+	}
+	defer unix.Close(fd)
+	ch := ethtoolChannels{Cmd: unix.ETHTOOL_GCHANNELS}
+	var req ifreqData
+	copy(req.Name[:len(req.Name)-1], ifname)
+	req.Data = uintptr(unsafe.Pointer(&ch))
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&req)))
+	if e != 0 {
+		return 1
+	}
+	n := int(ch.RxCount + ch.CombinedCount)
+	if n < 1 {
+		return 1
+	}
+	return n
+}
+
+// sizeQueues settles the queue count (the first interface's RX queues when
+// not given) and a frame size that holds the largest MTU plus encapsulation.
+func (e *Engine) sizeQueues(set *Settled) (queues, frameSize int, err error) {
+	queues, frameSize = set.Queues, 2048
+	for i, name := range set.Interfaces {
+		l, err := e.nl.LinkByName(name)
+		if err != nil {
+			return 0, 0, fmt.Errorf("engine: interface %q: %w", name, err)
+		}
+		if i == 0 && queues == 0 {
+			queues = rxQueues(name)
+		}
+		// Ethernet + VLAN tags + IPv6 VXLAN encapsulation + inner Ethernet.
+		if need := l.Attrs().MTU + 14 + 8 + 70 + 14; need > frameSize {
+			frameSize = 4096
+			if need > 4096 {
+				return 0, 0, fmt.Errorf("engine: interface %s has MTU %d; frames above 4096 bytes are not supported", name, l.Attrs().MTU)
+			}
+		}
+	}
+	return queues, frameSize, nil
+}
+
+// buildQueueLoops makes one queue loop per pool, with that queue's socket
+// on every interface.
+func (e *Engine) buildQueueLoops(set *Settled) {
+	for q, pool := range e.pools {
+		l := &queueLoop{q: q, gw: e.pipe.NewWorker(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
+			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
+		for _, ifc := range e.ifcs {
+			p := ifc.Queues[q]
+			l.ports = append(l.ports, p)
+			l.ifindex = append(l.ifindex, ifc.Index)
+			l.kernelRx = append(l.kernelRx, ifc.Program == nil)
+			if x, ok := p.(*nic.XSK); ok {
+				l.xsks = append(l.xsks, x)
+			}
+			if f, ok := p.(fder); ok {
+				l.pfd = append(l.pfd, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
+			}
+		}
+		l.tx = make([]nic.Batch, len(l.ports))
+		e.loops = append(e.loops, l)
+	}
+}
+
+// xskBusyWait bounds how long opening an AF_XDP socket retries while the
+// queue is still held: after kill -9 the kernel frees the dead process'
+// sockets and UMEM asynchronously, and bind fails with EBUSY meanwhile.
+const xskBusyWait = 5 * time.Second
+
+// openInterface is nic.Open with one difference: an AF_XDP bind that
+// fails with EBUSY (a killed predecessor's socket not yet freed) is retried
+// for up to xskBusyWait before falling back to AF_PACKET.
+func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error) {
+	cfg := nic.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
+		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log}
+	if cfg.Packet {
+		return nic.Open(cfg)
+	}
+	nif, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("engine: interface %q: %w", name, err)
+	}
+	ifc := &nic.Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
+	fail := func(err error) (*nic.Interface, error) {
+		ifc.Close()
+		if set.Mode == "afxdp" {
+			return nil, fmt.Errorf("engine: %s: AF_XDP: %w (and --mode afxdp forbids the AF_PACKET fallback)", name, err)
+		}
+		e.log.Warn("engine: XDP cannot serve this interface; falling back to AF_PACKET", "interface", name, "reason", err)
+		cfg.Packet = true
+		return nic.Open(cfg)
+	}
+	prog, err := xdp.Attach(nif.Index, cfg.XDP)
+	if err != nil {
+		return fail(err)
+	}
+	ifc.Program = prog
+	for q, pool := range e.pools {
+		var s *nic.XSK
+		deadline := time.Now().Add(xskBusyWait)
+		for {
+			s, err = nic.OpenXSK(pool, name, nif.Index, q, cfg.Socket)
+			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err == nil {
+			ifc.Queues = append(ifc.Queues, s)
+			err = prog.Register(q, s.FD())
+		}
+		if err != nil {
+			return fail(fmt.Errorf("queue %d: %w", q, err))
+		}
+	}
+	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Queues), "xdp_mode", prog.Mode().String())
+	return ifc, nil
+}

@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/vishvananda/netlink"
+)
+
+// program puts the VTEPs and hosted egress IPs into every XDP program's maps
+// and claims the egress IPs, diffing against what is there.
+func (e *Engine) program(set *Settled) error {
+	wantV := map[netip.Addr]bool{}
+	for _, v := range set.VTEPs {
+		wantV[v] = true
+	}
+	wantE := map[netip.Addr]bool{}
+	for _, a := range set.Hosted {
+		wantE[a] = true
+	}
+	port := uint16(xdp.PortVXLAN)
+	if set.Tunnel == gateway.TunnelGeneve {
+		port = xdp.PortGeneve
+	}
+	var errs []error
+	for _, ifc := range e.ifcs {
+		if ifc.Program == nil {
+			continue
+		}
+		errs = append(errs, ifc.Program.SetTunnel(port, set.VNI))
+		for v := range wantV {
+			if !e.vteps[v] {
+				errs = append(errs, ifc.Program.AddVTEP(v))
+			}
+		}
+		for a := range wantE {
+			if !e.steered[a] {
+				errs = append(errs, ifc.Program.AddEgressIP(a))
+			}
+		}
+		for v := range e.vteps {
+			if !wantV[v] {
+				errs = append(errs, ifc.Program.RemoveVTEP(v))
+			}
+		}
+		for a := range e.steered {
+			if !wantE[a] {
+				errs = append(errs, ifc.Program.RemoveEgressIP(a))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err // each names the XDP map update that failed
+	}
+	e.vteps, e.steered = wantV, wantE
+	if e.packet {
+		if err := e.installDrops(true, set.VTEPs, set.Hosted); err != nil {
+			return fmt.Errorf("engine: AF_PACKET mode needs kernel drops for the steered traffic: %w", err)
+		}
+	}
+	if set.EgressIPsClaimed {
+		return nil
+	}
+	for a, ifname := range e.claimed {
+		if !wantE[a] {
+			if err := e.claimer.Release(ifname, a); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(e.claimed, a)
+			e.log.Info("engine: released egress IP", "ip", a, "interface", ifname)
+		}
+	}
+	for _, a := range set.Hosted {
+		if _, ok := e.claimed[a]; ok {
+			continue
+		}
+		ifname := e.claimInterface(set, a)
+		if err := e.claimer.Claim(ifname, a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e.claimed[a] = ifname
+		e.log.Info("engine: claimed egress IP", "ip", a, "interface", ifname)
+	}
+	return errors.Join(errs...) // each names the claim or release that failed
+}
+
+// claimInterface picks the served interface whose subnet holds a (longest
+// prefix wins), or the first interface.
+func (e *Engine) claimInterface(set *Settled, a netip.Addr) string {
+	best, bits := set.Interfaces[0], -1
+	for _, name := range set.Interfaces {
+		l, err := e.nl.LinkByName(name)
+		if err != nil {
+			continue
+		}
+		addrs, err := e.nl.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			p, ok := prefixOf(ad.IPNet)
+			if ok && p.Bits() < p.Addr().BitLen() && p.Contains(a) && p.Bits() > bits {
+				best, bits = name, p.Bits()
+			}
+		}
+	}
+	return best
+}
+
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
+}
+
+// checkVTEPs warns about VTEPs that no interface of the namespace carries:
+// nodes could not resolve them.
+func (e *Engine) checkVTEPs(set *Settled) {
+	addrs, err := e.nl.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return
+	}
+	for _, v := range set.VTEPs {
+		found := false
+		for _, ad := range addrs {
+			if a, ok := netip.AddrFromSlice(ad.IP); ok && a.Unmap() == v {
+				found = true
+			}
+		}
+		if !found {
+			e.log.Warn("engine: no interface has the VTEP address; nodes cannot reach it until it is added", "vtep", v)
+		}
+	}
+}

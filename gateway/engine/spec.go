@@ -1,0 +1,288 @@
+package engine
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/egret-gw/egret/gateway"
+)
+
+// Defaults of the fields a Spec (or a config file) may leave out.
+const (
+	DefaultBatch        = 64
+	DefaultMode         = "auto"
+	DefaultConntrackMax = 1 << 20
+	// DefaultVNI is the steer agent's default VNI (control/steer), so that
+	// both ends agree when neither names one.
+	DefaultVNI = 100
+)
+
+// Spec is the engine's configuration in typed form. The gateway agent
+// builds it from the cluster; a config file becomes one through
+// Config.Spec. Settle validates it, once, into what New and Reload take.
+// Zero fields take the defaults their comments give.
+type Spec struct {
+	// Node is this gateway's node name (for logs).
+	Node string
+	// Interfaces are the interfaces the gateway serves; one interface may
+	// carry both tunnel and outside traffic.
+	Interfaces []string
+	// Mode is auto (the default: AF_XDP, AF_PACKET where XDP cannot
+	// attach), afxdp or afpacket.
+	Mode string
+	// Queues is the number of receive queues (one goroutine each); 0 takes
+	// the first interface's RX queue count.
+	Queues int
+	// Batch is how many frames one Process/Transmit call handles, 32–64
+	// (DefaultBatch).
+	Batch int
+	// ConntrackMax bounds the flow table (DefaultConntrackMax); memory is
+	// sized for it up front.
+	ConntrackMax int
+	// EgressIPsClaimed says the hosted egress IPs are already on the
+	// interface (put there by someone else): the engine neither claims nor
+	// releases them.
+	EgressIPsClaimed bool
+
+	// Tunnel is the only encapsulation accepted (gateway.TunnelVXLAN when
+	// TunnelNone), VNI its VNI (DefaultVNI when 0): the XDP program and the
+	// pipeline drop and count tunnel packets of the other type or another VNI.
+	Tunnel gateway.Tunnel
+	VNI    uint32
+	// VTEPs are the gateway's tunnel addresses, at most one per family.
+	VTEPs []netip.Addr
+	// InnerMAC is the gateway's MAC inside the tunnel.
+	InnerMAC [6]byte
+	// RouterV4, RouterV6 are the sources of ICMP errors the gateway sends
+	// to pods (optional).
+	RouterV4, RouterV6 netip.Addr
+	// Nodes are the worker nodes allowed to send tunnel traffic, with their pods.
+	Nodes []gateway.Node
+	// Policies are the egress policies, each with the egress IPs of it
+	// hosted here.
+	Policies []gateway.Policy
+}
+
+// Settled is a Spec that Settle validated, with defaults applied and
+// addresses unmapped: what New and Reload take. Nothing in it may be
+// modified.
+type Settled struct {
+	Spec
+	// Hosted are the egress IPs of all policies: the addresses the XDP
+	// program steers besides the VTEPs, and the claims.
+	Hosted []netip.Addr
+}
+
+// fieldErr names the field at fault by its config-file key, so that an
+// error reads the same for a file and for a Spec built in code.
+func fieldErr(field string, format string, a ...any) error {
+	return fmt.Errorf("config field %s: %s", field, fmt.Sprintf(format, a...))
+}
+
+// plainAddr checks that a is given and has no zone, and unmaps it.
+func plainAddr(field string, a netip.Addr) (netip.Addr, error) {
+	if !a.IsValid() {
+		return a, fieldErr(field, "no address given")
+	}
+	if a.Zone() != "" {
+		return a, fieldErr(field, "%v has a zone; give a plain address", a)
+	}
+	return a.Unmap(), nil
+}
+
+// Settle checks every field and returns the settled configuration; each
+// error names the field at fault (e.g. nodes[1].pods[0].addr). It shares no
+// slice with s.
+func (s Spec) Settle() (*Settled, error) {
+	set := &Settled{Spec: s}
+	sp := &set.Spec
+	if len(s.Interfaces) == 0 {
+		return nil, fieldErr("interfaces", "no interface given; name at least one (or pass --iface)")
+	}
+	sp.Interfaces = nil
+	seen := map[string]bool{}
+	for i, n := range s.Interfaces {
+		if n == "" || len(n) >= 16 || strings.ContainsAny(n, "/ \t") {
+			return nil, fieldErr(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name", n)
+		}
+		if seen[n] {
+			return nil, fieldErr(fmt.Sprintf("interfaces[%d]", i), "%q is listed twice", n)
+		}
+		seen[n] = true
+		sp.Interfaces = append(sp.Interfaces, n)
+	}
+	switch sp.Mode {
+	case "":
+		sp.Mode = DefaultMode
+	case "auto", "afxdp", "afpacket":
+	default:
+		return nil, fieldErr("mode", "%q: use auto, afxdp or afpacket", s.Mode)
+	}
+	if sp.Queues < 0 || sp.Queues > 256 {
+		return nil, fieldErr("queues", "%d: use 1–256 (or 0 for the interface's RX queue count)", s.Queues)
+	}
+	switch {
+	case sp.Batch == 0:
+		sp.Batch = DefaultBatch
+	case sp.Batch < 32 || sp.Batch > 64:
+		return nil, fieldErr("batch", "%d: use 32–64 frames", s.Batch)
+	}
+	switch {
+	case sp.ConntrackMax == 0:
+		sp.ConntrackMax = DefaultConntrackMax
+	case sp.ConntrackMax < 1024 || sp.ConntrackMax > 1<<27:
+		return nil, fieldErr("conntrackMax", "%d: use 1024–134217728 flows", s.ConntrackMax)
+	}
+	switch sp.Tunnel {
+	case gateway.TunnelNone:
+		sp.Tunnel = gateway.TunnelVXLAN
+	case gateway.TunnelVXLAN, gateway.TunnelGeneve:
+	default:
+		return nil, fieldErr("tunnel", "%d: use vxlan or geneve", s.Tunnel)
+	}
+	switch {
+	case sp.VNI == 0:
+		sp.VNI = DefaultVNI
+	case sp.VNI > 1<<24-1:
+		return nil, fieldErr("vni", "%d: a VNI is 0–16777215", s.VNI)
+	}
+
+	if len(s.VTEPs) == 0 {
+		return nil, fieldErr("vteps", "no local VTEP address given")
+	}
+	sp.VTEPs = nil
+	for i, v := range s.VTEPs {
+		f := fmt.Sprintf("vteps[%d]", i)
+		a, err := plainAddr(f, v)
+		if err != nil {
+			return nil, err
+		}
+		if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+			return nil, fieldErr(f, "%v is not a unicast address", a)
+		}
+		for _, o := range sp.VTEPs {
+			if o.Is4() == a.Is4() {
+				return nil, fieldErr(f, "%v: at most one VTEP per address family", a)
+			}
+		}
+		sp.VTEPs = append(sp.VTEPs, a)
+	}
+	if s.InnerMAC == [6]byte{} {
+		return nil, fieldErr("innerMAC", "missing or all zero; give the gateway's MAC inside the tunnel")
+	}
+	var err error
+	if s.RouterV4.IsValid() {
+		if sp.RouterV4, err = plainAddr("routerV4", s.RouterV4); err != nil {
+			return nil, err
+		}
+		if !sp.RouterV4.Is4() {
+			return nil, fieldErr("routerV4", "%v is not an IPv4 address", sp.RouterV4)
+		}
+	}
+	if s.RouterV6.IsValid() {
+		if sp.RouterV6, err = plainAddr("routerV6", s.RouterV6); err != nil {
+			return nil, err
+		}
+		if !sp.RouterV6.Is6() {
+			return nil, fieldErr("routerV6", "%v is not an IPv6 address", sp.RouterV6)
+		}
+	}
+
+	sp.Policies = nil
+	policies := map[string]bool{}
+	hosted := map[netip.Addr]string{}
+	for i, p := range s.Policies {
+		f := fmt.Sprintf("policies[%d]", i)
+		if p.Name == "" {
+			return nil, fieldErr(f+".name", "empty; every policy needs a name")
+		}
+		if policies[p.Name] {
+			return nil, fieldErr(f+".name", "policy %q is listed twice", p.Name)
+		}
+		policies[p.Name] = true
+		gp := gateway.Policy{Name: p.Name}
+		for j, e := range p.EgressIPs {
+			ff := fmt.Sprintf("%s.egressIPs[%d]", f, j)
+			a, err := plainAddr(ff, e)
+			if err != nil {
+				return nil, err
+			}
+			if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() || a.IsLinkLocalUnicast() {
+				return nil, fieldErr(ff, "%v is not a usable egress IP", a)
+			}
+			if other, dup := hosted[a]; dup {
+				return nil, fieldErr(ff, "%v is also an egress IP of policy %q", a, other)
+			}
+			for _, v := range sp.VTEPs {
+				if v == a {
+					return nil, fieldErr(ff, "%v is also a VTEP of this gateway", a)
+				}
+			}
+			hosted[a] = p.Name
+			gp.EgressIPs = append(gp.EgressIPs, a)
+			set.Hosted = append(set.Hosted, a)
+		}
+		sp.Policies = append(sp.Policies, gp)
+	}
+
+	sp.Nodes = nil
+	nodeNames := map[string]bool{}
+	podNode := map[netip.Addr]string{}
+	for i, n := range s.Nodes {
+		f := fmt.Sprintf("nodes[%d]", i)
+		if n.Name == "" {
+			return nil, fieldErr(f+".name", "empty; every node needs a name")
+		}
+		if nodeNames[n.Name] {
+			return nil, fieldErr(f+".name", "node %q is listed twice", n.Name)
+		}
+		nodeNames[n.Name] = true
+		gn := gateway.Node{Name: n.Name, InnerMAC: n.InnerMAC}
+		if gn.VTEP, err = plainAddr(f+".vtep", n.VTEP); err != nil {
+			return nil, err
+		}
+		fam := false
+		for _, v := range sp.VTEPs {
+			fam = fam || v.Is4() == gn.VTEP.Is4()
+		}
+		if !fam {
+			return nil, fieldErr(f+".vtep", "%v: the gateway has no VTEP of that family (see vteps)", gn.VTEP)
+		}
+		gn.Pods = make([]gateway.Pod, 0, len(n.Pods))
+		for j, p := range n.Pods {
+			ff := fmt.Sprintf("%s.pods[%d]", f, j)
+			a, err := plainAddr(ff+".addr", p.Addr)
+			if err != nil {
+				return nil, err
+			}
+			if other, dup := podNode[a]; dup {
+				return nil, fieldErr(ff+".addr", "%v is also a pod of node %q", a, other)
+			}
+			podNode[a] = n.Name
+			if p.Policy != "" && !policies[p.Policy] {
+				return nil, fieldErr(ff+".policy", "%q is not in policies", p.Policy)
+			}
+			gn.Pods = append(gn.Pods, gateway.Pod{Addr: a, Policy: p.Policy})
+		}
+		sp.Nodes = append(sp.Nodes, gn)
+	}
+	// The pipeline's own checks (the same ones a reload meets).
+	g := set.gatewayConfig()
+	g.Routes = noRoutes{}
+	if _, err := gateway.NewSnapshot(g); err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// gatewayConfig is the data-plane part of s, without Routes.
+func (s *Settled) gatewayConfig() gateway.Config {
+	return gateway.Config{VTEPs: s.VTEPs, InnerMAC: s.InnerMAC, RouterV4: s.RouterV4, RouterV6: s.RouterV6,
+		Tunnel: s.Tunnel, VNI: s.VNI, Nodes: s.Nodes, Policies: s.Policies}
+}
+
+// noRoutes stands in for the kernel cache while a configuration is only checked.
+type noRoutes struct{}
+
+func (noRoutes) Lookup(*[16]byte, *gateway.Hop) bool { return false }
