@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 type wantEvent struct {
@@ -163,7 +165,7 @@ func TestRuleSubnetMatch(t *testing.T) {
 				}
 			}},
 		{name: "cloud node uses only its egress-ipconfig subnet and interface",
-			nodes: []Node{nd("a", "192.168.1.5/24", cloud("eni-078d", "10.0.128.0/18", "", Capacity{IPv4: 14, IPv6: 15}))},
+			nodes: []Node{nd("a", "192.168.1.5/24", cloud("eni-078d", "10.0.128.0/18", "", cluster.Capacity{IPv4: 14, IPv6: 15}))},
 			objs:  []Object{ob("x", "192.168.1.77"), ob("y", "10.0.130.1")}, want: []string{"y 10.0.130.1@a"},
 			events: []wantEvent{{"x", ReasonNoMatchingNodeFound, "192.168.1.77", "10.0.128.0/18"}},
 			check: func(t *testing.T, r Result) {
@@ -188,10 +190,10 @@ func TestRuleSubnetMatch(t *testing.T) {
 // the IPs already assigned (IP capacity = cloud capacity − current assignments).
 func TestRuleCloudCapacity(t *testing.T) {
 	aws := func(name string, v4, v6 int) Node {
-		return nd(name, "10.0.128.5/18", cloud("eni-"+name, "10.0.128.0/18", "fd00::/64", Capacity{IPv4: v4, IPv6: v6}))
+		return nd(name, "10.0.128.5/18", cloud("eni-"+name, "10.0.128.0/18", "fd00::/64", cluster.Capacity{IPv4: v4, IPv6: v6}))
 	}
 	gcp := func(name string, total int) Node {
-		return nd(name, "10.0.128.5/18", cloud("nic0", "10.0.128.0/18", "fd00::/64", Capacity{Total: true, IP: total}))
+		return nd(name, "10.0.128.5/18", cloud("nic0", "10.0.128.0/18", "fd00::/64", cluster.Capacity{Total: true, IP: total}))
 	}
 	runRules(t, []ruleCase{
 		{name: "AWS ipv4 capacity bounds IPv4 per node",

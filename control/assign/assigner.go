@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 // Assigner holds one assignment and its indexes so that a change to one
@@ -121,9 +123,9 @@ type nodeState struct {
 	name     string
 	eligible bool
 	why      string // why not eligible
-	primary  IfAddr
+	primary  cluster.IfAddr
 	host     []netip.Prefix // longest prefix first
-	cloud    *CloudConfig
+	cloud    *cluster.CloudConfig
 	n4, n6   int // egress IPs assigned per family
 }
 
@@ -299,7 +301,7 @@ func (a *Assigner) setNodes(nodes []Node) error {
 		}
 		switch {
 		case !n.Assignable:
-			ns.why = "is not labelled " + LabelEgressAssignable
+			ns.why = "is not labelled " + cluster.LabelEgressAssignable
 		case n.AnnotationErr != nil:
 			ns.why = "has a broken annotation: " + n.AnnotationErr.Error()
 		case !n.Ready:
@@ -340,9 +342,9 @@ func (a *Assigner) setNodes(nodes []Node) error {
 	}
 	switch {
 	case labelled == 0:
-		a.noEligibleMsg = "no node is labelled " + LabelEgressAssignable + "; label the nodes that should host egress IPs"
+		a.noEligibleMsg = "no node is labelled " + cluster.LabelEgressAssignable + "; label the nodes that should host egress IPs"
 	case len(a.eligible) == 0:
-		a.noEligibleMsg = fmt.Sprintf("none of the %d nodes labelled %s can host egress IPs: %s", labelled, LabelEgressAssignable, listSome(why, 5))
+		a.noEligibleMsg = fmt.Sprintf("none of the %d nodes labelled %s can host egress IPs: %s", labelled, cluster.LabelEgressAssignable, listSome(why, 5))
 	}
 	a.groups = a.groups[:0]
 	for p, l := range groups {

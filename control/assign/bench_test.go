@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 // benchCluster is 500 nodes on four /16 subnets (every other one dual
@@ -97,7 +99,7 @@ func BenchmarkAssign(b *testing.B) {
 		// on every change.
 		withPending := slices.Clone(steady)
 		cn := slices.Clone(nodes)
-		cn = append(cn, nd("cloud-0", "10.8.0.5/16", cloud("eni-0", "10.8.0.0/16", "", Capacity{IPv4: 1})))
+		cn = append(cn, nd("cloud-0", "10.8.0.5/16", cloud("eni-0", "10.8.0.0/16", "", cluster.Capacity{IPv4: 1})))
 		for i := 0; i < 1000; i++ {
 			withPending = append(withPending,
 				Object{Name: fmt.Sprintf("nosubnet-%04d", i), EgressIPs: []string{fmt.Sprintf("10.9.%d.%d", i/250, i%250+1)}},

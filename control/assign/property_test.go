@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 // render prints a result line by line, so two results compare as text and
@@ -84,11 +86,11 @@ func randomCluster(rng *rand.Rand, withStatus bool) ([]Node, []Object) {
 				netip.MustParsePrefix(fmt.Sprintf("10.%d.0.%d/16", rng.IntN(3), 100+i)))
 		}
 		if rng.IntN(4) == 0 {
-			c := Capacity{IPv4: rng.IntN(4), IPv6: rng.IntN(3)}
+			c := cluster.Capacity{IPv4: rng.IntN(4), IPv6: rng.IntN(3)}
 			if rng.IntN(2) == 0 {
-				c = Capacity{Total: true, IP: rng.IntN(5)}
+				c = cluster.Capacity{Total: true, IP: rng.IntN(5)}
 			}
-			cc := &CloudConfig{Interface: "eni-" + name, Capacity: c, IfAddr: IfAddr{IPv4: netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/24", s))}}
+			cc := &cluster.CloudConfig{Interface: "eni-" + name, Capacity: c, IfAddr: cluster.IfAddr{IPv4: netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/24", s))}}
 			if rng.IntN(2) == 0 {
 				cc.IfAddr.IPv6 = netip.MustParsePrefix(fmt.Sprintf("fd0%d::/64", rng.IntN(3)))
 			}
@@ -102,7 +104,7 @@ func randomCluster(rng *rand.Rand, withStatus bool) ([]Node, []Object) {
 		case 2:
 			n.Reachable = false
 		case 3:
-			n.AnnotationErr = fmt.Errorf("annotation %s is not the expected JSON", AnnotationHostCIDRs)
+			n.AnnotationErr = fmt.Errorf("annotation %s is not the expected JSON", cluster.AnnotationHostCIDRs)
 		}
 		nodes[i] = n
 	}

@@ -1,4 +1,4 @@
-package steer
+package cluster
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package filesource
+package cluster
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 func TestReadOnlyWritesNothing(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "all.yaml", manifests)
-	ro, err := NewReadOnly(dir, 0, slog.New(slog.DiscardHandler))
+	ro, err := NewDirReader(dir, 0, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestReadOnlyWritesNothing(t *testing.T) {
 	status := filepath.Join(dir, StatusDir, "egress-group1.yaml")
 	os.Remove(filepath.Join(dir, "all.yaml"))
 	ro.Reload()
-	if len(ro.EgressIPs()) != 0 {
+	if len(ro.View().EgressIPs) != 0 {
 		t.Error("the reader still has the removed EgressIP")
 	}
 	if _, err := os.Stat(status); err != nil {
@@ -93,7 +93,7 @@ func TestListErrorLoggedOncePerChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &countingHandler{Handler: slog.DiscardHandler, n: map[string]int{}}
-	s, err := NewReadOnly(dir, 0, slog.New(h))
+	s, err := NewDirReader(dir, 0, slog.New(h))
 	if err != nil {
 		t.Fatal(err)
 	}
