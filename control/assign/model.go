@@ -120,15 +120,6 @@ type ObjectResult struct {
 	Status []Assignment
 }
 
-// Items returns the status in the API's shape.
-func (r ObjectResult) Items() []StatusItem {
-	items := make([]StatusItem, len(r.Status))
-	for i, a := range r.Status {
-		items[i] = StatusItem{Node: a.Node, EgressIP: a.EgressIP}
-	}
-	return items
-}
-
 // Reason is an Event reason; the names follow OVN-Kubernetes where it has one.
 type Reason string
 
