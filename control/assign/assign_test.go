@@ -394,3 +394,46 @@ func TestRuleDeterministicUnderShuffle(t *testing.T) {
 		}
 	}
 }
+
+// Rule (failover): a node that fails loses its IPs to the others; when it
+// returns it gets new work, and nothing moves back. Each step re-assigns
+// from the previous result, as the controller does.
+func TestRuleFailoverAndReturn(t *testing.T) {
+	nodes := three()
+	r := mustAssign(t, []Object{ob("x", "10.0.0.10"), ob("y", "10.0.0.11"), ob("z", "10.0.0.12")}, nodes, Options{})
+	if got := placements(r); !slices.Equal(got, []string{"x 10.0.0.10@a", "y 10.0.0.11@b", "z 10.0.0.12@c"}) {
+		t.Fatalf("before: %q", got)
+	}
+	objs := []Object{ob("x", "10.0.0.10"), ob("y", "10.0.0.11"), ob("z", "10.0.0.12")}
+	nodes[0].Reachable = false
+	r = mustAssign(t, resultAsInput(objs, r), nodes, Options{})
+	if got := placements(r); !slices.Equal(got, []string{"x 10.0.0.10@b", "y 10.0.0.11@b", "z 10.0.0.12@c"}) {
+		t.Errorf("after a failed: %q", got)
+	}
+	nodes[0].Reachable = true
+	r = mustAssign(t, resultAsInput(objs, r), nodes, Options{})
+	if got := placements(r); !slices.Equal(got, []string{"x 10.0.0.10@b", "y 10.0.0.11@b", "z 10.0.0.12@c"}) {
+		t.Errorf("after a returned, something moved: %q", got)
+	}
+	objs = append(resultAsInput(objs, r), ob("w", "10.0.0.13"))
+	if n := nodeOf(mustAssign(t, objs, nodes, Options{}), "w", "10.0.0.13"); n != "a" {
+		t.Errorf("new IP went to %q, want the returned node a", n)
+	}
+}
+
+// Rule (conflict): when the object holding a contested IP is deleted, the
+// other claimant gets it and both conflict Events end.
+func TestRuleConflictEndsWithTheHolder(t *testing.T) {
+	objs := []Object{ob("alpha", "10.0.0.10"), ob("zulu", "10.0.0.10", "10.0.0.20")}
+	r := mustAssign(t, objs, three(), Options{})
+	if got := placements(r); !slices.Equal(got, []string{"alpha 10.0.0.10@a", "zulu 10.0.0.20@b"}) {
+		t.Fatalf("before: %q", got)
+	}
+	r = mustAssign(t, resultAsInput(objs, r)[1:], three(), Options{})
+	if got := placements(r); !slices.Equal(got, []string{"zulu 10.0.0.10@a", "zulu 10.0.0.20@b"}) {
+		t.Errorf("after deleting alpha: %q", got)
+	}
+	if len(r.Events) != 0 {
+		t.Errorf("events after the conflict ended:\n%s", eventsText(r))
+	}
+}
