@@ -83,14 +83,6 @@ func statusAddrs(items []StatusItem) []netip.Addr {
 	return slices.Compact(out)
 }
 
-func placedAddrs(o *objState) []netip.Addr {
-	out := make([]netip.Addr, len(o.placed))
-	for i, p := range o.placed {
-		out[i] = p.addr
-	}
-	return out
-}
-
 // placeObject places o's owned IPs that have no node yet.
 func (a *assigner) placeObject(o *objState) {
 	o.reasons = o.reasons[:0]
