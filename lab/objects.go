@@ -52,7 +52,7 @@ func podCIDR(s *Spec, v6 bool) netip.Prefix {
 // of deploy/examples/lab, unchanged.
 func writeObjects(s *Spec, dir string, dualStack bool) error {
 	// status/ is the controller's, but agents started before it read the
-	// folder and never create it (filesource.NewReadOnly).
+	// folder and never create it (cluster.NewDirReader).
 	if err := os.MkdirAll(filepath.Join(dir, "status"), 0o755); err != nil {
 		return err
 	}
