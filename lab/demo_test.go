@@ -21,7 +21,6 @@ func TestDemo(t *testing.T) {
 	requireRoot(t)
 	requireTools(t, "ip", "bridge", "nft", "ethtool", "sysctl")
 	bin := egretBinary(t)
-	requireAgent(t, bin)
 	name := testLabName("d")
 	t.Cleanup(func() { Down("", name) })
 

@@ -12,19 +12,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// requireAgent fails under CI=true, and skips otherwise, when the binary
-// has no gateway agent mode (`egret gateway --node --source`).
-func requireAgent(t *testing.T, bin string) {
-	t.Helper()
-	if AgentAvailable(bin) {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("egret gateway has no agent mode (--node, --source); managed mode needs it and CI=true demands the test runs")
-	}
-	t.Skip("managed mode: `egret gateway --node --source` does not exist yet")
-}
-
 // TestObjects checks the manifest directory managed mode writes: the
 // Node, Namespace and Pod objects a cluster would hold, and the EgressIP
 // manifests of deploy/examples/lab selecting the pods the spec says.
@@ -113,7 +100,6 @@ func TestManaged(t *testing.T) {
 		t.Skip("end-to-end lab test; skipped with -short")
 	}
 	requireRoot(t)
-	requireAgent(t, egretBinary(t))
 	l := upLab(t, testLabName("m"), ModeManaged)
 	m := l.Impl.(Managed)
 	limit := time.Duration(m.reach())*time.Second + time.Second

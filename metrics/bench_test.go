@@ -26,7 +26,6 @@ func BenchmarkPipelineScrape(b *testing.B) {
 			h := newHarness(b, p, 1)
 			reg := NewRegistry("bench")
 			reg.MustRegister(NewGatewayCollector(h.source()))
-			NewControl(reg).ObserveAssignment(time.Millisecond, map[string]int{"gw1": 3}, 0)
 			done := make(chan struct{})
 			var wg sync.WaitGroup
 			var scrapes atomic.Int64

@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
-	"github.com/egret-gw/egret/control/filesource"
 	"github.com/egret-gw/egret/metrics"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -45,10 +45,10 @@ func runController(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var m *metrics.Control
+	var m *controller.Metrics
 	if *metricsAddr != "off" {
 		reg := metrics.NewRegistry(version)
-		m = metrics.NewControl(reg)
+		m = controller.NewMetrics(reg)
 		// A standby replica is ready too: it takes over when the leader goes.
 		srv, err := metrics.Serve(*metricsAddr, reg, nil)
 		if err != nil {
@@ -61,7 +61,7 @@ func runController(args []string) error {
 		if f.Kubeconfig != "" {
 			return errors.New("--kubeconfig and --source dir: exclude each other")
 		}
-		src, err := filesource.New(dir, f.PollInterval, log)
+		src, err := cluster.NewDir(dir, f.PollInterval, log)
 		if err != nil {
 			return err
 		}

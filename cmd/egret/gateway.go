@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/gwagent"
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway"
@@ -364,9 +365,10 @@ func runGatewayAgent(f *gatewayFlags) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	var src gwagent.Source
+	var src cluster.Source
 	if dir, ok := strings.CutPrefix(f.source, "dir:"); ok {
-		if src, err = gwagent.NewFileSource(dir, 0, log); err != nil {
+		// A reader: the status files are the controller's.
+		if src, err = cluster.NewDirReader(dir, 0, log); err != nil {
 			return err
 		}
 	} else {
@@ -374,7 +376,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 		if err != nil {
 			return err
 		}
-		if src, err = gwagent.NewKubeSource(restCfg); err != nil {
+		if src, err = cluster.NewKube(restCfg); err != nil {
 			return err
 		}
 	}

@@ -8,19 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"reflect"
 	"strings"
 	"syscall"
-	"time"
 
-	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/controller"
-	"github.com/egret-gw/egret/control/filesource"
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/steer"
 	"github.com/egret-gw/egret/metrics"
 	"github.com/vishvananda/netns"
-	corev1 "k8s.io/api/core/v1"
 )
 
 func init() {
@@ -106,13 +100,10 @@ func runSteer(args []string) error {
 		if *kubeconfig != "" {
 			return errors.New("--kubeconfig and --source dir: exclude each other")
 		}
-		dir := strings.TrimPrefix(*source, "dir:")
-		fsrc, err := filesource.NewReadOnly(dir, 0, log) // status files are the controller's
-		if err != nil {
+		// A reader: the status files are the controller's.
+		if a.Source, err = cluster.NewDirReader(strings.TrimPrefix(*source, "dir:"), 0, log); err != nil {
 			return err
 		}
-		a.Source = &ctrlSource{s: fsrc, statusDir: filepath.Join(dir, filesource.StatusDir)}
-		a.Status = steer.DirStatus(dir)
 	case *source != "":
 		return fmt.Errorf("--source %q: use dir:/path, or leave it out for the Kubernetes API", *source)
 	default:
@@ -120,15 +111,13 @@ func runSteer(args []string) error {
 		if err != nil {
 			return err
 		}
-		ks, err := controller.NewKubeSource(restCfg)
-		if err != nil {
+		if a.Source, err = cluster.NewKube(restCfg); err != nil {
 			return err
 		}
-		a.Source = &ctrlSource{s: ks}
 	}
 	if !*once && *metricsAddr != "off" {
 		reg := metrics.NewRegistry(version)
-		a.Metrics = metrics.NewSteer(reg, k.Drops)
+		a.Metrics = steer.NewMetrics(reg, k.Drops)
 		srv, err := metrics.Serve(*metricsAddr, reg, nil)
 		if err != nil {
 			return err
@@ -140,7 +129,7 @@ func runSteer(args []string) error {
 		if err := k.Setup(); err != nil {
 			return err
 		}
-		if err := a.Source.Start(ctx, func() {}); err != nil {
+		if err := a.Source.Start(ctx, func(cluster.Kind) {}); err != nil {
 			return err
 		}
 		ch, st, err := a.ReconcileOnce()
@@ -151,74 +140,4 @@ func runSteer(args []string) error {
 		return err
 	}
 	return a.Run(ctx)
-}
-
-// ctrlSource adapts the controller's sources (informers or file source) to
-// the steer agent; with statusDir it also watches the status files another
-// process (the controller) writes there.
-type ctrlSource struct {
-	s interface {
-		Start(ctx context.Context, changed func(controller.Kind)) error
-		controllerLister
-	}
-	statusDir string
-}
-
-type controllerLister interface {
-	EgressIPs() []*egressv1.EgressIP
-	Nodes() []*corev1.Node
-	Namespaces() []*corev1.Namespace
-	Pods() []*corev1.Pod
-}
-
-func (c *ctrlSource) Start(ctx context.Context, changed func()) error {
-	if err := c.s.Start(ctx, func(controller.Kind) { changed() }); err != nil {
-		return err
-	}
-	if c.statusDir != "" {
-		go pollDir(ctx, c.statusDir, statusPoll, changed)
-	}
-	return nil
-}
-
-func (c *ctrlSource) Objects() steer.Objects {
-	return steer.Objects{EgressIPs: c.s.EgressIPs(), Nodes: c.s.Nodes(), Namespaces: c.s.Namespaces(), Pods: c.s.Pods()}
-}
-
-// statusPoll is how often the status files of a dir: source are checked.
-// A moved egress IP reaches the kernel at most this long after the
-// controller wrote it, and failover must finish within the reachability
-// timeout + 1 s, so it is well below a second.
-const statusPoll = 200 * time.Millisecond
-
-// pollDir calls changed whenever the names, sizes or times of dir's files change.
-func pollDir(ctx context.Context, dir string, every time.Duration, changed func()) {
-	type sig struct {
-		size int64
-		mod  time.Time
-	}
-	scan := func() map[string]sig {
-		out := map[string]sig{}
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if fi, err := e.Info(); err == nil {
-				out[e.Name()] = sig{fi.Size(), fi.ModTime()}
-			}
-		}
-		return out
-	}
-	last := scan()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if now := scan(); !reflect.DeepEqual(now, last) {
-				last = now
-				changed()
-			}
-		}
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 type wantEvent struct {
@@ -163,7 +165,7 @@ func TestRuleSubnetMatch(t *testing.T) {
 				}
 			}},
 		{name: "cloud node uses only its egress-ipconfig subnet and interface",
-			nodes: []Node{nd("a", "192.168.1.5/24", cloud("eni-078d", "10.0.128.0/18", "", Capacity{IPv4: 14, IPv6: 15}))},
+			nodes: []Node{nd("a", "192.168.1.5/24", cloud("eni-078d", "10.0.128.0/18", "", cluster.Capacity{IPv4: 14, IPv6: 15}))},
 			objs:  []Object{ob("x", "192.168.1.77"), ob("y", "10.0.130.1")}, want: []string{"y 10.0.130.1@a"},
 			events: []wantEvent{{"x", ReasonNoMatchingNodeFound, "192.168.1.77", "10.0.128.0/18"}},
 			check: func(t *testing.T, r Result) {
@@ -188,10 +190,10 @@ func TestRuleSubnetMatch(t *testing.T) {
 // the IPs already assigned (IP capacity = cloud capacity − current assignments).
 func TestRuleCloudCapacity(t *testing.T) {
 	aws := func(name string, v4, v6 int) Node {
-		return nd(name, "10.0.128.5/18", cloud("eni-"+name, "10.0.128.0/18", "fd00::/64", Capacity{IPv4: v4, IPv6: v6}))
+		return nd(name, "10.0.128.5/18", cloud("eni-"+name, "10.0.128.0/18", "fd00::/64", cluster.Capacity{IPv4: v4, IPv6: v6}))
 	}
 	gcp := func(name string, total int) Node {
-		return nd(name, "10.0.128.5/18", cloud("nic0", "10.0.128.0/18", "fd00::/64", Capacity{Total: true, IP: total}))
+		return nd(name, "10.0.128.5/18", cloud("nic0", "10.0.128.0/18", "fd00::/64", cluster.Capacity{Total: true, IP: total}))
 	}
 	runRules(t, []ruleCase{
 		{name: "AWS ipv4 capacity bounds IPv4 per node",
@@ -390,5 +392,48 @@ func TestRuleDeterministicUnderShuffle(t *testing.T) {
 				t.Fatalf("iteration %d shuffle %d: results differ: %s", iter, s, d)
 			}
 		}
+	}
+}
+
+// Rule (failover): a node that fails loses its IPs to the others; when it
+// returns it gets new work, and nothing moves back. Each step re-assigns
+// from the previous result, as the controller does.
+func TestRuleFailoverAndReturn(t *testing.T) {
+	nodes := three()
+	r := mustAssign(t, []Object{ob("x", "10.0.0.10"), ob("y", "10.0.0.11"), ob("z", "10.0.0.12")}, nodes, Options{})
+	if got := placements(r); !slices.Equal(got, []string{"x 10.0.0.10@a", "y 10.0.0.11@b", "z 10.0.0.12@c"}) {
+		t.Fatalf("before: %q", got)
+	}
+	objs := []Object{ob("x", "10.0.0.10"), ob("y", "10.0.0.11"), ob("z", "10.0.0.12")}
+	nodes[0].Reachable = false
+	r = mustAssign(t, resultAsInput(objs, r), nodes, Options{})
+	if got := placements(r); !slices.Equal(got, []string{"x 10.0.0.10@b", "y 10.0.0.11@b", "z 10.0.0.12@c"}) {
+		t.Errorf("after a failed: %q", got)
+	}
+	nodes[0].Reachable = true
+	r = mustAssign(t, resultAsInput(objs, r), nodes, Options{})
+	if got := placements(r); !slices.Equal(got, []string{"x 10.0.0.10@b", "y 10.0.0.11@b", "z 10.0.0.12@c"}) {
+		t.Errorf("after a returned, something moved: %q", got)
+	}
+	objs = append(resultAsInput(objs, r), ob("w", "10.0.0.13"))
+	if n := nodeOf(mustAssign(t, objs, nodes, Options{}), "w", "10.0.0.13"); n != "a" {
+		t.Errorf("new IP went to %q, want the returned node a", n)
+	}
+}
+
+// Rule (conflict): when the object holding a contested IP is deleted, the
+// other claimant gets it and both conflict Events end.
+func TestRuleConflictEndsWithTheHolder(t *testing.T) {
+	objs := []Object{ob("alpha", "10.0.0.10"), ob("zulu", "10.0.0.10", "10.0.0.20")}
+	r := mustAssign(t, objs, three(), Options{})
+	if got := placements(r); !slices.Equal(got, []string{"alpha 10.0.0.10@a", "zulu 10.0.0.20@b"}) {
+		t.Fatalf("before: %q", got)
+	}
+	r = mustAssign(t, resultAsInput(objs, r)[1:], three(), Options{})
+	if got := placements(r); !slices.Equal(got, []string{"zulu 10.0.0.10@a", "zulu 10.0.0.20@b"}) {
+		t.Errorf("after deleting alpha: %q", got)
+	}
+	if len(r.Events) != 0 {
+		t.Errorf("events after the conflict ended:\n%s", eventsText(r))
 	}
 }

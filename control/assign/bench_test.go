@@ -3,7 +3,6 @@ package assign
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"testing"
 )
 
@@ -35,8 +34,8 @@ func benchCluster(nNodes, nObjs int) ([]Node, []Object) {
 }
 
 // BenchmarkAssign measures the full assignment of 10,000 EgressIP objects
-// over 500 nodes (from nothing, and a resync where every status is already
-// valid) and the incremental re-assignment of one changed object.
+// over 500 nodes: from nothing, and a resync where every status is already
+// valid (what the controller runs on every EgressIP or Node change).
 func BenchmarkAssign(b *testing.B) {
 	nodes, objs := benchCluster(500, 10000)
 	b.Run("full-10000x500-new", func(b *testing.B) {
@@ -61,70 +60,6 @@ func BenchmarkAssign(b *testing.B) {
 			if _, err := Assign(steady, nodes, Options{}); err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
-	b.Run("upsert-one-of-10000x500", func(b *testing.B) {
-		a, err := NewAssigner(nodes, Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := a.Load(steady); err != nil {
-			b.Fatal(err)
-		}
-		// Alternate one object between two specs: one IP replaced each time.
-		v1 := objs[1234]
-		v2 := v1
-		v2.EgressIPs = []string{v1.EgressIPs[0], "10.2.200.77"}
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			o := v1
-			if i%2 == 0 {
-				o = v2
-			}
-			i++
-			if got := a.Upsert(o); len(got) != 1 {
-				b.Fatalf("Upsert affected %v, want only %s", got, o.Name)
-			}
-		}
-		if r, _ := a.ObjectResult(v1.Name); len(r.Status) != 2 {
-			b.Fatalf("after the loop %s has %d IPs assigned, want 2", v1.Name, len(r.Status))
-		}
-	})
-	b.Run("upsert-one-with-1000-unplaceable", func(b *testing.B) {
-		// 1,000 more objects whose IPs are in no node subnet and 1,000
-		// whose only node is at its cloud capacity: the latter are retried
-		// on every change.
-		withPending := slices.Clone(steady)
-		cn := slices.Clone(nodes)
-		cn = append(cn, nd("cloud-0", "10.8.0.5/16", cloud("eni-0", "10.8.0.0/16", "", Capacity{IPv4: 1})))
-		for i := 0; i < 1000; i++ {
-			withPending = append(withPending,
-				Object{Name: fmt.Sprintf("nosubnet-%04d", i), EgressIPs: []string{fmt.Sprintf("10.9.%d.%d", i/250, i%250+1)}},
-				Object{Name: fmt.Sprintf("capacity-%04d", i), EgressIPs: []string{fmt.Sprintf("10.8.%d.%d", 1+i/250, i%250+1)}})
-		}
-		a, err := NewAssigner(cn, Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := a.Load(withPending); err != nil {
-			b.Fatal(err)
-		}
-		if n := len(a.Result().Events); n != 1999 {
-			b.Fatalf("%d events, want 1999 unplaced IPs", n)
-		}
-		v1 := objs[1234]
-		v2 := v1
-		v2.EgressIPs = []string{v1.EgressIPs[0], "10.2.200.77"}
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			o := v1
-			if i%2 == 0 {
-				o = v2
-			}
-			i++
-			a.Upsert(o)
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 // nd builds an eligible bare-metal node whose primary interface is the
@@ -39,9 +41,9 @@ func hostCIDRs(l ...string) func(*Node) {
 	}
 }
 
-func cloud(iface, v4, v6 string, c Capacity) func(*Node) {
+func cloud(iface, v4, v6 string, c cluster.Capacity) func(*Node) {
 	return func(n *Node) {
-		cc := &CloudConfig{Interface: iface, Capacity: c}
+		cc := &cluster.CloudConfig{Interface: iface, Capacity: c}
 		if v4 != "" {
 			cc.IfAddr.IPv4 = netip.MustParsePrefix(v4)
 		}

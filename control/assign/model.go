@@ -4,24 +4,14 @@
 // NodeFromObject for the node annotations) and writes back the status items
 // and Events it returns. Nothing here talks to the API server.
 //
-// Assign computes everything from scratch; Assigner keeps indexes and
-// re-assigns one changed object in microseconds. Both produce the same
-// result for the same input (see docs/assignment.md for the rules and the
-// tests that prove each one).
+// See docs/assignment.md for the rules and the tests that prove each one.
 package assign
 
 import (
 	"net/netip"
 	"time"
-)
 
-// Label and annotation keys read from Node objects, as OVN-Kubernetes and the
-// OpenShift cloud network config controller write them.
-const (
-	LabelEgressAssignable    = "k8s.ovn.org/egress-assignable"
-	AnnotationPrimaryIfAddr  = "k8s.ovn.org/node-primary-ifaddr"
-	AnnotationHostCIDRs      = "k8s.ovn.org/host-cidrs"
-	AnnotationEgressIPConfig = "cloud.network.openshift.io/egress-ipconfig"
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 // Node is what the assignment needs to know about one cluster node.
@@ -40,44 +30,17 @@ type Node struct {
 	HoldDownUntil time.Time
 	// PrimaryIfAddr is the primary interface's address and mask per family
 	// (k8s.ovn.org/node-primary-ifaddr).
-	PrimaryIfAddr IfAddr
+	PrimaryIfAddr cluster.IfAddr
 	// HostCIDRs are the addresses with masks of all host interfaces
 	// (k8s.ovn.org/host-cidrs); the primary one is usually among them.
 	HostCIDRs []netip.Prefix
 	// Cloud is the cloud egress IP configuration
 	// (cloud.network.openshift.io/egress-ipconfig); nil on bare metal. When
 	// set, only its subnet is used: secondary interfaces are a bare-metal feature.
-	Cloud *CloudConfig
+	Cloud *cluster.CloudConfig
 	// AnnotationErr is set when one of the annotations could not be parsed:
 	// such a node is never assignable and the problem is reported.
 	AnnotationErr error
-}
-
-// IfAddr is an interface address with its mask, per family; a zero (invalid)
-// prefix means the family is absent.
-type IfAddr struct {
-	IPv4 netip.Prefix
-	IPv6 netip.Prefix
-}
-
-// CloudConfig is the single entry of the egress-ipconfig annotation.
-type CloudConfig struct {
-	// Interface is the cloud's interface ID (AWS ENI, Azure NIC) or name (GCP).
-	Interface string
-	// IfAddr holds the subnets egress IPs may come from.
-	IfAddr IfAddr
-	// Capacity is how many egress IPs the cloud lets this node hold.
-	Capacity Capacity
-}
-
-// Capacity is a node's cloud IP capacity. AWS limits each family
-// (capacity.ipv4 / capacity.ipv6); GCP and Azure limit the total (capacity.ip).
-type Capacity struct {
-	// Total is true when IP limits both families together (GCP, Azure).
-	Total bool
-	IP    int // total limit, valid iff Total
-	IPv4  int // IPv4 limit, valid iff !Total
-	IPv6  int // IPv6 limit, valid iff !Total
 }
 
 // Object is one EgressIP object as the assignment sees it.
@@ -155,15 +118,6 @@ type ObjectResult struct {
 	Name string
 	// Status lists the assignments ordered by address; write it to status.items.
 	Status []Assignment
-}
-
-// Items returns the status in the API's shape.
-func (r ObjectResult) Items() []StatusItem {
-	items := make([]StatusItem, len(r.Status))
-	for i, a := range r.Status {
-		items[i] = StatusItem{Node: a.Node, EgressIP: a.EgressIP}
-	}
-	return items
 }
 
 // Reason is an Event reason; the names follow OVN-Kubernetes where it has one.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/assign"
+	"github.com/egret-gw/egret/control/cluster"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -18,14 +18,14 @@ type staticSource struct {
 	nodes []*corev1.Node
 }
 
-func (s *staticSource) Start(context.Context, func(Kind)) error { return nil }
-func (s *staticSource) EgressIPs() []*egressv1.EgressIP         { return s.eips }
+func (s *staticSource) Start(context.Context, func(cluster.Kind)) error { return nil }
+func (s *staticSource) View() cluster.View {
+	return cluster.View{EgressIPs: s.eips, Nodes: s.nodes}
+}
+func (s *staticSource) Check(context.Context) (cluster.Statuses, error) { return nil, nil }
 func (s *staticSource) EgressIP(string) (*egressv1.EgressIP, bool) {
 	return nil, false
 }
-func (s *staticSource) Nodes() []*corev1.Node                                    { return s.nodes }
-func (s *staticSource) Namespaces() []*corev1.Namespace                          { return nil }
-func (s *staticSource) Pods() []*corev1.Pod                                      { return nil }
 func (s *staticSource) UpdateEgressIP(context.Context, *egressv1.EgressIP) error { return nil }
 func (s *staticSource) Event(*corev1.ObjectReference, string, string, string)    {}
 
@@ -35,8 +35,8 @@ func BenchmarkAssignCycle(b *testing.B) {
 	src := &staticSource{}
 	for i := range 50 {
 		src.nodes = append(src.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%02d", i),
-			Labels:      map[string]string{assign.LabelEgressAssignable: ""},
-			Annotations: map[string]string{assign.AnnotationPrimaryIfAddr: fmt.Sprintf(`{"ipv4":"10.0.%d.%d/16"}`, i/200, 1+i%200)}},
+			Labels:      map[string]string{cluster.LabelEgressAssignable: ""},
+			Annotations: map[string]string{cluster.AnnotationPrimaryIfAddr: fmt.Sprintf(`{"ipv4":"10.0.%d.%d/16"}`, i/200, 1+i%200)}},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
 	}
 	for i := range 1000 {
@@ -50,7 +50,11 @@ func BenchmarkAssignCycle(b *testing.B) {
 	}
 	defer c.queue.ShutDown()
 	c.assign()
-	if got := c.metrics.AssignedIPs.Load(); got != 2000 {
+	assigned := 0
+	for _, d := range c.desired {
+		assigned += len(d.items)
+	}
+	if got := assigned; got != 2000 {
 		b.Fatalf("assigned %d IPs, want 2000", got)
 	}
 	b.ReportAllocs()

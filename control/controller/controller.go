@@ -6,23 +6,22 @@
 // assignable node so that an unreachable or NotReady node loses its egress
 // IPs to the others.
 //
-// The same core runs on the Kubernetes API (KubeSource, with leader
-// election: RunKube) and on a directory of YAML files (package filesource).
+// The same core runs on the Kubernetes API (cluster.Kube, with leader
+// election: RunKube) and on a directory of YAML files (cluster.Dir).
 package controller
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/assign"
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/health"
-	"github.com/egret-gw/egret/metrics"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/workqueue"
@@ -41,8 +40,6 @@ var assignKey = qkey{assign: true}
 type desired struct {
 	rv    string
 	items []egressv1.EgressIPStatusItem
-	// result keeps the chosen interfaces for the snapshot.
-	result assign.ObjectResult
 }
 
 // written remembers a status this controller stored, until the cache shows it.
@@ -61,14 +58,12 @@ type nodeHealth struct {
 // with Run.
 type Controller struct {
 	cfg     Config
-	src     Source
+	src     cluster.Source
 	log     *slog.Logger
 	queue   workqueue.TypedRateLimitingInterface[qkey]
-	metrics Metrics
-	obs     *metrics.Control // Prometheus metrics; nil ignores
+	metrics *Metrics // nil ignores
 	reach   *reachability
 	now     func() time.Time
-	updates chan struct{}
 
 	mu      sync.Mutex
 	desired map[string]desired
@@ -79,7 +74,7 @@ type Controller struct {
 }
 
 // New checks cfg and builds a controller reading from src.
-func New(src Source, cfg Config, log *slog.Logger) (*Controller, error) {
+func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -92,7 +87,6 @@ func New(src Source, cfg Config, log *slog.Logger) (*Controller, error) {
 		src:     src,
 		log:     log,
 		now:     time.Now,
-		updates: make(chan struct{}, 1),
 		desired: map[string]desired{},
 		written: map[string]written{},
 		emitted: map[assign.Event]struct{}{},
@@ -102,30 +96,16 @@ func New(src Source, cfg Config, log *slog.Logger) (*Controller, error) {
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[qkey](),
 		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
-	c.reach = newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, &c.metrics, log,
+	c.reach = newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, log,
 		func() { c.queue.Add(assignKey) })
 	return c, nil
 }
 
-// Metrics returns the live counters.
-func (c *Controller) Metrics() *Metrics { return &c.metrics }
-
 // SetMetrics makes the controller report to m (Prometheus); call it
 // before Run. This replica counts as the leader while Run runs.
-func (c *Controller) SetMetrics(m *metrics.Control) {
-	c.obs = m
-	c.reach.obs = m
-}
-
-// Updates signals (without blocking, coalesced) after every assignment and
-// every Namespace or Pod change: read Snapshot then.
-func (c *Controller) Updates() <-chan struct{} { return c.updates }
-
-func (c *Controller) signal() {
-	select {
-	case c.updates <- struct{}{}:
-	default:
-	}
+func (c *Controller) SetMetrics(m *Metrics) {
+	c.metrics = m
+	c.reach.metrics = m
 }
 
 // Run starts the source, waits for its caches and a first verdict on every
@@ -138,13 +118,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.src.Start(ctx, c.changed); err != nil {
 		return fmt.Errorf("starting the object source: %w", err)
 	}
-	c.obs.SetLeader(true)
-	defer c.obs.SetLeader(false)
+	c.metrics.SetLeader(true)
+	defer c.metrics.SetLeader(false)
 	c.reach.start(ctx)
 	defer c.reach.stop()
 	// Judge every node before the first assignment, so a restart does not
 	// move IPs off nodes merely not probed yet.
-	c.reach.track(c.probeTargets(c.src.Nodes()))
+	c.reach.track(c.probeTargets(c.src.View().Nodes))
 	wctx, wcancel := context.WithTimeout(ctx, c.cfg.reachabilityTimeout()+time.Second)
 	c.reach.waitKnown(wctx)
 	wcancel()
@@ -167,12 +147,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Controller) changed(k Kind) {
+// changed queues an assignment when what it reads changed: EgressIPs and
+// Nodes (Namespaces and Pods matter only to the agents).
+func (c *Controller) changed(k cluster.Kind) {
 	switch k {
-	case KindEgressIP, KindNode:
+	case cluster.KindEgressIP, cluster.KindNode:
 		c.queue.Add(assignKey)
-	default:
-		c.signal()
 	}
 }
 
@@ -191,59 +171,27 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
-// nodeAddress is where the node's health service listens: its InternalIP,
-// else the primary interface address from k8s.ovn.org/node-primary-ifaddr.
-func nodeAddress(n *corev1.Node) (netip.Addr, bool) {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip, true
-			}
-		}
-	}
-	if s, ok := n.Annotations[assign.AnnotationPrimaryIfAddr]; ok {
-		if ifa, err := assign.ParsePrimaryIfAddr(s); err == nil {
-			if ifa.IPv4.IsValid() {
-				return ifa.IPv4.Addr(), true
-			}
-			if ifa.IPv6.IsValid() {
-				return ifa.IPv6.Addr(), true
-			}
-		}
-	}
-	return netip.Addr{}, false
-}
-
 // probeTargets lists the health address of every assignable node.
 func (c *Controller) probeTargets(nodes []*corev1.Node) map[string]string {
 	out := make(map[string]string, len(nodes))
 	for _, n := range nodes {
-		if _, ok := n.Labels[assign.LabelEgressAssignable]; !ok {
+		if _, ok := n.Labels[cluster.LabelEgressAssignable]; !ok {
 			continue
 		}
-		if ip, ok := nodeAddress(n); ok {
+		if ip, ok := cluster.NodeAddress(n); ok {
 			out[n.Name] = health.Target(ip.String(), c.cfg.HealthPort)
 		}
 	}
 	return out
 }
 
-func nodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // assign recomputes the whole assignment from the cached objects and queues
 // a status write for every object whose stored status differs.
 func (c *Controller) assign() {
 	start := c.now()
-	kn := c.src.Nodes()
+	v := c.src.View()
+	kn, eips := v.Nodes, v.EgressIPs
 	c.reach.track(c.probeTargets(kn))
-	eips := c.src.EgressIPs()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -253,14 +201,14 @@ func (c *Controller) assign() {
 	var nextHoldDownEnd time.Time
 	for _, n := range kn {
 		an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
-		an.Ready = nodeReady(n)
+		an.Ready = cluster.NodeReady(n)
 		an.Cordoned = n.Spec.Unschedulable
 		reachable, known := c.reach.verdict(n.Name)
 		an.Reachable = reachable
-		if _, ok := n.Labels[assign.LabelEgressAssignable]; !ok {
+		if _, ok := n.Labels[cluster.LabelEgressAssignable]; !ok {
 			// Not probed: the check only matters for nodes that host IPs.
 			an.Reachable, known = true, true
-		} else if _, hasAddr := nodeAddress(n); !hasAddr && !c.reach.disabled() {
+		} else if _, hasAddr := cluster.NodeAddress(n); !hasAddr && !c.reach.disabled() {
 			c.log.Warn("assignable node has no InternalIP nor primary address to probe; it hosts no egress IP", "node", n.Name)
 		}
 		seen[n.Name] = true
@@ -314,7 +262,7 @@ func (c *Controller) assign() {
 	res, err := assign.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
 	if err != nil {
 		// Only duplicate names, which no source produces.
-		c.obs.ReconcileError("assign")
+		c.metrics.ReconcileError("assign")
 		c.log.Error("assignment failed", "err", err)
 		return
 	}
@@ -329,26 +277,20 @@ func (c *Controller) assign() {
 			!(c.cfg.DrainCordoned && n.Cordoned)
 	}
 	placed := map[string]string{}
-	var assigned int64
 	nextDesired := make(map[string]desired, len(res.Objects))
 	for _, r := range res.Objects {
 		e := byName[r.Name]
-		d := desired{rv: e.ResourceVersion, result: r}
+		d := desired{rv: e.ResourceVersion}
 		for _, a := range r.Status {
 			d.items = append(d.items, egressv1.EgressIPStatusItem{Node: a.Node, EgressIP: a.EgressIP})
 			k := r.Name + "/" + a.EgressIP
 			placed[k] = a.Node
 			perNode[a.Node]++
 			if prev, ok := c.placed[k]; ok && prev != a.Node {
-				c.metrics.Moves.Add(1)
-				if !eligible[prev] {
-					c.metrics.Failovers.Add(1)
-				}
-				c.obs.Moved(prev, !eligible[prev])
+				c.metrics.Moved(prev, !eligible[prev])
 				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node)
 			}
 		}
-		assigned += int64(len(r.Status))
 		nextDesired[r.Name] = d
 		if !itemsEqual(e.Status.Items, d.items) {
 			c.queue.Add(qkey{name: r.Name})
@@ -356,7 +298,6 @@ func (c *Controller) assign() {
 	}
 	c.placed = placed
 	c.desired = nextDesired
-	c.metrics.AssignedIPs.Store(assigned)
 
 	var unassigned int64
 	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
@@ -385,16 +326,10 @@ func (c *Controller) assign() {
 	}
 	// Forgetting what no longer applies lets it be reported again if it returns.
 	c.emitted = current
-	c.metrics.UnassignedIPs.Store(unassigned)
-	c.metrics.AssignRuns.Add(1)
-	took := c.now().Sub(start)
-	c.metrics.AssignNanos.Add(int64(took))
-	c.obs.ObserveAssignment(took, perNode, int(unassigned))
-	c.signal()
+	c.metrics.ObserveAssignment(c.now().Sub(start), perNode, int(unassigned))
 }
 
 func (c *Controller) event(ref *corev1.ObjectReference, ev assign.Event) {
-	c.metrics.Events.Add(1)
 	c.log.Warn("event", "kind", ref.Kind, "name", ref.Name, "reason", string(ev.Reason), "message", ev.Message)
 	c.src.Event(ref, corev1.EventTypeWarning, string(ev.Reason), ev.Message)
 }
@@ -420,8 +355,7 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	err := c.src.UpdateEgressIP(ctx, cp)
 	switch {
 	case err == nil:
-		c.metrics.StatusWrites.Add(1)
-		c.obs.StatusWritten(false)
+		c.metrics.StatusWritten(false)
 		c.queue.Forget(k)
 		items := make([]assign.StatusItem, len(d.items))
 		for i, it := range d.items {
@@ -434,22 +368,19 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	case apierrors.IsConflict(err):
 		// The cache is behind: the newer object triggers a new assignment;
 		// retry this one too in case it does not.
-		c.metrics.StatusConflicts.Add(1)
-		c.obs.StatusWritten(true)
+		c.metrics.StatusWritten(true)
 		c.queue.AddRateLimited(k)
 	case apierrors.IsNotFound(err):
 		c.queue.Forget(k)
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 		// Retrying the same content cannot succeed: report and stop.
-		c.metrics.StatusErrors.Add(1)
-		c.obs.ReconcileError("status")
+		c.metrics.ReconcileError("status")
 		c.queue.Forget(k)
 		c.log.Error("status refused by the API server", "egressip", k.name, "err", err)
 		c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
 			Name: obj.Name, UID: obj.UID}, corev1.EventTypeWarning, "StatusUpdateFailed", err.Error())
 	default:
-		c.metrics.StatusErrors.Add(1)
-		c.obs.ReconcileError("status")
+		c.metrics.ReconcileError("status")
 		c.log.Warn("status write failed; retrying", "egressip", k.name, "err", err)
 		c.queue.AddRateLimited(k)
 	}

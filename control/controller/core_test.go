@@ -3,18 +3,18 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"reflect"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/controller"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -30,25 +30,27 @@ type memSource struct {
 	failNext []error
 	updates  int
 	events   []recorded
-	changed  func(controller.Kind)
+	changed  func(cluster.Kind)
 }
 
-func (m *memSource) Start(_ context.Context, changed func(controller.Kind)) error {
+func (m *memSource) Start(_ context.Context, changed func(cluster.Kind)) error {
 	m.mu.Lock()
 	m.changed = changed
 	m.mu.Unlock()
 	return nil
 }
 
-func (m *memSource) EgressIPs() []*egressv1.EgressIP {
+func (m *memSource) View() cluster.View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*egressv1.EgressIP
 	for _, e := range m.eips {
 		out = append(out, e)
 	}
-	return out
+	return cluster.View{EgressIPs: out, Nodes: m.nodes, Namespaces: m.nss, Pods: m.pods}
 }
+
+func (m *memSource) Check(context.Context) (cluster.Statuses, error) { return nil, nil }
 
 func (m *memSource) EgressIP(name string) (*egressv1.EgressIP, bool) {
 	m.mu.Lock()
@@ -56,9 +58,6 @@ func (m *memSource) EgressIP(name string) (*egressv1.EgressIP, bool) {
 	e, ok := m.eips[name]
 	return e, ok
 }
-func (m *memSource) Nodes() []*corev1.Node           { return m.nodes }
-func (m *memSource) Namespaces() []*corev1.Namespace { return m.nss }
-func (m *memSource) Pods() []*corev1.Pod             { return m.pods }
 
 func (m *memSource) UpdateEgressIP(_ context.Context, e *egressv1.EgressIP) error {
 	m.mu.Lock()
@@ -79,7 +78,7 @@ func (m *memSource) UpdateEgressIP(_ context.Context, e *egressv1.EgressIP) erro
 	m.eips[e.Name] = cp // replaced, never modified in place
 	changed := m.changed
 	m.mu.Unlock()
-	changed(controller.KindEgressIP)
+	changed(cluster.KindEgressIP)
 	return nil
 }
 
@@ -129,9 +128,12 @@ func TestStatusRetriesConflictsAndNeverMutatesTheCache(t *testing.T) {
 	if !reflect.DeepEqual(e, orig) {
 		t.Errorf("the cached object was modified:\n%+v\nwas\n%+v", e, orig)
 	}
-	if c.Metrics().StatusConflicts.Load() != 1 || c.Metrics().StatusErrors.Load() != 1 || c.Metrics().StatusWrites.Load() != 1 {
-		t.Errorf("conflicts %d errors %d writes %d, want 1 1 1", c.Metrics().StatusConflicts.Load(),
-			c.Metrics().StatusErrors.Load(), c.Metrics().StatusWrites.Load())
+	reg := registries[c]
+	conflicts, _ := gathered(t, reg, "egret_controller_status_conflicts_total", "")
+	errs, _ := gatheredBy(t, reg, "egret_controller_reconcile_errors_total", "kind", "status")
+	writes, _ := gathered(t, reg, "egret_controller_status_writes_total", "")
+	if conflicts != 1 || errs != 1 || writes != 1 {
+		t.Errorf("conflicts %v errors %v writes %v, want 1 1 1", conflicts, errs, writes)
 	}
 	// Steady state: nothing more is written.
 	time.Sleep(300 * time.Millisecond)
@@ -169,48 +171,13 @@ func TestEventsAreNotRepeated(t *testing.T) {
 	})
 	// Unrelated changes re-run the assignment but report nothing new.
 	for range 5 {
-		m.changed(controller.KindNode)
+		m.changed(cluster.KindNode)
 	}
 	time.Sleep(300 * time.Millisecond)
 	if _, evs := m.snapshot(); len(evs) != 3 {
 		t.Errorf("events repeated: %v", evs)
 	}
-	if c.Metrics().AssignRuns.Load() < 2 {
+	if n, _ := gathered(t, registries[c], "egret_controller_assignment_duration_seconds", ""); n < 2 {
 		t.Error("node changes did not re-run the assignment")
-	}
-}
-
-func TestSnapshotSelectsPods(t *testing.T) {
-	e := egressIP("web", "192.168.126.11")
-	e.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
-	m := newMem(e)
-	m.nss = []*corev1.Namespace{
-		{ObjectMeta: metav1.ObjectMeta{Name: "prod", Labels: map[string]string{"env": "prod"}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "dev", Labels: map[string]string{"env": "dev"}}},
-	}
-	pod := func(ns, name, app, ip string, hostNet bool, phase corev1.PodPhase) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
-			Spec:   corev1.PodSpec{NodeName: "w1", HostNetwork: hostNet},
-			Status: corev1.PodStatus{Phase: phase, PodIPs: []corev1.PodIP{{IP: ip}, {IP: "bogus"}}}}
-	}
-	m.pods = []*corev1.Pod{
-		pod("prod", "web-1", "web", "10.128.0.5", false, corev1.PodRunning),
-		pod("prod", "db-1", "db", "10.128.0.6", false, corev1.PodRunning),
-		pod("dev", "web-2", "web", "10.128.0.7", false, corev1.PodRunning),
-		pod("prod", "web-host", "web", "192.168.126.2", true, corev1.PodRunning),
-		pod("prod", "web-done", "web", "10.128.0.8", false, corev1.PodSucceeded),
-	}
-	c := runMem(t, m)
-	eventually(t, 5*time.Second, "assigned", func() (bool, string) {
-		s := c.Snapshot()
-		return len(s.Policies) == 1 && len(s.Policies[0].Assignments) == 1, fmt.Sprint(s)
-	})
-	p := c.Snapshot().Policies[0]
-	want := []controller.SelectedPod{{Namespace: "prod", Name: "web-1", Node: "w1", IPs: []netip.Addr{netip.MustParseAddr("10.128.0.5")}}}
-	if !reflect.DeepEqual(p.Pods, want) {
-		t.Errorf("selected %+v, want %+v", p.Pods, want)
-	}
-	if p.Assignments[0].Node != "n1" || p.Assignments[0].Interface.Subnet.String() != "192.168.126.2/24" {
-		t.Errorf("assignment %+v", p.Assignments[0])
 	}
 }

@@ -1,14 +1,16 @@
 package controller_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
-	"github.com/egret-gw/egret/control/filesource"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -41,7 +43,7 @@ func (d *dirCluster) applyEgressIP(t *testing.T, e *egressv1.EgressIP) {
 
 func (d *dirCluster) status(t *testing.T, name string) []egressv1.EgressIPStatusItem {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(d.dir, filesource.StatusDir, name+".yaml"))
+	b, err := os.ReadFile(filepath.Join(d.dir, cluster.StatusDir, name+".yaml"))
 	if os.IsNotExist(err) {
 		return nil
 	}
@@ -60,19 +62,26 @@ func (d *dirCluster) status(t *testing.T, name string) []egressv1.EgressIPStatus
 
 func (d *dirCluster) events(t *testing.T) []recorded {
 	t.Helper()
-	evs, err := filesource.ReadEvents(filepath.Join(d.dir, filesource.EventsFile))
+	b, err := os.ReadFile(filepath.Join(d.dir, cluster.EventsFile))
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
 	var out []recorded
-	for _, e := range evs {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var e struct{ Kind, Name, Reason, Message string }
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("events.log line %q: %v", line, err)
+		}
 		out = append(out, recorded{kind: e.Kind, name: e.Name, reason: e.Reason, message: e.Message})
 	}
 	return out
 }
 
 func (d *dirCluster) run(t *testing.T, cfg controller.Config) *controller.Controller {
-	src, err := filesource.New(d.dir, 50*time.Millisecond, testLogger(t))
+	src, err := cluster.NewDir(d.dir, 50*time.Millisecond, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

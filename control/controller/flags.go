@@ -14,7 +14,7 @@ import (
 type Flags struct {
 	ConfigFile string
 	Kubeconfig string
-	// Source is "kube" (the API server) or "dir:/path" (package filesource).
+	// Source is "kube" (the API server, cluster.Kube) or "dir:/path" (cluster.Dir).
 	Source       string
 	Identity     string
 	PollInterval time.Duration

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/internal/kubetest"
@@ -124,7 +126,7 @@ func (k *kubeCluster) events(t *testing.T) []recorded {
 	}
 	var out []recorded
 	for _, e := range l.Items {
-		if e.Source.Component != controller.Component || e.Type != corev1.EventTypeWarning {
+		if e.Source.Component != cluster.Component || e.Type != corev1.EventTypeWarning {
 			continue
 		}
 		out = append(out, recorded{kind: e.InvolvedObject.Kind, name: e.InvolvedObject.Name, reason: e.Reason, message: e.Message})
@@ -133,7 +135,7 @@ func (k *kubeCluster) events(t *testing.T) []recorded {
 }
 
 func (k *kubeCluster) run(t *testing.T, cfg controller.Config) *controller.Controller {
-	src, err := controller.NewKubeSource(k.user)
+	src, err := cluster.NewKube(k.user)
 	if err != nil {
 		t.Fatal(err)
 	}

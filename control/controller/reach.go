@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/health"
-	"github.com/egret-gw/egret/metrics"
 )
 
 // reachability runs one probe loop per assignable node and remembers each
@@ -15,8 +14,7 @@ import (
 type reachability struct {
 	total, interval time.Duration
 	prober          *health.Prober
-	metrics         *Metrics
-	obs             *metrics.Control // set before start; nil ignores
+	metrics         *Metrics // set before start; nil ignores
 	log             *slog.Logger
 	// onChange is called when a node's verdict changes (or is first known).
 	onChange func()
@@ -35,8 +33,8 @@ type probeState struct {
 	lastErr   string
 }
 
-func newReachability(total, interval time.Duration, m *Metrics, log *slog.Logger, onChange func()) *reachability {
-	return &reachability{total: total, interval: interval, prober: health.NewProber(), metrics: m, log: log,
+func newReachability(total, interval time.Duration, log *slog.Logger, onChange func()) *reachability {
+	return &reachability{total: total, interval: interval, prober: health.NewProber(), log: log,
 		onChange: onChange, nodes: map[string]*probeState{}}
 }
 
@@ -77,11 +75,8 @@ func (r *reachability) track(targets map[string]string) {
 			s.cancel()
 			delete(r.nodes, name)
 			r.prober.Forget(s.target)
-			if s.known && !s.reachable {
-				r.metrics.NodesUnreachable.Add(-1)
-			}
 			if _, still := targets[name]; !still {
-				r.obs.ForgetNode(name)
+				r.metrics.ForgetNode(name)
 			}
 		}
 	}
@@ -113,19 +108,10 @@ func (r *reachability) loop(ctx context.Context, name string, s *probeState) {
 			return
 		}
 		took := time.Since(start)
-		r.metrics.observeProbe(took, err != nil)
-		r.obs.ObserveProbe(name, took, err != nil)
-		r.obs.SetReachable(name, err == nil)
+		r.metrics.ObserveProbe(name, took, err != nil)
+		r.metrics.SetReachable(name, err == nil)
 		r.mu.Lock()
 		changed := !s.known || s.reachable != (err == nil)
-		if changed {
-			switch {
-			case err == nil && s.known:
-				r.metrics.NodesUnreachable.Add(-1)
-			case err != nil:
-				r.metrics.NodesUnreachable.Add(1)
-			}
-		}
 		s.known, s.reachable = true, err == nil
 		if err != nil {
 			s.lastErr = err.Error()

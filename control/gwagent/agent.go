@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway/engine"
 )
@@ -40,8 +41,10 @@ type Agent struct {
 	// Base is the static part of the configuration (interfaces, VTEPs,
 	// tunnel...); Nodes and Policies come from the source.
 	Base engine.Spec
-	// Source supplies the objects and the contact check.
-	Source Source
+	// Source supplies the objects and the contact check: a cluster.Kube,
+	// or a cluster.Dir reader that follows the status files a controller
+	// in another process writes.
+	Source cluster.Source
 	// StartDataPlane builds and starts the data plane for the first usable
 	// configuration (engine.New + Start in the real command).
 	StartDataPlane func(*engine.Settled) (DataPlane, error)
@@ -150,16 +153,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.rebuild = poke
 	a.mu.Unlock()
-	if err := a.Source.Start(ctx, poke); err != nil {
+	if err := a.Source.Start(ctx, func(cluster.Kind) { poke() }); err != nil {
 		return fmt.Errorf("gateway agent: starting the object source: %w", err)
 	}
 	var (
 		lastOK  atomic.Int64
 		freshMu sync.Mutex
-		fresh   Statuses
+		fresh   cluster.Statuses
 	)
 	lastOK.Store(time.Now().UnixNano()) // Start returned: the source was just listed
-	go a.checkLoop(ctx, func(st Statuses) {
+	go a.checkLoop(ctx, func(st cluster.Statuses) {
 		freshMu.Lock()
 		differ := !reflect.DeepEqual(fresh, st)
 		fresh = st
@@ -222,7 +225,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // checkLoop runs the contact check every CheckEvery and reports successes.
-func (a *Agent) checkLoop(ctx context.Context, ok func(Statuses)) {
+func (a *Agent) checkLoop(ctx context.Context, ok func(cluster.Statuses)) {
 	failing := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, max(a.FenceAfter/2, 50*time.Millisecond))
@@ -251,7 +254,7 @@ func (a *Agent) checkLoop(ctx context.Context, ok func(Statuses)) {
 }
 
 // reconcile builds the configuration and applies it if it changed.
-func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh Statuses) error {
+func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) error {
 	now := time.Now()
 	fenced := now.Sub(lastOK) > a.FenceAfter
 	if fenced != l.fenced {
@@ -273,14 +276,13 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh Statuses) error {
 			a.Health.SetServing(serving)
 		}
 	}
-	in := a.Source.Objects()
-	in.Node = a.Node
+	v := a.Source.View()
 	if now.Before(l.settleUntil) && fresh != nil {
 		// The cache may not have caught up with what moved while out of
 		// contact: host only what the fresh read agrees with.
-		in.EgressIPs = agree(in.EgressIPs, fresh)
+		v.EgressIPs = agree(v.EgressIPs, fresh)
 	}
-	r := Build(a.currentBase(), in)
+	r := Build(a.currentBase(), a.Node, v)
 	if p := joinErrs(r.Problems); p != l.lastProblem {
 		for _, e := range r.Problems {
 			a.Log.Warn("gateway agent: input skipped", "problem", e.Error())

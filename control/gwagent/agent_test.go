@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway/engine"
@@ -20,27 +22,28 @@ import (
 // fakeSource is an in-memory Source whose backend can be cut off, and
 // whose cache can lag behind the backend.
 type fakeSource struct {
-	mu      sync.Mutex
-	cache   Inputs   // what Objects returns
-	backend Statuses // what Check returns
-	down    bool
-	changed func()
+	cluster.Source // the agent only reads: the writing methods stay nil
+	mu             sync.Mutex
+	cache          cluster.View     // what View returns
+	backend        cluster.Statuses // what Check returns
+	down           bool
+	changed        func(cluster.Kind)
 }
 
-func (s *fakeSource) Start(_ context.Context, changed func()) error {
+func (s *fakeSource) Start(_ context.Context, changed func(cluster.Kind)) error {
 	s.mu.Lock()
 	s.changed = changed
 	s.mu.Unlock()
 	return nil
 }
 
-func (s *fakeSource) Objects() Inputs {
+func (s *fakeSource) View() cluster.View {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cache
 }
 
-func (s *fakeSource) Check(context.Context) (Statuses, error) {
+func (s *fakeSource) Check(context.Context) (cluster.Statuses, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
@@ -60,12 +63,12 @@ func (s *fakeSource) place(node string, cache, backend bool) {
 		s.cache.EgressIPs = []*egressv1.EgressIP{e}
 	}
 	if backend {
-		s.backend = Statuses{"blue": st}
+		s.backend = cluster.Statuses{"blue": st}
 	}
 	ch := s.changed
 	s.mu.Unlock()
 	if ch != nil && cache {
-		ch()
+		ch(cluster.KindEgressIP)
 	}
 }
 
@@ -118,7 +121,7 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 }
 
 func TestAgentFencing(t *testing.T) {
-	src := &fakeSource{cache: Inputs{
+	src := &fakeSource{cache: cluster.View{
 		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), node("w1", "10.0.0.11", nil)},
 		Namespaces: []*corev1.Namespace{ns("default", nil)},
 		Pods:       []*corev1.Pod{pod("default", "p", "w1", nil, "10.244.1.5")},
@@ -205,7 +208,7 @@ func TestAgentFencing(t *testing.T) {
 // start and the health service says NOT_SERVING; the Node object arriving
 // starts it.
 func TestAgentWaitsForUsableConfig(t *testing.T) {
-	src := &fakeSource{backend: Statuses{}}
+	src := &fakeSource{backend: cluster.Statuses{}}
 	b := base()
 	b.VTEPs = nil
 	started := make(chan struct{})
@@ -230,7 +233,7 @@ func TestAgentWaitsForUsableConfig(t *testing.T) {
 	src.cache.Nodes = []*corev1.Node{node("g1", "10.0.0.21", nil)}
 	ch := src.changed
 	src.mu.Unlock()
-	ch()
+	ch(cluster.KindNode)
 	select {
 	case <-started:
 	case <-time.After(2 * time.Second):

@@ -14,31 +14,13 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/steer"
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 	corev1 "k8s.io/api/core/v1"
 )
-
-// AnnotationTunnelMAC on a Node gives the MAC of its tunnel device when the
-// steer agent there is configured with tunnelMAC; without it the gateway
-// uses the steer agent's default, steer.GatewayMAC(node VTEP). Replies are
-// sent to this inner destination MAC, so it must match the device.
-const AnnotationTunnelMAC = "egret.io/tunnel-mac"
-
-// Inputs are the objects the configuration is built from. Nothing in it is
-// modified.
-type Inputs struct {
-	// Node is the name of the gateway node the agent runs on.
-	Node       string
-	EgressIPs  []*egressv1.EgressIP
-	Nodes      []*corev1.Node
-	Namespaces []*corev1.Namespace
-	Pods       []*corev1.Pod
-}
 
 // Result is the built configuration with what was left out and why.
 type Result struct {
@@ -52,41 +34,41 @@ type Result struct {
 	Problems []error
 }
 
-// Build computes the engine configuration of gateway in.Node. It is a pure
-// function of its arguments.
+// Build computes the engine configuration of gateway node from the view
+// in. It is a pure function of its arguments and modifies nothing in in.
 //
-// Pod selection is the steer agent's (control/steer): a running,
+// Pod selection is cluster.Selector's, as on the workers: a running,
 // non-host-network pod with an address is selected by the EgressIP objects
 // whose namespaceSelector matches its namespace's labels and whose
 // podSelector matches its labels; when several do, the one whose name sorts
-// first owns it, as on the worker, which steers it to that object's gateways.
-func Build(base engine.Spec, in Inputs) Result {
+// first owns it, and the worker steers it to that object's gateways.
+func Build(base engine.Spec, node string, in cluster.View) Result {
 	var r Result
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Errorf(format, a...)) }
 	c := base
-	c.Node = in.Node
+	c.Node = node
 	c.Nodes, c.Policies = nil, nil
 	c.VTEPs = slices.Clone(base.VTEPs)
 
 	var self *corev1.Node
 	for _, n := range in.Nodes {
-		if n != nil && n.Name == in.Node {
+		if n != nil && n.Name == node {
 			self = n
 		}
 	}
 	if len(c.VTEPs) == 0 {
 		if self == nil {
-			problem("no VTEP configured and no Node object %q to take it from", in.Node)
+			problem("no VTEP configured and no Node object %q to take it from", node)
 		} else {
 			var v4, v6 bool
-			for _, a := range steer.NodeVTEPs(self) {
+			for _, a := range cluster.NodeVTEPs(self) {
 				if (a.Is4() && !v4) || (a.Is6() && !v6) {
 					c.VTEPs = append(c.VTEPs, a)
 					v4, v6 = v4 || a.Is4(), v6 || a.Is6()
 				}
 			}
 			if len(c.VTEPs) == 0 {
-				problem("no VTEP configured and Node %q has neither the %s annotation nor an InternalIP", in.Node, steer.AnnotationVTEP)
+				problem("no VTEP configured and Node %q has neither the %s annotation nor an InternalIP", node, cluster.AnnotationVTEP)
 			}
 		}
 	}
@@ -97,10 +79,10 @@ func Build(base engine.Spec, in Inputs) Result {
 		}
 	}
 	if c.InnerMAC == [6]byte{} && len(gwVTEPs) > 0 {
-		c.InnerMAC = steer.GatewayMAC(gwVTEPs[0])
+		c.InnerMAC = cluster.VTEPMAC(gwVTEPs[0])
 	}
 
-	sel, problems := steer.NewSelector(in.EgressIPs)
+	sel, problems := cluster.NewSelector(in.EgressIPs)
 	r.Problems = append(r.Problems, problems...)
 
 	// Policies: every usable object, with the egress IPs its status places here.
@@ -116,7 +98,7 @@ func Build(base engine.Spec, in Inputs) Result {
 		p := gateway.Policy{Name: eip.Name}
 		var ips []netip.Addr
 		for _, item := range eip.Status.Items {
-			if item.Node != in.Node {
+			if item.Node != node {
 				continue
 			}
 			a, err := egressv1.ParseEgressIP(item.EgressIP)
@@ -161,10 +143,10 @@ func Build(base engine.Spec, in Inputs) Result {
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	noVTEP := map[string]bool{}
 	for _, n := range nodes {
-		if n.Name == in.Node || workers[n.Name] != nil {
+		if n.Name == node || workers[n.Name] != nil {
 			continue
 		}
-		vtep, ok := pickVTEP(steer.NodeVTEPs(n), gwVTEPs)
+		vtep, ok := pickVTEP(cluster.NodeVTEPs(n), gwVTEPs)
 		if !ok {
 			noVTEP[n.Name] = true
 			continue
@@ -178,14 +160,9 @@ func Build(base engine.Spec, in Inputs) Result {
 			continue
 		}
 		vtepOwner[vtep] = n.Name
-		mac := steer.GatewayMAC(vtep)
-		if s, ok := n.Annotations[AnnotationTunnelMAC]; ok {
-			hw, err := net.ParseMAC(strings.TrimSpace(s))
-			if err != nil || len(hw) != 6 {
-				problem("node %s: annotation %s=%q is not an Ethernet MAC; using %v", n.Name, AnnotationTunnelMAC, s, net.HardwareAddr(mac[:]))
-			} else {
-				copy(mac[:], hw)
-			}
+		mac, err := cluster.NodeTunnelMAC(n, vtep)
+		if err != nil {
+			problem("node %s: %v; using %v", n.Name, err, net.HardwareAddr(mac[:]))
 		}
 		workers[n.Name] = &workerNode{node: gateway.Node{Name: n.Name, VTEP: vtep, InnerMAC: mac}}
 	}
@@ -202,9 +179,9 @@ func Build(base engine.Spec, in Inputs) Result {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	podOwner := map[netip.Addr]string{}
-	for _, kp := range pods {
-		pod := steer.PodFrom(kp)
-		if pod.HostNetwork || pod.Done || len(pod.IPs) == 0 {
+	for _, pod := range pods {
+		ips := cluster.PodIPs(pod)
+		if pod.Spec.HostNetwork || cluster.PodDone(pod) || len(ips) == 0 {
 			continue
 		}
 		nl, ok := nsLabels[pod.Namespace]
@@ -216,20 +193,20 @@ func Build(base engine.Spec, in Inputs) Result {
 			continue
 		}
 		owner := sel.Object(i).Name
-		w := workers[pod.Node]
+		w := workers[pod.Spec.NodeName]
 		if w == nil {
 			switch {
-			case pod.Node == "":
-			case pod.Node == in.Node:
+			case pod.Spec.NodeName == "":
+			case pod.Spec.NodeName == node:
 				problem("pod %s/%s (EgressIP %s) runs on this gateway node; its traffic does not come through the tunnel", pod.Namespace, pod.Name, owner)
-			case noVTEP[pod.Node]:
-				problem("pod %s/%s (EgressIP %s): node %s has no VTEP of this gateway's families; not accepted", pod.Namespace, pod.Name, owner, pod.Node)
+			case noVTEP[pod.Spec.NodeName]:
+				problem("pod %s/%s (EgressIP %s): node %s has no VTEP of this gateway's families; not accepted", pod.Namespace, pod.Name, owner, pod.Spec.NodeName)
 			default:
-				problem("pod %s/%s (EgressIP %s): node %s is unknown or not accepted", pod.Namespace, pod.Name, owner, pod.Node)
+				problem("pod %s/%s (EgressIP %s): node %s is unknown or not accepted", pod.Namespace, pod.Name, owner, pod.Spec.NodeName)
 			}
 			continue
 		}
-		for _, ip := range pod.IPs {
+		for _, ip := range ips {
 			key := pod.Namespace + "/" + pod.Name
 			switch {
 			case !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast():

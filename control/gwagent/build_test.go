@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/steer"
 	"github.com/egret-gw/egret/gateway"
@@ -55,7 +57,7 @@ func base() engine.Spec {
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-func macOf(v string) [6]byte { return steer.GatewayMAC(addr(v)) }
+func macOf(v string) [6]byte { return cluster.VTEPMAC(addr(v)) }
 
 // podPolicies flattens the built nodes into "node/addr" → policy.
 func podPolicies(c engine.Spec) map[string]string {
@@ -73,7 +75,7 @@ func hasProblem(r Result, sub string) bool {
 }
 
 func TestBuild(t *testing.T) {
-	in := Inputs{
+	in := inputs{
 		Node: "g1",
 		EgressIPs: []*egressv1.EgressIP{
 			eip("blue", []string{"192.0.2.10", "192.0.2.11"}, map[string]string{"env": "prod"}, nil,
@@ -87,7 +89,7 @@ func TestBuild(t *testing.T) {
 			node("g1", "10.0.0.21", nil),
 			node("g2", "10.0.0.22", nil),
 			node("w1", "10.0.0.11", nil),
-			node("w2", "10.9.9.9", map[string]string{steer.AnnotationVTEP: "10.0.0.12, fd00::12", AnnotationTunnelMAC: "02:65:67:00:00:12"}),
+			node("w2", "10.9.9.9", map[string]string{cluster.AnnotationVTEP: "10.0.0.12, fd00::12", cluster.AnnotationTunnelMAC: "02:65:67:00:00:12"}),
 			node("w3", "fd00::13", nil), // no IPv4 VTEP: the gateway has none of IPv6
 		},
 		Namespaces: []*corev1.Namespace{ns("prod", map[string]string{"env": "prod"}), ns("dev", map[string]string{"env": "dev"})},
@@ -105,7 +107,7 @@ func TestBuild(t *testing.T) {
 	done.Status.Phase = corev1.PodSucceeded
 	in.Pods = append(in.Pods, hostNet, done, pod("prod", "pending", "w1", nil))
 
-	r := Build(base(), in)
+	r := build(base(), in)
 	c := r.Spec
 	if _, err := c.Settle(); err != nil {
 		t.Fatalf("built config does not validate: %v", err)
@@ -139,9 +141,9 @@ func TestBuild(t *testing.T) {
 func TestBuildVTEPFromNode(t *testing.T) {
 	b := base()
 	b.VTEPs = nil
-	in := Inputs{Node: "g1", Nodes: []*corev1.Node{node("g1", "", map[string]string{steer.AnnotationVTEP: "10.0.0.21,fd00::21"}),
+	in := inputs{Node: "g1", Nodes: []*corev1.Node{node("g1", "", map[string]string{cluster.AnnotationVTEP: "10.0.0.21,fd00::21"}),
 		node("w3", "fd00::13", nil)}}
-	r := Build(b, in)
+	r := build(b, in)
 	if !slices.Equal(r.Spec.VTEPs, []netip.Addr{addr("10.0.0.21"), addr("fd00::21")}) || r.Spec.InnerMAC != macOf("10.0.0.21") {
 		t.Fatalf("vteps %v innerMAC %x", r.Spec.VTEPs, r.Spec.InnerMAC)
 	}
@@ -153,11 +155,11 @@ func TestBuildVTEPFromNode(t *testing.T) {
 	}
 	// A configured innerMAC stays.
 	b.InnerMAC = [6]byte{2, 0, 0, 0, 0, 1}
-	if r := Build(b, in); r.Spec.InnerMAC != b.InnerMAC {
+	if r := build(b, in); r.Spec.InnerMAC != b.InnerMAC {
 		t.Fatalf("innerMAC %x", r.Spec.InnerMAC)
 	}
 	// No VTEP anywhere: reported, and the config does not validate.
-	r = Build(b, Inputs{Node: "g1"})
+	r = build(b, inputs{Node: "g1"})
 	if !hasProblem(r, "no VTEP configured") {
 		t.Fatalf("problems %v", r.Problems)
 	}
@@ -169,7 +171,7 @@ func TestBuildVTEPFromNode(t *testing.T) {
 func TestBuildBadInputs(t *testing.T) {
 	bad := eip("bad", []string{"192.0.2.40"}, nil, nil, "g1", "192.0.2.40")
 	bad.Spec.NamespaceSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Sideways"}}
-	in := Inputs{
+	in := inputs{
 		Node: "g1",
 		EgressIPs: []*egressv1.EgressIP{
 			nil,
@@ -179,7 +181,7 @@ func TestBuildBadInputs(t *testing.T) {
 			eip("a", []string{"192.0.2.77"}, nil, nil, "g1", "192.0.2.77"), // duplicate name
 			bad,
 		},
-		Nodes: []*corev1.Node{nil, node("w1", "10.0.0.11", map[string]string{AnnotationTunnelMAC: "zz"}),
+		Nodes: []*corev1.Node{nil, node("w1", "10.0.0.11", map[string]string{cluster.AnnotationTunnelMAC: "zz"}),
 			node("w2", "10.0.0.11", nil), node("self-vtep", "10.0.0.21", nil), node("g1", "10.0.0.21", nil)},
 		Namespaces: []*corev1.Namespace{nil, ns("default", nil)},
 		Pods: []*corev1.Pod{nil,
@@ -190,7 +192,7 @@ func TestBuildBadInputs(t *testing.T) {
 			pod("default", "e", "ghost", nil, "10.244.9.6"),
 		},
 	}
-	r := Build(base(), in)
+	r := build(base(), in)
 	if _, err := r.Spec.Settle(); err != nil {
 		t.Fatalf("built config does not validate: %v\nproblems: %v", err, r.Problems)
 	}
@@ -242,8 +244,8 @@ func TestFenced(t *testing.T) {
 
 // randomInputs builds a cluster with overlapping selectors, matchExpressions,
 // dual-stack pods and some duplicate addresses.
-func randomInputs(rng *rand.Rand, dupAddrs bool) Inputs {
-	in := Inputs{Node: "g1"}
+func randomInputs(rng *rand.Rand, dupAddrs bool) inputs {
+	in := inputs{Node: "g1"}
 	envs := []string{"prod", "dev", "test"}
 	apps := []string{"web", "db", "cache"}
 	for i := range 6 {
@@ -300,14 +302,14 @@ func TestBuildMatchesSteer(t *testing.T) {
 	params := steer.Params{LocalVTEP: netip.MustParseAddr("10.0.0.100"), TableBase: 1000, TableCount: 1000}
 	for iter := range 200 {
 		in := randomInputs(rng, false)
-		r := Build(base(), in)
+		r := build(base(), in)
 		if _, err := r.Spec.Settle(); err != nil {
 			t.Fatalf("iteration %d: %v", iter, err)
 		}
 		gw := podPolicies(r.Spec)
 		for w := range 5 {
 			name := fmt.Sprintf("w%d", w)
-			st := steer.Desired(steer.InputsFrom(name, steer.Objects{EgressIPs: in.EgressIPs, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods}), params)
+			st := steer.Desired(steer.InputsFrom(name, in.view()), params)
 			table := map[uint32]string{}
 			for _, o := range st.Objects {
 				table[o.Table] = o.Name
@@ -340,7 +342,7 @@ func TestBuildAlwaysValid(t *testing.T) {
 			in.Nodes = append(in.Nodes, node("w9", "10.0.0.101", nil))
 		}
 		in.EgressIPs = append(in.EgressIPs, eip("zz", []string{"192.0.2.1"}, nil, nil, "g1", "192.0.2.1"))
-		r := Build(base(), in)
+		r := build(base(), in)
 		if _, err := r.Spec.Settle(); err != nil {
 			t.Fatalf("iteration %d: %v\nproblems %v", iter, err, r.Problems)
 		}
@@ -355,7 +357,7 @@ func TestBuildAlwaysValid(t *testing.T) {
 func TestAgree(t *testing.T) {
 	e1 := eip("a", []string{"192.0.2.1", "192.0.2.2"}, nil, nil, "g1", "192.0.2.1", "g1", "192.0.2.2")
 	e2 := eip("b", []string{"192.0.2.3"}, nil, nil, "g1", "192.0.2.3")
-	fresh := Statuses{"a": {Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "192.0.2.1"}, {Node: "g2", EgressIP: "192.0.2.2"}}}}
+	fresh := cluster.Statuses{"a": {Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "192.0.2.1"}, {Node: "g2", EgressIP: "192.0.2.2"}}}}
 	out := agree([]*egressv1.EgressIP{e1, nil, e2}, fresh)
 	if len(out) != 2 || len(out[0].Status.Items) != 1 || out[0].Status.Items[0].EgressIP != "192.0.2.1" || len(out[1].Status.Items) != 0 {
 		t.Fatalf("agree: %+v", out)
@@ -367,7 +369,7 @@ func TestAgree(t *testing.T) {
 
 // BenchmarkBuild: 10k pods on 200 workers, 500 EgressIP objects, 50 hosted here.
 func BenchmarkBuild(b *testing.B) {
-	in := Inputs{Node: "g1"}
+	in := inputs{Node: "g1"}
 	in.Nodes = append(in.Nodes, node("g1", "10.0.0.21", nil))
 	for i := range 200 {
 		in.Nodes = append(in.Nodes, node(fmt.Sprintf("w%d", i), fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), nil))
@@ -391,9 +393,25 @@ func BenchmarkBuild(b *testing.B) {
 	bs := base()
 	b.ReportAllocs()
 	for b.Loop() {
-		r := Build(bs, in)
+		r := build(bs, in)
 		if len(r.Hosted) != 50 {
 			b.Fatalf("hosted %d", len(r.Hosted))
 		}
 	}
 }
+
+// inputs is a gateway's name with the objects its configuration is built from.
+type inputs struct {
+	Node       string
+	EgressIPs  []*egressv1.EgressIP
+	Nodes      []*corev1.Node
+	Namespaces []*corev1.Namespace
+	Pods       []*corev1.Pod
+}
+
+func (in inputs) view() cluster.View {
+	return cluster.View{EgressIPs: in.EgressIPs, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods}
+}
+
+// build is Build for in.Node.
+func build(base engine.Spec, in inputs) Result { return Build(base, in.Node, in.view()) }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/internal/kubetest"
 	corev1 "k8s.io/api/core/v1"
@@ -133,7 +135,7 @@ func TestAgentKube(t *testing.T) {
 	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"env": "prod"}}}, metav1.CreateOptions{}))
 	for _, n := range []*corev1.Node{
 		node("g1", "", map[string]string{"egret.io/vtep": "10.78.0.1"}),
-		node("w1", "", map[string]string{"egret.io/vtep": "10.78.0.2", AnnotationTunnelMAC: "02:65:67:00:00:11"}),
+		node("w1", "", map[string]string{"egret.io/vtep": "10.78.0.2", cluster.AnnotationTunnelMAC: "02:65:67:00:00:11"}),
 	} {
 		must(cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}))
 	}
@@ -165,7 +167,7 @@ func TestAgentKube(t *testing.T) {
 	viaProxy := rest.CopyConfig(user)
 	viaProxy.Host = "https://" + proxy.addr
 	viaProxy.Timeout = 2 * time.Second
-	src, err := NewKubeSource(viaProxy)
+	src, err := cluster.NewKube(viaProxy)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netns"
@@ -260,7 +262,7 @@ var nsHealthAddr = netip.AddrPortFrom(nsGwPrefix.Addr(), health.DefaultPort).Str
 // startAgent runs an agent for node g1 on d0 with the real engine, in the
 // gateway namespace, with its health service on nsHealthAddr. The returned
 // function stops it (also called by t.Cleanup).
-func startAgent(t *testing.T, tp *nsTopo, src Source, fence time.Duration) (*Agent, func()) {
+func startAgent(t *testing.T, tp *nsTopo, src cluster.Source, fence time.Duration) (*Agent, func()) {
 	a := &Agent{Node: "g1", Source: src, FenceAfter: fence, Log: testLog(t),
 		Base: engine.Spec{Interfaces: []string{"d0"}, Mode: "afxdp", Tunnel: gateway.TunnelVXLAN, VNI: nsVNI, RouterV4: netip.MustParseAddr("169.254.78.1")},
 		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
@@ -320,7 +322,7 @@ func TestAgentNetns(t *testing.T) {
 	writeStatus(t, objs, "g2") // hosted elsewhere at first
 
 	const fence = time.Second
-	src, err := NewFileSource(objs, 100*time.Millisecond, testLog(t))
+	src, err := cluster.NewDirReader(objs, 100*time.Millisecond, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,14 +30,19 @@ func TestServeProbeStopRestart(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	// The probe retries for its whole budget and then reports the node
+	// unreachable. Only the lower bound is a property of Probe (its
+	// deadline); how much later a loaded machine returns is not.
 	start := time.Now()
 	err = p.Probe(ctx, addr, 500*time.Millisecond)
-	took := time.Since(start)
 	if err == nil {
 		t.Fatal("probe of a stopped server succeeded")
 	}
-	if took < 450*time.Millisecond || took > 2*time.Second {
-		t.Errorf("probe gave up after %v, want about the 500ms total timeout", took)
+	if !strings.Contains(err.Error(), "unreachable within 500ms") {
+		t.Errorf("probe of a stopped server: %v, want it to give up at its total timeout", err)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("probe gave up after %v, before its 500ms total timeout", took)
 	}
 
 	// The node comes back on the same address: the same prober sees it

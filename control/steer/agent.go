@@ -5,49 +5,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
-	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/filesource"
-	"github.com/egret-gw/egret/metrics"
+	"github.com/egret-gw/egret/control/cluster"
 	corev1 "k8s.io/api/core/v1"
 )
 
-// AnnotationVTEP on a Node lists its tunnel addresses (comma-separated, at
-// most one per family). Without it, the node's InternalIP addresses are its
-// VTEPs.
-const AnnotationVTEP = "egret.io/vtep"
-
-// Objects is one consistent view of the cluster objects the agent reads.
-// They belong to the source's cache and are not modified.
-type Objects struct {
-	EgressIPs  []*egressv1.EgressIP
-	Nodes      []*corev1.Node
-	Namespaces []*corev1.Namespace
-	Pods       []*corev1.Pod
-}
-
-// Source is where the objects come from: informers, or a directory of YAML
-// files. cmd/egret adapts the controller's sources to it.
-type Source interface {
-	// Start lists everything and returns once the cache is filled; changed
-	// is then called, from any goroutine, after each change.
-	Start(ctx context.Context, changed func()) error
-	// Objects returns the current objects.
-	Objects() Objects
-}
-
-// InputsFrom converts objects to the desired-state inputs of node.
-func InputsFrom(node string, o Objects) Inputs {
+// InputsFrom converts a view of the cluster to the desired-state inputs of node.
+func InputsFrom(node string, o cluster.View) Inputs {
 	in := Inputs{Node: node, Namespaces: map[string]map[string]string{}, VTEPs: map[string][]netip.Addr{}, EgressIPs: o.EgressIPs}
 	for _, ns := range o.Namespaces {
 		in.Namespaces[ns.Name] = ns.Labels
 	}
 	for _, n := range o.Nodes {
-		in.VTEPs[n.Name] = NodeVTEPs(n)
+		in.VTEPs[n.Name] = cluster.NodeVTEPs(n)
 		if n.Name == node {
 			in.NodeKnown = true
 			in.NodePodCIDRs = n.Spec.PodCIDRs
@@ -67,43 +39,8 @@ func InputsFrom(node string, o Objects) Inputs {
 
 // PodFrom converts a Pod; unparsable addresses are left out.
 func PodFrom(p *corev1.Pod) Pod {
-	out := Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Labels: p.Labels,
-		HostNetwork: p.Spec.HostNetwork, Done: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed}
-	add := func(s string) {
-		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(out.IPs, a.Unmap()) {
-			out.IPs = append(out.IPs, a.Unmap())
-		}
-	}
-	for _, ip := range p.Status.PodIPs {
-		add(ip.IP)
-	}
-	if p.Status.PodIP != "" {
-		add(p.Status.PodIP)
-	}
-	return out
-}
-
-// NodeVTEPs returns a node's tunnel addresses: the egret.io/vtep annotation,
-// else its InternalIP addresses.
-func NodeVTEPs(n *corev1.Node) []netip.Addr {
-	var out []netip.Addr
-	if s, ok := n.Annotations[AnnotationVTEP]; ok {
-		for _, f := range strings.Split(s, ",") {
-			if a, err := netip.ParseAddr(strings.TrimSpace(f)); err == nil {
-				out = append(out, a.Unmap())
-			}
-		}
-		return out
-	}
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out
+	return Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Labels: p.Labels,
+		HostNetwork: p.Spec.HostNetwork, Done: cluster.PodDone(p), IPs: cluster.PodIPs(p)}
 }
 
 // Agent keeps one node's kernel in line with the objects: it recomputes the
@@ -111,17 +48,16 @@ func NodeVTEPs(n *corev1.Node) []netip.Addr {
 // difference. Apply errors are retried with backoff; the kernel keeps its
 // last state meanwhile (and the filter keeps selected pods in).
 type Agent struct {
-	Node   string
-	Source Source
+	Node string
+	// Source supplies the objects: a cluster.Kube, or a cluster.Dir reader
+	// that follows the status files a controller in another process writes.
+	Source cluster.Source
 	Kernel *Kernel
 	Log    *slog.Logger
 	// Resync is how often the kernel is checked without a change.
 	Resync time.Duration
-	// Status, if set, supplies an EgressIP's status (the file source
-	// written by a controller in another process).
-	Status func(name string) (egressv1.EgressIPStatus, bool)
 	// Metrics, if set, records every reconcile.
-	Metrics *metrics.Steer
+	Metrics *Metrics
 
 	lastFailClosed string
 }
@@ -145,7 +81,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		default:
 		}
 	}
-	if err := a.Source.Start(ctx, poke); err != nil {
+	if err := a.Source.Start(ctx, func(cluster.Kind) { poke() }); err != nil {
 		return fmt.Errorf("start the object source: %w", err)
 	}
 	resync := a.Resync
@@ -188,20 +124,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // ReconcileOnce computes the desired state from the source's current
 // objects and applies it.
 func (a *Agent) ReconcileOnce() (Changes, State, error) {
-	o := a.Source.Objects()
-	if a.Status != nil {
-		eips := make([]*egressv1.EgressIP, 0, len(o.EgressIPs))
-		for _, e := range o.EgressIPs {
-			if st, ok := a.Status(e.Name); ok {
-				c := e.DeepCopy()
-				c.Status = st
-				e = c
-			}
-			eips = append(eips, e)
-		}
-		o.EgressIPs = eips
-	}
-	st := Desired(InputsFrom(a.Node, o), a.Kernel.Params())
+	st := Desired(InputsFrom(a.Node, a.Source.View()), a.Kernel.Params())
 	a.logFailClosed(st)
 	ch, err := a.Kernel.Apply(st)
 	if a.Log != nil && !ch.Zero() {
@@ -244,22 +167,4 @@ func problemsString(errs []error) string {
 
 func macString(m [6]byte) string {
 	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
-}
-
-// DirStatus reads the status a controller wrote for EgressIP name into
-// dir/status/<name>.yaml (the file source's layout). The file source reads
-// status only when it first sees an object, so an agent in another process
-// than the controller needs this to follow assignments.
-func DirStatus(dir string) func(name string) (egressv1.EgressIPStatus, bool) {
-	return func(name string) (egressv1.EgressIPStatus, bool) {
-		if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
-			return egressv1.EgressIPStatus{}, false
-		}
-		st, err := filesource.ReadStatus(filepath.Join(dir, filesource.StatusDir), name)
-		if err != nil {
-			// No (readable) status file: keep the status in the object itself.
-			return egressv1.EgressIPStatus{}, false
-		}
-		return st, true
-	}
 }

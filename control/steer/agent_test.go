@@ -4,44 +4,46 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/control/cluster"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// memSource is an in-memory Source for the agent tests.
+// memSource is an in-memory cluster.Source for the agent tests; the agent
+// only reads, so the writing methods are left to the nil embedded Source.
 type memSource struct {
+	cluster.Source
 	mu      sync.Mutex
-	o       Objects
-	changed func()
+	o       cluster.View
+	changed func(cluster.Kind)
 }
 
-func (m *memSource) Start(_ context.Context, changed func()) error {
+func (m *memSource) Start(_ context.Context, changed func(cluster.Kind)) error {
 	m.mu.Lock()
 	m.changed = changed
 	m.mu.Unlock()
 	return nil
 }
 
-func (m *memSource) Objects() Objects {
+func (m *memSource) View() cluster.View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.o
 }
 
-func (m *memSource) set(f func(o *Objects)) {
+func (m *memSource) set(f func(o *cluster.View)) {
 	m.mu.Lock()
 	f(&m.o)
 	ch := m.changed
 	m.mu.Unlock()
 	if ch != nil {
-		ch()
+		ch(cluster.KindPod)
 	}
 }
 
@@ -57,12 +59,12 @@ func k8sPod(ns, name, node string, ips ...string) *corev1.Pod {
 }
 
 func TestInputsFrom(t *testing.T) {
-	o := Objects{
+	o := cluster.View{
 		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "blue", Labels: map[string]string{"team": "blue"}}}},
 		Nodes: []*corev1.Node{
 			{ObjectMeta: metav1.ObjectMeta{Name: "g1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
 				{Type: corev1.NodeExternalIP, Address: "203.0.113.1"}, {Type: corev1.NodeInternalIP, Address: "192.0.2.21"}}}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "g2", Annotations: map[string]string{AnnotationVTEP: "192.0.2.122, 2001:db8::22, junk"}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "g2", Annotations: map[string]string{cluster.AnnotationVTEP: "192.0.2.122, 2001:db8::22, junk"}},
 				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.22"}}}},
 		},
 		Pods: []*corev1.Pod{k8sPod("blue", "a", "w1", "198.18.1.2", "fd00::2"), k8sPod("blue", "b", "w2", "198.18.2.2"), k8sPod("blue", "c", "w1", "bogus")},
@@ -85,21 +87,6 @@ func TestInputsFrom(t *testing.T) {
 	}
 }
 
-func TestDirStatus(t *testing.T) {
-	dir := t.TempDir()
-	os.Mkdir(filepath.Join(dir, "status"), 0o755)
-	os.WriteFile(filepath.Join(dir, "status", "blue.yaml"), []byte("apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: blue}\nspec: {egressIPs: [192.0.2.101]}\nstatus:\n  items:\n  - {node: g1, egressIP: 192.0.2.101}\n"), 0o644)
-	st, ok := DirStatus(dir)("blue")
-	if !ok || len(st.Items) != 1 || st.Items[0].Node != "g1" {
-		t.Fatalf("status %+v %v", st, ok)
-	}
-	for _, bad := range []string{"missing", "../status/blue", ""} {
-		if _, ok := DirStatus(dir)(bad); ok {
-			t.Fatalf("status for %q", bad)
-		}
-	}
-}
-
 // TestAgentInNetns runs the agent loop against a real namespace: a pod
 // appearing, its EgressIP getting gateways, and the pod going away.
 func TestAgentInNetns(t *testing.T) {
@@ -110,7 +97,7 @@ func TestAgentInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	src := &memSource{o: Objects{
+	src := &memSource{o: cluster.View{
 		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "blue", Labels: map[string]string{"team": "blue"}}}},
 		Nodes: []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "g1"},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: g1VTEP.String()}}}}},
@@ -136,11 +123,11 @@ func TestAgentInNetns(t *testing.T) {
 		}
 		t.Fatalf("%s: kernel state %+v (%v)", what, st, err)
 	}
-	src.set(func(o *Objects) { o.Pods = []*corev1.Pod{k8sPod("blue", "p1", "w1", podIP4.String())} })
+	src.set(func(o *cluster.View) { o.Pods = []*corev1.Pod{k8sPod("blue", "p1", "w1", podIP4.String())} })
 	waitFor("pod selected, no gateway", func(st State) bool {
 		return len(st.Rules) == 1 && len(st.Routes) > 0 && st.Routes[0].Type == RouteBlackhole && len(st.Selected) == 1
 	})
-	src.set(func(o *Objects) {
+	src.set(func(o *cluster.View) {
 		e := o.EgressIPs[0].DeepCopy()
 		e.Status.Items = []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "192.0.2.101"}}
 		o.EgressIPs = []*egressv1.EgressIP{e}
@@ -148,7 +135,7 @@ func TestAgentInNetns(t *testing.T) {
 	waitFor("gateway assigned", func(st State) bool {
 		return len(st.FDB) == 1 && slicesContainsUnicast(st.Routes)
 	})
-	src.set(func(o *Objects) { o.Pods = nil })
+	src.set(func(o *cluster.View) { o.Pods = nil })
 	waitFor("pod gone", func(st State) bool { return st.Equal(State{}) })
 }
 

@@ -59,7 +59,7 @@ type Config struct {
 	// VTEP is this node's tunnel address; optional.
 	VTEP string `json:"vtep,omitempty"`
 	// TunnelMAC is the tunnel device's MAC, the inner destination of the
-	// gateway's replies; default GatewayMAC(VTEP).
+	// gateway's replies; default cluster.VTEPMAC(VTEP).
 	TunnelMAC string `json:"tunnelMAC,omitempty"`
 	// MTU of the tunnel device; default the underlay's MTU minus the
 	// encapsulation (50 bytes over IPv4, 70 over IPv6).

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 // Pod is what the steer agent needs to know about a pod.
@@ -185,7 +186,7 @@ func Desired(in Inputs, p Params) State {
 		hops     [2][]NextHop
 		gateways []string
 	}
-	sel, problems := NewSelector(in.EgressIPs)
+	sel, problems := cluster.NewSelector(in.EgressIPs)
 	st.Problems = append(st.Problems, problems...)
 	objs := make([]*object, sel.Len())
 	for i := range objs {
@@ -266,7 +267,7 @@ func Desired(in Inputs, p Params) State {
 				continue
 			}
 			f := famIndex(eip)
-			mac := GatewayMAC(vtep)
+			mac := cluster.VTEPMAC(vtep)
 			if prev, dup := fdb[mac]; dup && prev != vtep {
 				problem("EgressIP %s: gateway VTEPs %v and %v map to the same tunnel MAC; %v not used", o.eip.Name, prev, vtep, vtep)
 				continue
@@ -438,22 +439,6 @@ func pickVTEP(vteps []netip.Addr, local netip.Addr) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
-}
-
-// GatewayMAC is the tunnel MAC the agent uses for the node with VTEP vtep:
-// the inner destination MAC of frames towards a gateway and, unless the
-// configuration names one, the MAC of the node's own tunnel device (the
-// inner destination a gateway must use for replies). Locally administered,
-// 02:65 followed by the IPv4 address, or 02:66 followed by the last four
-// bytes of an IPv6 address.
-func GatewayMAC(vtep netip.Addr) [6]byte {
-	vtep = vtep.Unmap()
-	if vtep.Is4() {
-		b := vtep.As4()
-		return [6]byte{0x02, 0x65, b[0], b[1], b[2], b[3]}
-	}
-	b := vtep.As16()
-	return [6]byte{0x02, 0x66, b[12], b[13], b[14], b[15]}
 }
 
 // nextHopAddr is the route next hop for a gateway: its IPv4 VTEP for IPv4

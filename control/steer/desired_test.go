@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -102,7 +104,7 @@ func TestDesiredSelectors(t *testing.T) {
 	if len(st.FDB) != 2 || len(st.Neighs) != 2 {
 		t.Fatalf("FDB %+v, neighbours %+v: want one each per gateway", st.FDB, st.Neighs)
 	}
-	if st.FDB[0].MAC != GatewayMAC(addr("192.0.2.21")) || st.FDB[0].VTEP != addr("192.0.2.21") {
+	if st.FDB[0].MAC != cluster.VTEPMAC(addr("192.0.2.21")) || st.FDB[0].VTEP != addr("192.0.2.21") {
 		t.Fatalf("FDB[0] = %+v", st.FDB[0])
 	}
 	if len(st.Objects) != 1 || !slices.Equal(st.Objects[0].Gateways, []string{"g1", "g2"}) {
@@ -177,7 +179,7 @@ func TestDesiredDualStack(t *testing.T) {
 	}
 	// IPv6 traffic goes to g1 over the IPv4 underlay, next hop link-local from g1's MAC.
 	if d6.Type != RouteUnicast || len(d6.NextHops) != 1 || d6.NextHops[0].VTEP != addr("192.0.2.21") ||
-		!d6.NextHops[0].Addr.IsLinkLocalUnicast() || d6.NextHops[0].Addr != linkLocal(GatewayMAC(addr("192.0.2.21"))) {
+		!d6.NextHops[0].Addr.IsLinkLocalUnicast() || d6.NextHops[0].Addr != linkLocal(cluster.VTEPMAC(addr("192.0.2.21"))) {
 		t.Fatalf("IPv6 default = %+v, want via g1 with a link-local next hop", d6)
 	}
 	if got := linkLocal([6]byte{0x02, 0x65, 0xc0, 0x00, 0x02, 0x15}); got != addr("fe80::65:c0ff:fe00:215") {

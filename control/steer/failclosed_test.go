@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
@@ -86,7 +88,7 @@ func TestDesiredFailClosed(t *testing.T) {
 }
 
 func TestInputsFromPodCIDRs(t *testing.T) {
-	o := Objects{Nodes: []*corev1.Node{
+	o := cluster.View{Nodes: []*corev1.Node{
 		{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: corev1.NodeSpec{PodCIDR: "10.128.1.0/24"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "w2"}, Spec: corev1.NodeSpec{PodCIDR: "10.128.2.0/24", PodCIDRs: []string{"10.128.2.0/24", "fd00:10:2::/64"}}},
 	}}
@@ -611,12 +613,12 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 }
 
 // fcObjects are fcInputs as cluster objects, with Node w1's pod networks.
-func fcObjects(selected bool) Objects {
+func fcObjects(selected bool) cluster.View {
 	team := "red"
 	if selected {
 		team = "blue"
 	}
-	return Objects{
+	return cluster.View{
 		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "blue", Labels: map[string]string{"team": "blue"}}}},
 		Nodes: []*corev1.Node{
 			{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: corev1.NodeSpec{PodCIDRs: fcPodNets}},

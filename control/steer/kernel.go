@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -87,7 +89,7 @@ func NewKernel(cfg Config, ns netns.NsHandle, log *slog.Logger) (*Kernel, error)
 		}
 		copy(k.mac[:], m)
 	} else {
-		k.mac = GatewayMAC(k.vtep)
+		k.mac = cluster.VTEPMAC(k.vtep)
 	}
 	k.nft = &nftState{ns: ns, dev: cfg.Device}
 	return k, nil

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/control/cluster"
+
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -205,7 +207,7 @@ func TestSteerInNetns(t *testing.T) {
 				if !f.vxlan || (f.inDst != outside4 && f.inDst != outside6) {
 					continue
 				}
-				if f.src != nodeVTEP || f.dst != vtep || f.vni != cfg.VNI || f.innerDstMAC != GatewayMAC(vtep) {
+				if f.src != nodeVTEP || f.dst != vtep || f.vni != cfg.VNI || f.innerDstMAC != cluster.VTEPMAC(vtep) {
 					t.Fatalf("bad encapsulation at %s: %+v", gw, f)
 				}
 				if f.innerSrc != podIP4 && f.innerSrc != podIP6 {
@@ -257,7 +259,7 @@ func TestSteerInNetns(t *testing.T) {
 		defer pc.Close()
 		// What the gateway sends back (gateway/encap.go): VXLAN to the
 		// node's VTEP, inner destination MAC the node's tunnel MAC.
-		frame := vxlanReply(cfg.VNI, k.TunnelMAC(), GatewayMAC(g1VTEP), outside4, podIP4, 9999, 45000, []byte("reply"))
+		frame := vxlanReply(cfg.VNI, k.TunnelMAC(), cluster.VTEPMAC(g1VTEP), outside4, podIP4, 9999, 45000, []byte("reply"))
 		err = inNS(l.g1H, func() error {
 			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(nodeVTEP, DefaultPort)))
 			if err != nil {

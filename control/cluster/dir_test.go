@@ -1,7 +1,10 @@
-package filesource
+package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,9 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/controller"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -51,11 +54,11 @@ func write(t *testing.T, dir, name, body string) {
 
 type kinds struct {
 	mu   sync.Mutex
-	seen []controller.Kind
+	seen []Kind
 }
 
-func (k *kinds) add(x controller.Kind) { k.mu.Lock(); k.seen = append(k.seen, x); k.mu.Unlock() }
-func (k *kinds) take() []controller.Kind {
+func (k *kinds) add(x Kind) { k.mu.Lock(); k.seen = append(k.seen, x); k.mu.Unlock() }
+func (k *kinds) take() []Kind {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	s := k.seen
@@ -63,9 +66,9 @@ func (k *kinds) take() []controller.Kind {
 	return s
 }
 
-func start(t *testing.T, dir string) (*Source, *kinds) {
+func start(t *testing.T, dir string) (*Dir, *kinds) {
 	t.Helper()
-	s, err := New(dir, 0, slog.New(slog.DiscardHandler))
+	s, err := NewDir(dir, 0, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,17 +86,17 @@ func TestLoadAllKinds(t *testing.T) {
 	write(t, dir, "all.yaml", manifests)
 	write(t, dir, "notes.txt", "not a manifest")
 	s, _ := start(t, dir)
-	if len(s.EgressIPs()) != 1 || len(s.Nodes()) != 1 || len(s.Namespaces()) != 1 || len(s.Pods()) != 1 {
-		t.Fatalf("loaded %d eips %d nodes %d namespaces %d pods", len(s.EgressIPs()), len(s.Nodes()), len(s.Namespaces()), len(s.Pods()))
+	if len(s.View().EgressIPs) != 1 || len(s.View().Nodes) != 1 || len(s.View().Namespaces) != 1 || len(s.View().Pods) != 1 {
+		t.Fatalf("loaded %d eips %d nodes %d namespaces %d pods", len(s.View().EgressIPs), len(s.View().Nodes), len(s.View().Namespaces), len(s.View().Pods))
 	}
-	if p := s.Pods()[0]; p.Namespace != "default" {
+	if p := s.View().Pods[0]; p.Namespace != "default" {
 		t.Errorf("pod namespace %q, want default", p.Namespace)
 	}
-	n := s.Nodes()[0]
+	n := s.View().Nodes[0]
 	if len(n.Status.Conditions) != 1 || n.Status.Conditions[0].Type != corev1.NodeReady || n.Status.Conditions[0].Status != corev1.ConditionTrue {
 		t.Errorf("node without conditions: %+v, want Ready", n.Status.Conditions)
 	}
-	e := s.EgressIPs()[0]
+	e := s.View().EgressIPs[0]
 	if e.CreationTimestamp.IsZero() || e.UID == "" || e.ResourceVersion == "" {
 		t.Errorf("EgressIP metadata not filled: %+v", e.ObjectMeta)
 	}
@@ -122,11 +125,11 @@ func TestBadInputIsCountedNotFatal(t *testing.T) {
 		t.Errorf("Errors = %d, want 7 (every bad document but the bad IP, which the controller reports)", got)
 	}
 	var names []string
-	for _, e := range s.EgressIPs() {
+	for _, e := range s.View().EgressIPs {
 		names = append(names, e.Name)
 	}
-	if !slices.Equal(names, []string{"badip", "egress-group1"}) || len(s.Nodes()) != 1 {
-		t.Errorf("EgressIPs %v, %d nodes", names, len(s.Nodes()))
+	if !slices.Equal(names, []string{"badip", "egress-group1"}) || len(s.View().Nodes) != 1 {
+		t.Errorf("EgressIPs %v, %d nodes", names, len(s.View().Nodes))
 	}
 }
 
@@ -141,7 +144,7 @@ func TestStatusConflictsAndRestart(t *testing.T) {
 	if err := s.UpdateEgressIP(context.Background(), up); err != nil {
 		t.Fatal(err)
 	}
-	if got := k.take(); !slices.Equal(got, []controller.Kind{controller.KindEgressIP}) {
+	if got := k.take(); !slices.Equal(got, []Kind{KindEgressIP}) {
 		t.Errorf("changes after a status write: %v", got)
 	}
 	if err := s.UpdateEgressIP(context.Background(), up); !apierrors.IsConflict(err) {
@@ -172,7 +175,7 @@ func TestStatusConflictsAndRestart(t *testing.T) {
 	}
 	os.Remove(filepath.Join(dir, "all.yaml"))
 	s2.Reload()
-	if len(s2.EgressIPs()) != 0 {
+	if len(s2.View().EgressIPs) != 0 {
 		t.Error("EgressIP still there after its file was removed")
 	}
 	if _, err := os.Stat(filepath.Join(dir, StatusDir, "egress-group1.yaml")); !os.IsNotExist(err) {
@@ -184,7 +187,7 @@ func TestEventsFile(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := start(t, dir)
 	s.Event(&corev1.ObjectReference{Kind: "EgressIP", Name: "g"}, corev1.EventTypeWarning, "InvalidEgressIP", "bad \"ip\"\nline")
-	evs, err := ReadEvents(filepath.Join(dir, EventsFile))
+	evs, err := readEvents(filepath.Join(dir, EventsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,12 +197,12 @@ func TestEventsFile(t *testing.T) {
 }
 
 func TestNewRefusesMissingDir(t *testing.T) {
-	if _, err := New(filepath.Join(t.TempDir(), "missing"), 0, nil); err == nil {
+	if _, err := NewDir(filepath.Join(t.TempDir(), "missing"), 0, nil); err == nil {
 		t.Error("a missing directory was accepted")
 	}
 	f := filepath.Join(t.TempDir(), "file")
 	write(t, filepath.Dir(f), "file", "")
-	if _, err := New(f, 0, nil); err == nil {
+	if _, err := NewDir(f, 0, nil); err == nil {
 		t.Error("a file was accepted as the directory")
 	}
 }
@@ -211,15 +214,45 @@ func FuzzLoad(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dir := t.TempDir()
 		write(t, dir, "x.yaml", string(b))
-		s, err := New(dir, 0, slog.New(slog.DiscardHandler))
+		s, err := NewDir(dir, 0, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Reload()
-		for _, e := range s.EgressIPs() {
+		for _, e := range s.View().EgressIPs {
 			if e.Name == "" {
 				t.Fatal("an EgressIP without a name was loaded")
 			}
 		}
 	})
+}
+
+// readEvents parses an events.log.
+func readEvents(path string) ([]eventRecord, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []eventRecord
+	for i, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var e eventLine
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", path, i+1, err)
+		}
+		out = append(out, eventRecord(e))
+	}
+	return out, nil
+}
+
+// eventRecord is one Event read back from events.log.
+type eventRecord struct {
+	Time    time.Time
+	Type    string
+	Kind    string
+	Name    string
+	Reason  string
+	Message string
 }

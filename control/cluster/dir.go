@@ -1,25 +1,4 @@
-// Package filesource serves the EgressIP controller the same objects as the
-// Kubernetes API (EgressIP, Node, Namespace, Pod) from a directory of YAML
-// or JSON manifests, so the demo and the lab run the real controller with no
-// cluster.
-//
-// Every *.yaml, *.yml and *.json file directly in the directory is read,
-// each possibly holding several documents separated by "---". The
-// directory is polled, so editing, adding or removing a file is seen within
-// the poll interval. The controller's results go back into the directory:
-//
-//	status/<name>.yaml  each EgressIP with the status the controller wrote
-//	events.log          one JSON object per Event (also logged)
-//
-// A status file is read back on start, so a restarted controller keeps its
-// assignment, as it would with the API server.
-//
-// Only the controller, the status writer, may write or delete status files
-// and events. Every other reader of the directory (the steer agent, the
-// gateway agent) uses NewReadOnly: it never creates, writes or deletes
-// anything there, so a manifest removed while the controller still works on
-// it cannot make a reader race the controller over its status file.
-package filesource
+package cluster
 
 import (
 	"bytes"
@@ -41,7 +20,6 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/controller"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,8 +40,34 @@ const (
 // maxFileSize bounds a manifest file; anything larger is refused, not read.
 const maxFileSize = 16 << 20
 
-// Source is a controller.Source over a directory.
-type Source struct {
+// Dir is a Source over a directory of YAML or JSON manifests, so the demo
+// and the lab run the real roles with no cluster.
+//
+// Every *.yaml, *.yml and *.json file directly in the directory is read,
+// each possibly holding several documents separated by "---". The
+// directory is polled, so editing, adding or removing a file is seen within
+// the poll interval. The controller's results go back into the directory:
+//
+//	status/<name>.yaml  each EgressIP with the status the controller wrote
+//	events.log          one JSON object per Event (also logged)
+//
+// A status file is read back on start, so a restarted controller keeps its
+// assignment, as it would with the API server.
+//
+// Only the controller, the status writer, may write or delete status files
+// and events (NewDir). Every other reader of the directory (the steer
+// agent, the gateway agent, the lab) uses NewDirReader: it never creates,
+// writes or deletes anything there, so a manifest removed while the
+// controller still works on it cannot make a reader race the controller
+// over its status file; and it follows the status files the controller in
+// another process writes, polled with the manifests.
+//
+// Contact (Check) is defined as: the status folder can be listed and every
+// status/*.yaml file can be read and parsed. Status files change only when
+// assignments change, so their age says nothing about the controller; a
+// directory that disappears, cannot be read or holds a corrupt status file
+// is a lost contact.
+type Dir struct {
 	dir      string
 	interval time.Duration
 	log      *slog.Logger
@@ -81,9 +85,12 @@ type Source struct {
 	nodes   map[string]*corev1.Node
 	nss     map[string]*corev1.Namespace
 	pods    map[string]*corev1.Pod
-	changed func(controller.Kind)
+	changed func(Kind)
 	events  *os.File
 	listErr string // the last "cannot list" error, logged once per change
+	// status is the last good read of the status files (NewDirReader),
+	// laid over the manifests' status in View.
+	status Statuses
 }
 
 type fileSig struct {
@@ -92,9 +99,9 @@ type fileSig struct {
 	ino   uint64 // a replaced file (written and renamed) has a new inode
 }
 
-// New returns a Source over dir, polled every interval (DefaultInterval if
-// zero). The directory must exist.
-func New(dir string, interval time.Duration, log *slog.Logger) (*Source, error) {
+// NewDir returns the controller's Dir over dir, polled every interval
+// (DefaultInterval if zero). The directory must exist.
+func NewDir(dir string, interval time.Duration, log *slog.Logger) (*Dir, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("file source: %w", err)
@@ -108,18 +115,19 @@ func New(dir string, interval time.Duration, log *slog.Logger) (*Source, error) 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{dir: dir, interval: interval, log: log, seen: map[string]time.Time{},
+	return &Dir{dir: dir, interval: interval, log: log, seen: map[string]time.Time{},
 		eips: map[string]*egressv1.EgressIP{}, nodes: map[string]*corev1.Node{},
 		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{}}, nil
 }
 
-// NewReadOnly is New for a process that only reads the directory (the
-// steer and gateway agents): it creates, writes and deletes nothing there.
-// Status files are the controller's: a removed manifest's status file is
-// left for the controller to delete, UpdateEgressIP fails, and Events are
-// only logged at debug level.
-func NewReadOnly(dir string, interval time.Duration, log *slog.Logger) (*Source, error) {
-	s, err := New(dir, interval, log)
+// NewDirReader is NewDir for a process that only reads the directory (the
+// steer and gateway agents, the lab): it creates, writes and deletes
+// nothing there. Status files are the controller's: a removed manifest's
+// status file is left for the controller to delete, UpdateEgressIP fails,
+// and Events are only logged at debug level. The status files are read
+// with every poll, and View gives each EgressIP the status its file holds.
+func NewDirReader(dir string, interval time.Duration, log *slog.Logger) (*Dir, error) {
+	s, err := NewDir(dir, interval, log)
 	if err != nil {
 		return nil, err
 	}
@@ -130,9 +138,10 @@ func NewReadOnly(dir string, interval time.Duration, log *slog.Logger) (*Source,
 // ErrReadOnly is returned by UpdateEgressIP on a read-only Source.
 var ErrReadOnly = errors.New("file source: read-only; only the controller writes status files")
 
-// Start implements controller.Source: it loads the directory and polls it
-// until ctx ends.
-func (s *Source) Start(ctx context.Context, changed func(controller.Kind)) error {
+// Start implements Source: it loads the directory and polls it until ctx
+// ends. A reader also reads the status files; their folder may not exist
+// yet (only the controller creates it).
+func (s *Dir) Start(ctx context.Context, changed func(Kind)) error {
 	if !s.readOnly {
 		if err := os.MkdirAll(filepath.Join(s.dir, StatusDir), 0o755); err != nil {
 			return fmt.Errorf("file source: creating the status directory: %w", err)
@@ -146,6 +155,17 @@ func (s *Source) Start(ctx context.Context, changed func(controller.Kind)) error
 		s.mu.Unlock()
 	}
 	s.Reload()
+	if s.readOnly {
+		if _, err := s.Check(ctx); err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			// No controller has written a status yet: not fatal, but no
+			// contact either (a gateway fences if the folder does not
+			// appear within its fence time).
+			s.log.Warn("file source: no status folder yet; waiting for the controller to write one", "dir", filepath.Join(s.dir, StatusDir))
+		}
+	}
 	s.mu.Lock()
 	s.changed = changed
 	s.mu.Unlock()
@@ -164,6 +184,9 @@ func (s *Source) Start(ctx context.Context, changed func(controller.Kind)) error
 				return
 			case <-t.C:
 				s.Reload()
+				if s.readOnly {
+					s.Check(ctx) // a failure shows in the agents' own checks
+				}
 			}
 		}
 	}()
@@ -171,7 +194,7 @@ func (s *Source) Start(ctx context.Context, changed func(controller.Kind)) error
 }
 
 // scan lists the manifest files with their size and modification time.
-func (s *Source) scan() (map[string]fileSig, error) {
+func (s *Dir) scan() (map[string]fileSig, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, err
@@ -209,7 +232,7 @@ type loaded struct {
 
 // Reload reads the directory again if any file changed, and reports the
 // kinds whose objects changed. The poll loop calls it; tests may too.
-func (s *Source) Reload() {
+func (s *Dir) Reload() {
 	sigs, err := s.scan()
 	s.mu.Lock()
 	last := s.listErr
@@ -249,21 +272,21 @@ func (s *Source) Reload() {
 
 	s.mu.Lock()
 	s.sigs = sigs
-	var kinds []controller.Kind
+	var kinds []Kind
 	if s.mergeEgressIPs(l.eips) {
-		kinds = append(kinds, controller.KindEgressIP)
+		kinds = append(kinds, KindEgressIP)
 	}
 	if !reflect.DeepEqual(l.nodes, s.nodes) {
 		s.nodes = l.nodes
-		kinds = append(kinds, controller.KindNode)
+		kinds = append(kinds, KindNode)
 	}
 	if !reflect.DeepEqual(l.nss, s.nss) {
 		s.nss = l.nss
-		kinds = append(kinds, controller.KindNamespace)
+		kinds = append(kinds, KindNamespace)
 	}
 	if !reflect.DeepEqual(l.pods, s.pods) {
 		s.pods = l.pods
-		kinds = append(kinds, controller.KindPod)
+		kinds = append(kinds, KindPod)
 	}
 	changed := s.changed
 	s.mu.Unlock()
@@ -274,13 +297,13 @@ func (s *Source) Reload() {
 	}
 }
 
-func (s *Source) refuse(file string, doc int, format string, args ...any) {
+func (s *Dir) refuse(file string, doc int, format string, args ...any) {
 	s.Errors.Add(1)
 	s.log.Error("file source: document ignored", "file", file, "document", doc, "reason", fmt.Sprintf(format, args...))
 }
 
 // loadFile decodes every document of one file into l.
-func (s *Source) loadFile(path string, l *loaded) {
+func (s *Dir) loadFile(path string, l *loaded) {
 	f, err := os.Open(path)
 	if err != nil {
 		s.refuse(path, 0, "cannot open: %v", err)
@@ -382,7 +405,7 @@ func strictUnmarshal(raw []byte, v any) error {
 	return d.Decode(v)
 }
 
-func (s *Source) decodeCore(path string, doc int, raw []byte, v any, meta *metav1.ObjectMeta, namespaced bool) bool {
+func (s *Dir) decodeCore(path string, doc int, raw []byte, v any, meta *metav1.ObjectMeta, namespaced bool) bool {
 	if err := json.Unmarshal(raw, v); err != nil {
 		s.refuse(path, doc, "does not decode: %v", err)
 		return false
@@ -403,7 +426,7 @@ func (s *Source) decodeCore(path string, doc int, raw []byte, v any, meta *metav
 // mergeEgressIPs installs the loaded EgressIPs, keeping the status and
 // resourceVersion of unchanged ones; it reports whether anything changed.
 // The caller holds s.mu.
-func (s *Source) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
+func (s *Dir) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 	changed := false
 	for name := range s.eips {
 		if _, ok := in[name]; !ok {
@@ -442,12 +465,12 @@ func (s *Source) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 	return changed
 }
 
-func (s *Source) statusPath(name string) string {
+func (s *Dir) statusPath(name string) string {
 	return filepath.Join(s.dir, StatusDir, name+".yaml")
 }
 
 // readStatus reads the status a previous run wrote, if any.
-func (s *Source) readStatus(name string) (egressv1.EgressIPStatus, bool) {
+func (s *Dir) readStatus(name string) (egressv1.EgressIPStatus, bool) {
 	st, err := ReadStatus(filepath.Join(s.dir, StatusDir), name)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -473,15 +496,14 @@ func ReadStatus(statusDir, name string) (egressv1.EgressIPStatus, error) {
 }
 
 // ReadStatuses reads every <name>.yaml status file the controller wrote
-// into statusDir, by EgressIP name, for a reader in another process (the
-// gateway agent). Any unreadable or unparsable file is an error; a file
+// into statusDir, by EgressIP name, for a reader in another process. Any unreadable or unparsable file is an error; a file
 // removed while the folder is read is skipped.
-func ReadStatuses(statusDir string) (map[string]egressv1.EgressIPStatus, error) {
+func ReadStatuses(statusDir string) (Statuses, error) {
 	entries, err := os.ReadDir(statusDir)
 	if err != nil {
 		return nil, fmt.Errorf("file source: status folder: %w", err)
 	}
-	out := map[string]egressv1.EgressIPStatus{}
+	out := Statuses{}
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".yaml")
 		if e.IsDir() || !ok || name == "" || strings.HasPrefix(name, ".") {
@@ -512,47 +534,53 @@ func sorted[T any](m map[string]*T) []*T {
 	return out
 }
 
-// EgressIPs implements controller.Source.
-func (s *Source) EgressIPs() []*egressv1.EgressIP {
+// View implements Source. A reader's EgressIPs carry the status of their
+// status file when there is one.
+func (s *Dir) View() View {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return sorted(s.eips)
+	eips := sorted(s.eips)
+	for i, e := range eips {
+		if x, ok := s.status[e.Name]; ok {
+			c := e.DeepCopy()
+			c.Status = *x.DeepCopy()
+			eips[i] = c
+		}
+	}
+	return View{EgressIPs: eips, Nodes: sorted(s.nodes), Namespaces: sorted(s.nss), Pods: sorted(s.pods)}
 }
 
-// EgressIP implements controller.Source.
-func (s *Source) EgressIP(name string) (*egressv1.EgressIP, bool) {
+// EgressIP implements Source.
+func (s *Dir) EgressIP(name string) (*egressv1.EgressIP, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.eips[name]
 	return e, ok
 }
 
-// Nodes implements controller.Source.
-func (s *Source) Nodes() []*corev1.Node {
+// Check implements Source: it reads every status file. A reader keeps what
+// it read for View and reports a change as a change of KindEgressIP.
+func (s *Dir) Check(context.Context) (Statuses, error) {
+	st, err := ReadStatuses(filepath.Join(s.dir, StatusDir))
+	if err != nil || !s.readOnly {
+		return st, err
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return sorted(s.nodes)
-}
-
-// Namespaces implements controller.Source.
-func (s *Source) Namespaces() []*corev1.Namespace {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return sorted(s.nss)
-}
-
-// Pods implements controller.Source.
-func (s *Source) Pods() []*corev1.Pod {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return sorted(s.pods)
+	differ := !reflect.DeepEqual(s.status, st)
+	s.status = st
+	changed := s.changed
+	s.mu.Unlock()
+	if differ && changed != nil {
+		changed(KindEgressIP)
+	}
+	return st, nil
 }
 
 var egressIPResource = egressv1.SchemeGroupVersion.WithResource(egressv1.Resource).GroupResource()
 
-// UpdateEgressIP implements controller.Source: only the status is taken
+// UpdateEgressIP implements Source: only the status is taken
 // (the manifest files are the user's), with the API server's conflict rule.
-func (s *Source) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
+func (s *Dir) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
@@ -586,7 +614,7 @@ func (s *Source) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error
 	changed := s.changed
 	s.mu.Unlock()
 	if changed != nil {
-		changed(controller.KindEgressIP)
+		changed(KindEgressIP)
 	}
 	return nil
 }
@@ -609,9 +637,9 @@ type eventLine struct {
 	Message string    `json:"message"`
 }
 
-// Event implements controller.Source: the Event is appended to events.log
+// Event implements Source: the Event is appended to events.log
 // (the controller logs it too).
-func (s *Source) Event(ref *corev1.ObjectReference, eventType, reason, message string) {
+func (s *Dir) Event(ref *corev1.ObjectReference, eventType, reason, message string) {
 	if s.readOnly {
 		s.log.Debug("file source: event not recorded (read-only)", "kind", ref.Kind, "name", ref.Name, "reason", reason, "message", message)
 		return
@@ -628,34 +656,4 @@ func (s *Source) Event(ref *corev1.ObjectReference, eventType, reason, message s
 	if _, err := s.events.Write(append(b, '\n')); err != nil {
 		s.log.Error("file source: writing the events file", "err", err)
 	}
-}
-
-// ReadEvents parses an events.log, for tests and tools.
-func ReadEvents(path string) ([]EventRecord, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []EventRecord
-	for i, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var e eventLine
-		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", path, i+1, err)
-		}
-		out = append(out, EventRecord(e))
-	}
-	return out, nil
-}
-
-// EventRecord is one Event read back from events.log.
-type EventRecord struct {
-	Time    time.Time
-	Type    string
-	Kind    string
-	Name    string
-	Reason  string
-	Message string
 }

@@ -1,4 +1,4 @@
-package steer
+package cluster
 
 import (
 	"slices"
@@ -43,4 +43,17 @@ func TestSelector(t *testing.T) {
 	if got := sel.Owner(map[string]string{"team": "other"}, web); got != -1 || sel.Match(map[string]string{"team": "other"}, web) != nil {
 		t.Errorf("a pod no object selects has owner %d", got)
 	}
+}
+
+func eip(name string, ns, pod metav1.LabelSelector, ips []string) *egressv1.EgressIP {
+	return &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: egressv1.EgressIPSpec{EgressIPs: ips, NamespaceSelector: ns, PodSelector: pod}}
+}
+
+func match(kv ...string) metav1.LabelSelector {
+	s := metav1.LabelSelector{MatchLabels: map[string]string{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		s.MatchLabels[kv[i]] = kv[i+1]
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package steer
+package cluster
 
 import (
 	"cmp"
@@ -13,9 +13,11 @@ import (
 // Selector is the pod selection of a set of EgressIP objects, compiled once:
 // a pod is selected by the objects whose namespaceSelector matches its
 // namespace's labels and whose podSelector matches its own labels, and the
-// one whose name sorts first (byte order) owns it. The steer agent steers a
-// pod to its owner's gateways and the gateway agent accepts it under that
-// owner's policy, so both use this one definition.
+// one whose name sorts first (byte order) owns it. The EgressIP spec leaves
+// open which object a pod selected by several uses, but a pod leaves by one
+// object's egress IPs: the steer agent steers it to its owner's gateways,
+// the gateway agent accepts it under that owner's policy and the lab
+// expects that owner's IPs, so all of them use this one definition.
 type Selector struct {
 	objs []selObject
 }

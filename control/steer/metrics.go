@@ -1,4 +1,4 @@
-package metrics
+package steer
 
 import (
 	"sync/atomic"
@@ -6,21 +6,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Steer is the steer agent's metrics. The agent calls ObserveApply after
+// Metrics are the steer agent's Prometheus metrics (docs/metrics.md). The agent calls ObserveApply after
 // every reconcile; the fail-closed drops are read from the kernel (the
-// nftables counters) at scrape time. A nil *Steer ignores every call.
-type Steer struct {
+// nftables counters) at scrape time. A nil *Metrics ignores every call.
+type Metrics struct {
 	rules, routes, selected prometheus.Gauge
 	applies, applyErrors    prometheus.Counter
 	problems                prometheus.Gauge
 	lastDrops               atomic.Uint64
 }
 
-// NewSteer registers the steer metrics with reg. drops (nil: no series)
+// NewMetrics registers the steer metrics with reg. drops (nil: no series)
 // returns the packets the fail-closed filter dropped; on error the last
 // value read is reported.
-func NewSteer(reg prometheus.Registerer, drops func() (uint64, error)) *Steer {
-	s := &Steer{
+func NewMetrics(reg prometheus.Registerer, drops func() (uint64, error)) *Metrics {
+	s := &Metrics{
 		rules: newGauge("egret_steer_rules",
 			"Policy routing rules the agent has programmed (one per selected pod address and family)."),
 		routes: newGauge("egret_steer_routes",
@@ -51,7 +51,7 @@ func NewSteer(reg prometheus.Registerer, drops func() (uint64, error)) *Steer {
 
 // ObserveApply records one reconcile: what the desired state holds and
 // whether applying it failed.
-func (s *Steer) ObserveApply(rules, routes, selected, problems int, err error) {
+func (s *Metrics) ObserveApply(rules, routes, selected, problems int, err error) {
 	if s == nil {
 		return
 	}
@@ -64,4 +64,12 @@ func (s *Steer) ObserveApply(rules, routes, selected, problems int, err error) {
 	s.routes.Set(float64(routes))
 	s.selected.Set(float64(selected))
 	s.problems.Set(float64(problems))
+}
+
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }

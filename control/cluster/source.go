@@ -1,4 +1,4 @@
-package controller
+package cluster
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 // Kind names the type of object a Source reports a change of.
 type Kind uint8
 
-// Kinds of objects the controller reads.
+// Kinds of objects a Source holds.
 const (
 	KindEgressIP Kind = iota + 1
 	KindNode
@@ -32,24 +32,37 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// Source is everything the controller core needs from where the objects
-// live: the Kubernetes API (KubeSource, informers) or a directory of YAML
-// files (package filesource). Objects it returns belong to its cache and
-// must not be modified.
+// View is one consistent look at the cluster objects every role works
+// from. The objects belong to the Source's cache and must not be modified.
+type View struct {
+	EgressIPs  []*egressv1.EgressIP
+	Nodes      []*corev1.Node
+	Namespaces []*corev1.Namespace
+	Pods       []*corev1.Pod
+}
+
+// Statuses maps an EgressIP name to its status as last read from the
+// source's backend itself (not a cache).
+type Statuses map[string]egressv1.EgressIPStatus
+
+// Source is where the objects live: the Kubernetes API (Kube, informers)
+// or a directory of YAML files (Dir). The controller reads and writes
+// through it, the gateway and steer agents only read.
 type Source interface {
 	// Start begins watching and returns once every kind is listed and
 	// cached. From then on changed is called, from any goroutine, whenever
 	// an object of that kind was added, updated or deleted. Watching stops
 	// when ctx ends.
 	Start(ctx context.Context, changed func(Kind)) error
-	// EgressIPs lists the cached EgressIP objects.
-	EgressIPs() []*egressv1.EgressIP
+	// View returns the cached objects.
+	View() View
 	// EgressIP returns one cached EgressIP.
 	EgressIP(name string) (*egressv1.EgressIP, bool)
-	// Nodes, Namespaces and Pods list the cached objects of those kinds.
-	Nodes() []*corev1.Node
-	Namespaces() []*corev1.Namespace
-	Pods() []*corev1.Pod
+	// Check reaches the backend once (a quorum list from the API server, or
+	// the directory's status files) and returns the EgressIP statuses it
+	// read. A nil error is the contact that keeps a gateway from fencing
+	// itself.
+	Check(ctx context.Context) (Statuses, error)
 	// UpdateEgressIP stores eip (the caller's own copy) whole, status
 	// included, as a normal update: it must fail with an error for which
 	// k8s.io/apimachinery/pkg/api/errors.IsConflict is true when

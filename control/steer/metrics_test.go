@@ -1,4 +1,4 @@
-package metrics
+package steer
 
 import (
 	"errors"
@@ -12,10 +12,10 @@ import (
 func TestSteerMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	drops, dropErr := uint64(7), error(nil)
-	s := NewSteer(reg, func() (uint64, error) { return drops, dropErr })
+	s := NewMetrics(reg, func() (uint64, error) { return drops, dropErr })
 	s.ObserveApply(4, 6, 3, 1, nil)
 	s.ObserveApply(9, 9, 9, 9, errors.New("netlink: busy")) // failed: gauges keep the last good state
-	var nilSteer *Steer
+	var nilSteer *Metrics
 	nilSteer.ObserveApply(1, 1, 1, 1, nil)
 
 	want := `

@@ -1,4 +1,4 @@
-package filesource
+package cluster
 
 import (
 	"context"
@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -18,7 +21,7 @@ import (
 func TestReadOnlyWritesNothing(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "all.yaml", manifests)
-	ro, err := NewReadOnly(dir, 0, slog.New(slog.DiscardHandler))
+	ro, err := NewDirReader(dir, 0, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +56,7 @@ func TestReadOnlyWritesNothing(t *testing.T) {
 	status := filepath.Join(dir, StatusDir, "egress-group1.yaml")
 	os.Remove(filepath.Join(dir, "all.yaml"))
 	ro.Reload()
-	if len(ro.EgressIPs()) != 0 {
+	if len(ro.View().EgressIPs) != 0 {
 		t.Error("the reader still has the removed EgressIP")
 	}
 	if _, err := os.Stat(status); err != nil {
@@ -93,7 +96,7 @@ func TestListErrorLoggedOncePerChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &countingHandler{Handler: slog.DiscardHandler, n: map[string]int{}}
-	s, err := NewReadOnly(dir, 0, slog.New(h))
+	s, err := NewDirReader(dir, 0, slog.New(h))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,5 +125,65 @@ func TestListErrorLoggedOncePerChange(t *testing.T) {
 	s.Reload()
 	if got := h.n["file source: cannot list the directory"]; got != 2 {
 		t.Errorf("a second outage logged %d times in all, want 2", got)
+	}
+}
+
+// A reader follows the status files a controller in another process
+// writes: View carries them, a change is reported as KindEgressIP, and a
+// corrupt file is a failed Check that keeps the last good read.
+func TestReaderFollowsStatusFiles(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "all.yaml", manifests)
+	ro, err := NewDirReader(dir, time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var k kinds
+	if err := ro.Start(ctx, k.add); err != nil {
+		t.Fatalf("a missing status folder must not stop a reader: %v", err)
+	}
+	if _, err := ro.Check(ctx); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Check without a status folder: %v, want ErrNotExist", err)
+	}
+	items := func() []egressv1.EgressIPStatusItem {
+		v := ro.View()
+		if len(v.EgressIPs) != 1 {
+			t.Fatalf("%d EgressIPs, want 1", len(v.EgressIPs))
+		}
+		return v.EgressIPs[0].Status.Items
+	}
+	manifest := items()
+
+	os.Mkdir(filepath.Join(dir, StatusDir), 0o755)
+	status := "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: egress-group1}\nstatus:\n  items:\n  - {node: g9, egressIP: 192.168.126.10}\n"
+	write(t, filepath.Join(dir, StatusDir), "egress-group1.yaml", status)
+	if _, err := ro.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := items(); len(got) != 1 || got[0].Node != "g9" {
+		t.Errorf("status %v, want the status file's (g9)", got)
+	}
+	if got := k.take(); !slices.Equal(got, []Kind{KindEgressIP}) {
+		t.Errorf("changes %v, want one EgressIP change", got)
+	}
+	if _, err := ro.Check(ctx); err != nil || len(k.take()) != 0 {
+		t.Errorf("an unchanged status file was reported as a change (err %v)", err)
+	}
+
+	write(t, filepath.Join(dir, StatusDir), "egress-group1.yaml", "status: [not, a, map")
+	if _, err := ro.Check(ctx); err == nil {
+		t.Error("a corrupt status file passed Check")
+	}
+	if got := items(); len(got) != 1 || got[0].Node != "g9" {
+		t.Errorf("status %v after a corrupt file, want the last good read (g9)", got)
+	}
+	os.Remove(filepath.Join(dir, StatusDir, "egress-group1.yaml"))
+	if _, err := ro.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := items(); !slices.Equal(got, manifest) {
+		t.Errorf("status %v after the file went, want the manifest's %v", got, manifest)
 	}
 }

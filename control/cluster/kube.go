@@ -1,0 +1,148 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+// Component is the name status updates and Events are written under.
+const Component = "egret-controller"
+
+// Kube is a Source that reads objects through client-go informers and writes status
+// and Events to the API server.
+type Kube struct {
+	cs                     kubernetes.Interface
+	eip                    *egressv1.Client
+	factory                informers.SharedInformerFactory
+	eipInf                 cache.SharedIndexInformer
+	nodeInf, nsInf, podInf cache.SharedIndexInformer
+	bcast                  record.EventBroadcaster
+	recorder               record.EventRecorder
+}
+
+// NewKube builds the informers and the Event recorder for cfg.
+func NewKube(cfg *rest.Config) (*Kube, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	eip, err := egressv1.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Kube{cs: cs, eip: eip}
+	// Managed fields are large and never read here: keep them out of the cache.
+	strip := informers.WithTransform(func(o any) (any, error) {
+		if m, ok := o.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return o, nil
+	})
+	s.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, strip)
+	s.nodeInf = s.factory.Core().V1().Nodes().Informer()
+	s.nsInf = s.factory.Core().V1().Namespaces().Informer()
+	s.podInf = s.factory.Core().V1().Pods().Informer()
+	s.eipInf = cache.NewSharedIndexInformer(eip.ListWatch(), &egressv1.EgressIP{}, 0, cache.Indexers{})
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := egressv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	s.bcast = record.NewBroadcaster()
+	s.recorder = s.bcast.NewRecorder(scheme, corev1.EventSource{Component: Component})
+	return s, nil
+}
+
+// Start implements Source.
+func (s *Kube) Start(ctx context.Context, changed func(Kind)) error {
+	for _, x := range []struct {
+		inf  cache.SharedIndexInformer
+		kind Kind
+	}{{s.eipInf, KindEgressIP}, {s.nodeInf, KindNode}, {s.nsInf, KindNamespace}, {s.podInf, KindPod}} {
+		k := x.kind
+		h := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { changed(k) },
+			UpdateFunc: func(any, any) { changed(k) },
+			DeleteFunc: func(any) { changed(k) },
+		}
+		if _, err := x.inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("watching %s: %w", k, err)
+		}
+	}
+	s.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.cs.CoreV1().Events("")})
+	context.AfterFunc(ctx, s.bcast.Shutdown)
+	s.factory.Start(ctx.Done())
+	go s.eipInf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), s.eipInf.HasSynced, s.nodeInf.HasSynced, s.nsInf.HasSynced, s.podInf.HasSynced) {
+		return errors.New("informer caches did not sync (is the EgressIP CRD installed, and may this identity list egressips, nodes, namespaces and pods?)")
+	}
+	return nil
+}
+
+func list[T any](inf cache.SharedIndexInformer) []*T {
+	items := inf.GetStore().List()
+	out := make([]*T, 0, len(items))
+	for _, o := range items {
+		if t, ok := o.(*T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// View implements Source.
+func (s *Kube) View() View {
+	return View{EgressIPs: list[egressv1.EgressIP](s.eipInf), Nodes: list[corev1.Node](s.nodeInf),
+		Namespaces: list[corev1.Namespace](s.nsInf), Pods: list[corev1.Pod](s.podInf)}
+}
+
+// EgressIP implements Source.
+func (s *Kube) EgressIP(name string) (*egressv1.EgressIP, bool) {
+	o, ok, err := s.eipInf.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	e, ok := o.(*egressv1.EgressIP)
+	return e, ok
+}
+
+// Check implements Source: it lists the EgressIP objects from the API
+// server (a quorum read, not the cache).
+func (s *Kube) Check(ctx context.Context) (Statuses, error) {
+	l, err := s.eip.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing EgressIPs from the API server: %w", err)
+	}
+	out := make(Statuses, len(l.Items))
+	for _, e := range l.Items {
+		out[e.Name] = e.Status
+	}
+	return out, nil
+}
+
+// UpdateEgressIP implements Source with a normal update (the CRD has no
+// status subresource).
+func (s *Kube) UpdateEgressIP(ctx context.Context, eip *egressv1.EgressIP) error {
+	_, err := s.eip.Update(ctx, eip, metav1.UpdateOptions{FieldManager: Component})
+	return err
+}
+
+// Event implements Source.
+func (s *Kube) Event(ref *corev1.ObjectReference, eventType, reason, message string) {
+	s.recorder.Event(ref, eventType, reason, message)
+}

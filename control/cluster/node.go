@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Label and annotation keys read from Node objects: the first four as
+// OVN-Kubernetes and the OpenShift cloud network config controller write
+// them, the egret.io ones for the tunnel.
+const (
+	LabelEgressAssignable    = "k8s.ovn.org/egress-assignable"
+	AnnotationPrimaryIfAddr  = "k8s.ovn.org/node-primary-ifaddr"
+	AnnotationHostCIDRs      = "k8s.ovn.org/host-cidrs"
+	AnnotationEgressIPConfig = "cloud.network.openshift.io/egress-ipconfig"
+	// AnnotationVTEP lists a node's tunnel addresses (comma-separated, at
+	// most one per family). Without it, the node's InternalIP addresses
+	// are its VTEPs.
+	AnnotationVTEP = "egret.io/vtep"
+	// AnnotationTunnelMAC gives the MAC of a node's tunnel device when the
+	// steer agent there is configured with tunnelMAC; without it the
+	// device has VTEPMAC(node VTEP). A gateway sends replies to this inner
+	// destination MAC, so it must match the device.
+	AnnotationTunnelMAC = "egret.io/tunnel-mac"
+)
+
+// IfAddr is an interface address with its mask, per family; a zero (invalid)
+// prefix means the family is absent.
+type IfAddr struct {
+	IPv4 netip.Prefix
+	IPv6 netip.Prefix
+}
+
+// CloudConfig is the single entry of the egress-ipconfig annotation.
+type CloudConfig struct {
+	// Interface is the cloud's interface ID (AWS ENI, Azure NIC) or name (GCP).
+	Interface string
+	// IfAddr holds the subnets egress IPs may come from.
+	IfAddr IfAddr
+	// Capacity is how many egress IPs the cloud lets this node hold.
+	Capacity Capacity
+}
+
+// Capacity is a node's cloud IP capacity. AWS limits each family
+// (capacity.ipv4 / capacity.ipv6); GCP and Azure limit the total (capacity.ip).
+type Capacity struct {
+	// Total is true when IP limits both families together (GCP, Azure).
+	Total bool
+	IP    int // total limit, valid iff Total
+	IPv4  int // IPv4 limit, valid iff !Total
+	IPv6  int // IPv6 limit, valid iff !Total
+}
+
+// NodeVTEPs returns a node's tunnel addresses: the egret.io/vtep annotation,
+// else its InternalIP addresses.
+func NodeVTEPs(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	if s, ok := n.Annotations[AnnotationVTEP]; ok {
+		for _, f := range strings.Split(s, ",") {
+			if a, err := netip.ParseAddr(strings.TrimSpace(f)); err == nil {
+				out = append(out, a.Unmap())
+			}
+		}
+		return out
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// VTEPMAC is the tunnel MAC of the node with VTEP vtep unless its
+// configuration names one: the inner destination MAC of frames towards a
+// gateway, and the MAC of a worker's tunnel device (the inner destination
+// a gateway uses for replies). Locally administered, 02:65 followed by the
+// IPv4 address, or 02:66 followed by the last four bytes of an IPv6
+// address.
+func VTEPMAC(vtep netip.Addr) [6]byte {
+	vtep = vtep.Unmap()
+	if vtep.Is4() {
+		b := vtep.As4()
+		return [6]byte{0x02, 0x65, b[0], b[1], b[2], b[3]}
+	}
+	b := vtep.As16()
+	return [6]byte{0x02, 0x66, b[12], b[13], b[14], b[15]}
+}
+
+// NodeTunnelMAC is the MAC of node n's tunnel device when its VTEP is vtep:
+// the egret.io/tunnel-mac annotation, else VTEPMAC(vtep). An annotation
+// that is not an Ethernet MAC is an error, with VTEPMAC(vtep) returned.
+func NodeTunnelMAC(n *corev1.Node, vtep netip.Addr) ([6]byte, error) {
+	mac := VTEPMAC(vtep)
+	s, ok := n.Annotations[AnnotationTunnelMAC]
+	if !ok {
+		return mac, nil
+	}
+	hw, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil || len(hw) != 6 {
+		return mac, fmt.Errorf("annotation %s=%q is not an Ethernet MAC", AnnotationTunnelMAC, s)
+	}
+	copy(mac[:], hw)
+	return mac, nil
+}
+
+// NodeReady reports the node's Ready condition.
+func NodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// NodeAddress is where the node's services (the gateway health check)
+// listen: its InternalIP, else the primary interface address from
+// k8s.ovn.org/node-primary-ifaddr.
+func NodeAddress(n *corev1.Node) (netip.Addr, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				return ip, true
+			}
+		}
+	}
+	if s, ok := n.Annotations[AnnotationPrimaryIfAddr]; ok {
+		if ifa, err := ParsePrimaryIfAddr(s); err == nil {
+			if ifa.IPv4.IsValid() {
+				return ifa.IPv4.Addr(), true
+			}
+			if ifa.IPv6.IsValid() {
+				return ifa.IPv6.Addr(), true
+			}
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// maxAnnotationLen bounds what the parsers accept; real annotations are a few
+// hundred bytes and the API server caps all annotations at 256 KiB anyway.
+const maxAnnotationLen = 256 << 10
+
+type ifAddrJSON struct {
+	IPv4 *string `json:"ipv4"`
+	IPv6 *string `json:"ipv6"`
+}
+
+func decodeJSON(key, s string, v any) error {
+	if len(s) > maxAnnotationLen {
+		return fmt.Errorf("annotation %s is %d bytes long, more than the %d a node annotation can be", key, len(s), maxAnnotationLen)
+	}
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return fmt.Errorf("annotation %s is not the expected JSON: %w", key, err)
+	}
+	return nil
+}
+
+// parseIfAddr checks an {"ipv4": "a.b.c.d/n", "ipv6": "x::y/n"} object;
+// what names the annotation and field in messages.
+func parseIfAddr(what string, j ifAddrJSON) (IfAddr, error) {
+	var a IfAddr
+	if j.IPv4 == nil && j.IPv6 == nil {
+		return a, fmt.Errorf("%s has neither an ipv4 nor an ipv6 address", what)
+	}
+	if j.IPv4 != nil {
+		p, err := netip.ParsePrefix(*j.IPv4)
+		if err != nil || !p.Addr().Is4() {
+			return IfAddr{}, fmt.Errorf("%s ipv4 %q is not an IPv4 address with a prefix length such as 192.168.111.23/24", what, *j.IPv4)
+		}
+		a.IPv4 = p
+	}
+	if j.IPv6 != nil {
+		p, err := netip.ParsePrefix(*j.IPv6)
+		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+			return IfAddr{}, fmt.Errorf("%s ipv6 %q is not an IPv6 address with a prefix length such as fd00::23/64", what, *j.IPv6)
+		}
+		a.IPv6 = p
+	}
+	return a, nil
+}
+
+// ParsePrimaryIfAddr parses k8s.ovn.org/node-primary-ifaddr, for example
+// {"ipv4":"192.168.111.23/24","ipv6":"fd00::23/64"}.
+func ParsePrimaryIfAddr(s string) (IfAddr, error) {
+	var j ifAddrJSON
+	if err := decodeJSON(AnnotationPrimaryIfAddr, s, &j); err != nil {
+		return IfAddr{}, err
+	}
+	return parseIfAddr("annotation "+AnnotationPrimaryIfAddr, j)
+}
+
+// ParseHostCIDRs parses k8s.ovn.org/host-cidrs, a JSON list of interface
+// addresses with masks such as ["192.168.111.23/24","10.20.0.5/16"].
+func ParseHostCIDRs(s string) ([]netip.Prefix, error) {
+	var list []string
+	if err := decodeJSON(AnnotationHostCIDRs, s, &list); err != nil {
+		return nil, err
+	}
+	out := make([]netip.Prefix, 0, len(list))
+	for i, c := range list {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p.Addr().Is4In6() {
+			return nil, fmt.Errorf("annotation %s entry %d (%q) is not an address with a prefix length such as 10.20.0.5/16", AnnotationHostCIDRs, i, c)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+type cloudJSON struct {
+	Interface string      `json:"interface"`
+	IfAddr    *ifAddrJSON `json:"ifaddr"`
+	Capacity  *struct {
+		IP   *int `json:"ip"`
+		IPv4 *int `json:"ipv4"`
+		IPv6 *int `json:"ipv6"`
+	} `json:"capacity"`
+}
+
+// ParseEgressIPConfig parses cloud.network.openshift.io/egress-ipconfig, an
+// array with one object: {"interface":"eni-0a1b","ifaddr":{"ipv4":"10.0.128.0/18"},
+// "capacity":{"ipv4":14,"ipv6":15}} on AWS, capacity {"ip":14} on GCP and
+// Azure. On AWS a family missing from capacity has capacity 0.
+func ParseEgressIPConfig(s string) (*CloudConfig, error) {
+	var list []cloudJSON
+	if err := decodeJSON(AnnotationEgressIPConfig, s, &list); err != nil {
+		return nil, err
+	}
+	if len(list) != 1 {
+		return nil, fmt.Errorf("annotation %s holds %d entries; it must hold exactly one (the primary interface)", AnnotationEgressIPConfig, len(list))
+	}
+	j := list[0]
+	if j.Interface == "" {
+		return nil, fmt.Errorf("annotation %s has no interface", AnnotationEgressIPConfig)
+	}
+	if j.IfAddr == nil {
+		return nil, fmt.Errorf("annotation %s has no ifaddr with the interface's subnets", AnnotationEgressIPConfig)
+	}
+	ifa, err := parseIfAddr("annotation "+AnnotationEgressIPConfig+" ifaddr", *j.IfAddr)
+	if err != nil {
+		return nil, err
+	}
+	c := &CloudConfig{Interface: j.Interface, IfAddr: ifa}
+	if j.Capacity == nil {
+		return nil, fmt.Errorf("annotation %s has no capacity", AnnotationEgressIPConfig)
+	}
+	capa := j.Capacity
+	switch {
+	case capa.IP != nil && (capa.IPv4 != nil || capa.IPv6 != nil):
+		return nil, fmt.Errorf("annotation %s capacity has both a total (ip) and a per-family limit (ipv4/ipv6); it must have one kind", AnnotationEgressIPConfig)
+	case capa.IP != nil:
+		c.Capacity = Capacity{Total: true, IP: *capa.IP}
+	case capa.IPv4 != nil || capa.IPv6 != nil:
+		if capa.IPv4 != nil {
+			c.Capacity.IPv4 = *capa.IPv4
+		}
+		if capa.IPv6 != nil {
+			c.Capacity.IPv6 = *capa.IPv6
+		}
+	default:
+		return nil, fmt.Errorf("annotation %s capacity has neither ip nor ipv4/ipv6", AnnotationEgressIPConfig)
+	}
+	if c.Capacity.IP < 0 || c.Capacity.IPv4 < 0 || c.Capacity.IPv6 < 0 {
+		return nil, fmt.Errorf("annotation %s capacity is negative", AnnotationEgressIPConfig)
+	}
+	return c, nil
+}

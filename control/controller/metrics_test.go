@@ -1,0 +1,122 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	c := NewMetrics(reg)
+	c.ObserveAssignment(3*time.Millisecond, map[string]int{"gw1": 2, "gw2": 1}, 1)
+	c.ObserveAssignment(1*time.Millisecond, map[string]int{"gw1": 3}, 0)
+	c.Moved("gw2", true)
+	c.Moved("gw1", false)
+	c.ObserveProbe("gw1", time.Millisecond, false)
+	c.ObserveProbe("gw2", time.Second, true)
+	c.SetReachable("gw1", true)
+	c.SetReachable("gw2", false)
+	c.ReconcileError("status")
+	c.StatusWritten(false)
+	c.StatusWritten(true)
+	c.SetLeader(true)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"egret_controller_egress_ips_assigned", []string{"node=gw1"}, 3},
+		{"egret_controller_egress_ips_unassigned", nil, 0},
+		{"egret_controller_assignment_duration_seconds", nil, 2}, // sample count
+		{"egret_controller_egress_ip_moves_total", nil, 2},
+		{"egret_controller_failovers_total", []string{"node=gw2"}, 1},
+		{"egret_controller_probe_duration_seconds", []string{"node=gw2"}, 1},
+		{"egret_controller_probe_failures_total", []string{"node=gw1"}, 0},
+		{"egret_controller_probe_failures_total", []string{"node=gw2"}, 1},
+		{"egret_controller_node_reachable", []string{"node=gw2"}, 0},
+		{"egret_controller_node_reachable", []string{"node=gw1"}, 1},
+		{"egret_controller_reconcile_errors_total", []string{"kind=status"}, 1},
+		{"egret_controller_reconcile_errors_total", []string{"kind=assign"}, 0},
+		{"egret_controller_status_writes_total", nil, 1},
+		{"egret_controller_status_conflicts_total", nil, 1},
+		{"egret_controller_leader", nil, 1},
+	}
+	for _, ck := range checks {
+		if got := mustSample(t, fams, ck.name, ck.labels...); got != ck.want {
+			t.Errorf("%s%v = %v, want %v", ck.name, ck.labels, got, ck.want)
+		}
+	}
+	if _, ok := sample(fams, "egret_controller_egress_ips_assigned", "node=gw2"); ok {
+		t.Error("a node that lost all its IPs keeps an assigned series")
+	}
+	if v, ok := sample(fams, "egret_controller_failovers_total", "node=gw1"); !ok || v != 0 {
+		t.Errorf("failovers of an assigned node that never failed: %v (present %v), want a series at 0", v, ok)
+	}
+	c.ForgetNode("gw2")
+	fams, _ = reg.Gather()
+	if _, ok := sample(fams, "egret_controller_node_reachable", "node=gw2"); ok {
+		t.Error("ForgetNode left the node's series")
+	}
+	// A nil *Metrics is a no-op, so components may run without metrics.
+	var nilc *Metrics
+	nilc.ObserveAssignment(time.Second, nil, 0)
+	nilc.Moved("x", true)
+	nilc.ObserveProbe("x", 0, true)
+	nilc.SetReachable("x", true)
+	nilc.ForgetNode("x")
+	nilc.ReconcileError("x")
+	nilc.StatusWritten(true)
+	nilc.SetLeader(true)
+}
+
+func sample(fams []*dto.MetricFamily, name string, labels ...string) (float64, bool) {
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range labels {
+				k, v, _ := strings.Cut(l, "=")
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue(), true
+			case m.Gauge != nil:
+				return m.Gauge.GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount()), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func mustSample(t *testing.T, fams []*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	v, ok := sample(fams, name, labels...)
+	if !ok {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	return v
+}
