@@ -406,6 +406,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 			return err
 		}
 		defer hs.Stop()
+		log.Info("gateway agent: serving health checks", "addr", hs.Addr().String())
 		a.Health = hs
 	}
 	go func() {

@@ -480,18 +480,5 @@ func tableFor(name string, base, count uint32, used map[uint32]bool) (uint32, bo
 	return 0, false
 }
 
-// Equal reports whether two states program the same kernel configuration
-// (Objects, Problems and the fail-closed notes are not compared).
-func (st State) Equal(o State) bool {
-	return slices.Equal(st.Selected, o.Selected) && slices.Equal(st.Allowed, o.Allowed) &&
-		slices.Equal(st.PodCIDRs, o.PodCIDRs) && slices.Equal(st.Rules, o.Rules) &&
-		slices.EqualFunc(st.Routes, o.Routes, routeEqual) && slices.Equal(st.Neighs, o.Neighs) &&
-		slices.Equal(st.FDB, o.FDB)
-}
-
-func routeEqual(a, b Route) bool {
-	return a.Table == b.Table && a.Dst == b.Dst && a.Type == b.Type && slices.Equal(a.NextHops, b.NextHops)
-}
-
 // errNoVTEP is returned when the local VTEP cannot be found.
 var errNoVTEP = errors.New("no VTEP address")

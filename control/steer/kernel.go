@@ -336,12 +336,6 @@ func (k *Kernel) Drops() (uint64, error) {
 	return sel + uncl, err
 }
 
-// DropsByReason splits Drops: packets of selected pods, and of addresses in
-// the node's pod CIDRs the agent has not classified (yet).
-func (k *Kernel) DropsByReason() (selected, unclassified uint64, err error) {
-	return k.nft.drops()
-}
-
 func (k *Kernel) step(stage string) {
 	if k.afterStep != nil {
 		k.afterStep(stage)

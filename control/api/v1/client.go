@@ -48,9 +48,6 @@ func NewForConfig(cfg *rest.Config) (*Client, error) {
 	return &Client{rc: rc}, nil
 }
 
-// NewWithRESTClient wraps an existing REST client (tests, fakes).
-func NewWithRESTClient(rc rest.Interface) *Client { return &Client{rc: rc} }
-
 // RESTClient returns the underlying REST client.
 func (c *Client) RESTClient() rest.Interface { return c.rc }
 
