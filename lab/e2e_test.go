@@ -56,7 +56,7 @@ func TestLab(t *testing.T) {
 }
 
 type labPod struct {
-	w Worker
+	w WorkerNode
 	p Pod
 }
 

@@ -210,7 +210,7 @@ func (l *Lab) build() error {
 // buildWorker builds a worker node and its pods; with static it also
 // steers the pods itself (egv0 and policy routing), otherwise `egret steer`
 // does that in managed mode.
-func (l *Lab) buildWorker(w Worker, static bool) error {
+func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 	s := l.Spec
 	gw := w.PodSubnet.Addr().Next()
 	lines := []string{"link set lo up",

@@ -24,7 +24,7 @@ import (
 // podCIDR is the smallest prefix holding every worker's pod subnet of one
 // family (the zero Prefix when the workers have no IPv6 pod subnet).
 func podCIDR(s *Spec, v6 bool) netip.Prefix {
-	sub := func(w Worker) netip.Prefix {
+	sub := func(w WorkerNode) netip.Prefix {
 		if v6 {
 			return w.PodSubnet6
 		}

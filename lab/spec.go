@@ -49,7 +49,7 @@ type Spec struct {
 	// KubeNamespaces are the Kubernetes namespaces of the pods, with the
 	// labels EgressIP namespace selectors match (managed mode).
 	KubeNamespaces []KubeNamespace
-	Workers        []Worker
+	Workers        []WorkerNode
 	Gateways       []Gateway
 	Policies       []Policy
 }
@@ -86,8 +86,8 @@ type KubeNamespace struct {
 	Labels map[string]string
 }
 
-// Worker is a worker node with its pods.
-type Worker struct {
+// WorkerNode is a worker node with its pods.
+type WorkerNode struct {
 	Name       string
 	IP         netip.Addr // eth0 and VTEP
 	IP6        netip.Addr // eth0's IPv6 address (the VTEP stays IPv4)
@@ -167,7 +167,7 @@ func DefaultSpec(name string) (*Spec, error) {
 		},
 	}
 	for i := 1; i <= 2; i++ {
-		s.Workers = append(s.Workers, Worker{
+		s.Workers = append(s.Workers, WorkerNode{
 			Name:       fmt.Sprintf("w%d", i),
 			IP:         netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}),
 			IP6:        mustAddr(fmt.Sprintf("2001:db8:2::%d", 10+i)),
@@ -280,7 +280,7 @@ func (s *Spec) Steering(p Pod) (egress netip.Addr, gw *Gateway, ok bool) {
 
 // ExpectedSource is the source address the outside server should see for a
 // pod: its egress IP when steered, its node's IP otherwise.
-func (s *Spec) ExpectedSource(w Worker, p Pod) netip.Addr {
+func (s *Spec) ExpectedSource(w WorkerNode, p Pod) netip.Addr {
 	if e, _, ok := s.Steering(p); ok {
 		return e
 	}
