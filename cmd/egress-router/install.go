@@ -17,13 +17,13 @@ import (
 // and, when asked, keeps a kubeconfig for ipConfig there from the pod's service account.
 // The DaemonSet in deploy/cni runs it; nothing here is on a CNI code path.
 func install(args []string) error {
-	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	fs := flag.NewFlagSet(installName, flag.ContinueOnError)
 	binDir := fs.String("cni-bin-dir", "/host/opt/cni/bin", "where the CNI plugins live (node path as mounted)")
 	kcDir := fs.String("kubeconfig-dir", "", "if set, write kubeconfig, ca.crt and token here for ipConfig (node path as mounted)")
 	kcHostDir := fs.String("kubeconfig-host-dir", "/etc/cni/net.d/egress-router.d", "the same directory as the node sees it (paths inside the kubeconfig)")
 	saDir := fs.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the pod's service account files")
 	watch := fs.Duration("refresh", 0, "if > 0, stay running and re-copy the rotating token at this interval")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, "copy this plugin into the node's CNI bin directory (and keep a kubeconfig for ipConfig there)", args); err != nil {
 		return err
 	}
 	self, err := os.Executable()
@@ -39,7 +39,7 @@ func install(args []string) error {
 	}
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
-		return errors.New("KUBERNETES_SERVICE_HOST/PORT are not set: -kubeconfig-dir only works inside a pod")
+		return errors.New("KUBERNETES_SERVICE_HOST/PORT are not set: --kubeconfig-dir only works inside a pod")
 	}
 	for {
 		if err := writeKubeconfig(*kcDir, *kcHostDir, *saDir, "https://"+net.JoinHostPort(host, port)); err != nil {

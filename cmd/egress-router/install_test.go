@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,5 +67,16 @@ func TestWriteKubeconfig(t *testing.T) {
 	}
 	if err := writeKubeconfig(out, "/x", t.TempDir(), "https://a:1"); err == nil {
 		t.Error("missing service account files accepted")
+	}
+}
+
+func TestInstallFlagStyle(t *testing.T) {
+	if err := install([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+	var b bytes.Buffer
+	if code := exitCode(&b, install([]string{"--no-such-flag"})); code != 2 ||
+		b.String() != "egress-router install: flag provided but not defined: -no-such-flag (see egress-router install -h)\n" {
+		t.Errorf("unknown flag: exit %d, %q", code, b.String())
 	}
 }

@@ -3,7 +3,10 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 
@@ -24,12 +27,53 @@ func main() {
 	// "egress-router install ..." is for the installer DaemonSet; runtimes always set
 	// CNI_COMMAND, so the two cannot be confused.
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 && os.Args[1] == "install" {
-		if err := install(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "egress-router install:", err)
-			os.Exit(1)
-		}
-		return
+		os.Exit(exitCode(os.Stderr, install(os.Args[2:])))
 	}
 	p := &cni.Plugin{}
 	skel.PluginMainFuncs(p.Funcs(), cni.Versions, "CNI plugin egress-router "+version)
+}
+
+// The install command parses its flags as every egret subcommand does
+// (cmd/egret/main.go): -h prints the usage and exits 0, a command-line
+// mistake is one line and exit 2, any other failure exit 1.
+
+// usageError is a mistake on the install command line.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+const installName = "egress-router install"
+
+// exitCode reports err of the install command on w and returns the exit status.
+func exitCode(w io.Writer, err error) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(w, "%s: %v (see %s -h)\n", installName, ue.err, installName)
+		return 2
+	}
+	fmt.Fprintf(w, "%s: %v\n", installName, err)
+	return 1
+}
+
+// parseFlags parses args into fs, which takes flags only; on -h it prints
+// the usage and returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, summary string, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(os.Stderr, "usage: %s [flags]\n\n%s\n\nflags:\n", fs.Name(), summary)
+		fs.SetOutput(os.Stderr)
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	case err != nil:
+		return &usageError{err}
+	case fs.NArg() > 0:
+		return &usageError{fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))}
+	}
+	return nil
 }

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,20 +20,18 @@ func init() {
 }
 
 func runController(args []string) error {
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs := newFlagSet("controller")
 	f := controller.BindFlags(fs)
+	lf := bindLogFlags(fs)
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultControllerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg, err := f.Config()
 	if err != nil {
 		return err
 	}
-	log, err := controllerLogger(f.LogFormat, f.LogLevel)
+	log, err := newLogger(lf.format, lf.level)
 	if err != nil {
 		return err
 	}
@@ -94,19 +90,4 @@ func kubeRESTConfig(path string) (*rest.Config, error) {
 		return nil, fmt.Errorf("no Kubernetes configuration (not in a cluster; give --kubeconfig or use --source dir:/path): %w", err)
 	}
 	return c, nil
-}
-
-func controllerLogger(format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: use text or json", format)
 }

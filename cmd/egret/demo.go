@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -65,13 +64,13 @@ type demoResult struct {
 }
 
 func runDemo(args []string) error {
-	fs := flag.NewFlagSet("egret demo", flag.ContinueOnError)
+	fs := newFlagSet("demo")
 	name := fs.String("name", "egd", "lab name: the prefix of the demo's network namespaces")
 	keep := fs.Bool("keep", false, "leave the lab up afterwards to poke at (remove it with `egret lab down --name NAME`)")
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
 	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "the controller's reachabilityTotalTimeoutSeconds (1-60)")
 	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "how long a returned gateway waits before it gets egress IPs again")
-	if help, err := parse(fs, args); help || err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *reach < 1 || *reach > 60 {

@@ -50,7 +50,7 @@ type gatewayFlags struct {
 	mode        string
 	queues      int
 	batch       int
-	logFormat   string
+	log         *logFlags
 	metricsAddr string
 	watch       time.Duration
 
@@ -69,14 +69,14 @@ type gatewayFlags struct {
 func (f *gatewayFlags) agent() bool { return f.source != "" || f.kubeconfig != "" }
 
 func parseGatewayFlags(args []string) (*gatewayFlags, error) {
-	f := &gatewayFlags{fs: flag.NewFlagSet("egret gateway", flag.ContinueOnError)}
+	f := &gatewayFlags{fs: newFlagSet("gateway")}
 	fs := f.fs
 	fs.StringVar(&f.config, "config", "", "YAML config file (docs/gateway.md); SIGHUP or a change of the file reloads it")
 	fs.Var(&f.ifaces, "iface", "interface to serve; repeat or comma-separate for several (overrides interfaces)")
 	fs.StringVar(&f.mode, "mode", "", "auto | afxdp | afpacket (default auto: AF_XDP, AF_PACKET where XDP cannot attach)")
 	fs.IntVar(&f.queues, "queues", 0, "receive queues, one worker each (default: the first interface's RX queue count)")
 	fs.IntVar(&f.batch, "batch", 0, "frames per Process/Transmit call, 32–64 (default 64)")
-	fs.StringVar(&f.logFormat, "log-format", "", "text | json (default text)")
+	f.log = bindLogFlags(fs)
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port serving /metrics, /healthz and /readyz (default "+metrics.DefaultGatewayAddr+"; \"off\" disables)")
 	fs.DurationVar(&f.watch, "watch", time.Second, "how often to check the config file for changes (0 disables; SIGHUP still reloads)")
 	fs.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "agent mode: this node's name; status items for it are hosted here (default $NODE_NAME)")
@@ -86,11 +86,8 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
 	fs.IntVar(&f.announceCount, "announce-count", 3, "gratuitous ARPs / unsolicited NAs sent per claimed egress IP (1–20)")
 	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; all settings are flags or in --config", fs.Arg(0))
 	}
 	if f.announceCount < 1 || f.announceCount > 20 {
 		return nil, fmt.Errorf("--announce-count %d: use 1–20", f.announceCount)
@@ -195,7 +192,7 @@ func (f *gatewayFlags) loadRaw() (*engine.Config, []byte, error) {
 		case "batch":
 			c.Batch = f.batch
 		case "log-format":
-			c.LogFormat = f.logFormat
+			c.LogFormat = f.log.format
 		case "metrics-addr":
 			c.MetricsAddr = f.metricsAddr
 		}
@@ -203,19 +200,8 @@ func (f *gatewayFlags) loadRaw() (*engine.Config, []byte, error) {
 	return c, raw, nil
 }
 
-func newLogger(format string) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
-}
-
 func runGateway(args []string) error {
 	f, err := parseGatewayFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -227,7 +213,10 @@ func runGateway(args []string) error {
 		return err
 	}
 	set := cf.set
-	log := newLogger(cf.file.LogFormat)
+	log, err := newLogger(cf.file.LogFormat, f.log.level)
+	if err != nil {
+		return err
+	}
 	slog.SetDefault(log)
 	gm, err := startGatewayMetrics(cf.file.MetricsAddr, log)
 	if err != nil {
@@ -348,10 +337,10 @@ func runGatewayAgent(f *gatewayFlags) error {
 		return err
 	}
 	base := cf.base
-	if format := cf.file.LogFormat; format != "" && format != "text" && format != "json" {
-		return fmt.Errorf("config field logFormat: %q: use text or json", format)
+	log, err := newLogger(cf.file.LogFormat, f.log.level)
+	if err != nil {
+		return err
 	}
-	log := newLogger(cf.file.LogFormat)
 	slog.SetDefault(log)
 	gm, err := startGatewayMetrics(cf.file.MetricsAddr, log)
 	if err != nil {

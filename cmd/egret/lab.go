@@ -6,7 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,58 +16,56 @@ import (
 
 func init() {
 	register("lab", "build, inspect or remove the network-namespace lab (up|down|status)", runLab)
+	// Set here, not in the declaration: the commands' usage reads it.
+	labCommands = []labCommand{
+		{name: "up", summary: "build the lab (namespaces, tunnel, gateways, echo server); a second up is a no-op; --gateway managed runs the real controller, gateway and steer agents", run: labUp},
+		{name: "down", summary: "remove the lab and any leftovers of a crashed one", run: labDown},
+		{name: "status", summary: "print the topology and what runs (--json for scripts)", run: labStatus},
+		{name: "echo-server", summary: "the lab's outside echo server, started by lab up inside the server namespace", run: labEcho, hidden: true},
+	}
 }
 
-const labUsage = `usage: egret lab <up|down|status> [flags]
+// labCommand is a command of `egret lab`; a hidden one is started by the
+// lab itself and left out of the usage.
+type labCommand struct {
+	name, summary string
+	run           func(args []string) error
+	hidden        bool
+}
 
-  up      build the lab (namespaces, tunnel, gateways, echo server); a second up is a no-op;
-          --gateway managed runs the real controller, gateway and steer agents
-  down    remove the lab and any leftovers of a crashed one
-  status  print the topology and what runs (--json for scripts)
+var labCommands []labCommand
 
-Run "egret lab <command> -h" for the flags. docs/lab.md draws the topology.`
+func labUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: egret lab <command> [flags]\n\ncommands:")
+	for _, c := range labCommands {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		}
+	}
+	fmt.Fprintln(w, "\nRun \"egret lab <command> -h\" for its flags. docs/lab.md draws the topology.")
+}
 
 func runLab(args []string) error {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, labUsage)
-		return errors.New("missing lab command")
+		return &usageError{cmd: "egret lab", err: errors.New("missing command: up, down or status")}
 	}
 	switch args[0] {
-	case "up":
-		return labUp(args[1:])
-	case "down":
-		return labDown(args[1:])
-	case "status":
-		return labStatus(args[1:])
-	case "echo-server": // started by `lab up` inside the server namespace
-		return labEcho(args[1:])
 	case "-h", "--help", "help":
-		fmt.Fprintln(os.Stderr, labUsage)
-		return nil
+		labUsage(os.Stderr)
+		return flag.ErrHelp
 	}
-	fmt.Fprintln(os.Stderr, labUsage)
-	return fmt.Errorf("unknown lab command %q", args[0])
+	for _, c := range labCommands {
+		if c.name == args[0] {
+			return c.run(args[1:])
+		}
+	}
+	return &usageError{cmd: "egret lab", err: fmt.Errorf("unknown command %q: use up, down or status", args[0])}
 }
 
 func labFlags(name string) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("egret lab "+name, flag.ContinueOnError)
+	fs := newFlagSet("lab " + name)
 	n := fs.String("name", lab.DefaultName, "lab name: the prefix of its network namespaces")
 	return fs, n
-}
-
-// parse parses a subcommand's flags; help is true when they asked for the
-// usage (-h), which fs has printed: the caller then returns nil.
-func parse(fs *flag.FlagSet, args []string) (help bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return false, err
-	}
-	if fs.NArg() > 0 {
-		return false, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	return false, nil
 }
 
 func newLab(name, mode string) (*lab.Lab, error) {
@@ -95,7 +93,7 @@ func labUp(args []string) error {
 	fs.StringVar(&mode, "gateway", mode, "gateway implementation: kernel (VXLAN + nftables SNAT), egret (egret gateway, static config) or managed (egret controller + gateway and steer agents); default from EGRET_LAB_GATEWAY")
 	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "managed: the controller's reachabilityTotalTimeoutSeconds (1-60)")
 	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "managed: how long a returned gateway waits before it gets egress IPs again")
-	if help, err := parse(fs, args); help || err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	l, err := newLab(*name, mode)
@@ -122,7 +120,7 @@ func labUp(args []string) error {
 
 func labDown(args []string) error {
 	fs, name := labFlags("down")
-	if help, err := parse(fs, args); help || err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return lab.Down("", *name)
@@ -131,7 +129,7 @@ func labDown(args []string) error {
 func labStatus(args []string) error {
 	fs, name := labFlags("status")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if help, err := parse(fs, args); help || err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	l, err := newLab(*name, lab.ModeKernel)
@@ -152,20 +150,25 @@ func labStatus(args []string) error {
 }
 
 func labEcho(args []string) error {
-	fs := flag.NewFlagSet("egret lab echo-server", flag.ContinueOnError)
+	fs := newFlagSet("lab echo-server")
 	name := fs.String("lab", "", "the lab this server belongs to (for logs and `lab down`)")
 	httpAddr := fs.String("http", "", "HTTP listen address (ip:port)")
 	udpAddr := fs.String("udp", "", "UDP listen address (ip:port)")
 	httpAddr6 := fs.String("http6", "", "optional second HTTP listen address ([ipv6]:port)")
 	udpAddr6 := fs.String("udp6", "", "optional second UDP listen address ([ipv6]:port)")
-	if help, err := parse(fs, args); help || err != nil {
+	lf := bindLogFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *httpAddr == "" || *udpAddr == "" {
-		return errors.New("echo-server needs --http and --udp")
+		return &usageError{cmd: fs.Name(), err: errors.New("give --http and --udp")}
 	}
+	log, err := newLogger(lf.format, lf.level)
+	if err != nil {
+		return err
+	}
+	log = log.With("lab", *name)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("lab", *name)
 	return (&lab.EchoServer{HTTPAddr: *httpAddr, UDPAddr: *udpAddr, HTTPAddr6: *httpAddr6, UDPAddr6: *udpAddr6, Log: log}).Run(ctx)
 }

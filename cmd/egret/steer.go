@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,7 +20,7 @@ func init() {
 }
 
 func runSteer(args []string) error {
-	fs := flag.NewFlagSet("steer", flag.ContinueOnError)
+	fs := newFlagSet("steer")
 	node := fs.String("node", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
 	source := fs.String("source", "", "dir:/path reads objects from a directory of YAML files (clusterless); default the Kubernetes API")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
@@ -30,17 +28,14 @@ func runSteer(args []string) error {
 	nsName := fs.String("netns", "", "program this named network namespace instead of the agent's own (lab)")
 	underlay := fs.String("underlay", "", "underlay interface (overrides the config)")
 	vtep := fs.String("vtep", "", "this node's VTEP address (overrides the config)")
-	logFormat := fs.String("log-format", "", "text or json (overrides the config)")
+	lf := bindLogFlags(fs)
 	failClosed := fs.String("fail-closed", "", "podCIDR (block pod addresses until classified; the default) or selected (block selected pods only); overrides the config")
 	podCIDRs := fs.String("pod-cidrs", "", "this node's pod networks, comma-separated (overrides the config and the Node's spec.podCIDRs)")
 	once := fs.Bool("once", false, "reconcile once and exit")
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent programmed (device, rules, routes, filter) and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var cfg steer.Config
 	if *configPath != "" {
@@ -49,7 +44,7 @@ func runSteer(args []string) error {
 			return err
 		}
 	}
-	for flagVal, field := range map[string]*string{*underlay: &cfg.Underlay, *vtep: &cfg.VTEP, *logFormat: &cfg.LogFormat} {
+	for flagVal, field := range map[string]*string{*underlay: &cfg.Underlay, *vtep: &cfg.VTEP, lf.format: &cfg.LogFormat} {
 		if flagVal != "" {
 			*field = flagVal
 		}
@@ -64,11 +59,9 @@ func runSteer(args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	var log *slog.Logger
-	if cfg.LogFormat == "json" {
-		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	} else {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log, err := newLogger(cfg.LogFormat, lf.level)
+	if err != nil {
+		return err
 	}
 
 	ns := netns.None()

@@ -10,7 +10,10 @@ import (
 var version = "dev"
 
 func init() {
-	register("version", "print the version", func([]string) error {
+	register("version", "print the version", func(args []string) error {
+		if err := parseFlags(newFlagSet("version"), args); err != nil {
+			return err
+		}
 		rev := ""
 		if bi, ok := debug.ReadBuildInfo(); ok {
 			for _, s := range bi.Settings {

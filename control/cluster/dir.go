@@ -104,10 +104,10 @@ type fileSig struct {
 func NewDir(dir string, interval time.Duration, log *slog.Logger) (*Dir, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("file source: %w", err)
+		return nil, fmt.Errorf("object directory: %w", err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("file source: %s is not a directory", dir)
+		return nil, fmt.Errorf("object directory %s is not a directory", dir)
 	}
 	if interval <= 0 {
 		interval = DefaultInterval
@@ -136,7 +136,7 @@ func NewDirReader(dir string, interval time.Duration, log *slog.Logger) (*Dir, e
 }
 
 // ErrReadOnly is returned by UpdateEgressIP on a read-only Source.
-var ErrReadOnly = errors.New("file source: read-only; only the controller writes status files")
+var ErrReadOnly = errors.New("the object directory is read-only here: only the controller writes status files")
 
 // Start implements Source: it loads the directory and polls it until ctx
 // ends. A reader also reads the status files; their folder may not exist
@@ -144,11 +144,11 @@ var ErrReadOnly = errors.New("file source: read-only; only the controller writes
 func (s *Dir) Start(ctx context.Context, changed func(Kind)) error {
 	if !s.readOnly {
 		if err := os.MkdirAll(filepath.Join(s.dir, StatusDir), 0o755); err != nil {
-			return fmt.Errorf("file source: creating the status directory: %w", err)
+			return fmt.Errorf("creating the status directory: %w", err)
 		}
 		f, err := os.OpenFile(filepath.Join(s.dir, EventsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return fmt.Errorf("file source: opening the events file: %w", err)
+			return fmt.Errorf("opening the events file: %w", err)
 		}
 		s.mu.Lock()
 		s.events = f
@@ -486,11 +486,11 @@ func (s *Dir) readStatus(name string) (egressv1.EgressIPStatus, bool) {
 func ReadStatus(statusDir, name string) (egressv1.EgressIPStatus, error) {
 	b, err := os.ReadFile(filepath.Join(statusDir, name+".yaml"))
 	if err != nil {
-		return egressv1.EgressIPStatus{}, fmt.Errorf("file source: status of %s: %w", name, err)
+		return egressv1.EgressIPStatus{}, fmt.Errorf("status of %s: %w", name, err)
 	}
 	var e egressv1.EgressIP
 	if err := yaml.Unmarshal(b, &e); err != nil {
-		return egressv1.EgressIPStatus{}, fmt.Errorf("file source: status of %s: %w", name, err)
+		return egressv1.EgressIPStatus{}, fmt.Errorf("status of %s: %w", name, err)
 	}
 	return e.Status, nil
 }
@@ -501,7 +501,7 @@ func ReadStatus(statusDir, name string) (egressv1.EgressIPStatus, error) {
 func ReadStatuses(statusDir string) (Statuses, error) {
 	entries, err := os.ReadDir(statusDir)
 	if err != nil {
-		return nil, fmt.Errorf("file source: status folder: %w", err)
+		return nil, fmt.Errorf("reading the status directory: %w", err)
 	}
 	out := Statuses{}
 	for _, e := range entries {
@@ -608,7 +608,7 @@ func (s *Dir) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
 	}
 	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("file source: writing the status of %s: %w", eip.Name, err)
+		return fmt.Errorf("writing the status of %s: %w", eip.Name, err)
 	}
 	s.eips[eip.Name] = next
 	changed := s.changed

@@ -12,7 +12,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -116,7 +115,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer cancel()
 
 	if err := c.src.Start(ctx, c.changed); err != nil {
-		return fmt.Errorf("starting the object source: %w", err)
+		return err // the source names what failed
 	}
 	c.metrics.SetLeader(true)
 	defer c.metrics.SetLeader(false)

@@ -18,8 +18,6 @@ type Flags struct {
 	Source       string
 	Identity     string
 	PollInterval time.Duration
-	LogFormat    string
-	LogLevel     string
 
 	fs            *flag.FlagSet
 	reach         int
@@ -44,8 +42,6 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.Source, "source", "kube", `where objects come from: "kube" (the API server) or "dir:/path" (a directory of manifests, no cluster)`)
 	fs.StringVar(&f.Identity, "identity", "", "this replica's name in the leader election Lease (default: host name)")
 	fs.DurationVar(&f.PollInterval, "poll-interval", 200*time.Millisecond, "how often a dir: source is checked for changes")
-	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.IntVar(&f.reach, "reachability-total-timeout-seconds", DefaultReachabilityTotalTimeoutSeconds, "total timeout of a node reachability check, 0-60; 0 disables the check")
 	fs.IntVar(&f.healthPort, "health-port", 9107, "gRPC health port of the gateway agents")
 	fs.DurationVar(&f.probeInterval, "probe-interval", DefaultProbeInterval, "pause between two reachability checks of a node")

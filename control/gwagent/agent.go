@@ -3,7 +3,6 @@ package gwagent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -140,7 +139,7 @@ type loop struct {
 func (a *Agent) Run(ctx context.Context) error {
 	a.defaults()
 	if a.StartDataPlane == nil || a.Source == nil {
-		return errors.New("gateway agent: no source or data plane given")
+		return errors.New("the gateway agent needs a Source and a StartDataPlane")
 	}
 	a.setServing(false)
 	kick := make(chan struct{}, 1)
@@ -154,7 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.rebuild = poke
 	a.mu.Unlock()
 	if err := a.Source.Start(ctx, func(cluster.Kind) { poke() }); err != nil {
-		return fmt.Errorf("gateway agent: starting the object source: %w", err)
+		return err // the source names what failed
 	}
 	var (
 		lastOK  atomic.Int64
@@ -315,7 +314,7 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 	if l.dp == nil {
 		dp, err := a.StartDataPlane(set)
 		if err != nil {
-			return fmt.Errorf("gateway agent: starting the data plane: %w", err)
+			return err // the engine names what failed
 		}
 		l.dp = dp
 		a.Log.Info("gateway agent: data plane running", "hosted", hostedOf(cfg), "nodes", len(cfg.Nodes), "fenced", fenced)

@@ -57,7 +57,7 @@ func NotServing() Option { return func(o *options) { o.notServing = true } }
 func Listen(addr string, opts ...Option) (*Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("health: listening on %s: %w", addr, err)
+		return nil, fmt.Errorf("health service: %w", err)
 	}
 	return Serve(lis, opts...), nil
 }
@@ -143,7 +143,7 @@ func (p *Prober) conn(target string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 200 * time.Millisecond}))
 	if err != nil {
-		return nil, fmt.Errorf("health: client for %s: %w", target, err)
+		return nil, fmt.Errorf("health client for %s: %w", target, err)
 	}
 	p.conns[target] = c
 	return c, nil

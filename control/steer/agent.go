@@ -82,7 +82,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	if err := a.Source.Start(ctx, func(cluster.Kind) { poke() }); err != nil {
-		return fmt.Errorf("start the object source: %w", err)
+		return err // the source names what failed
 	}
 	resync := a.Resync
 	if resync <= 0 {
