@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket/layers"
 )
@@ -184,7 +185,7 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 				t.Error("the flow tables differ")
 			}
 			for _, a := range []netip.Addr{egress4, egress6} {
-				for _, proto := range []uint8{protoTCP, protoUDP, protoICMP, protoICMPv6} {
+				for _, proto := range []uint8{header.ProtoTCP, header.ProtoUDP, header.ProtoICMPv4, header.ProtoICMPv6} {
 					b, s := batched.p.NAT().PortsInUse(nat.Addr(addr16(a)), proto), single.p.NAT().PortsInUse(nat.Addr(addr16(a)), proto)
 					if b != s {
 						t.Errorf("%v proto %d: %d ports in use batched, %d one by one", a, proto, b, s)
@@ -418,7 +419,7 @@ func TestNewFlowEgressIPChoice(t *testing.T) {
 			if r.Verdict != VerdictTx {
 				t.Fatalf("single=%v frame %d: %v %v", f.w.single, i, r.Verdict, r.Reason)
 			}
-			got, _ := netip.AddrFromSlice(out[i][ethLen+12 : ethLen+16])
+			got, _ := netip.AddrFromSlice(out[i][header.EthernetLen+12 : header.EthernetLen+16])
 			if got != want[i] {
 				t.Fatalf("single=%v frame %d left from %v, want %v (nat.Pick)", f.w.single, i, got, want[i])
 			}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -192,7 +193,7 @@ func buildMillion(tb testing.TB) (*million, error) {
 					return nil, fmt.Errorf("%s of flow %d: %v %v", step.name, i+j, r.Verdict, r.Reason)
 				}
 				if step.name == "syn" {
-					if _, port := millionFlow(i + j); binary.BigEndian.Uint16(out[j][ethLen+20:]) != port {
+					if _, port := millionFlow(i + j); binary.BigEndian.Uint16(out[j][header.EthernetLen+20:]) != port {
 						return nil, fmt.Errorf("flow %d: NAT port not preserved", i+j)
 					}
 				}

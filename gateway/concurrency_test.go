@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -168,9 +169,9 @@ func TestConcurrentMovesLeakNothing(t *testing.T) {
 	a := f.p.NAT()
 	used := 0
 	for _, ip := range []netip.Addr{egress4, ip21, ip22} {
-		used += a.PortsInUse(nat.Addr(ip.As16()), protoUDP)
+		used += a.PortsInUse(nat.Addr(ip.As16()), header.ProtoUDP)
 	}
-	if n := a.PortsInUse(nat.Addr(ip21.As16()), protoUDP); n != 0 {
+	if n := a.PortsInUse(nat.Addr(ip21.As16()), header.ProtoUDP); n != 0 {
 		t.Errorf("%d ports still taken on 192.0.2.21, which no flow uses", n)
 	}
 	if used != flows || a.StrayReleases() != 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -125,7 +126,7 @@ func dropCases() []dropCase {
 			return tunnelFrame(t, podTun(), serialize(t, ip, gopacket.Payload(make([]byte, 40))))
 		}},
 		{reason: DropIPv6Fragment, frame: func(t *testing.T) []byte {
-			fh := []byte{protoUDP, 0, 0, 1, 0, 0, 0, 9} // offset 0, M=1, id 9
+			fh := []byte{header.ProtoUDP, 0, 0, 1, 0, 0, 0, 9} // offset 0, M=1, id 9
 			udp := []byte{0x13, 0x88, 0, 53, 0, 16, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
 			return tunnelFrame(t, podTun(), rawIP(t, pod1v6, server6, layers.IPProtocolIPv6Fragment, append(fh, udp...)))
 		}},
@@ -291,7 +292,7 @@ func TestFullTableKeepsFlows(t *testing.T) {
 	if r, _ := f.run(t, plainFrame(t, rep.build(t))); r.Verdict != VerdictTx {
 		t.Fatalf("reply of an existing flow on a full table: %v %v", r.Verdict, r.Reason)
 	}
-	if u := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), protoUDP); u != f.ct.Len() {
+	if u := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), header.ProtoUDP); u != f.ct.Len() {
 		t.Errorf("ports in use %d, flows %d: the refused flow leaked a port", u, f.ct.Len())
 	}
 }
@@ -361,7 +362,7 @@ func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
 			if st.Count(CounterFlowsExpired) == 0 || f.ct.Len() > full {
 				t.Fatalf("expired %d, flows %d (cap %d)", st.Count(CounterFlowsExpired), f.ct.Len(), f.ct.Cap())
 			}
-			if got := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), protoUDP); got != f.ct.Len() {
+			if got := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), header.ProtoUDP); got != f.ct.Len() {
 				t.Errorf("ports in use %d, flows %d: a removed flow kept its port", got, f.ct.Len())
 			}
 			rep := pkt{src: server4, dst: egress4, proto: "udp", sport: 53, dport: 10000, payload: []byte("a")}

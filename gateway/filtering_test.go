@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -36,7 +37,7 @@ func TestRFC4787_REQ8_RFC5382_REQ3_AddressAndPortDependentFiltering(t *testing.T
 				if r.Verdict != VerdictTx {
 					t.Fatalf("pod flow %s: %v %v", p.proto, r.Verdict, r.Reason)
 				}
-				if got := netip.AddrFrom4([4]byte(out[ethLen+12 : ethLen+16])); got != egress4 {
+				if got := netip.AddrFrom4([4]byte(out[header.EthernetLen+12 : header.EthernetLen+16])); got != egress4 {
 					t.Fatalf("pod flow %s left from %v, want %v", p.proto, got, egress4)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -293,9 +294,9 @@ func tunnelFrame(t testing.TB, tu tun, inner []byte) []byte {
 		eth.EthernetType = et
 		ls = append(ls, eth)
 	}
-	dport := layers.UDPPort(vxlanPort)
+	dport := layers.UDPPort(header.VXLANPort)
 	if tu.kind == TunnelGeneve {
-		dport = genevePort
+		dport = header.GenevePort
 	}
 	udp := &layers.UDP{SrcPort: 51000, DstPort: dport}
 	if err := udp.SetNetworkLayerForChecksum(nl); err != nil {
@@ -308,7 +309,7 @@ func tunnelFrame(t testing.TB, tu tun, inner []byte) []byte {
 		if tu.geneveCritical {
 			h[1] = 0x40
 		}
-		binary.BigEndian.PutUint16(h[2:], etherTypeTEB)
+		binary.BigEndian.PutUint16(h[2:], header.EtherTypeTEB)
 		binary.BigEndian.PutUint32(h[4:], tu.vni<<8)
 		ls = append(ls, gopacket.Payload(append(h, tu.geneveOpts...)))
 	} else {
@@ -380,21 +381,21 @@ func checkIPChecksums(t *testing.T, what string, ip []byte) {
 		l4 = ip[40 : 40+pl]
 	}
 	switch proto {
-	case protoTCP, protoUDP:
-		if proto == protoUDP && len(src) == 4 && binary.BigEndian.Uint16(l4[6:]) == 0 {
+	case header.ProtoTCP, header.ProtoUDP:
+		if proto == header.ProtoUDP && len(src) == 4 && binary.BigEndian.Uint16(l4[6:]) == 0 {
 			return
 		}
 		if refSum(pseudo(src, dst, proto, len(l4)), l4) != 0xffff {
 			t.Errorf("%s: bad L4 (proto %d) checksum", what, proto)
 		}
-	case protoICMP:
+	case header.ProtoICMPv4:
 		if refSum(l4) != 0xffff {
 			t.Errorf("%s: bad ICMPv4 checksum", what)
 		}
 		if l4[0] == 3 || l4[0] == 11 {
 			checkIPChecksums(t, what+" (quoted)", l4[8:])
 		}
-	case protoICMPv6:
+	case header.ProtoICMPv6:
 		if refSum(pseudo(src, dst, proto, len(l4)), l4) != 0xffff {
 			t.Errorf("%s: bad ICMPv6 checksum", what)
 		}

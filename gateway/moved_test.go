@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -67,9 +68,9 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 			got[i] = sent{r: r}
 			if r.Verdict == VerdictTx {
 				got[i].out = out[i][:r.Len]
-				got[i].addr = netip.AddrFrom4([4]byte(out[i][ethLen+12 : ethLen+16]))
+				got[i].addr = netip.AddrFrom4([4]byte(out[i][header.EthernetLen+12 : header.EthernetLen+16]))
 				// The source port, or the ICMP echo identifier.
-				l4 := ethLen + 20
+				l4 := header.EthernetLen + 20
 				if pkts(flows[i/2]).proto == "echo" {
 					l4 += 4
 				}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 )
@@ -62,7 +63,7 @@ func TestTooBigToOutside(t *testing.T) {
 			if [6]byte(eth.DstMAC) != outHop.DstMAC || [6]byte(eth.SrcMAC) != outHop.SrcMAC {
 				t.Errorf("Ethernet %v→%v, want the outside next hop", eth.SrcMAC, eth.DstMAC)
 			}
-			ip := out[ethLen:]
+			ip := out[header.EthernetLen:]
 			checkIPChecksums(t, "too big to outside", ip)
 			src, dst, _ := ipOf(netLayers(q)[0])
 			if src != c.egress || dst != c.server {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -332,12 +333,12 @@ func (w *Worker) forwardPrepare(st *installed, now int64, s *frame, l *conntrack
 	}
 	ipLen := pk.End - pk.L3
 	if ipLen > s.hop.MTU {
-		if pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0 {
+		if pk.IPVer == 4 && !header.IPv4(in[pk.L3:]).Fixed().DontFragment() {
 			return w.drop(DropMTUExceeded) // DF clear: a router would fragment; we do not
 		}
 		return w.icmpToPod(st, pk, now, ni, in, out, icmpTooBig, s.hop.MTU, DropMTUExceeded)
 	}
-	s.n = ethLen + ipLen
+	s.n = header.EthernetLen + ipLen
 	if s.n > len(out) {
 		return w.drop(DropOutBuffer)
 	}
@@ -354,19 +355,19 @@ func (w *Worker) forwardPrepare(st *installed, now int64, s *frame, l *conntrack
 	t.Proto = pk.Proto
 	l.Dir, l.Flags = conntrack.Original, 0
 	switch pk.Proto {
-	case protoTCP, protoUDP:
+	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
 			return w.drop(DropMalformed)
 		}
 		t.SrcPort, t.DstPort = pk.SrcPort, pk.DstPort
-		if pk.Proto == protoTCP {
+		if pk.Proto == header.ProtoTCP {
 			l.Flags = pk.TCPFlags
 		}
-	case protoICMP, protoICMPv6:
+	case header.ProtoICMPv4, header.ProtoICMPv6:
 		if !pk.HasL4 {
 			return w.drop(DropMalformed)
 		}
-		if !pk.ICMPEcho || (pk.ICMPType != icmp4Echo && pk.ICMPType != icmp6Echo) {
+		if !pk.ICMPEcho || (pk.ICMPType != header.ICMPv4EchoRequest && pk.ICMPType != header.ICMPv6EchoRequest) {
 			return w.drop(DropICMPType)
 		}
 		t.SrcPort, t.DstPort = pk.ICMPID, 0
@@ -402,11 +403,11 @@ func (w *Worker) forwardFinish(st *installed, now int64, s *frame, l *conntrack.
 	}
 	n := s.n
 	writeEth(out, &s.hop.DstMAC, &s.hop.SrcMAC, pk.IPVer)
-	ip, src := out[ethLen:n], in[pk.L3:pk.End]
+	ip, src := out[header.EthernetLen:n], in[pk.L3:pk.End]
 	if s.later {
 		copy(ip, src)
 		decTTL(ip, pk.IPVer)
-		setAddrV4(ip, ipSrc, &natAddr)
+		header.IPv4(ip).Fixed().SetSrcAddrWithChecksumUpdate([4]byte(natAddr[12:]))
 	} else {
 		rewriteNAT(ip, src, pk, srcSide, &natAddr, natPort)
 		if pk.Frag && pk.IPVer == 4 {
@@ -459,7 +460,7 @@ func (w *Worker) retire(st *installed, s *frame, l *conntrack.Lookup, now int64)
 // open a flow: any UDP or ICMP echo, and TCP only with a bare SYN.
 func opensFlow(t *conntrack.Tuple, flags uint8) bool {
 	const f = conntrack.FlagSYN | conntrack.FlagACK | conntrack.FlagRST | conntrack.FlagFIN
-	return t.Proto != protoTCP || flags&f == conntrack.FlagSYN
+	return t.Proto != header.ProtoTCP || flags&f == conntrack.FlagSYN
 }
 
 // newFlow allocates a NAT binding for frame s's lookup l.Key and inserts
@@ -530,20 +531,20 @@ func (w *Worker) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 	t := &l.Key
 	l.Dir, l.Flags = conntrack.Reply, 0
 	switch pk.Proto {
-	case protoTCP, protoUDP:
+	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
 			return w.drop(DropMalformed)
 		}
 		*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
-		if pk.Proto == protoTCP {
+		if pk.Proto == header.ProtoTCP {
 			l.Flags = pk.TCPFlags
 		}
-	case protoICMP, protoICMPv6:
+	case header.ProtoICMPv4, header.ProtoICMPv6:
 		if !pk.HasL4 {
 			return w.drop(DropMalformed)
 		}
 		switch {
-		case pk.ICMPEcho && (pk.ICMPType == icmp4EchoReply || pk.ICMPType == icmp6EchoReply):
+		case pk.ICMPEcho && (pk.ICMPType == header.ICMPv4EchoReply || pk.ICMPType == header.ICMPv6EchoReply):
 			*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: 0, DstPort: pk.ICMPID, Proto: pk.Proto}
 		case pk.ICMPErr:
 			if pk.EmbSrc != pk.Dst {
@@ -594,12 +595,12 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 	}
 	ipLen := pk.End - pk.L3
 	hl := encapLen(node.fam)
-	if mtu := w.hop.MTU - (hl - ethLen); ipLen > mtu {
+	if mtu := w.hop.MTU - (hl - header.EthernetLen); ipLen > mtu {
 		// Too big for the tunnel once encapsulated. A router answers the
 		// sender so its PMTU discovery works; it never answers an ICMP
 		// error, a later fragment, or IPv4 without DF, which a router
 		// would fragment: the gateway does not, it drops and counts.
-		if s.isErr || s.later || (pk.IPVer == 4 && in[pk.L3+6]&0x40 == 0) {
+		if s.isErr || s.later || (pk.IPVer == 4 && !header.IPv4(in[pk.L3:]).Fixed().DontFragment()) {
 			return w.drop(DropMTUExceeded)
 		}
 		return w.tooBigToOutside(st, pk, now, in, out, mtu)
@@ -613,7 +614,7 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 	case s.later:
 		copy(ip, src)
 		decTTL(ip, pk.IPVer)
-		setAddrV4(ip, ipDst, &podAddr)
+		header.IPv4(ip).Fixed().SetDstAddrWithChecksumUpdate([4]byte(podAddr[12:]))
 	case s.isErr:
 		copy(ip, src)
 		decTTL(ip, pk.IPVer)

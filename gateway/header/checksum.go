@@ -119,6 +119,39 @@ func ChecksumUpdateAddr(check uint16, old, new []byte) uint16 {
 	return ^fold64(s)
 }
 
+// ChecksumDelta returns the one's-complement difference (RFC 1624: the sum
+// of ~m + m') of a field of the covered data changing from old to new,
+// summed as 32-bit words: old and new have the same length, a multiple of
+// 4 (an IPv4 or IPv6 address). A rewrite computes it once and applies it
+// with ChecksumApplyDelta to every checksum covering the field (IP header,
+// TCP, UDP, ICMPv6), adding the deltas of its other changes.
+func ChecksumDelta(old, new []byte) uint64 {
+	var d uint64
+	for i := 0; i+4 <= len(old) && i+4 <= len(new); i += 4 {
+		d += uint64(^binary.BigEndian.Uint32(old[i:])) + uint64(binary.BigEndian.Uint32(new[i:]))
+	}
+	return d
+}
+
+// ChecksumDelta16 returns the delta of one 16-bit word changing from old to
+// new, to add to a ChecksumDelta.
+func ChecksumDelta16(old, new uint16) uint64 { return uint64(^old) + uint64(new) }
+
+// ChecksumDelta32 returns the delta of an aligned 32-bit word changing from
+// old to new (an IPv4 address), to add to other deltas.
+func ChecksumDelta32(old, new uint32) uint64 { return uint64(^old) + uint64(new) }
+
+// ChecksumApplyDelta returns checksum field check updated by delta d, a sum
+// of deltas of at most 2^31 words (RFC 1624 eqn. 3: HC' = ~(~HC + d)).
+func ChecksumApplyDelta(check uint16, d uint64) uint16 {
+	s := uint64(^check) + d
+	s = s>>32 + s&0xffffffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	return ^uint16(s)
+}
+
 // UDPChecksumValue maps a computed UDP checksum to the value sent on the
 // wire: a computed 0 is sent as 0xffff, because 0 means "no checksum"
 // (RFC 768).
