@@ -10,6 +10,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -131,9 +132,9 @@ func dropCases() []dropCase {
 			return tunnelFrame(t, podTun(), rawIP(t, pod1v6, server6, layers.IPProtocolIPv6Fragment, append(fh, udp...)))
 		}},
 		{reason: DropNoRoute, cfg: func(c *Config) {
-			c.Routes = newStaticRoutes( // underlay only
-				staticRoute{pfx: netip.MustParsePrefix("10.0.0.0/24"), hop: underlayHop},
-				staticRoute{pfx: netip.MustParsePrefix("fd00::/64"), hop: underlayHop})
+			c.Routes = route.NewStatic( // underlay only
+				route.Static{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Hop: underlayHop},
+				route.Static{Prefix: netip.MustParsePrefix("fd00::/64"), Hop: underlayHop})
 		}, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 )
 
 // encapLen is the header length in front of an encapsulated inner IP packet:
@@ -75,7 +76,7 @@ func newEncapTemplate(f uint8, gwVTEP, vtep *[16]byte, gwMAC, nodeMAC *[6]byte) 
 // template's sum, UDP source port, tunnel type, VNI, inner EtherType). The
 // outer UDP checksum is 0 over IPv4 and computed over IPv6 (RFC 8200 §8.1;
 // Linux VXLAN devices reject zero checksums over IPv6 by default).
-func writeEncap(out []byte, node *snapNode, t Tunnel, vni uint32, hop *Hop, innerVer uint8, sport uint16) {
+func writeEncap(out []byte, node *snapNode, t Tunnel, vni uint32, hop *route.Hop, innerVer uint8, sport uint16) {
 	const ethLen = header.EthernetLen
 	n := len(out)
 	hl := encapLen(node.fam)

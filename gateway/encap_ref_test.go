@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 )
 
 // The encapsulation writer as of commit 2bb272e (every field written and
@@ -19,7 +20,7 @@ import (
 // and VNI vni. The outer UDP checksum is 0 over IPv4 and computed over IPv6
 // (RFC 8200 §8.1; Linux VXLAN devices reject zero checksums over IPv6 by
 // default).
-func refWriteEncap(out []byte, s *Snapshot, node *snapNode, t Tunnel, vni uint32, hop *Hop, innerVer uint8, sport uint16) {
+func refWriteEncap(out []byte, s *Snapshot, node *snapNode, t Tunnel, vni uint32, hop *route.Hop, innerVer uint8, sport uint16) {
 	n := len(out)
 	writeEth(out, &hop.DstMAC, &hop.SrcMAC, 4+2*node.fam)
 	var u int
@@ -81,7 +82,7 @@ func TestEncapMatchesReference(t *testing.T) {
 			tun = TunnelGeneve
 		}
 		innerVer := uint8(4 + 2*rng.IntN(2))
-		var hop Hop
+		var hop route.Hop
 		binary.LittleEndian.PutUint64(want[:8], rng.Uint64())
 		copy(hop.DstMAC[:], want[:6])
 		binary.LittleEndian.PutUint64(want[:8], rng.Uint64())

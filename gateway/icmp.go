@@ -1,6 +1,9 @@
 package gateway
 
-import "github.com/egret-gw/egret/gateway/header"
+import (
+	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
+)
 
 // ICMP errors the gateway originates towards a pod.
 const (
@@ -27,7 +30,7 @@ func (w *Worker) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, o
 		return w.drop(failed)
 	}
 	node := &snap.nodes[ni]
-	if !snap.routes.Lookup(&node.vtep, &w.hop) {
+	if snap.routes.Lookup(&node.vtep, &w.hop) != route.Found {
 		return w.drop(DropNoRoute)
 	}
 	hl := encapLen(node.fam)
@@ -168,7 +171,7 @@ func (b *tokenBucket) take(now, burst, every int64) bool {
 // discovery then lowers its packet size for this destination.
 func (w *Worker) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out []byte, mtu int) Result {
 	snap := st.snap
-	if !snap.routes.Lookup(&pk.Src, &w.hop) {
+	if snap.routes.Lookup(&pk.Src, &w.hop) != route.Found {
 		return w.drop(DropMTUExceeded)
 	}
 	if !w.icmpOutAllowed(now) {

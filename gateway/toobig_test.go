@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 )
@@ -17,11 +18,11 @@ func smallUnderlay() Config {
 	cfg := testConfig()
 	u := underlayHop
 	u.MTU = 1500
-	cfg.Routes = newStaticRoutes(
-		staticRoute{pfx: netip.MustParsePrefix("0.0.0.0/0"), hop: outHop},
-		staticRoute{pfx: netip.MustParsePrefix("::/0"), hop: outHop},
-		staticRoute{pfx: netip.MustParsePrefix("10.0.0.0/24"), hop: u},
-		staticRoute{pfx: netip.MustParsePrefix("fd00::/64"), hop: u},
+	cfg.Routes = route.NewStatic(
+		route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: outHop},
+		route.Static{Prefix: netip.MustParsePrefix("::/0"), Hop: outHop},
+		route.Static{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Hop: u},
+		route.Static{Prefix: netip.MustParsePrefix("fd00::/64"), Hop: u},
 	)
 	return cfg
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -21,7 +22,7 @@ type Worker struct {
 	p       *Pipeline
 	ct      *conntrack.Table
 	alloc   *nat.Allocator
-	hop     Hop // the reply path's next hop and the ICMP errors' (scratch)
+	hop     route.Hop // the reply path's next hop and the ICMP errors' (scratch)
 	rnd     uint64
 	frags   fragTable
 	stats   *workerStats
@@ -58,18 +59,18 @@ type Worker struct {
 // frame is one frame of a batch and what the first pass decided for it.
 type frame struct {
 	pk     Parsed
-	in     []byte // the received frame
-	out    []byte // the caller's output buffer
-	hop    Hop    // forward: the next hop towards the destination
-	n      int    // forward: length of the frame to send
-	ni     int32  // forward: index of the sending node
-	policy int32  // forward: the pod's policy
-	op     uint8  // stepDone, stepForward or stepReply
-	later  bool   // IPv4 later fragment: follows the fragment table, no lookup
-	isErr  bool   // reply: an ICMP error from outside, looked up by its quote
-	picked bool   // forward: pick is set (prefetchNewFlows)
-	pick   int32  // forward: the index of the flow's egress IP in its policy's list
-	lk     uint8  // index of the frame's lookup in Worker.lks (iff op != stepDone && !later)
+	in     []byte    // the received frame
+	out    []byte    // the caller's output buffer
+	hop    route.Hop // forward: the next hop towards the destination
+	n      int       // forward: length of the frame to send
+	ni     int32     // forward: index of the sending node
+	policy int32     // forward: the pod's policy
+	op     uint8     // stepDone, stepForward or stepReply
+	later  bool      // IPv4 later fragment: follows the fragment table, no lookup
+	isErr  bool      // reply: an ICMP error from outside, looked up by its quote
+	picked bool      // forward: pick is set (prefetchNewFlows)
+	pick   int32     // forward: the index of the flow's egress IP in its policy's list
+	lk     uint8     // index of the frame's lookup in Worker.lks (iff op != stepDone && !later)
 }
 
 // Plans of a frame.
@@ -328,7 +329,7 @@ func (w *Worker) forwardPrepare(st *installed, now int64, s *frame, l *conntrack
 	if pk.TTL <= 1 {
 		return w.icmpToPod(st, pk, now, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
 	}
-	if !snap.routes.Lookup(&pk.Dst, &s.hop) {
+	if snap.routes.Lookup(&pk.Dst, &s.hop) != route.Found {
 		return w.drop(DropNoRoute)
 	}
 	ipLen := pk.End - pk.L3
@@ -590,7 +591,7 @@ func (w *Worker) replyFinish(st *installed, now int64, s *frame, l *conntrack.Lo
 		return w.drop(DropUnknownNode)
 	}
 	node := &st.snap.nodes[st.nodeOfVTEP[vi]]
-	if !st.snap.routes.Lookup(&node.vtep, &w.hop) {
+	if st.snap.routes.Lookup(&node.vtep, &w.hop) != route.Found {
 		return w.drop(DropNoRoute)
 	}
 	ipLen := pk.End - pk.L3

@@ -13,6 +13,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -40,16 +41,14 @@ const (
 
 var ifName = map[int]string{ifUnderlay: "eth-underlay", ifOutside: "eth-outside"}
 
-type hRoutes struct{}
-
-func (hRoutes) Lookup(dst *[16]byte, hop *gateway.Hop) bool {
-	// 10.0.0.0/24 (IPv4-mapped) is the underlay, everything else outside.
-	if dst[10] == 0xff && dst[11] == 0xff && dst[12] == 10 && dst[13] == 0 && dst[14] == 0 {
-		*hop = gateway.Hop{Ifindex: ifUnderlay, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 2}, DstMAC: [6]byte{2, 0xcc, 0, 0, 0, 2}, MTU: 1500}
-	} else {
-		*hop = gateway.Hop{Ifindex: ifOutside, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0xbb, 0, 0, 0, 1}, MTU: 1500}
-	}
-	return true
+// hRoutes: 10.0.0.0/24 is the underlay, everything else outside.
+func hRoutes() *route.Cache {
+	under := route.Hop{Ifindex: ifUnderlay, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 2}, DstMAC: [6]byte{2, 0xcc, 0, 0, 0, 2}, MTU: 1500}
+	out := route.Hop{Ifindex: ifOutside, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0xbb, 0, 0, 0, 1}, MTU: 1500}
+	return route.NewStatic(
+		route.Static{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Hop: under},
+		route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: out},
+		route.Static{Prefix: netip.MustParsePrefix("::/0"), Hop: out})
 }
 
 func harnessConfig() gateway.Config {
@@ -64,7 +63,7 @@ func harnessConfig() gateway.Config {
 			{Name: "web", EgressIPs: []netip.Addr{hEgress[0]}},
 			{Name: "db", EgressIPs: []netip.Addr{hEgress[1]}},
 		},
-		Routes: hRoutes{},
+		Routes: hRoutes(),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/route"
 )
 
 // Defaults of the fields a config file may leave out.
@@ -341,15 +342,10 @@ func (c *Config) Validate() (*Settled, error) {
 		g.Nodes = append(g.Nodes, gn)
 	}
 	// The pipeline's own checks (the same ones a reload meets).
-	g.Routes = noRoutes{}
+	g.Routes = route.NewStatic()
 	if _, err := gateway.NewSnapshot(*g); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	g.Routes = nil
 	return s, nil
 }
-
-// noRoutes stands in for the kernel cache while a config is only checked.
-type noRoutes struct{}
-
-func (noRoutes) Lookup(*[16]byte, *gateway.Hop) bool { return false }

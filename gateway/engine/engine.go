@@ -68,7 +68,6 @@ type Engine struct {
 	log     *slog.Logger
 	nl      *netlink.Handle
 	cache   *route.Cache
-	router  *kernelRouter
 	claimer *claim.Claimer
 	ct      *conntrack.Table
 	pipe    *gateway.Pipeline
@@ -146,10 +145,6 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	}
 	if e.cache, err = route.NewCache(route.Options{NetNS: netns.None(), Logger: e.log}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
-	}
-	e.router = &kernelRouter{cache: e.cache}
-	if err := e.router.refreshMTU(e.nl); err != nil {
-		return nil, fmt.Errorf("engine: read link MTUs: %w", err)
 	}
 	if err := e.swap(set); err != nil {
 		return nil, err
@@ -401,10 +396,10 @@ func (e *Engine) buildWorkers(set *Settled) {
 	}
 }
 
-// swap builds a snapshot of set on the kernel router and installs it.
+// swap builds a snapshot of set on the kernel's next-hop table and installs it.
 func (e *Engine) swap(set *Settled) error {
 	g := set.Gateway
-	g.Routes = e.router
+	g.Routes = e.cache
 	snap, err := gateway.NewSnapshot(g)
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
@@ -412,8 +407,7 @@ func (e *Engine) swap(set *Settled) error {
 	return e.pipe.Swap(snap)
 }
 
-// Start runs one worker goroutine per queue, each locked to its OS thread,
-// and the background refresh of link MTUs.
+// Start runs one worker goroutine per queue, each locked to its OS thread.
 func (e *Engine) Start() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -428,22 +422,6 @@ func (e *Engine) Start() {
 			w.run(&e.stop)
 		}()
 	}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-e.done:
-				return
-			case <-t.C:
-				if err := e.router.refreshMTU(e.nl); err != nil {
-					e.log.Warn("engine: reading link MTUs failed; keeping the last ones", "err", err)
-				}
-			}
-		}
-	}()
 }
 
 // Reload installs a new configuration: a new snapshot (flows survive), XDP

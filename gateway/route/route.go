@@ -1,6 +1,7 @@
-// Package route keeps the gateway's view of the host's routes and neighbours:
-// a cache kept current from netlink events that workers query per packet
-// without allocating.
+// Package route keeps the gateway's view of the host's routes, neighbours
+// and link MTUs: the next-hop table, kept current from netlink events (or
+// fixed, for tests and configuration checks), that the pipeline queries per
+// packet without allocating and without an interface call.
 package route
 
 import (
@@ -41,13 +42,21 @@ func (v Verdict) String() string {
 	return "invalid"
 }
 
-// NextHop is where to send a frame: out of Ifindex, from SrcMAC to DstMAC.
-type NextHop struct {
+// Hop is where to send a frame: out of Ifindex, from SrcMAC to DstMAC, and
+// the link MTU (the largest IP packet the link carries).
+type Hop struct {
 	Ifindex int
 	SrcMAC  [6]byte
 	DstMAC  [6]byte
-	Gateway netip.Addr // the router, or the destination itself when on-link
+	MTU     int
 }
+
+// MTUs of links the table does not know (index past maxIfindex, or not
+// listed): the Ethernet default.
+const (
+	maxIfindex = 1 << 16
+	defaultMTU = 1500
+)
 
 type prefixKey struct {
 	addr [16]byte // masked
@@ -57,7 +66,8 @@ type prefixKey struct {
 
 type route struct {
 	ifindex int
-	gw      netip.Addr // invalid when on-link
+	gw      [16]byte // the router, IPv4-mapped; valid iff !onLink
+	onLink  bool     // the destination is the neighbour
 }
 
 type neighKey struct {
@@ -81,6 +91,7 @@ type snapshot struct {
 	lens6    []uint8
 	neigh    map[neighKey]neighEntry
 	linkMACs map[int][6]byte
+	mtu      []int32 // by ifindex; 0: unknown (defaultMTU)
 	// nkeys lists the neighbours by index; used[i] is set (once, by the
 	// first lookup that finds neighbour i since the last refresh): the
 	// neighbours workers send to, which the refresher keeps fresh.
@@ -160,10 +171,14 @@ func (s *snapshot) addRoute(pfx netip.Prefix, r route) bool {
 	return true
 }
 
-func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
-	if dst.Is4() {
-		a4 := dst.As4()
-		a := binary.BigEndian.Uint32(a4[:])
+// isMapped reports whether a is an IPv4-mapped address (::ffff:a.b.c.d).
+func isMapped(a *[16]byte) bool {
+	return binary.LittleEndian.Uint64(a[0:8]) == 0 && binary.LittleEndian.Uint32(a[8:12]) == 0xffff0000
+}
+
+func (s *snapshot) lookupRoute(dst *[16]byte) (route, bool) {
+	if isMapped(dst) {
+		a := binary.BigEndian.Uint32(dst[12:16])
 		for _, l := range s.lens4 {
 			m := uint32(0)
 			if l > 0 {
@@ -175,9 +190,8 @@ func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
 		}
 		return route{}, false
 	}
-	a := dst.As16()
 	for _, l := range s.lens6 {
-		if r, ok := s.routes[prefixKey{mask(a, int(l), true), l, true}]; ok {
+		if r, ok := s.routes[prefixKey{mask(*dst, int(l), true), l, true}]; ok {
 			return r, true
 		}
 	}
@@ -203,9 +217,10 @@ type Options struct {
 	RefreshEvery time.Duration
 }
 
-// Cache answers route and neighbour lookups from a snapshot of the kernel's
-// main routing table, neighbour table and link addresses, rebuilt whenever
-// netlink reports a change.
+// Cache is the next-hop table: it answers route and neighbour lookups from a
+// snapshot of the kernel's main routing table, neighbour table and links
+// (addresses and MTUs), rebuilt whenever netlink reports a change, or from
+// a fixed set of routes (NewStatic).
 type Cache struct {
 	snap      atomic.Pointer[snapshot]
 	nl        *netlink.Handle
@@ -320,10 +335,22 @@ func (c *Cache) rebuild() error {
 	if err != nil {
 		return fmt.Errorf("route: list links: %w", err)
 	}
+	top := 0
 	for _, l := range links {
 		var m [6]byte
 		copy(m[:], l.Attrs().HardwareAddr)
 		s.linkMACs[l.Attrs().Index] = m
+		if i := l.Attrs().Index; i > top && i < maxIfindex {
+			top = i
+		}
+	}
+	// Link events (an MTU change among them) rebuild the snapshot, so the
+	// MTUs are as current as the routes.
+	s.mtu = make([]int32, top+1)
+	for _, l := range links {
+		if i := l.Attrs().Index; i >= 0 && i <= top {
+			s.mtu[i] = int32(l.Attrs().MTU)
+		}
 	}
 	routes, err := c.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
@@ -334,13 +361,13 @@ func (c *Cache) rebuild() error {
 		if r.Type != unix.RTN_UNICAST {
 			continue
 		}
-		rt := route{ifindex: r.LinkIndex}
+		rt := route{ifindex: r.LinkIndex, onLink: true}
 		gw := r.Gw
 		if len(r.MultiPath) > 0 { // first path only; ECMP is the kernel's
 			rt.ifindex, gw = r.MultiPath[0].LinkIndex, r.MultiPath[0].Gw
 		}
 		if g, ok := netip.AddrFromSlice(gw); ok {
-			rt.gw = g.Unmap()
+			rt.gw, rt.onLink = g.Unmap().As16(), false
 		}
 		var pfx netip.Prefix
 		if r.Dst == nil {
@@ -398,21 +425,20 @@ func sortedLens(m map[uint8]bool) []uint8 {
 	return out
 }
 
-// Lookup finds how to reach dst. It never blocks and never allocates; a
-// missing neighbour is counted and its resolution asked of the kernel.
-func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
+// Lookup finds how to reach dst (IPv4-mapped for IPv4) and fills hop when
+// the verdict is Found. It never blocks and never allocates; a missing
+// neighbour is counted and its resolution asked of the kernel.
+func (c *Cache) Lookup(dst *[16]byte, hop *Hop) Verdict {
 	s := c.snap.Load()
-	dst = dst.Unmap()
 	r, ok := s.lookupRoute(dst)
-	if !ok || !dst.IsValid() {
+	if !ok {
 		c.noRoute.Add(1)
-		return NextHop{}, NoRoute
+		return NoRoute
 	}
-	nh := NextHop{Ifindex: r.ifindex, SrcMAC: s.linkMACs[r.ifindex], Gateway: r.gw}
-	if !nh.Gateway.IsValid() {
-		nh.Gateway = dst
+	k := neighKey{int32(r.ifindex), r.gw}
+	if r.onLink {
+		k.addr = *dst
 	}
-	k := neighKey{int32(r.ifindex), nh.Gateway.As16()}
 	e, ok := s.neigh[k]
 	if !ok {
 		c.misses.Add(1)
@@ -420,7 +446,7 @@ func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
 		case c.resolve <- k:
 		default: // resolver busy: the next miss asks again
 		}
-		return nh, NoNeighbour
+		return NoNeighbour
 	}
 	if int(e.i) < len(s.used) {
 		// Read first: the shared line is written once per refresh period,
@@ -429,8 +455,60 @@ func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
 			u.Store(1)
 		}
 	}
-	nh.DstMAC = e.mac
-	return nh, Found
+	hop.Ifindex, hop.SrcMAC, hop.DstMAC = r.ifindex, s.linkMACs[r.ifindex], e.mac
+	hop.MTU = defaultMTU
+	if r.ifindex >= 0 && r.ifindex < len(s.mtu) && s.mtu[r.ifindex] > 0 {
+		hop.MTU = int(s.mtu[r.ifindex])
+	}
+	return Found
+}
+
+// Static is a route of a fixed table: packets to Prefix leave as Hop says.
+// Routes out of one interface share its SrcMAC and MTU.
+type Static struct {
+	Prefix netip.Prefix
+	Hop    Hop
+}
+
+// NewStatic returns a next-hop table of routes alone, with no kernel
+// behind it (nothing to watch, nothing to resolve, Close is a no-op): the
+// table of a configuration that is only checked, and of tests.
+func NewStatic(routes ...Static) *Cache {
+	c := &Cache{resolve: make(chan neighKey, 1), done: make(chan struct{})}
+	close(c.done)
+	s := newSnapshot()
+	seen4, seen6 := map[uint8]bool{}, map[uint8]bool{}
+	top := 0
+	for _, r := range routes {
+		pfx := r.Prefix.Masked()
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits())
+		// The masked prefix stands for the route's router, whose
+		// neighbour entry holds the fixed destination MAC.
+		gw := pfx.Addr().As16()
+		if !s.addRoute(pfx, route{ifindex: r.Hop.Ifindex, gw: gw}) {
+			continue
+		}
+		if pfx.Addr().Is4() {
+			seen4[uint8(pfx.Bits())] = true
+		} else {
+			seen6[uint8(pfx.Bits())] = true
+		}
+		s.addNeigh(neighKey{int32(r.Hop.Ifindex), gw}, r.Hop.DstMAC)
+		s.linkMACs[r.Hop.Ifindex] = r.Hop.SrcMAC
+		if i := r.Hop.Ifindex; i > top && i < maxIfindex {
+			top = i
+		}
+	}
+	s.mtu = make([]int32, top+1)
+	for _, r := range routes {
+		if i := r.Hop.Ifindex; i >= 0 && i <= top {
+			s.mtu[i] = int32(r.Hop.MTU)
+		}
+	}
+	s.lens4, s.lens6 = sortedLens(seen4), sortedLens(seen6)
+	s.sealNeigh(nil)
+	c.snap.Store(s)
+	return c
 }
 
 // CacheStats are the cache's counters.
