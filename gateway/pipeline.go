@@ -84,7 +84,7 @@ func NewPipeline(ct *conntrack.Table, natCfg nat.Config) (*Pipeline, error) {
 	}
 	a, err := nat.NewAllocator(natCfg, ctInUse{ct})
 	if err != nil {
-		return nil, fmt.Errorf("gateway: NAT allocator: %w", err)
+		return nil, err // nat's error says what is wrong with the NAT configuration
 	}
 	return &Pipeline{ct: ct, alloc: a, intern: make(map[[16]byte]uint32)}, nil
 }
