@@ -23,7 +23,7 @@ func TestConcurrentWorkers(t *testing.T) {
 			frames[w] = append(frames[w], tunnelFrame(t, podTun(), p.build(t)))
 		}
 	}
-	ws := []*Worker{f.w, f.p.NewWorker(2)}
+	ws := []*Processor{f.w, f.p.NewProcessor(2)}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	go func() { // swapper and scraper
@@ -96,8 +96,8 @@ func TestConcurrentMovesLeakNothing(t *testing.T) {
 		p.sport = uint16(3000 + i)
 		frames = append(frames, tunnelFrame(t, podTun(), p.build(t)))
 	}
-	ws := []*Worker{f.w, f.p.NewWorker(2)}
-	send := func(w *Worker) []Result {
+	ws := []*Processor{f.w, f.p.NewProcessor(2)}
+	send := func(w *Processor) []Result {
 		out := make([][]byte, 16)
 		for i := range out {
 			out[i] = make([]byte, 2048)
@@ -137,7 +137,7 @@ func TestConcurrentMovesLeakNothing(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
-		go func(w *Worker) {
+		go func(w *Processor) {
 			defer wg.Done()
 			for round := 0; round < 30; round++ {
 				send(w)

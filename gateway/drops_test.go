@@ -230,7 +230,7 @@ func TestDropReasons(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f = &fixture{p: p, w: p.NewWorker(1), ct: ct}
+				f = &fixture{p: p, w: p.NewProcessor(1), ct: ct}
 			} else {
 				f = newFixtureNAT(t, maxFlows, cfg, nc)
 			}
@@ -243,7 +243,7 @@ func TestDropReasons(t *testing.T) {
 				n = 2048
 			}
 			flows := f.ct.Len()
-			r := f.w.ProcessOne(testNow, c.frame(t), make([]byte, n))
+			r := processOne(f.w, testNow, c.frame(t), make([]byte, n))
 			if r.Verdict != VerdictDrop || r.Reason != c.reason {
 				t.Fatalf("got %v/%v, want drop/%v", r.Verdict, r.Reason, c.reason)
 			}
@@ -311,7 +311,7 @@ func TestPass(t *testing.T) {
 		"ssh to the node": plainFrame(t, pkt{src: server4, dst: gwVTEP4, proto: "tcp", sport: 50000, dport: 22, flags: "S"}.build(t)),
 		"other vtep":      tunnelFrame(t, otherVTEP, udpFrom(pod1v4, server4).build(t)),
 	} {
-		if r := f.w.ProcessOne(testNow, fr, make([]byte, 2048)); r.Verdict != VerdictPass {
+		if r := processOne(f.w, testNow, fr, make([]byte, 2048)); r.Verdict != VerdictPass {
 			t.Errorf("%s: %v %v, want pass", name, r.Verdict, r.Reason)
 		}
 	}
@@ -330,14 +330,14 @@ func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			f := newFixture(t, 16, testConfig())
-			f.w.single = single
+			f.single = single
 			out := make([][]byte, 1)
 			out[0] = make([]byte, 2048)
 			res := make([]Result, 1)
 			send := func(now int64, sport uint16) Result {
 				p := udpFrom(pod1v4, server4)
 				p.sport = sport
-				f.w.Process(now, [][]byte{tunnelFrame(t, podTun(), p.build(t))}, out, res)
+				f.process(now, [][]byte{tunnelFrame(t, podTun(), p.build(t))}, out, res)
 				return res[0]
 			}
 			for i := 0; f.ct.Len() < f.ct.Cap(); i++ {
@@ -367,7 +367,7 @@ func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
 				t.Errorf("ports in use %d, flows %d: a removed flow kept its port", got, f.ct.Len())
 			}
 			rep := pkt{src: server4, dst: egress4, proto: "udp", sport: 53, dport: 10000, payload: []byte("a")}
-			f.w.Process(later, [][]byte{plainFrame(t, rep.build(t))}, out, res)
+			f.process(later, [][]byte{plainFrame(t, rep.build(t))}, out, res)
 			if res[0].Verdict != VerdictTx {
 				t.Fatalf("reply of the flow kept alive: %v %v", res[0].Verdict, res[0].Reason)
 			}

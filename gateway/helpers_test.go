@@ -76,8 +76,20 @@ func testConfig() Config {
 
 type fixture struct {
 	p  *Pipeline
-	w  *Worker
+	w  *Processor
 	ct *conntrack.Table
+	// single sends frames down the one-frame path (processSingly) instead
+	// of Process.
+	single bool
+}
+
+// process hands a batch to f's processor, batched or one by one.
+func (f *fixture) process(now int64, in, out [][]byte, res []Result) {
+	if f.single {
+		processSingly(f.w, now, in, out, res)
+		return
+	}
+	f.w.Process(now, in, out, res)
 }
 
 func newFixture(t testing.TB, maxFlows int, cfg Config) *fixture {
@@ -102,7 +114,7 @@ func newFixtureNAT(t testing.TB, maxFlows int, cfg Config, nc nat.Config) *fixtu
 	if err := p.Swap(s); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{p: p, w: p.NewWorker(1), ct: ct}
+	return &fixture{p: p, w: p.NewProcessor(1), ct: ct}
 }
 
 const testNow = int64(1_000_000_000_000)

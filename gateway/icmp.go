@@ -23,32 +23,32 @@ const (
 // type and VNI the packet came with. failed is the drop reason when it
 // cannot be sent; beyond the rate limit (icmpPodAllowed) the packet is a
 // DropICMPRateLimited drop.
-func (w *Worker) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, out []byte, kind int, mtu int, failed DropReason) Result {
+func (pr *Processor) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, out []byte, kind int, mtu int, failed DropReason) Result {
 	snap := st.snap
 	f := fam(pk.IPVer)
 	if !snap.hasRoute[f] {
-		return w.drop(failed)
+		return pr.drop(failed)
 	}
 	node := &snap.nodes[ni]
-	if snap.routes.Lookup(&node.vtep, &w.hop) != route.Found {
-		return w.drop(DropNoRoute)
+	if snap.routes.Lookup(&node.vtep, &pr.hop) != route.Found {
+		return pr.drop(DropNoRoute)
 	}
 	hl := encapLen(node.fam)
-	quote, ihl, ok := icmpQuote(pk, w.hop.MTU-(hl-header.EthernetLen))
+	quote, ihl, ok := icmpQuote(pk, pr.hop.MTU-(hl-header.EthernetLen))
 	if !ok {
-		return w.drop(failed)
+		return pr.drop(failed)
 	}
 	n := hl + ihl + icmpLen + quote
 	if n > len(out) {
-		return w.drop(DropOutBuffer)
+		return pr.drop(DropOutBuffer)
 	}
-	if !w.icmpPodAllowed(now) {
-		return w.drop(DropICMPRateLimited)
+	if !pr.icmpPodAllowed(now) {
+		return pr.drop(DropICMPRateLimited)
 	}
 	writeICMPError(out[hl:n], in[pk.L3:pk.L3+quote], pk.IPVer, &snap.router[f], &pk.Src, kind, mtu)
-	writeEncap(out[:n], node, pk.Tunnel, pk.VNI, &w.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
-	w.stats.local.Counters[CounterICMPSent]++
-	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+	writeEncap(out[:n], node, pk.Tunnel, pk.VNI, &pr.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
+	pr.stats.local.Counters[CounterICMPSent]++
+	return Result{Verdict: VerdictTx, Ifindex: pr.hop.Ifindex, Len: n}
 }
 
 // xlateICMPError translates an ICMP error from the outside about a NATed
@@ -112,17 +112,17 @@ func xlateICMPError(ip []byte, pk *Parsed, pod *[16]byte, podPort uint16) {
 	ic.SetChecksum(ic.CalculateChecksum(header.IPv6(ip).Fixed().PseudoHeaderChecksum(header.ProtoICMPv6, uint16(len(ic)))))
 }
 
-// ICMP errors to the outside are rate limited per worker (RFC 4443 §2.4(f),
+// ICMP errors to the outside are rate limited per processor (RFC 4443 §2.4(f),
 // RFC 1812 §4.3.2.8): a token bucket of icmpOutBurst refilled with one
 // token every icmpOutEvery nanoseconds.
 const (
 	icmpOutBurst = 64
-	icmpOutEvery = int64(1_000_000) // 1000 per second and worker
+	icmpOutEvery = int64(1_000_000) // 1000 per second and processor
 )
 
 // icmpOutAllowed takes a token for an ICMP error to the outside.
-func (w *Worker) icmpOutAllowed(now int64) bool {
-	return w.icmpOut.take(now, icmpOutBurst, icmpOutEvery)
+func (pr *Processor) icmpOutAllowed(now int64) bool {
+	return pr.icmpOut.take(now, icmpOutBurst, icmpOutEvery)
 }
 
 // ICMP errors to pods (time exceeded, too big) have a bucket of their own,
@@ -133,12 +133,12 @@ func (w *Worker) icmpOutAllowed(now int64) bool {
 // the outside, nor the outside use up its.
 const (
 	icmpPodBurst = 64
-	icmpPodEvery = int64(1_000_000) // 1000 per second and worker
+	icmpPodEvery = int64(1_000_000) // 1000 per second and processor
 )
 
 // icmpPodAllowed takes a token for an ICMP error to a pod.
-func (w *Worker) icmpPodAllowed(now int64) bool {
-	return w.icmpPod.take(now, icmpPodBurst, icmpPodEvery)
+func (pr *Processor) icmpPodAllowed(now int64) bool {
+	return pr.icmpPod.take(now, icmpPodBurst, icmpPodEvery)
 }
 
 // tokenBucket allows burst events at once and one more every `every`
@@ -169,23 +169,23 @@ func (b *tokenBucket) take(now, burst, every int64) bool {
 // was sent to, quoting as much of it as fits in 576 bytes (IPv4, RFC 1812
 // §4.3.2.3) or 1280 bytes (IPv6, RFC 4443 §2.4(c)). The server's PMTU
 // discovery then lowers its packet size for this destination.
-func (w *Worker) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out []byte, mtu int) Result {
+func (pr *Processor) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out []byte, mtu int) Result {
 	snap := st.snap
-	if snap.routes.Lookup(&pk.Src, &w.hop) != route.Found {
-		return w.drop(DropMTUExceeded)
+	if snap.routes.Lookup(&pk.Src, &pr.hop) != route.Found {
+		return pr.drop(DropMTUExceeded)
 	}
-	if !w.icmpOutAllowed(now) {
-		return w.drop(DropMTUExceeded)
+	if !pr.icmpOutAllowed(now) {
+		return pr.drop(DropMTUExceeded)
 	}
-	quote, ihl, ok := icmpQuote(pk, w.hop.MTU)
+	quote, ihl, ok := icmpQuote(pk, pr.hop.MTU)
 	n := header.EthernetLen + ihl + icmpLen + quote
 	if !ok || n > len(out) {
-		return w.drop(DropMTUExceeded)
+		return pr.drop(DropMTUExceeded)
 	}
-	writeEth(out, &w.hop.DstMAC, &w.hop.SrcMAC, pk.IPVer)
+	writeEth(out, &pr.hop.DstMAC, &pr.hop.SrcMAC, pk.IPVer)
 	writeICMPError(out[header.EthernetLen:n], in[pk.L3:pk.L3+quote], pk.IPVer, &pk.Dst, &pk.Src, icmpTooBig, mtu)
-	w.stats.local.Counters[CounterICMPSent]++
-	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+	pr.stats.local.Counters[CounterICMPSent]++
+	return Result{Verdict: VerdictTx, Ifindex: pr.hop.Ifindex, Len: n}
 }
 
 // icmpQuote returns how much of pk's IP packet an ICMP error about it quotes

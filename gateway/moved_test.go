@@ -62,7 +62,7 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 			out[i] = make([]byte, 2048)
 		}
 		res := make([]Result, len(in))
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		got := make([]sent, len(in))
 		for i, r := range res {
 			got[i] = sent{r: r}
@@ -83,7 +83,7 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 	for mode, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			f := newFixture(t, 4096, cfg)
-			f.w.single = single
+			f.single = single
 			before := run(f, func(fl flow) pkt { return fl.p })
 			byIP := map[netip.Addr]int{}
 			for i, s := range before {

@@ -34,7 +34,7 @@ const (
 )
 
 // Parsed is one decoded frame. Decode fills it without allocating; a Parsed
-// is reused for every frame a worker sees. Each field says when it is valid.
+// is reused for every frame a processor sees. Each field says when it is valid.
 type Parsed struct {
 	// Kind is always valid.
 	Kind Kind

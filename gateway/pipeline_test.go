@@ -18,7 +18,7 @@ const testVNI = 0x123456
 func (f *fixture) run(t *testing.T, frame []byte) (Result, []byte) {
 	t.Helper()
 	out := make([]byte, 2048)
-	r := f.w.ProcessOne(testNow, frame, out)
+	r := processOne(f.w, testNow, frame, out)
 	if r.Verdict == VerdictTx {
 		return r, out[:r.Len]
 	}

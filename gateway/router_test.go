@@ -214,7 +214,7 @@ func TestSwapKeepsFlowsAndExpiry(t *testing.T) {
 	if f.p.NAT().PortsInUse(ea, header.ProtoUDP) != 0 || f.ct.Len() != 0 {
 		t.Errorf("after expiry: ports %d, flows %d", f.p.NAT().PortsInUse(ea, header.ProtoUDP), f.ct.Len())
 	}
-	if r := f.w.ProcessOne(later, plainFrame(t, rep.build(t)), make([]byte, 2048)); r.Reason != DropNoFlow {
+	if r := processOne(f.w, later, plainFrame(t, rep.build(t)), make([]byte, 2048)); r.Reason != DropNoFlow {
 		t.Errorf("reply after expiry: %v %v", r.Verdict, r.Reason)
 	}
 	if s := f.p.Stats(); s.Count(CounterFlowsExpired) != 1 {

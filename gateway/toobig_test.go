@@ -126,14 +126,14 @@ func TestTooBigToOutside(t *testing.T) {
 		out := make([]byte, 2048)
 		sent := 0
 		for i := 0; i < 3*icmpOutBurst; i++ {
-			if f.w.ProcessOne(testNow, frame, out).Verdict == VerdictTx {
+			if processOne(f.w, testNow, frame, out).Verdict == VerdictTx {
 				sent++
 			}
 		}
 		if sent != icmpOutBurst {
 			t.Errorf("%d ICMP errors in one instant, want the burst of %d", sent, icmpOutBurst)
 		}
-		if r := f.w.ProcessOne(testNow+10*icmpOutEvery, frame, out); r.Verdict != VerdictTx {
+		if r := processOne(f.w, testNow+10*icmpOutEvery, frame, out); r.Verdict != VerdictTx {
 			t.Errorf("no ICMP error after the bucket refilled: %v %v", r.Verdict, r.Reason)
 		}
 	})

@@ -156,7 +156,7 @@ type harness struct {
 }
 
 type hWorker struct {
-	gw     *gateway.Worker
+	gw     *gateway.Processor
 	churn  func(elapsed time.Duration) int // new flows per round; nil for a steady worker
 	sport  uint16
 	frames [][]byte // input frames, batch-sized
@@ -174,13 +174,13 @@ func newHarness(t testing.TB, p *gateway.Pipeline, nw int) *harness {
 	t.Helper()
 	h := &harness{p: p, ifs: map[int]*ifCounters{ifUnderlay: {}, ifOutside: {}}}
 	for i := 0; i < nw; i++ {
-		w := &hWorker{gw: p.NewWorker(uint64(i + 1))}
+		w := &hWorker{gw: p.NewProcessor(uint64(i + 1))}
 		// Open flows: 24 per worker, spread over both nodes.
 		var sent [][]byte
 		for k := 0; k < 24; k++ {
 			f := podFrame(t, k%2, uint16(20000+i*100+k), 64, hNodeVTEP[k%2])
 			out := make([]byte, 2048)
-			r := w.gw.ProcessOne(0, f, out)
+			r := processOne(w.gw, 0, f, out)
 			if r.Verdict != gateway.VerdictTx {
 				t.Fatalf("worker %d flow %d: verdict %v reason %v, want tx", i, k, r.Verdict, r.Reason)
 			}
@@ -257,7 +257,7 @@ func (h *harness) now() int64 {
 // (UDP from both pods with fresh source ports) and expires idle ones, so
 // flow counts, port use and creation and expiry rates move.
 func (h *harness) addChurn(t testing.TB, perRound func(elapsed time.Duration) int) {
-	w := &hWorker{gw: h.p.NewWorker(uint64(len(h.workers) + 1)), churn: perRound, sport: 1024}
+	w := &hWorker{gw: h.p.NewProcessor(uint64(len(h.workers) + 1)), churn: perRound, sport: 1024}
 	h.workers = append(h.workers, w)
 	// Frames are built up front: the churn loop only picks them.
 	h.churnFrames = make([][]byte, 0, churnPool)
@@ -336,4 +336,11 @@ func (h *harness) source() GatewaySource {
 		EgressIPs:   func(dst []netip.Addr) []netip.Addr { return append(dst, hEgress[:]...) },
 		TunnelPeers: func() int { return len(hNodeVTEP) },
 	}
+}
+
+// processOne hands w a batch of one frame.
+func processOne(w *gateway.Processor, now int64, in, out []byte) gateway.Result {
+	res := make([]gateway.Result, 1)
+	w.Process(now, [][]byte{in}, [][]byte{out}, res)
+	return res[0]
 }

@@ -70,7 +70,7 @@ func newBenchWorker(tb testing.TB) (*worker, *nic.Mem) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &worker{gw: p.NewWorker(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
+	w := &worker{gw: p.NewProcessor(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
 		batch: DefaultBatch, wait: time.Millisecond, now: nanotime, expireEvery: int64(time.Second), expireBudget: 64,
 		tx: make([]nic.Batch, 1)}
 	return w, b

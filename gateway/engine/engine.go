@@ -377,7 +377,7 @@ func (e *Engine) checkVTEPs(set *Settled) {
 
 func (e *Engine) buildWorkers(set *Settled) {
 	for q, pool := range e.pools {
-		w := &worker{q: q, gw: e.pipe.NewWorker(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
+		w := &worker{q: q, gw: e.pipe.NewProcessor(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
 			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
 		for _, ifc := range e.ifcs {
 			p := ifc.Queues[q]

@@ -71,7 +71,7 @@ type fder interface{ FD() int }
 // worker's goroutine except the published counters.
 type worker struct {
 	q        int
-	gw       *gateway.Worker
+	gw       *gateway.Processor
 	pool     *nic.Pool
 	ports    []nic.Queue
 	ifindex  []int  // ifindex[k] is the interface of ports[k]
