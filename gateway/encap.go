@@ -84,17 +84,17 @@ func writeEncap(out []byte, node *snapNode, t Tunnel, vni uint32, hop *route.Hop
 	writeEth(out, &hop.DstMAC, &hop.SrcMAC, 4+2*node.fam)
 	u := ethLen + header.IPv4MinLen
 	if node.fam == 0 {
-		ip := header.IPv4(out[ethLen:]).Fixed()
+		ip := header.IPv4(out[ethLen : ethLen+header.IPv4MinLen]).Fixed()
 		tl := uint16(n - ethLen)
 		ip.SetTotalLength(tl)
 		ip.SetChecksum(header.ChecksumFold(node.encap.sum + uint32(tl)))
 	} else {
 		u = ethLen + header.IPv6Len
-		header.IPv6(out[ethLen:]).Fixed().SetPayloadLength(uint16(n - u))
+		header.IPv6(out[ethLen : ethLen+header.IPv6Len]).Fixed().SetPayloadLength(uint16(n - u))
 	}
-	udp := header.UDP(out[u:]).Fixed()
+	udp := header.UDP(out[u : u+header.UDPLen]).Fixed()
 	udp.SetSrcPort(sport)
-	tun := out[u+header.UDPLen:]
+	tun := out[u+header.UDPLen : u+tunnelLen]
 	if t == TunnelGeneve {
 		udp.SetDstPort(header.GenevePort)
 		header.Geneve(tun).Fixed().Init(vni)

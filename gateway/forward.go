@@ -82,7 +82,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 	}
 	ipLen := pk.End - pk.L3
 	if ipLen > s.hop.MTU {
-		if pk.IPVer == 4 && !header.IPv4(in[pk.L3:]).Fixed().DontFragment() {
+		if pk.IPVer == 4 && !header.IPv4(in[pk.L3:pk.L3+header.IPv4MinLen]).Fixed().DontFragment() {
 			return pr.drop(DropMTUExceeded) // DF clear: a router would fragment; we do not
 		}
 		return pr.icmpToPod(st, pk, now, ni, in, out, icmpTooBig, s.hop.MTU, DropMTUExceeded)

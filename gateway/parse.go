@@ -166,7 +166,7 @@ func (p *Parsed) Decode(frame []byte) {
 	}
 	p.Kind = KindIP
 	if p.Proto == header.ProtoUDP && !p.Frag && l4+header.UDPLen <= end && end <= len(frame) {
-		u := header.UDP(frame[l4:]).Fixed()
+		u := header.UDP(frame[l4 : l4+header.UDPLen]).Fixed()
 		if dport := u.DstPort(); dport == header.VXLANPort || dport == header.GenevePort {
 			p.decodeTunnel(frame, l4, end, u.SrcPort(), dport, int(u.Length()))
 			return
@@ -196,7 +196,7 @@ func (p *Parsed) decodeTunnel(b []byte, l4, end int, sport, dport uint16, ul int
 	}
 	var eth int
 	if dport == header.VXLANPort {
-		h := header.VXLAN(b[t:]).Fixed()
+		h := header.VXLAN(b[t : t+header.VXLANLen]).Fixed()
 		if h.Flags()&header.VXLANFlagI == 0 {
 			p.bad(DropBadTunnel)
 			return
@@ -205,7 +205,7 @@ func (p *Parsed) decodeTunnel(b []byte, l4, end int, sport, dport uint16, ul int
 		p.VNI = h.VNI()
 		eth = t + header.VXLANLen
 	} else {
-		h := header.Geneve(b[t:]).Fixed()
+		h := header.Geneve(b[t : t+header.GeneveMinLen]).Fixed()
 		if h.Version() != 0 || h.OAM() || h.ProtocolType() != header.EtherTypeTEB {
 			// Unknown version, OAM frame, or a payload other than Ethernet.
 			p.bad(DropBadTunnel)
@@ -230,7 +230,7 @@ func (p *Parsed) decodeTunnel(b []byte, l4, end int, sport, dport uint16, ul int
 		return
 	}
 	p.InnerEth = eth
-	et := header.Ethernet(b[eth:]).Fixed().EtherType()
+	et := header.Ethernet(b[eth : eth+header.EthernetLen]).Fixed().EtherType()
 	if et != header.EtherTypeIPv4 && et != header.EtherTypeIPv6 {
 		p.bad(DropUnsupportedProto)
 		return
@@ -258,7 +258,7 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 			p.bad(DropMalformed)
 			return 0, 0, false
 		}
-		h := header.IPv4(b[off:]).Fixed()
+		h := header.IPv4(b[off : off+header.IPv4MinLen]).Fixed()
 		hl, tl := h.HeaderLength(), int(h.TotalLength())
 		if h.Version() != header.IPv4Version || hl < header.IPv4MinLen || tl < hl || off+tl > len(b) {
 			p.bad(DropMalformed)
@@ -284,7 +284,7 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 		p.bad(DropMalformed)
 		return 0, 0, false
 	}
-	h := header.IPv6(b[off:]).Fixed()
+	h := header.IPv6(b[off : off+header.IPv6Len]).Fixed()
 	end = off + header.IPv6Len + int(h.PayloadLength())
 	if h.Version() != header.IPv6Version || end > len(b) {
 		p.bad(DropMalformed)
@@ -322,7 +322,7 @@ func (p *Parsed) decodeL4(b []byte, l4, end int) {
 		if l4+header.TCPMinLen > end || end > len(b) {
 			return
 		}
-		h := header.TCP(b[l4:]).Fixed()
+		h := header.TCP(b[l4 : l4+header.TCPMinLen]).Fixed()
 		if doff := h.DataOffset(); doff < header.TCPMinLen || l4+doff > end {
 			return
 		}
@@ -334,7 +334,7 @@ func (p *Parsed) decodeL4(b []byte, l4, end int) {
 		if l4+header.UDPLen > end || end > len(b) {
 			return
 		}
-		h := header.UDP(b[l4:]).Fixed()
+		h := header.UDP(b[l4 : l4+header.UDPLen]).Fixed()
 		p.SrcPort = h.SrcPort()
 		p.DstPort = h.DstPort()
 		p.HasL4 = true
@@ -342,7 +342,7 @@ func (p *Parsed) decodeL4(b []byte, l4, end int) {
 		if l4+header.ICMPv4MinLen > end || p.IPVer != 4 {
 			return
 		}
-		h := header.ICMPv4(b[l4:]).Fixed()
+		h := header.ICMPv4(b[l4 : l4+header.ICMPv4MinLen]).Fixed()
 		p.ICMPType, p.ICMPCode = h.Type(), h.Code()
 		p.HasL4 = true
 		switch p.ICMPType {
@@ -356,7 +356,7 @@ func (p *Parsed) decodeL4(b []byte, l4, end int) {
 		if l4+header.ICMPv6MinLen > end || p.IPVer != 6 {
 			return
 		}
-		h := header.ICMPv6(b[l4:]).Fixed()
+		h := header.ICMPv6(b[l4 : l4+header.ICMPv6MinLen]).Fixed()
 		p.ICMPType, p.ICMPCode = h.Type(), h.Code()
 		p.HasL4 = true
 		switch p.ICMPType {
@@ -378,7 +378,7 @@ func (p *Parsed) decodeEmbedded(b []byte, off, end int) {
 		if off+header.IPv4MinLen > end {
 			return
 		}
-		h := header.IPv4(b[off:]).Fixed()
+		h := header.IPv4(b[off : off+header.IPv4MinLen]).Fixed()
 		hl := h.HeaderLength()
 		if h.Version() != header.IPv4Version || hl < header.IPv4MinLen || off+hl > end {
 			return
@@ -413,22 +413,22 @@ func (p *Parsed) decodeEmbedded(b []byte, off, end int) {
 	switch p.EmbProto {
 	case header.ProtoTCP, header.ProtoUDP:
 		// Only the ports, which the quote's first 8 bytes hold for both.
-		h := header.UDP(b[l4:]).Fixed()
+		h := header.UDP(b[l4 : l4+header.UDPLen]).Fixed()
 		p.EmbSrcPort = h.SrcPort()
 		p.EmbDstPort = h.DstPort()
 	case header.ProtoICMPv4:
-		if p.IPVer != 4 || header.ICMPv4(b[l4:]).Fixed().Type() != header.ICMPv4EchoRequest {
+		if p.IPVer != 4 || header.ICMPv4(b[l4:l4+header.ICMPv4MinLen]).Fixed().Type() != header.ICMPv4EchoRequest {
 			return // only queries are translated; errors about errors are not
 		}
 		p.EmbEcho = true
-		p.EmbSrcPort = header.ICMPv4(b[l4:]).Fixed().Ident()
+		p.EmbSrcPort = header.ICMPv4(b[l4 : l4+header.ICMPv4MinLen]).Fixed().Ident()
 		p.EmbDstPort = 0
 	case header.ProtoICMPv6:
-		if p.IPVer != 6 || header.ICMPv6(b[l4:]).Fixed().Type() != header.ICMPv6EchoRequest {
+		if p.IPVer != 6 || header.ICMPv6(b[l4:l4+header.ICMPv6MinLen]).Fixed().Type() != header.ICMPv6EchoRequest {
 			return
 		}
 		p.EmbEcho = true
-		p.EmbSrcPort = header.ICMPv6(b[l4:]).Fixed().Ident()
+		p.EmbSrcPort = header.ICMPv6(b[l4 : l4+header.ICMPv6MinLen]).Fixed().Ident()
 		p.EmbDstPort = 0
 	default:
 		return

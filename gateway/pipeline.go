@@ -61,8 +61,8 @@ type Pipeline struct {
 	alloc *nat.Allocator
 	state atomic.Pointer[installed]
 
-	mu      sync.Mutex // guards the fields below (swaps and processor creation only)
-	intern  map[[16]byte]uint32
+	mu         sync.Mutex // guards the fields below (swaps and processor creation only)
+	intern     map[[16]byte]uint32
 	processors []*Processor
 
 	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths

@@ -96,7 +96,7 @@ func (pr *Processor) replyFinish(st *installed, now int64, s *frame, l *conntrac
 		// sender so its PMTU discovery works; it never answers an ICMP
 		// error, a later fragment, or IPv4 without DF, which a router
 		// would fragment: the gateway does not, it drops and counts.
-		if s.isErr || s.later || (pk.IPVer == 4 && !header.IPv4(in[pk.L3:]).Fixed().DontFragment()) {
+		if s.isErr || s.later || (pk.IPVer == 4 && !header.IPv4(in[pk.L3:pk.L3+header.IPv4MinLen]).Fixed().DontFragment()) {
 			return pr.drop(DropMTUExceeded)
 		}
 		return pr.tooBigToOutside(st, pk, now, in, out, mtu)

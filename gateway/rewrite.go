@@ -79,7 +79,7 @@ func rewriteNAT(dst, src []byte, pk *Parsed, side int, a *[16]byte, port uint16)
 	l4 := pk.L4 - pk.L3
 	switch pk.Proto {
 	case header.ProtoTCP:
-		sh, dh := header.TCP(src[l4:]).Fixed(), header.TCP(dst[l4:]).Fixed()
+		sh, dh := header.TCP(src[l4:l4+header.TCPMinLen]).Fixed(), header.TCP(dst[l4:l4+header.TCPMinLen]).Fixed()
 		if side == srcSide {
 			dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), d+header.ChecksumDelta16(sh.SrcPort(), port)))
 			dh.SetSrcPort(port)
@@ -88,7 +88,7 @@ func rewriteNAT(dst, src []byte, pk *Parsed, side int, a *[16]byte, port uint16)
 			dh.SetDstPort(port)
 		}
 	case header.ProtoUDP:
-		sh, dh := header.UDP(src[l4:]).Fixed(), header.UDP(dst[l4:]).Fixed()
+		sh, dh := header.UDP(src[l4:l4+header.UDPLen]).Fixed(), header.UDP(dst[l4:l4+header.UDPLen]).Fixed()
 		old := sh.SrcPort()
 		if side == dstSide {
 			old = sh.DstPort()
@@ -104,13 +104,13 @@ func rewriteNAT(dst, src []byte, pk *Parsed, side int, a *[16]byte, port uint16)
 	case header.ProtoICMPv4:
 		if pk.ICMPEcho {
 			// No pseudo-header: the address change does not count.
-			sh, dh := header.ICMPv4(src[l4:]).Fixed(), header.ICMPv4(dst[l4:]).Fixed()
+			sh, dh := header.ICMPv4(src[l4:l4+header.ICMPv4MinLen]).Fixed(), header.ICMPv4(dst[l4:l4+header.ICMPv4MinLen]).Fixed()
 			dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), header.ChecksumDelta16(sh.Ident(), port)))
 			dh.SetIdent(port)
 		}
 	case header.ProtoICMPv6:
 		if pk.ICMPEcho {
-			sh, dh := header.ICMPv6(src[l4:]).Fixed(), header.ICMPv6(dst[l4:]).Fixed()
+			sh, dh := header.ICMPv6(src[l4:l4+header.ICMPv6MinLen]).Fixed(), header.ICMPv6(dst[l4:l4+header.ICMPv6MinLen]).Fixed()
 			dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), d+header.ChecksumDelta16(sh.Ident(), port)))
 			dh.SetIdent(port)
 		}

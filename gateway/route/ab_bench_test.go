@@ -12,7 +12,7 @@ var tableSink *Cache
 func BenchmarkRouterLookup(b *testing.B) {
 	tableSink = testCache()
 	s := tableSink.snap.Load()
-	s.mtu = []int32{0, 0, 1500, 9000}
+	s.links[2].mtu, s.links[3].mtu = 1500, 9000
 	for _, a := range []string{"8.8.8.8", "fd00:1::9"} {
 		d := netip.MustParseAddr(a).As16()
 		b.Run(a, func(b *testing.B) {

@@ -85,13 +85,12 @@ type neighEntry struct {
 // snapshot is an immutable view of the kernel tables; lookups read it
 // without locks, updates build a new one.
 type snapshot struct {
-	routes4  map[uint64]route    // key4(masked address, bits)
-	routes   map[prefixKey]route // IPv6
-	lens4    []uint8             // prefix lengths present, longest first
-	lens6    []uint8
-	neigh    map[neighKey]neighEntry
-	linkMACs map[int][6]byte
-	mtu      []int32 // by ifindex; 0: unknown (defaultMTU)
+	routes4 map[uint64]route    // key4(masked address, bits)
+	routes  map[prefixKey]route // IPv6
+	lens4   []uint8             // prefix lengths present, longest first
+	lens6   []uint8
+	neigh   map[neighKey]neighEntry
+	links   []link // by ifindex, up to maxIfindex: a slice, not a map, on the packet path
 	// nkeys lists the neighbours by index; used[i] is set (once, by the
 	// first lookup that finds neighbour i since the last refresh): the
 	// neighbours workers send to, which the refresher keeps fresh.
@@ -125,6 +124,24 @@ func (s *snapshot) sealNeigh(prev *snapshot) {
 	}
 }
 
+// link is what the table knows of an interface: its MAC (the source of
+// frames sent out of it) and MTU (0: unknown, defaultMTU).
+type link struct {
+	mac [6]byte
+	mtu int32
+}
+
+// setLink records interface i's MAC and MTU, growing the table as needed.
+func (s *snapshot) setLink(i int, mac [6]byte, mtu int) {
+	if i < 0 || i >= maxIfindex {
+		return
+	}
+	if i >= len(s.links) {
+		s.links = append(s.links, make([]link, i+1-len(s.links))...)
+	}
+	s.links[i] = link{mac: mac, mtu: int32(mtu)}
+}
+
 func mask(a [16]byte, bits int, v6 bool) [16]byte {
 	if !v6 {
 		bits += 96 // IPv4 sits in the last 4 bytes of the 16
@@ -146,7 +163,7 @@ func mask(a [16]byte, bits int, v6 bool) [16]byte {
 func key4(a uint32, bits uint8) uint64 { return uint64(a)<<8 | uint64(bits) }
 
 func newSnapshot() *snapshot {
-	return &snapshot{routes4: map[uint64]route{}, routes: map[prefixKey]route{}, neigh: map[neighKey]neighEntry{}, linkMACs: map[int][6]byte{}}
+	return &snapshot{routes4: map[uint64]route{}, routes: map[prefixKey]route{}, neigh: map[neighKey]neighEntry{}}
 }
 
 // addRoute records r for pfx unless a route for pfx is already there (the
@@ -335,22 +352,12 @@ func (c *Cache) rebuild() error {
 	if err != nil {
 		return fmt.Errorf("route: list links: %w", err)
 	}
-	top := 0
+	// Link events (an MTU change among them) rebuild the snapshot, so the
+	// MTUs are as current as the routes.
 	for _, l := range links {
 		var m [6]byte
 		copy(m[:], l.Attrs().HardwareAddr)
-		s.linkMACs[l.Attrs().Index] = m
-		if i := l.Attrs().Index; i > top && i < maxIfindex {
-			top = i
-		}
-	}
-	// Link events (an MTU change among them) rebuild the snapshot, so the
-	// MTUs are as current as the routes.
-	s.mtu = make([]int32, top+1)
-	for _, l := range links {
-		if i := l.Attrs().Index; i >= 0 && i <= top {
-			s.mtu[i] = int32(l.Attrs().MTU)
-		}
+		s.setLink(l.Attrs().Index, m, l.Attrs().MTU)
 	}
 	routes, err := c.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
@@ -455,10 +462,13 @@ func (c *Cache) Lookup(dst *[16]byte, hop *Hop) Verdict {
 			u.Store(1)
 		}
 	}
-	hop.Ifindex, hop.SrcMAC, hop.DstMAC = r.ifindex, s.linkMACs[r.ifindex], e.mac
-	hop.MTU = defaultMTU
-	if r.ifindex >= 0 && r.ifindex < len(s.mtu) && s.mtu[r.ifindex] > 0 {
-		hop.MTU = int(s.mtu[r.ifindex])
+	hop.Ifindex, hop.DstMAC, hop.SrcMAC, hop.MTU = r.ifindex, e.mac, [6]byte{}, defaultMTU
+	if uint(r.ifindex) < uint(len(s.links)) {
+		l := &s.links[r.ifindex]
+		hop.SrcMAC = l.mac
+		if l.mtu > 0 {
+			hop.MTU = int(l.mtu)
+		}
 	}
 	return Found
 }
@@ -478,7 +488,6 @@ func NewStatic(routes ...Static) *Cache {
 	close(c.done)
 	s := newSnapshot()
 	seen4, seen6 := map[uint8]bool{}, map[uint8]bool{}
-	top := 0
 	for _, r := range routes {
 		pfx := r.Prefix.Masked()
 		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits())
@@ -494,16 +503,7 @@ func NewStatic(routes ...Static) *Cache {
 			seen6[uint8(pfx.Bits())] = true
 		}
 		s.addNeigh(neighKey{int32(r.Hop.Ifindex), gw}, r.Hop.DstMAC)
-		s.linkMACs[r.Hop.Ifindex] = r.Hop.SrcMAC
-		if i := r.Hop.Ifindex; i > top && i < maxIfindex {
-			top = i
-		}
-	}
-	s.mtu = make([]int32, top+1)
-	for _, r := range routes {
-		if i := r.Hop.Ifindex; i >= 0 && i <= top {
-			s.mtu[i] = int32(r.Hop.MTU)
-		}
+		s.setLink(r.Hop.Ifindex, r.Hop.SrcMAC, r.Hop.MTU)
 	}
 	s.lens4, s.lens6 = sortedLens(seen4), sortedLens(seen6)
 	s.sealNeigh(nil)

@@ -8,8 +8,8 @@ import (
 
 func testSnapshot() *snapshot {
 	s := newSnapshot()
-	s.linkMACs[2] = [6]byte{2, 0, 0, 0, 0, 2}
-	s.linkMACs[3] = [6]byte{2, 0, 0, 0, 0, 3}
+	s.setLink(2, [6]byte{2, 0, 0, 0, 0, 2}, 0)
+	s.setLink(3, [6]byte{2, 0, 0, 0, 0, 3}, 0)
 	add := func(p string, ifindex int, gw string) {
 		pfx := netip.MustParsePrefix(p)
 		r := route{ifindex: ifindex, onLink: true}
