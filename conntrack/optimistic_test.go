@@ -43,7 +43,7 @@ func TestOptimisticReadsAgainstLockedTruth(t *testing.T) {
 	// life is one generation of a key: it may be visible from insStart to
 	// delEnd and is visible from insEnd to delStart (0: never deleted).
 	type life struct{ gen, insStart, insEnd, delStart, delEnd int64 }
-	hist := make([][]life, keys+stable) // hist[k] is written by key k's writer only
+	hist := make([][]life, keys+stable)    // hist[k] is written by key k's writer only
 	var latest [keys + stable]atomic.Int64 // the generation last inserted: a reader's guess for reply tuples
 	flowOf := func(k int, gen int64) Flow {
 		f := flowN(uint32(k), ProtoUDP)
