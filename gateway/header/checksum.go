@@ -67,11 +67,6 @@ func ChecksumFold(sum uint32) uint16 {
 	return ^fold64(uint64(sum))
 }
 
-// ChecksumCombine adds two running sums (one's-complement addition).
-func ChecksumCombine(a, b uint32) uint32 {
-	return uint32(fold64(uint64(a) + uint64(b)))
-}
-
 // PseudoHeaderChecksum returns the running sum of the TCP/UDP/ICMPv6
 // pseudo-header: IPv4 (RFC 768/793) when src and dst are 4 bytes, IPv6
 // (RFC 8200 §8.1) when they are 16 bytes. length is the upper-layer length.
