@@ -295,20 +295,24 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 	p.TTL = h.HopLimit()
 	p.Src = h.SrcAddr()
 	p.Dst = h.DstAddr()
-	x := header.IPv6(b[off:end]).WalkExtensionsStopAtAH()
-	if x.Status != header.IPv6ExtOK {
-		p.bad(DropMalformed)
-		return 0, 0, false
+	nh, l4 := h.NextHeader(), off+header.IPv6Len
+	if header.IsIPv6Extension(nh) {
+		x := header.IPv6(b[off:end]).WalkExtensionsStopAtAH()
+		if x.Status != header.IPv6ExtOK {
+			p.bad(DropMalformed)
+			return 0, 0, false
+		}
+		if x.Fragment {
+			p.Frag = true
+			p.FragOff = x.FragOffset >> 3
+			p.MoreFrags = x.MoreFragments
+			p.FragID = x.FragID
+		}
+		nh, l4 = x.Proto, off+x.Offset
 	}
-	if x.Fragment {
-		p.Frag = true
-		p.FragOff = x.FragOffset >> 3
-		p.MoreFrags = x.MoreFragments
-		p.FragID = x.FragID
-	}
-	p.Proto = x.Proto
-	p.L4 = off + x.Offset
-	return p.L4, end, true
+	p.Proto = nh
+	p.L4 = l4
+	return l4, end, true
 }
 
 // decodeL4 reads the transport header at l4 of the routed packet, which

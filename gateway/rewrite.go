@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"encoding/binary"
-
 	"github.com/egret-gw/egret/gateway/header"
 )
 
@@ -49,19 +47,16 @@ func rewriteNAT(dst, src []byte, pk *Parsed, side int, a *[16]byte, port uint16)
 	if pk.IPVer == 4 {
 		sh, dh := header.IPv4(src).Fixed(), header.IPv4(dst).Fixed()
 		nw := [4]byte(a[12:16])
-		old := sh.SrcAddr()
-		if side == dstSide {
-			old = sh.DstAddr()
+		if side == srcSide {
+			d = header.ChecksumDeltaIPv4(sh.SrcAddr(), nw)
+			dh.SetSrcAddr(nw)
+		} else {
+			d = header.ChecksumDeltaIPv4(sh.DstAddr(), nw)
+			dh.SetDstAddr(nw)
 		}
-		d = header.ChecksumDelta32(binary.BigEndian.Uint32(old[:]), binary.BigEndian.Uint32(nw[:]))
 		ttl := sh.TTL()
 		dh.SetTTL(ttl - 1)
 		dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), d+header.ChecksumDelta16(uint16(ttl)<<8, uint16(ttl-1)<<8)))
-		if side == srcSide {
-			dh.SetSrcAddr(nw)
-		} else {
-			dh.SetDstAddr(nw)
-		}
 	} else {
 		sh, dh := header.IPv6(src).Fixed(), header.IPv6(dst).Fixed()
 		old := sh.SrcAddr()

@@ -132,9 +132,11 @@ func ChecksumDelta(old, new []byte) uint64 {
 // new, to add to a ChecksumDelta.
 func ChecksumDelta16(old, new uint16) uint64 { return uint64(^old) + uint64(new) }
 
-// ChecksumDelta32 returns the delta of an aligned 32-bit word changing from
-// old to new (an IPv4 address), to add to other deltas.
-func ChecksumDelta32(old, new uint32) uint64 { return uint64(^old) + uint64(new) }
+// ChecksumDeltaIPv4 is ChecksumDelta for an IPv4 address, taking the
+// arrays the IPv4 view returns.
+func ChecksumDeltaIPv4(old, new [4]byte) uint64 {
+	return uint64(^binary.BigEndian.Uint32(old[:])) + uint64(binary.BigEndian.Uint32(new[:]))
+}
 
 // ChecksumApplyDelta returns checksum field check updated by delta d, a sum
 // of deltas of at most 2^31 words (RFC 1624 eqn. 3: HC' = ~(~HC + d)).

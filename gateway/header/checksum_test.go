@@ -329,8 +329,8 @@ func TestChecksumDeltaAgainstRecompute(t *testing.T) {
 		}
 		d := ChecksumDelta(b[off:off+alen], nw)
 		if alen == 4 {
-			if d2 := ChecksumDelta32(binary.BigEndian.Uint32(b[off:]), binary.BigEndian.Uint32(nw)); d2 != d {
-				t.Fatalf("ChecksumDelta32 %#x, ChecksumDelta %#x", d2, d)
+			if d2 := ChecksumDeltaIPv4([4]byte(b[off:off+4]), [4]byte(nw)); d2 != d {
+				t.Fatalf("ChecksumDeltaIPv4 %#x, ChecksumDelta %#x", d2, d)
 			}
 		}
 		copy(b[off:], nw)

@@ -205,6 +205,18 @@ func (b IPv6) WalkExtensions() IPv6Ext { return b.walkExtensions(true) }
 // header after it as the packet's transport header.
 func (b IPv6) WalkExtensionsStopAtAH() IPv6Ext { return b.walkExtensions(false) }
 
+// IsIPv6Extension reports whether next header p is an extension header a
+// walk follows (AH included). A packet whose fixed header's next header is
+// not one needs no walk: its transport header follows at IPv6Len, and the
+// packet path checks this before paying for the call.
+func IsIPv6Extension(p uint8) bool {
+	switch p {
+	case ProtoHopByHop, ProtoRouting, ProtoDestOpts, ProtoAH, ProtoFragment:
+		return true
+	}
+	return false
+}
+
 func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
 	end := IPv6Len + int(b.PayloadLength())
 	if end > len(b) {
@@ -215,16 +227,9 @@ func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
 	off := IPv6Len
 	for n := 0; ; n++ {
 		var hl int
-		switch next {
-		case ProtoHopByHop, ProtoRouting, ProtoDestOpts, ProtoFragment:
-		case ProtoAH:
-			if skipAH {
-				break
-			}
-			r.Proto, r.Offset = next, off
-			return r
-		default:
-			// Upper layer, ESP, No Next Header or unknown: the chain ends.
+		if !IsIPv6Extension(next) || (next == ProtoAH && !skipAH) {
+			// Upper layer, ESP, No Next Header or unknown (or AH for a
+			// translator): the chain ends.
 			r.Proto, r.Offset = next, off
 			return r
 		}
