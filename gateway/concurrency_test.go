@@ -9,10 +9,10 @@ import (
 	"github.com/egret-gw/egret/nat"
 )
 
-// TestConcurrentWorkers runs workers on one pipeline while snapshots are
+// TestConcurrentProcessors runs processors on one pipeline while snapshots are
 // swapped and counters scraped (meaningful under -race): every flow created
 // must work, and the summed counters must match what the workers saw.
-func TestConcurrentWorkers(t *testing.T) {
+func TestConcurrentProcessors(t *testing.T) {
 	f := newFixture(t, 1<<14, testConfig())
 	const workers, perWorker = 2, 500
 	frames := make([][][]byte, workers)

@@ -120,15 +120,23 @@ func TestLookupNoAllocs(t *testing.T) {
 	}
 }
 
+// BenchmarkLookup is the pipeline's per-packet hop lookup, MTU included:
+// the default route (IPv4) and an on-link neighbour (IPv6).
 func BenchmarkLookup(b *testing.B) {
 	c := testCache()
-	d := netip.MustParseAddr("8.8.8.8").As16()
-	var h Hop
-	b.ReportAllocs()
-	for b.Loop() {
-		if v := c.Lookup(&d, &h); v != Found {
-			b.Fatal(v)
-		}
+	s := c.snap.Load()
+	s.links[2].mtu, s.links[3].mtu = 1500, 9000
+	for _, a := range []string{"8.8.8.8", "fd00:1::9"} {
+		d := netip.MustParseAddr(a).As16()
+		b.Run(a, func(b *testing.B) {
+			var h Hop
+			b.ReportAllocs()
+			for b.Loop() {
+				if v := c.Lookup(&d, &h); v != Found {
+					b.Fatal(v)
+				}
+			}
+		})
 	}
 }
 
