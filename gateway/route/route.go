@@ -68,6 +68,10 @@ type route struct {
 	ifindex int
 	gw      [16]byte // the router, IPv4-mapped; valid iff !onLink
 	onLink  bool     // the destination is the neighbour
+	// nb is 1 + the index of the router's neighbour entry when the
+	// snapshot was built with it (sealNeigh), 0 otherwise: a lookup via a
+	// router then needs no neighbour map access.
+	nb int32
 }
 
 type neighKey struct {
@@ -91,11 +95,17 @@ type snapshot struct {
 	lens6   []uint8
 	neigh   map[neighKey]neighEntry
 	links   []link // by ifindex, up to maxIfindex: a slice, not a map, on the packet path
-	// nkeys lists the neighbours by index; used[i] is set (once, by the
-	// first lookup that finds neighbour i since the last refresh): the
-	// neighbours workers send to, which the refresher keeps fresh.
+	// nkeys lists the neighbours by index, nmacs their MACs; used[i] is
+	// set (once, by the first lookup that finds neighbour i since the last
+	// refresh): the neighbours the pipeline sends to, which the refresher
+	// keeps fresh.
 	nkeys []neighKey
+	nmacs [][6]byte
 	used  []atomic.Uint32
+	// The default routes (prefix length 0) once sealed, so that most
+	// traffic to the outside costs no map access for its route.
+	def4, def6       route
+	hasDef4, hasDef6 bool
 }
 
 // addNeigh records a usable neighbour; sealNeigh sizes the used marks once
@@ -104,15 +114,32 @@ func (s *snapshot) addNeigh(k neighKey, mac [6]byte) {
 	if e, ok := s.neigh[k]; ok {
 		e.mac = mac
 		s.neigh[k] = e
+		s.nmacs[e.i] = mac
 		return
 	}
 	s.neigh[k] = neighEntry{mac: mac, i: int32(len(s.nkeys))}
 	s.nkeys = append(s.nkeys, k)
+	s.nmacs = append(s.nmacs, mac)
 }
 
-// sealNeigh allocates the used marks, carrying over those of prev (a
-// rebuild must not forget which neighbours are in use).
+// sealNeigh finishes a snapshot once its routes and neighbours are in:
+// it points every route via a known router at the router's neighbour
+// entry, keeps the default routes aside, and allocates the used marks,
+// carrying over those of prev (a rebuild must not forget which neighbours
+// are in use).
 func (s *snapshot) sealNeigh(prev *snapshot) {
+	for k, r := range s.routes4 {
+		if s.linkRouter(&r) {
+			s.routes4[k] = r
+		}
+	}
+	for k, r := range s.routes {
+		if s.linkRouter(&r) {
+			s.routes[k] = r
+		}
+	}
+	s.def4, s.hasDef4 = s.routes4[key4(0, 0)]
+	s.def6, s.hasDef6 = s.routes[prefixKey{bits: 0, v6: true}]
 	s.used = make([]atomic.Uint32, len(s.nkeys))
 	if prev == nil {
 		return
@@ -122,6 +149,20 @@ func (s *snapshot) sealNeigh(prev *snapshot) {
 			s.used[i].Store(1)
 		}
 	}
+}
+
+// linkRouter sets r.nb if r goes via a router whose neighbour entry is
+// known, and reports whether it did.
+func (s *snapshot) linkRouter(r *route) bool {
+	if r.onLink {
+		return false
+	}
+	e, ok := s.neigh[neighKey{int32(r.ifindex), r.gw}]
+	if !ok {
+		return false
+	}
+	r.nb = e.i + 1
+	return true
 }
 
 // link is what the table knows of an interface: its MAC (the source of
@@ -197,6 +238,9 @@ func (s *snapshot) lookupRoute(dst *[16]byte) (route, bool) {
 	if isMapped(dst) {
 		a := binary.BigEndian.Uint32(dst[12:16])
 		for _, l := range s.lens4 {
+			if l == 0 {
+				return s.def4, s.hasDef4
+			}
 			m := uint32(0)
 			if l > 0 {
 				m = ^uint32(0) << (32 - l)
@@ -208,6 +252,9 @@ func (s *snapshot) lookupRoute(dst *[16]byte) (route, bool) {
 		return route{}, false
 	}
 	for _, l := range s.lens6 {
+		if l == 0 {
+			return s.def6, s.hasDef6
+		}
 		if r, ok := s.routes[prefixKey{mask(*dst, int(l), true), l, true}]; ok {
 			return r, true
 		}
@@ -442,18 +489,23 @@ func (c *Cache) Lookup(dst *[16]byte, hop *Hop) Verdict {
 		c.noRoute.Add(1)
 		return NoRoute
 	}
-	k := neighKey{int32(r.ifindex), r.gw}
-	if r.onLink {
-		k.addr = *dst
-	}
-	e, ok := s.neigh[k]
-	if !ok {
-		c.misses.Add(1)
-		select {
-		case c.resolve <- k:
-		default: // resolver busy: the next miss asks again
+	var e neighEntry
+	if r.nb > 0 && int(r.nb) <= len(s.nmacs) {
+		e = neighEntry{mac: s.nmacs[r.nb-1], i: r.nb - 1}
+	} else {
+		k := neighKey{int32(r.ifindex), r.gw}
+		if r.onLink {
+			k.addr = *dst
 		}
-		return NoNeighbour
+		var ok bool
+		if e, ok = s.neigh[k]; !ok {
+			c.misses.Add(1)
+			select {
+			case c.resolve <- k:
+			default: // resolver busy: the next miss asks again
+			}
+			return NoNeighbour
+		}
 	}
 	if int(e.i) < len(s.used) {
 		// Read first: the shared line is written once per refresh period,
