@@ -175,4 +175,3 @@ func TestPickNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per Pick", n)
 	}
 }
-
