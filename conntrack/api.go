@@ -130,12 +130,6 @@ type Config struct {
 //	// unchanged.
 //	func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error
 //
-//	// InsertBatch is Insert for a slice of Insertions, with the same results
-//	// and events as calling Insert on each in order (Err per item); it
-//	// overlaps their memory misses (hash and prefetch all, then insert each).
-//	// It returns the number of flows added.
-//	func (t *Table) InsertBatch(b []Insertion, now int64) int
-//
 //	// ReplyInUse reports whether reply tuple k is tracked (for NAT port choice).
 //	func (t *Table) ReplyInUse(k *Tuple) bool
 //

@@ -265,11 +265,9 @@ func BenchmarkLookupParallel(b *testing.B) {
 // the table's).
 //
 //	flows=N        Insert, one flow at a time
-//	flows=N_batch  InsertBatch over lookupBatch (32) flows at a time
 func BenchmarkInsert(b *testing.B) {
 	for _, sz := range benchSizes {
-		b.Run("flows="+sz.name, func(b *testing.B) { benchInsert(b, sz.n, false) })
-		b.Run("flows="+sz.name+"_batch", func(b *testing.B) { benchInsert(b, sz.n, true) })
+		b.Run("flows="+sz.name, func(b *testing.B) { benchInsert(b, sz.n) })
 	}
 	b.Run("baseline_gomap", func(b *testing.B) {
 		const n = 1 << 20
@@ -280,7 +278,7 @@ func BenchmarkInsert(b *testing.B) {
 			m[f.Orig] = int32(next)
 			m[f.Reply()] = int32(next)
 		}
-		flows := make([]Insertion, insertBatch)
+		flows := make([]insertion, insertBatch)
 		del := func(g *Flow) {
 			delete(m, g.Orig)
 			delete(m, g.Reply())
@@ -309,12 +307,18 @@ func BenchmarkInsert(b *testing.B) {
 	})
 }
 
-// benchInsert is one BenchmarkInsert case: Insert or (batched) InsertBatch.
-func benchInsert(b *testing.B, n int, batched bool) {
+// insertion is one flow BenchmarkInsert adds and its first packet's flags.
+type insertion struct {
+	Flow  Flow
+	Flags uint8
+}
+
+// benchInsert is one BenchmarkInsert case.
+func benchInsert(b *testing.B, n int) {
 	bt := getBenchTable(b, n)
 	tb := bt.tb
 	var out Flow
-	flows := make([]Insertion, insertBatch)
+	flows := make([]insertion, insertBatch)
 	del := func(g *Flow) {
 		if !tb.Delete(&g.Orig, &out) {
 			b.Fatal("delete")
@@ -332,15 +336,6 @@ func benchInsert(b *testing.B, n int, batched bool) {
 			b.StartTimer()
 			c.resume()
 		}
-		if batched {
-			m := min(lookupBatch, b.N-i, insertBatch-j)
-			if tb.InsertBatch(flows[j:j+m], 0) != m {
-				b.Fatal(flows[j].Err)
-			}
-			i += m
-			bt.next += uint32(m)
-			continue
-		}
 		if err := tb.Insert(&flows[j].Flow, flows[j].Flags, 0); err != nil {
 			b.Fatal(err)
 		}
@@ -355,7 +350,7 @@ func benchInsert(b *testing.B, n int, batched bool) {
 // timer): if the chunk would not fit among the n flows the table or map may
 // hold, it deletes the len(fl) oldest flows through del; then it fills fl
 // with flows next, next+1, ...
-func refillChunk(fl []Insertion, next uint32, oldest *uint32, n int, del func(*Flow)) {
+func refillChunk(fl []insertion, next uint32, oldest *uint32, n int, del func(*Flow)) {
 	if next-*oldest+uint32(len(fl)) > uint32(n) {
 		for range fl {
 			g := flowN(*oldest, ProtoTCP)
@@ -364,7 +359,7 @@ func refillChunk(fl []Insertion, next uint32, oldest *uint32, n int, del func(*F
 		}
 	}
 	for k := range fl {
-		fl[k] = Insertion{Flow: flowN(next+uint32(k), ProtoTCP), Flags: FlagSYN}
+		fl[k] = insertion{Flow: flowN(next+uint32(k), ProtoTCP), Flags: FlagSYN}
 	}
 }
 

@@ -140,11 +140,7 @@ func (t *Table) ImportFlow(f *Flow, remaining time.Duration, now int64) error {
 	if max := t.to[f.State]; rem > max {
 		rem = max
 	}
-	if err := t.insert(f, f.State, now+rem); err != nil {
-		return err
-	}
-	t.emit(EventCreated, f)
-	return nil
+	return t.insert(f, f.State, now+rem)
 }
 
 // exportChunk is how many entries Export copies per lock hold.

@@ -66,7 +66,6 @@ type Table struct {
 	maxFlows  int64
 	to        [numStates]int64
 	bytes     int64
-	hook      atomic.Pointer[EventFunc]
 	free      func()
 	expShard  atomic.Uint32
 	_         [64]byte
@@ -550,15 +549,14 @@ func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error {
 	return t.insertNew(f, &ik, tcpFlags, now)
 }
 
-// insertNew is the rest of Insert (and of each InsertBatch item) once
-// startInsert has run: the first packet's state, the store, the event.
+// insertNew is the rest of Insert once startInsert has run: the first
+// packet's state, the store.
 func (t *Table) insertNew(f *Flow, ik *insertKeys, tcpFlags uint8, now int64) error {
 	st := initialState(f.Orig.Proto, tcpFlags)
 	if err := t.finishInsert(f, ik, st, now+t.to[st]); err != nil {
 		return err
 	}
 	f.State = st
-	t.emit(EventCreated, f)
 	return nil
 }
 
@@ -757,7 +755,6 @@ func (t *Table) del(orig *Tuple, nat *Addr, nport uint16, out *Flow) bool {
 	}
 	t.unlink(s1i, s2i, g, h1, h2, out)
 	t.unlock2(s1i, s2i)
-	t.emit(EventDeleted, out)
 	return true
 }
 
@@ -799,7 +796,6 @@ func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int {
 			}
 			removed++
 			s.mu.Unlock()
-			t.emit(EventExpired, fl)
 			if fn != nil {
 				fn(fl)
 			}

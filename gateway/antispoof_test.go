@@ -34,7 +34,7 @@ func TestAntiSpoofOrder(t *testing.T) {
 	f := newFixture(t, 1024, testConfig())
 	out := make([]byte, 2048)
 	for _, c := range cases {
-		r := f.w.ProcessOne(testNow, tunnelFrame(t, c.tu, udpFrom(c.src, server4).build(t)), out)
+		r := processOne(f.w, testNow, tunnelFrame(t, c.tu, udpFrom(c.src, server4).build(t)), out)
 		switch {
 		case c.want == DropNone && r.Verdict != VerdictTx:
 			t.Errorf("%s: %v/%v, want sent", c.name, r.Verdict, r.Reason)
@@ -58,10 +58,10 @@ func TestSwapStopsEstablished(t *testing.T) {
 			var r Result
 			if batch {
 				res := make([]Result, 1)
-				f.w.Process(testNow, [][]byte{fr}, [][]byte{out}, res)
+				f.process(testNow, [][]byte{fr}, [][]byte{out}, res)
 				r = res[0]
 			} else {
-				r = f.w.ProcessOne(testNow, fr, out)
+				r = processOne(f.w, testNow, fr, out)
 			}
 			if want == DropNone && r.Verdict != VerdictTx {
 				t.Fatalf("%s (batch %v): %v/%v, want sent", what, batch, r.Verdict, r.Reason)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket/layers"
 )
@@ -117,7 +118,7 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			batched := newFixture(t, 4096, cfg.cfg())
 			single := newFixture(t, 4096, cfg.cfg())
-			single.w.single = true
+			single.single = true
 			out := make([][]byte, 150)
 			for i := range out {
 				out[i] = make([]byte, 2048)
@@ -137,13 +138,13 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 						in[i] = answered[rng.IntN(len(answered))] // a burst
 					}
 				}
-				batched.w.Process(now, in, out[:k], res[:k])
+				batched.process(now, in, out[:k], res[:k])
 				var got []frameOutcome
 				for i := range in {
 					got = append(got, frameOutcome{res[i], slices.Clone(out[i][:res[i].Len])})
 				}
 				for i := range in {
-					single.w.Process(now, in[i:i+1], out[:1], res[:1])
+					single.process(now, in[i:i+1], out[:1], res[:1])
 					want := frameOutcome{res[0], slices.Clone(out[0][:res[0].Len])}
 					if got[i].r != want.r || !bytes.Equal(got[i].out, want.out) {
 						t.Fatalf("round %d (batch of %d), frame %d: batched %+v, one by one %+v (outputs equal: %v)",
@@ -184,7 +185,7 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 				t.Error("the flow tables differ")
 			}
 			for _, a := range []netip.Addr{egress4, egress6} {
-				for _, proto := range []uint8{protoTCP, protoUDP, protoICMP, protoICMPv6} {
+				for _, proto := range []uint8{header.ProtoTCP, header.ProtoUDP, header.ProtoICMPv4, header.ProtoICMPv6} {
 					b, s := batched.p.NAT().PortsInUse(nat.Addr(addr16(a)), proto), single.p.NAT().PortsInUse(nat.Addr(addr16(a)), proto)
 					if b != s {
 						t.Errorf("%v proto %d: %d ports in use batched, %d one by one", a, proto, b, s)
@@ -244,7 +245,7 @@ func TestBatchDependencies(t *testing.T) {
 				out[i] = make([]byte, 2048)
 			}
 			res := make([]Result, len(in))
-			f.w.Process(testNow, in, out, res)
+			f.process(testNow, in, out, res)
 			for i, r := range res {
 				if c.want[i] == DropNone && r.Verdict != VerdictTx || c.want[i] != DropNone && (r.Verdict != VerdictDrop || r.Reason != c.want[i]) {
 					t.Errorf("frame %d: %v %v, want %s", i, r.Verdict, r.Reason, wantString(c.want[i]))
@@ -279,7 +280,7 @@ func TestBatchAllocs(t *testing.T) {
 		out[i] = make([]byte, 2048)
 	}
 	res := make([]Result, len(in))
-	if n := testing.AllocsPerRun(100, func() { f.w.Process(testNow, in, out, res) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { f.process(testNow, in, out, res) }); n != 0 {
 		t.Errorf("%v allocations per batch", n)
 	}
 	for i, r := range res {
@@ -332,7 +333,7 @@ func FuzzBatch(f *testing.F) {
 	f.Add(joinFrames(answered...))
 	batched := newFixture(f, 1<<12, smallUnderlay())
 	single := newFixture(f, 1<<12, smallUnderlay())
-	single.w.single = true
+	single.single = true
 	const maxFrames = 2 * conntrack.MaxBatch
 	out := make([][]byte, maxFrames)
 	for i := range out {
@@ -349,12 +350,12 @@ func FuzzBatch(f *testing.F) {
 			return
 		}
 		now += int64(time.Millisecond)
-		batched.w.Process(now, in, out[:len(in)], res[:len(in)])
+		batched.process(now, in, out[:len(in)], res[:len(in)])
 		if !bytes.Equal(cp, b) {
 			t.Fatal("an input frame was modified")
 		}
 		for i, fr := range in {
-			single.w.Process(now, [][]byte{fr}, one, oneRes)
+			single.process(now, [][]byte{fr}, one, oneRes)
 			if res[i] != oneRes[0] {
 				t.Fatalf("frame %d of %d: batched %+v, one by one %+v", i, len(in), res[i], oneRes[0])
 			}
@@ -386,7 +387,7 @@ func TestNewFlowEgressIPChoice(t *testing.T) {
 	}
 	batched := newFixture(t, 4096, cfg)
 	single := newFixture(t, 4096, cfg)
-	single.w.single = true
+	single.single = true
 
 	const n = 192
 	in := make([][]byte, n)
@@ -413,14 +414,14 @@ func TestNewFlowEgressIPChoice(t *testing.T) {
 			out[i] = make([]byte, 2048)
 		}
 		res := make([]Result, n)
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		for i, r := range res {
 			if r.Verdict != VerdictTx {
-				t.Fatalf("single=%v frame %d: %v %v", f.w.single, i, r.Verdict, r.Reason)
+				t.Fatalf("single=%v frame %d: %v %v", f.single, i, r.Verdict, r.Reason)
 			}
-			got, _ := netip.AddrFromSlice(out[i][ethLen+12 : ethLen+16])
+			got, _ := netip.AddrFromSlice(out[i][header.EthernetLen+12 : header.EthernetLen+16])
 			if got != want[i] {
-				t.Fatalf("single=%v frame %d left from %v, want %v (nat.Pick)", f.w.single, i, got, want[i])
+				t.Fatalf("single=%v frame %d left from %v, want %v (nat.Pick)", f.single, i, got, want[i])
 			}
 			seen[got]++
 		}

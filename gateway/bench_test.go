@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -32,13 +33,13 @@ func hotFrames(t testing.TB, f *fixture) map[string][]byte {
 	tu6 := tun{outerSrc: node2VTEP, outerDst: gwVTEP6, kind: TunnelGeneve, vni: 7}
 	syn4 := pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "S", payload: payload}
 	syn6 := pkt{src: pod2v6, dst: server6, proto: "tcp", sport: 40000, dport: 443, flags: "S", payload: payload}
-	mustTxTB("syn4", f.w.ProcessOne(testNow, tunnelFrame(t, podTun(), syn4.build(t)), out))
+	mustTxTB("syn4", processOne(f.w, testNow, tunnelFrame(t, podTun(), syn4.build(t)), out))
 	natPort4 := uint16(out[34])<<8 | uint16(out[35])
-	mustTxTB("syn6", f.w.ProcessOne(testNow, tunnelFrame(t, tu6, syn6.build(t)), out))
+	mustTxTB("syn6", processOne(f.w, testNow, tunnelFrame(t, tu6, syn6.build(t)), out))
 	sa4 := pkt{src: server4, dst: egress4, proto: "tcp", sport: 443, dport: natPort4, flags: "SA", payload: payload}
-	mustTxTB("synack4", f.w.ProcessOne(testNow, plainFrame(t, sa4.build(t)), out))
+	mustTxTB("synack4", processOne(f.w, testNow, plainFrame(t, sa4.build(t)), out))
 	sa6 := pkt{src: server6, dst: egress6, proto: "tcp", sport: 443, dport: 40000, flags: "SA"}
-	mustTxTB("synack6", f.w.ProcessOne(testNow, plainFrame(t, sa6.build(t)), out))
+	mustTxTB("synack6", processOne(f.w, testNow, plainFrame(t, sa6.build(t)), out))
 	ack4, ack6 := syn4, syn6
 	ack4.flags, ack6.flags = "A", "A"
 	fs["established_v4"] = tunnelFrame(t, podTun(), ack4.build(t))
@@ -46,11 +47,11 @@ func hotFrames(t testing.TB, f *fixture) map[string][]byte {
 	rep := sa4
 	rep.flags = "A"
 	fs["reply_v4"] = plainFrame(t, rep.build(t))
-	mustTxTB("established_v4", f.w.ProcessOne(testNow, fs["established_v4"], out))
+	mustTxTB("established_v4", processOne(f.w, testNow, fs["established_v4"], out))
 	fwd := append([]byte(nil), out[14:14+20+20+len(payload)]...)
 	fs["icmp_error_v4"] = plainFrame(t, pkt{src: server4, dst: egress4, proto: "icmperr", icmpType: 3, icmpCode: 4, mtu: 1400, quote: fwd[:28]}.build(t))
 	for n, fr := range fs {
-		mustTxTB(n, f.w.ProcessOne(testNow, fr, out))
+		mustTxTB(n, processOne(f.w, testNow, fr, out))
 	}
 	return fs
 }
@@ -59,7 +60,7 @@ func TestPipelineAllocs(t *testing.T) {
 	f := newFixture(t, 1<<12, testConfig())
 	out := make([]byte, 2048)
 	for name, fr := range hotFrames(t, f) {
-		if n := testing.AllocsPerRun(200, func() { f.w.ProcessOne(testNow, fr, out) }); n != 0 {
+		if n := testing.AllocsPerRun(200, func() { processOne(f.w, testNow, fr, out) }); n != 0 {
 			t.Errorf("%s: %v allocations per packet", name, n)
 		}
 	}
@@ -67,7 +68,7 @@ func TestPipelineAllocs(t *testing.T) {
 	frames := newFlowFrames(t, 300)
 	i := 0
 	if n := testing.AllocsPerRun(200, func() {
-		if r := f.w.ProcessOne(testNow, frames[i], out); r.Verdict != VerdictTx {
+		if r := processOne(f.w, testNow, frames[i], out); r.Verdict != VerdictTx {
 			t.Fatalf("new flow %d: %v", i, r.Reason)
 		}
 		i++
@@ -76,7 +77,7 @@ func TestPipelineAllocs(t *testing.T) {
 	}
 	// Drops and expiry too.
 	drop := tunnelFrame(t, podTun(), udpFrom(pod2v4, server4).build(t))
-	if n := testing.AllocsPerRun(100, func() { f.w.ProcessOne(testNow, drop, out) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { processOne(f.w, testNow, drop, out) }); n != 0 {
 		t.Errorf("drop: %v allocations", n)
 	}
 	if n := testing.AllocsPerRun(10, func() { f.w.Expire(testNow+1e15, 64) }); n != 0 {
@@ -93,15 +94,15 @@ func newFlowFrames(t testing.TB, n int) [][]byte {
 	return fs
 }
 
-func benchLoop(b *testing.B, w *Worker, in [][]byte) {
-	benchFrames(b, w, in, benchBatch, nil)
+func benchLoop(b *testing.B, w *Processor, in [][]byte) {
+	benchFrames(b, w, false, in, benchBatch, nil)
 }
 
 // million is a pipeline with 1M established TCP flows (pod1v4 to 17
 // servers, pod ports 1024-65535) and frames of random flows of it. Built
 // once per test binary: filling it takes seconds.
 type million struct {
-	w        *Worker
+	w        *Processor
 	ct       *conntrack.Table
 	est, rep [][]byte // pod → server ACKs and server → egress IP ACKs, 64 KiB random flows each
 	syn      [][]byte // SYNs of millionNew flows the table does not hold (flows millionFlows...)
@@ -186,13 +187,13 @@ func buildMillion(tb testing.TB) (*million, error) {
 			for j := range in {
 				in[j] = step.mk(in[j], i+j)
 			}
-			f.w.Process(testNow, in, out, res)
+			f.process(testNow, in, out, res)
 			for j, r := range res {
 				if r.Verdict != VerdictTx {
 					return nil, fmt.Errorf("%s of flow %d: %v %v", step.name, i+j, r.Verdict, r.Reason)
 				}
 				if step.name == "syn" {
-					if _, port := millionFlow(i + j); binary.BigEndian.Uint16(out[j][ethLen+20:]) != port {
+					if _, port := millionFlow(i + j); binary.BigEndian.Uint16(out[j][header.EthernetLen+20:]) != port {
 						return nil, fmt.Errorf("flow %d: NAT port not preserved", i+j)
 					}
 				}
@@ -269,8 +270,7 @@ func BenchmarkPipeline(b *testing.B) {
 				if name == "reply_v4_1M" {
 					in = m.rep
 				}
-				m.w.single = single
-				benchFrames(b, m.w, in, conntrack.MaxBatch, nil)
+				benchFrames(b, m.w, single, in, conntrack.MaxBatch, nil)
 			})
 		}
 	}
@@ -284,10 +284,9 @@ func BenchmarkPipeline(b *testing.B) {
 		}
 		b.Run(sub, func(b *testing.B) {
 			m := getMillion(b)
-			m.w.single = single
 			var pk Parsed
 			var fl conntrack.Flow
-			benchFrames(b, m.w, m.syn, conntrack.MaxBatch, func(n int) {
+			benchFrames(b, m.w, single, m.syn, conntrack.MaxBatch, func(n int) {
 				for _, fr := range m.syn[:n] {
 					pk.Decode(fr)
 					k := conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst),
@@ -318,8 +317,8 @@ func BenchmarkPipeline(b *testing.B) {
 		if err := p.Swap(s); err != nil {
 			b.Fatal(err)
 		}
-		w := p.NewWorker(3)
-		benchFrames(b, w, frames, benchBatch, func(int) {
+		w := p.NewProcessor(3)
+		benchFrames(b, w, false, frames, benchBatch, func(int) {
 			w.Expire(testNow+1e15, 2*round) // remove the round's flows and release ports
 			if ct.Len() != 0 {
 				b.Fatalf("%d flows left after expiry", ct.Len())
@@ -371,12 +370,13 @@ func (c *cpuClock) stop() {
 }
 
 // benchFrames processes b.N frames of frames, in order, batch per Process
-// call, and checks that every one is sent. With clear nil it goes round
+// call (per processSingly call if single: the one-frame baseline), and
+// checks that every one is sent. With clear nil it goes round
 // robin. Otherwise frames are the SYNs of flows the table does not hold:
 // once all are sent, benchFrames calls clear(n) with both clocks stopped to
 // remove the n flows they opened and release their ports, and starts over;
 // it clears the last round too, so a shared table is left as it was.
-func benchFrames(b *testing.B, w *Worker, frames [][]byte, batch int, clear func(n int)) {
+func benchFrames(b *testing.B, w *Processor, single bool, frames [][]byte, batch int, clear func(n int)) {
 	out := make([][]byte, batch)
 	for i := range out {
 		out[i] = make([]byte, 2048)
@@ -395,7 +395,11 @@ func benchFrames(b *testing.B, w *Worker, frames [][]byte, batch int, clear func
 			}
 			next = 0
 		}
-		w.Process(testNow, frames[next:next+k], out[:k], res[:k])
+		if single {
+			processSingly(w, testNow, frames[next:next+k], out[:k], res[:k])
+		} else {
+			w.Process(testNow, frames[next:next+k], out[:k], res[:k])
+		}
 		next += k
 		for i := range res[:k] {
 			if res[i].Verdict != VerdictTx {

@@ -5,13 +5,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
-// TestConcurrentWorkers runs workers on one pipeline while snapshots are
+// TestConcurrentProcessors runs processors on one pipeline while snapshots are
 // swapped and counters scraped (meaningful under -race): every flow created
 // must work, and the summed counters must match what the workers saw.
-func TestConcurrentWorkers(t *testing.T) {
+func TestConcurrentProcessors(t *testing.T) {
 	f := newFixture(t, 1<<14, testConfig())
 	const workers, perWorker = 2, 500
 	frames := make([][][]byte, workers)
@@ -22,7 +23,7 @@ func TestConcurrentWorkers(t *testing.T) {
 			frames[w] = append(frames[w], tunnelFrame(t, podTun(), p.build(t)))
 		}
 	}
-	ws := []*Worker{f.w, f.p.NewWorker(2)}
+	ws := []*Processor{f.w, f.p.NewProcessor(2)}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	go func() { // swapper and scraper
@@ -95,8 +96,8 @@ func TestConcurrentMovesLeakNothing(t *testing.T) {
 		p.sport = uint16(3000 + i)
 		frames = append(frames, tunnelFrame(t, podTun(), p.build(t)))
 	}
-	ws := []*Worker{f.w, f.p.NewWorker(2)}
-	send := func(w *Worker) []Result {
+	ws := []*Processor{f.w, f.p.NewProcessor(2)}
+	send := func(w *Processor) []Result {
 		out := make([][]byte, 16)
 		for i := range out {
 			out[i] = make([]byte, 2048)
@@ -136,7 +137,7 @@ func TestConcurrentMovesLeakNothing(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
-		go func(w *Worker) {
+		go func(w *Processor) {
 			defer wg.Done()
 			for round := 0; round < 30; round++ {
 				send(w)
@@ -168,9 +169,9 @@ func TestConcurrentMovesLeakNothing(t *testing.T) {
 	a := f.p.NAT()
 	used := 0
 	for _, ip := range []netip.Addr{egress4, ip21, ip22} {
-		used += a.PortsInUse(nat.Addr(ip.As16()), protoUDP)
+		used += a.PortsInUse(nat.Addr(ip.As16()), header.ProtoUDP)
 	}
-	if n := a.PortsInUse(nat.Addr(ip21.As16()), protoUDP); n != 0 {
+	if n := a.PortsInUse(nat.Addr(ip21.As16()), header.ProtoUDP); n != 0 {
 		t.Errorf("%d ports still taken on 192.0.2.21, which no flow uses", n)
 	}
 	if used != flows || a.StrayReleases() != 0 {

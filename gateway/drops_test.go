@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -125,14 +127,14 @@ func dropCases() []dropCase {
 			return tunnelFrame(t, podTun(), serialize(t, ip, gopacket.Payload(make([]byte, 40))))
 		}},
 		{reason: DropIPv6Fragment, frame: func(t *testing.T) []byte {
-			fh := []byte{protoUDP, 0, 0, 1, 0, 0, 0, 9} // offset 0, M=1, id 9
+			fh := []byte{header.ProtoUDP, 0, 0, 1, 0, 0, 0, 9} // offset 0, M=1, id 9
 			udp := []byte{0x13, 0x88, 0, 53, 0, 16, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
 			return tunnelFrame(t, podTun(), rawIP(t, pod1v6, server6, layers.IPProtocolIPv6Fragment, append(fh, udp...)))
 		}},
 		{reason: DropNoRoute, cfg: func(c *Config) {
-			c.Routes = newStaticRoutes( // underlay only
-				staticRoute{pfx: netip.MustParsePrefix("10.0.0.0/24"), hop: underlayHop},
-				staticRoute{pfx: netip.MustParsePrefix("fd00::/64"), hop: underlayHop})
+			c.Routes = route.NewStatic( // underlay only
+				route.Static{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Hop: underlayHop},
+				route.Static{Prefix: netip.MustParsePrefix("fd00::/64"), Hop: underlayHop})
 		}, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},
@@ -234,7 +236,7 @@ func TestDropReasons(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f = &fixture{p: p, w: p.NewWorker(1), ct: ct}
+				f = &fixture{p: p, w: p.NewProcessor(1), ct: ct}
 			} else {
 				f = newFixtureNAT(t, maxFlows, cfg, nc)
 			}
@@ -247,7 +249,7 @@ func TestDropReasons(t *testing.T) {
 				n = 2048
 			}
 			flows := f.ct.Len()
-			r := f.w.ProcessOne(testNow, c.frame(t), make([]byte, n))
+			r := processOne(f.w, testNow, c.frame(t), make([]byte, n))
 			if r.Verdict != VerdictDrop || r.Reason != c.reason {
 				t.Fatalf("got %v/%v, want drop/%v", r.Verdict, r.Reason, c.reason)
 			}
@@ -297,7 +299,7 @@ func TestFullTableKeepsFlows(t *testing.T) {
 	if r, _ := f.run(t, plainFrame(t, rep.build(t))); r.Verdict != VerdictTx {
 		t.Fatalf("reply of an existing flow on a full table: %v %v", r.Verdict, r.Reason)
 	}
-	if u := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), protoUDP); u != f.ct.Len() {
+	if u := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), header.ProtoUDP); u != f.ct.Len() {
 		t.Errorf("ports in use %d, flows %d: the refused flow leaked a port", u, f.ct.Len())
 	}
 }
@@ -315,7 +317,7 @@ func TestPass(t *testing.T) {
 		"ssh to the node": plainFrame(t, pkt{src: server4, dst: gwVTEP4, proto: "tcp", sport: 50000, dport: 22, flags: "S"}.build(t)),
 		"other vtep":      tunnelFrame(t, otherVTEP, udpFrom(pod1v4, server4).build(t)),
 	} {
-		if r := f.w.ProcessOne(testNow, fr, make([]byte, 2048)); r.Verdict != VerdictPass {
+		if r := processOne(f.w, testNow, fr, make([]byte, 2048)); r.Verdict != VerdictPass {
 			t.Errorf("%s: %v %v, want pass", name, r.Verdict, r.Reason)
 		}
 	}
@@ -334,14 +336,14 @@ func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			f := newFixture(t, 16, testConfig())
-			f.w.single = single
+			f.single = single
 			out := make([][]byte, 1)
 			out[0] = make([]byte, 2048)
 			res := make([]Result, 1)
 			send := func(now int64, sport uint16) Result {
 				p := udpFrom(pod1v4, server4)
 				p.sport = sport
-				f.w.Process(now, [][]byte{tunnelFrame(t, podTun(), p.build(t))}, out, res)
+				f.process(now, [][]byte{tunnelFrame(t, podTun(), p.build(t))}, out, res)
 				return res[0]
 			}
 			for i := 0; f.ct.Len() < f.ct.Cap(); i++ {
@@ -367,11 +369,11 @@ func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
 			if st.Count(CounterFlowsExpired) == 0 || f.ct.Len() > full {
 				t.Fatalf("expired %d, flows %d (cap %d)", st.Count(CounterFlowsExpired), f.ct.Len(), f.ct.Cap())
 			}
-			if got := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), protoUDP); got != f.ct.Len() {
+			if got := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), header.ProtoUDP); got != f.ct.Len() {
 				t.Errorf("ports in use %d, flows %d: a removed flow kept its port", got, f.ct.Len())
 			}
 			rep := pkt{src: server4, dst: egress4, proto: "udp", sport: 53, dport: 10000, payload: []byte("a")}
-			f.w.Process(later, [][]byte{plainFrame(t, rep.build(t))}, out, res)
+			f.process(later, [][]byte{plainFrame(t, rep.build(t))}, out, res)
 			if res[0].Verdict != VerdictTx {
 				t.Fatalf("reply of the flow kept alive: %v %v", res[0].Verdict, res[0].Reason)
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 )
 
 // encapLen is the header length in front of an encapsulated inner IP packet:
@@ -11,14 +12,18 @@ import (
 // options; both are 8 bytes) and the inner Ethernet header.
 func encapLen(f uint8) int {
 	if f == 0 {
-		return ethLen + ipv4MinLen + udpLen + vxlanLen + ethLen
+		return header.EthernetLen + header.IPv4MinLen + tunnelLen
 	}
-	return ethLen + ipv6Len + udpLen + vxlanLen + ethLen
+	return header.EthernetLen + header.IPv6Len + tunnelLen
 }
+
+// tunnelLen is what follows the outer IP header: UDP, VXLAN or Geneve
+// without options, and the inner Ethernet header.
+const tunnelLen = header.UDPLen + header.VXLANLen + header.EthernetLen
 
 // encapMax is the longest encapsulation after the outer Ethernet header:
 // outer IPv6, UDP, VXLAN or Geneve, inner Ethernet.
-const encapMax = ipv6Len + udpLen + vxlanLen + ethLen
+const encapMax = header.IPv6Len + tunnelLen
 
 // encapTemplate is a node's encapsulation headers after the outer Ethernet
 // header, built once per snapshot: everything that is the same for every
@@ -39,26 +44,28 @@ func newEncapTemplate(f uint8, gwVTEP, vtep *[16]byte, gwMAC, nodeMAC *[6]byte) 
 	h := t.hdr[:]
 	var u int
 	if f == 0 {
-		ip := h[:ipv4MinLen]
-		ip[0] = 0x45
-		binary.BigEndian.PutUint32(ip[4:], 0x4000) // id 0, DF
-		ip[8], ip[9] = 64, protoUDP
-		copy(ip[12:16], gwVTEP[12:])
-		copy(ip[16:20], vtep[12:])
+		ip := header.IPv4(h).Fixed()
+		ip.SetHeaderLength(header.IPv4MinLen)
+		ip.SetFlagsFragmentOffset(header.IPv4FlagDontFragment, 0)
+		ip.SetTTL(64)
+		ip.SetProtocol(header.ProtoUDP)
+		ip.SetSrcAddr([4]byte(gwVTEP[12:]))
+		ip.SetDstAddr([4]byte(vtep[12:]))
 		t.sum = header.Checksum(ip, 0)
-		u = ipv4MinLen
+		u = header.IPv4MinLen
 	} else {
-		ip := h[:ipv6Len]
-		binary.BigEndian.PutUint32(ip[0:], 6<<28)
-		ip[6], ip[7] = protoUDP, 64
-		copy(ip[8:24], gwVTEP[:])
-		copy(ip[24:40], vtep[:])
-		t.sum = header.PseudoHeaderChecksum(protoUDP, gwVTEP[:], vtep[:], 0)
-		u = ipv6Len
+		ip := header.IPv6(h).Fixed()
+		ip.SetVersionTrafficClassFlowLabel(0, 0)
+		ip.SetNextHeader(header.ProtoUDP)
+		ip.SetHopLimit(64)
+		ip.SetSrcAddr(*gwVTEP)
+		ip.SetDstAddr(*vtep)
+		t.sum = header.PseudoHeaderChecksum(header.ProtoUDP, gwVTEP[:], vtep[:], 0)
+		u = header.IPv6Len
 	}
-	inner := h[u+udpLen+vxlanLen:]
-	copy(inner[0:6], nodeMAC[:])
-	copy(inner[6:12], gwMAC[:])
+	inner := header.Ethernet(h[u+header.UDPLen+header.VXLANLen:]).Fixed()
+	inner.SetDstMAC(*nodeMAC)
+	inner.SetSrcMAC(*gwMAC)
 	return t
 }
 
@@ -69,40 +76,42 @@ func newEncapTemplate(f uint8, gwVTEP, vtep *[16]byte, gwMAC, nodeMAC *[6]byte) 
 // template's sum, UDP source port, tunnel type, VNI, inner EtherType). The
 // outer UDP checksum is 0 over IPv4 and computed over IPv6 (RFC 8200 §8.1;
 // Linux VXLAN devices reject zero checksums over IPv6 by default).
-func writeEncap(out []byte, node *snapNode, t Tunnel, vni uint32, hop *Hop, innerVer uint8, sport uint16) {
+func writeEncap(out []byte, node *snapNode, t Tunnel, vni uint32, hop *route.Hop, innerVer uint8, sport uint16) {
+	const ethLen = header.EthernetLen
 	n := len(out)
 	hl := encapLen(node.fam)
 	copy(out[ethLen:hl], node.encap.hdr[:hl-ethLen])
 	writeEth(out, &hop.DstMAC, &hop.SrcMAC, 4+2*node.fam)
-	u := ethLen + ipv4MinLen
+	u := ethLen + header.IPv4MinLen
 	if node.fam == 0 {
-		ip := (*[ipv4MinLen]byte)(out[ethLen : ethLen+ipv4MinLen])
+		ip := header.IPv4(out[ethLen : ethLen+header.IPv4MinLen]).Fixed()
 		tl := uint16(n - ethLen)
-		binary.BigEndian.PutUint16(ip[2:4], tl)
-		binary.BigEndian.PutUint16(ip[10:12], header.ChecksumFold(node.encap.sum+uint32(tl)))
+		ip.SetTotalLength(tl)
+		ip.SetChecksum(header.ChecksumFold(node.encap.sum + uint32(tl)))
 	} else {
-		u = ethLen + ipv6Len
-		binary.BigEndian.PutUint16(out[ethLen+4:ethLen+6], uint16(n-u))
+		u = ethLen + header.IPv6Len
+		header.IPv6(out[ethLen : ethLen+header.IPv6Len]).Fixed().SetPayloadLength(uint16(n - u))
 	}
-	h := (*[udpLen + vxlanLen + ethLen]byte)(out[u : u+udpLen+vxlanLen+ethLen])
-	binary.BigEndian.PutUint16(h[0:2], sport)
+	udp := header.UDP(out[u : u+header.UDPLen]).Fixed()
+	udp.SetSrcPort(sport)
+	tun := out[u+header.UDPLen : u+tunnelLen]
 	if t == TunnelGeneve {
-		binary.BigEndian.PutUint16(h[2:4], genevePort)
-		binary.BigEndian.PutUint32(h[8:12], etherTypeTEB) // ver 0, no options, not OAM/critical
+		udp.SetDstPort(header.GenevePort)
+		header.Geneve(tun).Fixed().Init(vni)
 	} else {
-		binary.BigEndian.PutUint16(h[2:4], vxlanPort)
-		binary.BigEndian.PutUint32(h[8:12], 0x08000000) // I flag
+		udp.SetDstPort(header.VXLANPort)
+		header.VXLAN(tun).Fixed().Init(vni)
 	}
-	binary.BigEndian.PutUint16(h[4:6], uint16(n-u))
-	binary.BigEndian.PutUint32(h[12:16], vni<<8)
+	udp.SetLength(uint16(n - u))
+	inner := header.Ethernet(tun[header.VXLANLen:]).Fixed()
 	if innerVer == 4 {
-		binary.BigEndian.PutUint16(h[28:30], etherTypeIPv4)
+		inner.SetEtherType(header.EtherTypeIPv4)
 	} else {
-		binary.BigEndian.PutUint16(h[28:30], etherTypeIPv6)
+		inner.SetEtherType(header.EtherTypeIPv6)
 	}
 	if node.fam == 1 {
 		c := header.ChecksumFold(header.Checksum(out[u:n], node.encap.sum+uint32(n-u)))
-		binary.BigEndian.PutUint16(h[6:8], header.UDPChecksumValue(c))
+		udp.SetChecksum(header.UDPChecksumValue(c))
 	}
 }
 

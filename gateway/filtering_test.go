@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -32,11 +33,11 @@ func TestRFC4787_REQ8_RFC5382_REQ3_AddressAndPortDependentFiltering(t *testing.T
 				{src: pod1v4, dst: server4, proto: "udp", sport: 5000, dport: 53, payload: []byte("q")},
 				{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "S"},
 			} {
-				r := f.w.ProcessOne(testNow, tunnelFrame(t, podTun(), p.build(t)), out)
+				r := processOne(f.w, testNow, tunnelFrame(t, podTun(), p.build(t)), out)
 				if r.Verdict != VerdictTx {
 					t.Fatalf("pod flow %s: %v %v", p.proto, r.Verdict, r.Reason)
 				}
-				if got := netip.AddrFrom4([4]byte(out[ethLen+12 : ethLen+16])); got != egress4 {
+				if got := netip.AddrFrom4([4]byte(out[header.EthernetLen+12 : header.EthernetLen+16])); got != egress4 {
 					t.Fatalf("pod flow %s left from %v, want %v", p.proto, got, egress4)
 				}
 			}
@@ -59,7 +60,7 @@ func TestRFC4787_REQ8_RFC5382_REQ3_AddressAndPortDependentFiltering(t *testing.T
 			}
 			for _, c := range cases {
 				before := f.w.Stats().Drops[DropNoFlow]
-				r := f.w.ProcessOne(testNow, plainFrame(t, c.p.build(t)), out)
+				r := processOne(f.w, testNow, plainFrame(t, c.p.build(t)), out)
 				after := f.w.Stats().Drops[DropNoFlow]
 				switch {
 				case c.pass && r.Verdict != VerdictTx:

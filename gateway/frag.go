@@ -22,7 +22,7 @@ type fragEntry struct {
 	expires int64
 }
 
-// fragTable is a small, bounded, pointer-free, per-worker table with two
+// fragTable is a small, bounded, pointer-free, per-processor table with two
 // candidate slots per key; when both are live the older one is replaced.
 type fragTable struct {
 	slots   []fragEntry

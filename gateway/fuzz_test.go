@@ -23,7 +23,7 @@ func FuzzPipeline(f *testing.F) {
 	snap := fx.p.Snapshot()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := append([]byte(nil), b...)
-		r := fx.w.ProcessOne(testNow, in, out)
+		r := processOne(fx.w, testNow, in, out)
 		if string(in) != string(b) {
 			t.Fatal("the input frame was modified")
 		}

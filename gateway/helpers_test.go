@@ -4,10 +4,11 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"sort"
 	"testing"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -37,63 +38,16 @@ var (
 	gwInnerMAC  = [6]byte{0x02, 0, 0, 0, 0xee, 1}
 	node1MAC    = [6]byte{0x02, 0, 0, 0, 0x01, 1}
 	node2MAC    = [6]byte{0x02, 0, 0, 0, 0x02, 1}
-	outHop      = Hop{Ifindex: 7, SrcMAC: [6]byte{0x02, 0xaa, 0, 0, 0, 1}, DstMAC: [6]byte{0x02, 0xbb, 0, 0, 0, 1}, MTU: 1500}
-	underlayHop = Hop{Ifindex: 8, SrcMAC: [6]byte{0x02, 0xaa, 0, 0, 0, 2}, DstMAC: [6]byte{0x02, 0xcc, 0, 0, 0, 2}, MTU: 9000}
+	outHop      = route.Hop{Ifindex: 7, SrcMAC: [6]byte{0x02, 0xaa, 0, 0, 0, 1}, DstMAC: [6]byte{0x02, 0xbb, 0, 0, 0, 1}, MTU: 1500}
+	underlayHop = route.Hop{Ifindex: 8, SrcMAC: [6]byte{0x02, 0xaa, 0, 0, 0, 2}, DstMAC: [6]byte{0x02, 0xcc, 0, 0, 0, 2}, MTU: 9000}
 )
 
-// staticRoutes is the test Router: a static table, longest prefix first,
-// compared as two masked 64-bit words; no allocation.
-type staticRoutes struct {
-	routes []staticRoute
-}
-
-type staticRoute struct {
-	pfx      netip.Prefix
-	hop      Hop
-	hi, lo   uint64 // masked prefix, IPv4 as ::ffff:0:0/96
-	mhi, mlo uint64
-}
-
-func newStaticRoutes(rs ...staticRoute) *staticRoutes {
-	sort.SliceStable(rs, func(i, j int) bool { return bits16(rs[i].pfx) > bits16(rs[j].pfx) })
-	for i := range rs {
-		a := rs[i].pfx.Masked().Addr().As16()
-		n := bits16(rs[i].pfx)
-		var m [16]byte
-		for b := 0; b < n; b++ {
-			m[b/8] |= 0x80 >> (b % 8)
-		}
-		rs[i].hi, rs[i].lo = binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
-		rs[i].mhi, rs[i].mlo = binary.BigEndian.Uint64(m[:8]), binary.BigEndian.Uint64(m[8:])
-	}
-	return &staticRoutes{routes: rs}
-}
-
-func bits16(p netip.Prefix) int {
-	if p.Addr().Is4() {
-		return p.Bits() + 96
-	}
-	return p.Bits()
-}
-
-func (s *staticRoutes) Lookup(dst *[16]byte, hop *Hop) bool {
-	hi, lo := binary.BigEndian.Uint64(dst[:8]), binary.BigEndian.Uint64(dst[8:])
-	for i := range s.routes {
-		r := &s.routes[i]
-		if hi&r.mhi == r.hi && lo&r.mlo == r.lo {
-			*hop = r.hop
-			return true
-		}
-	}
-	return false
-}
-
-func testRoutes() *staticRoutes {
-	return newStaticRoutes(
-		staticRoute{pfx: netip.MustParsePrefix("0.0.0.0/0"), hop: outHop},
-		staticRoute{pfx: netip.MustParsePrefix("::/0"), hop: outHop},
-		staticRoute{pfx: netip.MustParsePrefix("10.0.0.0/24"), hop: underlayHop},
-		staticRoute{pfx: netip.MustParsePrefix("fd00::/64"), hop: underlayHop},
+func testRoutes() *route.Cache {
+	return route.NewStatic(
+		route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: outHop},
+		route.Static{Prefix: netip.MustParsePrefix("::/0"), Hop: outHop},
+		route.Static{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Hop: underlayHop},
+		route.Static{Prefix: netip.MustParsePrefix("fd00::/64"), Hop: underlayHop},
 	)
 }
 
@@ -122,8 +76,20 @@ func testConfig() Config {
 
 type fixture struct {
 	p  *Pipeline
-	w  *Worker
+	w  *Processor
 	ct *conntrack.Table
+	// single sends frames down the one-frame path (processSingly) instead
+	// of Process.
+	single bool
+}
+
+// process hands a batch to f's processor, batched or one by one.
+func (f *fixture) process(now int64, in, out [][]byte, res []Result) {
+	if f.single {
+		processSingly(f.w, now, in, out, res)
+		return
+	}
+	f.w.Process(now, in, out, res)
 }
 
 func newFixture(t testing.TB, maxFlows int, cfg Config) *fixture {
@@ -148,7 +114,7 @@ func newFixtureNAT(t testing.TB, maxFlows int, cfg Config, nc nat.Config) *fixtu
 	if err := p.Swap(s); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{p: p, w: p.NewWorker(1), ct: ct}
+	return &fixture{p: p, w: p.NewProcessor(1), ct: ct}
 }
 
 const testNow = int64(1_000_000_000_000)
@@ -293,9 +259,9 @@ func tunnelFrame(t testing.TB, tu tun, inner []byte) []byte {
 		eth.EthernetType = et
 		ls = append(ls, eth)
 	}
-	dport := layers.UDPPort(vxlanPort)
+	dport := layers.UDPPort(header.VXLANPort)
 	if tu.kind == TunnelGeneve {
-		dport = genevePort
+		dport = header.GenevePort
 	}
 	udp := &layers.UDP{SrcPort: 51000, DstPort: dport}
 	if err := udp.SetNetworkLayerForChecksum(nl); err != nil {
@@ -308,7 +274,7 @@ func tunnelFrame(t testing.TB, tu tun, inner []byte) []byte {
 		if tu.geneveCritical {
 			h[1] = 0x40
 		}
-		binary.BigEndian.PutUint16(h[2:], etherTypeTEB)
+		binary.BigEndian.PutUint16(h[2:], header.EtherTypeTEB)
 		binary.BigEndian.PutUint32(h[4:], tu.vni<<8)
 		ls = append(ls, gopacket.Payload(append(h, tu.geneveOpts...)))
 	} else {
@@ -380,21 +346,21 @@ func checkIPChecksums(t *testing.T, what string, ip []byte) {
 		l4 = ip[40 : 40+pl]
 	}
 	switch proto {
-	case protoTCP, protoUDP:
-		if proto == protoUDP && len(src) == 4 && binary.BigEndian.Uint16(l4[6:]) == 0 {
+	case header.ProtoTCP, header.ProtoUDP:
+		if proto == header.ProtoUDP && len(src) == 4 && binary.BigEndian.Uint16(l4[6:]) == 0 {
 			return
 		}
 		if refSum(pseudo(src, dst, proto, len(l4)), l4) != 0xffff {
 			t.Errorf("%s: bad L4 (proto %d) checksum", what, proto)
 		}
-	case protoICMP:
+	case header.ProtoICMPv4:
 		if refSum(l4) != 0xffff {
 			t.Errorf("%s: bad ICMPv4 checksum", what)
 		}
 		if l4[0] == 3 || l4[0] == 11 {
 			checkIPChecksums(t, what+" (quoted)", l4[8:])
 		}
-	case protoICMPv6:
+	case header.ProtoICMPv6:
 		if refSum(pseudo(src, dst, proto, len(l4)), l4) != 0xffff {
 			t.Errorf("%s: bad ICMPv6 checksum", what)
 		}

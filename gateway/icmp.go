@@ -1,9 +1,8 @@
 package gateway
 
 import (
-	"encoding/binary"
-
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 )
 
 // ICMP errors the gateway originates towards a pod.
@@ -24,32 +23,32 @@ const (
 // type and VNI the packet came with. failed is the drop reason when it
 // cannot be sent; beyond the rate limit (icmpPodAllowed) the packet is a
 // DropICMPRateLimited drop.
-func (w *Worker) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, out []byte, kind int, mtu int, failed DropReason) Result {
+func (pr *Processor) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, out []byte, kind int, mtu int, failed DropReason) Result {
 	snap := st.snap
 	f := fam(pk.IPVer)
 	if !snap.hasRoute[f] {
-		return w.drop(failed)
+		return pr.drop(failed)
 	}
 	node := &snap.nodes[ni]
-	if !snap.routes.Lookup(&node.vtep, &w.hop) {
-		return w.drop(DropNoRoute)
+	if snap.routes.Lookup(&node.vtep, &pr.hop) != route.Found {
+		return pr.drop(DropNoRoute)
 	}
 	hl := encapLen(node.fam)
-	quote, ihl, ok := icmpQuote(pk, w.hop.MTU-(hl-ethLen))
+	quote, ihl, ok := icmpQuote(pk, pr.hop.MTU-(hl-header.EthernetLen))
 	if !ok {
-		return w.drop(failed)
+		return pr.drop(failed)
 	}
 	n := hl + ihl + icmpLen + quote
 	if n > len(out) {
-		return w.drop(DropOutBuffer)
+		return pr.drop(DropOutBuffer)
 	}
-	if !w.icmpPodAllowed(now) {
-		return w.drop(DropICMPRateLimited)
+	if !pr.icmpPodAllowed(now) {
+		return pr.drop(DropICMPRateLimited)
 	}
 	writeICMPError(out[hl:n], in[pk.L3:pk.L3+quote], pk.IPVer, &snap.router[f], &pk.Src, kind, mtu)
-	writeEncap(out[:n], node, pk.Tunnel, pk.VNI, &w.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
-	w.stats.local.Counters[CounterICMPSent]++
-	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+	writeEncap(out[:n], node, pk.Tunnel, pk.VNI, &pr.hop, pk.IPVer, entropy(&pk.Src, pk.SrcPort, &pk.Dst))
+	pr.stats.local.Counters[CounterICMPSent]++
+	return Result{Verdict: VerdictTx, Ifindex: pr.hop.Ifindex, Len: n}
 }
 
 // xlateICMPError translates an ICMP error from the outside about a NATed
@@ -60,68 +59,70 @@ func (w *Worker) icmpToPod(st *installed, pk *Parsed, now int64, ni int32, in, o
 // recomputed. ip is the copied IP packet; pk describes the original.
 func xlateICMPError(ip []byte, pk *Parsed, pod *[16]byte, podPort uint16) {
 	l4, e3, e4 := pk.L4-pk.L3, pk.EmbL3-pk.L3, pk.EmbL4-pk.L3
-	if pk.IPVer == 4 {
-		setAddrV4(ip, ipDst, pod)
-	} else {
-		copy(ip[24:40], pod[:])
-	}
 	emb := ip[e3:]
+	// The quoted source address (the egress IP) as it was, and the pod's.
+	var old4 [4]byte
+	var old6 [16]byte
 	var old, nw []byte
 	if pk.IPVer == 4 {
-		old, nw = emb[ipSrc:ipSrc+4], pod[12:16]
+		header.IPv4(ip).Fixed().SetDstAddrWithChecksumUpdate([4]byte(pod[12:16]))
+		old4 = header.IPv4(emb).Fixed().SrcAddr()
+		old, nw = old4[:], pod[12:16]
 	} else {
-		old, nw = emb[8:24], pod[:]
+		header.IPv6(ip).Fixed().SetDstAddr(*pod)
+		old6 = header.IPv6(emb).Fixed().SrcAddr()
+		old, nw = old6[:], pod[:]
 	}
+	q := ip[e4:] // the quoted transport header: at least 8 bytes
 	switch pk.EmbProto {
-	case protoUDP:
-		if c := binary.BigEndian.Uint16(ip[e4+6:]); c != 0 {
+	case header.ProtoUDP:
+		u := header.UDP(q).Fixed()
+		if c := u.Checksum(); c != 0 {
 			c = header.ChecksumUpdateAddr(c, old, nw)
-			c = header.ChecksumUpdate16(c, binary.BigEndian.Uint16(ip[e4:]), podPort)
-			binary.BigEndian.PutUint16(ip[e4+6:], header.UDPChecksumValue(c))
+			c = header.ChecksumUpdate16(c, u.SrcPort(), podPort)
+			u.SetChecksum(header.UDPChecksumValue(c))
 		}
-		binary.BigEndian.PutUint16(ip[e4:], podPort)
-	case protoTCP:
-		if e4+18 <= len(ip) {
-			c := binary.BigEndian.Uint16(ip[e4+16:])
+		u.SetSrcPort(podPort)
+	case header.ProtoTCP:
+		t := header.TCP(q)
+		if len(q) >= header.TCPMinLen-2 { // the checksum is within the quote
+			c := t.Checksum()
 			c = header.ChecksumUpdateAddr(c, old, nw)
-			c = header.ChecksumUpdate16(c, binary.BigEndian.Uint16(ip[e4:]), podPort)
-			binary.BigEndian.PutUint16(ip[e4+16:], c)
+			c = header.ChecksumUpdate16(c, t.SrcPort(), podPort)
+			t.SetChecksum(c)
 		}
-		binary.BigEndian.PutUint16(ip[e4:], podPort)
-	default: // echo request
-		c := binary.BigEndian.Uint16(ip[e4+2:])
-		if pk.IPVer == 6 {
-			c = header.ChecksumUpdateAddr(c, old, nw)
-		}
-		c = header.ChecksumUpdate16(c, binary.BigEndian.Uint16(ip[e4+4:]), podPort)
-		binary.BigEndian.PutUint16(ip[e4+2:], c)
-		binary.BigEndian.PutUint16(ip[e4+4:], podPort)
+		t.SetSrcPort(podPort)
+	case header.ProtoICMPv4: // echo request
+		e := header.ICMPv4(q).Fixed()
+		e.SetChecksum(header.ChecksumUpdate16(e.Checksum(), e.Ident(), podPort))
+		e.SetIdent(podPort)
+	default: // ICMPv6 echo request: its checksum covers the pseudo-header
+		e := header.ICMPv6(q).Fixed()
+		e.SetChecksum(header.ChecksumUpdate16(header.ChecksumUpdateAddr(e.Checksum(), old, nw), e.Ident(), podPort))
+		e.SetIdent(podPort)
 	}
 	if pk.IPVer == 4 {
-		c := header.ChecksumUpdateAddr(binary.BigEndian.Uint16(emb[10:]), old, nw)
-		binary.BigEndian.PutUint16(emb[10:], c)
+		header.IPv4(emb).Fixed().SetSrcAddrWithChecksumUpdate([4]byte(nw))
+		ic := header.ICMPv4(ip[l4:])
+		ic.SetChecksum(ic.CalculateChecksum())
+		return
 	}
-	copy(old, nw)
-	ic := ip[l4:]
-	ic[2], ic[3] = 0, 0
-	var ps uint32
-	if pk.IPVer == 6 {
-		ps = header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
-	}
-	binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
+	header.IPv6(emb).Fixed().SetSrcAddr(*pod)
+	ic := header.ICMPv6(ip[l4:])
+	ic.SetChecksum(ic.CalculateChecksum(header.IPv6(ip).Fixed().PseudoHeaderChecksum(header.ProtoICMPv6, uint16(len(ic)))))
 }
 
-// ICMP errors to the outside are rate limited per worker (RFC 4443 §2.4(f),
+// ICMP errors to the outside are rate limited per processor (RFC 4443 §2.4(f),
 // RFC 1812 §4.3.2.8): a token bucket of icmpOutBurst refilled with one
 // token every icmpOutEvery nanoseconds.
 const (
 	icmpOutBurst = 64
-	icmpOutEvery = int64(1_000_000) // 1000 per second and worker
+	icmpOutEvery = int64(1_000_000) // 1000 per second and processor
 )
 
 // icmpOutAllowed takes a token for an ICMP error to the outside.
-func (w *Worker) icmpOutAllowed(now int64) bool {
-	return w.icmpOut.take(now, icmpOutBurst, icmpOutEvery)
+func (pr *Processor) icmpOutAllowed(now int64) bool {
+	return pr.icmpOut.take(now, icmpOutBurst, icmpOutEvery)
 }
 
 // ICMP errors to pods (time exceeded, too big) have a bucket of their own,
@@ -132,12 +133,12 @@ func (w *Worker) icmpOutAllowed(now int64) bool {
 // the outside, nor the outside use up its.
 const (
 	icmpPodBurst = 64
-	icmpPodEvery = int64(1_000_000) // 1000 per second and worker
+	icmpPodEvery = int64(1_000_000) // 1000 per second and processor
 )
 
 // icmpPodAllowed takes a token for an ICMP error to a pod.
-func (w *Worker) icmpPodAllowed(now int64) bool {
-	return w.icmpPod.take(now, icmpPodBurst, icmpPodEvery)
+func (pr *Processor) icmpPodAllowed(now int64) bool {
+	return pr.icmpPod.take(now, icmpPodBurst, icmpPodEvery)
 }
 
 // tokenBucket allows burst events at once and one more every `every`
@@ -168,23 +169,23 @@ func (b *tokenBucket) take(now, burst, every int64) bool {
 // was sent to, quoting as much of it as fits in 576 bytes (IPv4, RFC 1812
 // §4.3.2.3) or 1280 bytes (IPv6, RFC 4443 §2.4(c)). The server's PMTU
 // discovery then lowers its packet size for this destination.
-func (w *Worker) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out []byte, mtu int) Result {
+func (pr *Processor) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out []byte, mtu int) Result {
 	snap := st.snap
-	if !snap.routes.Lookup(&pk.Src, &w.hop) {
-		return w.drop(DropMTUExceeded)
+	if snap.routes.Lookup(&pk.Src, &pr.hop) != route.Found {
+		return pr.drop(DropMTUExceeded)
 	}
-	if !w.icmpOutAllowed(now) {
-		return w.drop(DropMTUExceeded)
+	if !pr.icmpOutAllowed(now) {
+		return pr.drop(DropMTUExceeded)
 	}
-	quote, ihl, ok := icmpQuote(pk, w.hop.MTU)
-	n := ethLen + ihl + icmpLen + quote
+	quote, ihl, ok := icmpQuote(pk, pr.hop.MTU)
+	n := header.EthernetLen + ihl + icmpLen + quote
 	if !ok || n > len(out) {
-		return w.drop(DropMTUExceeded)
+		return pr.drop(DropMTUExceeded)
 	}
-	writeEth(out, &w.hop.DstMAC, &w.hop.SrcMAC, pk.IPVer)
-	writeICMPError(out[ethLen:n], in[pk.L3:pk.L3+quote], pk.IPVer, &pk.Dst, &pk.Src, icmpTooBig, mtu)
-	w.stats.local.Counters[CounterICMPSent]++
-	return Result{Verdict: VerdictTx, Ifindex: w.hop.Ifindex, Len: n}
+	writeEth(out, &pr.hop.DstMAC, &pr.hop.SrcMAC, pk.IPVer)
+	writeICMPError(out[header.EthernetLen:n], in[pk.L3:pk.L3+quote], pk.IPVer, &pk.Dst, &pk.Src, icmpTooBig, mtu)
+	pr.stats.local.Counters[CounterICMPSent]++
+	return Result{Verdict: VerdictTx, Ifindex: pr.hop.Ifindex, Len: n}
 }
 
 // icmpQuote returns how much of pk's IP packet an ICMP error about it quotes
@@ -193,55 +194,65 @@ func (w *Worker) tooBigToOutside(st *installed, pk *Parsed, now int64, in, out [
 // false when the quote would not reach the ports, which the sender needs to
 // match the error to its socket.
 func icmpQuote(pk *Parsed, mtu int) (quote, ihl int, ok bool) {
-	ihl, maxLen := ipv4MinLen, maxICMPv4Error
+	ihl, maxLen := header.IPv4MinLen, maxICMPv4Error
 	if pk.IPVer == 6 {
-		ihl, maxLen = ipv6Len, maxICMPv6Error
+		ihl, maxLen = header.IPv6Len, maxICMPv6Error
 	}
 	quote = min(pk.End-pk.L3, maxLen-ihl-icmpLen, mtu-ihl-icmpLen)
 	return quote, ihl, quote >= ihl+8
 }
 
+// icmpLen is the length of the ICMP header, the same for ICMPv4 and ICMPv6.
+const icmpLen = header.ICMPv4MinLen
+
 // writeICMPError writes into ip, exactly the error's length, an ICMP error
 // of kind (carrying mtu for icmpTooBig) from src to dst in an IP packet of
 // version ver, quoting quoted.
 func writeICMPError(ip, quoted []byte, ver uint8, src, dst *[16]byte, kind, mtu int) {
-	ihl := ipv4MinLen
-	if ver == 6 {
-		ihl = ipv6Len
-	}
-	ic := ip[ihl:]
-	copy(ic[icmpLen:], quoted)
-	binary.BigEndian.PutUint32(ic[4:], 0)
 	if ver == 4 {
-		ip[0], ip[1] = 0x45, 0
-		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
-		binary.BigEndian.PutUint32(ip[4:], 0)
-		ip[8], ip[9], ip[10], ip[11] = 64, protoICMP, 0, 0
-		copy(ip[12:16], src[12:])
-		copy(ip[16:20], dst[12:])
-		binary.BigEndian.PutUint16(ip[10:], header.ChecksumFold(header.Checksum(ip[:ipv4MinLen], 0)))
+		h := header.IPv4(ip).Fixed()
+		ic := header.ICMPv4(ip[header.IPv4MinLen:])
+		copy(ic[icmpLen:], quoted)
+		h.SetHeaderLength(header.IPv4MinLen)
+		h.SetTOS(0)
+		h.SetTotalLength(uint16(len(ip)))
+		h.SetID(0)
+		h.SetFlagsFragmentOffset(0, 0)
+		h.SetTTL(64)
+		h.SetProtocol(header.ProtoICMPv4)
+		h.SetSrcAddr([4]byte(src[12:]))
+		h.SetDstAddr([4]byte(dst[12:]))
+		h.SetChecksum(h.CalculateChecksum())
+		ic.SetIdent(0) // unused, or unused and the next-hop MTU below
+		ic.SetSeq(0)
 		if kind == icmpTimeExceeded {
-			ic[0], ic[1] = icmp4TimeExc, 0
+			ic.SetType(header.ICMPv4TimeExceeded)
+			ic.SetCode(header.ICMPv4TTLExceeded)
 		} else {
-			ic[0], ic[1] = icmp4Unreach, 4 // fragmentation needed and DF set
-			binary.BigEndian.PutUint16(ic[6:], uint16(mtu))
+			ic.SetType(header.ICMPv4DstUnreachable)
+			ic.SetCode(header.ICMPv4FragNeeded)
+			ic.SetMTU(uint16(mtu))
 		}
-		ic[2], ic[3] = 0, 0
-		binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, 0)))
+		ic.SetChecksum(ic.CalculateChecksum())
 		return
 	}
-	binary.BigEndian.PutUint32(ip[0:], 6<<28)
-	binary.BigEndian.PutUint16(ip[4:], uint16(len(ic)))
-	ip[6], ip[7] = protoICMPv6, 64
-	copy(ip[8:24], src[:])
-	copy(ip[24:40], dst[:])
+	h := header.IPv6(ip).Fixed()
+	ic := header.ICMPv6(ip[header.IPv6Len:])
+	copy(ic[icmpLen:], quoted)
+	h.SetVersionTrafficClassFlowLabel(0, 0)
+	h.SetPayloadLength(uint16(len(ic)))
+	h.SetNextHeader(header.ProtoICMPv6)
+	h.SetHopLimit(64)
+	h.SetSrcAddr(*src)
+	h.SetDstAddr(*dst)
+	ic.SetMTU(0) // unused, or the MTU below
 	if kind == icmpTimeExceeded {
-		ic[0], ic[1] = icmp6TimeExc, 0
+		ic.SetType(header.ICMPv6TimeExceeded)
+		ic.SetCode(header.ICMPv6HopLimitExceeded)
 	} else {
-		ic[0], ic[1] = icmp6TooBig, 0
-		binary.BigEndian.PutUint32(ic[4:], uint32(mtu))
+		ic.SetType(header.ICMPv6PacketTooBig)
+		ic.SetCode(0)
+		ic.SetMTU(uint32(mtu))
 	}
-	ic[2], ic[3] = 0, 0
-	ps := header.PseudoHeaderChecksum(protoICMPv6, ip[8:24], ip[24:40], uint16(len(ic)))
-	binary.BigEndian.PutUint16(ic[2:], header.ChecksumFold(header.Checksum(ic, ps)))
+	ic.SetChecksum(ic.CalculateChecksum(h.PseudoHeaderChecksum(header.ProtoICMPv6, uint16(len(ic)))))
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -61,15 +62,15 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 			out[i] = make([]byte, 2048)
 		}
 		res := make([]Result, len(in))
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		got := make([]sent, len(in))
 		for i, r := range res {
 			got[i] = sent{r: r}
 			if r.Verdict == VerdictTx {
 				got[i].out = out[i][:r.Len]
-				got[i].addr = netip.AddrFrom4([4]byte(out[i][ethLen+12 : ethLen+16]))
+				got[i].addr = netip.AddrFrom4([4]byte(out[i][header.EthernetLen+12 : header.EthernetLen+16]))
 				// The source port, or the ICMP echo identifier.
-				l4 := ethLen + 20
+				l4 := header.EthernetLen + 20
 				if pkts(flows[i/2]).proto == "echo" {
 					l4 += 4
 				}
@@ -82,7 +83,7 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 	for mode, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			f := newFixture(t, 4096, cfg)
-			f.w.single = single
+			f.single = single
 			before := run(f, func(fl flow) pkt { return fl.p })
 			byIP := map[netip.Addr]int{}
 			for i, s := range before {

@@ -1,6 +1,10 @@
 package gateway
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/egret-gw/egret/gateway/header"
+)
 
 // Kind is what Decode made of a frame.
 type Kind uint8
@@ -29,49 +33,8 @@ const (
 	TunnelGeneve
 )
 
-// Wire constants the parser needs. They mirror gateway/header's names so the
-// two read alike.
-const (
-	ethLen         = 14
-	vlanLen        = 4
-	ipv4MinLen     = 20
-	ipv6Len        = 40
-	udpLen         = 8
-	tcpMinLen      = 20
-	icmpLen        = 8
-	vxlanLen       = 8
-	geneveLen      = 8
-	etherTypeIPv4  = 0x0800
-	etherTypeIPv6  = 0x86dd
-	etherTypeVLAN  = 0x8100
-	etherTypeQinQ  = 0x88a8
-	etherTypeTEB   = 0x6558 // Geneve payload: transparent Ethernet bridging
-	vxlanPort      = 4789
-	genevePort     = 6081
-	protoICMP      = 1
-	protoTCP       = 6
-	protoUDP       = 17
-	protoICMPv6    = 58
-	protoHopByHop  = 0
-	protoRouting   = 43
-	protoFragment  = 44
-	protoDestOpts  = 60
-	maxExtHeaders  = 8
-	icmp4EchoReply = 0
-	icmp4Unreach   = 3
-	icmp4Echo      = 8
-	icmp4TimeExc   = 11
-	icmp4ParamProb = 12
-	icmp6Unreach   = 1
-	icmp6TooBig    = 2
-	icmp6TimeExc   = 3
-	icmp6ParamProb = 4
-	icmp6Echo      = 128
-	icmp6EchoReply = 129
-)
-
 // Parsed is one decoded frame. Decode fills it without allocating; a Parsed
-// is reused for every frame a worker sees. Each field says when it is valid.
+// is reused for every frame a processor sees. Each field says when it is valid.
 type Parsed struct {
 	// Kind is always valid.
 	Kind Kind
@@ -156,40 +119,48 @@ func (p *Parsed) bad(r DropReason) {
 
 // Decode parses frame (starting with an Ethernet header) into p. It never
 // fails: a frame it cannot use becomes KindOther or KindMalformed.
+//
+// Every header is read through its gateway/header view, validated once
+// and then cut to its fixed part (Fixed), whose accessors need no bounds
+// checks.
 func (p *Parsed) Decode(frame []byte) {
 	p.Kind = KindOther
 	p.Bad = DropNone
 	p.HasVLAN = false
 	p.Tunnel = TunnelNone
-	if len(frame) < ethLen {
+	if len(frame) < header.EthernetLen {
 		p.bad(DropMalformed)
 		return
 	}
-	off := 12
-	et := binary.BigEndian.Uint16(frame[off:])
-	if et == etherTypeQinQ || et == etherTypeVLAN {
-		if et == etherTypeQinQ {
+	off := header.EthernetLen - 2 // the EtherType, or the first tag's TPID
+	et := header.Ethernet(frame).Fixed().EtherType()
+	// The tags are read here rather than through header.Ethernet, whose
+	// PayloadOffset and VLANID see the outermost tag only: the gateway
+	// keeps the whole TCI of the 802.1Q customer tag behind an 802.1ad one.
+	// A tag is a TPID and a TCI, 2 bytes each; off is at a TPID.
+	if et == header.EtherTypeQinQ || et == header.EtherTypeVLAN {
+		if et == header.EtherTypeQinQ {
 			// 802.1ad service tag: skip it, the customer tag (if any) follows.
-			off += vlanLen
-			if len(frame) < off+2+vlanLen {
+			off += header.VLANLen
+			if len(frame) < off+2+header.VLANLen {
 				p.bad(DropMalformed)
 				return
 			}
 			et = binary.BigEndian.Uint16(frame[off:])
 		}
-		if et == etherTypeVLAN {
-			if len(frame) < off+2+vlanLen {
+		if et == header.EtherTypeVLAN {
+			if len(frame) < off+2+header.VLANLen {
 				p.bad(DropMalformed)
 				return
 			}
 			p.HasVLAN = true
 			p.VLAN = binary.BigEndian.Uint16(frame[off+2:])
-			off += vlanLen
+			off += header.VLANLen
 			et = binary.BigEndian.Uint16(frame[off:])
 		}
 	}
 	l3 := off + 2
-	if et != etherTypeIPv4 && et != etherTypeIPv6 {
+	if et != header.EtherTypeIPv4 && et != header.EtherTypeIPv6 {
 		return
 	}
 	p.OuterL3 = l3
@@ -198,10 +169,10 @@ func (p *Parsed) Decode(frame []byte) {
 		return
 	}
 	p.Kind = KindIP
-	if p.Proto == protoUDP && !p.Frag && l4+udpLen <= end && end <= len(frame) {
-		u := (*[udpLen]byte)(frame[l4 : l4+udpLen])
-		if dport := binary.BigEndian.Uint16(u[2:4]); dport == vxlanPort || dport == genevePort {
-			p.decodeTunnel(frame, l4, end, binary.BigEndian.Uint16(u[0:2]), dport, int(binary.BigEndian.Uint16(u[4:6])))
+	if p.Proto == header.ProtoUDP && !p.Frag && l4+header.UDPLen <= end && end <= len(frame) {
+		u := header.UDP(frame[l4 : l4+header.UDPLen]).Fixed()
+		if dport := u.DstPort(); dport == header.VXLANPort || dport == header.GenevePort {
+			p.decodeTunnel(frame, l4, end, u.SrcPort(), dport, int(u.Length()))
 			return
 		}
 	}
@@ -216,58 +187,59 @@ func (p *Parsed) decodeTunnel(b []byte, l4, end int, sport, dport uint16, ul int
 	copy16(&p.OuterSrc, &p.Src)
 	copy16(&p.OuterDst, &p.Dst)
 	p.OuterSrcPort = sport
-	// The tunnel header is read through one fixed-size view (VXLAN and
-	// Geneve without options are both 8 bytes): no bounds checks per field.
-	if ul < udpLen || l4+ul > end {
+	if ul < header.UDPLen || l4+ul > end {
 		p.bad(DropMalformed)
 		return
 	}
 	udpEnd := l4 + ul
-	t := l4 + udpLen
-	if t+vxlanLen > udpEnd || udpEnd > len(b) {
+	t := l4 + header.UDPLen
+	// VXLAN and Geneve without options are both 8 bytes.
+	if t+header.VXLANLen > udpEnd || udpEnd > len(b) {
 		p.bad(DropMalformed)
 		return
 	}
-	h := (*[vxlanLen]byte)(b[t : t+vxlanLen])
 	var eth int
-	if dport == vxlanPort {
-		if h[0]&0x08 == 0 {
+	if dport == header.VXLANPort {
+		h := header.VXLAN(b[t : t+header.VXLANLen]).Fixed()
+		if h.Flags()&header.VXLANFlagI == 0 {
 			p.bad(DropBadTunnel)
 			return
 		}
 		p.Tunnel = TunnelVXLAN
-		eth = t + vxlanLen
+		p.VNI = h.VNI()
+		eth = t + header.VXLANLen
 	} else {
-		if h[0]>>6 != 0 || h[1]&0x80 != 0 || binary.BigEndian.Uint16(h[2:4]) != etherTypeTEB {
+		h := header.Geneve(b[t : t+header.GeneveMinLen]).Fixed()
+		if h.Version() != 0 || h.OAM() || h.ProtocolType() != header.EtherTypeTEB {
 			// Unknown version, OAM frame, or a payload other than Ethernet.
 			p.bad(DropBadTunnel)
 			return
 		}
-		hl := geneveLen + int(h[0]&0x3f)*4
+		hl := h.HeaderLength()
 		if t+hl > udpEnd {
 			p.bad(DropMalformed)
 			return
 		}
-		if h[1]&0x40 != 0 {
+		if h.Critical() {
 			// RFC 8926 §3.5: a critical option we do not understand means drop.
 			p.bad(DropGeneveCritical)
 			return
 		}
 		p.Tunnel = TunnelGeneve
+		p.VNI = h.VNI()
 		eth = t + hl
 	}
-	p.VNI = uint32(h[4])<<16 | uint32(h[5])<<8 | uint32(h[6])
-	if eth+ethLen > udpEnd {
+	if eth+header.EthernetLen > udpEnd {
 		p.bad(DropMalformed)
 		return
 	}
 	p.InnerEth = eth
-	et := binary.BigEndian.Uint16(b[eth+12:])
-	if et != etherTypeIPv4 && et != etherTypeIPv6 {
+	et := header.Ethernet(b[eth : eth+header.EthernetLen]).Fixed().EtherType()
+	if et != header.EtherTypeIPv4 && et != header.EtherTypeIPv6 {
 		p.bad(DropUnsupportedProto)
 		return
 	}
-	l4, end, ok := p.decodeIP(b[:udpEnd], eth+ethLen, et)
+	l4, end, ok := p.decodeIP(b[:udpEnd], eth+header.EthernetLen, et)
 	if !ok {
 		return
 	}
@@ -285,15 +257,14 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 	p.ICMPEcho = false
 	p.ICMPErr = false
 	p.EmbEcho = false
-	if et == etherTypeIPv4 {
-		if off < 0 || len(b) < off+ipv4MinLen {
+	if et == header.EtherTypeIPv4 {
+		if off < 0 || len(b) < off+header.IPv4MinLen {
 			p.bad(DropMalformed)
 			return 0, 0, false
 		}
-		h := (*[ipv4MinLen]byte)(b[off : off+ipv4MinLen]) // one bounds check for the fields below
-		hl := int(h[0]&0x0f) * 4
-		tl := int(binary.BigEndian.Uint16(h[2:4]))
-		if h[0]>>4 != 4 || hl < ipv4MinLen || tl < hl || off+tl > len(b) {
+		h := header.IPv4(b[off : off+header.IPv4MinLen]).Fixed()
+		hl, tl := h.HeaderLength(), int(h.TotalLength())
+		if h.Version() != header.IPv4Version || hl < header.IPv4MinLen || tl < hl || off+tl > len(b) {
 			p.bad(DropMalformed)
 			return 0, 0, false
 		}
@@ -301,80 +272,51 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 		p.IPVer = 4
 		p.End = end
 		p.L4 = l4
-		p.Proto = h[9]
-		p.TTL = h[8]
-		setMapped(&p.Src, (*[4]byte)(h[12:16]))
-		setMapped(&p.Dst, (*[4]byte)(h[16:20]))
-		ff := binary.BigEndian.Uint16(h[6:8])
-		p.FragOff = ff & 0x1fff
-		p.MoreFrags = ff&0x2000 != 0
-		if ff&0x3fff != 0 {
+		p.Proto = h.Protocol()
+		p.TTL = h.TTL()
+		setMapped(&p.Src, h.SrcAddr())
+		setMapped(&p.Dst, h.DstAddr())
+		p.FragOff = h.FragmentOffset() >> 3
+		p.MoreFrags = h.MoreFragments()
+		if h.IsFragment() {
 			p.Frag = true
-			p.FragID = uint32(binary.BigEndian.Uint16(h[4:6]))
+			p.FragID = uint32(h.ID())
 		}
 		return l4, end, true
 	}
-	if off < 0 || len(b) < off+ipv6Len {
+	if off < 0 || len(b) < off+header.IPv6Len {
 		p.bad(DropMalformed)
 		return 0, 0, false
 	}
-	h := (*[ipv6Len]byte)(b[off : off+ipv6Len])
-	end = off + ipv6Len + int(binary.BigEndian.Uint16(h[4:6]))
-	if h[0]>>4 != 6 || end > len(b) {
+	h := header.IPv6(b[off : off+header.IPv6Len]).Fixed()
+	end = off + header.IPv6Len + int(h.PayloadLength())
+	if h.Version() != header.IPv6Version || end > len(b) {
 		p.bad(DropMalformed)
 		return 0, 0, false
 	}
 	p.IPVer = 6
 	p.End = end
-	p.TTL = h[7]
-	p.Src = [16]byte(h[8:24])
-	p.Dst = [16]byte(h[24:40])
-	nh, l4, ok := walkIPv6(b[:end], off, p)
-	if !ok {
-		p.bad(DropMalformed)
-		return 0, 0, false
+	p.TTL = h.HopLimit()
+	p.Src = h.SrcAddr()
+	p.Dst = h.DstAddr()
+	nh, l4 := h.NextHeader(), off+header.IPv6Len
+	if header.IsIPv6Extension(nh) {
+		x := header.IPv6(b[off:end]).WalkExtensionsStopAtAH()
+		if x.Status != header.IPv6ExtOK {
+			p.bad(DropMalformed)
+			return 0, 0, false
+		}
+		if x.Fragment {
+			p.Frag = true
+			p.FragOff = x.FragOffset >> 3
+			p.MoreFrags = x.MoreFragments
+			p.FragID = x.FragID
+		}
+		nh, l4 = x.Proto, off+x.Offset
 	}
 	p.Proto = nh
 	p.L4 = l4
 	return l4, end, true
-}
-
-// walkIPv6 follows the extension-header chain of the IPv6 header at off
-// within b and returns the final protocol and its offset. A fragment header
-// sets frag info in p when p is not nil.
-func walkIPv6(b []byte, off int, p *Parsed) (uint8, int, bool) {
-	nh := b[off+6]
-	cur := off + ipv6Len
-	for i := 0; i < maxExtHeaders; i++ {
-		switch nh {
-		case protoHopByHop, protoRouting, protoDestOpts:
-			if cur+8 > len(b) {
-				return 0, 0, false
-			}
-			l := (int(b[cur+1]) + 1) * 8
-			if cur+l > len(b) {
-				return 0, 0, false
-			}
-			nh = b[cur]
-			cur += l
-		case protoFragment:
-			if cur+8 > len(b) {
-				return 0, 0, false
-			}
-			if p != nil {
-				fo := binary.BigEndian.Uint16(b[cur+2:])
-				p.Frag = true
-				p.FragOff = fo >> 3
-				p.MoreFrags = fo&1 != 0
-				p.FragID = binary.BigEndian.Uint32(b[cur+4:])
-			}
-			nh = b[cur]
-			cur += 8
-		default:
-			return nh, cur, true
-		}
-	}
-	return 0, 0, false
 }
 
 // decodeL4 reads the transport header at l4 of the routed packet, which
@@ -384,49 +326,53 @@ func (p *Parsed) decodeL4(b []byte, l4, end int) {
 		return
 	}
 	switch p.Proto {
-	case protoTCP:
-		if l4+tcpMinLen > end || end > len(b) {
+	case header.ProtoTCP:
+		if l4+header.TCPMinLen > end || end > len(b) {
 			return
 		}
-		h := (*[tcpMinLen]byte)(b[l4 : l4+tcpMinLen])
-		if doff := int(h[12]>>4) * 4; doff < tcpMinLen || l4+doff > end {
+		h := header.TCP(b[l4 : l4+header.TCPMinLen]).Fixed()
+		if doff := h.DataOffset(); doff < header.TCPMinLen || l4+doff > end {
 			return
 		}
-		p.SrcPort = binary.BigEndian.Uint16(h[0:2])
-		p.DstPort = binary.BigEndian.Uint16(h[2:4])
-		p.TCPFlags = h[13]
+		p.SrcPort = h.SrcPort()
+		p.DstPort = h.DstPort()
+		p.TCPFlags = h.Flags()
 		p.HasL4 = true
-	case protoUDP:
-		if l4+udpLen > end || end > len(b) {
+	case header.ProtoUDP:
+		if l4+header.UDPLen > end || end > len(b) {
 			return
 		}
-		h := (*[udpLen]byte)(b[l4 : l4+udpLen])
-		p.SrcPort = binary.BigEndian.Uint16(h[0:2])
-		p.DstPort = binary.BigEndian.Uint16(h[2:4])
+		h := header.UDP(b[l4 : l4+header.UDPLen]).Fixed()
+		p.SrcPort = h.SrcPort()
+		p.DstPort = h.DstPort()
 		p.HasL4 = true
-	case protoICMP, protoICMPv6:
-		if l4+icmpLen > end || (p.Proto == protoICMP) != (p.IPVer == 4) {
+	case header.ProtoICMPv4:
+		if l4+header.ICMPv4MinLen > end || p.IPVer != 4 {
 			return
 		}
-		p.ICMPType = b[l4]
-		p.ICMPCode = b[l4+1]
+		h := header.ICMPv4(b[l4 : l4+header.ICMPv4MinLen]).Fixed()
+		p.ICMPType, p.ICMPCode = h.Type(), h.Code()
 		p.HasL4 = true
-		if p.IPVer == 4 {
-			switch p.ICMPType {
-			case icmp4Echo, icmp4EchoReply:
-				p.ICMPEcho = true
-				p.ICMPID = binary.BigEndian.Uint16(b[l4+4:])
-			case icmp4Unreach, icmp4TimeExc, icmp4ParamProb:
-				p.decodeEmbedded(b, l4+icmpLen, end)
-			}
-		} else {
-			switch p.ICMPType {
-			case icmp6Echo, icmp6EchoReply:
-				p.ICMPEcho = true
-				p.ICMPID = binary.BigEndian.Uint16(b[l4+4:])
-			case icmp6Unreach, icmp6TooBig, icmp6TimeExc, icmp6ParamProb:
-				p.decodeEmbedded(b, l4+icmpLen, end)
-			}
+		switch p.ICMPType {
+		case header.ICMPv4EchoRequest, header.ICMPv4EchoReply:
+			p.ICMPEcho = true
+			p.ICMPID = h.Ident()
+		case header.ICMPv4DstUnreachable, header.ICMPv4TimeExceeded, header.ICMPv4ParamProblem:
+			p.decodeEmbedded(b, l4+header.ICMPv4MinLen, end)
+		}
+	case header.ProtoICMPv6:
+		if l4+header.ICMPv6MinLen > end || p.IPVer != 6 {
+			return
+		}
+		h := header.ICMPv6(b[l4 : l4+header.ICMPv6MinLen]).Fixed()
+		p.ICMPType, p.ICMPCode = h.Type(), h.Code()
+		p.HasL4 = true
+		switch p.ICMPType {
+		case header.ICMPv6EchoRequest, header.ICMPv6EchoReply:
+			p.ICMPEcho = true
+			p.ICMPID = h.Ident()
+		case header.ICMPv6DstUnreachable, header.ICMPv6PacketTooBig, header.ICMPv6TimeExceeded, header.ICMPv6ParamProblem:
+			p.decodeEmbedded(b, l4+header.ICMPv6MinLen, end)
 		}
 	}
 }
@@ -437,60 +383,60 @@ func (p *Parsed) decodeEmbedded(b []byte, off, end int) {
 	b = b[:end]
 	var l4 int
 	if p.IPVer == 4 {
-		if off+ipv4MinLen > end || b[off]>>4 != 4 {
+		if off+header.IPv4MinLen > end {
 			return
 		}
-		hl := int(b[off]&0x0f) * 4
-		if hl < ipv4MinLen || off+hl > end {
+		h := header.IPv4(b[off : off+header.IPv4MinLen]).Fixed()
+		hl := h.HeaderLength()
+		if h.Version() != header.IPv4Version || hl < header.IPv4MinLen || off+hl > end {
 			return
 		}
-		if binary.BigEndian.Uint16(b[off+6:])&0x1fff != 0 {
+		if h.FragmentOffset() != 0 {
 			return // a later fragment carries no ports
 		}
-		p.EmbProto = b[off+9]
-		setMapped(&p.EmbSrc, (*[4]byte)(b[off+12:off+16]))
-		setMapped(&p.EmbDst, (*[4]byte)(b[off+16:off+20]))
+		p.EmbProto = h.Protocol()
+		setMapped(&p.EmbSrc, h.SrcAddr())
+		setMapped(&p.EmbDst, h.DstAddr())
 		l4 = off + hl
 	} else {
-		if off+ipv6Len > end || b[off]>>4 != 6 {
+		if off+header.IPv6Len > end {
 			return
 		}
-		nh, x, ok := walkIPv6(b, off, nil)
-		if !ok {
+		h := header.IPv6(b[off:])
+		if h.Version() != header.IPv6Version {
 			return
 		}
-		for c, n := off+ipv6Len, b[off+6]; c < x; {
-			if n == protoFragment && binary.BigEndian.Uint16(b[c+2:])>>3 != 0 {
-				return
-			}
-			if n == protoFragment {
-				n, c = b[c], c+8
-			} else {
-				n, c = b[c], c+(int(b[c+1])+1)*8
-			}
+		x := h.WalkExtensionsStopAtAH()
+		if x.Status != header.IPv6ExtOK || x.NonFirstFragment() {
+			return // a later fragment carries no ports
 		}
-		p.EmbProto = nh
-		copy(p.EmbSrc[:], b[off+8:off+24])
-		copy(p.EmbDst[:], b[off+24:off+40])
-		l4 = x
+		p.EmbProto = x.Proto
+		p.EmbSrc = h.SrcAddr()
+		p.EmbDst = h.DstAddr()
+		l4 = off + x.Offset
 	}
 	if l4+8 > end {
 		return
 	}
 	switch p.EmbProto {
-	case protoTCP, protoUDP:
-		p.EmbSrcPort = binary.BigEndian.Uint16(b[l4:])
-		p.EmbDstPort = binary.BigEndian.Uint16(b[l4+2:])
-	case protoICMP, protoICMPv6:
-		if (p.EmbProto == protoICMP) != (p.IPVer == 4) {
-			return
-		}
-		t := b[l4]
-		if (p.IPVer == 4 && t != icmp4Echo) || (p.IPVer == 6 && t != icmp6Echo) {
+	case header.ProtoTCP, header.ProtoUDP:
+		// Only the ports, which the quote's first 8 bytes hold for both.
+		h := header.UDP(b[l4 : l4+header.UDPLen]).Fixed()
+		p.EmbSrcPort = h.SrcPort()
+		p.EmbDstPort = h.DstPort()
+	case header.ProtoICMPv4:
+		if p.IPVer != 4 || header.ICMPv4(b[l4:l4+header.ICMPv4MinLen]).Fixed().Type() != header.ICMPv4EchoRequest {
 			return // only queries are translated; errors about errors are not
 		}
 		p.EmbEcho = true
-		p.EmbSrcPort = binary.BigEndian.Uint16(b[l4+4:])
+		p.EmbSrcPort = header.ICMPv4(b[l4 : l4+header.ICMPv4MinLen]).Fixed().Ident()
+		p.EmbDstPort = 0
+	case header.ProtoICMPv6:
+		if p.IPVer != 6 || header.ICMPv6(b[l4:l4+header.ICMPv6MinLen]).Fixed().Type() != header.ICMPv6EchoRequest {
+			return
+		}
+		p.EmbEcho = true
+		p.EmbSrcPort = header.ICMPv6(b[l4 : l4+header.ICMPv6MinLen]).Fixed().Ident()
 		p.EmbDstPort = 0
 	default:
 		return
@@ -504,7 +450,7 @@ func (p *Parsed) decodeEmbedded(b []byte, off, end int) {
 // 8-byte stores, so that the 8-byte loads that hash and compare addresses
 // right after are forwarded from a single store each (a load spanning two
 // stores waits for them to reach the cache).
-func setMapped(a *[16]byte, b *[4]byte) {
+func setMapped(a *[16]byte, b [4]byte) {
 	binary.LittleEndian.PutUint64(a[0:8], 0)
 	binary.LittleEndian.PutUint64(a[8:16], 0xffff_0000|uint64(binary.LittleEndian.Uint32(b[:]))<<32)
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 )
@@ -22,11 +23,11 @@ func TestDecodeTunnel(t *testing.T) {
 	if p.OuterVer != 6 || p.OuterSrc != addr16(node2VTEP) || p.OuterDst != addr16(gwVTEP6) || p.OuterSrcPort != 51000 {
 		t.Errorf("outer %+v", p)
 	}
-	if p.IPVer != 6 || p.Src != addr16(pod2v6) || p.Dst != addr16(server6) || p.TTL != 9 || p.Proto != protoTCP ||
+	if p.IPVer != 6 || p.Src != addr16(pod2v6) || p.Dst != addr16(server6) || p.TTL != 9 || p.Proto != header.ProtoTCP ||
 		!p.HasL4 || p.SrcPort != 1234 || p.DstPort != 443 || p.TCPFlags != conntrack_SYN {
 		t.Errorf("inner %+v", p)
 	}
-	if p.End != len(fr) || p.L4-p.L3 != ipv6Len || p.InnerEth+ethLen != p.L3 {
+	if p.End != len(fr) || p.L4-p.L3 != header.IPv6Len || p.InnerEth+header.EthernetLen != p.L3 {
 		t.Errorf("offsets L3 %d L4 %d End %d eth %d (frame %d)", p.L3, p.L4, p.End, p.InnerEth, len(fr))
 	}
 }
@@ -49,12 +50,12 @@ func TestDecodeVariants(t *testing.T) {
 
 	// IPv6 with hop-by-hop and destination options before UDP.
 	ext := []byte{
-		protoDestOpts, 0, 1, 4, 0, 0, 0, 0, // hop-by-hop: PadN
-		protoUDP, 0, 1, 4, 0, 0, 0, 0, // destination options: PadN
+		header.ProtoDestOpts, 0, 1, 4, 0, 0, 0, 0, // hop-by-hop: PadN
+		header.ProtoUDP, 0, 1, 4, 0, 0, 0, 0, // destination options: PadN
 		0x13, 0x88, 0, 53, 0, 9, 0, 0, 'x',
 	}
 	p.Decode(plainFrame(t, rawIP(t, server6, egress6, layers.IPProtocolIPv6HopByHop, ext)))
-	if p.Kind != KindIP || p.Proto != protoUDP || p.L4 != ethLen+ipv6Len+16 || p.SrcPort != 5000 || !p.HasL4 {
+	if p.Kind != KindIP || p.Proto != header.ProtoUDP || p.L4 != header.EthernetLen+header.IPv6Len+16 || p.SrcPort != 5000 || !p.HasL4 {
 		t.Errorf("ipv6 ext headers: %+v", p)
 	}
 
@@ -62,7 +63,7 @@ func TestDecodeVariants(t *testing.T) {
 	quoted := udpFrom(egress4, server4).build(t)
 	e := pkt{src: netip.MustParseAddr("203.0.113.1"), dst: egress4, proto: "icmperr", icmpType: 11, quote: quoted[:28]}
 	p.Decode(plainFrame(t, e.build(t)))
-	if !p.ICMPErr || p.EmbProto != protoUDP || p.EmbSrc != addr16(egress4) || p.EmbDst != addr16(server4) || p.EmbSrcPort != 5000 || p.EmbDstPort != 53 {
+	if !p.ICMPErr || p.EmbProto != header.ProtoUDP || p.EmbSrc != addr16(egress4) || p.EmbDst != addr16(server4) || p.EmbSrcPort != 5000 || p.EmbDstPort != 53 {
 		t.Errorf("icmp error: %+v", p)
 	}
 	// The same with the quote cut inside the UDP header: not translatable.
@@ -157,7 +158,7 @@ func FuzzParse(f *testing.F) {
 			if p.ICMPErr && (p.EmbL3 < p.L4 || p.EmbL4+8 > p.End) {
 				t.Fatalf("embedded offsets: %+v", p)
 			}
-			if p.Kind == KindTunnel && (p.InnerEth+ethLen != p.L3 || (p.Tunnel != TunnelVXLAN && p.Tunnel != TunnelGeneve)) {
+			if p.Kind == KindTunnel && (p.InnerEth+header.EthernetLen != p.L3 || (p.Tunnel != TunnelVXLAN && p.Tunnel != TunnelGeneve)) {
 				t.Fatalf("tunnel: %+v", p)
 			}
 			if p.IPVer == 4 && binary.BigEndian.Uint16(b[p.L3+2:]) != uint16(p.End-p.L3) {

@@ -55,15 +55,15 @@ type installed struct {
 }
 
 // Pipeline is the shared part of the data plane: the flow table, the NAT
-// allocator and the current configuration. Workers do the packet work.
+// allocator and the current configuration. Processors do the packet work.
 type Pipeline struct {
 	ct    *conntrack.Table
 	alloc *nat.Allocator
 	state atomic.Pointer[installed]
 
-	mu      sync.Mutex // guards the fields below (swaps and worker creation only)
-	intern  map[[16]byte]uint32
-	workers []*Worker
+	mu         sync.Mutex // guards the fields below (swaps and processor creation only)
+	intern     map[[16]byte]uint32
+	processors []*Processor
 
 	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths
 }
@@ -84,7 +84,7 @@ func NewPipeline(ct *conntrack.Table, natCfg nat.Config) (*Pipeline, error) {
 	}
 	a, err := nat.NewAllocator(natCfg, ctInUse{ct})
 	if err != nil {
-		return nil, fmt.Errorf("gateway: NAT allocator: %w", err)
+		return nil, err // nat's error says what is wrong with the NAT configuration
 	}
 	return &Pipeline{ct: ct, alloc: a, intern: make(map[[16]byte]uint32)}, nil
 }
@@ -95,7 +95,7 @@ func (p *Pipeline) NAT() *nat.Allocator { return p.alloc }
 // Conntrack returns the pipeline's flow table.
 func (p *Pipeline) Conntrack() *conntrack.Table { return p.ct }
 
-// Swap installs s as the configuration all workers use from their next
+// Swap installs s as the configuration all processors use from their next
 // batch on. Flows are kept: a flow whose pod's node left the configuration
 // has its replies dropped (DropUnknownNode) until it expires or the node
 // returns.
@@ -136,14 +136,14 @@ func (p *Pipeline) Snapshot() *Snapshot {
 	return nil
 }
 
-// Stats sums the counters of all workers.
+// Stats sums the counters of all processors.
 func (p *Pipeline) Stats() Stats {
 	p.mu.Lock()
-	ws := p.workers
+	ps := p.processors
 	p.mu.Unlock()
 	var s, one Stats
-	for _, w := range ws {
-		w.stats.read(&one)
+	for _, pr := range ps {
+		pr.stats.read(&one)
 		s.Add(&one)
 	}
 	return s

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -17,7 +18,7 @@ const testVNI = 0x123456
 func (f *fixture) run(t *testing.T, frame []byte) (Result, []byte) {
 	t.Helper()
 	out := make([]byte, 2048)
-	r := f.w.ProcessOne(testNow, frame, out)
+	r := processOne(f.w, testNow, frame, out)
 	if r.Verdict == VerdictTx {
 		return r, out[:r.Len]
 	}
@@ -138,14 +139,14 @@ func checkEncap(t *testing.T, frame []byte, nodeVTEP netip.Addr, nodeMAC [6]byte
 		}
 	} else {
 		u := outerIP[40:]
-		if refSum(pseudo(outerIP[8:24], outerIP[24:40], protoUDP, len(u)), u) != 0xffff {
+		if refSum(pseudo(outerIP[8:24], outerIP[24:40], header.ProtoUDP, len(u)), u) != 0xffff {
 			t.Error("bad outer UDP checksum over IPv6")
 		}
 	}
 	switch kind {
 	case TunnelVXLAN:
 		vx, ok := p.Layer(layers.LayerTypeVXLAN).(*layers.VXLAN)
-		if !ok || udp.DstPort != vxlanPort {
+		if !ok || udp.DstPort != header.VXLANPort {
 			t.Fatalf("not VXLAN (dport %d)", udp.DstPort)
 		}
 		if !vx.ValidIDFlag || vx.VNI != vni {
@@ -153,7 +154,7 @@ func checkEncap(t *testing.T, frame []byte, nodeVTEP netip.Addr, nodeMAC [6]byte
 		}
 	case TunnelGeneve:
 		g, ok := p.Layer(layers.LayerTypeGeneve).(*layers.Geneve)
-		if !ok || udp.DstPort != genevePort {
+		if !ok || udp.DstPort != header.GenevePort {
 			t.Fatalf("not Geneve (dport %d)", udp.DstPort)
 		}
 		if g.VNI != vni || g.Version != 0 || g.CriticalOption || g.OAMPacket || g.Protocol != layers.EthernetTypeTransparentEthernetBridging {
@@ -369,12 +370,12 @@ func ipLayerType(b []byte) gopacket.LayerType {
 func protoNum(c flowCase) uint8 {
 	switch c.proto {
 	case "tcp":
-		return protoTCP
+		return header.ProtoTCP
 	case "udp":
-		return protoUDP
+		return header.ProtoUDP
 	}
 	if c.pod.Is4() {
-		return protoICMP
+		return header.ProtoICMPv4
 	}
-	return protoICMPv6
+	return header.ProtoICMPv6
 }

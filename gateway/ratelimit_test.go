@@ -38,7 +38,7 @@ func TestICMPToPodRateLimited(t *testing.T) {
 	t.Run("burst_then_refill", func(t *testing.T) {
 		f := newFixture(t, 64, testConfig())
 		in, out, res := batchOf(tunnelFrame(t, podTun(), ttl1.build(t)), 100)
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		for i, r := range res {
 			if i < icmpPodBurst && r.Verdict != VerdictTx || i >= icmpPodBurst && r.Reason != DropICMPRateLimited {
 				t.Fatalf("frame %d: %v %v; want the first %d answered, the rest icmp_rate_limited", i, r.Verdict, r.Reason, icmpPodBurst)
@@ -51,13 +51,13 @@ func TestICMPToPodRateLimited(t *testing.T) {
 		}
 		// 10 ms later: 10 tokens, the too-big answers take them too.
 		in, out, res = batchOf(tunnelFrame(t, podTun(), tooBig.build(t)), 30)
-		f.w.Process(testNow+10*icmpPodEvery, in, out, res)
+		f.process(testNow+10*icmpPodEvery, in, out, res)
 		if sent, limited := count(res); sent != 10 || limited != 20 {
 			t.Errorf("after 10 ms: %d too-big sent, %d limited; want 10, 20", sent, limited)
 		}
 		// A long idle fills the bucket to the burst, not beyond.
 		in, out, res = batchOf(tunnelFrame(t, podTun(), ttl1.build(t)), 100)
-		f.w.Process(testNow+int64(time.Hour), in, out, res)
+		f.process(testNow+int64(time.Hour), in, out, res)
 		if sent, limited := count(res); sent != icmpPodBurst || limited != 100-icmpPodBurst {
 			t.Errorf("after an hour: %d sent, %d limited; want %d, %d", sent, limited, icmpPodBurst, 100-icmpPodBurst)
 		}
@@ -70,13 +70,13 @@ func TestICMPToPodRateLimited(t *testing.T) {
 		big := plainFrame(t, pkt{src: server4, dst: egress4, proto: "udp", sport: 53, dport: natPort, payload: make([]byte, 1472), df: true}.build(t))
 
 		in, out, res := batchOf(tunnelFrame(t, podTun(), ttl1.build(t)), 2*icmpPodBurst)
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		if sent, _ := count(res); sent != icmpPodBurst {
 			t.Fatalf("%d time exceeded sent, want %d", sent, icmpPodBurst)
 		}
 		// The pods' bucket is empty; the outside's is full.
 		in, out, res = batchOf(big, 2*icmpOutBurst)
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		sent := 0
 		for _, r := range res {
 			if r.Verdict == VerdictTx {
@@ -95,7 +95,7 @@ func TestICMPToPodRateLimited(t *testing.T) {
 
 		// And the other way round: the outside's bucket empty, a pod still
 		// gets its answer once its own bucket has a token.
-		if r := f.w.ProcessOne(testNow+icmpPodEvery, tunnelFrame(t, podTun(), ttl1.build(t)), make([]byte, 2048)); r.Verdict != VerdictTx {
+		if r := processOne(f.w, testNow+icmpPodEvery, tunnelFrame(t, podTun(), ttl1.build(t)), make([]byte, 2048)); r.Verdict != VerdictTx {
 			t.Errorf("time exceeded with the outside's bucket empty: %v %v", r.Verdict, r.Reason)
 		}
 	})
@@ -107,14 +107,14 @@ func TestICMPToPodRateLimited(t *testing.T) {
 		p6 := ttl1
 		p6.src, p6.dst = pod1v6, server6
 		in, out, res := batchOf(tunnelFrame(t, podTun(), p6.build(t)), 100)
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		for i, r := range res {
 			if r.Verdict != VerdictDrop || r.Reason != DropTTLExpired {
 				t.Fatalf("frame %d: %v %v, want ttl_expired (no router address)", i, r.Verdict, r.Reason)
 			}
 		}
 		in, out, res = batchOf(tunnelFrame(t, podTun(), ttl1.build(t)), icmpPodBurst)
-		f.w.Process(testNow, in, out, res)
+		f.process(testNow, in, out, res)
 		if sent, _ := count(res); sent != icmpPodBurst {
 			t.Errorf("%d IPv4 answers after the unanswerable IPv6 packets, want the full burst %d", sent, icmpPodBurst)
 		}

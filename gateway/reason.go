@@ -86,7 +86,7 @@ func DropReasons() []DropReason {
 // Counter indexes the non-drop counters.
 type Counter uint8
 
-// Counters a worker keeps besides drops.
+// Counters a processor keeps besides drops.
 const (
 	CounterRx           Counter = iota // frames seen
 	CounterPass                        // frames passed to the kernel
@@ -120,7 +120,7 @@ func (c Counter) String() string {
 	return "unknown"
 }
 
-// Stats is a copy of counters, per worker or summed.
+// Stats is a copy of counters, per processor or summed.
 type Stats struct {
 	Drops    [numDropReasons]uint64
 	Counters [numCounters]uint64
@@ -142,11 +142,11 @@ func (s *Stats) Add(o *Stats) {
 	}
 }
 
-// workerStats is owned by one worker: it counts into local with plain
+// processorStats is owned by one processor: it counts into local with plain
 // increments and publishes into pub with atomic stores once per batch, so a
 // scrape reads consistent-enough values without any atomic read-modify-write
-// on the packet path. Padding keeps two workers' blocks off one cache line.
-type workerStats struct {
+// on the packet path. Padding keeps two processors' blocks off one cache line.
+type processorStats struct {
 	_     [64]byte
 	local Stats
 	pub   [int(numDropReasons) + int(numCounters)]atomic.Uint64
@@ -155,8 +155,8 @@ type workerStats struct {
 
 // publish stores only the counters that changed: an atomic store is a
 // locked instruction on amd64 and most batches move two or three counters;
-// the load is a plain one, and only this worker stores into pub.
-func (w *workerStats) publish() {
+// the load is a plain one, and only this processor stores into pub.
+func (w *processorStats) publish() {
 	for i, v := range w.local.Drops {
 		if p := &w.pub[i]; p.Load() != v {
 			p.Store(v)
@@ -169,7 +169,7 @@ func (w *workerStats) publish() {
 	}
 }
 
-func (w *workerStats) read(s *Stats) {
+func (w *processorStats) read(s *Stats) {
 	for i := range s.Drops {
 		s.Drops[i] = w.pub[i].Load()
 	}

@@ -33,11 +33,11 @@ func (id tunnelID) key() uint32 { return uint32(id.kind)<<24 | id.vni&(1<<24-1) 
 const tunnelSlots = 2 * MaxTunnelIDs
 
 // tunnelTable numbers tunnelIDs for the life of the pipeline, without a lock
-// for pairs already numbered: a worker meeting a pair other than its last
+// for pairs already numbered: a processor meeting a pair other than its last
 // one (a cluster mixing VXLAN and Geneve, or several VNIs) looks it up in
 // slots with atomic loads. Numbering a new pair takes mu. ids[n] is written
 // before slot for number n is published and never changes afterwards, so the
-// reply path reads it without the lock too (a number reaches another worker
+// reply path reads it without the lock too (a number reaches another processor
 // only through the flow table, after it was published).
 type tunnelTable struct {
 	mu    sync.Mutex    // serialises numbering
@@ -66,7 +66,7 @@ func (tt *tunnelTable) find(k uint32) (uint32, bool) {
 
 // number returns id's number, giving it the next one if it has none; false
 // if all MaxTunnelIDs numbers are taken (then without taking the lock, so a
-// stream of unknown pairs cannot make workers queue on it).
+// stream of unknown pairs cannot make processors queue on it).
 func (tt *tunnelTable) number(id tunnelID) (uint32, bool) {
 	k := id.key()
 	if n, ok := tt.find(k); ok {
@@ -94,15 +94,15 @@ func (tt *tunnelTable) number(id tunnelID) (uint32, bool) {
 	return n, true
 }
 
-// tunnelNumber is number with a one-entry cache per worker: a worker sees
+// tunnelNumber is number with a one-entry cache per processor: a processor sees
 // the same pair on almost every new flow, so the lock is taken about once.
-func (w *Worker) tunnelNumber(id tunnelID) (uint32, bool) {
-	if w.tunOK && w.tun == id {
-		return w.tunNum, true
+func (pr *Processor) tunnelNumber(id tunnelID) (uint32, bool) {
+	if pr.tunOK && pr.tun == id {
+		return pr.tunNum, true
 	}
-	n, ok := w.p.tunnels.number(id)
+	n, ok := pr.p.tunnels.number(id)
 	if ok {
-		w.tun, w.tunNum, w.tunOK = id, n, true
+		pr.tun, pr.tunNum, pr.tunOK = id, n, true
 	}
 	return n, ok
 }

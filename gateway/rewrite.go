@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"encoding/binary"
-
 	"github.com/egret-gw/egret/gateway/header"
 )
 
@@ -12,64 +10,27 @@ const (
 	dstSide = 1
 )
 
-// Offsets of the IPv4 source and destination addresses.
-const (
-	ipSrc = 12
-	ipDst = 16
-)
-
+// writeEth writes the Ethernet header of a frame from src to dst carrying
+// an IP packet of version ver.
 func writeEth(b []byte, dst, src *[6]byte, ver uint8) {
-	copy(b[0:6], dst[:])
-	copy(b[6:12], src[:])
+	e := header.Ethernet(b).Fixed()
+	e.SetDstMAC(*dst)
+	e.SetSrcMAC(*src)
 	if ver == 4 {
-		binary.BigEndian.PutUint16(b[12:], etherTypeIPv4)
+		e.SetEtherType(header.EtherTypeIPv4)
 	} else {
-		binary.BigEndian.PutUint16(b[12:], etherTypeIPv6)
+		e.SetEtherType(header.EtherTypeIPv6)
 	}
 }
 
 // decTTL decrements the TTL (hop limit) of ip, which the caller has checked
-// to be above 1, keeping the IPv4 header checksum right (RFC 1624).
+// to be above 1, keeping the IPv4 header checksum right.
 func decTTL(ip []byte, ver uint8) {
 	if ver == 6 {
-		ip[7]--
+		header.IPv6(ip).Fixed().DecHopLimit()
 		return
 	}
-	// Compute the new TTL/protocol word from the old one rather than reading
-	// it back after a byte store (that stalls store-to-load forwarding).
-	old := binary.BigEndian.Uint16(ip[8:])
-	nw := old - 0x0100
-	binary.BigEndian.PutUint16(ip[8:], nw)
-	binary.BigEndian.PutUint16(ip[10:], header.ChecksumUpdate16(binary.BigEndian.Uint16(ip[10:]), old, nw))
-}
-
-// setAddrV4 replaces the IPv4 address at off (ipSrc or ipDst) and fixes the
-// header checksum only: for a later fragment there is no transport header.
-func setAddrV4(ip []byte, off int, a *[16]byte) {
-	c := header.ChecksumUpdateAddr(binary.BigEndian.Uint16(ip[10:]), ip[off:off+4], a[12:16])
-	binary.BigEndian.PutUint16(ip[10:], c)
-	copy(ip[off:off+4], a[12:16])
-}
-
-// csumDelta is the one's-complement difference (RFC 1624: ~m + m') of a
-// field changing from old to nw, summed as 32-bit words (equal length,
-// a multiple of 4), to be applied to every checksum covering the field.
-func csumDelta(old, nw []byte) uint64 {
-	var d uint64
-	for i := 0; i+4 <= len(old); i += 4 {
-		d += uint64(^binary.BigEndian.Uint32(old[i:])) + uint64(binary.BigEndian.Uint32(nw[i:]))
-	}
-	return d
-}
-
-// csumApply returns checksum field c updated by delta d (RFC 1624 eqn. 3).
-func csumApply(c uint16, d uint64) uint16 {
-	s := uint64(^c) + d
-	s = s>>32 + s&0xffffffff
-	s = s>>16 + s&0xffff
-	s = s>>16 + s&0xffff
-	s = s>>16 + s&0xffff
-	return ^uint16(s)
+	header.IPv4(ip).Fixed().DecTTL()
 }
 
 // rewriteNAT copies the IP packet src (decoded as pk) into dst, of the
@@ -82,56 +43,71 @@ func csumApply(c uint16, d uint64) uint16 {
 // no load waits on those stores.
 func rewriteNAT(dst, src []byte, pk *Parsed, side int, a *[16]byte, port uint16) {
 	copy(dst, src)
-	side &= 1
 	var d uint64
 	if pk.IPVer == 4 {
-		sh := (*[ipv4MinLen]byte)(src[:ipv4MinLen])
-		dh := (*[ipv4MinLen]byte)(dst[:ipv4MinLen])
-		o := ipSrc + 4*side
-		nw := binary.BigEndian.Uint32(a[12:16])
-		d = uint64(^binary.BigEndian.Uint32(sh[o:o+4])) + uint64(nw)
-		ttl := binary.BigEndian.Uint16(sh[8:10])
-		nttl := ttl - 0x0100
-		ipd := d + uint64(^ttl) + uint64(nttl)
-		binary.BigEndian.PutUint16(dh[8:10], nttl)
-		binary.BigEndian.PutUint16(dh[10:12], csumApply(binary.BigEndian.Uint16(sh[10:12]), ipd))
-		binary.BigEndian.PutUint32(dh[o:o+4], nw)
+		sh, dh := header.IPv4(src).Fixed(), header.IPv4(dst).Fixed()
+		nw := [4]byte(a[12:16])
+		if side == srcSide {
+			d = header.ChecksumDeltaIPv4(sh.SrcAddr(), nw)
+			dh.SetSrcAddr(nw)
+		} else {
+			d = header.ChecksumDeltaIPv4(sh.DstAddr(), nw)
+			dh.SetDstAddr(nw)
+		}
+		ttl := sh.TTL()
+		dh.SetTTL(ttl - 1)
+		dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), d+header.ChecksumDelta16(uint16(ttl)<<8, uint16(ttl-1)<<8)))
 	} else {
-		sh := (*[ipv6Len]byte)(src[:ipv6Len])
-		dh := (*[ipv6Len]byte)(dst[:ipv6Len])
-		o := 8 + 16*side
-		d = csumDelta(sh[o:o+16], a[:])
-		dh[7] = sh[7] - 1
-		copy(dh[o:o+16], a[:])
+		sh, dh := header.IPv6(src).Fixed(), header.IPv6(dst).Fixed()
+		old := sh.SrcAddr()
+		if side == dstSide {
+			old = sh.DstAddr()
+		}
+		d = header.ChecksumDelta(old[:], a[:])
+		dh.SetHopLimit(sh.HopLimit() - 1)
+		if side == srcSide {
+			dh.SetSrcAddr(*a)
+		} else {
+			dh.SetDstAddr(*a)
+		}
 	}
 	l4 := pk.L4 - pk.L3
 	switch pk.Proto {
-	case protoTCP:
-		sh := (*[tcpMinLen]byte)(src[l4 : l4+tcpMinLen])
-		dh := (*[tcpMinLen]byte)(dst[l4 : l4+tcpMinLen])
-		po := 2 * side
-		pd := d + uint64(^binary.BigEndian.Uint16(sh[po:po+2])) + uint64(port)
-		binary.BigEndian.PutUint16(dh[16:18], csumApply(binary.BigEndian.Uint16(sh[16:18]), pd))
-		binary.BigEndian.PutUint16(dh[po:po+2], port)
-	case protoUDP:
-		sh := (*[udpLen]byte)(src[l4 : l4+udpLen])
-		dh := (*[udpLen]byte)(dst[l4 : l4+udpLen])
-		po := 2 * side
-		if c := binary.BigEndian.Uint16(sh[6:8]); c != 0 {
-			pd := d + uint64(^binary.BigEndian.Uint16(sh[po:po+2])) + uint64(port)
-			binary.BigEndian.PutUint16(dh[6:8], header.UDPChecksumValue(csumApply(c, pd)))
+	case header.ProtoTCP:
+		sh, dh := header.TCP(src[l4:l4+header.TCPMinLen]).Fixed(), header.TCP(dst[l4:l4+header.TCPMinLen]).Fixed()
+		if side == srcSide {
+			dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), d+header.ChecksumDelta16(sh.SrcPort(), port)))
+			dh.SetSrcPort(port)
+		} else {
+			dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), d+header.ChecksumDelta16(sh.DstPort(), port)))
+			dh.SetDstPort(port)
 		}
-		binary.BigEndian.PutUint16(dh[po:po+2], port)
-	case protoICMP, protoICMPv6:
+	case header.ProtoUDP:
+		sh, dh := header.UDP(src[l4:l4+header.UDPLen]).Fixed(), header.UDP(dst[l4:l4+header.UDPLen]).Fixed()
+		old := sh.SrcPort()
+		if side == dstSide {
+			old = sh.DstPort()
+		}
+		if c := sh.Checksum(); c != 0 { // 0: IPv4 without checksum
+			dh.SetChecksum(header.UDPChecksumValue(header.ChecksumApplyDelta(c, d+header.ChecksumDelta16(old, port))))
+		}
+		if side == srcSide {
+			dh.SetSrcPort(port)
+		} else {
+			dh.SetDstPort(port)
+		}
+	case header.ProtoICMPv4:
 		if pk.ICMPEcho {
-			sh := (*[icmpLen]byte)(src[l4 : l4+icmpLen])
-			dh := (*[icmpLen]byte)(dst[l4 : l4+icmpLen])
-			pd := uint64(^binary.BigEndian.Uint16(sh[4:6])) + uint64(port)
-			if pk.Proto == protoICMPv6 {
-				pd += d
-			}
-			binary.BigEndian.PutUint16(dh[2:4], csumApply(binary.BigEndian.Uint16(sh[2:4]), pd))
-			binary.BigEndian.PutUint16(dh[4:6], port)
+			// No pseudo-header: the address change does not count.
+			sh, dh := header.ICMPv4(src[l4:l4+header.ICMPv4MinLen]).Fixed(), header.ICMPv4(dst[l4:l4+header.ICMPv4MinLen]).Fixed()
+			dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), header.ChecksumDelta16(sh.Ident(), port)))
+			dh.SetIdent(port)
+		}
+	case header.ProtoICMPv6:
+		if pk.ICMPEcho {
+			sh, dh := header.ICMPv6(src[l4:l4+header.ICMPv6MinLen]).Fixed(), header.ICMPv6(dst[l4:l4+header.ICMPv6MinLen]).Fixed()
+			dh.SetChecksum(header.ChecksumApplyDelta(sh.Checksum(), d+header.ChecksumDelta16(sh.Ident(), port)))
+			dh.SetIdent(port)
 		}
 	}
 }

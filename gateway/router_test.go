@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -154,7 +155,7 @@ func TestIPv4Fragments(t *testing.T) {
 	natPort := binary.BigEndian.Uint16(o1[34:])
 	// Reassemble and check the UDP checksum over the whole datagram.
 	data := append(append([]byte(nil), o1[34:]...), o2[34:]...)
-	if refSum(pseudo(egress4.AsSlice(), server4.AsSlice(), protoUDP, len(data)), data) != 0xffff {
+	if refSum(pseudo(egress4.AsSlice(), server4.AsSlice(), header.ProtoUDP, len(data)), data) != 0xffff {
 		t.Error("reassembled outbound datagram has a bad UDP checksum")
 	}
 
@@ -174,7 +175,7 @@ func TestIPv4Fragments(t *testing.T) {
 	if binary.BigEndian.Uint16(data[2:]) != 7000 {
 		t.Errorf("reply destination port %d, want 7000", binary.BigEndian.Uint16(data[2:]))
 	}
-	if refSum(pseudo(server4.AsSlice(), pod1v4.AsSlice(), protoUDP, len(data)), data) != 0xffff {
+	if refSum(pseudo(server4.AsSlice(), pod1v4.AsSlice(), header.ProtoUDP, len(data)), data) != 0xffff {
 		t.Error("reassembled reply datagram has a bad UDP checksum")
 	}
 }
@@ -203,17 +204,17 @@ func TestSwapKeepsFlowsAndExpiry(t *testing.T) {
 	checkEncap(t, out, node2VTEP, node2MAC, TunnelGeneve, 9)
 
 	ea := nat.Addr(addr16(egress4))
-	if f.p.NAT().PortsInUse(ea, protoUDP) != 1 {
-		t.Fatalf("ports in use %d before expiry", f.p.NAT().PortsInUse(ea, protoUDP))
+	if f.p.NAT().PortsInUse(ea, header.ProtoUDP) != 1 {
+		t.Fatalf("ports in use %d before expiry", f.p.NAT().PortsInUse(ea, header.ProtoUDP))
 	}
 	later := testNow + int64(f.ct.Timeout(0)) + 24*3600e9
 	if n := f.w.Expire(later, 100); n != 1 {
 		t.Fatalf("expired %d flows, want 1", n)
 	}
-	if f.p.NAT().PortsInUse(ea, protoUDP) != 0 || f.ct.Len() != 0 {
-		t.Errorf("after expiry: ports %d, flows %d", f.p.NAT().PortsInUse(ea, protoUDP), f.ct.Len())
+	if f.p.NAT().PortsInUse(ea, header.ProtoUDP) != 0 || f.ct.Len() != 0 {
+		t.Errorf("after expiry: ports %d, flows %d", f.p.NAT().PortsInUse(ea, header.ProtoUDP), f.ct.Len())
 	}
-	if r := f.w.ProcessOne(later, plainFrame(t, rep.build(t)), make([]byte, 2048)); r.Reason != DropNoFlow {
+	if r := processOne(f.w, later, plainFrame(t, rep.build(t)), make([]byte, 2048)); r.Reason != DropNoFlow {
 		t.Errorf("reply after expiry: %v %v", r.Verdict, r.Reason)
 	}
 	if s := f.p.Stats(); s.Count(CounterFlowsExpired) != 1 {

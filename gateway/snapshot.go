@@ -5,25 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
-
-// Hop is where to send a frame: the output interface, the Ethernet addresses
-// and the link MTU (the largest IP packet the link carries).
-type Hop struct {
-	Ifindex int
-	SrcMAC  [6]byte
-	DstMAC  [6]byte
-	MTU     int
-}
-
-// Router resolves the next hop for a destination address (16 bytes,
-// IPv4-mapped for IPv4). Implementations must not allocate and must be safe
-// for concurrent use by all workers; a netlink-backed cache serves in
-// production and a static table in tests.
-type Router interface {
-	Lookup(dst *[16]byte, hop *Hop) bool
-}
 
 // Config is the plain data a Snapshot is built from.
 type Config struct {
@@ -47,8 +31,10 @@ type Config struct {
 	Nodes []Node
 	// Policies are the egress policies with the egress IPs hosted here.
 	Policies []Policy
-	// Routes resolves next hops, both to the outside and to node VTEPs.
-	Routes Router
+	// Routes is the next-hop table, both to the outside and to node VTEPs:
+	// the kernel's in production (route.NewCache), a fixed one otherwise
+	// (route.NewStatic).
+	Routes *route.Cache
 }
 
 // Node is a worker node and its pods.
@@ -90,7 +76,7 @@ type Snapshot struct {
 	pods       addrTable[snapPod]
 	policies   []snapPolicy
 	hosted     addrTable[struct{}]
-	routes     Router
+	routes     *route.Cache
 }
 
 type snapNode struct {
@@ -123,7 +109,7 @@ func famOf(a netip.Addr) uint8 {
 // nothing mutable with cfg.
 func NewSnapshot(cfg Config) (*Snapshot, error) {
 	if cfg.Routes == nil {
-		return nil, errors.New("gateway config: Routes is nil; give a next-hop resolver")
+		return nil, errors.New("gateway config: Routes is nil; give a next-hop table")
 	}
 	if cfg.Tunnel > TunnelGeneve || cfg.VNI >= 1<<24 {
 		return nil, fmt.Errorf("gateway config: tunnel %d with VNI %d: use TunnelVXLAN or TunnelGeneve and a 24-bit VNI", cfg.Tunnel, cfg.VNI)

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 )
@@ -16,11 +18,11 @@ func smallUnderlay() Config {
 	cfg := testConfig()
 	u := underlayHop
 	u.MTU = 1500
-	cfg.Routes = newStaticRoutes(
-		staticRoute{pfx: netip.MustParsePrefix("0.0.0.0/0"), hop: outHop},
-		staticRoute{pfx: netip.MustParsePrefix("::/0"), hop: outHop},
-		staticRoute{pfx: netip.MustParsePrefix("10.0.0.0/24"), hop: u},
-		staticRoute{pfx: netip.MustParsePrefix("fd00::/64"), hop: u},
+	cfg.Routes = route.NewStatic(
+		route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: outHop},
+		route.Static{Prefix: netip.MustParsePrefix("::/0"), Hop: outHop},
+		route.Static{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Hop: u},
+		route.Static{Prefix: netip.MustParsePrefix("fd00::/64"), Hop: u},
 	)
 	return cfg
 }
@@ -62,7 +64,7 @@ func TestTooBigToOutside(t *testing.T) {
 			if [6]byte(eth.DstMAC) != outHop.DstMAC || [6]byte(eth.SrcMAC) != outHop.SrcMAC {
 				t.Errorf("Ethernet %v→%v, want the outside next hop", eth.SrcMAC, eth.DstMAC)
 			}
-			ip := out[ethLen:]
+			ip := out[header.EthernetLen:]
 			checkIPChecksums(t, "too big to outside", ip)
 			src, dst, _ := ipOf(netLayers(q)[0])
 			if src != c.egress || dst != c.server {
@@ -124,14 +126,14 @@ func TestTooBigToOutside(t *testing.T) {
 		out := make([]byte, 2048)
 		sent := 0
 		for i := 0; i < 3*icmpOutBurst; i++ {
-			if f.w.ProcessOne(testNow, frame, out).Verdict == VerdictTx {
+			if processOne(f.w, testNow, frame, out).Verdict == VerdictTx {
 				sent++
 			}
 		}
 		if sent != icmpOutBurst {
 			t.Errorf("%d ICMP errors in one instant, want the burst of %d", sent, icmpOutBurst)
 		}
-		if r := f.w.ProcessOne(testNow+10*icmpOutEvery, frame, out); r.Verdict != VerdictTx {
+		if r := processOne(f.w, testNow+10*icmpOutEvery, frame, out); r.Verdict != VerdictTx {
 			t.Errorf("no ICMP error after the bucket refilled: %v %v", r.Verdict, r.Reason)
 		}
 	})

@@ -160,8 +160,8 @@ func TestGatewayCollectorLint(t *testing.T) {
 
 func TestGatewayCollectorPartialSources(t *testing.T) {
 	p := newHarnessPipeline(t, 1<<12)
-	w := p.NewWorker(1)
-	w.ProcessOne(0, podFrame(t, 0, 1000, 10, hStranger), make([]byte, 2048))
+	w := p.NewProcessor(1)
+	processOne(w, 0, podFrame(t, 0, 1000, 10, hStranger), make([]byte, 2048))
 	// Only a pipeline: sums, no per-worker series, no panic on nil funcs.
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(NewGatewayCollector(GatewaySource{Pipeline: p}))
@@ -219,10 +219,10 @@ func TestGatewayCollectorExhaustion(t *testing.T) {
 	if err := p2.Swap(s); err != nil {
 		t.Fatal(err)
 	}
-	w := p2.NewWorker(7)
+	w := p2.NewProcessor(7)
 	out := make([]byte, 2048)
 	for sport := uint16(30000); sport < 30003; sport++ {
-		w.ProcessOne(0, podFrame(t, 0, sport, 10, hNodeVTEP[0]), out)
+		processOne(w, 0, podFrame(t, 0, sport, 10, hNodeVTEP[0]), out)
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(NewGatewayCollector(GatewaySource{Pipeline: p2,

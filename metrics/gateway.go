@@ -14,7 +14,7 @@ import (
 
 // WorkerStats is one data-plane worker's counters as last published.
 type WorkerStats struct {
-	// Pipeline is the worker's gateway.Worker counters (Worker.Stats).
+	// Pipeline is the worker's gateway.Processor counters (Processor.Stats).
 	Pipeline gateway.Stats
 	// BusyNanos is the time the worker spent handling received frames
 	// (from receive to transmit), cumulative.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -40,16 +41,14 @@ const (
 
 var ifName = map[int]string{ifUnderlay: "eth-underlay", ifOutside: "eth-outside"}
 
-type hRoutes struct{}
-
-func (hRoutes) Lookup(dst *[16]byte, hop *gateway.Hop) bool {
-	// 10.0.0.0/24 (IPv4-mapped) is the underlay, everything else outside.
-	if dst[10] == 0xff && dst[11] == 0xff && dst[12] == 10 && dst[13] == 0 && dst[14] == 0 {
-		*hop = gateway.Hop{Ifindex: ifUnderlay, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 2}, DstMAC: [6]byte{2, 0xcc, 0, 0, 0, 2}, MTU: 1500}
-	} else {
-		*hop = gateway.Hop{Ifindex: ifOutside, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0xbb, 0, 0, 0, 1}, MTU: 1500}
-	}
-	return true
+// hRoutes: 10.0.0.0/24 is the underlay, everything else outside.
+func hRoutes() *route.Cache {
+	under := route.Hop{Ifindex: ifUnderlay, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 2}, DstMAC: [6]byte{2, 0xcc, 0, 0, 0, 2}, MTU: 1500}
+	out := route.Hop{Ifindex: ifOutside, SrcMAC: [6]byte{2, 0xaa, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0xbb, 0, 0, 0, 1}, MTU: 1500}
+	return route.NewStatic(
+		route.Static{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Hop: under},
+		route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: out},
+		route.Static{Prefix: netip.MustParsePrefix("::/0"), Hop: out})
 }
 
 func harnessConfig() gateway.Config {
@@ -64,7 +63,7 @@ func harnessConfig() gateway.Config {
 			{Name: "web", EgressIPs: []netip.Addr{hEgress[0]}},
 			{Name: "db", EgressIPs: []netip.Addr{hEgress[1]}},
 		},
-		Routes: hRoutes{},
+		Routes: hRoutes(),
 	}
 }
 
@@ -157,7 +156,7 @@ type harness struct {
 }
 
 type hWorker struct {
-	gw     *gateway.Worker
+	gw     *gateway.Processor
 	churn  func(elapsed time.Duration) int // new flows per round; nil for a steady worker
 	sport  uint16
 	frames [][]byte // input frames, batch-sized
@@ -175,13 +174,13 @@ func newHarness(t testing.TB, p *gateway.Pipeline, nw int) *harness {
 	t.Helper()
 	h := &harness{p: p, ifs: map[int]*ifCounters{ifUnderlay: {}, ifOutside: {}}}
 	for i := 0; i < nw; i++ {
-		w := &hWorker{gw: p.NewWorker(uint64(i + 1))}
+		w := &hWorker{gw: p.NewProcessor(uint64(i + 1))}
 		// Open flows: 24 per worker, spread over both nodes.
 		var sent [][]byte
 		for k := 0; k < 24; k++ {
 			f := podFrame(t, k%2, uint16(20000+i*100+k), 64, hNodeVTEP[k%2])
 			out := make([]byte, 2048)
-			r := w.gw.ProcessOne(0, f, out)
+			r := processOne(w.gw, 0, f, out)
 			if r.Verdict != gateway.VerdictTx {
 				t.Fatalf("worker %d flow %d: verdict %v reason %v, want tx", i, k, r.Verdict, r.Reason)
 			}
@@ -258,7 +257,7 @@ func (h *harness) now() int64 {
 // (UDP from both pods with fresh source ports) and expires idle ones, so
 // flow counts, port use and creation and expiry rates move.
 func (h *harness) addChurn(t testing.TB, perRound func(elapsed time.Duration) int) {
-	w := &hWorker{gw: h.p.NewWorker(uint64(len(h.workers) + 1)), churn: perRound, sport: 1024}
+	w := &hWorker{gw: h.p.NewProcessor(uint64(len(h.workers) + 1)), churn: perRound, sport: 1024}
 	h.workers = append(h.workers, w)
 	// Frames are built up front: the churn loop only picks them.
 	h.churnFrames = make([][]byte, 0, churnPool)
@@ -337,4 +336,11 @@ func (h *harness) source() GatewaySource {
 		EgressIPs:   func(dst []netip.Addr) []netip.Addr { return append(dst, hEgress[:]...) },
 		TunnelPeers: func() int { return len(hNodeVTEP) },
 	}
+}
+
+// processOne hands w a batch of one frame.
+func processOne(w *gateway.Processor, now int64, in, out []byte) gateway.Result {
+	res := make([]gateway.Result, 1)
+	w.Process(now, [][]byte{in}, [][]byte{out}, res)
+	return res[0]
 }

@@ -1,7 +1,6 @@
 package nat
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -357,40 +356,6 @@ func (a *Allocator) Release(proto uint8, src Addr, sport uint16, dst Addr, dport
 		}
 	}
 	st.mu.Unlock()
-}
-
-// ErrPort means a flow handed to Reserve has NAT port 0.
-var ErrPort = errors.New("nat: NAT port 0 is not a valid port")
-
-// Reserve records a flow whose port was chosen elsewhere (flows imported
-// from an HA peer), so that Release of it balances and new flows avoid it.
-// Under endpoint-independent mapping it becomes the endpoint's mapping if
-// the endpoint has none and no other endpoint holds the port.
-func (a *Allocator) Reserve(proto uint8, src Addr, sport uint16, dst Addr, dport uint16, natAddr Addr, natPort uint16) error {
-	class, ok := classOf(proto)
-	if !ok {
-		return ErrProto
-	}
-	if unspecified(&natAddr) {
-		return ErrAddr
-	}
-	if natPort == 0 {
-		return ErrPort
-	}
-	st := a.lockedState(&natAddr)
-	t := a.table(st, class)
-	if t.eim {
-		if i := t.eps.find(&src, sport); i >= 0 {
-			if t.eps.slots[i].port == natPort {
-				t.eps.slots[i].flows++
-			}
-		} else if t.refs[natPort] == 0 {
-			t.eps.insert(&src, sport, natPort)
-		}
-	}
-	t.take(natPort)
-	st.mu.Unlock()
-	return nil
 }
 
 // PortsInUse is the number of distinct ports of proto on natAddr that at

@@ -74,13 +74,7 @@ func TestBadInputGivesErrorsNotPanics(t *testing.T) {
 			if _, err := a.Allocate(tc.proto, pod1, 40000, server1, 443, tc.nat, 1); !errors.Is(err, tc.want) {
 				t.Fatalf("Allocate: %v, want %v", err, tc.want)
 			}
-			if err := a.Reserve(tc.proto, pod1, 40000, server1, 443, tc.nat, 40000); !errors.Is(err, tc.want) {
-				t.Fatalf("Reserve: %v, want %v", err, tc.want)
-			}
 		})
-	}
-	if err := a.Reserve(tcp, pod1, 40000, server1, 443, egress, 0); !errors.Is(err, ErrPort) {
-		t.Fatalf("Reserve port 0: %v", err)
 	}
 	// Releases that match nothing are counted, never panic, and never
 	// disturb a live allocation.
@@ -535,37 +529,6 @@ func TestReleaseBalancesPortsInUse(t *testing.T) {
 		if gt, gu := a.PortsInUse(egress, tcp), a.PortsInUse(egress, udp); gt != s.tcp || gu != s.udp {
 			t.Fatalf("step %d: PortsInUse tcp %d udp %d, want %d %d", i, gt, gu, s.tcp, s.udp)
 		}
-	}
-}
-
-// Reserve accounts for flows imported from an HA peer: new flows avoid
-// their reply tuples' ports only through InUse, but the counts and EIM
-// mappings follow them, and their Release balances.
-func TestReserveImportedFlows(t *testing.T) {
-	tab := newFlows()
-	cfg := DefaultConfig()
-	cfg.UDPEndpointIndependent = true
-	a := newAlloc(t, cfg, tab)
-	imp := flow{proto: udp, src: pod1, sport: 5000, dst: server1, dport: 53, nat: egress, natPort: 61000}
-	tab.insert(replyKey{udp, server1, 53, egress, 61000})
-	if err := a.Reserve(imp.proto, imp.src, imp.sport, imp.dst, imp.dport, imp.nat, imp.natPort); err != nil {
-		t.Fatal(err)
-	}
-	// The imported endpoint's new flows follow its mapping.
-	f := flow{proto: udp, src: pod1, sport: 5000, dst: server2, dport: 53, nat: egress}
-	if p := mustOpen(t, a, tab, &f, 1); p != 61000 {
-		t.Fatalf("new flow of imported endpoint got %d, want 61000", p)
-	}
-	// Another endpoint whose own port is 61000 cannot have it.
-	g := flow{proto: udp, src: pod2, sport: 61000, dst: server2, dport: 53, nat: egress}
-	if p := mustOpen(t, a, tab, &g, 1); p == 61000 {
-		t.Fatal("imported mapping's port given to another endpoint")
-	}
-	closeFlow(a, tab, &imp)
-	closeFlow(a, tab, &f)
-	closeFlow(a, tab, &g)
-	if a.PortsInUse(egress, udp) != 0 || a.StrayReleases() != 0 {
-		t.Fatalf("in use %d, stray %d", a.PortsInUse(egress, udp), a.StrayReleases())
 	}
 }
 

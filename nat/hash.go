@@ -61,12 +61,6 @@ func EndpointHash(proto uint8, src Addr, sport uint16) uint64 {
 	return fmix(h)
 }
 
-// HostHash hashes the pod address only: with it Pick gives every flow of a
-// pod the same egress IP ("paired" IP address pooling, RFC 4787 REQ-2).
-func HostHash(src Addr) uint64 {
-	return EndpointHash(0, src, 0)
-}
-
 func ipKey(a *Addr) uint64 {
 	w0, w1 := addrWords(a)
 	return fmix(round(round(ipSeed, w0), w1))
@@ -95,41 +89,4 @@ func addrLess(a, b *Addr) bool {
 		return a0 < b0
 	}
 	return binary.BigEndian.Uint64(a[8:16]) < binary.BigEndian.Uint64(b[8:16])
-}
-
-// IPSet is a set of egress IPs prepared for picking: the per-IP keys Pick
-// would hash on every call are computed once, when the data plane builds
-// its configuration snapshot. IPSet.Pick returns what Pick returns.
-type IPSet struct {
-	ips  []Addr
-	keys []uint64
-}
-
-// NewIPSet copies ips and computes their keys.
-func NewIPSet(ips []Addr) IPSet {
-	s := IPSet{ips: append([]Addr(nil), ips...), keys: make([]uint64, len(ips))}
-	for i := range s.ips {
-		s.keys[i] = ipKey(&s.ips[i])
-	}
-	return s
-}
-
-// Len is the number of IPs in the set.
-func (s IPSet) Len() int { return len(s.ips) }
-
-// Addr returns the i-th IP, in the order NewIPSet was given.
-func (s IPSet) Addr(i int) Addr { return s.ips[i] }
-
-// Pick is Pick(ips, h) without rehashing the IPs: the index, or -1 when
-// the set is empty.
-func (s IPSet) Pick(h uint64) int {
-	best := -1
-	var bestScore uint64
-	for i, k := range s.keys {
-		sc := fmix(h ^ k)
-		if best < 0 || sc > bestScore || (sc == bestScore && addrLess(&s.ips[i], &s.ips[best])) {
-			best, bestScore = i, sc
-		}
-	}
-	return best
 }

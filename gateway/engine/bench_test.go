@@ -12,15 +12,14 @@ import (
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
 
-// staticRouter sends everything out of ifindex 1.
-type staticRouter struct{}
-
-func (staticRouter) Lookup(_ *[16]byte, hop *gateway.Hop) bool {
-	*hop = gateway.Hop{Ifindex: 1, SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2}, MTU: 1500}
-	return true
+// staticRoutes sends everything out of ifindex 1.
+func staticRoutes() *route.Cache {
+	hop := route.Hop{Ifindex: 1, SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2}, MTU: 1500}
+	return route.NewStatic(route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: hop}, route.Static{Prefix: netip.MustParsePrefix("::/0"), Hop: hop})
 }
 
 func benchFrame(tb testing.TB, sport uint16) []byte {
@@ -59,7 +58,7 @@ func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
 		Nodes: []gateway.Node{{Name: "w1", VTEP: netip.MustParseAddr("10.0.0.2"),
 			Pods: []gateway.Pod{{Addr: netip.MustParseAddr("10.244.1.5"), Policy: "blue"}}}},
 		Policies: []gateway.Policy{{Name: "blue", EgressIPs: []netip.Addr{netip.MustParseAddr("192.0.2.101")}}},
-		Routes:   staticRouter{},
+		Routes:   staticRoutes(),
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -71,7 +70,7 @@ func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &queueLoop{gw: p.NewWorker(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
+	w := &queueLoop{gw: p.NewProcessor(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
 		batch: DefaultBatch, wait: time.Millisecond, now: nanotime, expireEvery: int64(time.Second), expireBudget: 64,
 		tx: make([]nic.Batch, 1)}
 	return w, b

@@ -71,7 +71,6 @@ type Engine struct {
 	log     *slog.Logger
 	nl      *netlink.Handle
 	cache   *route.Cache
-	router  *kernelRouter
 	claimer *claim.Claimer
 	ct      *conntrack.Table
 	pipe    *gateway.Pipeline
@@ -151,10 +150,6 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if e.cache, err = route.NewCache(route.Options{NetNS: netns.None(), Logger: e.log}); err != nil {
 		return nil, err
 	}
-	e.router = &kernelRouter{cache: e.cache}
-	if err := e.router.refreshMTU(e.nl); err != nil {
-		return nil, fmt.Errorf("engine: read link MTUs: %w", err)
-	}
 	if err := e.swap(set); err != nil {
 		return nil, err
 	}
@@ -229,10 +224,10 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	return e, nil
 }
 
-// swap builds a snapshot of set on the kernel router and installs it.
+// swap builds a snapshot of set on the kernel's next-hop table and installs it.
 func (e *Engine) swap(set *Settled) error {
 	g := set.gatewayConfig()
-	g.Routes = e.router
+	g.Routes = e.cache
 	snap, err := gateway.NewSnapshot(g)
 	if err != nil {
 		return err
@@ -241,7 +236,7 @@ func (e *Engine) swap(set *Settled) error {
 }
 
 // Start runs one queue loop goroutine per queue, each locked to its OS thread,
-// and the background refresh of link MTUs.
+// and the loop that forgets the NAT state of drained egress IPs.
 func (e *Engine) Start() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -260,22 +255,6 @@ func (e *Engine) Start() {
 	go func() {
 		defer e.wg.Done()
 		e.drainLoop()
-	}()
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-e.done:
-				return
-			case <-t.C:
-				if err := e.router.refreshMTU(e.nl); err != nil {
-					e.log.Warn("engine: reading link MTUs failed; keeping the last ones", "err", err)
-				}
-			}
-		}
 	}()
 }
 

@@ -77,7 +77,7 @@ func (e *Engine) sizeQueues(set *Settled) (queues, frameSize int, err error) {
 // on every interface.
 func (e *Engine) buildQueueLoops(set *Settled) {
 	for q, pool := range e.pools {
-		l := &queueLoop{q: q, gw: e.pipe.NewWorker(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
+		l := &queueLoop{q: q, gw: e.pipe.NewProcessor(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
 			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
 		for _, ifc := range e.ifcs {
 			p := ifc.Queues[q]

@@ -72,7 +72,7 @@ type fder interface{ FD() int }
 // published counters.
 type queueLoop struct {
 	q        int
-	gw       *gateway.Worker
+	gw       *gateway.Processor
 	pool     *nic.Pool
 	ports    []nic.Queue
 	ifindex  []int  // ifindex[k] is the interface of ports[k]

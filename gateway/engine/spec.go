@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/route"
 )
 
 // Defaults of the fields a Spec (or a config file) may leave out.
@@ -269,7 +270,7 @@ func (s Spec) Settle() (*Settled, error) {
 	}
 	// The pipeline's own checks (the same ones a reload meets).
 	g := set.gatewayConfig()
-	g.Routes = noRoutes{}
+	g.Routes = route.NewStatic()
 	if _, err := gateway.NewSnapshot(g); err != nil {
 		return nil, err
 	}
@@ -281,8 +282,3 @@ func (s *Settled) gatewayConfig() gateway.Config {
 	return gateway.Config{VTEPs: s.VTEPs, InnerMAC: s.InnerMAC, RouterV4: s.RouterV4, RouterV6: s.RouterV6,
 		Tunnel: s.Tunnel, VNI: s.VNI, Nodes: s.Nodes, Policies: s.Policies}
 }
-
-// noRoutes stands in for the kernel cache while a configuration is only checked.
-type noRoutes struct{}
-
-func (noRoutes) Lookup(*[16]byte, *gateway.Hop) bool { return false }

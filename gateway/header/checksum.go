@@ -67,11 +67,6 @@ func ChecksumFold(sum uint32) uint16 {
 	return ^fold64(uint64(sum))
 }
 
-// ChecksumCombine adds two running sums (one's-complement addition).
-func ChecksumCombine(a, b uint32) uint32 {
-	return uint32(fold64(uint64(a) + uint64(b)))
-}
-
 // PseudoHeaderChecksum returns the running sum of the TCP/UDP/ICMPv6
 // pseudo-header: IPv4 (RFC 768/793) when src and dst are 4 bytes, IPv6
 // (RFC 8200 §8.1) when they are 16 bytes. length is the upper-layer length.
@@ -117,6 +112,41 @@ func ChecksumUpdateAddr(check uint16, old, new []byte) uint16 {
 		s += uint64(^binary.BigEndian.Uint16(old[i:])) + uint64(binary.BigEndian.Uint16(new[i:]))
 	}
 	return ^fold64(s)
+}
+
+// ChecksumDelta returns the one's-complement difference (RFC 1624: the sum
+// of ~m + m') of a field of the covered data changing from old to new,
+// summed as 32-bit words: old and new have the same length, a multiple of
+// 4 (an IPv4 or IPv6 address). A rewrite computes it once and applies it
+// with ChecksumApplyDelta to every checksum covering the field (IP header,
+// TCP, UDP, ICMPv6), adding the deltas of its other changes.
+func ChecksumDelta(old, new []byte) uint64 {
+	var d uint64
+	for i := 0; i+4 <= len(old) && i+4 <= len(new); i += 4 {
+		d += uint64(^binary.BigEndian.Uint32(old[i:])) + uint64(binary.BigEndian.Uint32(new[i:]))
+	}
+	return d
+}
+
+// ChecksumDelta16 returns the delta of one 16-bit word changing from old to
+// new, to add to a ChecksumDelta.
+func ChecksumDelta16(old, new uint16) uint64 { return uint64(^old) + uint64(new) }
+
+// ChecksumDeltaIPv4 is ChecksumDelta for an IPv4 address, taking the
+// arrays the IPv4 view returns.
+func ChecksumDeltaIPv4(old, new [4]byte) uint64 {
+	return uint64(^binary.BigEndian.Uint32(old[:])) + uint64(binary.BigEndian.Uint32(new[:]))
+}
+
+// ChecksumApplyDelta returns checksum field check updated by delta d, a sum
+// of deltas of at most 2^31 words (RFC 1624 eqn. 3: HC' = ~(~HC + d)).
+func ChecksumApplyDelta(check uint16, d uint64) uint16 {
+	s := uint64(^check) + d
+	s = s>>32 + s&0xffffffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	return ^uint16(s)
 }
 
 // UDPChecksumValue maps a computed UDP checksum to the value sent on the

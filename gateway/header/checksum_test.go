@@ -303,3 +303,44 @@ func BenchmarkIPv4ValidateAndChecksum(b *testing.B) {
 		}
 	}
 }
+
+// TestChecksumDeltaAgainstRecompute changes an address and a port (as a NAT
+// rewrite does) and checks the checksum updated with one summed delta
+// against a recomputation.
+func TestChecksumDeltaAgainstRecompute(t *testing.T) {
+	r := newRand()
+	buf := make([]byte, 256)
+	for i := 0; i < 20000; i++ {
+		alen := 4
+		if i%2 == 1 {
+			alen = 16
+		}
+		n := 2*alen + 8 + 2*r.IntN(80)
+		b := buf[:n]
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		check := ChecksumFold(Checksum(b, 0))
+		// The address sits at a 4-byte boundary, the port after it.
+		off := 4 * r.IntN((n-alen-2)/4)
+		nw := make([]byte, alen)
+		for j := range nw {
+			nw[j] = byte(r.Uint32())
+		}
+		d := ChecksumDelta(b[off:off+alen], nw)
+		if alen == 4 {
+			if d2 := ChecksumDeltaIPv4([4]byte(b[off:off+4]), [4]byte(nw)); d2 != d {
+				t.Fatalf("ChecksumDeltaIPv4 %#x, ChecksumDelta %#x", d2, d)
+			}
+		}
+		copy(b[off:], nw)
+		po := off + alen
+		oldPort, newPort := binary.BigEndian.Uint16(b[po:]), uint16(r.Uint32())
+		d += ChecksumDelta16(oldPort, newPort)
+		binary.BigEndian.PutUint16(b[po:], newPort)
+		got := ChecksumApplyDelta(check, d)
+		if want := ChecksumFold(Checksum(b, 0)); !equivalent(got, want) {
+			t.Fatalf("len %d addr %d: delta-updated %#04x, recomputed %#04x", n, alen, got, want)
+		}
+	}
+}

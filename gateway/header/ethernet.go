@@ -60,6 +60,11 @@ const (
 // EthernetLen bytes long.
 type Ethernet []byte
 
+// Fixed returns b cut to the untagged header (EthernetLen bytes) as a slice
+// whose length the compiler knows, so that the accessors need no bounds
+// checks (see IPv4.Fixed). It panics if b is shorter.
+func (b Ethernet) Fixed() Ethernet { return Ethernet((*[EthernetLen]byte)(b)[:]) }
+
 // DstMAC returns the destination MAC address.
 func (b Ethernet) DstMAC() [6]byte { return [6]byte(b[ethDst : ethDst+MACLen]) }
 

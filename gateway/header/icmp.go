@@ -84,6 +84,11 @@ const (
 // bytes long.
 type ICMPv4 []byte
 
+// Fixed returns b cut to the header (ICMPv4MinLen bytes) as a slice whose
+// length the compiler knows, so that the accessors need no bounds checks
+// (see IPv4.Fixed). It panics if b is shorter.
+func (b ICMPv4) Fixed() ICMPv4 { return ICMPv4((*[ICMPv4MinLen]byte)(b)[:]) }
+
 // Type returns the message type.
 func (b ICMPv4) Type() uint8 { return b[icmpType] }
 
@@ -144,6 +149,11 @@ func (b ICMPv4) CalculateChecksum() uint16 {
 // ICMPv6 is a view of an ICMPv6 message; it must be at least ICMPv6MinLen
 // bytes long.
 type ICMPv6 []byte
+
+// Fixed returns b cut to the header (ICMPv6MinLen bytes) as a slice whose
+// length the compiler knows, so that the accessors need no bounds checks
+// (see IPv4.Fixed). It panics if b is shorter.
+func (b ICMPv6) Fixed() ICMPv6 { return ICMPv6((*[ICMPv6MinLen]byte)(b)[:]) }
 
 // Type returns the message type.
 func (b ICMPv6) Type() uint8 { return b[icmpType] }

@@ -97,6 +97,13 @@ func (b IPv4) IsValid(pktLen int) bool {
 	return hl >= IPv4MinLen && hl <= tl && tl <= pktLen
 }
 
+// Fixed returns b cut to the fixed header (IPv4MinLen bytes) as a slice
+// whose length the compiler knows, so that the accessors of the fixed fields
+// need no bounds checks: the packet path validates a header once, then
+// reads and writes it through this view. It panics if b is shorter; the
+// result has no options or payload (use b for those).
+func (b IPv4) Fixed() IPv4 { return IPv4((*[IPv4MinLen]byte)(b)[:]) }
+
 // Version returns the version field.
 func (b IPv4) Version() uint8 { return b[v4VerIHL] >> 4 }
 
@@ -219,12 +226,29 @@ func (b IPv4) ChecksumValid() bool {
 
 // DecTTL decrements the TTL and updates the header checksum incrementally
 // (RFC 1624). It returns the new TTL; callers check for 0 (or for TTL <= 1
-// before the call) to answer with ICMP time exceeded.
+// before the call) to answer with ICMP time exceeded. The new TTL/protocol
+// word is computed from the old one rather than read back after a byte
+// store, which would stall store-to-load forwarding on the packet path.
 func (b IPv4) DecTTL() uint8 {
 	old := binary.BigEndian.Uint16(b[v4TTL:])
-	b[v4TTL]--
-	b.SetChecksum(ChecksumUpdate16(b.Checksum(), old, binary.BigEndian.Uint16(b[v4TTL:])))
-	return b[v4TTL]
+	nw := old - 0x0100
+	binary.BigEndian.PutUint16(b[v4TTL:], nw)
+	b.SetChecksum(ChecksumUpdate16(b.Checksum(), old, nw))
+	return uint8(nw >> 8)
+}
+
+// SetSrcAddrWithChecksumUpdate sets the source address and updates the
+// header checksum incrementally; transport checksums are the caller's.
+func (b IPv4) SetSrcAddrWithChecksumUpdate(a [4]byte) {
+	b.SetChecksum(ChecksumUpdateAddr(b.Checksum(), b[v4Src:v4Src+4], a[:]))
+	b.SetSrcAddr(a)
+}
+
+// SetDstAddrWithChecksumUpdate sets the destination address and updates the
+// header checksum incrementally; transport checksums are the caller's.
+func (b IPv4) SetDstAddrWithChecksumUpdate(a [4]byte) {
+	b.SetChecksum(ChecksumUpdateAddr(b.Checksum(), b[v4Dst:v4Dst+4], a[:]))
+	b.SetDstAddr(a)
 }
 
 // PseudoHeaderChecksum returns the pseudo-header running sum for the payload

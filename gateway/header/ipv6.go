@@ -54,6 +54,11 @@ func (b IPv6) IsValid(pktLen int) bool {
 	return b[v6VerTCFlow]>>4 == IPv6Version && IPv6Len+int(b.PayloadLength()) <= pktLen
 }
 
+// Fixed returns b cut to the fixed header (IPv6Len bytes) as a slice whose
+// length the compiler knows, so that the accessors need no bounds checks
+// (see IPv4.Fixed). It panics if b is shorter.
+func (b IPv6) Fixed() IPv6 { return IPv6((*[IPv6Len]byte)(b)[:]) }
+
 // Version returns the version field.
 func (b IPv6) Version() uint8 { return b[v6VerTCFlow] >> 4 }
 
@@ -98,6 +103,13 @@ func (b IPv6) SetNextHeader(v uint8) { b[v6NextHdr] = v }
 
 // SetHopLimit sets the hop limit.
 func (b IPv6) SetHopLimit(v uint8) { b[v6HopLimit] = v }
+
+// DecHopLimit decrements the hop limit (IPv6 has no header checksum) and
+// returns the new value.
+func (b IPv6) DecHopLimit() uint8 {
+	b[v6HopLimit]--
+	return b[v6HopLimit]
+}
 
 // SetSrcAddr sets the source address.
 func (b IPv6) SetSrcAddr(a [16]byte) { copy(b[v6Src:v6Src+16], a[:]) }
@@ -185,7 +197,27 @@ func (e IPv6Ext) NonFirstFragment() bool { return e.Fragment && e.FragOffset != 
 // are encrypted), No Next Header, an upper-layer protocol, or the payload of
 // a non-first fragment, and visits at most IPv6MaxExtHeaders headers. b must
 // be at least IPv6Len bytes long.
-func (b IPv6) WalkExtensions() IPv6Ext {
+func (b IPv6) WalkExtensions() IPv6Ext { return b.walkExtensions(true) }
+
+// WalkExtensionsStopAtAH is WalkExtensions for a translator: AH ends the
+// chain like ESP does (Proto is ProtoAH, Offset its offset), because a NAT
+// cannot rewrite the addresses AH authenticates and must not treat the
+// header after it as the packet's transport header.
+func (b IPv6) WalkExtensionsStopAtAH() IPv6Ext { return b.walkExtensions(false) }
+
+// IsIPv6Extension reports whether next header p is an extension header a
+// walk follows (AH included). A packet whose fixed header's next header is
+// not one needs no walk: its transport header follows at IPv6Len, and the
+// packet path checks this before paying for the call.
+func IsIPv6Extension(p uint8) bool {
+	switch p {
+	case ProtoHopByHop, ProtoRouting, ProtoDestOpts, ProtoAH, ProtoFragment:
+		return true
+	}
+	return false
+}
+
+func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
 	end := IPv6Len + int(b.PayloadLength())
 	if end > len(b) {
 		end = len(b)
@@ -195,10 +227,9 @@ func (b IPv6) WalkExtensions() IPv6Ext {
 	off := IPv6Len
 	for n := 0; ; n++ {
 		var hl int
-		switch next {
-		case ProtoHopByHop, ProtoRouting, ProtoDestOpts, ProtoAH, ProtoFragment:
-		default:
-			// Upper layer, ESP, No Next Header or unknown: the chain ends.
+		if !IsIPv6Extension(next) || (next == ProtoAH && !skipAH) {
+			// Upper layer, ESP, No Next Header or unknown (or AH for a
+			// translator): the chain ends.
 			r.Proto, r.Offset = next, off
 			return r
 		}

@@ -226,3 +226,17 @@ func TestIPv6ExtWalkRejects(t *testing.T) {
 		t.Fatalf("first fragment: %+v", x)
 	}
 }
+
+// TestWalkStopAtAH: the translator's walk ends at AH, the general one
+// goes past it to the same place as a chain without it.
+func TestWalkStopAtAH(t *testing.T) {
+	r := newRand()
+	b := IPv6(buildChain(r, chainSpec{exts: []uint8{ProtoDestOpts, ProtoAH, ProtoRouting}, final: ProtoTCP}))
+	x := b.WalkExtensionsStopAtAH()
+	if x.Status != IPv6ExtOK || x.Proto != ProtoAH || x.Offset <= IPv6Len {
+		t.Fatalf("stop at AH: %+v", x)
+	}
+	if y := b.WalkExtensions(); y.Status != IPv6ExtOK || y.Proto != ProtoTCP || y.Offset <= x.Offset {
+		t.Fatalf("past AH: %+v", y)
+	}
+}

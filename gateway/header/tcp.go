@@ -72,6 +72,11 @@ func (b TCP) IsValid(pktLen int) bool {
 	return d >= TCPMinLen && d <= pktLen
 }
 
+// Fixed returns b cut to the fixed header (TCPMinLen bytes) as a slice
+// whose length the compiler knows, so that the accessors of the fixed
+// fields need no bounds checks (see IPv4.Fixed). It panics if b is shorter.
+func (b TCP) Fixed() TCP { return TCP((*[TCPMinLen]byte)(b)[:]) }
+
 // SrcPort returns the source port.
 func (b TCP) SrcPort() uint16 { return binary.BigEndian.Uint16(b[tcpSrcPort:]) }
 

@@ -32,6 +32,11 @@ type VXLAN []byte
 // any slice.
 func (b VXLAN) IsValid() bool { return len(b) >= VXLANLen && b[vxlanFlags]&VXLANFlagI != 0 }
 
+// Fixed returns b cut to the header (VXLANLen bytes) as a slice whose
+// length the compiler knows, so that the accessors need no bounds checks
+// (see IPv4.Fixed). It panics if b is shorter.
+func (b VXLAN) Fixed() VXLAN { return VXLAN((*[VXLANLen]byte)(b)[:]) }
+
 // Flags returns the flags byte.
 func (b VXLAN) Flags() uint8 { return b[vxlanFlags] }
 
@@ -98,6 +103,11 @@ const (
 // Geneve is a view of a Geneve header; it must be at least GeneveMinLen
 // bytes long (check with IsValid).
 type Geneve []byte
+
+// Fixed returns b cut to the option-less header (GeneveMinLen bytes) as a
+// slice whose length the compiler knows, so that the accessors of its
+// fields need no bounds checks (see IPv4.Fixed). It panics if b is shorter.
+func (b Geneve) Fixed() Geneve { return Geneve((*[GeneveMinLen]byte)(b)[:]) }
 
 // Version returns the 2-bit version (0 is the only one defined).
 func (b Geneve) Version() uint8 { return b[genVerOptLen] >> 6 }

@@ -35,6 +35,11 @@ func (b UDP) IsValid(pktLen int) bool {
 	return l >= UDPLen && l <= pktLen
 }
 
+// Fixed returns b cut to the header (UDPLen bytes) as a slice whose length
+// the compiler knows, so that the accessors need no bounds checks (see
+// IPv4.Fixed). It panics if b is shorter.
+func (b UDP) Fixed() UDP { return UDP((*[UDPLen]byte)(b)[:]) }
+
 // SrcPort returns the source port.
 func (b UDP) SrcPort() uint16 { return binary.BigEndian.Uint16(b[udpSrcPort:]) }
 

@@ -57,8 +57,8 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 
 	peer, router := pe0.Addr(), r0.Addr()
 	far := netip.MustParseAddr("192.0.2.77")
-	eventually(t, "the peer to resolve", func() bool { _, v := c.Lookup(peer); return v == route.Found })
-	eventually(t, "the router to resolve", func() bool { _, v := c.Lookup(far); return v == route.Found })
+	eventually(t, "the peer to resolve", func() bool { _, v := lookup(c, peer); return v == route.Found })
+	eventually(t, "the router to resolve", func() bool { _, v := lookup(c, far); return v == route.Found })
 	misses := c.Stats().NoNeighbour
 
 	// Traffic to the peer only, for several reachable times.
@@ -66,7 +66,7 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 	var routerStale bool
 	rstates := map[int]int{}
 	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if _, v := c.Lookup(peer); v != route.Found {
+		if _, v := lookup(c, peer); v != route.Found {
 			t.Fatalf("lookup of the in-use peer: %v", v)
 		}
 		states[neighState(t, tp.gw, tp.gw0.Index, peer)]++

@@ -1,6 +1,7 @@
-// Package route keeps the gateway's view of the host's routes and neighbours:
-// a cache kept current from netlink events that workers query per packet
-// without allocating.
+// Package route keeps the gateway's view of the host's routes, neighbours
+// and link MTUs: the next-hop table, kept current from netlink events (or
+// fixed, for tests and configuration checks), that the pipeline queries per
+// packet without allocating and without an interface call.
 package route
 
 import (
@@ -41,13 +42,21 @@ func (v Verdict) String() string {
 	return "invalid"
 }
 
-// NextHop is where to send a frame: out of Ifindex, from SrcMAC to DstMAC.
-type NextHop struct {
+// Hop is where to send a frame: out of Ifindex, from SrcMAC to DstMAC, and
+// the link MTU (the largest IP packet the link carries).
+type Hop struct {
 	Ifindex int
 	SrcMAC  [6]byte
 	DstMAC  [6]byte
-	Gateway netip.Addr // the router, or the destination itself when on-link
+	MTU     int
 }
+
+// MTUs of links the table does not know (index past maxIfindex, or not
+// listed): the Ethernet default.
+const (
+	maxIfindex = 1 << 16
+	defaultMTU = 1500
+)
 
 type prefixKey struct {
 	addr [16]byte // masked
@@ -57,7 +66,12 @@ type prefixKey struct {
 
 type route struct {
 	ifindex int
-	gw      netip.Addr // invalid when on-link
+	gw      [16]byte // the router, IPv4-mapped; valid iff !onLink
+	onLink  bool     // the destination is the neighbour
+	// nb is 1 + the index of the router's neighbour entry when the
+	// snapshot was built with it (sealNeigh), 0 otherwise: a lookup via a
+	// router then needs no neighbour map access.
+	nb int32
 }
 
 type neighKey struct {
@@ -75,17 +89,23 @@ type neighEntry struct {
 // snapshot is an immutable view of the kernel tables; lookups read it
 // without locks, updates build a new one.
 type snapshot struct {
-	routes4  map[uint64]route    // key4(masked address, bits)
-	routes   map[prefixKey]route // IPv6
-	lens4    []uint8             // prefix lengths present, longest first
-	lens6    []uint8
-	neigh    map[neighKey]neighEntry
-	linkMACs map[int][6]byte
-	// nkeys lists the neighbours by index; used[i] is set (once, by the
-	// first lookup that finds neighbour i since the last refresh): the
-	// neighbours workers send to, which the refresher keeps fresh.
+	routes4 map[uint64]route    // key4(masked address, bits)
+	routes  map[prefixKey]route // IPv6
+	lens4   []uint8             // prefix lengths present, longest first
+	lens6   []uint8
+	neigh   map[neighKey]neighEntry
+	links   []link // by ifindex, up to maxIfindex: a slice, not a map, on the packet path
+	// nkeys lists the neighbours by index, nmacs their MACs; used[i] is
+	// set (once, by the first lookup that finds neighbour i since the last
+	// refresh): the neighbours the pipeline sends to, which the refresher
+	// keeps fresh.
 	nkeys []neighKey
+	nmacs [][6]byte
 	used  []atomic.Uint32
+	// The default routes (prefix length 0) once sealed, so that most
+	// traffic to the outside costs no map access for its route.
+	def4, def6       route
+	hasDef4, hasDef6 bool
 }
 
 // addNeigh records a usable neighbour; sealNeigh sizes the used marks once
@@ -94,15 +114,32 @@ func (s *snapshot) addNeigh(k neighKey, mac [6]byte) {
 	if e, ok := s.neigh[k]; ok {
 		e.mac = mac
 		s.neigh[k] = e
+		s.nmacs[e.i] = mac
 		return
 	}
 	s.neigh[k] = neighEntry{mac: mac, i: int32(len(s.nkeys))}
 	s.nkeys = append(s.nkeys, k)
+	s.nmacs = append(s.nmacs, mac)
 }
 
-// sealNeigh allocates the used marks, carrying over those of prev (a
-// rebuild must not forget which neighbours are in use).
+// sealNeigh finishes a snapshot once its routes and neighbours are in:
+// it points every route via a known router at the router's neighbour
+// entry, keeps the default routes aside, and allocates the used marks,
+// carrying over those of prev (a rebuild must not forget which neighbours
+// are in use).
 func (s *snapshot) sealNeigh(prev *snapshot) {
+	for k, r := range s.routes4 {
+		if s.linkRouter(&r) {
+			s.routes4[k] = r
+		}
+	}
+	for k, r := range s.routes {
+		if s.linkRouter(&r) {
+			s.routes[k] = r
+		}
+	}
+	s.def4, s.hasDef4 = s.routes4[key4(0, 0)]
+	s.def6, s.hasDef6 = s.routes[prefixKey{bits: 0, v6: true}]
 	s.used = make([]atomic.Uint32, len(s.nkeys))
 	if prev == nil {
 		return
@@ -112,6 +149,38 @@ func (s *snapshot) sealNeigh(prev *snapshot) {
 			s.used[i].Store(1)
 		}
 	}
+}
+
+// linkRouter sets r.nb if r goes via a router whose neighbour entry is
+// known, and reports whether it did.
+func (s *snapshot) linkRouter(r *route) bool {
+	if r.onLink {
+		return false
+	}
+	e, ok := s.neigh[neighKey{int32(r.ifindex), r.gw}]
+	if !ok {
+		return false
+	}
+	r.nb = e.i + 1
+	return true
+}
+
+// link is what the table knows of an interface: its MAC (the source of
+// frames sent out of it) and MTU (0: unknown, defaultMTU).
+type link struct {
+	mac [6]byte
+	mtu int32
+}
+
+// setLink records interface i's MAC and MTU, growing the table as needed.
+func (s *snapshot) setLink(i int, mac [6]byte, mtu int) {
+	if i < 0 || i >= maxIfindex {
+		return
+	}
+	if i >= len(s.links) {
+		s.links = append(s.links, make([]link, i+1-len(s.links))...)
+	}
+	s.links[i] = link{mac: mac, mtu: int32(mtu)}
 }
 
 func mask(a [16]byte, bits int, v6 bool) [16]byte {
@@ -135,7 +204,7 @@ func mask(a [16]byte, bits int, v6 bool) [16]byte {
 func key4(a uint32, bits uint8) uint64 { return uint64(a)<<8 | uint64(bits) }
 
 func newSnapshot() *snapshot {
-	return &snapshot{routes4: map[uint64]route{}, routes: map[prefixKey]route{}, neigh: map[neighKey]neighEntry{}, linkMACs: map[int][6]byte{}}
+	return &snapshot{routes4: map[uint64]route{}, routes: map[prefixKey]route{}, neigh: map[neighKey]neighEntry{}}
 }
 
 // addRoute records r for pfx unless a route for pfx is already there (the
@@ -160,11 +229,18 @@ func (s *snapshot) addRoute(pfx netip.Prefix, r route) bool {
 	return true
 }
 
-func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
-	if dst.Is4() {
-		a4 := dst.As4()
-		a := binary.BigEndian.Uint32(a4[:])
+// isMapped reports whether a is an IPv4-mapped address (::ffff:a.b.c.d).
+func isMapped(a *[16]byte) bool {
+	return binary.LittleEndian.Uint64(a[0:8]) == 0 && binary.LittleEndian.Uint32(a[8:12]) == 0xffff0000
+}
+
+func (s *snapshot) lookupRoute(dst *[16]byte) (route, bool) {
+	if isMapped(dst) {
+		a := binary.BigEndian.Uint32(dst[12:16])
 		for _, l := range s.lens4 {
+			if l == 0 {
+				return s.def4, s.hasDef4
+			}
 			m := uint32(0)
 			if l > 0 {
 				m = ^uint32(0) << (32 - l)
@@ -175,9 +251,11 @@ func (s *snapshot) lookupRoute(dst netip.Addr) (route, bool) {
 		}
 		return route{}, false
 	}
-	a := dst.As16()
 	for _, l := range s.lens6 {
-		if r, ok := s.routes[prefixKey{mask(a, int(l), true), l, true}]; ok {
+		if l == 0 {
+			return s.def6, s.hasDef6
+		}
+		if r, ok := s.routes[prefixKey{mask(*dst, int(l), true), l, true}]; ok {
 			return r, true
 		}
 	}
@@ -203,9 +281,10 @@ type Options struct {
 	RefreshEvery time.Duration
 }
 
-// Cache answers route and neighbour lookups from a snapshot of the kernel's
-// main routing table, neighbour table and link addresses, rebuilt whenever
-// netlink reports a change.
+// Cache is the next-hop table: it answers route and neighbour lookups from a
+// snapshot of the kernel's main routing table, neighbour table and links
+// (addresses and MTUs), rebuilt whenever netlink reports a change, or from
+// a fixed set of routes (NewStatic).
 type Cache struct {
 	snap      atomic.Pointer[snapshot]
 	nl        *netlink.Handle
@@ -320,10 +399,12 @@ func (c *Cache) rebuild() error {
 	if err != nil {
 		return fmt.Errorf("route: list links: %w", err)
 	}
+	// Link events (an MTU change among them) rebuild the snapshot, so the
+	// MTUs are as current as the routes.
 	for _, l := range links {
 		var m [6]byte
 		copy(m[:], l.Attrs().HardwareAddr)
-		s.linkMACs[l.Attrs().Index] = m
+		s.setLink(l.Attrs().Index, m, l.Attrs().MTU)
 	}
 	routes, err := c.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
@@ -334,13 +415,13 @@ func (c *Cache) rebuild() error {
 		if r.Type != unix.RTN_UNICAST {
 			continue
 		}
-		rt := route{ifindex: r.LinkIndex}
+		rt := route{ifindex: r.LinkIndex, onLink: true}
 		gw := r.Gw
 		if len(r.MultiPath) > 0 { // first path only; ECMP is the kernel's
 			rt.ifindex, gw = r.MultiPath[0].LinkIndex, r.MultiPath[0].Gw
 		}
 		if g, ok := netip.AddrFromSlice(gw); ok {
-			rt.gw = g.Unmap()
+			rt.gw, rt.onLink = g.Unmap().As16(), false
 		}
 		var pfx netip.Prefix
 		if r.Dst == nil {
@@ -398,29 +479,33 @@ func sortedLens(m map[uint8]bool) []uint8 {
 	return out
 }
 
-// Lookup finds how to reach dst. It never blocks and never allocates; a
-// missing neighbour is counted and its resolution asked of the kernel.
-func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
+// Lookup finds how to reach dst (IPv4-mapped for IPv4) and fills hop when
+// the verdict is Found. It never blocks and never allocates; a missing
+// neighbour is counted and its resolution asked of the kernel.
+func (c *Cache) Lookup(dst *[16]byte, hop *Hop) Verdict {
 	s := c.snap.Load()
-	dst = dst.Unmap()
 	r, ok := s.lookupRoute(dst)
-	if !ok || !dst.IsValid() {
-		c.noRoute.Add(1)
-		return NextHop{}, NoRoute
-	}
-	nh := NextHop{Ifindex: r.ifindex, SrcMAC: s.linkMACs[r.ifindex], Gateway: r.gw}
-	if !nh.Gateway.IsValid() {
-		nh.Gateway = dst
-	}
-	k := neighKey{int32(r.ifindex), nh.Gateway.As16()}
-	e, ok := s.neigh[k]
 	if !ok {
-		c.misses.Add(1)
-		select {
-		case c.resolve <- k:
-		default: // resolver busy: the next miss asks again
+		c.noRoute.Add(1)
+		return NoRoute
+	}
+	var e neighEntry
+	if r.nb > 0 && int(r.nb) <= len(s.nmacs) {
+		e = neighEntry{mac: s.nmacs[r.nb-1], i: r.nb - 1}
+	} else {
+		k := neighKey{int32(r.ifindex), r.gw}
+		if r.onLink {
+			k.addr = *dst
 		}
-		return nh, NoNeighbour
+		var ok bool
+		if e, ok = s.neigh[k]; !ok {
+			c.misses.Add(1)
+			select {
+			case c.resolve <- k:
+			default: // resolver busy: the next miss asks again
+			}
+			return NoNeighbour
+		}
 	}
 	if int(e.i) < len(s.used) {
 		// Read first: the shared line is written once per refresh period,
@@ -429,8 +514,53 @@ func (c *Cache) Lookup(dst netip.Addr) (NextHop, Verdict) {
 			u.Store(1)
 		}
 	}
-	nh.DstMAC = e.mac
-	return nh, Found
+	hop.Ifindex, hop.DstMAC, hop.SrcMAC, hop.MTU = r.ifindex, e.mac, [6]byte{}, defaultMTU
+	if uint(r.ifindex) < uint(len(s.links)) {
+		l := &s.links[r.ifindex]
+		hop.SrcMAC = l.mac
+		if l.mtu > 0 {
+			hop.MTU = int(l.mtu)
+		}
+	}
+	return Found
+}
+
+// Static is a route of a fixed table: packets to Prefix leave as Hop says.
+// Routes out of one interface share its SrcMAC and MTU.
+type Static struct {
+	Prefix netip.Prefix
+	Hop    Hop
+}
+
+// NewStatic returns a next-hop table of routes alone, with no kernel
+// behind it (nothing to watch, nothing to resolve, Close is a no-op): the
+// table of a configuration that is only checked, and of tests.
+func NewStatic(routes ...Static) *Cache {
+	c := &Cache{resolve: make(chan neighKey, 1), done: make(chan struct{})}
+	close(c.done)
+	s := newSnapshot()
+	seen4, seen6 := map[uint8]bool{}, map[uint8]bool{}
+	for _, r := range routes {
+		pfx := r.Prefix.Masked()
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits())
+		// The masked prefix stands for the route's router, whose
+		// neighbour entry holds the fixed destination MAC.
+		gw := pfx.Addr().As16()
+		if !s.addRoute(pfx, route{ifindex: r.Hop.Ifindex, gw: gw}) {
+			continue
+		}
+		if pfx.Addr().Is4() {
+			seen4[uint8(pfx.Bits())] = true
+		} else {
+			seen6[uint8(pfx.Bits())] = true
+		}
+		s.addNeigh(neighKey{int32(r.Hop.Ifindex), gw}, r.Hop.DstMAC)
+		s.setLink(r.Hop.Ifindex, r.Hop.SrcMAC, r.Hop.MTU)
+	}
+	s.lens4, s.lens6 = sortedLens(seen4), sortedLens(seen6)
+	s.sealNeigh(nil)
+	c.snap.Store(s)
+	return c
 }
 
 // CacheStats are the cache's counters.

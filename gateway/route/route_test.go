@@ -60,6 +60,14 @@ func eventually(t *testing.T, what string, f func() bool) {
 
 func mac6(m net.HardwareAddr) (a [6]byte) { copy(a[:], m); return }
 
+// lookup asks c for a's next hop.
+func lookup(c *route.Cache, a netip.Addr) (route.Hop, route.Verdict) {
+	var h route.Hop
+	k := a.As16()
+	v := c.Lookup(&k, &h)
+	return h, v
+}
+
 func TestCacheFollowsKernel(t *testing.T) {
 	tp := newTopo(t)
 	c, err := route.NewCache(route.Options{NetNS: tp.gw.Handle})
@@ -71,45 +79,45 @@ func TestCacheFollowsKernel(t *testing.T) {
 	// On-link neighbour not yet known: a counted miss, then the kernel
 	// resolves it on our request.
 	peer := pe0.Addr()
-	nh, v := c.Lookup(peer)
-	if v != route.NoNeighbour || nh.Ifindex != tp.gw0.Index {
+	nh, v := lookup(c, peer)
+	if v != route.NoNeighbour {
 		t.Fatalf("first lookup of %s = %+v %v; want a no-neighbour miss on gw0", peer, nh, v)
 	}
 	if c.Stats().NoNeighbour != 1 {
 		t.Fatalf("miss not counted: %+v", c.Stats())
 	}
-	eventually(t, "the kernel to resolve "+peer.String(), func() bool { nh, v = c.Lookup(peer); return v == route.Found })
+	eventually(t, "the kernel to resolve "+peer.String(), func() bool { nh, v = lookup(c, peer); return v == route.Found })
 	if nh.DstMAC != mac6(tp.pe0.MAC) || nh.SrcMAC != mac6(tp.gw0.MAC) || nh.Ifindex != tp.gw0.Index {
 		t.Fatalf("next hop %+v; want %s → %s on gw0", nh, tp.gw0.MAC, tp.pe0.MAC)
 	}
 
 	// Via a router: the next hop is the router's MAC on gw1.
 	dst := netip.MustParseAddr("192.0.2.77")
-	eventually(t, "the router's MAC", func() bool { nh, v = c.Lookup(dst); return v == route.Found })
-	if nh.Gateway != r0.Addr() || nh.DstMAC != mac6(tp.r0.MAC) || nh.Ifindex != tp.gw1.Index {
+	eventually(t, "the router's MAC", func() bool { nh, v = lookup(c, dst); return v == route.Found })
+	if nh.DstMAC != mac6(tp.r0.MAC) || nh.Ifindex != tp.gw1.Index {
 		t.Fatalf("next hop for %s = %+v; want %s (%s) on gw1", dst, nh, r0.Addr(), tp.r0.MAC)
 	}
 
 	// IPv6 neighbour discovery.
-	eventually(t, "IPv6 neighbour", func() bool { nh, v = c.Lookup(pe06.Addr()); return v == route.Found })
+	eventually(t, "IPv6 neighbour", func() bool { nh, v = lookup(c, pe06.Addr()); return v == route.Found })
 	if nh.DstMAC != mac6(tp.pe0.MAC) {
 		t.Fatalf("v6 next hop %+v", nh)
 	}
 
 	// Route changes show up.
 	in := netip.MustParseAddr("198.51.100.10")
-	if _, v := c.Lookup(in); v != route.NoRoute {
+	if _, v := lookup(c, in); v != route.NoRoute {
 		t.Fatalf("lookup of %s before its route: %v", in, v)
 	}
 	r := tp.addRoute(t, later, pe0.Addr(), tp.gw0.Index)
-	eventually(t, "new route", func() bool { nh, v = c.Lookup(in); return v == route.Found && nh.Ifindex == tp.gw0.Index })
+	eventually(t, "new route", func() bool { nh, v = lookup(c, in); return v == route.Found && nh.Ifindex == tp.gw0.Index })
 	if err := tp.gw.NL.RouteDel(r); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "route removal", func() bool { _, v = c.Lookup(in); return v == route.NoRoute })
+	eventually(t, "route removal", func() bool { _, v = lookup(c, in); return v == route.NoRoute })
 
 	// Neighbour changes show up.
 	fake := net.HardwareAddr{0x02, 0xee, 0, 0, 0, 1}
 	tp.gw.AddNeigh(t, "gw0", peer, fake)
-	eventually(t, "neighbour change", func() bool { nh, _ = c.Lookup(peer); return nh.DstMAC == mac6(fake) })
+	eventually(t, "neighbour change", func() bool { nh, _ = lookup(c, peer); return nh.DstMAC == mac6(fake) })
 }

@@ -8,13 +8,13 @@ import (
 
 func testSnapshot() *snapshot {
 	s := newSnapshot()
-	s.linkMACs[2] = [6]byte{2, 0, 0, 0, 0, 2}
-	s.linkMACs[3] = [6]byte{2, 0, 0, 0, 0, 3}
+	s.setLink(2, [6]byte{2, 0, 0, 0, 0, 2}, 0)
+	s.setLink(3, [6]byte{2, 0, 0, 0, 0, 3}, 0)
 	add := func(p string, ifindex int, gw string) {
 		pfx := netip.MustParsePrefix(p)
-		r := route{ifindex: ifindex}
+		r := route{ifindex: ifindex, onLink: true}
 		if gw != "" {
-			r.gw = netip.MustParseAddr(gw)
+			r.gw, r.onLink = netip.MustParseAddr(gw).As16(), false
 		}
 		s.addRoute(pfx, r)
 	}
@@ -31,6 +31,14 @@ func testSnapshot() *snapshot {
 	s.addNeigh(neighKey{3, netip.MustParseAddr("fd00:1::9").As16()}, [6]byte{0xaa, 3, 3, 3, 3, 3})
 	s.sealNeigh(nil)
 	return s
+}
+
+// lookupAddr asks c for a's next hop.
+func lookupAddr(c *Cache, a netip.Addr) (Hop, Verdict) {
+	var h Hop
+	k := a.As16() // IPv4-mapped for IPv4
+	v := c.Lookup(&k, &h)
+	return h, v
 }
 
 func testCache() *Cache {
@@ -57,9 +65,18 @@ func TestLongestPrefixMatch(t *testing.T) {
 		{"fd00:1::9", Found, 3, "fd00:1::9", 3},
 		{"2001:db8::1", NoNeighbour, 2, "fd00::fe", 0},
 	} {
-		nh, v := c.Lookup(netip.MustParseAddr(tc.dst))
-		if v != tc.verdict || nh.Ifindex != tc.ifindex || nh.Gateway != netip.MustParseAddr(tc.gw).Unmap() || nh.DstMAC[1] != tc.mac {
-			t.Errorf("Lookup(%s) = %+v, %v; want %v via %s on %d", tc.dst, nh, v, tc.verdict, tc.gw, tc.ifindex)
+		nh, v := lookupAddr(c, netip.MustParseAddr(tc.dst))
+		k := netip.MustParseAddr(tc.dst).Unmap().As16()
+		r, _ := c.snap.Load().lookupRoute(&k)
+		gw := r.gw
+		if r.onLink {
+			gw = k
+		}
+		if v != tc.verdict || r.ifindex != tc.ifindex || netip.AddrFrom16(gw).Unmap() != netip.MustParseAddr(tc.gw).Unmap() || nh.DstMAC[1] != tc.mac {
+			t.Errorf("Lookup(%s) = %+v, %v via %v; want %v via %s on %d", tc.dst, nh, v, netip.AddrFrom16(gw), tc.verdict, tc.gw, tc.ifindex)
+		}
+		if v == Found && (nh.Ifindex != tc.ifindex || nh.MTU != defaultMTU) {
+			t.Errorf("Lookup(%s) = %+v; want interface %d, default MTU", tc.dst, nh, tc.ifindex)
 		}
 		if v == Found && nh.SrcMAC[5] != byte(tc.ifindex) {
 			t.Errorf("Lookup(%s) src MAC %x, want interface %d's", tc.dst, nh.SrcMAC, tc.ifindex)
@@ -75,18 +92,15 @@ func TestLongestPrefixMatch(t *testing.T) {
 	delete(s.routes4, key4(0, 0))
 	s.lens4 = []uint8{25, 24, 16}
 	c.snap.Store(s)
-	if _, v := c.Lookup(netip.MustParseAddr("8.8.8.8")); v != NoRoute || c.Stats().NoRoute != 1 {
+	if _, v := lookupAddr(c, netip.MustParseAddr("8.8.8.8")); v != NoRoute || c.Stats().NoRoute != 1 {
 		t.Fatalf("without a default route: %v", v)
-	}
-	if _, v := c.Lookup(netip.Addr{}); v != NoRoute {
-		t.Fatalf("zero address: %v", v)
 	}
 }
 
 func TestLookupMissNeverBlocks(t *testing.T) {
 	c := testCache() // nobody drains c.resolve
 	for i := 0; i < 100; i++ {
-		c.Lookup(netip.MustParseAddr("10.0.0.7"))
+		lookupAddr(c, netip.MustParseAddr("10.0.0.7"))
 	}
 	if c.Stats().NoNeighbour != 100 {
 		t.Fatal("misses not counted")
@@ -98,7 +112,7 @@ func TestLookupNoAllocs(t *testing.T) {
 	dsts := []netip.Addr{netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("fd00:1::9"), netip.MustParseAddr("10.0.0.7")}
 	if n := testing.AllocsPerRun(1000, func() {
 		for _, d := range dsts {
-			c.Lookup(d)
+			lookupAddr(c, d)
 		}
 		<-c.resolve
 	}); n != 0 {
@@ -106,14 +120,23 @@ func TestLookupNoAllocs(t *testing.T) {
 	}
 }
 
+// BenchmarkLookup is the pipeline's per-packet hop lookup, MTU included:
+// the default route (IPv4) and an on-link neighbour (IPv6).
 func BenchmarkLookup(b *testing.B) {
 	c := testCache()
-	d := netip.MustParseAddr("8.8.8.8")
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, v := c.Lookup(d); v != Found {
-			b.Fatal(v)
-		}
+	s := c.snap.Load()
+	s.links[2].mtu, s.links[3].mtu = 1500, 9000
+	for _, a := range []string{"8.8.8.8", "fd00:1::9"} {
+		d := netip.MustParseAddr(a).As16()
+		b.Run(a, func(b *testing.B) {
+			var h Hop
+			b.ReportAllocs()
+			for b.Loop() {
+				if v := c.Lookup(&d, &h); v != Found {
+					b.Fatal(v)
+				}
+			}
+		})
 	}
 }
 
@@ -152,7 +175,8 @@ func TestLongestPrefixMatchAgainstScan(t *testing.T) {
 				want, best = ids[j], p.Bits()
 			}
 		}
-		r, ok := s.lookupRoute(a)
+		k := a.As16()
+		r, ok := s.lookupRoute(&k)
 		got := 0
 		if ok {
 			got = r.ifindex
@@ -172,7 +196,7 @@ func TestLookupMarksNeighbourInUse(t *testing.T) {
 	if s.used[s.neigh[k].i].Load() != 0 {
 		t.Fatal("marked before any lookup")
 	}
-	if _, v := c.Lookup(netip.MustParseAddr("8.8.8.8")); v != Found {
+	if _, v := lookupAddr(c, netip.MustParseAddr("8.8.8.8")); v != Found {
 		t.Fatalf("lookup via the default route: %v", v)
 	}
 	marked := 0
@@ -193,5 +217,35 @@ func TestLookupMarksNeighbourInUse(t *testing.T) {
 	n.sealNeigh(s)
 	if n.used[n.neigh[k].i].Load() == 0 || n.used[0].Load() != 0 {
 		t.Errorf("rebuild lost or invented marks: %v %v", n.used[0].Load(), n.used[1].Load())
+	}
+}
+
+// A static table answers like the kernel-fed one: longest prefix first,
+// the route's hop with its MTU, nothing for an address no route covers.
+func TestStatic(t *testing.T) {
+	out := Hop{Ifindex: 7, SrcMAC: [6]byte{2, 0xaa}, DstMAC: [6]byte{2, 0xbb}, MTU: 1500}
+	under := Hop{Ifindex: 8, SrcMAC: [6]byte{2, 0xaa, 1}, DstMAC: [6]byte{2, 0xcc}, MTU: 9000}
+	c := NewStatic(
+		Static{netip.MustParsePrefix("0.0.0.0/0"), out},
+		Static{netip.MustParsePrefix("fd00::/64"), under},
+		Static{netip.MustParsePrefix("10.0.0.0/24"), under},
+	)
+	defer c.Close()
+	for _, tc := range []struct {
+		dst  string
+		want Hop
+		v    Verdict
+	}{
+		{"8.8.8.8", out, Found},
+		{"10.0.0.2", under, Found},
+		{"fd00::2", under, Found},
+		{"2001:db8::1", Hop{}, NoRoute},
+	} {
+		if h, v := lookupAddr(c, netip.MustParseAddr(tc.dst)); v != tc.v || h != tc.want {
+			t.Errorf("%s: %+v %v; want %+v %v", tc.dst, h, v, tc.want, tc.v)
+		}
+	}
+	if NewStatic().Close() != nil {
+		t.Fatal("Close of a static table failed")
 	}
 }

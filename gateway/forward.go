@@ -1,0 +1,263 @@
+package gateway
+
+// Pod → outside: checks, the flow lookup key, new flows and their NAT
+// binding, the SNAT rewrite.
+
+import (
+	"errors"
+
+	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/route"
+	"github.com/egret-gw/egret/nat"
+)
+
+// prefetchNewFlows starts loading, for every pod frame of the batch whose
+// lookup missed and that may open a flow, the index line of the reply tuple
+// its NAT port check (Allocate's ReplyInUse) will most likely ask about:
+// the egress IP the flow hash picks, with the pod's own source port. On a
+// big table that line is a cache miss per new flow, as long as a lookup's;
+// prefetched for the whole batch first, the misses overlap as TrackBatch's
+// do. It is only a hint: a wrong guess (another port, the flow exists after
+// all) costs a wasted load, never a different result. It keeps each flow's
+// egress IP choice for newFlow.
+func (pr *Processor) prefetchNewFlows(st *installed, in [][]byte) {
+	var r conntrack.Tuple
+	for i := range in {
+		fr := &pr.frames[i]
+		if fr.op != stepForward || fr.later {
+			continue
+		}
+		l := &pr.lks[fr.lk]
+		if l.Hit || !opensFlow(&l.Key, l.Flags) {
+			continue
+		}
+		ips := st.snap.policies[fr.policy].ips[fam(fr.pk.IPVer)]
+		if len(ips) == 0 {
+			continue
+		}
+		t := &l.Key
+		h := nat.FlowHash(t.Proto, nat.Addr(t.Src), t.SrcPort, nat.Addr(t.Dst), t.DstPort)
+		fr.pick, fr.picked = int32(nat.Pick(ips, h)), true
+		r.Src, r.Dst = t.Dst, conntrack.Addr(ips[fr.pick])
+		r.SrcPort, r.DstPort, r.Proto = t.DstPort, t.SrcPort, t.Proto
+		pr.ct.Prefetch(&r)
+	}
+}
+
+// forwardPrepare checks a decapsulated pod packet up to its flow lookup:
+// anti-spoof, policy, TTL, route and size (a packet that cannot leave must
+// not create a flow), then the lookup key.
+func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *conntrack.Lookup) Result {
+	pk, in, out := &s.pk, s.in, s.out
+	snap := st.snap
+	// The usual case takes one table lookup: the inner source is a pod whose
+	// node's VTEP is the outer source, so the VTEP is known and the pod is
+	// that node's. Anything else is sorted out in the order of the checks.
+	pod, ok := snap.pods.get(&pk.Src)
+	var ni int32
+	if ok && pod.vtep == pk.OuterSrc {
+		ni = pod.node
+	} else {
+		nip, known := snap.nodeByVTEP.get(&pk.OuterSrc)
+		if !known {
+			return pr.drop(DropUnknownVTEP)
+		}
+		ni = *nip
+		if !ok || pod.node != ni {
+			return pr.drop(DropSpoofedSource)
+		}
+	}
+	if pod.policy < 0 {
+		return pr.drop(DropNotSelected)
+	}
+	if pk.Frag && pk.IPVer == 6 {
+		return pr.drop(DropIPv6Fragment)
+	}
+	if pk.TTL <= 1 {
+		return pr.icmpToPod(st, pk, now, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
+	}
+	if snap.routes.Lookup(&pk.Dst, &s.hop) != route.Found {
+		return pr.drop(DropNoRoute)
+	}
+	ipLen := pk.End - pk.L3
+	if ipLen > s.hop.MTU {
+		if pk.IPVer == 4 && !header.IPv4(in[pk.L3:pk.L3+header.IPv4MinLen]).Fixed().DontFragment() {
+			return pr.drop(DropMTUExceeded) // DF clear: a router would fragment; we do not
+		}
+		return pr.icmpToPod(st, pk, now, ni, in, out, icmpTooBig, s.hop.MTU, DropMTUExceeded)
+	}
+	s.n = header.EthernetLen + ipLen
+	if s.n > len(out) {
+		return pr.drop(DropOutBuffer)
+	}
+	s.ni, s.policy = ni, pod.policy
+	if pk.Frag && pk.FragOff != 0 {
+		s.op, s.later = stepForward, true
+		return Result{}
+	}
+	t := &l.Key
+	// Word copies: Decode stored the addresses as 8-byte words, and a
+	// 16-byte load of them could not be forwarded from those stores.
+	copy16((*[16]byte)(&t.Src), &pk.Src)
+	copy16((*[16]byte)(&t.Dst), &pk.Dst)
+	t.Proto = pk.Proto
+	l.Dir, l.Flags = conntrack.Original, 0
+	switch pk.Proto {
+	case header.ProtoTCP, header.ProtoUDP:
+		if !pk.HasL4 {
+			return pr.drop(DropMalformed)
+		}
+		t.SrcPort, t.DstPort = pk.SrcPort, pk.DstPort
+		if pk.Proto == header.ProtoTCP {
+			l.Flags = pk.TCPFlags
+		}
+	case header.ProtoICMPv4, header.ProtoICMPv6:
+		if !pk.HasL4 {
+			return pr.drop(DropMalformed)
+		}
+		if !pk.ICMPEcho || (pk.ICMPType != header.ICMPv4EchoRequest && pk.ICMPType != header.ICMPv6EchoRequest) {
+			return pr.drop(DropICMPType)
+		}
+		t.SrcPort, t.DstPort = pk.ICMPID, 0
+	default:
+		return pr.drop(DropUnsupportedProto)
+	}
+	s.op = stepForward
+	return Result{}
+}
+
+// forwardFinish takes a pod packet to the outside once its flow is looked
+// up: a miss becomes a new flow; then the NAT rewrite.
+func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntrack.Lookup) Result {
+	pk, in, out := &s.pk, s.in, s.out
+	var natAddr [16]byte
+	var natPort uint16
+	if s.later {
+		e := pr.frags.lookup(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now)
+		if e == nil {
+			return pr.drop(DropFragNoFirst)
+		}
+		natAddr = e.addr
+	} else {
+		if l.Hit && !natCurrent(st, s, &l.Flow) {
+			l.Hit = pr.retire(st, s, l, now)
+		}
+		if !l.Hit {
+			if r := pr.newFlow(st, s, l, now); r != DropNone {
+				return pr.drop(r)
+			}
+		}
+		natAddr, natPort = [16]byte(l.Flow.NATAddr), l.Flow.NATPort
+	}
+	n := s.n
+	writeEth(out, &s.hop.DstMAC, &s.hop.SrcMAC, pk.IPVer)
+	ip, src := out[header.EthernetLen:n], in[pk.L3:pk.End]
+	if s.later {
+		copy(ip, src)
+		decTTL(ip, pk.IPVer)
+		header.IPv4(ip).Fixed().SetSrcAddrWithChecksumUpdate([4]byte(natAddr[12:]))
+	} else {
+		rewriteNAT(ip, src, pk, srcSide, &natAddr, natPort)
+		if pk.Frag && pk.IPVer == 4 {
+			pr.frags.add(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &natAddr, 0)
+		}
+	}
+	pr.stats.local.Counters[CounterForwarded]++
+	return Result{Verdict: VerdictTx, Ifindex: s.hop.Ifindex, Len: n}
+}
+
+// natCurrent reports whether flow f's egress IP is still one of the IPs of
+// frame s's pod's policy hosted here, for the packet's family. Pick keeps a
+// flow on its IP for life; this is what ends that life when the IP leaves.
+func natCurrent(st *installed, s *frame, f *conntrack.Flow) bool {
+	for _, ip := range st.snap.policies[s.policy].ips[fam(s.pk.IPVer)] {
+		if ip == nat.Addr(f.NATAddr) {
+			return true
+		}
+	}
+	return false
+}
+
+// retire handles a hit on a flow whose egress IP is no longer one of its
+// pod's policy's IPs hosted here: the IP moved to another gateway, or the
+// pod's policy changed. Its packets would leave from an address this
+// gateway no longer owns, and the replies would go elsewhere, so the flow is
+// removed, its port released and flows_moved counted. The packet is then a
+// miss: UDP and ICMP open a flow on a current egress IP (the flows of the IP
+// that left move, and no other), TCP is tcp_no_flow. An earlier frame of
+// the batch may have done this already: the key is looked up again first,
+// and a current flow found then is used. It reports whether l now holds a
+// current flow.
+func (pr *Processor) retire(st *installed, s *frame, l *conntrack.Lookup, now int64) bool {
+	natAddr, natPort := l.Flow.NATAddr, l.Flow.NATPort
+	if pr.ct.Track(conntrack.Original, &l.Key, l.Flags, now, &l.Flow) {
+		if natCurrent(st, s, &l.Flow) {
+			return true
+		}
+		natAddr, natPort = l.Flow.NATAddr, l.Flow.NATPort
+	}
+	var gone conntrack.Flow
+	if pr.ct.DeleteBinding(&l.Key, natAddr, natPort, &gone) {
+		pr.releaseFlow(&gone)
+		pr.stats.local.Counters[CounterFlowsMoved]++
+	}
+	return false
+}
+
+// opensFlow reports whether a pod packet with tuple t and TCP flags may
+// open a flow: any UDP or ICMP echo, and TCP only with a bare SYN.
+func opensFlow(t *conntrack.Tuple, flags uint8) bool {
+	const f = conntrack.FlagSYN | conntrack.FlagACK | conntrack.FlagRST | conntrack.FlagFIN
+	return t.Proto != header.ProtoTCP || flags&f == conntrack.FlagSYN
+}
+
+// newFlow allocates a NAT binding for frame s's lookup l.Key and inserts
+// the flow into l.Flow. It returns DropNone on success.
+func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now int64) DropReason {
+	pk, ni, policy := &s.pk, s.ni, s.policy
+	t, flags := &l.Key, l.Flags
+	if !opensFlow(t, flags) {
+		return DropTCPNoFlow
+	}
+	if st.snap.hosted.has(&pk.Dst) {
+		// Checked only here: no flow to a hosted egress IP is ever created,
+		// so established traffic needs no hairpin lookup.
+		return DropHairpin
+	}
+	ips := st.snap.policies[policy].ips[fam(pk.IPVer)]
+	if len(ips) == 0 {
+		return DropNoEgressIP
+	}
+	tn, ok := pr.tunnelNumber(tunnelID{pk.Tunnel, pk.VNI})
+	if !ok {
+		return DropTunnelIDs
+	}
+	src, dst := nat.Addr(t.Src), nat.Addr(t.Dst)
+	pick := int(s.pick)
+	if !s.picked {
+		pick = nat.Pick(ips, nat.FlowHash(t.Proto, src, t.SrcPort, dst, t.DstPort))
+	}
+	natAddr := ips[pick]
+	port, err := pr.alloc.Allocate(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr, pr.random())
+	if err != nil {
+		return DropNATExhausted
+	}
+	f := &l.Flow
+	*f = conntrack.Flow{Orig: *t, NATAddr: conntrack.Addr(natAddr), NATPort: port,
+		Aux: packAux(st.vtepOfNode[ni], tn)}
+	err = pr.ct.Insert(f, flags, now)
+	if err == nil {
+		pr.inserted = true
+		pr.stats.local.Counters[CounterFlowsNew]++
+		return DropNone
+	}
+	pr.alloc.Release(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr, port)
+	if errors.Is(err, conntrack.ErrExists) && pr.ct.Track(conntrack.Original, t, flags, now, f) {
+		return DropNone // another processor created it meanwhile
+	}
+	if errors.Is(err, conntrack.ErrFull) {
+		return DropConntrackFull
+	}
+	return DropNATExhausted // the reply tuple was taken between Allocate and Insert
+}
