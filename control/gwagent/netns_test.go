@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/vishvananda/netns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -276,22 +274,17 @@ func startAgent(t *testing.T, tp *nsTopo, src cluster.Source, fence time.Duratio
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		// The agent's goroutine lives in the gateway namespace: the engine
-		// and the health listener are created there. The thread stays
-		// locked, so it ends with the goroutine.
-		runtime.LockOSThread()
-		if err := netns.Set(tp.gw.Handle); err != nil {
-			done <- err
-			return
-		}
-		hs, err := health.Listen(nsHealthAddr)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer hs.Stop()
-		a.Health = hs
-		done <- a.Run(ctx)
+		// The agent runs in the gateway namespace: the engine and the
+		// health listener are created there.
+		done <- tp.gw.Do(func() error {
+			hs, err := health.Listen(nsHealthAddr)
+			if err != nil {
+				return err
+			}
+			defer hs.Stop()
+			a.Health = hs
+			return a.Run(ctx)
+		})
 	}()
 	stopped := false
 	stop := func() {

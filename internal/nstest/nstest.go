@@ -18,6 +18,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/nsenter"
 )
 
 var (
@@ -74,22 +77,14 @@ func New(t testing.TB) *NS {
 	Root(t)
 	sweepOne.Do(sweep)
 	name := fmt.Sprintf("egt-%d-%d", os.Getpid(), seq.Add(1))
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get current netns: %v", err)
-	}
-	defer orig.Close()
-	h, err := netns.NewNamed(name)
+	h, err := create(name)
 	if err != nil {
 		t.Fatalf("create netns %s: %v", name, err)
 	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("return to original netns: %v", err)
-	}
 	nl, err := netlink.NewHandleAt(h)
 	if err != nil {
+		h.Close()
+		netns.DeleteNamed(name)
 		t.Fatalf("netlink handle in %s: %v", name, err)
 	}
 	ns := &NS{Name: name, Handle: h, NL: nl}
@@ -108,40 +103,53 @@ func New(t testing.TB) *NS {
 	return ns
 }
 
-// Do runs fn on a thread switched into the namespace.
-func (ns *NS) Do(fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
+// create makes the named namespace. netns.NewNamed moves the calling thread
+// into it, so it runs on a goroutine whose thread stays locked and is
+// discarded when the goroutine ends: no switching back to get wrong.
+func create(name string) (netns.NsHandle, error) {
+	type result struct {
+		h   netns.NsHandle
+		err error
 	}
-	defer orig.Close()
-	if err := netns.Set(ns.Handle); err != nil {
-		return err
-	}
-	defer netns.Set(orig)
-	return fn()
+	c := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked
+		h, err := netns.NewNamed(name)
+		c <- result{h, err}
+	}()
+	r := <-c
+	return r.h, r.err
 }
+
+// Path is the namespace's bind mount, as CNI runtimes pass it.
+func (ns *NS) Path() string { return "/var/run/netns/" + ns.Name }
+
+// Do runs fn on a thread switched into the namespace (see nsenter.Do).
+func (ns *NS) Do(fn func() error) error { return nsenter.Do(ns.Handle, fn) }
 
 // Enter locks the calling goroutine to its thread and moves it into the
 // namespace for the rest of the test (or benchmark). Use it from the test
 // goroutine only.
 func (ns *NS) Enter(t testing.TB) {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
+	leave, err := nsenter.Enter(ns.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := netns.Set(ns.Handle); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		netns.Set(orig)
-		orig.Close()
-		runtime.UnlockOSThread()
+		if err := leave(); err != nil {
+			t.Error(err)
+		}
 	})
+}
+
+// Pair creates two namespaces joined by a veth pair: end an (address ap) in
+// the first, bn (address bp) in the second. The ends' NS fields are the
+// namespaces. This is the shape most data-plane tests need: the device under
+// test and one peer that sends and receives its traffic.
+func Pair(t testing.TB, an string, ap netip.Prefix, bn string, bp netip.Prefix) (*Veth, *Veth) {
+	t.Helper()
+	return VethPair(t, New(t), an, ap, New(t), bn, bp)
 }
 
 // Veth is one end of a veth pair.
@@ -173,18 +181,12 @@ func VethPair(t testing.TB, a *NS, an string, ap netip.Prefix, b *NS, bn string,
 
 func setup(t testing.TB, ns *NS, name string, p netip.Prefix) *Veth {
 	t.Helper()
+	if p.IsValid() {
+		ns.AddAddr(t, name, p)
+	}
 	l, err := ns.NL.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if p.IsValid() {
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if p.Addr().Is6() {
-			addr.Flags = 0x02 // IFA_F_NODAD: usable at once
-		}
-		if err := ns.NL.AddrAdd(l, addr); err != nil {
-			t.Fatalf("address %s on %s: %v", p, name, err)
-		}
 	}
 	if err := ns.NL.LinkSetUp(l); err != nil {
 		t.Fatalf("up %s: %v", name, err)
@@ -193,20 +195,54 @@ func setup(t testing.TB, ns *NS, name string, p netip.Prefix) *Veth {
 	return &Veth{NS: ns, Name: name, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr, Addr: p}
 }
 
-// AddAddr adds prefix p to interface name (IPv6 without DAD).
-func (ns *NS) AddAddr(t testing.TB, name string, p netip.Prefix) {
+// AddAddr adds prefixes ps to interface name (IPv6 without DAD, so usable
+// at once).
+func (ns *NS) AddAddr(t testing.TB, name string, ps ...netip.Prefix) {
 	t.Helper()
 	l, err := ns.NL.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-	if p.Addr().Is6() {
-		addr.Flags = 0x02 // IFA_F_NODAD
+	for _, p := range ps {
+		addr := &netlink.Addr{IPNet: ipNet(p)}
+		if p.Addr().Is6() {
+			addr.Flags = unix.IFA_F_NODAD
+		}
+		if err := ns.NL.AddrAdd(l, addr); err != nil {
+			t.Fatalf("address %s on %s: %v", p, name, err)
+		}
 	}
-	if err := ns.NL.AddrAdd(l, addr); err != nil {
-		t.Fatalf("address %s on %s: %v", p, name, err)
+}
+
+// AddRoute routes dst via gateway via out of interface name; a /0 dst
+// (0.0.0.0/0, ::/0) is the default route.
+func (ns *NS) AddRoute(t testing.TB, name string, dst netip.Prefix, via netip.Addr) *netlink.Route {
+	t.Helper()
+	l, err := ns.NL.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst), Gw: via.AsSlice()}
+	if err := ns.NL.RouteAdd(r); err != nil {
+		t.Fatalf("route %s via %s dev %s: %v", dst, via, name, err)
+	}
+	return r
+}
+
+// DefaultVia adds a default route via each gateway out of interface name.
+func (ns *NS) DefaultVia(t testing.TB, name string, gws ...netip.Addr) {
+	t.Helper()
+	for _, g := range gws {
+		zero := netip.IPv4Unspecified()
+		if g.Is6() {
+			zero = netip.IPv6Unspecified()
+		}
+		ns.AddRoute(t, name, netip.PrefixFrom(zero, 0), g)
+	}
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // AddNeigh adds a permanent neighbour entry ip → mac on interface name.
