@@ -239,10 +239,10 @@ func healthOf(t *testing.T, tp *nsTopo, addr string) healthpb.HealthCheckRespons
 
 // newNsTopo builds the two namespaces, the veth pair and the echo server.
 func newNsTopo(t *testing.T) (*nsTopo, <-chan netip.AddrPort) {
-	gw, peer := nstest.New(t), nstest.New(t)
-	d0, p0 := nstest.VethPair(t, gw, "d0", nsGwPrefix, peer, "p0", nsPeerPrefix)
+	d0, p0 := nstest.Pair(t, "d0", nsGwPrefix, "p0", nsPeerPrefix)
+	peer := p0.NS
 	peer.AddAddr(t, "p0", netip.PrefixFrom(nsServer, 24))
-	tp := &nsTopo{gw: gw, peer: peer, d0: d0, p0: p0, raw: peer.OpenRaw(t, "p0")}
+	tp := &nsTopo{gw: d0.NS, peer: peer, d0: d0, p0: p0, raw: peer.OpenRaw(t, "p0")}
 	var srv *net.UDPConn
 	if err := peer.Do(func() error {
 		var err error

@@ -297,3 +297,38 @@ func (ns *NS) HasAddr(t testing.TB, name string, a netip.Addr) bool {
 	}
 	return false
 }
+
+// Routed is a gateway namespace with two links, the shape of the tests of the
+// gateway's kernel-facing packages (address claims, the route cache):
+//
+//	peer ─pe0──gw0─ GW ─gw1──r0─ router
+//
+// gw0/pe0 carry 10.66.0.0/24 and fd66::/64, gw1/r0 carry 10.67.0.0/24, and GW
+// routes RoutedFar (192.0.2.0/24) via the router.
+type Routed struct {
+	GW, Peer, Router  *NS
+	GW0, PE0, GW1, R0 *Veth
+}
+
+// Addresses of a Routed topology.
+var (
+	RoutedGW0  = netip.MustParsePrefix("10.66.0.1/24")
+	RoutedPE0  = netip.MustParsePrefix("10.66.0.2/24")
+	RoutedGW06 = netip.MustParsePrefix("fd66::1/64")
+	RoutedPE06 = netip.MustParsePrefix("fd66::2/64")
+	RoutedGW1  = netip.MustParsePrefix("10.67.0.1/24")
+	RoutedR0   = netip.MustParsePrefix("10.67.0.2/24")
+	RoutedFar  = netip.MustParsePrefix("192.0.2.0/24")
+)
+
+// NewRouted builds a Routed topology.
+func NewRouted(t testing.TB) *Routed {
+	t.Helper()
+	r := &Routed{GW: New(t), Peer: New(t), Router: New(t)}
+	r.GW0, r.PE0 = VethPair(t, r.GW, "gw0", RoutedGW0, r.Peer, "pe0", RoutedPE0)
+	r.GW1, r.R0 = VethPair(t, r.GW, "gw1", RoutedGW1, r.Router, "r0", RoutedR0)
+	r.GW.AddAddr(t, "gw0", RoutedGW06)
+	r.Peer.AddAddr(t, "pe0", RoutedPE06)
+	r.GW.AddRoute(t, "gw1", RoutedFar, RoutedR0.Addr())
+	return r
+}
