@@ -4,7 +4,9 @@
 // means locking the goroutine to its thread, switching the thread, and
 // switching it back before anything else may run there. When switching back
 // fails the thread must not return to the scheduler: it stays locked, and the
-// runtime discards it when its goroutine ends.
+// runtime discards it when its goroutine ends. That is a last resort, not a
+// shortcut: a discarded thread also kills the children it started with
+// Pdeathsig.
 package nsenter
 
 import (

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,21 +103,22 @@ func New(t testing.TB) *NS {
 }
 
 // create makes the named namespace. netns.NewNamed moves the calling thread
-// into it, so it runs on a goroutine whose thread stays locked and is
-// discarded when the goroutine ends: no switching back to get wrong.
+// into it; nsenter.Do brings the thread back to the host namespace (where
+// every unlocked thread is) afterwards. Discarding the thread instead would
+// kill the children it started with Pdeathsig, like kubetest's etcd.
 func create(name string) (netns.NsHandle, error) {
-	type result struct {
-		h   netns.NsHandle
-		err error
+	host, err := netns.Get()
+	if err != nil {
+		return netns.None(), err
 	}
-	c := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		h, err := netns.NewNamed(name)
-		c <- result{h, err}
-	}()
-	r := <-c
-	return r.h, r.err
+	defer host.Close()
+	var h netns.NsHandle
+	err = nsenter.Do(host, func() error {
+		var err error
+		h, err = netns.NewNamed(name)
+		return err
+	})
+	return h, err
 }
 
 // Path is the namespace's bind mount, as CNI runtimes pass it.
