@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/egret-gw/egret/internal/nstest"
+
 	"github.com/vishvananda/netlink"
 )
 
@@ -44,7 +46,7 @@ func (c *cnitool) run(verb, network string) (string, error) {
 	var out, errOut bytes.Buffer
 	var runErr error
 	if err := c.lab.Node.Do(func() error {
-		cmd := exec.Command(c.bin, verb, network, c.lab.Pod.Path)
+		cmd := exec.Command(c.bin, verb, network, c.lab.Pod.Path())
 		cmd.Env = append(os.Environ(), "NETCONFPATH="+c.confDir, "CNI_PATH="+pluginDir(c.t), "CNI_IFNAME=net1", "CNI_ARGS="+c.args)
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		runErr = cmd.Run()
@@ -68,7 +70,7 @@ func (c *cnitool) writeConf(name, version, body string) {
 
 // TestCnitool drives the plugin with the reference runtime tool for every spec version.
 func TestCnitool(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	bin := cnitoolPath(t)
 	for _, v := range specVersions {
 		t.Run(v, func(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/egret-gw/egret/internal/nstest"
+
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +27,7 @@ import (
 
 // forwardAPI makes the test API server (on the host's loopback) reachable from inside
 // the node namespace, where the plugin runs, and returns a kubeconfig pointing there.
-func forwardAPI(t *testing.T, env *kubetest.Env, node *testNS) string {
+func forwardAPI(t *testing.T, env *kubetest.Env, node *nstest.NS) string {
 	t.Helper()
 	u, err := url.Parse(env.Config.Host)
 	if err != nil {
@@ -90,7 +92,7 @@ func putConfigMap(t *testing.T, cs kubernetes.Interface, ns, name string, data m
 // TestIPConfigFromAPIServer reads the IP configuration from a ConfigMap on a real
 // kube-apiserver, with the override rules, through ADD → CHECK → DEL.
 func TestIPConfigFromAPIServer(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	env := kubetest.Start(t)
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -184,7 +186,7 @@ func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"
 
 // TestIPConfigAPIDown: an unreachable API server is "try again later", not a config error.
 func TestIPConfigAPIDown(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	l := newLab(t, true)
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*clientcmdapiConfig("https://127.0.0.1:1"), kc); err != nil {

@@ -1,9 +1,6 @@
 package cni
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -16,148 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	"github.com/egret-gw/egret/internal/nstest"
+
 	"golang.org/x/sys/unix"
 )
 
-// requireRoot skips privileged tests for non-root users, except under CI where they must run.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("privileged test needs root (CI=true)")
-	}
-	t.Skip("privileged test: run as root")
-}
-
-// testNS is a throwaway named network namespace.
-type testNS struct {
-	Name string
-	Path string
-	H    netns.NsHandle
-	NL   *netlink.Handle
-}
-
-func newNS(t *testing.T, role string) *testNS {
-	t.Helper()
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	name := "egrt-" + role + "-" + hex.EncodeToString(rnd[:])
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	h, err := netns.NewNamed(name)
-	if serr := netns.Set(orig); serr != nil {
-		// This thread is in the wrong namespace now: keep it locked so the runtime drops it.
-		t.Fatalf("returning to the original namespace: %v", serr)
-	}
-	orig.Close()
-	runtime.UnlockOSThread()
-	if err != nil {
-		t.Fatalf("creating netns %s: %v", name, err)
-	}
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &testNS{Name: name, Path: "/var/run/netns/" + name, H: h, NL: nl}
-	t.Cleanup(func() {
-		nl.Close()
-		h.Close()
-		_ = netns.DeleteNamed(name)
-	})
-	lo, err := nl.LinkByName("lo")
-	if err == nil {
-		err = nl.LinkSetUp(lo)
-	}
-	if err != nil {
-		t.Fatalf("lo up in %s: %v", name, err)
-	}
-	return n
-}
-
-// Do runs f on a thread inside the namespace (sockets made there belong to it, and
-// child processes started there inherit it).
-func (n *testNS) Do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(n.H); err != nil {
-			errc <- err
-			return
-		}
-		err = f()
-		if serr := netns.Set(orig); serr != nil {
-			errc <- errors.Join(err, serr) // thread stays locked and dies with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
-}
-
-func (n *testNS) addr(t *testing.T, link string, cidrs ...string) {
-	t.Helper()
-	l, err := n.NL.LinkByName(link)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cidrs {
-		p := netip.MustParsePrefix(c)
-		a := &netlink.Addr{IPNet: ipNet(p)}
-		if p.Addr().Is6() {
-			a.Flags = unix.IFA_F_NODAD
-		}
-		if err := n.NL.AddrAdd(l, a); err != nil {
-			t.Fatalf("%s: adding %s to %s: %v", n.Name, c, link, err)
-		}
-	}
-	if err := n.NL.LinkSetUp(l); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (n *testNS) defaultVia(t *testing.T, link string, gws ...string) {
-	t.Helper()
-	l, err := n.NL.LinkByName(link)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range gws {
-		a := netip.MustParseAddr(g)
-		if err := n.NL.RouteAdd(&netlink.Route{Dst: defaultDst(familyOf(a)), Gw: a.AsSlice(), LinkIndex: l.Attrs().Index}); err != nil {
-			t.Fatalf("%s: default via %s: %v", n.Name, g, err)
-		}
-	}
-}
-
-// veth links a in x with b in y.
-func veth(t *testing.T, x *testNS, a string, y *testNS, b string) {
-	t.Helper()
-	attrs := netlink.NewLinkAttrs()
-	attrs.Name = a
-	v := &netlink.Veth{LinkAttrs: attrs, PeerName: b, PeerNamespace: netlink.NsFd(int(y.H))}
-	if err := x.NL.LinkAdd(v); err != nil {
-		t.Fatalf("veth %s/%s: %v", a, b, err)
-	}
-}
-
 // lab is the node, the pod on it, and the outside network behind the node's ext0.
 type lab struct {
-	Node, Pod, Out *testNS
+	Node, Pod, Out *nstest.NS
 }
 
 // Addresses of the lab.
@@ -173,21 +36,24 @@ const (
 
 func newLab(t *testing.T, podDefault bool) *lab {
 	t.Helper()
-	l := &lab{Node: newNS(t, "node"), Pod: newNS(t, "pod"), Out: newNS(t, "out")}
-	veth(t, l.Node, "ext0", l.Out, "ext0p")
-	l.Node.addr(t, "ext0", nodeExt4+"/24", nodeExt6+"/64")
-	l.Out.addr(t, "ext0p", outGW4+"/24", outGW6+"/64")
-	l.Out.addr(t, "lo", allowed4+"/32", denied4+"/32", allowed6+"/128", denied6+"/128")
-	l.Node.defaultVia(t, "ext0", outGW4, outGW6)
+	ext, extp := nstest.Pair(t, "ext0", prefix(nodeExt4+"/24"), "ext0p", prefix(outGW4+"/24"))
+	l := &lab{Node: ext.NS, Pod: nstest.New(t), Out: extp.NS}
+	l.Node.AddAddr(t, "ext0", prefix(nodeExt6+"/64"))
+	l.Out.AddAddr(t, "ext0p", prefix(outGW6+"/64"))
+	l.Out.AddAddr(t, "lo", prefix(allowed4+"/32"), prefix(denied4+"/32"), prefix(allowed6+"/128"), prefix(denied6+"/128"))
+	l.Node.DefaultVia(t, "ext0", addr(outGW4), addr(outGW6))
 
-	veth(t, l.Pod, "eth0", l.Node, "vpod0")
-	l.Pod.addr(t, "eth0", podNet4+"/24", podNet6+"/64")
-	l.Node.addr(t, "vpod0", podGW4+"/24", podGW6+"/64")
+	nstest.VethPair(t, l.Pod, "eth0", prefix(podNet4+"/24"), l.Node, "vpod0", prefix(podGW4+"/24"))
+	l.Pod.AddAddr(t, "eth0", prefix(podNet6+"/64"))
+	l.Node.AddAddr(t, "vpod0", prefix(podGW6+"/64"))
 	if podDefault {
-		l.Pod.defaultVia(t, "eth0", podGW4, podGW6)
+		l.Pod.DefaultVia(t, "eth0", addr(podGW4), addr(podGW6))
 	}
 	return l
 }
+
+func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }
 
 var (
 	buildOnce sync.Once
@@ -272,7 +138,7 @@ const (
 // sniffer captures frames on an interface of a namespace.
 type sniffer struct{ fd int }
 
-func newSniffer(t *testing.T, n *testNS, link string) *sniffer {
+func newSniffer(t *testing.T, n *nstest.NS, link string) *sniffer {
 	t.Helper()
 	l, err := n.NL.LinkByName(link)
 	if err != nil {
@@ -332,7 +198,7 @@ func hasNA(frames [][]byte, ip netip.Addr) bool {
 	return false
 }
 
-func routesOf(t *testing.T, n *testNS, family int) []string {
+func routesOf(t *testing.T, n *nstest.NS, family int) []string {
 	t.Helper()
 	rs, err := n.NL.RouteList(nil, family)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/internal/nstest"
+
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -47,7 +49,7 @@ func newRuntime(t *testing.T, l *lab, podName string) *cniRuntime {
 		t: t, lab: l,
 		cni: libcni.NewCNIConfigWithCacheDir([]string{pluginDir(t)}, t.TempDir(), nil),
 		rt: &libcni.RuntimeConf{
-			ContainerID: "c-" + l.Pod.Name, NetNS: l.Pod.Path, IfName: "net1",
+			ContainerID: "c-" + l.Pod.Name, NetNS: l.Pod.Path(), IfName: "net1",
 			Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "ns1"}, {"K8S_POD_NAME", podName}},
 		},
 	}
@@ -90,7 +92,7 @@ var configForms = []struct {
 // TestAddCheckDel runs the whole life cycle through libcni for every spec version and
 // config form, checking addresses, routes, nftables rules, announcements and reachability.
 func TestAddCheckDel(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	for _, v := range specVersions {
 		for i, form := range configForms {
 			t.Run(v+"/"+form.name, func(t *testing.T) {
@@ -229,7 +231,7 @@ func assertPlumbed(t *testing.T, l *lab, dests, cluster bool) {
 	if !hasRoute(r6, "default via "+outGW6+" dev net1") {
 		t.Errorf("pod IPv6 routes lack the default via net1:%s", joinLines(r6))
 	}
-	n, err := FilterRuleCount(int(l.Pod.H), "net1")
+	n, err := FilterRuleCount(int(l.Pod.Handle), "net1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +255,7 @@ func assertClean(t *testing.T, l *lab, before4 []string) {
 	if !hasRoute(routesOf(t, l.Pod, netlink.FAMILY_V6), "default via "+podGW6+" dev eth0") {
 		t.Error("IPv6 default route not restored")
 	}
-	if n, err := FilterRuleCount(int(l.Pod.H), "net1"); err != nil || n != -1 {
+	if n, err := FilterRuleCount(int(l.Pod.Handle), "net1"); err != nil || n != -1 {
 		t.Errorf("filter table after DEL: %d rules, %v", n, err)
 	}
 	saved, _ := l.Pod.NL.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: BackupTable}, netlink.RT_FILTER_TABLE)
@@ -291,7 +293,7 @@ func restoreDefault(t *testing.T, l *lab, r netlink.Route) {
 // runPlugin executes the binary directly, as a runtime would, in the node's namespace.
 func runPlugin(t *testing.T, l *lab, cmd, conf, args string) (stdout []byte, exitErr error) {
 	t.Helper()
-	return runPluginIn(t, l, l.Pod.Path, cmd, conf, args)
+	return runPluginIn(t, l, l.Pod.Path(), cmd, conf, args)
 }
 
 func runPluginIn(t *testing.T, l *lab, netnsPath, cmd, conf, args string) (stdout []byte, exitErr error) {
@@ -316,7 +318,7 @@ func runPluginIn(t *testing.T, l *lab, netnsPath, cmd, conf, args string) (stdou
 // TestErrorsAreCNIErrors checks the error contract: JSON on stdout, the right code,
 // a message naming the field, a non-zero exit, and nothing left behind.
 func TestErrorsAreCNIErrors(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	l := newLab(t, true)
 	before := routesOf(t, l.Pod, netlink.FAMILY_V4)
 	cases := []struct {
@@ -366,7 +368,7 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 			if got := routesOf(t, l.Pod, netlink.FAMILY_V4); strings.Join(got, "|") != strings.Join(before, "|") {
 				t.Errorf("a failed ADD changed the routes:%s", joinLines(got))
 			}
-			if n, _ := FilterRuleCount(int(l.Pod.H), "net1"); n != -1 {
+			if n, _ := FilterRuleCount(int(l.Pod.Handle), "net1"); n != -1 {
 				t.Error("a failed ADD left a filter table")
 			}
 		})
@@ -390,7 +392,7 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 // TestStatusAndGC covers the 1.1.0 verbs: STATUS reports availability, GC lets the
 // runtime DEL stale attachments and then succeeds.
 func TestStatusAndGC(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	l := newLab(t, true)
 	r := newRuntime(t, l, "web")
 	list := confList(t, "1.1.0", TypeEgressRouter, `"ip":{"addresses":["192.0.2.99/24"]}`)
@@ -426,7 +428,7 @@ func TestStatusAndGC(t *testing.T) {
 // TestIPvlan runs the ipvlan path where the kernel has it; elsewhere it checks the
 // plugin refuses cleanly, then skips with the reason.
 func TestIPvlan(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	l := newLab(t, true)
 	r := newRuntime(t, l, "web")
 	list := confList(t, "1.0.0", TypeEgressRouter, `"interfaceType":"ipvlan","interfaceArgs":{"master":"ext0"},"ip":{"addresses":["192.0.2.99/24"],"destinations":["198.51.100.10/32"]}`)
@@ -464,7 +466,7 @@ func TestIPvlan(t *testing.T) {
 	}
 }
 
-func mustIndex(t *testing.T, n *testNS, name string) int {
+func mustIndex(t *testing.T, n *nstest.NS, name string) int {
 	t.Helper()
 	l, err := n.NL.LinkByName(name)
 	if err != nil {
@@ -476,7 +478,7 @@ func mustIndex(t *testing.T, n *testNS, name string) int {
 // TestDestinationsForwarded: a pod that routes for others (an egress router in redirect
 // mode) is held to the same destinations as its own traffic.
 func TestDestinationsForwarded(t *testing.T) {
-	requireRoot(t)
+	nstest.Root(t)
 	l := newLab(t, true)
 	if err := l.Pod.Do(func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("1"), 0o644)

@@ -63,8 +63,8 @@ func TestGatewayCapabilities(t *testing.T) {
 		t.Fatal("setpriv (util-linux) is missing")
 	}
 	bin := buildEgret(t)
-	dut, peer := nstest.New(t), nstest.New(t)
-	nstest.VethPair(t, dut, "cap0", netip.MustParsePrefix("10.98.0.1/24"), peer, "cap1", netip.MustParsePrefix("10.98.0.2/24"))
+	cap0, _ := nstest.Pair(t, "cap0", netip.MustParsePrefix("10.98.0.1/24"), "cap1", netip.MustParsePrefix("10.98.0.2/24"))
+	dut := cap0.NS
 	egress := netip.MustParseAddr("10.98.0.50")
 	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(cfg, []byte(`interfaces: [cap0]

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/egret-gw/egret/internal/nsenter"
 )
 
 // run executes a command and returns its output; the error names the
@@ -55,31 +56,12 @@ func nsExec(ns string, name string, args ...string) (string, error) {
 // Do runs fn on an OS thread switched into network namespace ns. Sockets
 // created inside fn stay in ns after Do returns.
 func Do(ns string, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("read the current network namespace: %w", err)
-	}
-	defer orig.Close()
 	h, err := netns.GetFromName(ns)
 	if err != nil {
-		runtime.UnlockOSThread()
 		return fmt.Errorf("open network namespace %s: %w", ns, err)
 	}
 	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter network namespace %s: %w", ns, err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// Leave the thread locked: Go discards it when the goroutine ends
-		// instead of reusing a thread that sits in the wrong namespace.
-		return fmt.Errorf("return from network namespace %s: %w", ns, err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
+	return nsenter.Do(h, fn)
 }
 
 // DialContext opens a connection from inside network namespace ns, e.g. from

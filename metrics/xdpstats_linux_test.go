@@ -22,9 +22,9 @@ const xskBuffers = 128 // the smallest pool the port package accepts
 // steering to it; everything is closed by t.Cleanup.
 func droppingXSK(t *testing.T, n int) (int, *nic.Interface) {
 	t.Helper()
-	dut, gen := nstest.New(t), nstest.New(t)
-	d0, g0 := nstest.VethPair(t, dut, "xd0", netip.MustParsePrefix("10.77.0.1/24"), gen, "xg0", netip.MustParsePrefix("10.77.0.2/24"))
-	raw := gen.OpenRaw(t, "xg0")
+	d0, g0 := nstest.Pair(t, "xd0", netip.MustParsePrefix("10.77.0.1/24"), "xg0", netip.MustParsePrefix("10.77.0.2/24"))
+	dut := d0.NS
+	raw := g0.NS.OpenRaw(t, "xg0")
 	umem, err := nic.NewUmem(xskBuffers, 2048, 0)
 	if err != nil {
 		t.Fatal(err)

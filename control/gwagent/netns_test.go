@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/vishvananda/netns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -241,10 +239,10 @@ func healthOf(t *testing.T, tp *nsTopo, addr string) healthpb.HealthCheckRespons
 
 // newNsTopo builds the two namespaces, the veth pair and the echo server.
 func newNsTopo(t *testing.T) (*nsTopo, <-chan netip.AddrPort) {
-	gw, peer := nstest.New(t), nstest.New(t)
-	d0, p0 := nstest.VethPair(t, gw, "d0", nsGwPrefix, peer, "p0", nsPeerPrefix)
+	d0, p0 := nstest.Pair(t, "d0", nsGwPrefix, "p0", nsPeerPrefix)
+	peer := p0.NS
 	peer.AddAddr(t, "p0", netip.PrefixFrom(nsServer, 24))
-	tp := &nsTopo{gw: gw, peer: peer, d0: d0, p0: p0, raw: peer.OpenRaw(t, "p0")}
+	tp := &nsTopo{gw: d0.NS, peer: peer, d0: d0, p0: p0, raw: peer.OpenRaw(t, "p0")}
 	var srv *net.UDPConn
 	if err := peer.Do(func() error {
 		var err error
@@ -276,22 +274,17 @@ func startAgent(t *testing.T, tp *nsTopo, src cluster.Source, fence time.Duratio
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		// The agent's goroutine lives in the gateway namespace: the engine
-		// and the health listener are created there. The thread stays
-		// locked, so it ends with the goroutine.
-		runtime.LockOSThread()
-		if err := netns.Set(tp.gw.Handle); err != nil {
-			done <- err
-			return
-		}
-		hs, err := health.Listen(nsHealthAddr)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer hs.Stop()
-		a.Health = hs
-		done <- a.Run(ctx)
+		// The agent runs in the gateway namespace: the engine and the
+		// health listener are created there.
+		done <- tp.gw.Do(func() error {
+			hs, err := health.Listen(nsHealthAddr)
+			if err != nil {
+				return err
+			}
+			defer hs.Stop()
+			a.Health = hs
+			return a.Run(ctx)
+		})
 	}()
 	stopped := false
 	stop := func() {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/internal/nsenter"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/google/nftables"
@@ -196,7 +197,7 @@ func fcInputs(selected bool, status ...string) Inputs {
 // sendUDPPort sends one datagram from each source port to dst:dport.
 func sendUDPPort(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, sports []uint16, dport uint16) {
 	t.Helper()
-	err := inNS(ns, func() error {
+	err := nsenter.Do(ns, func() error {
 		for _, p := range sports {
 			if err := sendOne(src, p, dst, dport); err != nil {
 				return err
@@ -373,7 +374,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		// selected, a burst goes out at once (port 6001, up to 8 per stage).
 		probes := 0
 		probe := func() {
-			inNS(l.podH, func() error {
+			nsenter.Do(l.podH, func() error {
 				for i := range 4 {
 					probes += 2
 					sendOne(podIP4, uint16(55000+probes%10000+i), outside4, 6001)
@@ -405,7 +406,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inNS(l.podH, func() error {
+			nsenter.Do(l.podH, func() error {
 				for i := 0; ; i++ {
 					select {
 					case <-stop:
@@ -476,7 +477,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inNS(l.podH, func() error {
+			nsenter.Do(l.podH, func() error {
 				for i := 0; ; i++ {
 					select {
 					case <-stop:

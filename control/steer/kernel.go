@@ -8,10 +8,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/internal/nsenter"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -174,7 +174,7 @@ func (k *Kernel) sysctls() error {
 	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
 		set["net/ipv6/fib_multipath_hash_policy"] = "1"
 	}
-	return inNS(k.ns, func() error {
+	return nsenter.Do(k.ns, func() error {
 		for key, v := range set {
 			p := filepath.Join("/proc/sys", key)
 			if err := os.WriteFile(p, []byte(v), 0); err != nil {
@@ -286,33 +286,6 @@ func (k *Kernel) Cleanup() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// inNS runs fn on a thread in ns (or directly for netns.None()).
-func inNS(ns netns.NsHandle, fn func() error) error {
-	if !ns.IsOpen() {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter network namespace: %w", err)
-			return
-		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		} // else the thread stays locked and dies with the goroutine
-		errc <- err
-	}()
-	return <-errc
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/internal/nsenter"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/vishvananda/netlink"
@@ -260,7 +261,7 @@ func TestSteerInNetns(t *testing.T) {
 		// What the gateway sends back (gateway/encap.go): VXLAN to the
 		// node's VTEP, inner destination MAC the node's tunnel MAC.
 		frame := vxlanReply(cfg.VNI, k.TunnelMAC(), cluster.VTEPMAC(g1VTEP), outside4, podIP4, 9999, 45000, []byte("reply"))
-		err = inNS(l.g1H, func() error {
+		err = nsenter.Do(l.g1H, func() error {
 			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(nodeVTEP, DefaultPort)))
 			if err != nil {
 				return err
@@ -409,7 +410,7 @@ func rulesAt(t *testing.T, ns string) string {
 
 func listenUDP(ns netns.NsHandle, ap netip.AddrPort) (net.PacketConn, error) {
 	var pc net.PacketConn
-	err := inNS(ns, func() error {
+	err := nsenter.Do(ns, func() error {
 		var err error
 		pc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
 		return err

@@ -14,6 +14,8 @@ import (
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/nsenter"
 )
 
 // requirePrivileged skips outside CI when the test cannot build namespaces,
@@ -146,7 +148,7 @@ type capturer struct {
 func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 	t.Helper()
 	c := &capturer{done: make(chan struct{})}
-	err := inNS(ns, func() error {
+	err := nsenter.Do(ns, func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
 			return err
@@ -219,7 +221,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // sendUDP sends two datagrams from each source port in ports, from inside ns.
 func sendUDP(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, ports []uint16) {
 	t.Helper()
-	err := inNS(ns, func() error {
+	err := nsenter.Do(ns, func() error {
 		for _, p := range ports {
 			c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, p)),
 				net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9999)))
@@ -241,7 +243,7 @@ func sendUDP(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, ports []uint1
 // sendTCP starts n connections (their SYNs are enough) from inside ns.
 func sendTCP(t *testing.T, ns netns.NsHandle, dst netip.Addr, n int) {
 	t.Helper()
-	err := inNS(ns, func() error {
+	err := nsenter.Do(ns, func() error {
 		for range n {
 			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(dst, 443).String(), 30*time.Millisecond)
 			if err == nil {

@@ -9,13 +9,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/nsenter"
 )
 
 // Claimer adds hosted egress IPs to the external interface and announces
@@ -171,33 +172,16 @@ func (c *Claimer) rawSocket() (int, error) {
 		}
 		return fd, nil
 	}
-	open := func() (int, error) {
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return -1, fmt.Errorf("packet socket: %w", err)
-		}
-		return fd, nil
-	}
-	if !c.ns.IsOpen() {
-		return open()
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+	fd := -1
+	err := nsenter.Do(c.ns, func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
-		return -1, err
+		return -1, fmt.Errorf("packet socket: %w", err)
 	}
-	defer orig.Close()
-	if err := netns.Set(c.ns); err != nil {
-		return -1, fmt.Errorf("enter namespace: %w", err)
-	}
-	fd, err := open()
-	if serr := netns.Set(orig); serr != nil {
-		// This thread is stuck in the wrong namespace: let it die with
-		// the goroutine instead of returning it to the pool.
-		runtime.LockOSThread()
-	}
-	return fd, err
+	return fd, nil
 }
 
 // GratuitousARP builds an ARP announcement (RFC 5227): a broadcast request

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/egret-gw/egret/internal/nstest"
+
 	"github.com/vishvananda/netlink"
 
 	"github.com/egret-gw/egret/gateway/claim"
@@ -37,8 +39,8 @@ func addrsOn(t *testing.T, h *netlink.Handle, ifname string) []netip.Addr {
 // after kill -9) finds what its predecessor left and removes what it does
 // not host, while addresses someone else added stay.
 func TestClaimMarksAndReleaseMarked(t *testing.T) {
-	tp := newTopo(t)
-	first, err := claim.NewClaimer(tp.gw.Handle)
+	tp := nstest.NewRouted(t)
+	first, err := claim.NewClaimer(tp.GW.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +59,9 @@ func TestClaimMarksAndReleaseMarked(t *testing.T) {
 	// then claims (a replace must mark it).
 	foreign := netip.MustParseAddr("10.66.0.60")
 	adopted := netip.MustParseAddr("10.66.0.61")
-	gw0, _ := tp.gw.NL.LinkByName("gw0")
+	gw0, _ := tp.GW.NL.LinkByName("gw0")
 	for _, a := range []netip.Addr{foreign, adopted} {
-		if err := tp.gw.NL.AddrAdd(gw0, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		if err := tp.GW.NL.AddrAdd(gw0, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,7 +70,7 @@ func TestClaimMarksAndReleaseMarked(t *testing.T) {
 	}
 	first.Close() // no Release: the process was killed
 
-	second, err := claim.NewClaimer(tp.gw.Handle)
+	second, err := claim.NewClaimer(tp.GW.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,17 +101,17 @@ func TestClaimMarksAndReleaseMarked(t *testing.T) {
 	if wantGone := []netip.Addr{stale4, adopted, stale6}; !slices.Equal(gone, wantGone) {
 		t.Errorf("ReleaseMarked removed %v, want %v", gone, wantGone)
 	}
-	if have, want := addrsOn(t, tp.gw.NL, "gw0"), []netip.Addr{kept4, foreign}; !slices.Equal(have, want) {
+	if have, want := addrsOn(t, tp.GW.NL, "gw0"), []netip.Addr{kept4, foreign}; !slices.Equal(have, want) {
 		t.Errorf("gw0 holds %v after the sweep, want %v (kept claim + foreign address)", have, want)
 	}
-	if have := addrsOn(t, tp.gw.NL, "gw1"); !slices.Equal(have, []netip.Addr{other1}) {
+	if have := addrsOn(t, tp.GW.NL, "gw1"); !slices.Equal(have, []netip.Addr{other1}) {
 		t.Errorf("gw1 holds %v; an interface not swept must keep its claim %v", have, other1)
 	}
 	// Clean stop: nothing kept.
 	if _, err := second.ReleaseMarked([]string{"gw0", "gw1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if have := addrsOn(t, tp.gw.NL, "gw0"); !slices.Equal(have, []netip.Addr{foreign}) {
+	if have := addrsOn(t, tp.GW.NL, "gw0"); !slices.Equal(have, []netip.Addr{foreign}) {
 		t.Errorf("gw0 holds %v after releasing all, want only the foreign %v", have, foreign)
 	}
 	if _, err := second.ReleaseMarked([]string{"nope0"}, nil); err == nil {

@@ -42,10 +42,9 @@ type topo struct {
 
 func newTopo(t *testing.T) *topo {
 	t.Helper()
-	gw, peer := nstest.New(t), nstest.New(t)
-	d0, p0 := nstest.VethPair(t, gw, "d0", gwPrefix, peer, "p0", peerPrefix)
-	peer.AddAddr(t, "p0", netip.PrefixFrom(serverIP, 24))
-	return &topo{gw: gw, peer: peer, d0: d0, p0: p0, raw: peer.OpenRaw(t, "p0")}
+	d0, p0 := nstest.Pair(t, "d0", gwPrefix, "p0", peerPrefix)
+	p0.NS.AddAddr(t, "p0", netip.PrefixFrom(serverIP, 24))
+	return &topo{gw: d0.NS, peer: p0.NS, d0: d0, p0: p0, raw: p0.NS.OpenRaw(t, "p0")}
 }
 
 // config is the gateway's configuration in the lab's format.

@@ -123,9 +123,8 @@ func benchPort(b *testing.B, packet bool) {
 // benchAsavie is the same loop on github.com/asavie/xdp's socket, for the
 // comparison with our own ring handling.
 func benchAsavie(b *testing.B) {
-	dut, gen := nstest.New(b), nstest.New(b)
-	d0, g0 := nstest.VethPair(b, dut, "d0", dutIP, gen, "g0", genIP)
-	dut.Enter(b)
+	d0, g0 := nstest.Pair(b, "d0", dutIP, "g0", genIP)
+	d0.NS.Enter(b)
 	prog, err := xdp.Attach(d0.Index, xdp.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -141,7 +140,7 @@ func benchAsavie(b *testing.B) {
 	if err := prog.Register(0, xsk.FD()); err != nil {
 		b.Fatal(err)
 	}
-	startGenerator(b, gen, g0, d0)
+	startGenerator(b, g0.NS, g0, d0)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()

@@ -17,8 +17,8 @@ import (
 // Where XDP cannot attach (here: the interface already runs someone
 // else's XDP program) Open falls back to AF_PACKET and says so.
 func TestOpenFallsBackToAFPacket(t *testing.T) {
-	dut, gen := nstest.New(t), nstest.New(t)
-	nstest.VethPair(t, dut, "d0", dutIP, gen, "g0", genIP)
+	dutEnd, _ := nstest.Pair(t, "d0", dutIP, "g0", genIP)
+	dut := dutEnd.NS
 	dut.Enter(t)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "not_egret", Type: ebpf.XDP, License: "MIT",

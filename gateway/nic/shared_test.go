@@ -12,9 +12,10 @@ import (
 // Frames received on d0 leave through d1 from the very same UMEM buffer:
 // both AF_XDP sockets share one Umem.
 func TestAFXDPSharedUmemForward(t *testing.T) {
-	dut, gen, sink := nstest.New(t), nstest.New(t), nstest.New(t)
-	d0, g0 := nstest.VethPair(t, dut, "d0", dutIP, gen, "g0", genIP)
-	d1, s1 := nstest.VethPair(t, dut, "d1", netip.MustParsePrefix("10.89.0.1/24"), sink, "s1", netip.MustParsePrefix("10.89.0.2/24"))
+	d0, g0 := nstest.Pair(t, "d0", dutIP, "g0", genIP)
+	dut, gen := d0.NS, g0.NS
+	d1, s1 := nstest.VethPair(t, dut, "d1", netip.MustParsePrefix("10.89.0.1/24"), nstest.New(t), "s1", netip.MustParsePrefix("10.89.0.2/24"))
+	sink := s1.NS
 	genRaw, sinkRaw := gen.OpenRaw(t, "g0"), sink.OpenRaw(t, "s1")
 	dut.Enter(t)
 	umem, err := nic.NewUmem(1024, 2048, 0)

@@ -29,8 +29,8 @@ type vethLab struct {
 }
 
 func newVethLab(t testing.TB, packet bool) *vethLab {
-	dut, gen := nstest.New(t), nstest.New(t)
-	d0, g0 := nstest.VethPair(t, dut, "d0", dutIP, gen, "g0", genIP)
+	d0, g0 := nstest.Pair(t, "d0", dutIP, "g0", genIP)
+	dut, gen := d0.NS, g0.NS
 	l := &vethLab{dut: dut, gen: gen, d0: d0, g0: g0, raw: gen.OpenRaw(t, "g0")}
 	dut.Enter(t)
 	umem, err := nic.NewUmem(4096, 2048, 0)

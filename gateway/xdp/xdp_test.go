@@ -37,8 +37,8 @@ type lab struct {
 }
 
 func newLab(t *testing.T) *lab {
-	gw, peer := nstest.New(t), nstest.New(t)
-	ge, pe := nstest.VethPair(t, gw, "gw0", gwIP, peer, "pe0", peerIP)
+	ge, pe := nstest.Pair(t, "gw0", gwIP, "pe0", peerIP)
+	gw, peer := ge.NS, pe.NS
 	gw.AddAddr(t, "gw0", gwIP6)
 	peer.AddAddr(t, "pe0", peer6)
 	gw.Enter(t)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/nsenter"
 )
 
 var (
@@ -74,22 +76,14 @@ func New(t testing.TB) *NS {
 	Root(t)
 	sweepOne.Do(sweep)
 	name := fmt.Sprintf("egt-%d-%d", os.Getpid(), seq.Add(1))
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get current netns: %v", err)
-	}
-	defer orig.Close()
-	h, err := netns.NewNamed(name)
+	h, err := create(name)
 	if err != nil {
 		t.Fatalf("create netns %s: %v", name, err)
 	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("return to original netns: %v", err)
-	}
 	nl, err := netlink.NewHandleAt(h)
 	if err != nil {
+		h.Close()
+		netns.DeleteNamed(name)
 		t.Fatalf("netlink handle in %s: %v", name, err)
 	}
 	ns := &NS{Name: name, Handle: h, NL: nl}
@@ -108,40 +102,54 @@ func New(t testing.TB) *NS {
 	return ns
 }
 
-// Do runs fn on a thread switched into the namespace.
-func (ns *NS) Do(fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+// create makes the named namespace. netns.NewNamed moves the calling thread
+// into it; nsenter.Do brings the thread back to the host namespace (where
+// every unlocked thread is) afterwards. Discarding the thread instead would
+// kill the children it started with Pdeathsig, like kubetest's etcd.
+func create(name string) (netns.NsHandle, error) {
+	host, err := netns.Get()
 	if err != nil {
-		return err
+		return netns.None(), err
 	}
-	defer orig.Close()
-	if err := netns.Set(ns.Handle); err != nil {
+	defer host.Close()
+	var h netns.NsHandle
+	err = nsenter.Do(host, func() error {
+		var err error
+		h, err = netns.NewNamed(name)
 		return err
-	}
-	defer netns.Set(orig)
-	return fn()
+	})
+	return h, err
 }
+
+// Path is the namespace's bind mount, as CNI runtimes pass it.
+func (ns *NS) Path() string { return "/var/run/netns/" + ns.Name }
+
+// Do runs fn on a thread switched into the namespace (see nsenter.Do).
+func (ns *NS) Do(fn func() error) error { return nsenter.Do(ns.Handle, fn) }
 
 // Enter locks the calling goroutine to its thread and moves it into the
 // namespace for the rest of the test (or benchmark). Use it from the test
 // goroutine only.
 func (ns *NS) Enter(t testing.TB) {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
+	leave, err := nsenter.Enter(ns.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := netns.Set(ns.Handle); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		netns.Set(orig)
-		orig.Close()
-		runtime.UnlockOSThread()
+		if err := leave(); err != nil {
+			t.Error(err)
+		}
 	})
+}
+
+// Pair creates two namespaces joined by a veth pair: end an (address ap) in
+// the first, bn (address bp) in the second. The ends' NS fields are the
+// namespaces. This is the shape most data-plane tests need: the device under
+// test and one peer that sends and receives its traffic.
+func Pair(t testing.TB, an string, ap netip.Prefix, bn string, bp netip.Prefix) (*Veth, *Veth) {
+	t.Helper()
+	return VethPair(t, New(t), an, ap, New(t), bn, bp)
 }
 
 // Veth is one end of a veth pair.
@@ -173,18 +181,12 @@ func VethPair(t testing.TB, a *NS, an string, ap netip.Prefix, b *NS, bn string,
 
 func setup(t testing.TB, ns *NS, name string, p netip.Prefix) *Veth {
 	t.Helper()
+	if p.IsValid() {
+		ns.AddAddr(t, name, p)
+	}
 	l, err := ns.NL.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if p.IsValid() {
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if p.Addr().Is6() {
-			addr.Flags = 0x02 // IFA_F_NODAD: usable at once
-		}
-		if err := ns.NL.AddrAdd(l, addr); err != nil {
-			t.Fatalf("address %s on %s: %v", p, name, err)
-		}
 	}
 	if err := ns.NL.LinkSetUp(l); err != nil {
 		t.Fatalf("up %s: %v", name, err)
@@ -193,20 +195,54 @@ func setup(t testing.TB, ns *NS, name string, p netip.Prefix) *Veth {
 	return &Veth{NS: ns, Name: name, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr, Addr: p}
 }
 
-// AddAddr adds prefix p to interface name (IPv6 without DAD).
-func (ns *NS) AddAddr(t testing.TB, name string, p netip.Prefix) {
+// AddAddr adds prefixes ps to interface name (IPv6 without DAD, so usable
+// at once).
+func (ns *NS) AddAddr(t testing.TB, name string, ps ...netip.Prefix) {
 	t.Helper()
 	l, err := ns.NL.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-	if p.Addr().Is6() {
-		addr.Flags = 0x02 // IFA_F_NODAD
+	for _, p := range ps {
+		addr := &netlink.Addr{IPNet: ipNet(p)}
+		if p.Addr().Is6() {
+			addr.Flags = unix.IFA_F_NODAD
+		}
+		if err := ns.NL.AddrAdd(l, addr); err != nil {
+			t.Fatalf("address %s on %s: %v", p, name, err)
+		}
 	}
-	if err := ns.NL.AddrAdd(l, addr); err != nil {
-		t.Fatalf("address %s on %s: %v", p, name, err)
+}
+
+// AddRoute routes dst via gateway via out of interface name; a /0 dst
+// (0.0.0.0/0, ::/0) is the default route.
+func (ns *NS) AddRoute(t testing.TB, name string, dst netip.Prefix, via netip.Addr) *netlink.Route {
+	t.Helper()
+	l, err := ns.NL.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst), Gw: via.AsSlice()}
+	if err := ns.NL.RouteAdd(r); err != nil {
+		t.Fatalf("route %s via %s dev %s: %v", dst, via, name, err)
+	}
+	return r
+}
+
+// DefaultVia adds a default route via each gateway out of interface name.
+func (ns *NS) DefaultVia(t testing.TB, name string, gws ...netip.Addr) {
+	t.Helper()
+	for _, g := range gws {
+		zero := netip.IPv4Unspecified()
+		if g.Is6() {
+			zero = netip.IPv6Unspecified()
+		}
+		ns.AddRoute(t, name, netip.PrefixFrom(zero, 0), g)
+	}
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // AddNeigh adds a permanent neighbour entry ip → mac on interface name.
@@ -260,4 +296,39 @@ func (ns *NS) HasAddr(t testing.TB, name string, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// Routed is a gateway namespace with two links, the shape of the tests of the
+// gateway's kernel-facing packages (address claims, the route cache):
+//
+//	peer ─pe0──gw0─ GW ─gw1──r0─ router
+//
+// gw0/pe0 carry 10.66.0.0/24 and fd66::/64, gw1/r0 carry 10.67.0.0/24, and GW
+// routes RoutedFar (192.0.2.0/24) via the router.
+type Routed struct {
+	GW, Peer, Router  *NS
+	GW0, PE0, GW1, R0 *Veth
+}
+
+// Addresses of a Routed topology.
+var (
+	RoutedGW0  = netip.MustParsePrefix("10.66.0.1/24")
+	RoutedPE0  = netip.MustParsePrefix("10.66.0.2/24")
+	RoutedGW06 = netip.MustParsePrefix("fd66::1/64")
+	RoutedPE06 = netip.MustParsePrefix("fd66::2/64")
+	RoutedGW1  = netip.MustParsePrefix("10.67.0.1/24")
+	RoutedR0   = netip.MustParsePrefix("10.67.0.2/24")
+	RoutedFar  = netip.MustParsePrefix("192.0.2.0/24")
+)
+
+// NewRouted builds a Routed topology.
+func NewRouted(t testing.TB) *Routed {
+	t.Helper()
+	r := &Routed{GW: New(t), Peer: New(t), Router: New(t)}
+	r.GW0, r.PE0 = VethPair(t, r.GW, "gw0", RoutedGW0, r.Peer, "pe0", RoutedPE0)
+	r.GW1, r.R0 = VethPair(t, r.GW, "gw1", RoutedGW1, r.Router, "r0", RoutedR0)
+	r.GW.AddAddr(t, "gw0", RoutedGW06)
+	r.Peer.AddAddr(t, "pe0", RoutedPE06)
+	r.GW.AddRoute(t, "gw1", RoutedFar, RoutedR0.Addr())
+	return r
 }
