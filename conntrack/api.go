@@ -107,49 +107,7 @@ type Config struct {
 	Timeouts Timeouts // zero fields take DefaultTimeouts
 }
 
-// The Table's methods (implemented in table.go); all are safe for concurrent
-// use by many workers, allocate nothing, and take now as monotonic
-// nanoseconds from the caller's clock (the data plane reads it once a batch):
-//
-//	func New(cfg Config) (*Table, error)
-//	func DefaultTimeouts() Timeouts
-//
-//	// Track looks k up as a tuple of direction dir. On a hit it advances the
-//	// TCP state machine with the packet's flags (0 for UDP and ICMP), refreshes
-//	// the flow's timer, copies the flow into out and returns true.
-//	func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool
-//
-//	// TrackBatch is Track for up to MaxBatch lookups at once, with the same
-//	// results as calling Track on each in order; it overlaps their memory
-//	// misses (hash all, prefetch all index lines, then all entries). It
-//	// returns the number of hits; each Lookup's Hit and Flow say the rest.
-//	func (t *Table) TrackBatch(b []Lookup, now int64) int
-//
-//	// Insert adds f (both its original and its reply tuple), with the state
-//	// the first packet's TCP flags give. ErrFull or ErrExists leave the table
-//	// unchanged.
-//	func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error
-//
-//	// ReplyInUse reports whether reply tuple k is tracked (for NAT port choice).
-//	func (t *Table) ReplyInUse(k *Tuple) bool
-//
-//	// Prefetch starts loading the index line where key k would be (a
-//	// hint, no lock, no result), so that a ReplyInUse, Track or Insert of
-//	// k soon after finds it in the cache; a batch prefetches all its keys
-//	// first so their misses overlap.
-//	func (t *Table) Prefetch(k *Tuple)
-//
-//	// Delete removes the flow whose original tuple is orig and copies it to out.
-//	func (t *Table) Delete(orig *Tuple, out *Flow) bool
-//
-//	// DeleteBinding is Delete only if the flow is still bound to
-//	// natAddr:natPort (a flow re-created meanwhile with another binding stays).
-//	func (t *Table) DeleteBinding(orig *Tuple, natAddr Addr, natPort uint16, out *Flow) bool
-//
-//	// Expire removes at most budget expired flows, resuming where the last
-//	// call stopped (incremental, no stop-the-world sweep), and calls fn with
-//	// each removed flow outside any lock. It returns how many it removed.
-//	func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int
-//
-//	func (t *Table) Len() int
-//	func (t *Table) Cap() int
+// The Table's methods (table.go, batch.go) are safe for concurrent use by
+// many workers, allocate nothing, and take now as monotonic nanoseconds from
+// the caller's clock (the data plane reads it once a batch); each documents
+// its own contract where it is defined.
