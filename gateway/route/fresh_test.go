@@ -46,10 +46,10 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 	for _, dev := range []string{"gw0", "gw1"} {
 		// REACHABLE for 1.25–3.75 s after a confirmation, longer than the
 		// 1 s "recently used" window: an entry nothing uses goes STALE.
-		sysctl(t, tp.gw, "net/ipv4/neigh/"+dev+"/base_reachable_time_ms", "2500")
-		sysctl(t, tp.gw, "net/ipv4/neigh/"+dev+"/delay_first_probe_time", "1")
+		sysctl(t, tp.GW, "net/ipv4/neigh/"+dev+"/base_reachable_time_ms", "2500")
+		sysctl(t, tp.GW, "net/ipv4/neigh/"+dev+"/delay_first_probe_time", "1")
 	}
-	c, err := route.NewCache(route.Options{NetNS: tp.gw.Handle, RefreshEvery: 200 * time.Millisecond})
+	c, err := route.NewCache(route.Options{NetNS: tp.GW.Handle, RefreshEvery: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +69,8 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 		if _, v := lookup(c, peer); v != route.Found {
 			t.Fatalf("lookup of the in-use peer: %v", v)
 		}
-		states[neighState(t, tp.gw, tp.gw0.Index, peer)]++
-		rs := neighState(t, tp.gw, tp.gw1.Index, router)
+		states[neighState(t, tp.GW, tp.GW0.Index, peer)]++
+		rs := neighState(t, tp.GW, tp.GW1.Index, router)
 		rstates[rs]++
 		routerStale = routerStale || rs == netlink.NUD_STALE
 	}

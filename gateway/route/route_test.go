@@ -6,47 +6,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/internal/nstest"
 )
 
 var (
-	gw0   = netip.MustParsePrefix("10.66.0.1/24")
-	pe0   = netip.MustParsePrefix("10.66.0.2/24")
-	gw06  = netip.MustParsePrefix("fd66::1/64")
-	pe06  = netip.MustParsePrefix("fd66::2/64")
-	gw1   = netip.MustParsePrefix("10.67.0.1/24")
-	r0    = netip.MustParsePrefix("10.67.0.2/24")
-	far   = netip.MustParsePrefix("192.0.2.0/24")
+	pe0   = nstest.RoutedPE0
+	pe06  = nstest.RoutedPE06
+	r0    = nstest.RoutedR0
 	later = netip.MustParsePrefix("198.51.100.0/24")
 )
 
-type topo struct {
-	gw, peer, router  *nstest.NS
-	gw0, pe0, gw1, r0 *nstest.Veth
-}
-
-// gw ─gw0──pe0─ peer ; gw ─gw1──r0─ router, and 192.0.2.0/24 via the router.
-func newTopo(t *testing.T) *topo {
-	tp := &topo{gw: nstest.New(t), peer: nstest.New(t), router: nstest.New(t)}
-	tp.gw0, tp.pe0 = nstest.VethPair(t, tp.gw, "gw0", gw0, tp.peer, "pe0", pe0)
-	tp.gw1, tp.r0 = nstest.VethPair(t, tp.gw, "gw1", gw1, tp.router, "r0", r0)
-	tp.gw.AddAddr(t, "gw0", gw06)
-	tp.peer.AddAddr(t, "pe0", pe06)
-	tp.addRoute(t, far, r0.Addr(), tp.gw1.Index)
-	return tp
-}
-
-func (tp *topo) addRoute(t *testing.T, dst netip.Prefix, via netip.Addr, ifindex int) *netlink.Route {
-	t.Helper()
-	r := &netlink.Route{LinkIndex: ifindex, Dst: &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)}, Gw: via.AsSlice()}
-	if err := tp.gw.NL.RouteAdd(r); err != nil {
-		t.Fatalf("route %s via %s: %v", dst, via, err)
-	}
-	return r
-}
+// newTopo builds peer ─pe0──gw0─ gw ─gw1──r0─ router, with 192.0.2.0/24 via
+// the router.
+func newTopo(t *testing.T) *nstest.Routed { return nstest.NewRouted(t) }
 
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
@@ -70,7 +43,7 @@ func lookup(c *route.Cache, a netip.Addr) (route.Hop, route.Verdict) {
 
 func TestCacheFollowsKernel(t *testing.T) {
 	tp := newTopo(t)
-	c, err := route.NewCache(route.Options{NetNS: tp.gw.Handle})
+	c, err := route.NewCache(route.Options{NetNS: tp.GW.Handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,20 +60,20 @@ func TestCacheFollowsKernel(t *testing.T) {
 		t.Fatalf("miss not counted: %+v", c.Stats())
 	}
 	eventually(t, "the kernel to resolve "+peer.String(), func() bool { nh, v = lookup(c, peer); return v == route.Found })
-	if nh.DstMAC != mac6(tp.pe0.MAC) || nh.SrcMAC != mac6(tp.gw0.MAC) || nh.Ifindex != tp.gw0.Index {
-		t.Fatalf("next hop %+v; want %s → %s on gw0", nh, tp.gw0.MAC, tp.pe0.MAC)
+	if nh.DstMAC != mac6(tp.PE0.MAC) || nh.SrcMAC != mac6(tp.GW0.MAC) || nh.Ifindex != tp.GW0.Index {
+		t.Fatalf("next hop %+v; want %s → %s on gw0", nh, tp.GW0.MAC, tp.PE0.MAC)
 	}
 
 	// Via a router: the next hop is the router's MAC on gw1.
 	dst := netip.MustParseAddr("192.0.2.77")
 	eventually(t, "the router's MAC", func() bool { nh, v = lookup(c, dst); return v == route.Found })
-	if nh.DstMAC != mac6(tp.r0.MAC) || nh.Ifindex != tp.gw1.Index {
-		t.Fatalf("next hop for %s = %+v; want %s (%s) on gw1", dst, nh, r0.Addr(), tp.r0.MAC)
+	if nh.DstMAC != mac6(tp.R0.MAC) || nh.Ifindex != tp.GW1.Index {
+		t.Fatalf("next hop for %s = %+v; want %s (%s) on gw1", dst, nh, r0.Addr(), tp.R0.MAC)
 	}
 
 	// IPv6 neighbour discovery.
 	eventually(t, "IPv6 neighbour", func() bool { nh, v = lookup(c, pe06.Addr()); return v == route.Found })
-	if nh.DstMAC != mac6(tp.pe0.MAC) {
+	if nh.DstMAC != mac6(tp.PE0.MAC) {
 		t.Fatalf("v6 next hop %+v", nh)
 	}
 
@@ -109,15 +82,15 @@ func TestCacheFollowsKernel(t *testing.T) {
 	if _, v := lookup(c, in); v != route.NoRoute {
 		t.Fatalf("lookup of %s before its route: %v", in, v)
 	}
-	r := tp.addRoute(t, later, pe0.Addr(), tp.gw0.Index)
-	eventually(t, "new route", func() bool { nh, v = lookup(c, in); return v == route.Found && nh.Ifindex == tp.gw0.Index })
-	if err := tp.gw.NL.RouteDel(r); err != nil {
+	r := tp.GW.AddRoute(t, "gw0", later, pe0.Addr())
+	eventually(t, "new route", func() bool { nh, v = lookup(c, in); return v == route.Found && nh.Ifindex == tp.GW0.Index })
+	if err := tp.GW.NL.RouteDel(r); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "route removal", func() bool { _, v = lookup(c, in); return v == route.NoRoute })
 
 	// Neighbour changes show up.
 	fake := net.HardwareAddr{0x02, 0xee, 0, 0, 0, 1}
-	tp.gw.AddNeigh(t, "gw0", peer, fake)
+	tp.GW.AddNeigh(t, "gw0", peer, fake)
 	eventually(t, "neighbour change", func() bool { nh, _ = lookup(c, peer); return nh.DstMAC == mac6(fake) })
 }
