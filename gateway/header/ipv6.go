@@ -40,19 +40,8 @@ const (
 )
 
 // IPv6 is a view of an IPv6 header and what follows; it must be at least
-// IPv6Len bytes long (check with IsValid).
+// IPv6Len bytes long.
 type IPv6 []byte
-
-// IsValid reports whether b holds an IPv6 header of a packet that is pktLen
-// bytes long: version 6, at least IPv6Len bytes, and the payload length
-// inside pktLen. Jumbograms (payload length 0) are not supported and are
-// invalid. It is safe on any slice.
-func (b IPv6) IsValid(pktLen int) bool {
-	if len(b) < IPv6Len || pktLen > len(b) || pktLen < IPv6Len {
-		return false
-	}
-	return b[v6VerTCFlow]>>4 == IPv6Version && IPv6Len+int(b.PayloadLength()) <= pktLen
-}
 
 // Fixed returns b cut to the fixed header (IPv6Len bytes) as a slice whose
 // length the compiler knows, so that the accessors need no bounds checks
@@ -61,14 +50,6 @@ func (b IPv6) Fixed() IPv6 { return IPv6((*[IPv6Len]byte)(b)[:]) }
 
 // Version returns the version field.
 func (b IPv6) Version() uint8 { return b[v6VerTCFlow] >> 4 }
-
-// TrafficClass returns the traffic class (DSCP and ECN).
-func (b IPv6) TrafficClass() uint8 {
-	return uint8(binary.BigEndian.Uint16(b[v6VerTCFlow:]) >> 4)
-}
-
-// FlowLabel returns the 20-bit flow label.
-func (b IPv6) FlowLabel() uint32 { return binary.BigEndian.Uint32(b[v6VerTCFlow:]) & 0xfffff }
 
 // PayloadLength returns the length of what follows the fixed header,
 // extension headers included.
@@ -85,9 +66,6 @@ func (b IPv6) SrcAddr() [16]byte { return [16]byte(b[v6Src : v6Src+16]) }
 
 // DstAddr returns the destination address.
 func (b IPv6) DstAddr() [16]byte { return [16]byte(b[v6Dst : v6Dst+16]) }
-
-// Payload returns the bytes after the fixed header up to the payload length.
-func (b IPv6) Payload() []byte { return b[IPv6Len : IPv6Len+int(b.PayloadLength())] }
 
 // SetVersionTrafficClassFlowLabel sets version 6, the traffic class and the
 // flow label.
@@ -167,7 +145,7 @@ const (
 	IPv6ExtBadHopByHop
 )
 
-// IPv6Ext is the result of IPv6.WalkExtensions.
+// IPv6Ext is the result of IPv6.WalkExtensionsStopAtAH.
 type IPv6Ext struct {
 	// Offset is the offset from the start of the IPv6 header of the header
 	// of protocol Proto (the L4 header); valid iff Status == IPv6ExtOK.
@@ -190,14 +168,6 @@ type IPv6Ext struct {
 // NonFirstFragment reports whether the packet is a fragment other than the
 // first: its L4 header is not present.
 func (e IPv6Ext) NonFirstFragment() bool { return e.Fragment && e.FragOffset != 0 }
-
-// WalkExtensions follows the extension-header chain from the fixed header
-// and returns the final protocol and its offset. The walk stays inside
-// b[:IPv6Len+PayloadLength] (or b, if shorter), stops at ESP (its contents
-// are encrypted), No Next Header, an upper-layer protocol, or the payload of
-// a non-first fragment, and visits at most IPv6MaxExtHeaders headers. b must
-// be at least IPv6Len bytes long.
-func (b IPv6) WalkExtensions() IPv6Ext { return b.walkExtensions(true) }
 
 // WalkExtensionsStopAtAH is WalkExtensions for a translator: AH ends the
 // chain like ESP does (Proto is ProtoAH, Offset its offset), because a NAT
