@@ -108,7 +108,6 @@ func (b IPv6) PseudoHeaderChecksum(proto uint8, length uint16) uint32 {
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+                               +
 //	.          (Hdr Ext Len + 1) * 8 bytes in all                   .
 //
-// AH (RFC 4302) has Payload Len: (Payload Len + 2) * 4 bytes in all.
 // Fragment (RFC 8200 §4.5), always 8 bytes:
 //
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -169,14 +168,8 @@ type IPv6Ext struct {
 // first: its L4 header is not present.
 func (e IPv6Ext) NonFirstFragment() bool { return e.Fragment && e.FragOffset != 0 }
 
-// WalkExtensionsStopAtAH is WalkExtensions for a translator: AH ends the
-// chain like ESP does (Proto is ProtoAH, Offset its offset), because a NAT
-// cannot rewrite the addresses AH authenticates and must not treat the
-// header after it as the packet's transport header.
-func (b IPv6) WalkExtensionsStopAtAH() IPv6Ext { return b.walkExtensions(false) }
-
-// IsIPv6Extension reports whether next header p is an extension header a
-// walk follows (AH included). A packet whose fixed header's next header is
+// IsIPv6Extension reports whether next header p is an extension header
+// (AH included: the walk ends there). A packet whose fixed header's next header is
 // not one needs no walk: its transport header follows at IPv6Len, and the
 // packet path checks this before paying for the call.
 func IsIPv6Extension(p uint8) bool {
@@ -187,7 +180,16 @@ func IsIPv6Extension(p uint8) bool {
 	return false
 }
 
-func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
+// WalkExtensionsStopAtAH follows the extension-header chain from the fixed
+// header and returns the final protocol and its offset. The walk stays
+// inside b[:IPv6Len+PayloadLength] (or b, if shorter), stops at ESP (its
+// contents are encrypted), No Next Header, an upper-layer protocol, or the
+// payload of a non-first fragment, and visits at most IPv6MaxExtHeaders
+// headers. AH ends the chain like ESP does (Proto is ProtoAH, Offset its
+// offset): a translator cannot rewrite the addresses AH authenticates and
+// must not treat the header after it as the packet's transport header. b
+// must be at least IPv6Len bytes long.
+func (b IPv6) WalkExtensionsStopAtAH() IPv6Ext {
 	end := IPv6Len + int(b.PayloadLength())
 	if end > len(b) {
 		end = len(b)
@@ -197,9 +199,9 @@ func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
 	off := IPv6Len
 	for n := 0; ; n++ {
 		var hl int
-		if !IsIPv6Extension(next) || (next == ProtoAH && !skipAH) {
-			// Upper layer, ESP, No Next Header or unknown (or AH for a
-			// translator): the chain ends.
+		if !IsIPv6Extension(next) || next == ProtoAH {
+			// Upper layer, ESP, AH, No Next Header or unknown: the chain
+			// ends.
 			r.Proto, r.Offset = next, off
 			return r
 		}
@@ -223,8 +225,6 @@ func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
 			r.FragOffset = fo &^ 7
 			r.MoreFragments = fo&1 != 0
 			r.FragID = binary.BigEndian.Uint32(b[off+fragID:])
-		case ProtoAH:
-			hl = (int(b[off+extLen]) + 2) * 4
 		default:
 			hl = (int(b[off+extLen]) + 1) * 8
 		}
