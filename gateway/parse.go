@@ -134,9 +134,9 @@ func (p *Parsed) Decode(frame []byte) {
 	}
 	off := header.EthernetLen - 2 // the EtherType, or the first tag's TPID
 	et := header.Ethernet(frame).Fixed().EtherType()
-	// The tags are read here rather than through header.Ethernet, whose
-	// PayloadOffset and VLANID see the outermost tag only: the gateway
-	// keeps the whole TCI of the 802.1Q customer tag behind an 802.1ad one.
+	// The tags are read here rather than through header.Ethernet: the
+	// gateway keeps the whole TCI of the 802.1Q customer tag behind an
+	// 802.1ad one.
 	// A tag is a TPID and a TCI, 2 bytes each; off is at a TPID.
 	if et == header.EtherTypeQinQ || et == header.EtherTypeVLAN {
 		if et == header.EtherTypeQinQ {

@@ -90,15 +90,6 @@ func fold32(s uint32) uint16 {
 	return uint16(s)
 }
 
-// ChecksumUpdate32 returns checksum field check updated for an aligned 32-bit
-// word of the covered data changing from old to new (RFC 1624 eqn. 3).
-func ChecksumUpdate32(check uint16, old, new uint32) uint16 {
-	s := uint32(^check) +
-		uint32(^uint16(old>>16)) + uint32(^uint16(old)) +
-		new>>16 + new&0xffff
-	return ^fold32(s)
-}
-
 // ChecksumUpdateAddr returns checksum field check updated for an address in
 // the covered data (or pseudo-header) changing from old to new. old and new
 // must have the same even length (4 or 16 bytes for IP addresses); other

@@ -34,8 +34,6 @@ const (
 	EthernetLen = 14
 	// VLANLen is the length one 802.1Q/802.1ad tag adds to the header.
 	VLANLen = 4
-	// MaxVLANTags is how many stacked VLAN tags PayloadOffset accepts.
-	MaxVLANTags = 2
 	// MACLen is the length of a MAC address.
 	MACLen = 6
 )
@@ -65,12 +63,6 @@ type Ethernet []byte
 // checks (see IPv4.Fixed). It panics if b is shorter.
 func (b Ethernet) Fixed() Ethernet { return Ethernet((*[EthernetLen]byte)(b)[:]) }
 
-// DstMAC returns the destination MAC address.
-func (b Ethernet) DstMAC() [6]byte { return [6]byte(b[ethDst : ethDst+MACLen]) }
-
-// SrcMAC returns the source MAC address.
-func (b Ethernet) SrcMAC() [6]byte { return [6]byte(b[ethSrc : ethSrc+MACLen]) }
-
 // EtherType returns the EtherType field right after the MAC addresses (a
 // VLAN TPID when the frame is tagged).
 func (b Ethernet) EtherType() uint16 { return binary.BigEndian.Uint16(b[ethType:]) }
@@ -83,36 +75,3 @@ func (b Ethernet) SetSrcMAC(m [6]byte) { copy(b[ethSrc:ethSrc+MACLen], m[:]) }
 
 // SetEtherType sets the EtherType field right after the MAC addresses.
 func (b Ethernet) SetEtherType(t uint16) { binary.BigEndian.PutUint16(b[ethType:], t) }
-
-// IsVLAN reports whether t is a VLAN tag protocol identifier.
-func IsVLAN(t uint16) bool { return t == EtherTypeVLAN || t == EtherTypeQinQ }
-
-// PayloadOffset skips at most MaxVLANTags VLAN tags and returns the final
-// EtherType and the offset of the payload. ok is false when the frame is
-// shorter than its header or carries more than MaxVLANTags tags. It is safe on
-// slices of any length.
-func (b Ethernet) PayloadOffset() (etherType uint16, offset int, ok bool) {
-	if len(b) < EthernetLen {
-		return 0, 0, false
-	}
-	off := ethType
-	for tags := 0; ; tags++ {
-		t := binary.BigEndian.Uint16(b[off:])
-		if !IsVLAN(t) {
-			return t, off + 2, true
-		}
-		if tags == MaxVLANTags || len(b) < off+VLANLen+2 {
-			return 0, 0, false
-		}
-		off += VLANLen
-	}
-}
-
-// VLANID returns the 12-bit VLAN identifier of the outermost tag, or 0 when
-// the frame is untagged or too short.
-func (b Ethernet) VLANID() uint16 {
-	if len(b) < EthernetLen+VLANLen || !IsVLAN(b.EtherType()) {
-		return 0
-	}
-	return binary.BigEndian.Uint16(b[ethType+2:]) & 0x0fff
-}

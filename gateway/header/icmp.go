@@ -101,26 +101,6 @@ func (b ICMPv4) Checksum() uint16 { return binary.BigEndian.Uint16(b[icmpChecksu
 // Ident returns the echo identifier.
 func (b ICMPv4) Ident() uint16 { return binary.BigEndian.Uint16(b[icmpIdent:]) }
 
-// Seq returns the echo sequence number.
-func (b ICMPv4) Seq() uint16 { return binary.BigEndian.Uint16(b[icmpSeq:]) }
-
-// MTU returns the next-hop MTU of a fragmentation-needed message (RFC 1191).
-func (b ICMPv4) MTU() uint16 { return binary.BigEndian.Uint16(b[icmpV4MTU:]) }
-
-// Payload returns what follows the 8-byte header: the echo data, or for an
-// error the invoking packet's IP header and leading payload.
-func (b ICMPv4) Payload() []byte { return b[ICMPv4MinLen:] }
-
-// IsError reports whether the type is an error carrying an invoking packet
-// (destination unreachable, time exceeded, parameter problem).
-func (b ICMPv4) IsError() bool { return ICMPv4IsError(b[icmpType]) }
-
-// ICMPv4IsError reports whether ICMPv4 type t is an error message that
-// embeds the invoking packet.
-func ICMPv4IsError(t uint8) bool {
-	return t == ICMPv4DstUnreachable || t == ICMPv4TimeExceeded || t == ICMPv4ParamProblem
-}
-
 // SetType sets the message type.
 func (b ICMPv4) SetType(t uint8) { b[icmpType] = t }
 
@@ -167,19 +147,6 @@ func (b ICMPv6) Checksum() uint16 { return binary.BigEndian.Uint16(b[icmpChecksu
 // Ident returns the echo identifier.
 func (b ICMPv6) Ident() uint16 { return binary.BigEndian.Uint16(b[icmpIdent:]) }
 
-// Seq returns the echo sequence number.
-func (b ICMPv6) Seq() uint16 { return binary.BigEndian.Uint16(b[icmpSeq:]) }
-
-// MTU returns the MTU of a packet-too-big message.
-func (b ICMPv6) MTU() uint32 { return binary.BigEndian.Uint32(b[icmpV6MTU:]) }
-
-// Payload returns what follows the 8-byte header: the echo data, or for an
-// error the invoking packet's IPv6 header and leading payload.
-func (b ICMPv6) Payload() []byte { return b[ICMPv6MinLen:] }
-
-// IsError reports whether the type is an error message (types 0–127).
-func (b ICMPv6) IsError() bool { return b[icmpType] < 128 }
-
 // SetType sets the message type.
 func (b ICMPv6) SetType(t uint8) { b[icmpType] = t }
 
@@ -191,9 +158,6 @@ func (b ICMPv6) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[icmpChecksu
 
 // SetIdent sets the echo identifier.
 func (b ICMPv6) SetIdent(v uint16) { binary.BigEndian.PutUint16(b[icmpIdent:], v) }
-
-// SetSeq sets the echo sequence number.
-func (b ICMPv6) SetSeq(v uint16) { binary.BigEndian.PutUint16(b[icmpSeq:], v) }
 
 // SetMTU sets the MTU of a packet-too-big message.
 func (b ICMPv6) SetMTU(v uint32) { binary.BigEndian.PutUint32(b[icmpV6MTU:], v) }

@@ -77,25 +77,10 @@ const (
 	ProtoDestOpts uint8 = 60
 )
 
-// IPv4 is a view of an IPv4 header and what follows. Call IsValid before
-// any other method.
+// IPv4 is a view of an IPv4 header and what follows; it must be at least
+// IPv4MinLen bytes long, and the caller checks the header length against the
+// slice before reading options or payload.
 type IPv4 []byte
-
-// IsValid reports whether b holds a well-formed IPv4 header of a packet that
-// is pktLen bytes long (the bytes available from the start of the header):
-// version 4, IHL at least 5, options inside the packet, header length at most
-// total length, and total length at most pktLen. It is safe on any slice.
-func (b IPv4) IsValid(pktLen int) bool {
-	if len(b) < IPv4MinLen || pktLen > len(b) {
-		return false
-	}
-	if b[v4VerIHL]>>4 != IPv4Version {
-		return false
-	}
-	hl := b.HeaderLength()
-	tl := int(b.TotalLength())
-	return hl >= IPv4MinLen && hl <= tl && tl <= pktLen
-}
 
 // Fixed returns b cut to the fixed header (IPv4MinLen bytes) as a slice
 // whose length the compiler knows, so that the accessors of the fixed fields
@@ -107,14 +92,8 @@ func (b IPv4) Fixed() IPv4 { return IPv4((*[IPv4MinLen]byte)(b)[:]) }
 // Version returns the version field.
 func (b IPv4) Version() uint8 { return b[v4VerIHL] >> 4 }
 
-// IHL returns the header length field in 32-bit words.
-func (b IPv4) IHL() uint8 { return b[v4VerIHL] & 0x0f }
-
 // HeaderLength returns the header length in bytes, options included.
 func (b IPv4) HeaderLength() int { return int(b[v4VerIHL]&0x0f) * 4 }
-
-// TOS returns the type of service (DSCP and ECN) byte.
-func (b IPv4) TOS() uint8 { return b[v4TOS] }
 
 // TotalLength returns the total length of the packet, header included.
 func (b IPv4) TotalLength() uint16 { return binary.BigEndian.Uint16(b[v4TotalLen:]) }
@@ -155,26 +134,6 @@ func (b IPv4) SrcAddr() [4]byte { return [4]byte(b[v4Src : v4Src+4]) }
 
 // DstAddr returns the destination address.
 func (b IPv4) DstAddr() [4]byte { return [4]byte(b[v4Dst : v4Dst+4]) }
-
-// SrcAddr16 returns the source address IPv4-mapped in 16 bytes
-// (::ffff:a.b.c.d, the layout of netip.Addr.As16).
-func (b IPv4) SrcAddr16() [16]byte { return mapped(b[v4Src : v4Src+4]) }
-
-// DstAddr16 returns the destination address IPv4-mapped in 16 bytes.
-func (b IPv4) DstAddr16() [16]byte { return mapped(b[v4Dst : v4Dst+4]) }
-
-func mapped(a []byte) [16]byte {
-	var m [16]byte
-	m[10], m[11] = 0xff, 0xff
-	copy(m[12:], a)
-	return m
-}
-
-// Options returns the options and padding (empty when IHL is 5).
-func (b IPv4) Options() []byte { return b[IPv4MinLen:b.HeaderLength()] }
-
-// Payload returns the bytes after the header up to the total length.
-func (b IPv4) Payload() []byte { return b[b.HeaderLength():b.TotalLength()] }
 
 // SetTOS sets the type of service byte.
 func (b IPv4) SetTOS(v uint8) { b[v4TOS] = v }
@@ -219,11 +178,6 @@ func (b IPv4) CalculateChecksum() uint16 {
 	return ChecksumFold(s)
 }
 
-// ChecksumValid reports whether the header checksum field is correct.
-func (b IPv4) ChecksumValid() bool {
-	return ChecksumFold(Checksum(b[:b.HeaderLength()], 0)) == 0
-}
-
 // DecTTL decrements the TTL and updates the header checksum incrementally
 // (RFC 1624). It returns the new TTL; callers check for 0 (or for TTL <= 1
 // before the call) to answer with ICMP time exceeded. The new TTL/protocol
@@ -249,10 +203,4 @@ func (b IPv4) SetSrcAddrWithChecksumUpdate(a [4]byte) {
 func (b IPv4) SetDstAddrWithChecksumUpdate(a [4]byte) {
 	b.SetChecksum(ChecksumUpdateAddr(b.Checksum(), b[v4Dst:v4Dst+4], a[:]))
 	b.SetDstAddr(a)
-}
-
-// PseudoHeaderChecksum returns the pseudo-header running sum for the payload
-// with protocol proto and upper-layer length length.
-func (b IPv4) PseudoHeaderChecksum(proto uint8, length uint16) uint32 {
-	return PseudoHeaderChecksum(proto, b[v4Src:v4Src+4], b[v4Dst:v4Dst+4], length)
 }

@@ -40,19 +40,8 @@ const (
 )
 
 // IPv6 is a view of an IPv6 header and what follows; it must be at least
-// IPv6Len bytes long (check with IsValid).
+// IPv6Len bytes long.
 type IPv6 []byte
-
-// IsValid reports whether b holds an IPv6 header of a packet that is pktLen
-// bytes long: version 6, at least IPv6Len bytes, and the payload length
-// inside pktLen. Jumbograms (payload length 0) are not supported and are
-// invalid. It is safe on any slice.
-func (b IPv6) IsValid(pktLen int) bool {
-	if len(b) < IPv6Len || pktLen > len(b) || pktLen < IPv6Len {
-		return false
-	}
-	return b[v6VerTCFlow]>>4 == IPv6Version && IPv6Len+int(b.PayloadLength()) <= pktLen
-}
 
 // Fixed returns b cut to the fixed header (IPv6Len bytes) as a slice whose
 // length the compiler knows, so that the accessors need no bounds checks
@@ -61,14 +50,6 @@ func (b IPv6) Fixed() IPv6 { return IPv6((*[IPv6Len]byte)(b)[:]) }
 
 // Version returns the version field.
 func (b IPv6) Version() uint8 { return b[v6VerTCFlow] >> 4 }
-
-// TrafficClass returns the traffic class (DSCP and ECN).
-func (b IPv6) TrafficClass() uint8 {
-	return uint8(binary.BigEndian.Uint16(b[v6VerTCFlow:]) >> 4)
-}
-
-// FlowLabel returns the 20-bit flow label.
-func (b IPv6) FlowLabel() uint32 { return binary.BigEndian.Uint32(b[v6VerTCFlow:]) & 0xfffff }
 
 // PayloadLength returns the length of what follows the fixed header,
 // extension headers included.
@@ -85,9 +66,6 @@ func (b IPv6) SrcAddr() [16]byte { return [16]byte(b[v6Src : v6Src+16]) }
 
 // DstAddr returns the destination address.
 func (b IPv6) DstAddr() [16]byte { return [16]byte(b[v6Dst : v6Dst+16]) }
-
-// Payload returns the bytes after the fixed header up to the payload length.
-func (b IPv6) Payload() []byte { return b[IPv6Len : IPv6Len+int(b.PayloadLength())] }
 
 // SetVersionTrafficClassFlowLabel sets version 6, the traffic class and the
 // flow label.
@@ -130,7 +108,6 @@ func (b IPv6) PseudoHeaderChecksum(proto uint8, length uint16) uint32 {
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+                               +
 //	.          (Hdr Ext Len + 1) * 8 bytes in all                   .
 //
-// AH (RFC 4302) has Payload Len: (Payload Len + 2) * 4 bytes in all.
 // Fragment (RFC 8200 §4.5), always 8 bytes:
 //
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -167,7 +144,7 @@ const (
 	IPv6ExtBadHopByHop
 )
 
-// IPv6Ext is the result of IPv6.WalkExtensions.
+// IPv6Ext is the result of IPv6.WalkExtensionsStopAtAH.
 type IPv6Ext struct {
 	// Offset is the offset from the start of the IPv6 header of the header
 	// of protocol Proto (the L4 header); valid iff Status == IPv6ExtOK.
@@ -191,22 +168,8 @@ type IPv6Ext struct {
 // first: its L4 header is not present.
 func (e IPv6Ext) NonFirstFragment() bool { return e.Fragment && e.FragOffset != 0 }
 
-// WalkExtensions follows the extension-header chain from the fixed header
-// and returns the final protocol and its offset. The walk stays inside
-// b[:IPv6Len+PayloadLength] (or b, if shorter), stops at ESP (its contents
-// are encrypted), No Next Header, an upper-layer protocol, or the payload of
-// a non-first fragment, and visits at most IPv6MaxExtHeaders headers. b must
-// be at least IPv6Len bytes long.
-func (b IPv6) WalkExtensions() IPv6Ext { return b.walkExtensions(true) }
-
-// WalkExtensionsStopAtAH is WalkExtensions for a translator: AH ends the
-// chain like ESP does (Proto is ProtoAH, Offset its offset), because a NAT
-// cannot rewrite the addresses AH authenticates and must not treat the
-// header after it as the packet's transport header.
-func (b IPv6) WalkExtensionsStopAtAH() IPv6Ext { return b.walkExtensions(false) }
-
-// IsIPv6Extension reports whether next header p is an extension header a
-// walk follows (AH included). A packet whose fixed header's next header is
+// IsIPv6Extension reports whether next header p is an extension header
+// (AH included: the walk ends there). A packet whose fixed header's next header is
 // not one needs no walk: its transport header follows at IPv6Len, and the
 // packet path checks this before paying for the call.
 func IsIPv6Extension(p uint8) bool {
@@ -217,7 +180,16 @@ func IsIPv6Extension(p uint8) bool {
 	return false
 }
 
-func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
+// WalkExtensionsStopAtAH follows the extension-header chain from the fixed
+// header and returns the final protocol and its offset. The walk stays
+// inside b[:IPv6Len+PayloadLength] (or b, if shorter), stops at ESP (its
+// contents are encrypted), No Next Header, an upper-layer protocol, or the
+// payload of a non-first fragment, and visits at most IPv6MaxExtHeaders
+// headers. AH ends the chain like ESP does (Proto is ProtoAH, Offset its
+// offset): a translator cannot rewrite the addresses AH authenticates and
+// must not treat the header after it as the packet's transport header. b
+// must be at least IPv6Len bytes long.
+func (b IPv6) WalkExtensionsStopAtAH() IPv6Ext {
 	end := IPv6Len + int(b.PayloadLength())
 	if end > len(b) {
 		end = len(b)
@@ -227,9 +199,9 @@ func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
 	off := IPv6Len
 	for n := 0; ; n++ {
 		var hl int
-		if !IsIPv6Extension(next) || (next == ProtoAH && !skipAH) {
-			// Upper layer, ESP, No Next Header or unknown (or AH for a
-			// translator): the chain ends.
+		if !IsIPv6Extension(next) || next == ProtoAH {
+			// Upper layer, ESP, AH, No Next Header or unknown: the chain
+			// ends.
 			r.Proto, r.Offset = next, off
 			return r
 		}
@@ -253,8 +225,6 @@ func (b IPv6) walkExtensions(skipAH bool) IPv6Ext {
 			r.FragOffset = fo &^ 7
 			r.MoreFragments = fo&1 != 0
 			r.FragID = binary.BigEndian.Uint32(b[off+fragID:])
-		case ProtoAH:
-			hl = (int(b[off+extLen]) + 2) * 4
 		default:
 			hl = (int(b[off+extLen]) + 1) * 8
 		}

@@ -63,7 +63,7 @@ func buildChain(r *rand.Rand, s chainSpec) []byte {
 	switch s.final {
 	case ProtoTCP:
 		h := make([]byte, TCPMinLen+r.IntN(30))
-		TCP(h).SetDataOffset(TCPMinLen)
+		h[12] = TCPMinLen / 4 << 4 // data offset
 		b = append(b, h...)
 	case ProtoUDP:
 		h := make([]byte, UDPLen+r.IntN(30))
@@ -119,16 +119,26 @@ func TestIPv6ExtWalkAgainstGopacket(t *testing.T) {
 		s.final = finals[r.IntN(len(finals))]
 		data := buildChain(r, s)
 
-		// The oracle: where gopacket's last extension header ends.
+		// The oracle: where gopacket's last extension header ends, or
+		// where its first AH starts (the walk ends there).
 		p := gopacket.NewPacket(data, layers.LayerTypeIPv6, noCopy)
 		wantProto, wantOff := uint8(IPv6(data).NextHeader()), IPv6Len
 		var gfrag *layers.IPv6Fragment
-		nExt := 0
+		nExt, atAH := 0, false
 		for _, l := range p.Layers() {
-			if next, ok := isExtLayer(l); ok {
-				wantProto, wantOff = next, offsetOf(data, l)+len(l.LayerContents())
-				nExt++
+			next, ok := isExtLayer(l)
+			if !ok {
+				continue
 			}
+			nExt++
+			if atAH {
+				continue
+			}
+			if _, ah := l.(*layers.IPSecAH); ah {
+				wantProto, wantOff, atAH = ProtoAH, offsetOf(data, l), true
+				continue
+			}
+			wantProto, wantOff = next, offsetOf(data, l)+len(l.LayerContents())
 			if f, ok := l.(*layers.IPv6Fragment); ok {
 				gfrag = f
 			}
@@ -137,10 +147,10 @@ func TestIPv6ExtWalkAgainstGopacket(t *testing.T) {
 			t.Fatalf("gopacket saw %d of %d extension headers: %v", nExt, len(s.exts), p)
 		}
 		b := IPv6(data)
-		if !b.IsValid(len(data)) {
+		if !ipv6Valid(data) {
 			t.Fatal("built packet invalid")
 		}
-		x := b.WalkExtensions()
+		x := b.WalkExtensionsStopAtAH()
 		if x.Status != IPv6ExtOK || x.Proto != wantProto || x.Offset != wantOff {
 			t.Fatalf("chain %v → %d: walk = %+v, gopacket proto %d offset %d", s.exts, s.final, x, wantProto, wantOff)
 		}
@@ -154,7 +164,7 @@ func TestIPv6ExtWalkAgainstGopacket(t *testing.T) {
 		// Cutting the packet anywhere inside the chain is a truncation;
 		// cutting after it still finds the final header.
 		for n := IPv6Len; n <= len(data); n++ {
-			y := IPv6(data[:n]).WalkExtensions()
+			y := IPv6(data[:n]).WalkExtensionsStopAtAH()
 			if n < wantOff && y.Status != IPv6ExtTruncated {
 				t.Fatalf("cut at %d of chain ending %d: %+v", n, wantOff, y)
 			}
@@ -173,11 +183,11 @@ func TestIPv6ExtWalkRejects(t *testing.T) {
 	for i := range many {
 		many[i] = ProtoDestOpts
 	}
-	x := IPv6(buildChain(r, chainSpec{exts: many, final: ProtoUDP})).WalkExtensions()
+	x := IPv6(buildChain(r, chainSpec{exts: many, final: ProtoUDP})).WalkExtensionsStopAtAH()
 	if x.Status != IPv6ExtOK || x.Proto != ProtoUDP {
 		t.Fatalf("%d headers: %+v", len(many), x)
 	}
-	x = IPv6(buildChain(r, chainSpec{exts: append(many, ProtoDestOpts), final: ProtoUDP})).WalkExtensions()
+	x = IPv6(buildChain(r, chainSpec{exts: append(many, ProtoDestOpts), final: ProtoUDP})).WalkExtensionsStopAtAH()
 	if x.Status != IPv6ExtTooMany {
 		t.Fatalf("%d headers: %+v", len(many)+1, x)
 	}
@@ -190,24 +200,24 @@ func TestIPv6ExtWalkRejects(t *testing.T) {
 	for off := IPv6Len; off < len(loop); off += 8 {
 		loop[off] = ProtoRouting
 	}
-	if x := IPv6(loop).WalkExtensions(); x.Status != IPv6ExtTooMany {
+	if x := IPv6(loop).WalkExtensionsStopAtAH(); x.Status != IPv6ExtTooMany {
 		t.Fatalf("self-referencing chain: %+v", x)
 	}
 	// Hop-by-Hop anywhere but first.
-	x = IPv6(buildChain(r, chainSpec{exts: []uint8{ProtoDestOpts, ProtoHopByHop}, final: ProtoTCP})).WalkExtensions()
+	x = IPv6(buildChain(r, chainSpec{exts: []uint8{ProtoDestOpts, ProtoHopByHop}, final: ProtoTCP})).WalkExtensionsStopAtAH()
 	if x.Status != IPv6ExtBadHopByHop {
 		t.Fatalf("late Hop-by-Hop: %+v", x)
 	}
 	// The payload length, not the slice, bounds the walk.
 	d := buildChain(r, chainSpec{exts: []uint8{ProtoRouting}, final: ProtoUDP})
 	IPv6(d).SetPayloadLength(7)
-	if x := IPv6(d).WalkExtensions(); x.Status != IPv6ExtTruncated {
+	if x := IPv6(d).WalkExtensionsStopAtAH(); x.Status != IPv6ExtTruncated {
 		t.Fatalf("chain beyond payload length: %+v", x)
 	}
 	// ESP and No Next Header end the walk where they start.
 	for _, p := range []uint8{ProtoESP, ProtoNoNextHeader} {
 		d := buildChain(r, chainSpec{exts: []uint8{ProtoDestOpts}, final: p})
-		x := IPv6(d).WalkExtensions()
+		x := IPv6(d).WalkExtensionsStopAtAH()
 		if x.Status != IPv6ExtOK || x.Proto != p || x.Offset != IPv6Len+(int(d[IPv6Len+1])+1)*8 {
 			t.Fatalf("final %d: %+v", p, x)
 		}
@@ -215,28 +225,24 @@ func TestIPv6ExtWalkRejects(t *testing.T) {
 	// A non-first fragment stops at the Fragment header even when what
 	// follows looks like more extension headers.
 	d = buildChain(r, chainSpec{exts: []uint8{ProtoFragment, ProtoDestOpts}, final: ProtoTCP, fragOff: 1448})
-	x = IPv6(d).WalkExtensions()
+	x = IPv6(d).WalkExtensionsStopAtAH()
 	if x.Status != IPv6ExtOK || !x.NonFirstFragment() || x.Proto != ProtoDestOpts || x.Offset != IPv6Len+8 || x.FragOffset != 1448 {
 		t.Fatalf("non-first fragment: %+v", x)
 	}
 	// A first fragment is walked through to the L4 header.
 	d = buildChain(r, chainSpec{exts: []uint8{ProtoFragment, ProtoDestOpts}, final: ProtoTCP, more: true})
-	x = IPv6(d).WalkExtensions()
+	x = IPv6(d).WalkExtensionsStopAtAH()
 	if x.Status != IPv6ExtOK || x.NonFirstFragment() || !x.Fragment || !x.MoreFragments || x.Proto != ProtoTCP {
 		t.Fatalf("first fragment: %+v", x)
 	}
 }
 
-// TestWalkStopAtAH: the translator's walk ends at AH, the general one
-// goes past it to the same place as a chain without it.
+// TestWalkStopAtAH: the walk ends where AH starts, whatever follows it.
 func TestWalkStopAtAH(t *testing.T) {
 	r := newRand()
 	b := IPv6(buildChain(r, chainSpec{exts: []uint8{ProtoDestOpts, ProtoAH, ProtoRouting}, final: ProtoTCP}))
 	x := b.WalkExtensionsStopAtAH()
-	if x.Status != IPv6ExtOK || x.Proto != ProtoAH || x.Offset <= IPv6Len {
-		t.Fatalf("stop at AH: %+v", x)
-	}
-	if y := b.WalkExtensions(); y.Status != IPv6ExtOK || y.Proto != ProtoTCP || y.Offset <= x.Offset {
-		t.Fatalf("past AH: %+v", y)
+	if want := IPv6Len + (int(b[IPv6Len+1])+1)*8; x.Status != IPv6ExtOK || x.Proto != ProtoAH || x.Offset != want {
+		t.Fatalf("stop at AH: %+v, want offset %d", x, want)
 	}
 }

@@ -61,17 +61,6 @@ const (
 // TCPMinLen bytes long.
 type TCP []byte
 
-// IsValid reports whether b holds a TCP header whose data offset is at least
-// TCPMinLen and fits in pktLen (the bytes the IP layer says follow). It is
-// safe on any slice.
-func (b TCP) IsValid(pktLen int) bool {
-	if len(b) < TCPMinLen || pktLen > len(b) {
-		return false
-	}
-	d := b.DataOffset()
-	return d >= TCPMinLen && d <= pktLen
-}
-
 // Fixed returns b cut to the fixed header (TCPMinLen bytes) as a slice
 // whose length the compiler knows, so that the accessors of the fixed
 // fields need no bounds checks (see IPv4.Fixed). It panics if b is shorter.
@@ -83,29 +72,14 @@ func (b TCP) SrcPort() uint16 { return binary.BigEndian.Uint16(b[tcpSrcPort:]) }
 // DstPort returns the destination port.
 func (b TCP) DstPort() uint16 { return binary.BigEndian.Uint16(b[tcpDstPort:]) }
 
-// Seq returns the sequence number.
-func (b TCP) Seq() uint32 { return binary.BigEndian.Uint32(b[tcpSeq:]) }
-
-// Ack returns the acknowledgment number.
-func (b TCP) Ack() uint32 { return binary.BigEndian.Uint32(b[tcpAck:]) }
-
 // DataOffset returns the header length in bytes, options included.
 func (b TCP) DataOffset() int { return int(b[tcpDataOff]>>4) * 4 }
 
 // Flags returns the 8 flag bits CWR..FIN (TCPFlag*).
 func (b TCP) Flags() uint8 { return b[tcpFlags] }
 
-// Window returns the window field.
-func (b TCP) Window() uint16 { return binary.BigEndian.Uint16(b[tcpWindow:]) }
-
 // Checksum returns the checksum field.
 func (b TCP) Checksum() uint16 { return binary.BigEndian.Uint16(b[tcpChecksum:]) }
-
-// UrgentPointer returns the urgent pointer.
-func (b TCP) UrgentPointer() uint16 { return binary.BigEndian.Uint16(b[tcpUrgent:]) }
-
-// Options returns the options (empty when the data offset is 20).
-func (b TCP) Options() []byte { return b[TCPMinLen:b.DataOffset()] }
 
 // SetSrcPort sets the source port.
 func (b TCP) SetSrcPort(p uint16) { binary.BigEndian.PutUint16(b[tcpSrcPort:], p) }
@@ -113,32 +87,5 @@ func (b TCP) SetSrcPort(p uint16) { binary.BigEndian.PutUint16(b[tcpSrcPort:], p
 // SetDstPort sets the destination port.
 func (b TCP) SetDstPort(p uint16) { binary.BigEndian.PutUint16(b[tcpDstPort:], p) }
 
-// SetSeq sets the sequence number.
-func (b TCP) SetSeq(v uint32) { binary.BigEndian.PutUint32(b[tcpSeq:], v) }
-
-// SetAck sets the acknowledgment number.
-func (b TCP) SetAck(v uint32) { binary.BigEndian.PutUint32(b[tcpAck:], v) }
-
-// SetDataOffset sets the header length from bytes (a multiple of 4, 20–60),
-// clearing the reserved bits.
-func (b TCP) SetDataOffset(n int) { b[tcpDataOff] = uint8(n/4) << 4 }
-
-// SetFlags sets the 8 flag bits.
-func (b TCP) SetFlags(f uint8) { b[tcpFlags] = f }
-
-// SetWindow sets the window.
-func (b TCP) SetWindow(w uint16) { binary.BigEndian.PutUint16(b[tcpWindow:], w) }
-
 // SetChecksum sets the checksum field.
 func (b TCP) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[tcpChecksum:], c) }
-
-// SetUrgentPointer sets the urgent pointer.
-func (b TCP) SetUrgentPointer(p uint16) { binary.BigEndian.PutUint16(b[tcpUrgent:], p) }
-
-// CalculateChecksum returns the checksum over all of b (header and payload)
-// given the pseudo-header running sum, ignoring the current checksum field.
-func (b TCP) CalculateChecksum(pseudo uint32) uint16 {
-	s := Checksum(b[:tcpChecksum], pseudo)
-	s = Checksum(b[tcpChecksum+2:], s)
-	return ChecksumFold(s)
-}

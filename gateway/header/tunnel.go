@@ -27,11 +27,6 @@ const (
 // VXLAN is a view of a VXLAN header; it must be at least VXLANLen bytes long.
 type VXLAN []byte
 
-// IsValid reports whether b is long enough and has the I flag set (RFC 7348
-// §5: other flag and reserved bits are ignored on receipt). It is safe on
-// any slice.
-func (b VXLAN) IsValid() bool { return len(b) >= VXLANLen && b[vxlanFlags]&VXLANFlagI != 0 }
-
 // Fixed returns b cut to the header (VXLANLen bytes) as a slice whose
 // length the compiler knows, so that the accessors need no bounds checks
 // (see IPv4.Fixed). It panics if b is shorter.
@@ -42,17 +37,6 @@ func (b VXLAN) Flags() uint8 { return b[vxlanFlags] }
 
 // VNI returns the 24-bit VXLAN network identifier.
 func (b VXLAN) VNI() uint32 { return binary.BigEndian.Uint32(b[vxlanVNI:]) >> 8 }
-
-// Payload returns the inner Ethernet frame.
-func (b VXLAN) Payload() []byte { return b[VXLANLen:] }
-
-// SetFlags sets the flags byte.
-func (b VXLAN) SetFlags(f uint8) { b[vxlanFlags] = f }
-
-// SetVNI sets the VNI, keeping the reserved byte after it.
-func (b VXLAN) SetVNI(vni uint32) {
-	binary.BigEndian.PutUint32(b[vxlanVNI:], vni<<8|uint32(b[vxlanVNI+3]))
-}
 
 // Init writes a fresh header: I flag set, reserved bits zero, VNI vni.
 func (b VXLAN) Init(vni uint32) {
@@ -101,7 +85,7 @@ const (
 )
 
 // Geneve is a view of a Geneve header; it must be at least GeneveMinLen
-// bytes long (check with IsValid).
+// bytes long.
 type Geneve []byte
 
 // Fixed returns b cut to the option-less header (GeneveMinLen bytes) as a
@@ -133,91 +117,10 @@ func (b Geneve) ProtocolType() uint16 { return binary.BigEndian.Uint16(b[genProt
 // VNI returns the 24-bit virtual network identifier.
 func (b Geneve) VNI() uint32 { return binary.BigEndian.Uint32(b[genVNI:]) >> 8 }
 
-// Options returns the options bytes.
-func (b Geneve) Options() []byte { return b[GeneveMinLen:b.HeaderLength()] }
-
-// Payload returns what follows the header and its options.
-func (b Geneve) Payload() []byte { return b[b.HeaderLength():] }
-
-// SetVNI sets the VNI, keeping the reserved byte after it.
-func (b Geneve) SetVNI(vni uint32) {
-	binary.BigEndian.PutUint32(b[genVNI:], vni<<8|uint32(b[genVNI+3]))
-}
-
-// SetProtocolType sets the protocol type.
-func (b Geneve) SetProtocolType(t uint16) { binary.BigEndian.PutUint16(b[genProto:], t) }
-
-// SetFlags sets the O/C flags byte (reserved bits included).
-func (b Geneve) SetFlags(f uint8) { b[genFlags] = f }
-
-// SetOptLen sets version 0 and the options length in 4-byte words.
-func (b Geneve) SetOptLen(words uint8) { b[genVerOptLen] = words & 0x3f }
-
 // Init writes a fresh option-less header: version 0, no flags, protocol
 // type EtherTypeTEB, VNI vni.
 func (b Geneve) Init(vni uint32) {
 	b[genVerOptLen], b[genFlags] = 0, 0
 	binary.BigEndian.PutUint16(b[genProto:], EtherTypeTEB)
 	binary.BigEndian.PutUint32(b[genVNI:], vni<<8)
-}
-
-// GeneveStatus is the outcome of Geneve.Validate.
-type GeneveStatus uint8
-
-const (
-	// GeneveOK means the header and its options are well-formed.
-	GeneveOK GeneveStatus = iota
-	// GeneveTruncated means the packet is shorter than the header with its
-	// options.
-	GeneveTruncated
-	// GeneveBadVersion means the version is not 0.
-	GeneveBadVersion
-	// GeneveBadOption means an option's length runs past the options area.
-	GeneveBadOption
-)
-
-// Validate checks b as a Geneve header of a packet pktLen bytes long (the
-// UDP payload): version 0, the header with its options inside pktLen, and
-// every option's header and data inside the options area. It returns the
-// header length (the payload offset), valid iff the status is GeneveOK. It is
-// safe on any slice.
-func (b Geneve) Validate(pktLen int) (int, GeneveStatus) {
-	if len(b) < GeneveMinLen || pktLen > len(b) || pktLen < GeneveMinLen {
-		return 0, GeneveTruncated
-	}
-	if b.Version() != 0 {
-		return 0, GeneveBadVersion
-	}
-	hl := b.HeaderLength()
-	if hl > pktLen {
-		return 0, GeneveTruncated
-	}
-	for off := GeneveMinLen; off < hl; {
-		next, ok := b.NextOption(off, hl)
-		if !ok {
-			return 0, GeneveBadOption
-		}
-		off = next
-	}
-	return hl, GeneveOK
-}
-
-// NextOption returns the offset of the option after the one at off, given
-// the header length hl; ok is false when the option does not fit in b[:hl].
-func (b Geneve) NextOption(off, hl int) (next int, ok bool) {
-	if off < GeneveMinLen || off+GeneveOptionHeaderLen > hl || hl > len(b) {
-		return 0, false
-	}
-	next = off + GeneveOptionHeaderLen + int(b[off+3]&0x1f)*4
-	if next > hl {
-		return 0, false
-	}
-	return next, true
-}
-
-// Option returns the class, type and data of the option at off, which must
-// have been checked by Validate or NextOption.
-func (b Geneve) Option(off int) (class uint16, typ uint8, data []byte) {
-	n := int(b[off+3]&0x1f) * 4
-	return binary.BigEndian.Uint16(b[off:]), b[off+2], b[off+GeneveOptionHeaderLen : off+GeneveOptionHeaderLen+n]
 }
