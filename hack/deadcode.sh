@@ -4,8 +4,9 @@
 # the Go module proxy into ${EGRET_TOOLS_DIR:-/var/cache/egret/bin}, once) over ./cmd/...
 # and reports every unreachable function that hack/deadcode-allow.txt does not list.
 #
-# internal/nstest and internal/kubetest are test helpers shared across packages and are
-# not checked; generated code (bpf2go) is skipped by deadcode itself.
+# Packages under internal/ whose name ends in "test" (nstest, kubetest, promtest) are
+# test helpers shared across packages and are not checked; generated code (bpf2go) is
+# skipped by deadcode itself.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,7 +25,7 @@ fi
 
 module="$(cd "$root" && "$go_bin" list -m)"
 cd "$root"
-found="$("$bin" -f '{{range .Funcs}}{{$.Path}}.{{.Name}}{{"\n"}}{{end}}' ./cmd/... | sed "s#^$module/##" | grep -v '^internal/\(nstest\|kubetest\)\.' || true)"
+found="$("$bin" -f '{{range .Funcs}}{{$.Path}}.{{.Name}}{{"\n"}}{{end}}' ./cmd/... | sed "s#^$module/##" | grep -v '^internal/[a-z]*test\.' || true)"
 allowed="$(sed 's/#.*//; s/[[:space:]]*$//' "$here/deadcode-allow.txt" | { grep -v '^$' || true; } | sort -u)"
 left="$(comm -23 <(printf '%s\n' "$found" | { grep -v '^$' || true; } | sort -u) <(printf '%s\n' "$allowed"))"
 stale="$(comm -13 <(printf '%s\n' "$found" | { grep -v '^$' || true; } | sort -u) <(printf '%s\n' "$allowed"))"

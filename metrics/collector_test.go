@@ -9,57 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/internal/promtest"
 	"github.com/egret-gw/egret/nat"
 )
-
-// sample finds the value of metric name with exactly the given labels
-// ("k=v" pairs); ok is false when there is no such series.
-func sample(fams []*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == k && lp.GetValue() == v {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount()), true
-			}
-		}
-	}
-	return 0, false
-}
-
-func mustSample(t *testing.T, fams []*dto.MetricFamily, name string, labels ...string) float64 {
-	t.Helper()
-	v, ok := sample(fams, name, labels...)
-	if !ok {
-		t.Fatalf("no series %s%v", name, labels)
-	}
-	return v
-}
 
 func TestGatewayCollectorMatchesPipeline(t *testing.T) {
 	p := newHarnessPipeline(t, 1<<14)
@@ -112,13 +66,13 @@ func TestGatewayCollectorMatchesPipeline(t *testing.T) {
 		{"egret_gateway_interface_received_bytes_total", []string{"interface=eth-underlay"}, float64(h.ifs[ifUnderlay].rxB.Load())},
 	}
 	for _, c := range checks {
-		if got := mustSample(t, fams, c.name, c.labels...); got != c.want {
+		if got := promtest.MustSample(t, fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 	var dropSum float64
 	for _, r := range gateway.DropReasons() {
-		dropSum += mustSample(t, fams, "egret_gateway_dropped_packets_total", "reason="+r.String())
+		dropSum += promtest.MustSample(t, fams, "egret_gateway_dropped_packets_total", "reason="+r.String())
 	}
 	var wantDrops uint64
 	for _, d := range want.Drops {
@@ -128,12 +82,12 @@ func TestGatewayCollectorMatchesPipeline(t *testing.T) {
 		t.Errorf("drops by reason sum to %v, pipeline counted %d", dropSum, wantDrops)
 	}
 	for i := range h.workers {
-		if b := mustSample(t, fams, "egret_gateway_worker_busy_seconds_total", fmt.Sprintf("worker=%d", i)); b <= 0 {
+		if b := promtest.MustSample(t, fams, "egret_gateway_worker_busy_seconds_total", fmt.Sprintf("worker=%d", i)); b <= 0 {
 			t.Errorf("worker %d busy seconds %v, want > 0", i, b)
 		}
 	}
 	// AF_XDP series only appear for XDP interfaces; the harness has none.
-	if _, ok := sample(fams, "egret_gateway_xdp_socket_rx_dropped_total", "interface=eth-outside"); ok {
+	if _, ok := promtest.Sample(fams, "egret_gateway_xdp_socket_rx_dropped_total", "interface=eth-outside"); ok {
 		t.Error("XDP ring series reported for an interface without AF_XDP statistics")
 	}
 }
@@ -169,7 +123,7 @@ func TestGatewayCollectorPartialSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := mustSample(t, fams, "egret_gateway_dropped_packets_total", "reason=unknown_vtep"); v != 1 {
+	if v := promtest.MustSample(t, fams, "egret_gateway_dropped_packets_total", "reason=unknown_vtep"); v != 1 {
 		t.Fatalf("unknown_vtep drops %v, want 1", v)
 	}
 	var names []string
@@ -189,7 +143,7 @@ func TestGatewayCollectorPartialSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := mustSample(t, fams, "egret_gateway_dropped_packets_total", "reason=tunnel_mismatch"); v != 7 {
+	if v := promtest.MustSample(t, fams, "egret_gateway_dropped_packets_total", "reason=tunnel_mismatch"); v != 7 {
 		t.Fatalf("tunnel_mismatch drops %v, want the XDP program's 7", v)
 	}
 	// An empty source is valid too (a gateway before its first worker).
@@ -231,16 +185,16 @@ func TestGatewayCollectorExhaustion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := mustSample(t, fams, "egret_gateway_nat_port_exhaustion_total", "egress_ip=192.0.2.10"); v != 2 {
+	if v := promtest.MustSample(t, fams, "egret_gateway_nat_port_exhaustion_total", "egress_ip=192.0.2.10"); v != 2 {
 		t.Errorf("exhaustion count %v, want 2", v)
 	}
-	if v := mustSample(t, fams, "egret_gateway_dropped_packets_total", "reason=nat_exhausted"); v != 2 {
+	if v := promtest.MustSample(t, fams, "egret_gateway_dropped_packets_total", "reason=nat_exhausted"); v != 2 {
 		t.Errorf("nat_exhausted drops %v, want 2", v)
 	}
-	if v := mustSample(t, fams, "egret_gateway_nat_ports_in_use", "egress_ip=192.0.2.10", "protocol=udp"); v != 1 {
+	if v := promtest.MustSample(t, fams, "egret_gateway_nat_ports_in_use", "egress_ip=192.0.2.10", "protocol=udp"); v != 1 {
 		t.Errorf("ports in use %v, want 1", v)
 	}
-	if v := mustSample(t, fams, "egret_gateway_nat_ports_max", "egress_ip=192.0.2.10", "protocol=udp"); v != 1 {
+	if v := promtest.MustSample(t, fams, "egret_gateway_nat_ports_max", "egress_ip=192.0.2.10", "protocol=udp"); v != 1 {
 		t.Errorf("ports max %v, want 1", v)
 	}
 }

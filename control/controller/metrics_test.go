@@ -1,12 +1,11 @@
 package controller
 
 import (
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/internal/promtest"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 func TestMetrics(t *testing.T) {
@@ -50,19 +49,19 @@ func TestMetrics(t *testing.T) {
 		{"egret_controller_leader", nil, 1},
 	}
 	for _, ck := range checks {
-		if got := mustSample(t, fams, ck.name, ck.labels...); got != ck.want {
+		if got := promtest.MustSample(t, fams, ck.name, ck.labels...); got != ck.want {
 			t.Errorf("%s%v = %v, want %v", ck.name, ck.labels, got, ck.want)
 		}
 	}
-	if _, ok := sample(fams, "egret_controller_egress_ips_assigned", "node=gw2"); ok {
+	if _, ok := promtest.Sample(fams, "egret_controller_egress_ips_assigned", "node=gw2"); ok {
 		t.Error("a node that lost all its IPs keeps an assigned series")
 	}
-	if v, ok := sample(fams, "egret_controller_failovers_total", "node=gw1"); !ok || v != 0 {
+	if v, ok := promtest.Sample(fams, "egret_controller_failovers_total", "node=gw1"); !ok || v != 0 {
 		t.Errorf("failovers of an assigned node that never failed: %v (present %v), want a series at 0", v, ok)
 	}
 	c.ForgetNode("gw2")
 	fams, _ = reg.Gather()
-	if _, ok := sample(fams, "egret_controller_node_reachable", "node=gw2"); ok {
+	if _, ok := promtest.Sample(fams, "egret_controller_node_reachable", "node=gw2"); ok {
 		t.Error("ForgetNode left the node's series")
 	}
 	// A nil *Metrics is a no-op, so components may run without metrics.
@@ -75,48 +74,4 @@ func TestMetrics(t *testing.T) {
 	nilc.ReconcileError("x")
 	nilc.StatusWritten(true)
 	nilc.SetLeader(true)
-}
-
-func sample(fams []*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == k && lp.GetValue() == v {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount()), true
-			}
-		}
-	}
-	return 0, false
-}
-
-func mustSample(t *testing.T, fams []*dto.MetricFamily, name string, labels ...string) float64 {
-	t.Helper()
-	v, ok := sample(fams, name, labels...)
-	if !ok {
-		t.Fatalf("no series %s%v", name, labels)
-	}
-	return v
 }
