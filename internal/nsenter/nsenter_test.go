@@ -25,22 +25,28 @@ func current(t *testing.T) netns.NsHandle {
 	return h
 }
 
-func TestDoRunsInNamespace(t *testing.T) {
-	ns := nstest.New(t)
-	host := current(t)
+// runsIn reports whether nsenter.Do(target, fn) runs fn in namespace want.
+func runsIn(t *testing.T, target, want netns.NsHandle) bool {
+	t.Helper()
 	var inside bool
-	if err := nsenter.Do(ns.Handle, func() error {
+	if err := nsenter.Do(target, func() error {
 		h, err := netns.Get()
 		if err != nil {
 			return err
 		}
 		defer h.Close()
-		inside = h.Equal(ns.Handle)
+		inside = h.Equal(want)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !inside {
+	return inside
+}
+
+func TestDoRunsInNamespace(t *testing.T) {
+	ns := nstest.New(t)
+	host := current(t)
+	if !runsIn(t, ns.Handle, ns.Handle) {
 		t.Error("fn did not run in the namespace")
 	}
 	if now := current(t); !now.Equal(host) {
@@ -70,19 +76,7 @@ func TestDoSurvivesGoexit(t *testing.T) {
 func TestDoNoneRunsDirectly(t *testing.T) {
 	ns := nstest.New(t)
 	ns.Enter(t)
-	var inside bool
-	if err := nsenter.Do(netns.None(), func() error {
-		h, err := netns.Get()
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		inside = h.Equal(ns.Handle)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if !inside {
+	if !runsIn(t, netns.None(), ns.Handle) {
 		t.Error("fn did not run in the caller's namespace")
 	}
 }
