@@ -23,8 +23,24 @@ func install(args []string) error {
 	kcHostDir := fs.String("kubeconfig-host-dir", "/etc/cni/net.d/egress-router.d", "the same directory as the node sees it (paths inside the kubeconfig)")
 	saDir := fs.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the pod's service account files")
 	watch := fs.Duration("refresh", 0, "if > 0, stay running and re-copy the rotating token at this interval")
+	checkConfig := fs.Bool("check-config", false, "parse and validate the flags, print the result and exit (0 valid, 1 not); copies nothing")
 	if err := parseFlags(fs, "copy this plugin into the node's CNI bin directory (and keep a kubeconfig for ipConfig there)", args); err != nil {
 		return err
+	}
+	if *checkConfig {
+		for name, dir := range map[string]string{"-cni-bin-dir": *binDir, "-kubeconfig-host-dir": *kcHostDir, "-service-account-dir": *saDir} {
+			if !filepath.IsAbs(dir) {
+				return fmt.Errorf("%s %q: give an absolute path", name, dir)
+			}
+		}
+		if *kcDir != "" && !filepath.IsAbs(*kcDir) {
+			return fmt.Errorf("-kubeconfig-dir %q: give an absolute path", *kcDir)
+		}
+		if *watch < 0 {
+			return fmt.Errorf("-refresh %v: give 0 (copy once) or a positive interval", *watch)
+		}
+		fmt.Println("install: configuration valid")
+		return nil
 	}
 	self, err := os.Executable()
 	if err != nil {

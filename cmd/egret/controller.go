@@ -24,6 +24,7 @@ func runController(args []string) error {
 	f := controller.BindFlags(fs)
 	lf := bindLogFlags(fs)
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultControllerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
+	checkConfig := fs.Bool("check-config", false, "parse and validate the flags, print the result and exit (0 valid, 1 not); touches nothing")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -38,6 +39,10 @@ func runController(args []string) error {
 	dir, isDir, err := f.SourceDir()
 	if err != nil {
 		return err
+	}
+	if *checkConfig {
+		fmt.Println("controller: configuration valid")
+		return nil
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

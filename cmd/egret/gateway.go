@@ -63,6 +63,7 @@ type gatewayFlags struct {
 	fenceAfter       time.Duration
 	announceCount    int
 	announceInterval time.Duration
+	checkConfig      bool
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -86,6 +87,7 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
 	fs.IntVar(&f.announceCount, "announce-count", 3, "gratuitous ARPs / unsolicited NAs sent per claimed egress IP (1–20)")
 	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -204,6 +206,17 @@ func runGateway(args []string) error {
 	f, err := parseGatewayFlags(args)
 	if err != nil {
 		return err
+	}
+	if f.checkConfig {
+		load := f.load
+		if f.agent() {
+			load = f.loadBase
+		}
+		if _, _, err := load(); err != nil {
+			return err
+		}
+		fmt.Println("gateway: configuration valid")
+		return nil
 	}
 	if f.agent() {
 		return runGatewayAgent(f)

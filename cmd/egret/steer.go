@@ -34,6 +34,7 @@ func runSteer(args []string) error {
 	once := fs.Bool("once", false, "reconcile once and exit")
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent programmed (device, rules, routes, filter) and exit")
+	checkConfig := fs.Bool("check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the kernel nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -56,8 +57,12 @@ func runSteer(args []string) error {
 		cfg.PodCIDRs = strings.Split(*podCIDRs, ",")
 	}
 	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	if err := checkSteerConfig(cfg, *configPath, *source, *node, *cleanup); err != nil {
 		return err
+	}
+	if *checkConfig {
+		fmt.Printf("steer: configuration valid (underlay %q, vtep %q, %d excluded networks)\n", cfg.Underlay, cfg.VTEP, len(cfg.ClusterCIDRs)+len(cfg.ServiceCIDRs)+len(cfg.NodeCIDRs))
+		return nil
 	}
 	log, err := newLogger(cfg.LogFormat, lf.level)
 	if err != nil {
@@ -81,10 +86,6 @@ func runSteer(args []string) error {
 	if *cleanup {
 		return k.Cleanup()
 	}
-	if *node == "" {
-		return errors.New("--node: give this node's name (or set NODE_NAME)")
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := &steer.Agent{Node: *node, Kernel: k, Log: log, Resync: cfg.Resync.Duration}
@@ -133,4 +134,36 @@ func runSteer(args []string) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// checkSteerConfig validates the settled configuration and says where each
+// setting is made: a DaemonSet that crash-loops must tell the admin which
+// ConfigMap key or flag to fix.
+func checkSteerConfig(cfg steer.Config, configPath, source, node string, cleanup bool) error {
+	where := "no config file given (--config)"
+	if configPath != "" {
+		where = configPath
+	}
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	// On a cluster the pod and service networks must never be steered: without
+	// them a selected pod's in-cluster traffic would be sent to the gateway.
+	// The lab (dir source) knows its own networks.
+	if source == "" && !cleanup {
+		if len(cfg.ClusterCIDRs) == 0 {
+			errs = append(errs, errors.New("clusterCIDRs: give the cluster's pod networks (key clusterCIDRs of the egret-steer ConfigMap, deploy/steer/config.yaml)"))
+		}
+		if len(cfg.ServiceCIDRs) == 0 {
+			errs = append(errs, errors.New("serviceCIDRs: give the cluster's service networks (key serviceCIDRs of the egret-steer ConfigMap, deploy/steer/config.yaml)"))
+		}
+	}
+	if node == "" && !cleanup {
+		errs = append(errs, errors.New("--node: give this node's name (or set NODE_NAME)"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("steer configuration (%s, flags override it) is invalid: %w", where, err)
+	}
+	return nil
 }

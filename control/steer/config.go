@@ -170,7 +170,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("vni %d: a VXLAN VNI is at most %d", c.VNI, 1<<24-1))
 	}
 	if c.Underlay == "" && c.VTEP == "" {
-		errs = append(errs, errors.New("underlay: name the interface the tunnel runs over (or give vtep)"))
+		errs = append(errs, errors.New("underlay: name the interface the tunnel runs over (key underlay or --underlay), or give this node's address (key vtep or --vtep)"))
 	}
 	if c.VTEP != "" {
 		if a, err := netip.ParseAddr(c.VTEP); err != nil || a.IsUnspecified() || a.IsMulticast() || a.Zone() != "" {
