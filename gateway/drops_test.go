@@ -201,6 +201,37 @@ func dropCases() []dropCase {
 		{reason: DropTunnelMismatch, cfg: func(c *Config) { c.Tunnel, c.VNI = TunnelGeneve, testVNI }, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t)) // the other type
 		}},
+		// An IPv6 header carrying ::ffff:<pod IPv4> passed anti-spoofing as
+		// the IPv4 pod and hit (and retired) the pod's IPv4 flow.
+		{reason: DropBadAddress, prep: func(t *testing.T, f *fixture) {
+			if r, _ := f.run(t, tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))); r.Verdict != VerdictTx {
+				t.Fatalf("IPv4 flow: %v %v", r.Verdict, r.Reason)
+			}
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(mapped(pod1v4), mapped(server4)).build(t))
+		}},
+		badAddrCase(func(t *testing.T) []byte { // inner IPv4-mapped source
+			return tunnelFrame(t, podTun(), udpFrom(mapped(pod1v4), server6).build(t))
+		}),
+		badAddrCase(func(t *testing.T) []byte { // inner IPv4-mapped destination
+			return tunnelFrame(t, podTun(), udpFrom(pod1v6, mapped(server4)).build(t))
+		}),
+		badAddrCase(func(t *testing.T) []byte { // outer IPv6 source ::ffff:<node 1 VTEP>
+			tu := podTun()
+			tu.outerSrc, tu.outerDst = mapped(node1VTEP), gwVTEP6
+			return tunnelFrame(t, tu, udpFrom(pod1v4, server4).build(t))
+		}),
+		badAddrCase(func(t *testing.T) []byte { // outer IPv4 loopback source
+			tu := podTun()
+			tu.outerSrc = netip.MustParseAddr("127.0.0.2")
+			return tunnelFrame(t, tu, udpFrom(pod1v4, server4).build(t))
+		}),
+		badAddrCase(func(t *testing.T) []byte { // outside multicast source to an egress IP
+			return plainFrame(t, udpFrom(netip.MustParseAddr("224.0.0.9"), egress4).build(t))
+		}),
+		badAddrCase(func(t *testing.T) []byte { // outside IPv6 multicast source to an egress IP
+			return plainFrame(t, udpFrom(netip.MustParseAddr("ff02::9"), egress6).build(t))
+		}),
 		{reason: DropNoConfig, noSwap: true, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},
@@ -378,5 +409,55 @@ func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
 				t.Fatalf("reply of the flow kept alive: %v %v", res[0].Verdict, res[0].Reason)
 			}
 		})
+	}
+}
+
+func mapped(a netip.Addr) netip.Addr { return netip.AddrFrom16(a.As16()) }
+
+// badAddrCase is a bad_address drop of frame, for the cases below.
+func badAddrCase(frame func(t *testing.T) []byte) dropCase {
+	return dropCase{reason: DropBadAddress, frame: frame}
+}
+
+// TestBadSourceAddresses: every special-purpose source that never appears
+// on the wire is dropped at decode, inner and outer, before any table.
+// Link-local sources are valid (RFC 6890) and are left to anti-spoofing.
+func TestBadSourceAddresses(t *testing.T) {
+	bad := []string{
+		"0.0.0.0", "0.1.2.3", "127.0.0.1", "224.0.0.1", "239.1.2.3", "240.0.0.1", "255.255.255.255",
+		"::", "::1", "::10.244.1.5", "::ffff:10.244.1.5", "ff02::1", "ff0e::1",
+	}
+	good := []string{"169.254.0.1", "fe80::1", "64:ff9b::a00:1", "1.2.3.4", "223.255.255.255", "2001:db8::1"}
+	var p Parsed
+	for _, s := range bad {
+		a := netip.MustParseAddr(s)
+		eg, dst := egress4, server4
+		if !a.Is4() {
+			eg, dst = egress6, server6
+		}
+		for _, fr := range [][]byte{
+			plainFrame(t, udpFrom(a, eg).build(t)),
+			tunnelFrame(t, podTun(), udpFrom(a, dst).build(t)),
+		} {
+			p.Decode(fr)
+			if p.Kind != KindMalformed || p.Bad != DropBadAddress {
+				t.Errorf("source %v: kind %v, reason %v; want bad_address", a, p.Kind, p.Bad)
+			}
+		}
+	}
+	for _, s := range good {
+		a := netip.MustParseAddr(s)
+		dst := server4
+		if a.Is6() {
+			dst = server6
+		}
+		p.Decode(tunnelFrame(t, podTun(), udpFrom(a, dst).build(t)))
+		if p.Kind != KindTunnel {
+			t.Errorf("inner source %v: kind %v, reason %v; want it decoded", a, p.Kind, p.Bad)
+		}
+		p.Decode(plainFrame(t, udpFrom(a, dst).build(t)))
+		if p.Kind != KindIP {
+			t.Errorf("source %v: kind %v, reason %v; want it decoded", a, p.Kind, p.Bad)
+		}
 	}
 }

@@ -274,7 +274,17 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 		p.L4 = l4
 		p.Proto = h.Protocol()
 		p.TTL = h.TTL()
-		setMapped(&p.Src, h.SrcAddr())
+		src := h.SrcAddr()
+		// 0/8 (this network), 127/8 (loopback), 224/4 (multicast) and 240/4
+		// (reserved, limited broadcast) are never the source of a packet on
+		// the wire (RFC 1122 §3.2.1.3, RFC 6890), and Linux drops them as
+		// martians; the XDP program only sends unicast to a VTEP or an
+		// egress IP here, so DHCP's 0.0.0.0 never arrives.
+		if b0 := src[0]; b0 == 0 || b0 == 127 || b0 >= 224 {
+			p.bad(DropBadAddress)
+			return 0, 0, false
+		}
+		setMapped(&p.Src, src)
 		setMapped(&p.Dst, h.DstAddr())
 		p.FragOff = h.FragmentOffset() >> 3
 		p.MoreFrags = h.MoreFragments()
@@ -299,6 +309,15 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 	p.TTL = h.HopLimit()
 	p.Src = h.SrcAddr()
 	p.Dst = h.DstAddr()
+	// Addresses are kept IPv4-mapped, so an IPv6 header carrying
+	// ::ffff:a.b.c.d would pass for IPv4 a.b.c.d (anti-spoofing, the
+	// flow table, hosted egress IPs). ::/80 holds it, IPv4-compatible
+	// ::/96, :: and ::1, none of which is valid in an IPv6 header on the
+	// wire (RFC 4291 §2.5.5, RFC 6890); a multicast source never is.
+	if in80(&p.Src) || in80(&p.Dst) || p.Src[0] == 0xff {
+		p.bad(DropBadAddress)
+		return 0, 0, false
+	}
 	nh, l4 := h.NextHeader(), off+header.IPv6Len
 	if header.IsIPv6Extension(nh) {
 		x := header.IPv6(b[off:end]).WalkExtensionsStopAtAH()
@@ -450,6 +469,12 @@ func (p *Parsed) decodeEmbedded(b []byte, off, end int) {
 // 8-byte stores, so that the 8-byte loads that hash and compare addresses
 // right after are forwarded from a single store each (a load spanning two
 // stores waits for them to reach the cache).
+// in80 reports whether a is in ::/80: the IPv4-mapped and IPv4-compatible
+// ranges, the unspecified and the loopback address.
+func in80(a *[16]byte) bool {
+	return binary.LittleEndian.Uint64(a[:8]) == 0 && a[8]|a[9] == 0
+}
+
 func setMapped(a *[16]byte, b [4]byte) {
 	binary.LittleEndian.PutUint64(a[0:8], 0)
 	binary.LittleEndian.PutUint64(a[8:16], 0xffff_0000|uint64(binary.LittleEndian.Uint32(b[:]))<<32)

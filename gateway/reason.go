@@ -34,6 +34,7 @@ const (
 	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
 	DropTunnelIDs                          // new flow refused: MaxTunnelIDs (tunnel, VNI) pairs already numbered
 	DropTunnelMismatch                     // tunnel packet of another type or VNI than configured
+	DropBadAddress                         // special-purpose address that is never a packet source (RFC 6890), or an IPv6 header carrying ::/80
 	numDropReasons
 )
 
@@ -64,6 +65,7 @@ var dropNames = [numDropReasons]string{
 	DropICMPRateLimited:  "icmp_rate_limited",
 	DropTunnelIDs:        "tunnel_ids_exhausted",
 	DropTunnelMismatch:   "tunnel_mismatch",
+	DropBadAddress:       "bad_address",
 }
 
 // String returns the reason's label value.

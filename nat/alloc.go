@@ -271,7 +271,24 @@ func (a *Allocator) portRange(class int, sport uint16) (lo, hi uint16) {
 	return a.cfg.PortMin, a.cfg.PortMax
 }
 
+// Tunnel UDP ports (VXLAN, RFC 7348; Geneve, RFC 8926) the gateway itself
+// receives encapsulated pod traffic on. The XDP program and the parser take
+// any UDP packet to these ports as tunnel traffic, so a flow NATed to one of
+// them would never get its replies: the allocator never hands them out for UDP.
+const (
+	vxlanPort  = 4789
+	genevePort = 6081
+)
+
+// reserved reports whether p may never be a NAT port for proto.
+func reserved(proto uint8, p uint16) bool {
+	return proto == 17 && (p == vxlanPort || p == genevePort)
+}
+
 func (a *Allocator) free(t *portTable, exclusive bool, proto uint8, dst *Addr, dport uint16, nat *Addr, p uint16) bool {
+	if reserved(proto, p) {
+		return false
+	}
 	if exclusive && t.refs[p] != 0 {
 		return false
 	}

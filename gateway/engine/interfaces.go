@@ -19,10 +19,14 @@ type ethtoolChannels struct {
 	RxCount, TxCount, OtherCount, CombinedCount uint32
 }
 
-// ifreqData is struct ifreq with the ifr_data pointer member.
+// ifreqData is struct ifreq with the ifr_data pointer member. Data is an
+// unsafe.Pointer, not a uintptr: the garbage collector neither keeps alive
+// nor updates an object referenced only by a uintptr, so the ethtool_channels
+// the kernel writes into could be freed or moved (stack growth copies it)
+// before the ioctl returns.
 type ifreqData struct {
 	Name [unix.IFNAMSIZ]byte
-	Data uintptr
+	Data unsafe.Pointer
 	_    [16]byte
 }
 
@@ -38,7 +42,7 @@ func rxQueues(ifname string) int {
 	ch := ethtoolChannels{Cmd: unix.ETHTOOL_GCHANNELS}
 	var req ifreqData
 	copy(req.Name[:len(req.Name)-1], ifname)
-	req.Data = uintptr(unsafe.Pointer(&ch))
+	req.Data = unsafe.Pointer(&ch)
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&req)))
 	if e != 0 {
 		return 1
