@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,27 +57,47 @@ type Capacity struct {
 	IPv6  int // IPv6 limit, valid iff !Total
 }
 
-// NodeVTEPs returns a node's tunnel addresses: the egret.io/vtep annotation,
-// else its InternalIP addresses.
-func NodeVTEPs(n *corev1.Node) []netip.Addr {
-	var out []netip.Addr
-	if s, ok := n.Annotations[AnnotationVTEP]; ok {
-		for _, f := range strings.Split(s, ",") {
-			if a, err := netip.ParseAddr(strings.TrimSpace(f)); err == nil {
-				out = append(out, a.Unmap())
-			}
-		}
-		return out
-	}
+// NodeVTEPs returns a node's tunnel addresses: those of the egret.io/vtep
+// annotation that are among its InternalIP addresses, else its InternalIP
+// addresses. A kubelet may write any annotation on its own Node, so the
+// annotation only chooses among the addresses the node already has: an
+// annotation address that is not an InternalIP would let a node claim
+// another's tunnel source. Such addresses are refused and named in the
+// error; the addresses returned are still usable.
+func NodeVTEPs(n *corev1.Node) ([]netip.Addr, error) {
+	var internal []netip.Addr
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
 		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			out = append(out, ip.Unmap())
+			internal = append(internal, ip.Unmap())
 		}
 	}
-	return out
+	s, ok := n.Annotations[AnnotationVTEP]
+	if !ok {
+		return internal, nil
+	}
+	var out, refused []netip.Addr
+	for _, f := range strings.Split(s, ",") {
+		a, err := netip.ParseAddr(strings.TrimSpace(f))
+		if err != nil {
+			continue
+		}
+		if a = a.Unmap(); slices.Contains(internal, a) {
+			out = append(out, a)
+		} else {
+			refused = append(refused, a)
+		}
+	}
+	var err error
+	if len(refused) > 0 {
+		err = fmt.Errorf("node %s: annotation %s address %v is not one of the node's InternalIP addresses; refused", n.Name, AnnotationVTEP, refused)
+	}
+	if len(out) == 0 {
+		return internal, err
+	}
+	return out, err
 }
 
 // VTEPMAC is the tunnel MAC of the node with VTEP vtep unless its

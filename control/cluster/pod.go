@@ -30,3 +30,40 @@ func PodIPs(p *corev1.Pod) []netip.Addr {
 func PodDone(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
+
+// NodePodCIDRs returns a node's pod networks (spec.podCIDRs, else
+// spec.podCIDR); unparsable entries are left out.
+func NodePodCIDRs(n *corev1.Node) []netip.Prefix {
+	list := n.Spec.PodCIDRs
+	if len(list) == 0 && n.Spec.PodCIDR != "" {
+		list = []string{n.Spec.PodCIDR}
+	}
+	var out []netip.Prefix
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Zone() == "" && !p.Addr().Is4In6() {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// InPodCIDRs reports whether ip may be a pod address of a node with pod
+// networks cidrs: the node's kubelet writes its pods' status, so an address
+// outside them could be another node's pod (or anything else) claimed as
+// this node's. Only networks of ip's family count: a node with no pod
+// network of that family (a single-stack podCIDR beside dual-stack pods, a
+// CNI that does not use spec.podCIDRs for that family) leaves it unchecked.
+func InPodCIDRs(cidrs []netip.Prefix, ip netip.Addr) bool {
+	ip = ip.Unmap()
+	known := false
+	for _, c := range cidrs {
+		if c.Addr().Is4() != ip.Is4() {
+			continue
+		}
+		if c.Contains(ip) {
+			return true
+		}
+		known = true
+	}
+	return !known
+}

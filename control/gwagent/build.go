@@ -61,7 +61,11 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 			problem("no VTEP configured and no Node object %q to take it from", node)
 		} else {
 			var v4, v6 bool
-			for _, a := range cluster.NodeVTEPs(self) {
+			vteps, err := cluster.NodeVTEPs(self)
+			if err != nil {
+				r.Problems = append(r.Problems, err)
+			}
+			for _, a := range vteps {
 				if (a.Is4() && !v4) || (a.Is6() && !v6) {
 					c.VTEPs = append(c.VTEPs, a)
 					v4, v6 = v4 || a.Is4(), v6 || a.Is6()
@@ -134,8 +138,9 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 
 	// Worker nodes: every other node with a VTEP of a family the gateway has.
 	type workerNode struct {
-		node gateway.Node
-		pods []netip.Addr
+		node     gateway.Node
+		pods     []netip.Addr
+		podCIDRs []netip.Prefix
 	}
 	workers := map[string]*workerNode{}
 	vtepOwner := map[netip.Addr]string{}
@@ -146,7 +151,11 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 		if n.Name == node || workers[n.Name] != nil {
 			continue
 		}
-		vtep, ok := pickVTEP(cluster.NodeVTEPs(n), gwVTEPs)
+		vteps, err := cluster.NodeVTEPs(n)
+		if err != nil {
+			r.Problems = append(r.Problems, err)
+		}
+		vtep, ok := pickVTEP(vteps, gwVTEPs)
 		if !ok {
 			noVTEP[n.Name] = true
 			continue
@@ -164,7 +173,7 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 		if err != nil {
 			problem("node %s: %v; using %v", n.Name, err, net.HardwareAddr(mac[:]))
 		}
-		workers[n.Name] = &workerNode{node: gateway.Node{Name: n.Name, VTEP: vtep, InnerMAC: mac}}
+		workers[n.Name] = &workerNode{node: gateway.Node{Name: n.Name, VTEP: vtep, InnerMAC: mac}, podCIDRs: cluster.NodePodCIDRs(n)}
 	}
 
 	// Pods: the selected ones, under their node, each address once.
@@ -214,6 +223,9 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 				continue
 			case hosted[ip] != "" || slices.Contains(gwVTEPs, ip):
 				problem("pod %s: address %v is an address of this gateway; skipped", key, ip)
+				continue
+			case !cluster.InPodCIDRs(w.podCIDRs, ip):
+				problem("pod %s: address %v is outside node %s's pod networks %v; skipped", key, ip, pod.Spec.NodeName, w.podCIDRs)
 				continue
 			}
 			if other, dup := podOwner[ip]; dup {

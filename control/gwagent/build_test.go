@@ -29,10 +29,13 @@ func eip(name string, ips []string, nsSel, podSel map[string]string, status ...s
 	return e
 }
 
-func node(name, internalIP string, ann map[string]string) *corev1.Node {
+// node is a Node with InternalIP addresses internalIPs (comma-separated).
+func node(name, internalIPs string, ann map[string]string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}
-	if internalIP != "" {
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+	if internalIPs != "" {
+		for _, a := range strings.Split(internalIPs, ",") {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
 	}
 	return n
 }
@@ -89,7 +92,7 @@ func TestBuild(t *testing.T) {
 			node("g1", "10.0.0.21", nil),
 			node("g2", "10.0.0.22", nil),
 			node("w1", "10.0.0.11", nil),
-			node("w2", "10.9.9.9", map[string]string{cluster.AnnotationVTEP: "10.0.0.12, fd00::12", cluster.AnnotationTunnelMAC: "02:65:67:00:00:12"}),
+			node("w2", "10.9.9.9,10.0.0.12,fd00::12", map[string]string{cluster.AnnotationVTEP: "10.0.0.12, fd00::12", cluster.AnnotationTunnelMAC: "02:65:67:00:00:12"}),
 			node("w3", "fd00::13", nil), // no IPv4 VTEP: the gateway has none of IPv6
 		},
 		Namespaces: []*corev1.Namespace{ns("prod", map[string]string{"env": "prod"}), ns("dev", map[string]string{"env": "dev"})},
@@ -141,7 +144,7 @@ func TestBuild(t *testing.T) {
 func TestBuildVTEPFromNode(t *testing.T) {
 	b := base()
 	b.VTEPs = nil
-	in := inputs{Node: "g1", Nodes: []*corev1.Node{node("g1", "", map[string]string{cluster.AnnotationVTEP: "10.0.0.21,fd00::21"}),
+	in := inputs{Node: "g1", Nodes: []*corev1.Node{node("g1", "10.0.0.21,fd00::21,10.1.0.21", map[string]string{cluster.AnnotationVTEP: "10.0.0.21,fd00::21"}),
 		node("w3", "fd00::13", nil)}}
 	r := build(b, in)
 	if !slices.Equal(r.Spec.VTEPs, []netip.Addr{addr("10.0.0.21"), addr("fd00::21")}) || r.Spec.InnerMAC != macOf("10.0.0.21") {
@@ -415,3 +418,41 @@ func (in inputs) view() cluster.View {
 
 // build is Build for in.Node.
 func build(base engine.Spec, in inputs) Result { return Build(base, in.Node, in.view()) }
+
+// TestBuildNodeTrust: a worker cannot point the gateway at a VTEP that is
+// not its own InternalIP through its node-writable annotation, nor have a
+// pod address outside its spec.podCIDRs accepted.
+func TestBuildNodeTrust(t *testing.T) {
+	w1 := node("w1", "10.0.0.11", map[string]string{cluster.AnnotationVTEP: "10.0.0.12"})
+	w1.Spec.PodCIDRs = []string{"10.244.1.0/24"}
+	w2 := node("w2", "10.0.0.12", nil)
+	in := inputs{
+		Node:       "g1",
+		EgressIPs:  []*egressv1.EgressIP{eip("blue", []string{"192.0.2.10"}, nil, nil, "g1", "192.0.2.10")},
+		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), w1, w2},
+		Namespaces: []*corev1.Namespace{ns("prod", nil)},
+		Pods: []*corev1.Pod{
+			pod("prod", "in", "w1", nil, "10.244.1.5", "fd00:10::5"), // no IPv6 pod network known: kept
+			pod("prod", "out", "w1", nil, "10.244.2.5"),
+			pod("prod", "w2pod", "w2", nil, "10.244.2.6"), // w2 has no pod CIDRs: unchecked
+		},
+	}
+	r := build(base(), in)
+	wantNodes := []gateway.Node{
+		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []gateway.Pod{
+			{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}},
+		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: macOf("10.0.0.12"), Pods: []gateway.Pod{{Addr: addr("10.244.2.6"), Policy: "blue"}}},
+	}
+	if fmt.Sprint(r.Spec.Nodes) != fmt.Sprint(wantNodes) {
+		t.Errorf("nodes\n got %v\nwant %v", r.Spec.Nodes, wantNodes)
+	}
+	if !hasProblem(r, "node w1: annotation "+cluster.AnnotationVTEP) || !hasProblem(r, "10.0.0.12") {
+		t.Errorf("refused VTEP annotation not reported: %v", r.Problems)
+	}
+	if !hasProblem(r, "pod prod/out: address 10.244.2.5 is outside node w1's pod networks") {
+		t.Errorf("pod outside the pod CIDRs not reported: %v", r.Problems)
+	}
+	if _, err := r.Spec.Settle(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -134,8 +134,8 @@ func TestAgentKube(t *testing.T) {
 
 	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"env": "prod"}}}, metav1.CreateOptions{}))
 	for _, n := range []*corev1.Node{
-		node("g1", "", map[string]string{"egret.io/vtep": "10.78.0.1"}),
-		node("w1", "", map[string]string{"egret.io/vtep": "10.78.0.2", cluster.AnnotationTunnelMAC: "02:65:67:00:00:11"}),
+		node("g1", "10.78.0.1", map[string]string{"egret.io/vtep": "10.78.0.1"}),
+		node("w1", "10.78.0.2", map[string]string{"egret.io/vtep": "10.78.0.2", cluster.AnnotationTunnelMAC: "02:65:67:00:00:11"}),
 	} {
 		must(cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}))
 	}

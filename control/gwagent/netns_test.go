@@ -49,10 +49,12 @@ metadata: {name: shop, labels: {env: prod}}
 apiVersion: v1
 kind: Node
 metadata: {name: g1, annotations: {egret.io/vtep: "10.78.0.1"}}
+status: {addresses: [{type: InternalIP, address: 10.78.0.1}]}
 ---
 apiVersion: v1
 kind: Node
 metadata: {name: w1, annotations: {egret.io/vtep: "10.78.0.2", egret.io/tunnel-mac: "02:65:67:00:00:11"}}
+status: {addresses: [{type: InternalIP, address: 10.78.0.2}]}
 ---
 apiVersion: v1
 kind: Pod

@@ -19,7 +19,11 @@ func InputsFrom(node string, o cluster.View) Inputs {
 		in.Namespaces[ns.Name] = ns.Labels
 	}
 	for _, n := range o.Nodes {
-		in.VTEPs[n.Name] = cluster.NodeVTEPs(n)
+		vteps, err := cluster.NodeVTEPs(n)
+		if err != nil {
+			in.Problems = append(in.Problems, err)
+		}
+		in.VTEPs[n.Name] = vteps
 		if n.Name == node {
 			in.NodeKnown = true
 			in.NodePodCIDRs = n.Spec.PodCIDRs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,7 +66,11 @@ func TestInputsFrom(t *testing.T) {
 			{ObjectMeta: metav1.ObjectMeta{Name: "g1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
 				{Type: corev1.NodeExternalIP, Address: "203.0.113.1"}, {Type: corev1.NodeInternalIP, Address: "192.0.2.21"}}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "g2", Annotations: map[string]string{cluster.AnnotationVTEP: "192.0.2.122, 2001:db8::22, junk"}},
-				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.22"}}}},
+				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.22"},
+					{Type: corev1.NodeInternalIP, Address: "192.0.2.122"}, {Type: corev1.NodeInternalIP, Address: "2001:db8::22"}}}},
+			// The annotation names another node's address: refused.
+			{ObjectMeta: metav1.ObjectMeta{Name: "g3", Annotations: map[string]string{cluster.AnnotationVTEP: "192.0.2.21"}},
+				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.23"}}}},
 		},
 		Pods: []*corev1.Pod{k8sPod("blue", "a", "w1", "198.18.1.2", "fd00::2"), k8sPod("blue", "b", "w2", "198.18.2.2"), k8sPod("blue", "c", "w1", "bogus")},
 	}
@@ -79,6 +84,9 @@ func TestInputsFrom(t *testing.T) {
 	}
 	if v := in.VTEPs["g2"]; len(v) != 2 || v[0] != addr("192.0.2.122") {
 		t.Fatalf("g2 VTEPs %v, want the annotation's", v)
+	}
+	if v := in.VTEPs["g3"]; len(v) != 1 || v[0] != addr("192.0.2.23") || len(in.Problems) != 1 || !strings.Contains(in.Problems[0].Error(), "node g3") {
+		t.Fatalf("g3 VTEPs %v problems %v, want the InternalIP and the annotation refused", v, in.Problems)
 	}
 	done := k8sPod("blue", "d", "w1", "198.18.1.9")
 	done.Status.Phase = corev1.PodSucceeded

@@ -44,6 +44,10 @@ type Inputs struct {
 	// NodePodCIDRs are its spec.podCIDRs (spec.podCIDR when empty).
 	NodeKnown    bool
 	NodePodCIDRs []string
+	// Problems are inputs refused while converting the objects (a node's
+	// VTEP annotation naming an address that is not its own); Desired
+	// reports them with its own.
+	Problems []error
 }
 
 // RouteType says what a route in an object's table does.
@@ -186,6 +190,7 @@ func Desired(in Inputs, p Params) State {
 		hops     [2][]NextHop
 		gateways []string
 	}
+	st.Problems = append(st.Problems, in.Problems...)
 	sel, problems := cluster.NewSelector(in.EgressIPs)
 	st.Problems = append(st.Problems, problems...)
 	objs := make([]*object, sel.Len())
@@ -194,6 +199,12 @@ func Desired(in Inputs, p Params) State {
 	}
 
 	podNets := podNetworks(in, p, &st, problem)
+	ownNets := knownPodNetworks(in, p)
+	// refused are selected addresses outside the node's pod networks: not
+	// steered (the kubelet writes its pods' status, and an address outside
+	// them is not one this node's pods can have), but kept in Selected so
+	// the filter holds their traffic in rather than let it leave unsteered.
+	var refused []netip.Addr
 
 	// Pods: the first object (by name) that selects a pod steers it.
 	selected := map[netip.Addr]bool{}
@@ -233,6 +244,12 @@ func Desired(in Inputs, p Params) State {
 			}
 			if selected[ip] {
 				problem("pod %s/%s: address %v is used by another local pod; steering it once", pod.Namespace, pod.Name, ip)
+				continue
+			}
+			if !cluster.InPodCIDRs(ownNets, ip) {
+				problem("pod %s/%s: address %v is outside node %s's pod networks %v; not steered, its traffic is blocked", pod.Namespace, pod.Name, ip, in.Node, ownNets)
+				selected[ip] = true
+				refused = append(refused, ip)
 				continue
 			}
 			selected[ip] = true
@@ -327,6 +344,7 @@ func Desired(in Inputs, p Params) State {
 			}
 		}
 	}
+	st.Selected = append(st.Selected, refused...)
 	if st.FailClosed == FailClosedPodCIDR {
 		for _, ip := range unselected {
 			// An address another local pod uses selected stays blocked.
@@ -378,6 +396,22 @@ func podNetworks(in Inputs, p Params, st *State, problem func(string, ...any)) [
 		return nil
 	}
 	st.PodCIDRs = nets
+	return nets
+}
+
+// knownPodNetworks are the node's pod networks whatever the fail-closed
+// mode: the configured ones, else the Node's spec.podCIDRs (entries that
+// are not networks are reported by podNetworks).
+func knownPodNetworks(in Inputs, p Params) []netip.Prefix {
+	if len(p.PodCIDRs) > 0 {
+		return p.PodCIDRs
+	}
+	var nets []netip.Prefix
+	for _, s := range in.NodePodCIDRs {
+		if n, err := netip.ParsePrefix(s); err == nil && n.Addr().Zone() == "" && !n.Addr().Is4In6() {
+			nets = append(nets, n.Masked())
+		}
+	}
 	return nets
 }
 

@@ -303,3 +303,42 @@ func TestLoadConfigDocExample(t *testing.T) {
 		t.Fatal("unknown field accepted")
 	}
 }
+
+// TestDesiredPodOutsidePodCIDRs: a selected pod whose address is outside
+// the node's pod networks is not steered but stays selected (its traffic
+// is held in), and is reported; a family without a known network is not
+// checked.
+func TestDesiredPodOutsidePodCIDRs(t *testing.T) {
+	in := baseInputs()
+	in.NodeKnown = true
+	in.NodePodCIDRs = []string{"10.128.1.0/24"}
+	in.Pods = append(in.Pods, Pod{Namespace: "prod", Name: "stray", Node: "w1", Labels: map[string]string{"app": "web"}, IPs: []netip.Addr{addr("10.128.2.7")}})
+	in.EgressIPs = []*egressv1.EgressIP{
+		eip("web", match("env", "prod"), match("app", "web"), []string{"192.0.2.101"}, "g1", "192.0.2.101"),
+	}
+	for _, p := range []Params{params, {Excluded: params.Excluded, LocalVTEP: params.LocalVTEP, TableBase: params.TableBase,
+		TableCount: params.TableCount, FailClosed: FailClosedSelected}} {
+		st := Desired(in, p)
+		var srcs []netip.Addr
+		for _, r := range st.Rules {
+			srcs = append(srcs, r.Src)
+		}
+		if want := []netip.Addr{addr("10.128.1.2"), addr("fd00:10::2")}; !slices.Equal(srcs, want) {
+			t.Errorf("%s: steered %v, want %v", st.FailClosed, srcs, want)
+		}
+		if !slices.Contains(st.Selected, addr("10.128.2.7")) || slices.Contains(st.Allowed, addr("10.128.2.7")) {
+			t.Errorf("%s: stray address not held in: selected %v allowed %v", st.FailClosed, st.Selected, st.Allowed)
+		}
+		if !slices.ContainsFunc(st.Problems, func(e error) bool {
+			return strings.Contains(e.Error(), "pod prod/stray: address 10.128.2.7 is outside node w1's pod networks")
+		}) {
+			t.Errorf("%s: not reported: %v", st.FailClosed, st.Problems)
+		}
+	}
+	// A configured pod network overrides the Node's.
+	p := params
+	p.PodCIDRs = []netip.Prefix{pfx("10.128.0.0/16")}
+	if st := Desired(in, p); len(st.Rules) != 3 {
+		t.Errorf("config pod networks: rules %v", st.Rules)
+	}
+}
