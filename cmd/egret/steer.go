@@ -112,6 +112,7 @@ func runSteer(args []string) error {
 	if !*once && *metricsAddr != "off" {
 		reg := metrics.NewRegistry(version)
 		a.Metrics = steer.NewMetrics(reg, k.Drops)
+		a.Metrics.RegisterTunnelDrops(reg, k.TunnelDrops)
 		srv, err := metrics.Serve(*metricsAddr, reg, nil)
 		if err != nil {
 			return err

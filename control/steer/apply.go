@@ -44,7 +44,7 @@ func (k *Kernel) Actual() (State, error) {
 	if err != nil {
 		return st, err
 	}
-	st.Selected, st.Allowed, st.PodCIDRs = sets.selected, sets.allowed, sets.pods
+	st.Selected, st.Allowed, st.PodCIDRs, st.TunnelPeers = sets.selected, sets.allowed, sets.pods, sets.peers
 	st.sort()
 	return st, nil
 }
@@ -226,6 +226,8 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		delAllow: missing(have.Allowed, allowed, netip.Addr.Compare),
 		setPods:  !want.KeepPodCIDRs && !slices.Equal(normalizePrefixes(want.PodCIDRs), have.PodCIDRs),
 		pods:     want.PodCIDRs,
+		// A new gateway is accepted before its FDB entry sends to it.
+		addPeers: missing(want.TunnelPeers, have.TunnelPeers, netip.Addr.Compare),
 	}
 	var lateAllow []netip.Addr
 	for _, a := range missing(allowed, have.Allowed, netip.Addr.Compare) {
@@ -239,7 +241,7 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		// Without the filter nothing may be steered: stop here.
 		return ch, err
 	}
-	ch.Added += len(first.addSel) + len(first.addAllow)
+	ch.Added += len(first.addSel) + len(first.addAllow) + len(first.addPeers)
 	ch.Removed += len(first.delAllow)
 	if first.setPods {
 		ch.Updated++
@@ -378,11 +380,12 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		return ch, errors.Join(errs...)
 	}
 	k.step("unsteered")
-	last := nftChange{delSel: missing(have.Selected, want.Selected, netip.Addr.Compare), addAllow: lateAllow}
+	last := nftChange{delSel: missing(have.Selected, want.Selected, netip.Addr.Compare), addAllow: lateAllow,
+		delPeers: missing(have.TunnelPeers, want.TunnelPeers, netip.Addr.Compare)}
 	if err := k.nft.apply(last); err != nil {
 		return ch, err
 	}
-	ch.Removed += len(last.delSel)
+	ch.Removed += len(last.delSel) + len(last.delPeers)
 	ch.Added += len(last.addAllow)
 	return ch, nil
 }

@@ -10,7 +10,7 @@ func (st State) Equal(o State) bool {
 	return slices.Equal(st.Selected, o.Selected) && slices.Equal(st.Allowed, o.Allowed) &&
 		slices.Equal(st.PodCIDRs, o.PodCIDRs) && slices.Equal(st.Rules, o.Rules) &&
 		slices.EqualFunc(st.Routes, o.Routes, routeEqual) && slices.Equal(st.Neighs, o.Neighs) &&
-		slices.Equal(st.FDB, o.FDB)
+		slices.Equal(st.FDB, o.FDB) && slices.Equal(st.TunnelPeers, o.TunnelPeers)
 }
 
 func routeEqual(a, b Route) bool {

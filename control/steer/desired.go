@@ -136,10 +136,14 @@ type State struct {
 	// Node object has not been seen): Apply leaves the kernel's as they
 	// are, so a restarting agent keeps blocking.
 	KeepPodCIDRs bool
-	Rules        []Rule
-	Routes       []Route
-	Neighs       []Neigh
-	FDB          []FDB
+	// TunnelPeers are the gateway VTEPs of FDB: the only sources the
+	// tunnel device accepts frames of its VNI from, and the destinations
+	// local pods may not send VXLAN or Geneve to.
+	TunnelPeers []netip.Addr
+	Rules       []Rule
+	Routes      []Route
+	Neighs      []Neigh
+	FDB         []FDB
 	// FailClosed is the mode in effect ("podCIDR" or "selected") and
 	// FailClosedWhy the reason when it is not the configured one, for logs.
 	FailClosed, FailClosedWhy string
@@ -361,6 +365,7 @@ func Desired(in Inputs, p Params) State {
 	}
 	for m, v := range fdb {
 		st.FDB = append(st.FDB, FDB{MAC: m, VTEP: v})
+		st.TunnelPeers = append(st.TunnelPeers, v)
 	}
 	st.sort()
 	return st
@@ -447,6 +452,8 @@ func (st *State) sort() {
 	slices.SortFunc(st.Allowed, netip.Addr.Compare)
 	st.Allowed = slices.Compact(st.Allowed)
 	slices.SortFunc(st.PodCIDRs, prefixCmp)
+	slices.SortFunc(st.TunnelPeers, netip.Addr.Compare)
+	st.TunnelPeers = slices.Compact(st.TunnelPeers)
 	slices.SortFunc(st.Rules, func(a, b Rule) int { return a.Src.Compare(b.Src) })
 	slices.SortFunc(st.Routes, func(a, b Route) int {
 		return cmp.Or(cmp.Compare(a.Table, b.Table), a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()))

@@ -91,7 +91,7 @@ func NewKernel(cfg Config, ns netns.NsHandle, log *slog.Logger) (*Kernel, error)
 	} else {
 		k.mac = cluster.VTEPMAC(k.vtep)
 	}
-	k.nft = &nftState{ns: ns, dev: cfg.Device}
+	k.nft = &nftState{ns: ns, dev: cfg.Device, port: cfg.Port, vni: cfg.VNI}
 	return k, nil
 }
 
@@ -307,6 +307,14 @@ func family(a netip.Addr) int {
 func (k *Kernel) Drops() (uint64, error) {
 	sel, uncl, err := k.nft.drops()
 	return sel + uncl, err
+}
+
+// TunnelDrops is the number of packets the tunnel rules dropped: frames of
+// the tunnel's VNI from an address that is no known gateway VTEP, and pods'
+// own VXLAN or Geneve to a gateway VTEP.
+func (k *Kernel) TunnelDrops() (uint64, error) {
+	src, pod, err := k.nft.tunnelDrops()
+	return src + pod, err
 }
 
 func (k *Kernel) step(stage string) {

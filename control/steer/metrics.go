@@ -13,7 +13,7 @@ type Metrics struct {
 	rules, routes, selected prometheus.Gauge
 	applies, applyErrors    prometheus.Counter
 	problems                prometheus.Gauge
-	lastDrops               atomic.Uint64
+	lastDrops, lastTunnel   atomic.Uint64
 }
 
 // NewMetrics registers the steer metrics with reg. drops (nil: no series)
@@ -36,17 +36,34 @@ func NewMetrics(reg prometheus.Registerer, drops func() (uint64, error)) *Metric
 	}
 	reg.MustRegister(s.rules, s.routes, s.selected, s.applies, s.applyErrors, s.problems)
 	if drops != nil {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "egret_steer_fail_closed_drops_total",
-			Help: "Packets dropped by the fail-closed filter: from selected pods that would have left outside the tunnel, or from pod addresses the agent has not classified yet (nftables counters).",
-		}, func() float64 {
-			if n, err := drops(); err == nil {
-				s.lastDrops.Store(n)
-			}
-			return float64(s.lastDrops.Load())
-		}))
+		reg.MustRegister(kernelCounter("egret_steer_fail_closed_drops_total",
+			"Packets dropped by the fail-closed filter: from selected pods that would have left outside the tunnel, or from pod addresses the agent has not classified yet (nftables counters).",
+			drops, &s.lastDrops))
 	}
 	return s
+}
+
+// RegisterTunnelDrops registers egret_steer_tunnel_drops_total with reg:
+// drops returns the packets the tunnel rules dropped (Kernel.TunnelDrops);
+// on error the last value read is reported.
+func (s *Metrics) RegisterTunnelDrops(reg prometheus.Registerer, drops func() (uint64, error)) {
+	if s == nil {
+		return
+	}
+	reg.MustRegister(kernelCounter("egret_steer_tunnel_drops_total",
+		"Packets dropped by the tunnel rules: frames of the tunnel's VNI from an address that is no known gateway VTEP, and pods' own VXLAN or Geneve to a gateway VTEP (nftables counters).",
+		drops, &s.lastTunnel))
+}
+
+// kernelCounter reads a kernel counter at scrape time, keeping the last
+// value read when the kernel cannot be read (a counter must not go back).
+func kernelCounter(name, help string, read func() (uint64, error), last *atomic.Uint64) prometheus.CounterFunc {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+		if n, err := read(); err == nil {
+			last.Store(n)
+		}
+		return float64(last.Load())
+	})
 }
 
 // ObserveApply records one reconcile: what the desired state holds and

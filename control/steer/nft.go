@@ -1,6 +1,7 @@
 package steer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -22,7 +23,16 @@ import (
 //	  set allow6 { type ipv6_addr }
 //	  set pods4 { type ipv4_addr; flags interval } # the node's pod CIDRs (failClosed: podCIDR)
 //	  set pods6 { type ipv6_addr; flags interval }
+//	  set peers4 { type ipv4_addr }                # gateway VTEPs (the FDB's destinations)
+//	  set peers6 { type ipv6_addr }
+//	  set tunports { type inet_service }           # 4789, 6081 and the configured port
+//	  chain input { type filter hook input priority -10; policy accept;
+//	    ip saddr != @peers4 udp dport 4789 @th,96,24 100 counter drop   # VXLAN of our VNI (port, VNI configured)
+//	    ip6 saddr != @peers6 udp dport 4789 @th,96,24 100 counter drop
+//	  }
 //	  chain forward { type filter hook forward priority -10; policy accept;
+//	    ip saddr @pods4 ip daddr @peers4 udp dport @tunports counter drop  # also @sel4, @allow4
+//	    ip6 saddr @pods6 ip6 daddr @peers6 udp dport @tunports counter drop
 //	    ip daddr 10.128.0.0/14 return          # one per excluded network
 //	    ip saddr @sel4 oifname != "egret0" counter drop
 //	    ip6 saddr @sel6 oifname != "egret0" counter drop
@@ -36,13 +46,28 @@ import (
 // do: Setup can rewrite the chain at every start without losing what an
 // earlier agent put in the sets, and an address in sel is dropped whatever
 // allow says, so the order of set changes inside Apply cannot open a gap.
+//
+// The input chain keeps the tunnel device's VXLAN to the gateways: a frame
+// of the tunnel's VNI from any other address would otherwise be decapsulated
+// into egret0 and reach the pods as if a gateway had sent it. Only our VNI is
+// matched, so a CNI sharing the port (Calico VXLAN uses 4789 too) is left
+// alone. The pod rules of the forward chain come before the excluded
+// networks (gateways are in the node networks): a pod must not send its own
+// tunnel frames to a gateway, whose anti-spoofing trusts the outer source
+// once the node masquerades it.
 type nftState struct {
-	ns  netns.NsHandle
-	dev string
+	ns   netns.NsHandle
+	dev  string
+	port uint16 // the tunnel's UDP port
+	vni  uint32
 }
 
 const (
 	nftChain    = "forward"
+	nftInput    = "input"
+	nftPeers4   = "peers4"
+	nftPeers6   = "peers6"
+	nftPorts    = "tunports"
 	nftSet4     = "sel4"
 	nftSet6     = "sel6"
 	nftAllow4   = "allow4"
@@ -53,11 +78,22 @@ const (
 	// Rule tags (user data) of the drop rules, for the counters.
 	tagSelected     = "egret:selected"
 	tagUnclassified = "egret:unclassified"
+	// tagTunnelSource tags the input drop of tunnel frames from a
+	// non-gateway, tagPodTunnel the forward drop of a pod's tunnel frames
+	// to a gateway.
+	tagTunnelSource = "egret:tunnel-source"
+	tagPodTunnel    = "egret:pod-tunnel"
 )
+
+// tunnelPorts are the UDP ports a pod may not send to a gateway on: VXLAN
+// and Geneve, whatever the agent's own tunnel is (the gateway may serve
+// either).
+var tunnelPorts = []uint16{4789, 6081}
 
 // nftSets are the table's sets.
 type nftSets struct {
-	sel, allow, pods [2]*nftables.Set // [0] IPv4, [1] IPv6
+	sel, allow, pods, peers [2]*nftables.Set // [0] IPv4, [1] IPv6
+	ports                   *nftables.Set
 }
 
 func (n *nftState) conn() (*nftables.Conn, error) {
@@ -83,6 +119,8 @@ func (n *nftState) objects() (*nftables.Table, nftSets) {
 		sel:   [2]*nftables.Set{set(nftSet4, nftables.TypeIPAddr, false), set(nftSet6, nftables.TypeIP6Addr, false)},
 		allow: [2]*nftables.Set{set(nftAllow4, nftables.TypeIPAddr, false), set(nftAllow6, nftables.TypeIP6Addr, false)},
 		pods:  [2]*nftables.Set{set(nftPods4, nftables.TypeIPAddr, true), set(nftPods6, nftables.TypeIP6Addr, true)},
+		peers: [2]*nftables.Set{set(nftPeers4, nftables.TypeIPAddr, false), set(nftPeers6, nftables.TypeIP6Addr, false)},
+		ports: set(nftPorts, nftables.TypeInetService, false),
 	}
 }
 
@@ -103,17 +141,77 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	}
 	t, sets := n.objects()
 	c.AddTable(t)
-	for _, group := range [][2]*nftables.Set{sets.sel, sets.allow, sets.pods} {
+	for _, group := range [][2]*nftables.Set{sets.sel, sets.allow, sets.pods, sets.peers} {
 		for _, s := range group {
 			if err := c.AddSet(s, nil); err != nil {
 				return fmt.Errorf("nftables set %s: %w", s.Name, err)
 			}
 		}
 	}
+	if err := c.AddSet(sets.ports, nil); err != nil {
+		return fmt.Errorf("nftables set %s: %w", sets.ports.Name, err)
+	}
+	c.FlushSet(sets.ports)
+	var ports []nftables.SetElement
+	for _, p := range slices.Compact(slices.Sorted(slices.Values(append([]uint16{n.port}, tunnelPorts...)))) {
+		if p != 0 {
+			ports = append(ports, nftables.SetElement{Key: binary.BigEndian.AppendUint16(nil, p)})
+		}
+	}
+	if err := c.SetAddElements(sets.ports, ports); err != nil {
+		return fmt.Errorf("nftables set %s: %w", sets.ports.Name, err)
+	}
 	policy := nftables.ChainPolicyAccept
+	in := c.AddChain(&nftables.Chain{Name: nftInput, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityRef(nftPriority), Policy: &policy})
+	c.FlushChain(in)
+	udp := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+	}
+	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+	if n.port != 0 {
+		vni := binary.BigEndian.AppendUint32(nil, n.vni)[1:]
+		for f, fam := range nftFam {
+			e := []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+			}
+			e = append(e, udp...)
+			e = append(e,
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, n.port)},
+				// VXLAN header after the 8-byte UDP header: flags, 3 reserved, VNI.
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: vni},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
+				&expr.Lookup{SourceRegister: 1, SetName: sets.peers[f].Name, Invert: true},
+			)
+			c.AddRule(&nftables.Rule{Table: t, Chain: in, UserData: []byte(tagTunnelSource), Exprs: append(e, drop...)})
+		}
+	}
 	ch := c.AddChain(&nftables.Chain{Name: nftChain, Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(nftPriority), Policy: &policy})
 	c.FlushChain(ch)
+	// Pods' tunnel frames to a gateway, before the excluded networks return.
+	for f, fam := range nftFam {
+		for _, src := range []*nftables.Set{sets.pods[f], sets.sel[f], sets.allow[f]} {
+			e := []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+			}
+			e = append(e, udp...)
+			e = append(e,
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Lookup{SourceRegister: 1, SetName: sets.ports.Name},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off + fam.l, Len: fam.l},
+				&expr.Lookup{SourceRegister: 1, SetName: sets.peers[f].Name},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
+				&expr.Lookup{SourceRegister: 1, SetName: src.Name},
+			)
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: []byte(tagPodTunnel), Exprs: append(e, drop...)})
+		}
+	}
 	for _, p := range excluded {
 		off, l := uint32(16), uint32(4)
 		proto := byte(unix.NFPROTO_IPV4)
@@ -167,8 +265,8 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 
 // nftRead is the content of the sets.
 type nftRead struct {
-	selected, allowed []netip.Addr
-	pods              []netip.Prefix
+	selected, allowed, peers []netip.Addr
+	pods                     []netip.Prefix
 }
 
 // read lists the addresses and networks in the sets.
@@ -183,7 +281,7 @@ func (n *nftState) read() (nftRead, error) {
 		for _, s := range []struct {
 			set  *nftables.Set
 			into *[]netip.Addr
-		}{{sets.sel[f], &out.selected}, {sets.allow[f], &out.allowed}} {
+		}{{sets.sel[f], &out.selected}, {sets.allow[f], &out.allowed}, {sets.peers[f], &out.peers}} {
 			els, err := c.GetSetElements(s.set)
 			if err != nil {
 				if isNotFound(err) {
@@ -281,13 +379,15 @@ func lastAddr(p netip.Prefix) netip.Addr {
 // nftChange is one transaction on the sets.
 type nftChange struct {
 	addSel, delSel, addAllow, delAllow []netip.Addr
+	// addPeers and delPeers change the gateway VTEPs the tunnel accepts.
+	addPeers, delPeers []netip.Addr
 	// setPods replaces the pod networks with pods.
 	setPods bool
 	pods    []netip.Prefix
 }
 
 func (ch nftChange) empty() bool {
-	return len(ch.addSel)+len(ch.delSel)+len(ch.addAllow)+len(ch.delAllow) == 0 && !ch.setPods
+	return len(ch.addSel)+len(ch.delSel)+len(ch.addAllow)+len(ch.delAllow)+len(ch.addPeers)+len(ch.delPeers) == 0 && !ch.setPods
 }
 
 // apply changes the sets in one transaction: the kernel sees all of it or
@@ -308,6 +408,7 @@ func (n *nftState) apply(ch nftChange) error {
 		return
 	}
 	addSel, delSel, addAllow, delAllow := split(ch.addSel), split(ch.delSel), split(ch.addAllow), split(ch.delAllow)
+	addPeers, delPeers := split(ch.addPeers), split(ch.delPeers)
 	var pods [2][]nftables.SetElement
 	for _, p := range normalizePrefixes(ch.pods) {
 		pods[famIndex(p.Addr())] = append(pods[famIndex(p.Addr())], intervalElements(p)...)
@@ -318,7 +419,8 @@ func (n *nftState) apply(ch nftChange) error {
 			els []nftables.SetElement
 			add bool
 		}{{sets.sel[f], addSel[f], true}, {sets.allow[f], delAllow[f], false},
-			{sets.allow[f], addAllow[f], true}, {sets.sel[f], delSel[f], false}} {
+			{sets.allow[f], addAllow[f], true}, {sets.sel[f], delSel[f], false},
+			{sets.peers[f], addPeers[f], true}, {sets.peers[f], delPeers[f], false}} {
 			if len(op.els) == 0 {
 				continue
 			}
@@ -362,15 +464,46 @@ func (n *nftState) drops() (selected, unclassified uint64, err error) {
 	for _, r := range rules {
 		for _, e := range r.Exprs {
 			if ctr, ok := e.(*expr.Counter); ok {
-				if string(r.UserData) == tagUnclassified {
+				switch string(r.UserData) {
+				case tagUnclassified:
 					unclassified += ctr.Packets
-				} else {
+				case tagSelected:
 					selected += ctr.Packets
 				}
 			}
 		}
 	}
 	return selected, unclassified, nil
+}
+
+// tunnelDrops sums the counters of the tunnel rules: frames of the
+// tunnel's VNI from an address that is no gateway (input), and pods' tunnel
+// frames to a gateway (forward).
+func (n *nftState) tunnelDrops() (source, pod uint64, err error) {
+	c, err := n.conn()
+	if err != nil {
+		return 0, 0, err
+	}
+	t, _ := n.objects()
+	for _, name := range []string{nftInput, nftChain} {
+		rules, err := c.GetRules(t, &nftables.Chain{Name: name, Table: t})
+		if err != nil {
+			return 0, 0, fmt.Errorf("read nftables chain %s: %w", name, err)
+		}
+		for _, r := range rules {
+			for _, e := range r.Exprs {
+				if ctr, ok := e.(*expr.Counter); ok {
+					switch string(r.UserData) {
+					case tagTunnelSource:
+						source += ctr.Packets
+					case tagPodTunnel:
+						pod += ctr.Packets
+					}
+				}
+			}
+		}
+	}
+	return source, pod, nil
 }
 
 func (n *nftState) remove() error {

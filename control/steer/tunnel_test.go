@@ -1,0 +1,217 @@
+package steer
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/internal/nsenter"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// TestTunnelFilterInNetns checks the tunnel rules of the agent's table: the
+// node takes frames of its VNI only from the gateway VTEPs it knows, and a
+// local pod cannot send its own VXLAN or Geneve to a gateway.
+func TestTunnelFilterInNetns(t *testing.T) {
+	requirePrivileged(t)
+	l := buildLab(t)
+	// rogue is another host on the node network, no gateway.
+	rogue, rogueH := newNS(t, "rogue")
+	ipb(t, l.fabric, "link add p9 type veth peer name eth0 netns "+rogue, "link set p9 master br0 up")
+	ipb(t, rogue, "addr add 192.0.2.31/24 dev eth0", "link set eth0 up")
+	cfg := testConfig()
+	cfg.PodCIDRs = []string{"198.18.1.0/24", "fd00:18:1::/64"}
+	k, err := NewKernel(cfg, l.nodeH, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := k.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	// Only g1 hosts an egress IP: g2 is a host like any other for the node.
+	in := testInputs("g1", "192.0.2.101")
+	in.NodeKnown, in.NodePodCIDRs = true, cfg.PodCIDRs
+	want := Desired(in, k.Params())
+	if len(want.TunnelPeers) != 1 || want.TunnelPeers[0] != g1VTEP {
+		t.Fatalf("tunnel peers %v, want [%v]", want.TunnelPeers, g1VTEP)
+	}
+	if _, err := k.Apply(want); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := k.Actual(); err != nil || len(got.TunnelPeers) != 1 || got.TunnelPeers[0] != g1VTEP {
+		t.Fatalf("kernel tunnel peers %v (%v), want [%v]", got.TunnelPeers, err, g1VTEP)
+	}
+
+	pc, err := listenUDP(l.podH, netip.AddrPortFrom(podIP4, 45000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	drops := func() uint64 {
+		t.Helper()
+		n, err := k.TunnelDrops()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	rxTunnel := func() uint64 {
+		t.Helper()
+		h, err := netlink.NewHandleAt(l.nodeH)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		dev, err := h.LinkByName(cfg.Device)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dev.Attrs().Statistics.RxPackets
+	}
+	// send sends one VXLAN frame of vni carrying payload to the pod, from
+	// inside ns, and reports whether the pod received it.
+	send := func(ns netns.NsHandle, vni uint32, payload string) bool {
+		t.Helper()
+		frame := vxlanReply(vni, k.TunnelMAC(), cluster.VTEPMAC(g1VTEP), outside4, podIP4, 9999, 45000, []byte(payload))
+		err := nsenter.Do(ns, func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(nodeVTEP, cfg.Port)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write(frame)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 100)
+		for {
+			pc.SetReadDeadline(time.Now().Add(time.Second))
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return false
+			}
+			if string(buf[:n]) == payload {
+				return true
+			}
+		}
+	}
+
+	t.Run("from a gateway VTEP it passes", func(t *testing.T) {
+		d0, rx0 := drops(), rxTunnel()
+		if !send(l.g1H, cfg.VNI, "from g1") {
+			t.Fatal("the pod got no frame from the gateway")
+		}
+		if d := drops() - d0; d != 0 {
+			t.Fatalf("%d tunnel drops for a gateway's frame", d)
+		}
+		if rxTunnel() == rx0 {
+			t.Fatalf("%s received nothing", cfg.Device)
+		}
+	})
+
+	t.Run("from a non-gateway it is dropped", func(t *testing.T) {
+		for _, src := range []struct {
+			name string
+			ns   netns.NsHandle
+		}{{"rogue host", rogueH}, {"gateway without an egress IP for the node", l.g2H}} {
+			d0, rx0 := drops(), rxTunnel()
+			if send(src.ns, cfg.VNI, "from "+src.name) {
+				t.Fatalf("%s: the pod got a frame from a non-gateway", src.name)
+			}
+			if d := drops() - d0; d != 1 {
+				t.Fatalf("%s: tunnel drops rose by %d, want 1", src.name, d)
+			}
+			if rx := rxTunnel() - rx0; rx != 0 {
+				t.Fatalf("%s: %s received %d frames", src.name, cfg.Device, rx)
+			}
+		}
+	})
+
+	t.Run("another VNI on the port is not ours", func(t *testing.T) {
+		// A CNI sharing the port (Calico VXLAN) keeps its traffic: the
+		// rule matches the tunnel's VNI only.
+		d0 := drops()
+		send(rogueH, cfg.VNI+1, "other vni")
+		if d := drops() - d0; d != 0 {
+			t.Fatalf("%d tunnel drops for another VNI", d)
+		}
+	})
+
+	t.Run("a pod cannot send tunnel frames to a gateway", func(t *testing.T) {
+		gw := capture(t, l.g1H, "eth0")
+		// Control: the pod reaches the gateway's address on another port
+		// (node networks are not steered), so the capture would see it.
+		d0 := drops()
+		sendToPort(t, l.podH, podIP4, g1VTEP, 9999)
+		if n := udpTo(gw.take(), g1VTEP, 9999); n == 0 {
+			t.Fatal("the pod's datagram to the gateway on port 9999 did not arrive (capture broken?)")
+		}
+		for _, port := range []uint16{4789, 6081} {
+			sendToPort(t, l.podH, podIP4, g1VTEP, port)
+			if n := udpTo(gw.take(), g1VTEP, port); n != 0 {
+				t.Fatalf("%d datagrams of the pod reached the gateway on port %d", n, port)
+			}
+		}
+		if d := drops() - d0; d != 4 {
+			t.Fatalf("tunnel drops rose by %d, want 4 (2 per port)", d)
+		}
+	})
+
+	t.Run("gateway leaves, cleanup removes the rules", func(t *testing.T) {
+		if _, err := k.Apply(Desired(testInputs(), k.Params())); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := k.Actual(); err != nil || len(got.TunnelPeers) != 0 {
+			t.Fatalf("tunnel peers %v (%v) after the gateway left", got.TunnelPeers, err)
+		}
+		d0 := drops()
+		send(l.g1H, cfg.VNI, "after leaving")
+		if d := drops() - d0; d != 1 {
+			t.Fatalf("tunnel drops rose by %d for a former gateway, want 1", d)
+		}
+		if err := k.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+		if out := sh(t, "ip", "netns", "exec", l.node, "nft", "list", "tables"); out != "" {
+			t.Fatalf("tables left after cleanup: %s", out)
+		}
+	})
+}
+
+// sendToPort sends two UDP datagrams from src to dst:port from inside ns.
+func sendToPort(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, port uint16) {
+	t.Helper()
+	err := nsenter.Do(ns, func() error {
+		c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)),
+			net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, port)))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for range 2 {
+			c.Write([]byte("\x08\x00\x00\x00\x00\x10\x92\x00 a pod's own VXLAN"))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send UDP %v → %v:%d: %v", src, dst, port, err)
+	}
+}
+
+// udpTo counts the UDP frames to dst:port.
+func udpTo(frames []frame, dst netip.Addr, port uint16) int {
+	n := 0
+	for _, f := range frames {
+		if f.proto == 17 && f.dst == dst && f.dport == port {
+			n++
+		}
+	}
+	return n
+}
