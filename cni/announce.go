@@ -1,10 +1,14 @@
 package cni
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -88,4 +92,98 @@ func sendNA(ifIndex int, mac net.HardwareAddr, ip netip.Addr) error {
 	}
 	allNodes := netip.MustParseAddr("ff02::1").As16()
 	return unix.Sendto(fd, UnsolicitedNA(mac, ip), 0, &unix.SockaddrInet6{Addr: allNodes, ZoneId: uint32(ifIndex)})
+}
+
+// ARPProbe builds an RFC 5227 ARP probe for ip: a request with a zero sender protocol
+// address, so it asks "who has ip" without claiming it.
+func ARPProbe(mac net.HardwareAddr, ip netip.Addr) []byte {
+	b := ARPAnnouncement(mac, ip)
+	clear(b[14:18])
+	return b
+}
+
+// Timing of the duplicate-address probe: RFC 5227 waits seconds, which a pod start
+// cannot afford; a neighbour on the same link answers within milliseconds.
+const (
+	probeCount    = 3
+	probeInterval = 100 * time.Millisecond
+	probeWait     = 200 * time.Millisecond // after the last probe
+)
+
+// ErrAddressInUse means another host answered the duplicate-address probe.
+var ErrAddressInUse = errors.New("address already in use on the link")
+
+// ProbeIPv4 sends RFC 5227 ARP probes for the IPv4 addresses and fails with
+// ErrAddressInUse when another station answers for one of them or probes for it too.
+// It must run in the pod's network namespace, with the interface up.
+func ProbeIPv4(ifIndex int, mac net.HardwareAddr, addrs []netip.Prefix) error {
+	var ips []netip.Addr
+	for _, p := range addrs {
+		if p.Addr().Is4() {
+			ips = append(ips, p.Addr())
+		}
+	}
+	if len(ips) == 0 {
+		return nil
+	}
+	if len(mac) != 6 {
+		return fmt.Errorf("interface has no Ethernet address (%v)", mac)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
+	if err != nil {
+		return fmt.Errorf("opening a packet socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifIndex}); err != nil {
+		return fmt.Errorf("binding the packet socket: %w", err)
+	}
+	to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifIndex, Halen: 6}
+	copy(to.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	tv := unix.NsecToTimeval(int64(10 * time.Millisecond))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return err
+	}
+	buf := make([]byte, 128)
+	for i := range probeCount {
+		for _, ip := range ips {
+			if err := unix.Sendto(fd, ARPProbe(mac, ip), 0, to); err != nil {
+				return fmt.Errorf("probing %s: %w", ip, err)
+			}
+		}
+		wait := probeInterval
+		if i == probeCount-1 {
+			wait = probeWait
+		}
+		for end := time.Now().Add(wait); time.Now().Before(end); {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil || n < 28 {
+				continue
+			}
+			if ip, who, ok := arpConflict(buf[:n], mac, ips); ok {
+				return fmt.Errorf("%w: %s answers for %s", ErrAddressInUse, who, ip)
+			}
+		}
+	}
+	return nil
+}
+
+// arpConflict reports an ARP packet from another station that claims one of ips
+// (as sender) or probes for it (sender 0.0.0.0, target ip), as RFC 5227 2.1.1 says.
+func arpConflict(b []byte, mac net.HardwareAddr, ips []netip.Addr) (netip.Addr, net.HardwareAddr, bool) {
+	if binary.BigEndian.Uint16(b[2:]) != 0x0800 || b[4] != 6 || b[5] != 4 {
+		return netip.Addr{}, nil, false
+	}
+	sha := net.HardwareAddr(b[8:14])
+	if bytes.Equal(sha, mac) {
+		return netip.Addr{}, nil, false // our own probe, looped back
+	}
+	spa := netip.AddrFrom4([4]byte(b[14:18]))
+	tpa := netip.AddrFrom4([4]byte(b[24:28]))
+	op := binary.BigEndian.Uint16(b[6:])
+	for _, ip := range ips {
+		if spa == ip || (op == 1 && spa == netip.IPv4Unspecified() && tpa == ip) {
+			return ip, slices.Clone(sha), true
+		}
+	}
+	return netip.Addr{}, nil, false
 }
