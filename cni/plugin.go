@@ -264,6 +264,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
 	mac := link.Attrs().HardwareAddr
 	noARP := link.Attrs().RawFlags&unix.IFF_NOARP != 0 // ipvlan l3/l3s: no ARP to probe with
 	if err := podNS.Do(func(ns.NetNS) error {
+		if err := ProbeIPv6(link.Attrs().Index, mac, ip.Addresses); err != nil {
+			return err
+		}
 		if noARP {
 			return nil
 		}

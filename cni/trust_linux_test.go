@@ -46,7 +46,7 @@ func TestDistrustedConfig(t *testing.T) {
 	// Not every kernel has 8021q; the VLAN case runs where it does.
 	vlanErr := l.Node.NL.LinkAdd(&netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: "ext0.7", ParentIndex: mustIndex(t, l.Node, "ext0")}, VlanId: 7})
 	// An outside host already using an address the node knows nothing of.
-	l.Out.AddAddr(t, "ext0p", prefix("192.0.2.50/24"))
+	l.Out.AddAddr(t, "ext0p", prefix("192.0.2.50/24"), prefix("2001:db8:2::50/64"))
 	strict := pluginDirWith(t, "")
 	lab := pluginDir(t) // allows veth masters only
 	permissive := pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowPassthru":true,"allowCrossNamespaceConfigMaps":true}`)
@@ -70,6 +70,7 @@ func TestDistrustedConfig(t *testing.T) {
 		{"the master's router", lab, head + `"ip":{"addresses":["192.0.2.1/24"],"gateway":"192.0.2.3"}}`, types.ErrInvalidNetworkConfig, "192.0.2.1 is a gateway of ext0"},
 		{"the pod's gateway", lab, head + `"ip":{"addresses":["192.0.2.5/24"],"gateway":"192.0.2.5"}}`, types.ErrInvalidNetworkConfig, "192.0.2.5 is the pod's gateway"},
 		{"address answered on the link", lab, head + `"interfaceArgs":{"master":"ext0"},"ip":{"addresses":["192.0.2.50/24"]}}`, types.ErrInvalidNetworkConfig, "address already in use on the link"},
+		{"IPv6 address answered on the link", lab, head + `"interfaceArgs":{"master":"ext0"},"ip":{"addresses":["2001:db8:2::50/64"]}}`, types.ErrInvalidNetworkConfig, "address already in use on the link"},
 		{"cross-namespace ConfigMap", lab, head + `"ipConfig":{"namespace":"kube-system","name":"x"}}`, types.ErrInvalidNetworkConfig, `ipConfig.namespace: "kube-system" is not the pod's namespace "ns1"`},
 		// Allowed host-side, the same config goes on to its next check (no kubeconfig).
 		{"cross-namespace ConfigMap allowed", permissive, head + `"ipConfig":{"namespace":"kube-system","name":"x"}}`, types.ErrInvalidNetworkConfig, "kubeconfig: is required"},
