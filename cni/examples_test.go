@@ -65,7 +65,8 @@ func TestDeployExamples(t *testing.T) {
 	}
 }
 
-// TestDocExamples checks every ```json block of docs/egress-router.md is a valid config.
+// TestDocExamples checks every ```json block of docs/egress-router.md is a valid config
+// (or valid node-side settings).
 func TestDocExamples(t *testing.T) {
 	b, err := os.ReadFile("../docs/egress-router.md")
 	if err != nil {
@@ -76,6 +77,12 @@ func TestDocExamples(t *testing.T) {
 		t.Fatalf("found %d json examples", len(blocks))
 	}
 	for _, m := range blocks {
+		if strings.Contains(m[1], "allowMasterTypes") { // the node-side settings file
+			if _, err := ParseHostConfig([]byte(m[1])); err != nil {
+				t.Errorf("doc example of the host settings does not validate: %v\n%s", err, m[1])
+			}
+			continue
+		}
 		if _, err := ParseConfig([]byte(m[1])); err != nil {
 			t.Errorf("doc example does not validate: %v\n%s", err, m[1])
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/egret-gw/egret/internal/nstest"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
@@ -111,6 +112,8 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 			l := newLab(t, true)
 			kubeconfig := forwardAPI(t, env, l.Node)
 			r := newRuntime(t, l, "db-router")
+			// The second case reads a ConfigMap of another namespace, which the node allows.
+			r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowCrossNamespaceConfigMaps":true}`)}, t.TempDir(), nil)
 			before := routesOf(t, l.Pod, netlink.FAMILY_V4)
 
 			// Namespace from K8S_POD_NAMESPACE; the ConfigMap's /24 is narrowed by the

@@ -78,12 +78,40 @@ func pluginDir(t *testing.T) string {
 			buildErr = fmt.Errorf("building the plugin: %v\n%s", err, out)
 			return
 		}
-		buildErr = os.Symlink(TypeEgressRouter, filepath.Join(binDir, TypeOpenshiftEgress))
+		if buildErr = os.Symlink(TypeEgressRouter, filepath.Join(binDir, TypeOpenshiftEgress)); buildErr != nil {
+			return
+		}
+		// The lab's master is a veth, which only the node's settings can allow.
+		buildErr = os.WriteFile(filepath.Join(binDir, HostConfigName), []byte(labHostConfig), 0o644)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binDir
+}
+
+// labHostConfig is the node-side settings file of the shared plugin directory.
+const labHostConfig = `{"allowMasterTypes":["veth"]}`
+
+// pluginDirWith is a plugin directory of its own with the given node-side settings
+// (none when hostConfig is empty): a hard link of the built binary, which finds its
+// settings next to itself.
+func pluginDirWith(t *testing.T, hostConfig string) string {
+	t.Helper()
+	src := pluginDir(t)
+	dir := t.TempDir()
+	if err := os.Link(filepath.Join(src, TypeEgressRouter), filepath.Join(dir, TypeEgressRouter)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(TypeEgressRouter, filepath.Join(dir, TypeOpenshiftEgress)); err != nil {
+		t.Fatal(err)
+	}
+	if hostConfig != "" {
+		if err := os.WriteFile(filepath.Join(dir, HostConfigName), []byte(hostConfig), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 func TestMain(m *testing.M) {

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	nlns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -27,6 +28,24 @@ var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0
 type Plugin struct {
 	// ConfigMaps builds the ConfigMap reader for ipConfig; nil uses the kubeconfig.
 	ConfigMaps func(c *Config) (ConfigMapGetter, error)
+	// Host overrides the host settings; nil reads HostConfigName next to the binary.
+	Host *HostConfig
+}
+
+// hostConfig returns the node administrator's settings.
+func (p *Plugin) hostConfig() (HostConfig, error) {
+	if p.Host != nil {
+		return *p.Host, nil
+	}
+	path, err := HostConfigPath()
+	if err != nil {
+		return HostConfig{}, types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	hc, err := LoadHostConfig(path)
+	if err != nil {
+		return HostConfig{}, types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	return hc, nil
 }
 
 // Funcs returns the skel command table.
@@ -80,9 +99,14 @@ func (p *Plugin) load(args *skel.CmdArgs) (*Config, PodArgs, error) {
 	return c, pod, nil
 }
 
-func (p *Plugin) resolve(c *Config, pod PodArgs) (IPSettings, error) {
+func (p *Plugin) resolve(c *Config, pod PodArgs, hc HostConfig) (IPSettings, error) {
 	var cms ConfigMapGetter
 	if c.IPConfig != nil {
+		// Checked before any client exists: the plugin's identity may read ConfigMaps
+		// the NetworkAttachmentDefinition's author may not.
+		if ns := c.IPConfig.Namespace; ns != "" && ns != pod.Namespace && !hc.AllowCrossNamespaceConfigMaps {
+			return IPSettings{}, fieldErr("ipConfig.namespace", "%q is not the pod's namespace %q; the node's %s does not allow other namespaces (allowCrossNamespaceConfigMaps)", ns, pod.Namespace, HostConfigName)
+		}
 		var err error
 		if p.ConfigMaps != nil {
 			cms, err = p.ConfigMaps(c)
@@ -111,7 +135,7 @@ func (a apiErrors) ConfigMapData(ctx context.Context, ns, name string) (map[stri
 }
 
 // plan decides master, gateways and routes from the host's state.
-func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string) (*Plan, error) {
+func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string, hc HostConfig) (*Plan, error) {
 	links, err := HostLinks(host)
 	if err != nil {
 		return nil, err
@@ -126,8 +150,14 @@ func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string) (*Plan,
 	} else if master, err = InferMaster(links, ip.Addresses); err != nil {
 		return nil, err
 	}
+	if err := CheckMaster(host, master.Name, hc); err != nil {
+		return nil, err
+	}
 	p := &Plan{IfName: ifName, Type: c.InterfaceType, Mode: c.Mode, MTU: c.MTU, Master: master, IP: ip}
 	if p.GW4, p.GW6, err = Gateways(host, master, ip); err != nil {
+		return nil, err
+	}
+	if err := checkPodAddrs(host, master, ip.Addresses, p.GW4, p.GW6); err != nil {
 		return nil, err
 	}
 	p.Keep = append(slices.Clone(c.ClusterNetworks), c.ServiceNetworks...)
@@ -155,28 +185,37 @@ func openPod(args *skel.CmdArgs) (ns.NetNS, *netlink.Handle, error) {
 // loadWithPrev is how ADD and CHECK start: the config and the pod's
 // arguments, refusing an interface type that cannot work here, with the
 // prevResult parsed.
-func (p *Plugin) loadWithPrev(args *skel.CmdArgs) (*Config, PodArgs, error) {
+func (p *Plugin) loadWithPrev(args *skel.CmdArgs) (*Config, PodArgs, HostConfig, error) {
 	c, pod, err := p.load(args)
 	if err != nil {
-		return nil, PodArgs{}, err
+		return nil, PodArgs{}, HostConfig{}, err
 	}
 	if c.InterfaceType == InterfaceAWSElasticIP {
-		return nil, PodArgs{}, awsUnavailable()
+		return nil, PodArgs{}, HostConfig{}, awsUnavailable()
+	}
+	hc, err := p.hostConfig()
+	if err != nil {
+		return nil, PodArgs{}, HostConfig{}, err
+	}
+	if c.InterfaceType == InterfaceMacvlan && c.Mode == "passthru" && !hc.AllowPassthru {
+		// passthru gives the pod the NIC itself, and with it the node's traffic.
+		return nil, PodArgs{}, HostConfig{}, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("interfaceArgs.mode: passthru is not allowed on this node (the node's %s can set allowPassthru)", HostConfigName), "")
 	}
 	if err := version.ParsePrevResult(&c.Raw.NetConf); err != nil {
-		return nil, PodArgs{}, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+		return nil, PodArgs{}, HostConfig{}, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
-	return c, pod, nil
+	return c, pod, hc, nil
 }
 
 // planPod resolves the pod's addresses and plans its interface from the
 // host's links (host is a netlink handle in the host's namespace).
-func (p *Plugin) planPod(host *netlink.Handle, c *Config, pod PodArgs, ifName string) (*Plan, error) {
-	ip, err := p.resolve(c, pod)
+func (p *Plugin) planPod(host *netlink.Handle, c *Config, pod PodArgs, ifName string, hc HostConfig) (*Plan, error) {
+	ip, err := p.resolve(c, pod, hc)
 	if err != nil {
 		return nil, cniErr(err, types.ErrInvalidNetworkConfig)
 	}
-	pl, err := plan(host, c, ip, ifName)
+	pl, err := plan(host, c, ip, ifName, hc)
 	if err != nil {
 		return nil, cniErr(err, types.ErrInternal)
 	}
@@ -185,7 +224,7 @@ func (p *Plugin) planPod(host *netlink.Handle, c *Config, pod PodArgs, ifName st
 
 // Add creates and configures the egress interface; any failure undoes what was done.
 func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
-	c, pod, err := p.loadWithPrev(args)
+	c, pod, hc, err := p.loadWithPrev(args)
 	if err != nil {
 		return err
 	}
@@ -194,7 +233,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
 		return cniErr(fmt.Errorf("opening netlink: %w", err), types.ErrInternal)
 	}
 	defer host.Close()
-	pl, err := p.planPod(host, c, pod, args.IfName)
+	pl, err := p.planPod(host, c, pod, args.IfName, hc)
 	if err != nil {
 		return err
 	}
@@ -220,6 +259,25 @@ func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
 	if err := ConfigureAddrs(podH, link, ip); err != nil {
 		return cniErr(err, types.ErrInternal)
 	}
+	// Before the pod announces its addresses (and routes through them), make sure no
+	// other station on the link holds them: a GARP would take their traffic.
+	mac := link.Attrs().HardwareAddr
+	noARP := link.Attrs().RawFlags&unix.IFF_NOARP != 0 // ipvlan l3/l3s: no ARP to probe with
+	if err := podNS.Do(func(ns.NetNS) error {
+		if err := ProbeIPv6(link.Attrs().Index, mac, ip.Addresses); err != nil {
+			return err
+		}
+		if noARP {
+			return nil
+		}
+		return ProbeIPv4(link.Attrs().Index, mac, ip.Addresses)
+	}); err != nil {
+		code := uint(types.ErrInternal)
+		if errors.Is(err, ErrAddressInUse) {
+			code = types.ErrInvalidNetworkConfig
+		}
+		return types.NewError(code, "addresses: "+err.Error(), "")
+	}
 	if err := ConfigureRoutes(podH, link, pl, &u); err != nil {
 		return cniErr(err, types.ErrInternal)
 	}
@@ -229,7 +287,6 @@ func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
 			return cniErr(err, types.ErrInternal)
 		}
 	}
-	mac := link.Attrs().HardwareAddr
 	if err := podNS.Do(func(ns.NetNS) error { return Announce(link.Attrs().Index, mac, ip.Addresses) }); err != nil {
 		return cniErr(err, types.ErrInternal)
 	}
@@ -291,7 +348,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 
 // Check verifies that ADD's work is still in place.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	c, pod, err := p.loadWithPrev(args)
+	c, pod, hc, err := p.loadWithPrev(args)
 	if err != nil {
 		return err
 	}
@@ -307,7 +364,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return cniErr(fmt.Errorf("opening netlink: %w", err), types.ErrInternal)
 	}
 	defer host.Close()
-	pl, err := p.planPod(host, c, pod, args.IfName)
+	pl, err := p.planPod(host, c, pod, args.IfName, hc)
 	if err != nil {
 		return err
 	}

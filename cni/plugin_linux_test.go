@@ -298,10 +298,16 @@ func runPlugin(t *testing.T, l *lab, cmd, conf, args string) (stdout []byte, exi
 
 func runPluginIn(t *testing.T, l *lab, netnsPath, cmd, conf, args string) (stdout []byte, exitErr error) {
 	t.Helper()
+	return runPluginFrom(t, l, pluginDir(t), netnsPath, cmd, conf, args)
+}
+
+// runPluginFrom executes the plugin of dir, with the node-side settings found there.
+func runPluginFrom(t *testing.T, l *lab, dir, netnsPath, cmd, conf, args string) (stdout []byte, exitErr error) {
+	t.Helper()
 	err := l.Node.Do(func() error {
-		c := exec.Command(filepath.Join(pluginDir(t), TypeEgressRouter))
+		c := exec.Command(filepath.Join(dir, TypeEgressRouter))
 		c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=ctr1", "CNI_NETNS="+netnsPath,
-			"CNI_IFNAME=net1", "CNI_PATH="+pluginDir(t), "CNI_ARGS="+args)
+			"CNI_IFNAME=net1", "CNI_PATH="+dir, "CNI_ARGS="+args)
 		c.Stdin = strings.NewReader(conf)
 		var out bytes.Buffer
 		c.Stdout = &out

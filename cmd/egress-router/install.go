@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/egret-gw/egret/cni"
@@ -23,9 +25,18 @@ func install(args []string) error {
 	kcHostDir := fs.String("kubeconfig-host-dir", "/etc/cni/net.d/egress-router.d", "the same directory as the node sees it (paths inside the kubeconfig)")
 	saDir := fs.String("service-account-dir", "/var/run/secrets/kubernetes.io/serviceaccount", "the pod's service account files")
 	watch := fs.Duration("refresh", 0, "if > 0, stay running and re-copy the rotating token at this interval")
+	masterTypes := fs.String("allow-master-types", "", "comma-separated link kinds (e.g. veth) that may be a master besides NICs, bonds and VLANs; node-side setting")
+	passthru := fs.Bool("allow-passthru", false, "let networks use macvlan mode passthru, which gives one pod the whole NIC; node-side setting")
+	crossNS := fs.Bool("allow-cross-namespace-configmaps", false, "let ipConfig.namespace name a namespace other than the pod's; node-side setting")
 	checkConfig := fs.Bool("check-config", false, "parse and validate the flags, print the result and exit (0 valid, 1 not); copies nothing")
 	if err := parseFlags(fs, "copy this plugin into the node's CNI bin directory (and keep a kubeconfig for ipConfig there)", args); err != nil {
 		return err
+	}
+	hc := cni.HostConfig{AllowPassthru: *passthru, AllowCrossNamespaceConfigMaps: *crossNS}
+	for _, k := range strings.Split(*masterTypes, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			hc.AllowMasterTypes = append(hc.AllowMasterTypes, k)
+		}
 	}
 	if *checkConfig {
 		for name, dir := range map[string]string{"-cni-bin-dir": *binDir, "-kubeconfig-host-dir": *kcHostDir, "-service-account-dir": *saDir} {
@@ -47,6 +58,10 @@ func install(args []string) error {
 		return fmt.Errorf("finding this binary: %w", err)
 	}
 	if err := installBinary(self, *binDir); err != nil {
+		return err
+	}
+	// Written on every start, so dropping a flag also drops what it allowed.
+	if err := writeHostConfig(*binDir, hc); err != nil {
 		return err
 	}
 	fmt.Printf("installed %s and %s in %s\n", cni.TypeEgressRouter, cni.TypeOpenshiftEgress, *binDir)
@@ -82,6 +97,23 @@ func installBinary(src, dir string) error {
 	}
 	if err := os.Rename(tmp, link); err != nil {
 		return fmt.Errorf("linking %s: %w", link, err)
+	}
+	return nil
+}
+
+// writeHostConfig puts the node-side settings next to the plugin, where it reads them.
+func writeHostConfig(dir string, hc cni.HostConfig) error {
+	b, err := json.MarshalIndent(hc, "", "  ")
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(dir, cni.HostConfigName)
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("writing %s: %w", dst, err)
 	}
 	return nil
 }

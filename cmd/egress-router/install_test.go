@@ -7,7 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+
+	"github.com/egret-gw/egret/cni"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -41,6 +44,25 @@ func TestInstallBinary(t *testing.T) {
 	}
 	if err := installBinary(filepath.Join(dir, "missing"), dir); err == nil {
 		t.Error("installing a missing binary succeeded")
+	}
+}
+
+func TestWriteHostConfig(t *testing.T) {
+	dir := t.TempDir()
+	want := cni.HostConfig{AllowMasterTypes: []string{"veth"}, AllowCrossNamespaceConfigMaps: true}
+	if err := writeHostConfig(dir, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cni.LoadHostConfig(filepath.Join(dir, cni.HostConfigName))
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("read back %+v %v, want %+v", got, err, want)
+	}
+	// The defaults replace what an earlier start allowed.
+	if err := writeHostConfig(dir, cni.HostConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cni.LoadHostConfig(filepath.Join(dir, cni.HostConfigName)); err != nil || !reflect.DeepEqual(got, cni.HostConfig{}) {
+		t.Errorf("after defaults: %+v %v", got, err)
 	}
 }
 

@@ -1,0 +1,143 @@
+package cni
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// HostConfigName is the node-side settings file, read from the directory of the plugin
+// binary. A NetworkAttachmentDefinition is written by namespace users, so anything that
+// widens what such a config may do is decided here, by whoever administers the node.
+const HostConfigName = "egress-router-host.json"
+
+// HostConfig holds the node administrator's settings; the zero value is the safe default.
+type HostConfig struct {
+	// AllowMasterTypes adds netlink link kinds (e.g. "veth") that may be a master
+	// besides physical NICs and bonds or VLANs over them.
+	AllowMasterTypes []string `json:"allowMasterTypes,omitempty"`
+	// AllowPassthru permits macvlan mode passthru, which hands the whole NIC to one pod.
+	AllowPassthru bool `json:"allowPassthru,omitempty"`
+	// AllowCrossNamespaceConfigMaps lets ipConfig.namespace name a namespace other
+	// than the pod's.
+	AllowCrossNamespaceConfigMaps bool `json:"allowCrossNamespaceConfigMaps,omitempty"`
+}
+
+// HostConfigPath is where the plugin looks for its host settings: next to its binary.
+func HostConfigPath() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the plugin binary: %w", err)
+	}
+	return filepath.Join(filepath.Dir(self), HostConfigName), nil
+}
+
+// LoadHostConfig reads path; a missing file means the defaults. Unknown fields are an
+// error so a misspelt setting is not silently ignored.
+func LoadHostConfig(path string) (HostConfig, error) {
+	var hc HostConfig
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return hc, nil
+	}
+	if err != nil {
+		return hc, fmt.Errorf("reading the host settings: %w", err)
+	}
+	if hc, err = ParseHostConfig(b); err != nil {
+		return HostConfig{}, fmt.Errorf("host settings %s are invalid: %w", path, err)
+	}
+	return hc, nil
+}
+
+// ParseHostConfig decodes the host settings, refusing unknown fields.
+func ParseHostConfig(b []byte) (HostConfig, error) {
+	var hc HostConfig
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&hc); err != nil {
+		return HostConfig{}, err
+	}
+	return hc, nil
+}
+
+// physicalKinds are what a master may be without a host setting: a NIC (netlink
+// reports a link without a kind as "device"), or a bond or VLAN over allowed links.
+// Bridges, tunnels (vxlan, geneve, egret0), veth, dummy, tun and macvlan/ipvlan
+// children would give the pod layer-2 access to something that is not the wire.
+var physicalKinds = []string{"device", "bond", "vlan"}
+
+// CheckMaster refuses a master that is not a physical-looking Ethernet NIC, a bond, or
+// a VLAN over one, unless its kind is allowed host-side. Bond members are not checked:
+// creating a bond is already a node administrator's act.
+func CheckMaster(h *netlink.Handle, name string, hc HostConfig) error {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		return fieldErr("interfaceArgs.master", "host interface %s not found: %v", name, err)
+	}
+	for depth := 0; ; depth++ {
+		a := l.Attrs()
+		kind := l.Type()
+		allowed := slices.Contains(hc.AllowMasterTypes, kind)
+		if !allowed && !slices.Contains(physicalKinds, kind) {
+			return fieldErr("interfaceArgs.master", "%s is (over) %s, a %s interface; only physical NICs, bonds and VLANs may be masters (the node's %s allowMasterTypes can add kinds)", name, a.Name, kind, HostConfigName)
+		}
+		if !allowed && a.EncapType != "" && a.EncapType != "ether" {
+			return fieldErr("interfaceArgs.master", "%s is not an Ethernet interface (%s)", name, a.EncapType)
+		}
+		if kind != "vlan" || allowed {
+			return nil
+		}
+		if depth > 8 || a.ParentIndex == 0 {
+			return fieldErr("interfaceArgs.master", "VLAN %s has no parent the plugin can check", name)
+		}
+		if l, err = h.LinkByIndex(a.ParentIndex); err != nil {
+			return fieldErr("interfaceArgs.master", "finding the parent of VLAN %s: %v", name, err)
+		}
+	}
+}
+
+// checkPodAddrs refuses pod addresses that belong to the node or to the master's
+// routers: announcing them from the pod would take their traffic over.
+func checkPodAddrs(h *netlink.Handle, master HostLink, pod []netip.Prefix, gws ...netip.Addr) error {
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(nil, netlink.FAMILY_ALL) })
+	if err != nil {
+		return fmt.Errorf("listing the node's addresses: %w", err)
+	}
+	taken := map[netip.Addr]string{}
+	for _, a := range addrs {
+		if p, ok := prefixFromIPNet(a.IPNet); ok {
+			taken[p.Addr()] = "an address of the node"
+		}
+	}
+	routes, err := retryDump(func() ([]netlink.Route, error) {
+		return h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: master.Index, Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		return fmt.Errorf("listing host routes of %s: %w", master.Name, err)
+	}
+	for _, r := range routes {
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+			taken[gw.Unmap()] = "a gateway of " + master.Name
+		}
+	}
+	for _, gw := range gws {
+		if gw.IsValid() {
+			taken[gw] = "the pod's gateway"
+		}
+	}
+	for _, p := range pod {
+		if what, ok := taken[p.Addr()]; ok {
+			return fieldErr("addresses", "%s is %s; the pod may not take it over", p.Addr(), what)
+		}
+	}
+	return nil
+}
