@@ -448,62 +448,45 @@ func (n *nftState) apply(ch nftChange) error {
 	return nil
 }
 
-// drops sums the counters of the drop rules: packets of selected pods, and
-// of pod addresses not classified yet, that tried to leave outside the
-// tunnel.
-func (n *nftState) drops() (selected, unclassified uint64, err error) {
+// counters sums the packet counters of the rules in chains by their tag
+// (the rule's UserData).
+func (n *nftState) counters(chains ...string) (map[string]uint64, error) {
 	c, err := n.conn()
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	t, _ := n.objects()
-	rules, err := c.GetRules(t, &nftables.Chain{Name: nftChain, Table: t})
-	if err != nil {
-		return 0, 0, fmt.Errorf("read nftables chain %s: %w", nftChain, err)
-	}
-	for _, r := range rules {
-		for _, e := range r.Exprs {
-			if ctr, ok := e.(*expr.Counter); ok {
-				switch string(r.UserData) {
-				case tagUnclassified:
-					unclassified += ctr.Packets
-				case tagSelected:
-					selected += ctr.Packets
+	sums := map[string]uint64{}
+	for _, name := range chains {
+		rules, err := c.GetRules(t, &nftables.Chain{Name: name, Table: t})
+		if err != nil {
+			return nil, fmt.Errorf("read nftables chain %s: %w", name, err)
+		}
+		for _, r := range rules {
+			for _, e := range r.Exprs {
+				if ctr, ok := e.(*expr.Counter); ok {
+					sums[string(r.UserData)] += ctr.Packets
 				}
 			}
 		}
 	}
-	return selected, unclassified, nil
+	return sums, nil
+}
+
+// drops sums the counters of the drop rules: packets of selected pods, and
+// of pod addresses not classified yet, that tried to leave outside the
+// tunnel.
+func (n *nftState) drops() (selected, unclassified uint64, err error) {
+	sums, err := n.counters(nftChain)
+	return sums[tagSelected], sums[tagUnclassified], err
 }
 
 // tunnelDrops sums the counters of the tunnel rules: frames of the
 // tunnel's VNI from an address that is no gateway (input), and pods' tunnel
 // frames to a gateway (forward).
 func (n *nftState) tunnelDrops() (source, pod uint64, err error) {
-	c, err := n.conn()
-	if err != nil {
-		return 0, 0, err
-	}
-	t, _ := n.objects()
-	for _, name := range []string{nftInput, nftChain} {
-		rules, err := c.GetRules(t, &nftables.Chain{Name: name, Table: t})
-		if err != nil {
-			return 0, 0, fmt.Errorf("read nftables chain %s: %w", name, err)
-		}
-		for _, r := range rules {
-			for _, e := range r.Exprs {
-				if ctr, ok := e.(*expr.Counter); ok {
-					switch string(r.UserData) {
-					case tagTunnelSource:
-						source += ctr.Packets
-					case tagPodTunnel:
-						pod += ctr.Packets
-					}
-				}
-			}
-		}
-	}
-	return source, pod, nil
+	sums, err := n.counters(nftInput, nftChain)
+	return sums[tagTunnelSource], sums[tagPodTunnel], err
 }
 
 func (n *nftState) remove() error {
