@@ -110,6 +110,22 @@ const (
 	probeWait     = 200 * time.Millisecond // after the last probe
 )
 
+// probed returns the addresses of one family (IPv4 when v4) that a probe
+// must check, and an error when the interface has no Ethernet address to
+// probe from.
+func probed(addrs []netip.Prefix, v4 bool, mac net.HardwareAddr) ([]netip.Addr, error) {
+	var ips []netip.Addr
+	for _, p := range addrs {
+		if p.Addr().Is4() == v4 {
+			ips = append(ips, p.Addr())
+		}
+	}
+	if len(ips) > 0 && len(mac) != 6 {
+		return nil, fmt.Errorf("interface has no Ethernet address (%v)", mac)
+	}
+	return ips, nil
+}
+
 // ErrAddressInUse means another host answered the duplicate-address probe.
 var ErrAddressInUse = errors.New("address already in use on the link")
 
@@ -117,17 +133,9 @@ var ErrAddressInUse = errors.New("address already in use on the link")
 // ErrAddressInUse when another station answers for one of them or probes for it too.
 // It must run in the pod's network namespace, with the interface up.
 func ProbeIPv4(ifIndex int, mac net.HardwareAddr, addrs []netip.Prefix) error {
-	var ips []netip.Addr
-	for _, p := range addrs {
-		if p.Addr().Is4() {
-			ips = append(ips, p.Addr())
-		}
-	}
-	if len(ips) == 0 {
-		return nil
-	}
-	if len(mac) != 6 {
-		return fmt.Errorf("interface has no Ethernet address (%v)", mac)
+	ips, err := probed(addrs, true, mac)
+	if len(ips) == 0 || err != nil {
+		return err
 	}
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
 	if err != nil {
@@ -238,17 +246,9 @@ func solicitedNode(ip netip.Addr) netip.Addr {
 // in milliseconds rather than seconds, and fails with ErrAddressInUse when another
 // station advertises one of them. It must run in the pod's network namespace.
 func ProbeIPv6(ifIndex int, mac net.HardwareAddr, addrs []netip.Prefix) error {
-	var ips []netip.Addr
-	for _, p := range addrs {
-		if p.Addr().Is6() {
-			ips = append(ips, p.Addr())
-		}
-	}
-	if len(ips) == 0 {
-		return nil
-	}
-	if len(mac) != 6 {
-		return fmt.Errorf("interface has no Ethernet address (%v)", mac)
+	ips, err := probed(addrs, false, mac)
+	if len(ips) == 0 || err != nil {
+		return err
 	}
 	out, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0) // send only
 	if err != nil {
