@@ -6,7 +6,10 @@
 # A binary is rebuilt only when it is missing or was built from other
 # versions (a stamp file records them), so a second run is a fast no-op.
 #
-# Usage: hack/k8s-bins.sh [etcd] [kube-apiserver] [kubectl]   (default: all)
+# The cluster of `make cluster-up` also needs kubelet, kube-controller-manager,
+# kube-scheduler and kube-proxy; name them to build them.
+#
+# Usage: hack/k8s-bins.sh [etcd] [kube-apiserver] [kubectl] [kubelet] ...   (default: the first three)
 # Env:   EGRET_TOOLS_DIR  where to put the binaries
 #        K8S_BUILD_JOBS   go build -p (default 2; the machine is shared)
 set -euo pipefail
@@ -53,7 +56,7 @@ build() { # name package version
 	fi
 	local ldflags="-s -w"
 	case "$name" in
-	kube-apiserver | kubectl)
+	kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler | kube-proxy)
 		ldflags+=" $(vpkg_flags k8s.io/component-base/version) $(vpkg_flags k8s.io/client-go/pkg/version)"
 		;;
 	esac
@@ -77,8 +80,11 @@ for w in "${want[@]}"; do
 	etcd) build etcd go.etcd.io/etcd/server/v3 "$etcd_version" ;;
 	kube-apiserver) build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_version" ;;
 	kubectl) build kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_version" ;;
+	kubelet | kube-controller-manager | kube-scheduler | kube-proxy)
+		build "$w" "k8s.io/kubernetes/cmd/$w" "$k8s_version"
+		;;
 	*)
-		echo "k8s-bins: unknown binary $w (want etcd, kube-apiserver or kubectl)" >&2
+		echo "k8s-bins: unknown binary $w (want etcd, kube-apiserver, kubectl, kubelet, kube-controller-manager, kube-scheduler or kube-proxy)" >&2
 		exit 2
 		;;
 	esac
