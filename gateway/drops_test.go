@@ -181,24 +181,10 @@ func dropCases() []dropCase {
 			p.ttl = 1
 			return tunnelFrame(t, podTun(), p.build(t))
 		}},
-		{reason: DropTunnelIDs, prep: func(t *testing.T, f *fixture) {
-			// Every number is taken by other (tunnel, VNI) pairs; the
-			// pod's own pair has none yet.
-			for v := uint32(0); v < MaxTunnelIDs; v++ {
-				if _, ok := f.p.tunnels.number(tunnelID{TunnelGeneve, v}); !ok {
-					t.Fatalf("pair %d of %d not numbered", v, MaxTunnelIDs)
-				}
-			}
-			if _, ok := f.p.tunnels.number(tunnelID{TunnelGeneve, MaxTunnelIDs}); ok {
-				t.Fatal("a pair past MaxTunnelIDs was numbered")
-			}
-		}, frame: func(t *testing.T) []byte {
-			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
-		}},
-		{reason: DropTunnelMismatch, cfg: func(c *Config) { c.Tunnel, c.VNI = TunnelVXLAN, testVNI+1 }, frame: func(t *testing.T) []byte {
+		{reason: DropTunnelMismatch, cfg: func(c *Config) { c.Tunnels = []TunnelVNI{{TunnelVXLAN, testVNI + 1}} }, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t)) // another VNI
 		}},
-		{reason: DropTunnelMismatch, cfg: func(c *Config) { c.Tunnel, c.VNI = TunnelGeneve, testVNI }, frame: func(t *testing.T) []byte {
+		{reason: DropTunnelMismatch, cfg: func(c *Config) { c.Tunnels = []TunnelVNI{{TunnelGeneve, testVNI}} }, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t)) // the other type
 		}},
 		// An IPv6 header carrying ::ffff:<pod IPv4> passed anti-spoofing as

@@ -231,7 +231,7 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 	}
 	tn, ok := pr.tunnelNumber(tunnelID{pk.Tunnel, pk.VNI})
 	if !ok {
-		return DropTunnelIDs
+		return DropTunnelMismatch // not accepted by any installed snapshot
 	}
 	src, dst := nat.Addr(t.Src), nat.Addr(t.Dst)
 	pick := int(s.pick)

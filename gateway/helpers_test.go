@@ -51,12 +51,17 @@ func testRoutes() *route.Cache {
 	)
 }
 
+// testTunnels are the encapsulations the tests' frames use.
+var testTunnels = []TunnelVNI{{TunnelVXLAN, testVNI}, {TunnelGeneve, testVNI}, {TunnelGeneve, 7},
+	{TunnelVXLAN, 42}, {TunnelGeneve, 42}, {TunnelGeneve, 9}}
+
 func testConfig() Config {
 	return Config{
 		VTEPs:    []netip.Addr{gwVTEP4, gwVTEP6},
 		InnerMAC: gwInnerMAC,
 		RouterV4: router4,
 		RouterV6: router6,
+		Tunnels:  testTunnels,
 		Nodes: []Node{
 			{Name: "node1", VTEP: node1VTEP, InnerMAC: node1MAC, Pods: []Pod{
 				{Addr: pod1v4, Policy: "web"}, {Addr: pod1v6, Policy: "web"},

@@ -105,6 +105,14 @@ func (p *Pipeline) Swap(s *Snapshot) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The accepted pairs are numbered before any processor sees the
+	// snapshot: packets only look numbers up, so only configuration can
+	// use them up.
+	for _, id := range s.tunnels {
+		if _, ok := p.tunnels.number(id); !ok {
+			return fmt.Errorf("gateway: more than %d distinct (tunnel type, VNI) pairs configured over this gateway's life; restart the gateway to renumber", MaxTunnelIDs)
+		}
+	}
 	in := &installed{snap: s, vtepOfNode: make([]uint32, len(s.nodes))}
 	for i := range s.nodes {
 		idx, ok := p.intern[s.nodes[i].vtep]

@@ -197,7 +197,7 @@ func (pr *Processor) prepare(st *installed, now int64, fr *frame, l *conntrack.L
 		if !st.snap.hasVTEP[f] || st.snap.vtep[f] != pk.OuterDst {
 			return pr.pass()
 		}
-		if t := st.snap.tunnel; t != TunnelNone && (pk.Tunnel != t || pk.VNI != st.snap.vni) {
+		if !st.snap.accepts(pk.Tunnel, pk.VNI) {
 			return pr.drop(DropTunnelMismatch)
 		}
 		return pr.forwardPrepare(st, now, fr, l)

@@ -32,7 +32,6 @@ const (
 	DropUnknownNode                        // reply for a flow whose pod's node left the configuration
 	DropNoConfig                           // no configuration snapshot installed yet
 	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
-	DropTunnelIDs                          // new flow refused: MaxTunnelIDs (tunnel, VNI) pairs already numbered
 	DropTunnelMismatch                     // tunnel packet of another type or VNI than configured
 	DropBadAddress                         // special-purpose address that is never a packet source (RFC 6890), or an IPv6 header carrying ::/80
 	numDropReasons
@@ -63,7 +62,6 @@ var dropNames = [numDropReasons]string{
 	DropUnknownNode:      "unknown_node",
 	DropNoConfig:         "no_config",
 	DropICMPRateLimited:  "icmp_rate_limited",
-	DropTunnelIDs:        "tunnel_ids_exhausted",
 	DropTunnelMismatch:   "tunnel_mismatch",
 	DropBadAddress:       "bad_address",
 }

@@ -14,10 +14,20 @@ const (
 	vtepBits   = 20
 	tunnelBits = 32 - vtepBits
 	// MaxTunnelIDs bounds how many distinct (tunnel type, VNI) pairs a
-	// pipeline ever numbers. A cluster uses one or a few; a new flow with a
-	// pair past the limit is dropped as DropTunnelIDs.
+	// pipeline ever numbers. Only configured pairs are numbered (at Swap),
+	// so it is reached only by reconfiguring thousands of times; Swap then
+	// fails and asks for a restart.
 	MaxTunnelIDs = 1 << tunnelBits
+	// MaxTunnels bounds the (tunnel type, VNI) pairs one configuration
+	// accepts (Config.Tunnels). A cluster uses one or a few.
+	MaxTunnels = 64
 )
+
+// TunnelVNI is one encapsulation a gateway accepts: a tunnel type and a VNI.
+type TunnelVNI struct {
+	Tunnel Tunnel
+	VNI    uint32
+}
 
 // tunnelID is an encapsulation a pod's packets came with, echoed on replies.
 type tunnelID struct {
@@ -35,7 +45,8 @@ const tunnelSlots = 2 * MaxTunnelIDs
 // tunnelTable numbers tunnelIDs for the life of the pipeline, without a lock
 // for pairs already numbered: a processor meeting a pair other than its last
 // one (a cluster mixing VXLAN and Geneve, or several VNIs) looks it up in
-// slots with atomic loads. Numbering a new pair takes mu. ids[n] is written
+// slots with atomic loads. Only Swap numbers pairs (those its snapshot
+// accepts), under mu; packets only look numbers up. ids[n] is written
 // before slot for number n is published and never changes afterwards, so the
 // reply path reads it without the lock too (a number reaches another processor
 // only through the flow table, after it was published).
@@ -65,16 +76,9 @@ func (tt *tunnelTable) find(k uint32) (uint32, bool) {
 }
 
 // number returns id's number, giving it the next one if it has none; false
-// if all MaxTunnelIDs numbers are taken (then without taking the lock, so a
-// stream of unknown pairs cannot make processors queue on it).
+// if all MaxTunnelIDs numbers are taken.
 func (tt *tunnelTable) number(id tunnelID) (uint32, bool) {
 	k := id.key()
-	if n, ok := tt.find(k); ok {
-		return n, true
-	}
-	if tt.count.Load() >= MaxTunnelIDs {
-		return 0, false
-	}
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	if n, ok := tt.find(k); ok {
@@ -94,13 +98,14 @@ func (tt *tunnelTable) number(id tunnelID) (uint32, bool) {
 	return n, true
 }
 
-// tunnelNumber is number with a one-entry cache per processor: a processor sees
-// the same pair on almost every new flow, so the lock is taken about once.
+// tunnelNumber is find with a one-entry cache per processor: a processor
+// sees the same pair on almost every new flow. A pair without a number was
+// not accepted by any installed snapshot.
 func (pr *Processor) tunnelNumber(id tunnelID) (uint32, bool) {
 	if pr.tunOK && pr.tun == id {
 		return pr.tunNum, true
 	}
-	n, ok := pr.p.tunnels.number(id)
+	n, ok := pr.p.tunnels.find(id.key())
 	if ok {
 		pr.tun, pr.tunNum, pr.tunOK = id, n, true
 	}

@@ -7,10 +7,15 @@ import (
 
 // Flows of one pod that arrive with different tunnel types and VNIs each get
 // their replies back with their own pair, and the pairs are numbered once
-// however many flows use them.
+// (at Swap) however many flows use them.
 func TestReturnPathPerTunnel(t *testing.T) {
-	f := newFixture(t, 1024, testConfig())
 	pairs := []tunnelID{{TunnelVXLAN, testVNI}, {TunnelGeneve, testVNI}, {TunnelVXLAN, 7}, {TunnelGeneve, 1<<24 - 1}}
+	cfg := testConfig()
+	cfg.Tunnels = nil
+	for _, id := range pairs {
+		cfg.Tunnels = append(cfg.Tunnels, TunnelVNI{id.kind, id.vni})
+	}
+	f := newFixture(t, 1024, cfg)
 	for round := 0; round < 3; round++ {
 		for i, pr := range pairs {
 			tu := podTun()

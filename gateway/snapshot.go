@@ -21,12 +21,12 @@ type Config struct {
 	// gateway itself sends to pods (time exceeded, too big). Optional: without
 	// one, such packets are dropped and counted instead.
 	RouterV4, RouterV6 netip.Addr
-	// Tunnel and VNI are the only encapsulation accepted: a tunnel packet
-	// to a VTEP of the other type or with another VNI is dropped
-	// (DropTunnelMismatch). TunnelNone accepts both types and any VNI; the
-	// engine always names one.
-	Tunnel Tunnel
-	VNI    uint32
+	// Tunnels are the only encapsulations accepted, at least one and at
+	// most MaxTunnels: a tunnel packet to a VTEP of another type or with
+	// another VNI is dropped (DropTunnelMismatch). Only these pairs are
+	// ever numbered for flows' return paths, so no sender can fill that
+	// numbering with VNIs of its choice.
+	Tunnels []TunnelVNI
 	// Nodes are the worker nodes allowed to send tunnel traffic.
 	Nodes []Node
 	// Policies are the egress policies with the egress IPs hosted here.
@@ -68,8 +68,7 @@ type Snapshot struct {
 	router   [2][16]byte
 	hasRoute [2]bool
 	innerMAC [6]byte
-	tunnel   Tunnel // TunnelNone: any
-	vni      uint32
+	tunnels  []tunnelID // accepted encapsulations, 1 to MaxTunnels
 
 	nodes      []snapNode
 	nodeByVTEP addrTable[int32]
@@ -111,10 +110,16 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 	if cfg.Routes == nil {
 		return nil, errors.New("gateway config: Routes is nil; give a next-hop table")
 	}
-	if cfg.Tunnel > TunnelGeneve || cfg.VNI >= 1<<24 {
-		return nil, fmt.Errorf("gateway config: tunnel %d with VNI %d: use TunnelVXLAN or TunnelGeneve and a 24-bit VNI", cfg.Tunnel, cfg.VNI)
+	if len(cfg.Tunnels) == 0 || len(cfg.Tunnels) > MaxTunnels {
+		return nil, fmt.Errorf("gateway config: %d tunnels given; name 1 to %d (tunnel type, VNI) pairs to accept", len(cfg.Tunnels), MaxTunnels)
 	}
-	s := &Snapshot{innerMAC: cfg.InnerMAC, routes: cfg.Routes, tunnel: cfg.Tunnel, vni: cfg.VNI}
+	s := &Snapshot{innerMAC: cfg.InnerMAC, routes: cfg.Routes}
+	for _, t := range cfg.Tunnels {
+		if (t.Tunnel != TunnelVXLAN && t.Tunnel != TunnelGeneve) || t.VNI >= 1<<24 {
+			return nil, fmt.Errorf("gateway config: tunnel %d with VNI %d: use TunnelVXLAN or TunnelGeneve and a 24-bit VNI", t.Tunnel, t.VNI)
+		}
+		s.tunnels = append(s.tunnels, tunnelID{t.Tunnel, t.VNI})
+	}
 	nodeByVTEP := make(map[[16]byte]int32, len(cfg.Nodes))
 	pods := make(map[[16]byte]snapPod)
 	hosted := make(map[[16]byte]struct{})
@@ -214,4 +219,15 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 func (s *Snapshot) Hosts(a netip.Addr) bool {
 	k := a.Unmap().As16()
 	return s.hosted.has(&k)
+}
+
+// accepts reports whether tunnel packets of type t with VNI vni are
+// accepted. The list is short (one pair in most clusters).
+func (s *Snapshot) accepts(t Tunnel, vni uint32) bool {
+	for _, id := range s.tunnels {
+		if id.kind == t && id.vni == vni {
+			return true
+		}
+	}
+	return false
 }

@@ -55,6 +55,7 @@ func harnessConfig() gateway.Config {
 	return gateway.Config{
 		VTEPs:    []netip.Addr{hGWVTEP},
 		InnerMAC: hGWMAC,
+		Tunnels:  []gateway.TunnelVNI{{Tunnel: gateway.TunnelVXLAN, VNI: 0}},
 		Nodes: []gateway.Node{
 			{Name: "node1", VTEP: hNodeVTEP[0], InnerMAC: hNodeMAC, Pods: []gateway.Pod{{Addr: hPods[0], Policy: "web"}}},
 			{Name: "node2", VTEP: hNodeVTEP[1], InnerMAC: hNodeMAC, Pods: []gateway.Pod{{Addr: hPods[1], Policy: "db"}}},

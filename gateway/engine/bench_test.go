@@ -54,7 +54,8 @@ func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
 		tb.Fatal(err)
 	}
 	snap, err := gateway.NewSnapshot(gateway.Config{
-		VTEPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+		VTEPs:   []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+		Tunnels: []gateway.TunnelVNI{{Tunnel: gateway.TunnelVXLAN, VNI: 100}},
 		Nodes: []gateway.Node{{Name: "w1", VTEP: netip.MustParseAddr("10.0.0.2"),
 			Pods: []gateway.Pod{{Addr: netip.MustParseAddr("10.244.1.5"), Policy: "blue"}}}},
 		Policies: []gateway.Policy{{Name: "blue", EgressIPs: []netip.Addr{netip.MustParseAddr("192.0.2.101")}}},

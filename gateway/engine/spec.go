@@ -280,5 +280,5 @@ func (s Spec) Settle() (*Settled, error) {
 // gatewayConfig is the data-plane part of s, without Routes.
 func (s *Settled) gatewayConfig() gateway.Config {
 	return gateway.Config{VTEPs: s.VTEPs, InnerMAC: s.InnerMAC, RouterV4: s.RouterV4, RouterV6: s.RouterV6,
-		Tunnel: s.Tunnel, VNI: s.VNI, Nodes: s.Nodes, Policies: s.Policies}
+		Tunnels: []gateway.TunnelVNI{{Tunnel: s.Tunnel, VNI: s.VNI}}, Nodes: s.Nodes, Policies: s.Policies}
 }
