@@ -59,10 +59,6 @@ type GatewaySource struct {
 	EgressIPs func(dst []netip.Addr) []netip.Addr
 	// TunnelPeers is the number of worker nodes allowed to send tunnel traffic.
 	TunnelPeers func() int
-	// XDPTunnelMismatch is the tunnel frames the XDP program dropped for
-	// another tunnel type or VNI than configured. They never reach a worker,
-	// so they are added to the pipeline's own tunnel_mismatch drops.
-	XDPTunnelMismatch func() uint64
 }
 
 // extra drop reasons of the I/O loop, beside gateway.DropReason names.
@@ -200,16 +196,8 @@ func (c *GatewayCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.flowsCreated, sum.Count(gateway.CounterFlowsNew))
 	counter(ch, c.flowsExpired, sum.Count(gateway.CounterFlowsExpired))
 	counter(ch, c.flowsMoved, sum.Count(gateway.CounterFlowsMoved))
-	var xdpMismatch uint64
-	if c.src.XDPTunnelMismatch != nil {
-		xdpMismatch = c.src.XDPTunnelMismatch()
-	}
 	for _, r := range gateway.DropReasons() {
-		v := sum.Drop(r)
-		if r == gateway.DropTunnelMismatch {
-			v += xdpMismatch
-		}
-		counter(ch, c.drops, v, r.String())
+		counter(ch, c.drops, sum.Drop(r), r.String())
 	}
 	counter(ch, c.drops, io.NoBuffer, reasonNoBuffer)
 	counter(ch, c.drops, io.NoPort, reasonNoPort)

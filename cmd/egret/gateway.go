@@ -530,11 +530,5 @@ func engineSource(eng *engine.Engine) metrics.GatewaySource {
 		NAT:         eng.Pipeline().NAT(),
 		EgressIPs:   eng.Hosted,
 		TunnelPeers: eng.TunnelPeers,
-		XDPTunnelMismatch: func() (n uint64) {
-			for _, x := range eng.Stats().XDP {
-				n += x.TunnelMismatch
-			}
-			return n
-		},
 	}
 }

@@ -214,6 +214,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if err := e.program(set); err != nil {
 		return nil, err
 	}
+	e.warnSharedTunnelPort(set)
 	e.buildQueueLoops(set)
 	e.checkVTEPs(set)
 	e.mu.Lock()

@@ -31,7 +31,7 @@ func (e *Engine) program(set *Settled) error {
 		if ifc.Program == nil {
 			continue
 		}
-		errs = append(errs, ifc.Program.SetTunnel(port, set.VNI))
+		errs = append(errs, ifc.Program.SetTunnels([]xdp.TunnelKey{{Port: port, VNI: set.VNI}}))
 		for v := range wantV {
 			if !e.vteps[v] {
 				errs = append(errs, ifc.Program.AddVTEP(v))

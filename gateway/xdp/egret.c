@@ -6,13 +6,17 @@
 // userspace to the AF_XDP socket of the receive queue:
 //
 //   - tunnel traffic: UDP to port 4789 (VXLAN) or 6081 (Geneve) whose
-//     destination is a local VTEP address (maps vtep4 / vtep6), of the
-//     configured tunnel type and VNI (map tunnel); a tunnel packet of the
-//     other type or another VNI is dropped and counted (STAT_TUNNEL_MISMATCH);
+//     destination is a local VTEP address (maps vtep4 / vtep6), of a
+//     configured (tunnel type, VNI) pair (map tunnels);
 //   - traffic to a hosted egress IP (maps egress4 / egress6), any protocol.
 //
 // Everything else (ARP, SSH, kubelet, fragments of tunnel packets...) gets
-// XDP_PASS and reaches the kernel untouched. Up to two VLAN tags (802.1Q,
+// XDP_PASS and reaches the kernel untouched. That includes tunnel packets of
+// another type or VNI (counted, STAT_TUNNEL_OTHER): a CNI that tunnels on the
+// same port to the node's address (Calico VXLAN, Antrea, OVN Geneve, flannel
+// set to 4789) owns them, and without a kernel device for their VNI the
+// kernel drops them as it would without Egret. Until a pair is configured no
+// tunnel packet is taken. Up to two VLAN tags (802.1Q,
 // 802.1ad) are looked through. When no socket is registered for a queue the
 // redirect falls back to XDP_PASS, so a gateway that is down never black-holes
 // the host.
@@ -76,28 +80,29 @@ struct {
 	__type(value, __u8);
 } egress6 SEC(".maps");
 
-// tunnel_cfg is the tunnel the gateway accepts: the UDP port of its type and
-// its VNI. Port 0 means not configured yet: tunnel packets go to the socket
-// and the pipeline, which checks them as well, decides.
-struct tunnel_cfg {
+#define MAX_TUNNELS 64
+
+// tunnel_key is one tunnel the gateway accepts: the UDP port of its type
+// and its VNI.
+struct tunnel_key {
 	__be16 port;
 	__u16 pad;
 	__u32 vni;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct tunnel_cfg);
-} tunnel SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TUNNELS);
+	__type(key, struct tunnel_key);
+	__type(value, __u8);
+} tunnels SEC(".maps");
 
 // Counter indexes in the per-CPU stats array; keep in step with loader.go.
 enum {
 	STAT_PASS = 0,
 	STAT_TUNNEL = 1,
 	STAT_EGRESS = 2,
-	STAT_TUNNEL_MISMATCH = 3,
+	STAT_TUNNEL_OTHER = 3,
 	STAT_MAX = 4,
 };
 
@@ -122,32 +127,28 @@ static __always_inline int to_socket(struct xdp_md *ctx, __u32 stat)
 	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }
 
-// to_tunnel handles UDP to a local VTEP: tunnel packets of the configured
-// type and VNI go to the socket, those of the other type or another VNI are
-// dropped, anything else is the kernel's.
+// to_tunnel handles UDP to a local VTEP: tunnel packets of a configured type
+// and VNI go to the socket, anything else is the kernel's.
 static __always_inline int to_tunnel(struct xdp_md *ctx, struct udphdr *udp, void *end)
 {
 	if (udp->dest != bpf_htons(PORT_VXLAN) && udp->dest != bpf_htons(PORT_GENEVE)) {
 		count(STAT_PASS);
 		return XDP_PASS;
 	}
-	__u32 zero = 0;
-	struct tunnel_cfg *cfg = bpf_map_lookup_elem(&tunnel, &zero);
-	if (!cfg || !cfg->port)
-		return to_socket(ctx, STAT_TUNNEL);
-	if (udp->dest != cfg->port)
-		goto mismatch;
 	// VXLAN and Geneve both carry the VNI in bytes 4-6 of their 8-byte
-	// header. A truncated one is the pipeline's to count as malformed.
+	// header. A truncated one is nobody's tunnel packet: the kernel's.
 	__u8 *h = (void *)(udp + 1);
 	if ((void *)(h + 8) > end)
+		goto other;
+	struct tunnel_key k = {
+		.port = udp->dest,
+		.vni = (__u32)h[4] << 16 | (__u32)h[5] << 8 | h[6],
+	};
+	if (bpf_map_lookup_elem(&tunnels, &k))
 		return to_socket(ctx, STAT_TUNNEL);
-	if (((__u32)h[4] << 16 | (__u32)h[5] << 8 | h[6]) != cfg->vni)
-		goto mismatch;
-	return to_socket(ctx, STAT_TUNNEL);
-mismatch:
-	count(STAT_TUNNEL_MISMATCH);
-	return XDP_DROP;
+other:
+	count(STAT_TUNNEL_OTHER);
+	return XDP_PASS;
 }
 
 SEC("xdp")

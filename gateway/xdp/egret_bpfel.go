@@ -18,7 +18,7 @@ type egretIn6Key struct {
 	A [16]uint8
 }
 
-type egretTunnelCfg struct {
+type egretTunnelKey struct {
 	_    structs.HostLayout
 	Port uint16
 	Pad  uint16
@@ -32,7 +32,7 @@ const (
 	egretMapEgress4   = "egress4"
 	egretMapEgress6   = "egress6"
 	egretMapStats     = "stats"
-	egretMapTunnel    = "tunnel"
+	egretMapTunnels   = "tunnels"
 	egretMapVtep4     = "vtep4"
 	egretMapVtep6     = "vtep6"
 	egretMapXsks      = "xsks"
@@ -91,7 +91,7 @@ type egretMapSpecs struct {
 	Egress4 *ebpf.MapSpec `ebpf:"egress4"`
 	Egress6 *ebpf.MapSpec `ebpf:"egress6"`
 	Stats   *ebpf.MapSpec `ebpf:"stats"`
-	Tunnel  *ebpf.MapSpec `ebpf:"tunnel"`
+	Tunnels *ebpf.MapSpec `ebpf:"tunnels"`
 	Vtep4   *ebpf.MapSpec `ebpf:"vtep4"`
 	Vtep6   *ebpf.MapSpec `ebpf:"vtep6"`
 	Xsks    *ebpf.MapSpec `ebpf:"xsks"`
@@ -126,7 +126,7 @@ type egretMaps struct {
 	Egress4 *ebpf.Map `ebpf:"egress4"`
 	Egress6 *ebpf.Map `ebpf:"egress6"`
 	Stats   *ebpf.Map `ebpf:"stats"`
-	Tunnel  *ebpf.Map `ebpf:"tunnel"`
+	Tunnels *ebpf.Map `ebpf:"tunnels"`
 	Vtep4   *ebpf.Map `ebpf:"vtep4"`
 	Vtep6   *ebpf.Map `ebpf:"vtep6"`
 	Xsks    *ebpf.Map `ebpf:"xsks"`
@@ -137,7 +137,7 @@ func (m *egretMaps) Close() error {
 		m.Egress4,
 		m.Egress6,
 		m.Stats,
-		m.Tunnel,
+		m.Tunnels,
 		m.Vtep4,
 		m.Vtep6,
 		m.Xsks,

@@ -61,9 +61,9 @@ type Stats struct {
 	Pass   uint64 // frames given to the kernel
 	Tunnel uint64 // tunnel frames sent to a socket (or passed: no socket on the queue)
 	Egress uint64 // frames to an egress IP sent to a socket (likewise)
-	// TunnelMismatch counts tunnel frames to a local VTEP dropped for being
-	// of the other tunnel type or carrying another VNI than SetTunnel's.
-	TunnelMismatch uint64
+	// TunnelOther counts tunnel frames to a local VTEP of a type or VNI
+	// SetTunnels did not name, given to the kernel (a CNI's, most likely).
+	TunnelOther uint64
 }
 
 // Program is the XDP program attached to one interface, with its maps.
@@ -228,27 +228,62 @@ const (
 	PortGeneve = 6081
 )
 
-// SetTunnel makes the program accept tunnel traffic of one type only, given
-// by its UDP port (PortVXLAN or PortGeneve), with VNI vni: tunnel packets of
-// the other type or with another VNI are dropped and counted
-// (Stats.TunnelMismatch). Until it is called every tunnel packet to a VTEP
-// goes to the sockets.
-func (p *Program) SetTunnel(port uint16, vni uint32) error {
-	if port != PortVXLAN && port != PortGeneve {
-		return fmt.Errorf("xdp: tunnel port %d is neither VXLAN's (%d) nor Geneve's (%d)", port, PortVXLAN, PortGeneve)
+// MaxTunnels bounds the (port, VNI) pairs SetTunnels takes.
+const MaxTunnels = 64
+
+// TunnelKey is one tunnel the program takes: the UDP port of its type
+// (PortVXLAN or PortGeneve) and its VNI.
+type TunnelKey struct {
+	Port uint16
+	VNI  uint32
+}
+
+// SetTunnels makes the program take tunnel traffic to a VTEP of these
+// (port, VNI) pairs only, replacing the pairs set before: packets of
+// another type or VNI are passed to the kernel and counted
+// (Stats.TunnelOther). Until it is called no tunnel packet is taken.
+func (p *Program) SetTunnels(ts []TunnelKey) error {
+	if len(ts) > MaxTunnels {
+		return fmt.Errorf("xdp: %d tunnels given, the program takes at most %d", len(ts), MaxTunnels)
 	}
-	if vni >= 1<<24 {
-		return fmt.Errorf("xdp: VNI %d does not fit in 24 bits", vni)
+	want := map[egretTunnelKey]bool{}
+	for _, t := range ts {
+		if t.Port != PortVXLAN && t.Port != PortGeneve {
+			return fmt.Errorf("xdp: tunnel port %d is neither VXLAN's (%d) nor Geneve's (%d)", t.Port, PortVXLAN, PortGeneve)
+		}
+		if t.VNI >= 1<<24 {
+			return fmt.Errorf("xdp: VNI %d does not fit in 24 bits", t.VNI)
+		}
+		// Port is __be16: network order in memory, as the program compares it.
+		want[egretTunnelKey{Port: binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, t.Port)), Vni: t.VNI}] = true
 	}
-	// Port is __be16: network order in memory, as the program compares it.
-	cfg := egretTunnelCfg{Port: binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, port)), Vni: vni}
-	if err := p.objs.Tunnel.Put(uint32(0), cfg); err != nil {
-		return fmt.Errorf("xdp: set tunnel: %w", err)
+	// Add first, then remove: a pair in both sets is never missing.
+	for k := range want {
+		if err := p.objs.Tunnels.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("xdp: set tunnel: %w", err)
+		}
+	}
+	var k egretTunnelKey
+	var v uint8
+	var stale []egretTunnelKey
+	it := p.objs.Tunnels.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("xdp: list tunnels: %w", err)
+	}
+	for _, k := range stale {
+		if err := p.objs.Tunnels.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("xdp: remove tunnel: %w", err)
+		}
 	}
 	return nil
 }
 
-// AddVTEP makes tunnel traffic (UDP 4789, 6081; see SetTunnel) to the local
+// AddVTEP makes tunnel traffic (UDP 4789, 6081; see SetTunnels) to the local
 // address a go to the sockets.
 func (p *Program) AddVTEP(a netip.Addr) error { return p.setAddr(p.objs.Vtep4, p.objs.Vtep6, a, true) }
 
@@ -297,7 +332,7 @@ func (p *Program) setAddr(m4, m6 *ebpf.Map, a netip.Addr, add bool) error {
 // Stats reads the program's counters.
 func (p *Program) Stats() (Stats, error) {
 	var s Stats
-	for i, dst := range []*uint64{&s.Pass, &s.Tunnel, &s.Egress, &s.TunnelMismatch} {
+	for i, dst := range []*uint64{&s.Pass, &s.Tunnel, &s.Egress, &s.TunnelOther} {
 		var per []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &per); err != nil {
 			return s, fmt.Errorf("xdp: read counters: %w", err)

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/egret-gw/egret/internal/nstest"
@@ -423,9 +425,9 @@ func tunnelPayload(vni uint32, marker string) []byte {
 	return append(h, marker...)
 }
 
-// TestTunnelTypeAndVNI: once SetTunnel names the tunnel, only that type with
-// that VNI reaches the socket; the other type and other VNIs are dropped
-// and counted, not handed to the kernel.
+// TestTunnelTypeAndVNI: once SetTunnels names the tunnels, only those types
+// with those VNIs reach the socket; the other type and other VNIs go to the
+// kernel, counted. Before SetTunnels no tunnel packet is taken.
 func TestTunnelTypeAndVNI(t *testing.T) {
 	l := newLab(t)
 	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
@@ -437,14 +439,22 @@ func TestTunnelTypeAndVNI(t *testing.T) {
 	if err := p.AddVTEP(gwIP.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SetTunnel(xdp.PortVXLAN, 100); err != nil {
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(100, "before-set"))
+	l.expectNotOnSocket([]byte("before-set"))
+
+	if err := p.SetTunnels([]xdp.TunnelKey{{Port: xdp.PortVXLAN, VNI: 100}, {Port: xdp.PortGeneve, VNI: 200}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SetTunnel(4790, 100); err == nil {
-		t.Error("SetTunnel accepted a port that is neither VXLAN's nor Geneve's")
+	for _, bad := range [][]xdp.TunnelKey{{{Port: 4790, VNI: 100}}, {{Port: xdp.PortVXLAN, VNI: 1 << 24}}, make([]xdp.TunnelKey, xdp.MaxTunnels+1)} {
+		if err := p.SetTunnels(bad); err == nil {
+			t.Errorf("SetTunnels accepted %v", bad[0])
+		}
 	}
-	if err := p.SetTunnel(xdp.PortVXLAN, 1<<24); err == nil {
-		t.Error("SetTunnel accepted a VNI wider than 24 bits")
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortGeneve), tunnelPayload(200, "second-pair"))
+	l.expectOnSocket([]byte("second-pair"))
+	// Replacing the set removes the pairs not named again.
+	if err := p.SetTunnels([]xdp.TunnelKey{{Port: xdp.PortVXLAN, VNI: 100}}); err != nil {
+		t.Fatal(err)
 	}
 
 	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(100, "right-vni"))
@@ -453,12 +463,77 @@ func TestTunnelTypeAndVNI(t *testing.T) {
 	l.expectNotOnSocket([]byte("wrong-vni"))
 	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortGeneve), tunnelPayload(100, "wrong-type"))
 	l.expectNotOnSocket([]byte("wrong-type"))
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortGeneve), tunnelPayload(200, "removed-pair"))
+	l.expectNotOnSocket([]byte("removed-pair"))
 
 	st, err := p.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.TunnelMismatch != 2 || st.Tunnel < 1 {
-		t.Fatalf("counters %+v: want tunnel_mismatch 2 (wrong VNI, wrong type), tunnel ≥ 1", st)
+	// before-set, wrong-vni, wrong-type, removed-pair.
+	if st.TunnelOther != 4 || st.Tunnel < 2 {
+		t.Fatalf("counters %+v: want tunnel_other 4, tunnel ≥ 2", st)
+	}
+}
+
+// TestOtherVNIReachesKernel: a CNI tunnelling on the gateway's port to the
+// node's address (Calico VXLAN, Antrea, flannel on 4789) must keep its
+// traffic. The program used to take (and drop) every VXLAN packet to the
+// VTEP; now one of another VNI reaches the kernel's VXLAN device of that VNI,
+// while the gateway's own VNI still goes to the AF_XDP socket.
+func TestOtherVNIReachesKernel(t *testing.T) {
+	l := newLab(t)
+	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Detach() })
+	l.openSocket(p)
+	if err := p.AddVTEP(gwIP.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetTunnels([]xdp.TunnelKey{{Port: xdp.PortVXLAN, VNI: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	// The "CNI's" device: VNI 101 on the same port and address.
+	cni := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "cnivx", MTU: 1450}, VxlanId: 101, Port: xdp.PortVXLAN,
+		SrcAddr: gwIP.Addr().AsSlice(), Learning: false}
+	if err := l.gw.NL.LinkAdd(cni); err != nil {
+		t.Fatalf("create the kernel VXLAN device: %v", err)
+	}
+	dev, err := l.gw.NL.LinkByName("cnivx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.gw.NL.LinkSetUp(dev); err != nil {
+		t.Fatal(err)
+	}
+	rx := func() uint64 {
+		d, err := l.gw.NL.LinkByName("cnivx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Attrs().Statistics.RxPackets
+	}
+	before := rx()
+	// An inner Ethernet frame from a MAC that is not the device's, of the
+	// local experimental EtherType (no inner IP header for it to check).
+	inner := []byte{0x02, 0, 0, 0, 0x77, 1, 0x02, 0, 0, 0, 0x77, 2, 0x88, 0xb5}
+	inner = append(inner, "cni-traffic"...)
+	deadline := time.Now().Add(3 * time.Second)
+	for rx() == before && time.Now().Before(deadline) {
+		l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(101, string(inner)))
+		time.Sleep(100 * time.Millisecond)
+	}
+	if rx() == before {
+		st, _ := p.Stats()
+		d, _ := l.gw.NL.LinkByName("cnivx")
+		t.Fatalf("the kernel's VXLAN device of VNI 101 received nothing (device counters %+v); XDP counters %+v", *d.Attrs().Statistics, st)
+	}
+	l.expectNotOnSocket([]byte("cni-traffic"))
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(100, "ours"))
+	l.expectOnSocket([]byte("ours"))
+	if st, err := p.Stats(); err != nil || st.TunnelOther == 0 {
+		t.Fatalf("counters %+v (%v): want the other VNI's packets in tunnel_other", st, err)
 	}
 }
