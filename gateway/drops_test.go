@@ -126,10 +126,35 @@ func dropCases() []dropCase {
 				SrcIP: pod1v4.AsSlice(), DstIP: server4.AsSlice()}
 			return tunnelFrame(t, podTun(), serialize(t, ip, gopacket.Payload(make([]byte, 40))))
 		}},
-		{reason: DropIPv6Fragment, frame: func(t *testing.T) []byte {
-			fh := []byte{header.ProtoUDP, 0, 0, 1, 0, 0, 0, 9} // offset 0, M=1, id 9
-			udp := []byte{0x13, 0x88, 0, 53, 0, 16, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
-			return tunnelFrame(t, podTun(), rawIP(t, pod1v6, server6, layers.IPProtocolIPv6Fragment, append(fh, udp...)))
+		// RFC 1858: a first fragment with the TCP ports but not the flags.
+		{reason: DropFragTiny, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), rawFrag4(t, pod1v4, server4, layers.IPProtocolTCP, 78, 0, true, []byte{0x13, 0x88, 0, 80, 0, 0, 0, 1}))
+		}},
+		// RFC 3128: a fragment at offset 8 would rewrite the TCP flags of
+		// a first fragment that passed every check.
+		{reason: DropFragOverlap, prep: func(t *testing.T, f *fixture) {
+			tcp := pkt{src: pod1v4, dst: server4, proto: "tcp", flags: "S", sport: 5000, dport: 80, payload: make([]byte, 20)}.build(t)
+			if r, _ := f.run(t, tunnelFrame(t, podTun(), rawFrag4(t, pod1v4, server4, layers.IPProtocolTCP, 79, 0, true, tcp[20:60]))); r.Verdict != VerdictTx {
+				t.Fatalf("first fragment: %v %v", r.Verdict, r.Reason)
+			}
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), rawFrag4(t, pod1v4, server4, layers.IPProtocolTCP, 79, 8, false, make([]byte, 16)))
+		}},
+		{reason: DropFragQuota, prep: func(t *testing.T, f *fixture) {
+			for id := range f.w.frags.quota {
+				if r, _ := f.run(t, tunnelFrame(t, podTun(), rawFrag4(t, pod1v4, server4, layers.IPProtocolUDP, uint16(id), 0, true, udpHead(16)))); r.Verdict != VerdictTx {
+					t.Fatalf("first fragment %d: %v %v", id, r.Verdict, r.Reason)
+				}
+			}
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), rawFrag4(t, pod1v4, server4, layers.IPProtocolUDP, 9999, 0, true, udpHead(16)))
+		}},
+		{reason: DropFragTableFull, prep: func(t *testing.T, f *fixture) {
+			for i := range f.w.frags.slots { // every slot held by a live datagram of another source
+				f.w.frags.slots[i] = fragEntry{key: fragKey{id: uint32(i), dir: fragIn}, live: true, expires: 1 << 62}
+			}
+		}, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), rawFrag4(t, pod1v4, server4, layers.IPProtocolUDP, 1, 0, true, udpHead(16)))
 		}},
 		{reason: DropNoRoute, cfg: func(c *Config) {
 			c.Routes = route.NewStatic( // underlay only

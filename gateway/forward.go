@@ -71,9 +71,6 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 	if pod.policy < 0 {
 		return pr.drop(DropNotSelected)
 	}
-	if pk.Frag && pk.IPVer == 6 {
-		return pr.drop(DropIPv6Fragment)
-	}
 	if pk.TTL <= 1 {
 		return pr.icmpToPod(st, pk, now, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
 	}
@@ -106,7 +103,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 	switch pk.Proto {
 	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
-			return pr.drop(DropMalformed)
+			return pr.drop(fragOrMalformed(pk))
 		}
 		t.SrcPort, t.DstPort = pk.SrcPort, pk.DstPort
 		if pk.Proto == header.ProtoTCP {
@@ -114,7 +111,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 		}
 	case header.ProtoICMPv4, header.ProtoICMPv6:
 		if !pk.HasL4 {
-			return pr.drop(DropMalformed)
+			return pr.drop(fragOrMalformed(pk))
 		}
 		if !pk.ICMPEcho || (pk.ICMPType != header.ICMPv4EchoRequest && pk.ICMPType != header.ICMPv6EchoRequest) {
 			return pr.drop(DropICMPType)
@@ -134,21 +131,36 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 	var natAddr [16]byte
 	var natPort uint16
 	if s.later {
-		e := pr.frags.lookup(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now)
-		if e == nil {
-			return pr.drop(DropFragNoFirst)
+		var r DropReason
+		natAddr, _, r = pr.frags.later(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, int(pk.FragOff)*8, pk.End-pk.L4, pk.MoreFrags)
+		if r != DropNone {
+			return pr.drop(r)
 		}
-		natAddr = e.addr
 	} else {
+		// A first fragment takes its fragment entry before any flow is
+		// made: one it cannot have must leave no flow behind.
+		var fe *fragEntry
+		if pk.Frag {
+			var r DropReason
+			if fe, r = pr.frags.first(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, pk.End-pk.L4); r != DropNone {
+				return pr.drop(r)
+			}
+		}
 		if l.Hit && !natCurrent(st, s, &l.Flow) {
 			l.Hit = pr.retire(st, s, l, now)
 		}
 		if !l.Hit {
 			if r := pr.newFlow(st, s, l, now); r != DropNone {
+				if fe != nil {
+					pr.frags.release(fe)
+				}
 				return pr.drop(r)
 			}
 		}
 		natAddr, natPort = [16]byte(l.Flow.NATAddr), l.Flow.NATPort
+		if fe != nil {
+			fe.addr = natAddr
+		}
 	}
 	n := s.n
 	writeEth(out, &s.hop.DstMAC, &s.hop.SrcMAC, pk.IPVer)
@@ -156,12 +168,9 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 	if s.later {
 		copy(ip, src)
 		decTTL(ip, pk.IPVer)
-		header.IPv4(ip).Fixed().SetSrcAddrWithChecksumUpdate([4]byte(natAddr[12:]))
+		setFragAddr(ip, pk.IPVer, srcSide, &natAddr)
 	} else {
 		rewriteNAT(ip, src, pk, srcSide, &natAddr, natPort)
-		if pk.Frag && pk.IPVer == 4 {
-			pr.frags.add(fragOut, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &natAddr, 0)
-		}
 	}
 	pr.stats.local.Counters[CounterForwarded]++
 	return Result{Verdict: VerdictTx, Ifindex: s.hop.Ifindex, Len: n}

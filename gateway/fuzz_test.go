@@ -18,6 +18,14 @@ func FuzzPipeline(f *testing.F) {
 	for _, fr := range hot {
 		f.Add(fr)
 	}
+	// Fragments, both directions and families, with their first fragments
+	// already through so that mutated later ones meet live entries.
+	for _, v6 := range []bool{false, true} {
+		o1, o2, i1, i2 := fragFrames(f, fx, v6)
+		for _, fr := range [][]byte{o1, o2, i1, i2} {
+			f.Add(fr)
+		}
+	}
 	out := make([]byte, 2048)
 	var check Parsed
 	snap := fx.p.Snapshot()

@@ -24,8 +24,7 @@ const (
 	DropICMPType                           // ICMP type that is neither echo nor a translatable error
 	DropConntrackFull                      // new flow refused: conntrack table full
 	DropNATExhausted                       // new flow refused: no free port on the egress IP
-	DropFragNoFirst                        // IPv4 non-first fragment whose first fragment was not seen
-	DropIPv6Fragment                       // IPv6 fragments are not supported
+	DropFragNoFirst                        // later fragment whose first fragment was not seen (or came after it: fragments are not buffered)
 	DropNoRoute                            // no route or neighbour to the next hop
 	DropMTUExceeded                        // larger than the egress MTU and no ICMP error could be sent
 	DropOutBuffer                          // the output buffer is too small for the frame
@@ -34,6 +33,10 @@ const (
 	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
 	DropTunnelMismatch                     // tunnel packet of another type or VNI than configured
 	DropBadAddress                         // special-purpose address that is never a packet source (RFC 6890), or an IPv6 header carrying ::/80
+	DropFragTiny                           // first fragment too short to hold the whole transport header (RFC 1858)
+	DropFragOverlap                        // later fragment overlapping the first fragment's bytes (RFC 1858, RFC 3128)
+	DropFragQuota                          // first fragment from a source already holding its share of the fragment table
+	DropFragTableFull                      // first fragment whose slots in the fragment table are all held by live datagrams
 	numDropReasons
 )
 
@@ -55,7 +58,6 @@ var dropNames = [numDropReasons]string{
 	DropConntrackFull:    "conntrack_full",
 	DropNATExhausted:     "nat_exhausted",
 	DropFragNoFirst:      "fragment_no_first",
-	DropIPv6Fragment:     "ipv6_fragment",
 	DropNoRoute:          "no_route",
 	DropMTUExceeded:      "mtu_exceeded",
 	DropOutBuffer:        "out_buffer",
@@ -64,6 +66,10 @@ var dropNames = [numDropReasons]string{
 	DropICMPRateLimited:  "icmp_rate_limited",
 	DropTunnelMismatch:   "tunnel_mismatch",
 	DropBadAddress:       "bad_address",
+	DropFragTiny:         "fragment_tiny",
+	DropFragOverlap:      "fragment_overlap",
+	DropFragQuota:        "fragment_quota",
+	DropFragTableFull:    "fragment_table_full",
 }
 
 // String returns the reason's label value.

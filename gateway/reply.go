@@ -14,9 +14,6 @@ import (
 // the reply tuple of the packet it quotes.
 func (pr *Processor) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 	pk := &s.pk
-	if pk.Frag && pk.IPVer == 6 {
-		return pr.drop(DropIPv6Fragment)
-	}
 	if pk.TTL <= 1 {
 		return pr.drop(DropTTLExpired)
 	}
@@ -29,7 +26,7 @@ func (pr *Processor) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 	switch pk.Proto {
 	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
-			return pr.drop(DropMalformed)
+			return pr.drop(fragOrMalformed(pk))
 		}
 		*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
 		if pk.Proto == header.ProtoTCP {
@@ -37,7 +34,7 @@ func (pr *Processor) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 		}
 	case header.ProtoICMPv4, header.ProtoICMPv6:
 		if !pk.HasL4 {
-			return pr.drop(DropMalformed)
+			return pr.drop(fragOrMalformed(pk))
 		}
 		switch {
 		case pk.ICMPEcho && (pk.ICMPType == header.ICMPv4EchoReply || pk.ICMPType == header.ICMPv6EchoReply):
@@ -68,16 +65,23 @@ func (pr *Processor) replyFinish(st *installed, now int64, s *frame, l *conntrac
 	var podPort uint16
 	var aux uint32
 	if s.later {
-		e := pr.frags.lookup(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now)
-		if e == nil {
-			return pr.drop(DropFragNoFirst)
+		var r DropReason
+		podAddr, aux, r = pr.frags.later(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, int(pk.FragOff)*8, pk.End-pk.L4, pk.MoreFrags)
+		if r != DropNone {
+			return pr.drop(r)
 		}
-		podAddr, aux = e.addr, e.aux
 	} else {
 		if !l.Hit {
 			return pr.drop(DropNoFlow)
 		}
 		podAddr, podPort, aux = [16]byte(l.Flow.Orig.Src), l.Flow.Orig.SrcPort, l.Flow.Aux
+		if pk.Frag && !s.isErr {
+			fe, r := pr.frags.first(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, pk.End-pk.L4)
+			if r != DropNone {
+				return pr.drop(r)
+			}
+			fe.addr, fe.aux = podAddr, aux
+		}
 	}
 
 	vi, tn := unpackAux(aux)
@@ -110,7 +114,7 @@ func (pr *Processor) replyFinish(st *installed, now int64, s *frame, l *conntrac
 	case s.later:
 		copy(ip, src)
 		decTTL(ip, pk.IPVer)
-		header.IPv4(ip).Fixed().SetDstAddrWithChecksumUpdate([4]byte(podAddr[12:]))
+		setFragAddr(ip, pk.IPVer, dstSide, &podAddr)
 	case s.isErr:
 		copy(ip, src)
 		decTTL(ip, pk.IPVer)
@@ -118,9 +122,6 @@ func (pr *Processor) replyFinish(st *installed, now int64, s *frame, l *conntrac
 		pr.stats.local.Counters[CounterICMPXlated]++
 	default:
 		rewriteNAT(ip, src, pk, dstSide, &podAddr, podPort)
-		if pk.Frag && pk.IPVer == 4 {
-			pr.frags.add(fragIn, &pk.Src, &pk.Dst, pk.FragID, pk.Proto, now, &podAddr, aux)
-		}
 	}
 	writeEncap(out[:n], node, tid.kind, tid.vni, &pr.hop, pk.IPVer, entropy(&podAddr, podPort, &pk.Src))
 	pr.stats.local.Counters[CounterReplied]++
