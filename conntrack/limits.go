@@ -89,6 +89,16 @@ func (h *hasher) addrHash(a *Addr) uint64 {
 	return x
 }
 
+// DefaultLimits returns the per-address limits for a table of maxFlows
+// flows that a gateway uses unless configured otherwise: a pod may hold a
+// sixteenth of the table (65,536 flows of the default 1,048,576, as many as
+// one pod can use towards one server port through one egress IP anyway) and
+// an egress IP half, so that the pods of the other egress IPs hosted on
+// the gateway always have the other half.
+func DefaultLimits(maxFlows int) (source, nat int) {
+	return max(1, maxFlows/16), max(1, maxFlows/2)
+}
+
 // Sizes of the count tables: pods on one gateway number in the thousands,
 // so 64k counters a row keep them apart; egress IPs hosted on one gateway
 // in the tens, so 1024. A small table needs no more counters than flows.
