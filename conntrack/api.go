@@ -105,6 +105,14 @@ type Config struct {
 	MaxFlows int      // hard limit; memory is allocated for this many up front
 	Shards   int      // power of two; 0 picks a default
 	Timeouts Timeouts // zero fields take DefaultTimeouts
+
+	// SourceLimit caps the flows of one original source address (one pod),
+	// NATLimit those bound to one NAT address (one egress IP), so that no
+	// one pod or egress IP can fill the table for the others; 0 is no
+	// limit. Insert refuses a flow over either (ErrSourceLimit,
+	// ErrNATLimit); Import counts its flows but refuses none for them.
+	SourceLimit int
+	NATLimit    int
 }
 
 // The Table's methods (table.go, batch.go) are safe for concurrent use by

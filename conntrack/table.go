@@ -50,6 +50,7 @@ type shard struct {
 	keys     uint32   // index slots in use
 	keyLimit uint32
 	cursor   uint32 // expiry sweep position (local index)
+	dropAt   uint32 // where the next early-drop search starts (local index)
 	_        [64]byte
 }
 
@@ -64,6 +65,8 @@ type Table struct {
 	refBits   uint   // low bits of an index slot that hold the ref
 	tagMask   uint32 // the other bits: the key's tag
 	maxFlows  int64
+	srcCounts addrCounts // flows per original source (Config.SourceLimit)
+	natCounts addrCounts // flows per NAT address (Config.NATLimit)
 	to        [numStates]int64
 	bytes     int64
 	free      func()
@@ -137,6 +140,12 @@ func New(cfg Config) (*Table, error) {
 	if cfg.MaxFlows <= 0 {
 		return nil, fmt.Errorf("conntrack: MaxFlows must be positive, got %d", cfg.MaxFlows)
 	}
+	if cfg.SourceLimit < 0 || cfg.SourceLimit > cfg.MaxFlows {
+		return nil, fmt.Errorf("conntrack: SourceLimit %d is outside 0–MaxFlows (%d)", cfg.SourceLimit, cfg.MaxFlows)
+	}
+	if cfg.NATLimit < 0 || cfg.NATLimit > cfg.MaxFlows {
+		return nil, fmt.Errorf("conntrack: NATLimit %d is outside 0–MaxFlows (%d)", cfg.NATLimit, cfg.MaxFlows)
+	}
 	if cfg.MaxFlows > 1<<28 {
 		return nil, fmt.Errorf("conntrack: MaxFlows %d is above the limit %d", cfg.MaxFlows, 1<<28)
 	}
@@ -186,6 +195,8 @@ func New(cfg Config) (*Table, error) {
 		shardBits: shardBits,
 		shardCap:  uint32(shardCap),
 		maxFlows:  int64(cfg.MaxFlows),
+		srcCounts: newAddrCounts(cfg.SourceLimit, min(sourceCells, cfg.MaxFlows)),
+		natCounts: newAddrCounts(cfg.NATLimit, min(natCells, cfg.MaxFlows)),
 	}
 	words := unsafe.Slice((*uint32)(unsafe.Pointer(&mem[0])), nWords)
 	t.entries = unsafe.Slice((*entry)(unsafe.Pointer(&mem[nWords*4])), nEntries)
@@ -204,7 +215,7 @@ func New(cfg Config) (*Table, error) {
 		s.base = uint32(i * shardCap)
 		s.keyLimit = uint32(min(n*bucketSlots-n*bucketSlots/16-1, maxShardKeys))
 	}
-	t.bytes = int64(len(mem)) +
+	t.bytes = int64(len(mem)) + 4*int64(len(t.srcCounts.cells)+len(t.natCounts.cells)) +
 		int64(ns)*int64(unsafe.Sizeof(shard{})) + int64(unsafe.Sizeof(Table{}))
 	for s := State(1); s < numStates; s++ {
 		t.to[s] = int64(timeoutFor(&to, s))
@@ -553,7 +564,7 @@ func (t *Table) Insert(f *Flow, tcpFlags uint8, now int64) error {
 // packet's state, the store.
 func (t *Table) insertNew(f *Flow, ik *insertKeys, tcpFlags uint8, now int64) error {
 	st := initialState(f.Orig.Proto, tcpFlags)
-	if err := t.finishInsert(f, ik, st, now+t.to[st]); err != nil {
+	if err := t.finishInsert(f, ik, st, now+t.to[st], true); err != nil {
 		return err
 	}
 	f.State = st
@@ -564,7 +575,7 @@ func (t *Table) insertNew(f *Flow, ik *insertKeys, tcpFlags uint8, now int64) er
 func (t *Table) insert(f *Flow, st State, deadline int64) error {
 	var ik insertKeys
 	t.startInsert(f, &ik)
-	return t.finishInsert(f, &ik, st, deadline)
+	return t.finishInsert(f, &ik, st, deadline, false)
 }
 
 // insertKeys is the part of an insert that needs no table memory: both
@@ -603,8 +614,9 @@ func (t *Table) startInsert(f *Flow, ik *insertKeys) {
 }
 
 // finishInsert stores f, whose insertKeys startInsert computed, with state
-// st and the given deadline.
-func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64) error {
+// st and the given deadline. enforce applies the per-address limits
+// (false: Import, which counts but does not refuse).
+func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64, enforce bool) error {
 	h1, h2, r := ik.h1, ik.h2, &ik.r
 	s1i, s2i := uint32(h1&t.shardMask), uint32(h2&t.shardMask)
 	s1, s2 := &t.shards[s1i], &t.shards[s2i]
@@ -627,7 +639,16 @@ func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64) 
 	case t.find(s1, h1, &f.Orig, anyDir) != 0 || t.find(s2, h2, r, anyDir) != 0:
 		err = ErrExists
 	case over || s1.used >= t.shardCap || s1.keys+need1 > s1.keyLimit || s2.keys+1 > s2.keyLimit:
+		// A flow over its pod's or egress IP's limit is refused for that,
+		// not for the table: early drop must not make room for it.
 		err = ErrFull
+		if enforce {
+			if lerr := t.Admit(&f.Orig.Src, &f.NATAddr); lerr != nil {
+				err = lerr
+			}
+		}
+	default:
+		err = t.takeLimits(&f.Orig.Src, &f.NATAddr, enforce)
 	}
 	if err != nil {
 		t.count.Add(-1)
@@ -691,6 +712,7 @@ func (t *Table) unlink(s1i, s2i uint32, g uint32, h1, h2 uint64, out *Flow) {
 	t.remove(s1, h1, t.makeRef(s1i, local, Original))
 	t.remove(s2, h2, t.makeRef(s1i, local, Reply))
 	e := &t.entries[g]
+	t.giveLimits(e)
 	e.toFlow(out)
 	*e = entry{aux: s1.free}
 	s1.free = local + 1
@@ -791,7 +813,7 @@ func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int {
 			if e.state == uint8(StateNone) || !expired(now, e.deadline) {
 				continue
 			}
-			if !t.expireOne(si, g, now, fl) {
+			if !t.removeOne(si, g, now, false, fl) {
 				continue
 			}
 			removed++
@@ -806,9 +828,10 @@ func (t *Table) Expire(now int64, budget int, fn func(*Flow)) int {
 	return removed
 }
 
-// expireOne removes entry g of shard si (locked, and still locked on
-// return) if it is still expired.
-func (t *Table) expireOne(si, g uint32, now int64, out *Flow) bool {
+// removeOne removes entry g of shard si (locked, and still locked on
+// return) if it is still expired, or with early also if it is still one
+// early drop may take (earlyDroppable).
+func (t *Table) removeOne(si, g uint32, now int64, early bool, out *Flow) bool {
 	e := &t.entries[g]
 	var o, r Tuple
 	o.Src, o.Dst, o.SrcPort, o.DstPort, o.Proto = e.src, e.dst, e.sport, e.dport, e.proto
@@ -824,7 +847,7 @@ func (t *Table) expireOne(si, g uint32, now int64, out *Flow) bool {
 			t.lock2(si, s2i)
 			// Re-check: the entry may have been refreshed, deleted or
 			// reused while no lock was held.
-			if e.state == uint8(StateNone) || !expired(now, e.deadline) || !keyEq(e, &o, Original) ||
+			if !removable(e, now, early) || !keyEq(e, &o, Original) ||
 				e.nat != r.Dst || e.nport != r.DstPort {
 				t.shards[s2i].mu.Unlock()
 				return false

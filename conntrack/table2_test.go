@@ -100,11 +100,31 @@ func randFlow(r *rand.Rand) Flow {
 
 // The table against a Go map model under random insert/delete/expire.
 func TestAgainstModel(t *testing.T) {
+	testAgainstModel(t, Config{MaxFlows: 3000, Shards: 4}, false)
+}
+
+// The same with per-address limits and a table small enough to fill (one
+// shard, so that it holds exactly MaxFlows): the model says which limit
+// refuses a flow, and when the table is full, which flows early drop may
+// take (never an answered one).
+func TestAgainstModelLimitsEarlyDrop(t *testing.T) {
+	testAgainstModel(t, Config{MaxFlows: 300, Shards: 1, SourceLimit: 80, NATLimit: 155}, true)
+}
+
+func testAgainstModel(t *testing.T, cfg Config, early bool) {
 	r := rand.New(rand.NewPCG(1, 2))
-	tb := mustNew(t, Config{MaxFlows: 3000, Shards: 4})
-	model := map[Tuple]Flow{} // by original tuple
+	tb := mustNew(t, cfg)
+	model := map[Tuple]Flow{} // by original tuple; State as the table should have it
 	replies := map[Tuple]Tuple{}
+	perSrc, perNAT := map[Addr]int{}, map[Addr]int{}
+	forget := func(m Flow) {
+		delete(model, m.Orig)
+		delete(replies, m.Reply())
+		perSrc[m.Orig.Src]--
+		perNAT[m.NATAddr]--
+	}
 	var out Flow
+	drops, limited := 0, 0
 	for step := 0; step < 200000; step++ {
 		f := randFlow(r)
 		rt := f.Reply()
@@ -116,12 +136,47 @@ func TestAgainstModel(t *testing.T) {
 			_, r1 := model[rt]
 			_, r2 := replies[rt]
 			exists := o1 || o2 || r1 || r2
+			if early && !exists && errors.Is(err, ErrFull) && len(model) == cfg.MaxFlows {
+				anyDroppable := false
+				for _, m := range model {
+					anyDroppable = anyDroppable || m.State == StateUDPUnreplied
+				}
+				var v Flow
+				if !tb.EarlyDrop(&f.Orig, 1, &v) {
+					if !anyDroppable {
+						break // full of answered flows: refused, as it should be
+					}
+					// The search is bounded; nothing to check but that the
+					// table is unchanged (Len below).
+					break
+				}
+				m, ok := model[v.Orig]
+				if !ok || m.State != StateUDPUnreplied || v.NATPort != m.NATPort || v.Aux != m.Aux {
+					t.Fatalf("step %d: early drop took %+v, model has it %v in state %v", step, v.Orig, ok, m.State)
+				}
+				forget(m)
+				drops++
+				err = tb.Insert(&f, 0, 0)
+			}
 			switch {
 			case exists && errors.Is(err, ErrExists):
+			case !exists && cfg.SourceLimit > 0 && perSrc[f.Orig.Src] >= cfg.SourceLimit:
+				if !errors.Is(err, ErrSourceLimit) {
+					t.Fatalf("step %d: source at its limit %d: insert err %v", step, cfg.SourceLimit, err)
+				}
+				limited++
+			case !exists && cfg.NATLimit > 0 && perNAT[f.NATAddr] >= cfg.NATLimit:
+				if !errors.Is(err, ErrNATLimit) {
+					t.Fatalf("step %d: NAT address at its limit %d: insert err %v", step, cfg.NATLimit, err)
+				}
+				limited++
 			case !exists && err == nil:
+				f.State = StateUDPUnreplied
 				model[f.Orig] = f
 				replies[rt] = f.Orig
-			case !exists && errors.Is(err, ErrFull) && len(model) >= 2900:
+				perSrc[f.Orig.Src]++
+				perNAT[f.NATAddr]++
+			case !exists && errors.Is(err, ErrFull) && len(model) >= cfg.MaxFlows-cfg.MaxFlows/30:
 			default:
 				t.Fatalf("step %d: insert err %v, model exists=%v len=%d", step, err, exists, len(model))
 			}
@@ -132,23 +187,31 @@ func TestAgainstModel(t *testing.T) {
 				t.Fatalf("step %d: delete %v, model %v", step, got, ok)
 			}
 			if ok {
-				delete(model, f.Orig)
-				delete(replies, m.Reply())
+				forget(m)
 			}
 		case op < 8:
 			o, ok := replies[rt]
 			if got := tb.Track(Reply, &rt, 0, 1, &out); got != ok || ok && out.Orig != o {
 				t.Fatalf("step %d: reply lookup %v, model %v", step, got, ok)
 			}
+			if ok {
+				m := model[o]
+				m.State = StateUDPReplied
+				model[o] = m
+			}
 		default:
 			m, ok := model[f.Orig]
-			if got := tb.Track(Original, &f.Orig, 0, 1, &out); got != ok || ok && out.Aux != m.Aux {
-				t.Fatalf("step %d: lookup %v, model %v", step, got, ok)
+			if got := tb.Track(Original, &f.Orig, 0, 1, &out); got != ok || ok && (out.Aux != m.Aux || out.State != m.State) {
+				t.Fatalf("step %d: lookup %v (%v), model %v (%v)", step, got, out.State, ok, m.State)
 			}
 		}
 		if tb.Len() != len(model) {
 			t.Fatalf("step %d: Len %d, model %d", step, tb.Len(), len(model))
 		}
+	}
+	t.Logf("%d early drops, %d refused for a limit", drops, limited)
+	if early && (drops == 0 || limited == 0) {
+		t.Fatalf("the run never exercised early drop (%d) or the limits (%d)", drops, limited)
 	}
 	// Everything expires, every flow exactly once.
 	n := 0
@@ -167,6 +230,14 @@ func TestAgainstModel(t *testing.T) {
 		s := &tb.shards[i]
 		if s.keys != 0 || s.used != 0 {
 			t.Fatalf("shard keeps %d keys %d entries after emptying", s.keys, s.used)
+		}
+	}
+	// Every flow's count was given back: a fresh source takes its limit.
+	for _, c := range []*addrCounts{&tb.srcCounts, &tb.natCounts} {
+		for i := range c.cells {
+			if v := c.cells[i].Load(); v != 0 {
+				t.Fatalf("count cell %d is %d after the table emptied", i, v)
+			}
 		}
 	}
 }

@@ -34,6 +34,7 @@ type dropCase struct {
 	reason DropReason
 	cfg    func(*Config)
 	nat    func(*nat.Config)
+	ct     func(*conntrack.Config)
 	noSwap bool
 	prep   func(t *testing.T, f *fixture)
 	frame  func(t *testing.T) []byte
@@ -106,9 +107,26 @@ func dropCases() []dropCase {
 				if r, _ := f.run(t, tunnelFrame(t, tu, p.build(t))); r.Verdict != VerdictTx {
 					t.Fatalf("filling flow %d: %v %v", i, r.Verdict, r.Reason)
 				}
+				answer(t, f, p.sport) // answered: early drop may not take it
 			}
 		}, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
+		}},
+		{reason: DropPodFlowLimit, ct: func(c *conntrack.Config) { c.SourceLimit = 1 }, prep: func(t *testing.T, f *fixture) {
+			if r, _ := f.run(t, tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))); r.Verdict != VerdictTx {
+				t.Fatalf("first flow: %v %v", r.Verdict, r.Reason)
+			}
+		}, frame: func(t *testing.T) []byte {
+			p := udpFrom(pod1v4, server4)
+			p.sport++
+			return tunnelFrame(t, podTun(), p.build(t))
+		}},
+		{reason: DropEgressIPFlowLimit, ct: func(c *conntrack.Config) { c.NATLimit = 1 }, prep: func(t *testing.T, f *fixture) {
+			if r, _ := f.run(t, tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))); r.Verdict != VerdictTx {
+				t.Fatalf("first flow: %v %v", r.Verdict, r.Reason)
+			}
+		}, frame: func(t *testing.T) []byte {
+			return fromNode2(t, udpFrom(pod2v4, server4)) // another pod, the same egress IP
 		}},
 		{reason: DropNATExhausted, nat: func(c *nat.Config) {
 			c.PortMin, c.PortMax, c.PreservePort, c.PreserveParity = 20000, 20000, false, false
@@ -280,7 +298,11 @@ func TestDropReasons(t *testing.T) {
 				}
 				f = &fixture{p: p, w: p.NewProcessor(1), ct: ct}
 			} else {
-				f = newFixtureNAT(t, maxFlows, cfg, nc)
+				ctCfg := conntrack.Config{MaxFlows: maxFlows}
+				if c.ct != nil {
+					c.ct(&ctCfg)
+				}
+				f = newFixtureCT(t, ctCfg, cfg, nc)
 			}
 			if c.prep != nil {
 				c.prep(t, f)
@@ -328,6 +350,7 @@ func TestFullTableKeepsFlows(t *testing.T) {
 		if r, _ := f.run(t, tunnelFrame(t, podTun(), last.build(t))); r.Verdict != VerdictTx {
 			t.Fatalf("flow %d: %v %v", i, r.Verdict, r.Reason)
 		}
+		answer(t, f, last.sport) // answered: early drop may not take it
 	}
 	n := udpFrom(pod1v4, server4)
 	n.sport = 9
@@ -392,6 +415,7 @@ func TestFullTableOfExpiredFlowsMakesRoom(t *testing.T) {
 				if r := send(testNow, uint16(10000+i)); r.Verdict != VerdictTx {
 					t.Fatalf("flow %d: %v %v", i, r.Verdict, r.Reason)
 				}
+				answer(t, f, uint16(10000+i)) // answered: early drop may not take it
 			}
 			full := f.ct.Len()
 			udp := int64(conntrack.DefaultTimeouts().UDP)

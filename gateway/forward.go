@@ -248,6 +248,9 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 		pick = nat.Pick(ips, nat.FlowHash(t.Proto, src, t.SrcPort, dst, t.DstPort))
 	}
 	natAddr := ips[pick]
+	if r := pr.admit(&t.Src, natAddr); r != DropNone {
+		return r
+	}
 	port, err := pr.alloc.Allocate(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr, pr.random())
 	if err != nil {
 		return DropNATExhausted
@@ -255,7 +258,7 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 	f := &l.Flow
 	*f = conntrack.Flow{Orig: *t, NATAddr: conntrack.Addr(natAddr), NATPort: port,
 		Aux: packAux(st.vtepOfNode[ni], tn)}
-	err = pr.ct.Insert(f, flags, now)
+	err = pr.insertFlow(f, flags, now)
 	if err == nil {
 		pr.inserted = true
 		pr.stats.local.Counters[CounterFlowsNew]++
@@ -265,8 +268,5 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 	if errors.Is(err, conntrack.ErrExists) && pr.ct.Track(conntrack.Original, t, flags, now, f) {
 		return DropNone // another processor created it meanwhile
 	}
-	if errors.Is(err, conntrack.ErrFull) {
-		return DropConntrackFull
-	}
-	return DropNATExhausted // the reply tuple was taken between Allocate and Insert
+	return refusal(err)
 }

@@ -104,7 +104,12 @@ func newFixture(t testing.TB, maxFlows int, cfg Config) *fixture {
 
 func newFixtureNAT(t testing.TB, maxFlows int, cfg Config, nc nat.Config) *fixture {
 	t.Helper()
-	ct, err := conntrack.New(conntrack.Config{MaxFlows: maxFlows})
+	return newFixtureCT(t, conntrack.Config{MaxFlows: maxFlows}, cfg, nc)
+}
+
+func newFixtureCT(t testing.TB, ctCfg conntrack.Config, cfg Config, nc nat.Config) *fixture {
+	t.Helper()
+	ct, err := conntrack.New(ctCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

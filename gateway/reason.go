@@ -8,68 +8,72 @@ type DropReason uint8
 
 // Drop reasons; docs/pipeline.md has the table of what each means.
 const (
-	DropNone             DropReason = iota // not dropped
-	DropMalformed                          // truncated or invalid headers
-	DropBadTunnel                          // VXLAN without the I flag, Geneve version/OAM/non-Ethernet payload
-	DropGeneveCritical                     // Geneve critical option we do not understand
-	DropUnsupportedProto                   // inner frame not IP, or a transport other than TCP/UDP/ICMP
-	DropUnknownVTEP                        // tunnel packet from an address that is not a node VTEP
-	DropSpoofedSource                      // inner source is not a pod of the sending node
-	DropNotSelected                        // pod is not selected by any egress policy
-	DropNoEgressIP                         // policy has no egress IP of the packet's family hosted here
-	DropHairpin                            // pod traffic addressed to an egress IP hosted here
-	DropTTLExpired                         // TTL/hop limit expired and no ICMP error could be sent
-	DropTCPNoFlow                          // TCP segment without SYN from a pod, and no flow
-	DropNoFlow                             // packet from outside to an egress IP matching no flow
-	DropICMPType                           // ICMP type that is neither echo nor a translatable error
-	DropConntrackFull                      // new flow refused: conntrack table full
-	DropNATExhausted                       // new flow refused: no free port on the egress IP
-	DropFragNoFirst                        // later fragment whose first fragment was not seen (or came after it: fragments are not buffered)
-	DropNoRoute                            // no route or neighbour to the next hop
-	DropMTUExceeded                        // larger than the egress MTU and no ICMP error could be sent
-	DropOutBuffer                          // the output buffer is too small for the frame
-	DropUnknownNode                        // reply for a flow whose pod's node left the configuration
-	DropNoConfig                           // no configuration snapshot installed yet
-	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
-	DropTunnelMismatch                     // tunnel packet of another type or VNI than configured
-	DropBadAddress                         // special-purpose address that is never a packet source (RFC 6890), or an IPv6 header carrying ::/80
-	DropFragTiny                           // first fragment too short to hold the whole transport header (RFC 1858)
-	DropFragOverlap                        // later fragment overlapping the first fragment's bytes (RFC 1858, RFC 3128)
-	DropFragQuota                          // first fragment from a source already holding its share of the fragment table
-	DropFragTableFull                      // first fragment whose slots in the fragment table are all held by live datagrams
+	DropNone              DropReason = iota // not dropped
+	DropMalformed                           // truncated or invalid headers
+	DropBadTunnel                           // VXLAN without the I flag, Geneve version/OAM/non-Ethernet payload
+	DropGeneveCritical                      // Geneve critical option we do not understand
+	DropUnsupportedProto                    // inner frame not IP, or a transport other than TCP/UDP/ICMP
+	DropUnknownVTEP                         // tunnel packet from an address that is not a node VTEP
+	DropSpoofedSource                       // inner source is not a pod of the sending node
+	DropNotSelected                         // pod is not selected by any egress policy
+	DropNoEgressIP                          // policy has no egress IP of the packet's family hosted here
+	DropHairpin                             // pod traffic addressed to an egress IP hosted here
+	DropTTLExpired                          // TTL/hop limit expired and no ICMP error could be sent
+	DropTCPNoFlow                           // TCP segment without SYN from a pod, and no flow
+	DropNoFlow                              // packet from outside to an egress IP matching no flow
+	DropICMPType                            // ICMP type that is neither echo nor a translatable error
+	DropConntrackFull                       // new flow refused: conntrack table full
+	DropNATExhausted                        // new flow refused: no free port on the egress IP
+	DropFragNoFirst                         // later fragment whose first fragment was not seen (or came after it: fragments are not buffered)
+	DropNoRoute                             // no route or neighbour to the next hop
+	DropMTUExceeded                         // larger than the egress MTU and no ICMP error could be sent
+	DropOutBuffer                           // the output buffer is too small for the frame
+	DropUnknownNode                         // reply for a flow whose pod's node left the configuration
+	DropNoConfig                            // no configuration snapshot installed yet
+	DropICMPRateLimited                     // an ICMP error to a pod was due but over the rate limit
+	DropTunnelMismatch                      // tunnel packet of another type or VNI than configured
+	DropBadAddress                          // special-purpose address that is never a packet source (RFC 6890), or an IPv6 header carrying ::/80
+	DropFragTiny                            // first fragment too short to hold the whole transport header (RFC 1858)
+	DropFragOverlap                         // later fragment overlapping the first fragment's bytes (RFC 1858, RFC 3128)
+	DropFragQuota                           // first fragment from a source already holding its share of the fragment table
+	DropFragTableFull                       // first fragment whose slots in the fragment table are all held by live datagrams
+	DropPodFlowLimit                        // new flow refused: the pod holds its limit of flows (podFlowLimit)
+	DropEgressIPFlowLimit                   // new flow refused: the egress IP holds its limit of flows (egressIPFlowLimit)
 	numDropReasons
 )
 
 var dropNames = [numDropReasons]string{
-	DropNone:             "none",
-	DropMalformed:        "malformed",
-	DropBadTunnel:        "bad_tunnel",
-	DropGeneveCritical:   "geneve_critical_option",
-	DropUnsupportedProto: "unsupported_protocol",
-	DropUnknownVTEP:      "unknown_vtep",
-	DropSpoofedSource:    "spoofed_source",
-	DropNotSelected:      "not_selected",
-	DropNoEgressIP:       "no_egress_ip",
-	DropHairpin:          "hairpin",
-	DropTTLExpired:       "ttl_expired",
-	DropTCPNoFlow:        "tcp_no_flow",
-	DropNoFlow:           "no_flow",
-	DropICMPType:         "icmp_type",
-	DropConntrackFull:    "conntrack_full",
-	DropNATExhausted:     "nat_exhausted",
-	DropFragNoFirst:      "fragment_no_first",
-	DropNoRoute:          "no_route",
-	DropMTUExceeded:      "mtu_exceeded",
-	DropOutBuffer:        "out_buffer",
-	DropUnknownNode:      "unknown_node",
-	DropNoConfig:         "no_config",
-	DropICMPRateLimited:  "icmp_rate_limited",
-	DropTunnelMismatch:   "tunnel_mismatch",
-	DropBadAddress:       "bad_address",
-	DropFragTiny:         "fragment_tiny",
-	DropFragOverlap:      "fragment_overlap",
-	DropFragQuota:        "fragment_quota",
-	DropFragTableFull:    "fragment_table_full",
+	DropNone:              "none",
+	DropMalformed:         "malformed",
+	DropBadTunnel:         "bad_tunnel",
+	DropGeneveCritical:    "geneve_critical_option",
+	DropUnsupportedProto:  "unsupported_protocol",
+	DropUnknownVTEP:       "unknown_vtep",
+	DropSpoofedSource:     "spoofed_source",
+	DropNotSelected:       "not_selected",
+	DropNoEgressIP:        "no_egress_ip",
+	DropHairpin:           "hairpin",
+	DropTTLExpired:        "ttl_expired",
+	DropTCPNoFlow:         "tcp_no_flow",
+	DropNoFlow:            "no_flow",
+	DropICMPType:          "icmp_type",
+	DropConntrackFull:     "conntrack_full",
+	DropNATExhausted:      "nat_exhausted",
+	DropFragNoFirst:       "fragment_no_first",
+	DropNoRoute:           "no_route",
+	DropMTUExceeded:       "mtu_exceeded",
+	DropOutBuffer:         "out_buffer",
+	DropUnknownNode:       "unknown_node",
+	DropNoConfig:          "no_config",
+	DropICMPRateLimited:   "icmp_rate_limited",
+	DropTunnelMismatch:    "tunnel_mismatch",
+	DropBadAddress:        "bad_address",
+	DropFragTiny:          "fragment_tiny",
+	DropFragOverlap:       "fragment_overlap",
+	DropFragQuota:         "fragment_quota",
+	DropFragTableFull:     "fragment_table_full",
+	DropPodFlowLimit:      "pod_flow_limit",
+	DropEgressIPFlowLimit: "egressip_flow_limit",
 }
 
 // String returns the reason's label value.
@@ -94,28 +98,30 @@ type Counter uint8
 
 // Counters a processor keeps besides drops.
 const (
-	CounterRx           Counter = iota // frames seen
-	CounterPass                        // frames passed to the kernel
-	CounterForwarded                   // pod packets sent to the outside
-	CounterReplied                     // outside packets encapsulated to a node
-	CounterICMPSent                    // ICMP errors generated (time exceeded, too big)
-	CounterICMPXlated                  // ICMP errors from outside translated to a pod
-	CounterFlowsNew                    // flows created
-	CounterFlowsExpired                // flows expired and their port released
-	CounterFlowsMoved                  // flows removed because their egress IP left the pod's policy here
+	CounterRx                Counter = iota // frames seen
+	CounterPass                             // frames passed to the kernel
+	CounterForwarded                        // pod packets sent to the outside
+	CounterReplied                          // outside packets encapsulated to a node
+	CounterICMPSent                         // ICMP errors generated (time exceeded, too big)
+	CounterICMPXlated                       // ICMP errors from outside translated to a pod
+	CounterFlowsNew                         // flows created
+	CounterFlowsExpired                     // flows expired and their port released
+	CounterFlowsMoved                       // flows removed because their egress IP left the pod's policy here
+	CounterFlowsEarlyDropped                // unanswered or closing flows removed to make room in a full table
 	numCounters
 )
 
 var counterNames = [numCounters]string{
-	CounterRx:           "rx",
-	CounterPass:         "pass",
-	CounterForwarded:    "forwarded",
-	CounterReplied:      "replied",
-	CounterICMPSent:     "icmp_errors_sent",
-	CounterICMPXlated:   "icmp_errors_translated",
-	CounterFlowsNew:     "flows_created",
-	CounterFlowsExpired: "flows_expired",
-	CounterFlowsMoved:   "flows_moved",
+	CounterRx:                "rx",
+	CounterPass:              "pass",
+	CounterForwarded:         "forwarded",
+	CounterReplied:           "replied",
+	CounterICMPSent:          "icmp_errors_sent",
+	CounterICMPXlated:        "icmp_errors_translated",
+	CounterFlowsNew:          "flows_created",
+	CounterFlowsExpired:      "flows_expired",
+	CounterFlowsMoved:        "flows_moved",
+	CounterFlowsEarlyDropped: "flows_early_dropped",
 }
 
 // String returns the counter's label value.

@@ -89,6 +89,7 @@ type GatewayCollector struct {
 	xdpRxDropped, xdpRxRingFull, xdpFillEmpty, xdpTxEmpty, xdpInvalid    *prometheus.Desc
 	plRx, plPass, plFwd, plReplied, icmpSent, icmpXlated, drops          *prometheus.Desc
 	flows, flowsMax, flowsCreated, flowsExpired, flowsMoved              *prometheus.Desc
+	flowsEarlyDropped                                                    *prometheus.Desc
 	portsInUse, portsMax, exhausted, egressIPs, peers, workersDesc, busy *prometheus.Desc
 }
 
@@ -130,11 +131,12 @@ func NewGatewayCollector(src GatewaySource) *GatewayCollector {
 		icmpXlated: d("icmp_errors_translated_total", "ICMP errors from outside translated back to a pod."),
 		drops:      d("dropped_packets_total", "Frames dropped, by reason (docs/pipeline.md).", "reason"),
 
-		flows:        d("flows", "Flows in the connection-tracking table now."),
-		flowsMax:     d("flows_max", "Capacity of the connection-tracking table."),
-		flowsCreated: d("flows_created_total", "Flows created."),
-		flowsExpired: d("flows_expired_total", "Flows expired and their NAT port released."),
-		flowsMoved:   d("flows_moved_total", "Flows removed because their egress IP left this gateway or their pod's policy; the pod's next packet opens a flow on a current egress IP (UDP, ICMP) or is dropped as tcp_no_flow (TCP)."),
+		flows:             d("flows", "Flows in the connection-tracking table now."),
+		flowsMax:          d("flows_max", "Capacity of the connection-tracking table."),
+		flowsCreated:      d("flows_created_total", "Flows created."),
+		flowsExpired:      d("flows_expired_total", "Flows expired and their NAT port released."),
+		flowsEarlyDropped: d("flows_early_dropped_total", "Unanswered or closing flows removed to make room for a new flow in a full table (early drop), their NAT port released."),
+		flowsMoved:        d("flows_moved_total", "Flows removed because their egress IP left this gateway or their pod's policy; the pod's next packet opens a flow on a current egress IP (UDP, ICMP) or is dropped as tcp_no_flow (TCP)."),
 
 		portsInUse:  d("nat_ports_in_use", "NAT ports (ICMP identifiers) with at least one live flow, per egress IP and protocol.", "egress_ip", "protocol"),
 		portsMax:    d("nat_ports_max", "Size of the NAT port range for unprivileged source ports, per egress IP and protocol.", "egress_ip", "protocol"),
@@ -151,7 +153,7 @@ func (c *GatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPkts, c.rxBytes, c.txPkts, c.txBytes, c.txDrops, c.rxErr, c.txErr,
 		c.xdpRxDropped, c.xdpRxRingFull, c.xdpFillEmpty, c.xdpTxEmpty, c.xdpInvalid,
 		c.plRx, c.plPass, c.plFwd, c.plReplied, c.icmpSent, c.icmpXlated, c.drops,
-		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired, c.flowsMoved,
+		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired, c.flowsMoved, c.flowsEarlyDropped,
 		c.portsInUse, c.portsMax, c.exhausted, c.egressIPs, c.peers, c.workersDesc, c.busy} {
 		ch <- d
 	}
@@ -196,6 +198,7 @@ func (c *GatewayCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.flowsCreated, sum.Count(gateway.CounterFlowsNew))
 	counter(ch, c.flowsExpired, sum.Count(gateway.CounterFlowsExpired))
 	counter(ch, c.flowsMoved, sum.Count(gateway.CounterFlowsMoved))
+	counter(ch, c.flowsEarlyDropped, sum.Count(gateway.CounterFlowsEarlyDropped))
 	for _, r := range gateway.DropReasons() {
 		counter(ch, c.drops, sum.Drop(r), r.String())
 	}

@@ -52,19 +52,27 @@ type portTable struct {
 	eim  bool          // endpoint-independent mapping: ports are owned by one endpoint
 	eps  epTable       // the endpoint mappings when eim
 	full fullCache     // destinations found exhausted (address-and-port-dependent mapping only)
+	// releases counts Release calls: a search that ran without the lock
+	// marks its destination full only if no port was released meanwhile.
+	releases uint64
 }
 
-// fullCache remembers the last few destinations a full scan found
+// fullCache remembers the last fullEntries destinations a search found
 // exhausted. Until a flow towards such a destination is released on this IP
 // no port can free up towards it (flows only end through Release), so
-// further attempts fail at once instead of rescanning 64k ports under the
-// lock: a pod hammering a full destination cannot stall new flows of
-// others on the same egress IP.
+// further attempts fail at once instead of probing again: a pod hammering
+// full destinations costs each attempt a few compares, however many of them
+// it rotates over up to fullEntries (a search is bounded and runs without
+// the lock beyond that).
 type fullCache struct {
 	n    int
 	next int
-	ent  [8]fullEntry
+	ent  [fullEntries]fullEntry
 }
+
+// fullEntries is how many exhausted destinations an egress IP and protocol
+// remember (64 × 24 bytes).
+const fullEntries = 64
 
 type fullEntry struct {
 	dst        Addr
@@ -192,9 +200,10 @@ func (a *Allocator) table(st *ipState, class int) *portTable {
 // Allocate picks the NAT port for a new flow src:sport → dst:dport of proto
 // on egress IP natAddr, such that the reply 5-tuple dst:dport → natAddr:port
 // is not in use. It keeps sport when it can (PreservePort), else tries
-// RandomAttempts ports drawn from rnd (a per-worker random value), then scans
-// the range once from a random offset. ErrExhausted, counted per egress IP,
-// when no port is free towards dst:dport.
+// RandomAttempts ports drawn from rnd (a per-worker random value), then
+// scanProbes more: the work is bounded, and with address-and-port-dependent
+// mapping it runs without the egress IP's lock. ErrExhausted, counted per
+// egress IP, when none of them is free towards dst:dport.
 func (a *Allocator) Allocate(proto uint8, src Addr, sport uint16, dst Addr, dport uint16, natAddr Addr, rnd uint64) (uint16, error) {
 	class, ok := classOf(proto)
 	if !ok {
@@ -209,17 +218,7 @@ func (a *Allocator) Allocate(proto uint8, src Addr, sport uint16, dst Addr, dpor
 	if t.eim {
 		port, ok = a.allocEIM(t, class, proto, &src, sport, &dst, dport, &natAddr, rnd)
 	} else {
-		priv := class != classICMP && sport >= 1 && sport <= privilegedMax
-		if !t.full.has(&dst, dport, priv) {
-			port, ok = a.search(t, false, class, proto, sport, &dst, dport, &natAddr, rnd)
-			if ok {
-				t.take(port)
-			} else {
-				t.full.add(&dst, dport, priv)
-			}
-		} else {
-			ok = false
-		}
+		st, port, ok = a.allocShared(st, t, class, proto, sport, &dst, dport, &natAddr, rnd)
 	}
 	st.mu.Unlock()
 	if !ok {
@@ -227,6 +226,34 @@ func (a *Allocator) Allocate(proto uint8, src Addr, sport uint16, dst Addr, dpor
 		return 0, ErrExhausted
 	}
 	return port, nil
+}
+
+// allocShared is Allocate for address-and-port-dependent mapping, entered
+// with st locked; it returns the state it holds locked at the end (st, or
+// the IP's new state if st was forgotten meanwhile). The search for a free
+// port needs no allocator state, only the flow table (ports are shared
+// across destinations, so the table's reply tuples alone say which are
+// free), so it runs without the lock: workers allocating on the same egress
+// IP never wait behind another's conntrack lookups. The lock never made the
+// choice exclusive anyway (the flow is inserted after it is released; the
+// flow table refuses a reply tuple taken meanwhile).
+func (a *Allocator) allocShared(st *ipState, t *portTable, class int, proto uint8, sport uint16, dst *Addr, dport uint16, nat *Addr, rnd uint64) (*ipState, uint16, bool) {
+	priv := class != classICMP && sport >= 1 && sport <= privilegedMax
+	if t.full.has(dst, dport, priv) {
+		return st, 0, false
+	}
+	gen := t.releases
+	st.mu.Unlock()
+	port, ok := a.search(t, false, class, proto, sport, dst, dport, nat, rnd)
+	st2 := a.lockedState(nat)
+	t2 := a.table(st2, class)
+	switch {
+	case ok:
+		t2.take(port)
+	case t2 == t && t.releases == gen:
+		t.full.add(dst, dport, priv)
+	}
+	return st2, port, ok
 }
 
 // allocEIM reuses the endpoint's mapping or makes one on a port no other
@@ -295,9 +322,19 @@ func (a *Allocator) free(t *portTable, exclusive bool, proto uint8, dst *Addr, d
 	return !a.inUse.ReplyInUse(proto, *dst, dport, *nat, p)
 }
 
-// search finds a free port: sport itself, then random ports, then a single
-// scan of the range. Every step is bounded; the whole is at most
-// 1 + RandomAttempts + range-size checks.
+// scanProbes bounds the search that follows the parity-keeping tries, as
+// Linux's nf_nat bounds its attempts: an allocation costs at most 1 +
+// RandomAttempts + scanProbes flow-table lookups (273 by default) however
+// full the destination, where a whole-range scan cost 64k lookups (several
+// milliseconds). A port is found with probability 1-(1-free)^256: 92% with
+// 1% of the range free, all but certain with 5%; a destination fuller than
+// that is refused as exhausted, which it nearly is.
+const scanProbes = 256
+
+// search finds a free port: sport itself, then RandomAttempts random ports
+// (of sport's parity with PreserveParity), then scanProbes random ports of
+// any parity. With exclusive false it reads nothing of t (it may run
+// without the lock).
 func (a *Allocator) search(t *portTable, exclusive bool, class int, proto uint8, sport uint16, dst *Addr, dport uint16, nat *Addr, rnd uint64) (uint16, bool) {
 	lo, hi := a.portRange(class, sport)
 	if a.cfg.PreservePort && sport >= lo && sport <= hi && a.free(t, exclusive, proto, dst, dport, nat, sport) {
@@ -321,15 +358,15 @@ func (a *Allocator) search(t *portTable, exclusive bool, class int, proto uint8,
 			return uint16(p), true
 		}
 	}
-	_, r = splitmix(x)
-	off := (uint64(uint32(r)) * n) >> 32
-	for k := uint64(0); k < n; k++ {
-		p := uint16(uint64(lo) + off)
+	// Then scanProbes more random ports of either parity. Random rather
+	// than consecutive: a scan that takes the first free port after a
+	// random offset fills runs of ports (as linear probing clusters), and a
+	// bounded window would then mostly land inside one.
+	for k := 0; k < scanProbes; k++ {
+		x, r = splitmix(x)
+		p := uint16(uint64(lo) + (uint64(uint32(r))*n)>>32)
 		if a.free(t, exclusive, proto, dst, dport, nat, p) {
 			return p, true
-		}
-		if off++; off == n {
-			off = 0
 		}
 	}
 	return 0, false
@@ -364,6 +401,7 @@ func (a *Allocator) Release(proto uint8, src Addr, sport uint16, dst Addr, dport
 	if t.refs[natPort]--; t.refs[natPort] == 0 {
 		t.used.Add(-1)
 	}
+	t.releases++
 	t.full.forget(&dst, dport)
 	if t.eim {
 		if i := t.eps.find(&src, sport); i >= 0 && t.eps.slots[i].port == natPort {

@@ -20,7 +20,7 @@ type Config struct {
 
 	// PreserveParity makes random TCP/UDP ports keep the parity of the
 	// source port where one of that parity is free (RFC 4787 REQ-4); the
-	// last-resort scan takes any parity.
+	// last-resort probes take any parity.
 	PreserveParity bool
 
 	// UDPEndpointIndependent gives UDP endpoint-independent mapping (RFC 4787
@@ -34,8 +34,9 @@ type Config struct {
 	// TCPEndpointIndependent does the same for TCP (RFC 5382 REQ-1).
 	TCPEndpointIndependent bool
 
-	// RandomAttempts is how many random ports are tried before the bounded
-	// scan of the range; 0 takes the default (16).
+	// RandomAttempts is how many random ports (of the source port's parity)
+	// are tried before the last-resort probes of any parity; 0 takes the
+	// default (16).
 	RandomAttempts int
 }
 

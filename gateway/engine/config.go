@@ -45,6 +45,10 @@ type Config struct {
 	MetricsAddr string `json:"metricsAddr,omitempty"`
 	// ConntrackMax bounds the flow table (memory is sized for it up front).
 	ConntrackMax int `json:"conntrackMax,omitempty"`
+	// PodFlowLimit and EgressIPFlowLimit cap the flows of one pod and of
+	// one egress IP (0: conntrackMax/16 and conntrackMax/2).
+	PodFlowLimit      int `json:"podFlowLimit,omitempty"`
+	EgressIPFlowLimit int `json:"egressIPFlowLimit,omitempty"`
 
 	// VTEPs are the gateway's tunnel addresses, at most one per family.
 	VTEPs []string `json:"vteps"`
@@ -124,7 +128,8 @@ func parseMAC(field, s string) ([6]byte, error) {
 // file (the gateway agent's static part) parses too; Settle checks the rest.
 func (c *Config) Spec() (*Spec, error) {
 	s := &Spec{Node: c.Node, Interfaces: slices.Clone(c.Interfaces), Mode: c.Mode, Queues: c.Queues, Batch: c.Batch,
-		ConntrackMax: c.ConntrackMax, EgressIPsClaimed: c.EgressIPsClaimed}
+		ConntrackMax: c.ConntrackMax, PodFlowLimit: c.PodFlowLimit, EgressIPFlowLimit: c.EgressIPFlowLimit,
+		EgressIPsClaimed: c.EgressIPsClaimed}
 	tun := c.Tunnel
 	if tun == "" {
 		tun = DefaultTunnel

@@ -101,6 +101,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"logFormat", func(c *engine.Config) { c.LogFormat = "xml" }},
 		{"metricsAddr", func(c *engine.Config) { c.MetricsAddr = "9090" }},
 		{"conntrackMax", func(c *engine.Config) { c.ConntrackMax = 10 }},
+		{"podFlowLimit", func(c *engine.Config) { c.PodFlowLimit = -1 }},
+		{"podFlowLimit", func(c *engine.Config) { c.ConntrackMax, c.PodFlowLimit = 4096, 4097 }},
+		{"egressIPFlowLimit", func(c *engine.Config) { c.EgressIPFlowLimit = -5 }},
+		{"egressIPFlowLimit", func(c *engine.Config) { c.EgressIPFlowLimit = engine.DefaultConntrackMax + 1 }},
 		{"tunnel", func(c *engine.Config) { c.Tunnel = "gre" }},
 		{"port", func(c *engine.Config) { c.Port = 8472 }},
 		{"port", func(c *engine.Config) { c.Tunnel = "geneve" }}, // port 4789 stays
@@ -163,4 +167,30 @@ func FuzzConfig(f *testing.F) {
 		}
 		c.Validate() // errors are fine; panics are not
 	})
+}
+
+// The flow limits default to a sixteenth (pod) and a half (egress IP) of
+// the table, follow conntrackMax, and keep what the file sets.
+func TestFlowLimitDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		yaml          string
+		max, pod, eip int
+	}{
+		{"", engine.DefaultConntrackMax, 65536, 524288},
+		{"conntrackMax: 4096\n", 4096, 256, 2048},
+		{"conntrackMax: 4096\npodFlowLimit: 100\negressIPFlowLimit: 4096\n", 4096, 100, 4096},
+	} {
+		c, err := engine.ParseConfig([]byte(labConfig + tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := c.Validate()
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if set.ConntrackMax != tc.max || set.PodFlowLimit != tc.pod || set.EgressIPFlowLimit != tc.eip {
+			t.Errorf("%q: conntrackMax %d podFlowLimit %d egressIPFlowLimit %d, want %d %d %d",
+				tc.yaml, set.ConntrackMax, set.PodFlowLimit, set.EgressIPFlowLimit, tc.max, tc.pod, tc.eip)
+		}
+	}
 }

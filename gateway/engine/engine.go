@@ -133,7 +133,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if e.nl, err = netlink.NewHandle(); err != nil {
 		return nil, fmt.Errorf("engine: netlink: %w", err)
 	}
-	ctCfg := conntrack.Config{MaxFlows: set.ConntrackMax}
+	ctCfg := conntrack.Config{MaxFlows: set.ConntrackMax, SourceLimit: set.PodFlowLimit, NATLimit: set.EgressIPFlowLimit}
 	if opt.Timeouts != nil {
 		ctCfg.Timeouts = *opt.Timeouts
 	}
@@ -271,10 +271,12 @@ func (e *Engine) Reload(set *Settled) error {
 	}
 	old := e.set
 	if !slices.Equal(old.Interfaces, set.Interfaces) || old.Mode != set.Mode || old.Queues != set.Queues ||
-		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.EgressIPsClaimed != set.EgressIPsClaimed {
-		e.log.Warn("engine: reload cannot change interfaces, mode, queues, batch, conntrackMax or egressIPsClaimed; restart for those")
+		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.EgressIPsClaimed != set.EgressIPsClaimed ||
+		old.PodFlowLimit != set.PodFlowLimit || old.EgressIPFlowLimit != set.EgressIPFlowLimit {
+		e.log.Warn("engine: reload cannot change interfaces, mode, queues, batch, conntrackMax, the flow limits or egressIPsClaimed; restart for those")
 		n := *set
 		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.EgressIPsClaimed = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.EgressIPsClaimed
+		n.PodFlowLimit, n.EgressIPFlowLimit = old.PodFlowLimit, old.EgressIPFlowLimit
 		set = &n
 	}
 	// Snapshot first, maps second: a newly steered egress IP finds its

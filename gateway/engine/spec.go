@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/route"
 )
@@ -41,6 +42,13 @@ type Spec struct {
 	// ConntrackMax bounds the flow table (DefaultConntrackMax); memory is
 	// sized for it up front.
 	ConntrackMax int
+	// PodFlowLimit caps the flows of one pod (inner source address) and
+	// EgressIPFlowLimit those on one egress IP, so that no pod or egress
+	// IP can fill the flow table for the others (drops pod_flow_limit,
+	// egressip_flow_limit). 0 takes conntrack.DefaultLimits: a sixteenth
+	// and a half of ConntrackMax.
+	PodFlowLimit      int
+	EgressIPFlowLimit int
 	// EgressIPsClaimed says the hosted egress IPs are already on the
 	// interface (put there by someone else): the engine neither claims nor
 	// releases them.
@@ -134,6 +142,19 @@ func (s Spec) Settle() (*Settled, error) {
 		sp.ConntrackMax = DefaultConntrackMax
 	case sp.ConntrackMax < 1024 || sp.ConntrackMax > 1<<27:
 		return nil, fieldErr("conntrackMax", "%d: use 1024–134217728 flows", s.ConntrackMax)
+	}
+	defPod, defIP := conntrack.DefaultLimits(sp.ConntrackMax)
+	for _, l := range []struct {
+		key string
+		v   *int
+		def int
+	}{{"podFlowLimit", &sp.PodFlowLimit, defPod}, {"egressIPFlowLimit", &sp.EgressIPFlowLimit, defIP}} {
+		switch {
+		case *l.v == 0:
+			*l.v = l.def
+		case *l.v < 0 || *l.v > sp.ConntrackMax:
+			return nil, fieldErr(l.key, "%d: use 1–conntrackMax (%d) flows, or 0 for the default %d", *l.v, sp.ConntrackMax, l.def)
+		}
 	}
 	switch sp.Tunnel {
 	case gateway.TunnelNone:

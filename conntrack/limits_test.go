@@ -1,0 +1,161 @@
+package conntrack
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+)
+
+// podFlow is flow i of pod p (10.1.0.p), NATed to egress IP n.
+func podFlow(p byte, i uint32, n byte, proto uint8) Flow {
+	f := flowN(i, proto)
+	f.Orig.Src = addr("10.1.0.0")
+	f.Orig.Src[15] = p
+	f.Orig.SrcPort = uint16(1024 + i)
+	f.NATAddr = addr("198.51.100.0")
+	f.NATAddr[15] = n
+	f.NATPort = uint16(1024 + i)
+	f.Orig.Dst[14], f.Orig.Dst[15] = p, n // pods and IPs never share a reply tuple
+	return f
+}
+
+// One pod or one egress IP stops at its limit, with its own error, and the
+// others keep opening flows; every way a flow leaves gives its place back.
+func TestSourceAndNATLimits(t *testing.T) {
+	tb := mustNew(t, Config{MaxFlows: 4096, SourceLimit: 10, NATLimit: 25})
+	a, b := podFlow(1, 0, 1, ProtoUDP), podFlow(2, 0, 1, ProtoUDP)
+	for i := uint32(0); i < 10; i++ {
+		f := podFlow(1, i, 1, ProtoUDP)
+		if err := tb.Insert(&f, 0, 0); err != nil {
+			t.Fatalf("pod 1 flow %d: %v", i, err)
+		}
+	}
+	f := podFlow(1, 10, 1, ProtoUDP)
+	if err := tb.Insert(&f, 0, 0); !errors.Is(err, ErrSourceLimit) {
+		t.Fatalf("pod 1 over its limit: %v, want ErrSourceLimit", err)
+	}
+	if err := tb.Admit(&a.Orig.Src, &a.NATAddr); !errors.Is(err, ErrSourceLimit) {
+		t.Fatalf("Admit for pod 1: %v", err)
+	}
+	if err := tb.Admit(&b.Orig.Src, &b.NATAddr); err != nil {
+		t.Fatalf("Admit for pod 2: %v", err)
+	}
+	// Pods 2 and 3 fill egress IP 1 to 25; egress IP 2 is not affected.
+	for i := uint32(0); i < 15; i++ {
+		f := podFlow(2+byte(i%2), i, 1, ProtoUDP)
+		if err := tb.Insert(&f, 0, 0); err != nil {
+			t.Fatalf("pod %d flow %d: %v", 2+i%2, i, err)
+		}
+	}
+	f = podFlow(4, 0, 1, ProtoUDP)
+	if err := tb.Insert(&f, 0, 0); !errors.Is(err, ErrNATLimit) {
+		t.Fatalf("egress IP over its limit: %v, want ErrNATLimit", err)
+	}
+	f = podFlow(4, 0, 2, ProtoUDP)
+	if err := tb.Insert(&f, 0, 0); err != nil {
+		t.Fatalf("another egress IP: %v", err)
+	}
+	if tb.Len() != 26 {
+		t.Fatalf("Len %d, want 26: a refused flow was kept", tb.Len())
+	}
+	// Delete gives a place back.
+	var out Flow
+	d := podFlow(1, 3, 1, ProtoUDP)
+	if !tb.Delete(&d.Orig, &out) {
+		t.Fatal("delete")
+	}
+	f = podFlow(1, 20, 2, ProtoUDP)
+	if err := tb.Insert(&f, 0, 0); err != nil {
+		t.Fatalf("pod 1 after one of its flows ended: %v", err)
+	}
+	// Export, expire everything, import: imported flows are counted (pod 1
+	// is at its limit again) but none is refused for a limit.
+	var buf bytes.Buffer
+	if _, err := tb.Export(&buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	for tb.Len() > 0 {
+		tb.Expire(int64(time.Hour), 100, nil)
+	}
+	if err := tb.Admit(&a.Orig.Src, &a.NATAddr); err != nil {
+		t.Fatalf("Admit after every flow expired: %v", err)
+	}
+	small := mustNew(t, Config{MaxFlows: 4096, SourceLimit: 5, NATLimit: 25})
+	if n, err := small.Import(bytes.NewReader(buf.Bytes()), 0); err != nil || n != 26 {
+		t.Fatalf("import under smaller limits: %d flows, %v; want all 26", n, err)
+	}
+	f = podFlow(1, 30, 2, ProtoUDP)
+	if err := small.Insert(&f, 0, 0); !errors.Is(err, ErrSourceLimit) {
+		t.Fatalf("pod 1 after import: %v, want ErrSourceLimit", err)
+	}
+}
+
+func TestLimitsConfig(t *testing.T) {
+	for _, c := range []Config{
+		{MaxFlows: 10, SourceLimit: -1},
+		{MaxFlows: 10, SourceLimit: 11},
+		{MaxFlows: 10, NATLimit: -1},
+		{MaxFlows: 10, NATLimit: 11},
+	} {
+		if _, err := New(c); err == nil {
+			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}
+
+// A full table gives up an unanswered or closing flow for a new one, the
+// one nearest its deadline, and never an answered one.
+func TestEarlyDrop(t *testing.T) {
+	const n = 64
+	tb := mustNew(t, Config{MaxFlows: n, Shards: 1})
+	var out Flow
+	for i := uint32(0); i < n; i++ {
+		f := podFlow(byte(i%4), i, 1, ProtoTCP)
+		if err := tb.Insert(&f, FlagSYN, int64(i)*int64(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		r := f.Reply()
+		switch i % 4 {
+		case 0, 1: // established: answered
+			tb.Track(Reply, &r, synack, 0, &out)
+			tb.Track(Original, &f.Orig, FlagACK, 0, &out)
+		case 2: // half closed: still carries data
+			tb.Track(Reply, &r, synack, 0, &out)
+			tb.Track(Original, &f.Orig, FlagACK, 0, &out)
+			tb.Track(Reply, &r, FlagFIN|FlagACK, 0, &out)
+		}
+		// 3: SYN_SENT, never answered
+	}
+	now := int64(n) * int64(time.Second)
+	nf := podFlow(9, 100, 1, ProtoTCP)
+	if err := tb.Insert(&nf, FlagSYN, now); !errors.Is(err, ErrFull) {
+		t.Fatalf("insert into a full table: %v", err)
+	}
+	var v Flow
+	if !tb.EarlyDrop(&nf.Orig, now, &v) {
+		t.Fatal("no early drop with 16 SYN_SENT flows in the table")
+	}
+	if v.State != StateSynSent || v.Orig != podFlow(3, 3, 1, ProtoTCP).Orig {
+		t.Fatalf("early drop took %v flow %+v, want the oldest SYN_SENT one (pod 3 flow 3)", v.State, v.Orig)
+	}
+	if err := tb.Insert(&nf, FlagSYN, now); err != nil {
+		t.Fatalf("insert after early drop: %v", err)
+	}
+	// Take the remaining SYN_SENT flows, then nothing more goes.
+	for i := 0; i < 15; i++ {
+		if !tb.EarlyDrop(&nf.Orig, now, &v) || v.State != StateSynSent {
+			t.Fatalf("early drop %d: %v", i, v.State)
+		}
+	}
+	if !tb.EarlyDrop(&nf.Orig, now, &v) || v.Orig != nf.Orig {
+		t.Fatalf("the new SYN_SENT flow is the last one early drop may take, got %+v", v.Orig)
+	}
+	before := tb.Len()
+	if tb.EarlyDrop(&nf.Orig, now, &v) {
+		t.Fatalf("early drop took a %v flow", v.State)
+	}
+	if tb.Len() != before || before != n-16 {
+		t.Fatalf("Len %d, want %d", tb.Len(), n-16)
+	}
+}
