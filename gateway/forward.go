@@ -103,6 +103,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 	copy16((*[16]byte)(&t.Dst), &pk.Dst)
 	t.Proto = pk.Proto
 	l.Dir, l.Flags = conntrack.Original, 0
+	l.HasSeq = false
 	switch pk.Proto {
 	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
@@ -111,6 +112,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 		t.SrcPort, t.DstPort = pk.SrcPort, pk.DstPort
 		if pk.Proto == header.ProtoTCP {
 			l.Flags = pk.TCPFlags
+			l.Seq, l.Ack, l.Len, l.HasSeq = pk.TCPSeq, pk.TCPAck, pk.TCPLen, true
 		}
 	case header.ProtoICMPv4, header.ProtoICMPv6:
 		if !pk.HasL4 {
