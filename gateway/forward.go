@@ -227,6 +227,9 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 		// so established traffic needs no hairpin lookup.
 		return DropHairpin
 	}
+	if st.snap.denied(&pk.Dst, fam(pk.IPVer)) {
+		return DropDeniedDestination
+	}
 	ips := st.snap.policies[policy].ips[fam(pk.IPVer)]
 	if len(ips) == 0 {
 		return DropNoEgressIP

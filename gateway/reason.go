@@ -8,64 +8,66 @@ type DropReason uint8
 
 // Drop reasons; docs/pipeline.md has the table of what each means.
 const (
-	DropNone             DropReason = iota // not dropped
-	DropMalformed                          // truncated or invalid headers
-	DropBadTunnel                          // VXLAN without the I flag, Geneve version/OAM/non-Ethernet payload
-	DropGeneveCritical                     // Geneve critical option we do not understand
-	DropUnsupportedProto                   // inner frame not IP, or a transport other than TCP/UDP/ICMP
-	DropUnknownVTEP                        // tunnel packet from an address that is not a node VTEP
-	DropSpoofedSource                      // inner source is not a pod of the sending node
-	DropNotSelected                        // pod is not selected by any egress policy
-	DropNoEgressIP                         // policy has no egress IP of the packet's family hosted here
-	DropHairpin                            // pod traffic addressed to an egress IP hosted here
-	DropTTLExpired                         // TTL/hop limit expired and no ICMP error could be sent
-	DropTCPNoFlow                          // TCP segment without SYN from a pod, and no flow
-	DropNoFlow                             // packet from outside to an egress IP matching no flow
-	DropICMPType                           // ICMP type that is neither echo nor a translatable error
-	DropConntrackFull                      // new flow refused: conntrack table full
-	DropNATExhausted                       // new flow refused: no free port on the egress IP
-	DropFragNoFirst                        // IPv4 non-first fragment whose first fragment was not seen
-	DropIPv6Fragment                       // IPv6 fragments are not supported
-	DropNoRoute                            // no route or neighbour to the next hop
-	DropMTUExceeded                        // larger than the egress MTU and no ICMP error could be sent
-	DropOutBuffer                          // the output buffer is too small for the frame
-	DropUnknownNode                        // reply for a flow whose pod's node left the configuration
-	DropNoConfig                           // no configuration snapshot installed yet
-	DropICMPRateLimited                    // an ICMP error to a pod was due but over the rate limit
-	DropTunnelIDs                          // new flow refused: MaxTunnelIDs (tunnel, VNI) pairs already numbered
-	DropTunnelMismatch                     // tunnel packet of another type or VNI than configured
-	DropBadAddress                         // special-purpose address that is never a packet source (RFC 6890), or an IPv6 header carrying ::/80
+	DropNone              DropReason = iota // not dropped
+	DropMalformed                           // truncated or invalid headers
+	DropBadTunnel                           // VXLAN without the I flag, Geneve version/OAM/non-Ethernet payload
+	DropGeneveCritical                      // Geneve critical option we do not understand
+	DropUnsupportedProto                    // inner frame not IP, or a transport other than TCP/UDP/ICMP
+	DropUnknownVTEP                         // tunnel packet from an address that is not a node VTEP
+	DropSpoofedSource                       // inner source is not a pod of the sending node
+	DropNotSelected                         // pod is not selected by any egress policy
+	DropNoEgressIP                          // policy has no egress IP of the packet's family hosted here
+	DropHairpin                             // pod traffic addressed to an egress IP hosted here
+	DropTTLExpired                          // TTL/hop limit expired and no ICMP error could be sent
+	DropTCPNoFlow                           // TCP segment without SYN from a pod, and no flow
+	DropNoFlow                              // packet from outside to an egress IP matching no flow
+	DropICMPType                            // ICMP type that is neither echo nor a translatable error
+	DropConntrackFull                       // new flow refused: conntrack table full
+	DropNATExhausted                        // new flow refused: no free port on the egress IP
+	DropFragNoFirst                         // IPv4 non-first fragment whose first fragment was not seen
+	DropIPv6Fragment                        // IPv6 fragments are not supported
+	DropNoRoute                             // no route or neighbour to the next hop
+	DropMTUExceeded                         // larger than the egress MTU and no ICMP error could be sent
+	DropOutBuffer                           // the output buffer is too small for the frame
+	DropUnknownNode                         // reply for a flow whose pod's node left the configuration
+	DropNoConfig                            // no configuration snapshot installed yet
+	DropICMPRateLimited                     // an ICMP error to a pod was due but over the rate limit
+	DropTunnelIDs                           // new flow refused: MaxTunnelIDs (tunnel, VNI) pairs already numbered
+	DropTunnelMismatch                      // tunnel packet of another type or VNI than configured
+	DropBadAddress                          // special-purpose address that is never a packet source (RFC 6890), or an IPv6 header carrying ::/80
+	DropDeniedDestination                   // new flow refused: the destination is on the deny-list (link-local, metadata, loopback, node networks...)
 	numDropReasons
 )
 
 var dropNames = [numDropReasons]string{
-	DropNone:             "none",
-	DropMalformed:        "malformed",
-	DropBadTunnel:        "bad_tunnel",
-	DropGeneveCritical:   "geneve_critical_option",
-	DropUnsupportedProto: "unsupported_protocol",
-	DropUnknownVTEP:      "unknown_vtep",
-	DropSpoofedSource:    "spoofed_source",
-	DropNotSelected:      "not_selected",
-	DropNoEgressIP:       "no_egress_ip",
-	DropHairpin:          "hairpin",
-	DropTTLExpired:       "ttl_expired",
-	DropTCPNoFlow:        "tcp_no_flow",
-	DropNoFlow:           "no_flow",
-	DropICMPType:         "icmp_type",
-	DropConntrackFull:    "conntrack_full",
-	DropNATExhausted:     "nat_exhausted",
-	DropFragNoFirst:      "fragment_no_first",
-	DropIPv6Fragment:     "ipv6_fragment",
-	DropNoRoute:          "no_route",
-	DropMTUExceeded:      "mtu_exceeded",
-	DropOutBuffer:        "out_buffer",
-	DropUnknownNode:      "unknown_node",
-	DropNoConfig:         "no_config",
-	DropICMPRateLimited:  "icmp_rate_limited",
-	DropTunnelIDs:        "tunnel_ids_exhausted",
-	DropTunnelMismatch:   "tunnel_mismatch",
-	DropBadAddress:       "bad_address",
+	DropNone:              "none",
+	DropMalformed:         "malformed",
+	DropBadTunnel:         "bad_tunnel",
+	DropGeneveCritical:    "geneve_critical_option",
+	DropUnsupportedProto:  "unsupported_protocol",
+	DropUnknownVTEP:       "unknown_vtep",
+	DropSpoofedSource:     "spoofed_source",
+	DropNotSelected:       "not_selected",
+	DropNoEgressIP:        "no_egress_ip",
+	DropHairpin:           "hairpin",
+	DropTTLExpired:        "ttl_expired",
+	DropTCPNoFlow:         "tcp_no_flow",
+	DropNoFlow:            "no_flow",
+	DropICMPType:          "icmp_type",
+	DropConntrackFull:     "conntrack_full",
+	DropNATExhausted:      "nat_exhausted",
+	DropFragNoFirst:       "fragment_no_first",
+	DropIPv6Fragment:      "ipv6_fragment",
+	DropNoRoute:           "no_route",
+	DropMTUExceeded:       "mtu_exceeded",
+	DropOutBuffer:         "out_buffer",
+	DropUnknownNode:       "unknown_node",
+	DropNoConfig:          "no_config",
+	DropICMPRateLimited:   "icmp_rate_limited",
+	DropTunnelIDs:         "tunnel_ids_exhausted",
+	DropTunnelMismatch:    "tunnel_mismatch",
+	DropBadAddress:        "bad_address",
+	DropDeniedDestination: "denied_destination",
 }
 
 // String returns the reason's label value.
