@@ -1,5 +1,7 @@
 package conntrack
 
+import "unsafe"
+
 // MaxBatch is the number of lookups TrackBatch overlaps at once; longer
 // slices are taken MaxBatch at a time.
 const MaxBatch = 64
@@ -10,12 +12,17 @@ type Lookup struct {
 	Key   Tuple
 	Dir   Dir   // Original or Reply; anything else is a miss
 	Flags uint8 // the packet's TCP flags (0 for UDP and ICMP)
-	Hit   bool
-	Flow  Flow
+	// Seq, Ack and Len (payload bytes) are the TCP segment's; valid iff
+	// HasSeq. They validate outside RSTs (tcpseq.go).
+	Seq, Ack uint32
+	Len      uint16
+	HasSeq   bool
+	Hit      bool
+	Flow     Flow
 }
 
 // TrackBatch does Track(l.Dir, &l.Key, l.Flags, now, &l.Flow) for every l in
-// b, in order, and returns the number of hits. Results are exactly those of
+// b, in order (with l's sequence numbers where it has them), and returns the number of hits. Results are exactly those of
 // the Track calls one after the other; the difference is speed: it hashes
 // each key once and walks the batch in three passes (start loading every
 // key's index line; probe each index and start loading each entry; finish
@@ -49,6 +56,11 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 			refs[i] = refMiss
 			if b[i].Dir <= Reply {
 				refs[i] = t.probe(hs[i], b[i].Dir)
+				if r := refs[i]; b[i].HasSeq && r != refMiss && r != refUnknown {
+					if _, g, _ := t.refEntry(r); int(g) < len(t.seqs) {
+						prefetchLine(uintptr(unsafe.Pointer(&t.seqs[g])))
+					}
+				}
 			}
 		}
 	}
@@ -56,11 +68,12 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 	for i := range b {
 		l := &b[i]
 		hit, decided := false, false
+		g := seg{flags: l.Flags, has: l.HasSeq, len: l.Len, seq: l.Seq, ack: l.Ack}
 		if optimisticReads {
-			hit, decided = t.trackRef(refs[i], l.Dir, &l.Key, l.Flags, now, &l.Flow)
+			hit, decided = t.trackRef(refs[i], l.Dir, &l.Key, &g, now, &l.Flow)
 		}
 		if !decided {
-			hit = l.Dir <= Reply && t.trackLocked(hs[i], l.Dir, &l.Key, l.Flags, now, &l.Flow)
+			hit = l.Dir <= Reply && t.trackLocked(hs[i], l.Dir, &l.Key, &g, now, &l.Flow)
 		}
 		l.Hit = hit
 		if hit {

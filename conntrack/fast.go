@@ -53,8 +53,8 @@ func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 // answer needs the lock: a writer ran meanwhile, the packet changes the
 // state or moves the timer, or the key is not the entry's (a stale ref or a
 // tag collision).
-func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, fl uint8, now int64, out *Flow) (hit, decided bool) {
-	return t.trackRef(t.probe(h, dir), dir, k, fl, now, out)
+func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
+	return t.trackRef(t.probe(h, dir), dir, k, sg, now, out)
 }
 
 // probe is the first half of an unlocked lookup of a key with hash h and
@@ -82,20 +82,20 @@ func (t *Table) probe(h uint64, dir Dir) uint32 {
 }
 
 // trackRef finishes an unlocked lookup from probe's answer.
-func (t *Table) trackRef(ref uint32, dir Dir, k *Tuple, fl uint8, now int64, out *Flow) (hit, decided bool) {
+func (t *Table) trackRef(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
 	switch ref {
 	case refMiss:
 		return false, true
 	case refUnknown:
 		return false, false
 	}
-	return t.trackEntry(ref, dir, k, fl, now, out)
+	return t.trackEntry(ref, dir, k, sg, now, out)
 }
 
 // trackEntry finishes an unlocked lookup at the entry ref names: it copies
 // the entry, checks the copy is consistent (its shard's version did not
 // move) and k's, and on a hit that changes nothing fills out.
-func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, fl uint8, now int64, out *Flow) (hit, decided bool) {
+func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
 	osh, g, _ := t.refEntry(ref)
 	if int(osh) >= len(t.shards) || int(g) >= len(t.entries) {
 		return false, false
@@ -112,7 +112,8 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, fl uint8, now int64, o
 	if dir == Reply && expired(now, e.deadline) {
 		return false, true // expired: nothing inbound (as in trackLocked)
 	}
-	st := nextState(State(e.state), dir, fl)
+	q := t.seqs[g]
+	st := step(State(e.state), e.proto, &q, dir, sg)
 	if st != State(e.state) || !covers(e.deadline, now+t.to[st]) {
 		// A write is due: lock the entry's shard only (its lines are in
 		// the cache now) and re-check the entry is still k's flow.
@@ -122,9 +123,17 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, fl uint8, now int64, o
 			os.mu.Unlock()
 			return false, false
 		}
-		hit = t.apply(p, dir, fl, now, out)
+		hit = t.apply(g, dir, sg, now, out)
 		os.mu.Unlock()
 		return hit, true
+	}
+	if q != t.seqs[g] {
+		// Sequence numbers moved but nothing else: store them without the
+		// lock, as the reads here are without it (x86-TSO; race builds
+		// take the locked path). A store racing another packet of the flow
+		// or the entry's reuse can leave a stale value: a RST then changes
+		// nothing, which only errs towards keeping the flow.
+		t.seqs[g] = q
 	}
 	e.toFlow(out)
 	return true, true

@@ -139,7 +139,7 @@ func TestOptimisticReadsAgainstLockedTruth(t *testing.T) {
 				}
 				hsh := tb.h.hash(&key)
 				t0 := tick()
-				hit, ok := tb.trackFast(hsh, dir, &key, 0, now, &out)
+				hit, ok := tb.trackFast(hsh, dir, &key, &seg{}, now, &out)
 				t1 := tick()
 				if !ok {
 					continue

@@ -58,7 +58,8 @@ type shard struct {
 type Table struct {
 	h         hasher
 	shards    []shard
-	entries   []entry // all shards' entries, shard i at [i*shardCap, (i+1)*shardCap)
+	entries   []entry  // all shards' entries, shard i at [i*shardCap, (i+1)*shardCap)
+	seqs      []tcpSeq // TCP sequence state of entries[i] (tcpseq.go)
 	shardMask uint64
 	shardBits uint
 	shardCap  uint32
@@ -217,6 +218,8 @@ func New(cfg Config) (*Table, error) {
 	}
 	t.bytes = int64(len(mem)) + 4*int64(len(t.srcCounts.cells)+len(t.natCounts.cells)) +
 		int64(ns)*int64(unsafe.Sizeof(shard{})) + int64(unsafe.Sizeof(Table{}))
+	t.seqs = make([]tcpSeq, nEntries)
+	t.bytes += int64(nEntries) * int64(unsafe.Sizeof(tcpSeq{}))
 	for s := State(1); s < numStates; s++ {
 		t.to[s] = int64(timeoutFor(&to, s))
 	}
@@ -472,21 +475,26 @@ const refreshSlack = int64(250 * time.Millisecond)
 //
 // A hit that changes neither the state nor (beyond refreshSlack) the timer
 // takes no lock (trackFast); everything else runs under the shard lock.
+//
+// Track has no sequence numbers: the flags move the state, but an RST from
+// outside, which cannot be validated without them, changes nothing
+// (tcpseq.go). TrackBatch takes them.
 func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool {
 	if dir > Reply {
 		return false
 	}
+	g := seg{flags: tcpFlags}
 	h := t.h.hash(k)
 	if optimisticReads {
-		if hit, ok := t.trackFast(h, dir, k, tcpFlags, now, out); ok {
+		if hit, ok := t.trackFast(h, dir, k, &g, now, out); ok {
 			return hit
 		}
 	}
-	return t.trackLocked(h, dir, k, tcpFlags, now, out)
+	return t.trackLocked(h, dir, k, &g, now, out)
 }
 
 // trackLocked is Track under the shard lock; h is k's hash.
-func (t *Table) trackLocked(h uint64, dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool {
+func (t *Table) trackLocked(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) bool {
 	si := uint32(h & t.shardMask)
 	s := &t.shards[si]
 	s.mu.Lock()
@@ -509,19 +517,20 @@ func (t *Table) trackLocked(h uint64, dir Dir, k *Tuple, tcpFlags uint8, now int
 			return false
 		}
 	}
-	hit := t.apply(&t.entries[g], dir, tcpFlags, now, out)
+	hit := t.apply(g, dir, sg, now, out)
 	s.mu.Unlock()
 	return hit
 }
 
-// apply is a hit's work on entry e (its shard locked): a reply to an expired
+// apply is a hit's work on entry g (its shard locked): a reply to an expired
 // flow is a miss; otherwise advance the state, move the timer if it is due
 // and copy the flow to out.
-func (t *Table) apply(e *entry, dir Dir, tcpFlags uint8, now int64, out *Flow) bool {
+func (t *Table) apply(g uint32, dir Dir, sg *seg, now int64, out *Flow) bool {
+	e := &t.entries[g]
 	if dir == Reply && expired(now, e.deadline) {
 		return false
 	}
-	st := nextState(State(e.state), dir, tcpFlags)
+	st := step(State(e.state), e.proto, &t.seqs[g], dir, sg)
 	if d := now + t.to[st]; st != State(e.state) || !covers(e.deadline, d) {
 		e.state = uint8(st)
 		e.deadline = tickCeil(d + refreshSlack)
@@ -669,6 +678,7 @@ func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64, 
 		s1.bump++
 	}
 	s1.used++
+	t.seqs[s1.base+local] = tcpSeq{}
 	e := &t.entries[s1.base+local]
 	*e = entry{
 		src: f.Orig.Src, dst: f.Orig.Dst, nat: f.NATAddr,

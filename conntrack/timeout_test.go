@@ -30,7 +30,7 @@ func TestTimeoutsRFC(t *testing.T) {
 		{"RFC5382_REQ5_transitory_CLOSE_WAIT_4min", ProtoTCP, ack, []pkt{{Reply, finack, 0}}, StateCloseWait, 4 * time.Minute, 4 * time.Minute},
 		{"RFC5382_REQ5_transitory_LAST_ACK_4min", ProtoTCP, ack, []pkt{{Reply, finack, 0}, {Original, finack, 0}}, StateLastAck, 4 * time.Minute, 4 * time.Minute},
 		{"RFC5382_REQ5_transitory_TIME_WAIT_4min", ProtoTCP, ack, []pkt{{Reply, finack, 0}, {Original, finack, 0}, {Reply, ack, 0}}, StateTimeWait, 4 * time.Minute, 4 * time.Minute},
-		{"RFC7857_2.2_RST_held_4min", ProtoTCP, ack, []pkt{{Reply, rst, 0}}, StateClose, 4 * time.Minute, 4 * time.Minute},
+		{"RFC7857_2.2_RST_held_4min", ProtoTCP, ack, []pkt{{Original, rst, 0}}, StateClose, 4 * time.Minute, 4 * time.Minute},
 		{"RFC4787_REQ5_UDP_unreplied_5min", ProtoUDP, 0, nil, StateUDPUnreplied, 2 * time.Minute, 5 * time.Minute},
 		{"RFC4787_REQ5_UDP_replied_5min", ProtoUDP, 0, []pkt{{Reply, 0, 0}}, StateUDPReplied, 2 * time.Minute, 5 * time.Minute},
 		{"RFC5508_REQ2_ICMP_query_60s", ProtoICMP, 0, nil, StateICMPUnreplied, 60 * time.Second, 60 * time.Second},

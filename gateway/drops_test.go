@@ -78,6 +78,9 @@ func dropCases() []dropCase {
 		{reason: DropHairpin, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, egress4).build(t))
 		}},
+		{reason: DropDeniedDestination, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(pod1v4, netip.MustParseAddr("169.254.169.254")).build(t))
+		}},
 		{reason: DropTTLExpired, frame: func(t *testing.T) []byte {
 			p := udpFrom(server4, egress4)
 			p.ttl = 1

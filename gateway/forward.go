@@ -100,6 +100,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 	copy16((*[16]byte)(&t.Dst), &pk.Dst)
 	t.Proto = pk.Proto
 	l.Dir, l.Flags = conntrack.Original, 0
+	l.HasSeq = false
 	switch pk.Proto {
 	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
@@ -108,6 +109,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 		t.SrcPort, t.DstPort = pk.SrcPort, pk.DstPort
 		if pk.Proto == header.ProtoTCP {
 			l.Flags = pk.TCPFlags
+			l.Seq, l.Ack, l.Len, l.HasSeq = pk.TCPSeq, pk.TCPAck, pk.TCPLen, true
 		}
 	case header.ProtoICMPv4, header.ProtoICMPv6:
 		if !pk.HasL4 {
@@ -233,6 +235,9 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 		// Checked only here: no flow to a hosted egress IP is ever created,
 		// so established traffic needs no hairpin lookup.
 		return DropHairpin
+	}
+	if st.snap.denied(&pk.Dst, fam(pk.IPVer)) {
+		return DropDeniedDestination
 	}
 	ips := st.snap.policies[policy].ips[fam(pk.IPVer)]
 	if len(ips) == 0 {

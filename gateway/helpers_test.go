@@ -135,7 +135,8 @@ type pkt struct {
 	ttl          uint8
 	proto        string // tcp, udp, echo, echoreply, icmperr
 	sport, dport uint16 // ports; sport is the echo identifier
-	flags        string // TCP: S, SA, A
+	flags        string // TCP: S, SA, A, R, RA
+	seq, ack     uint32 // TCP: seq 0 is taken as 1000
 	payload      []byte
 	icmpType     uint8 // icmperr: type/code and the quoted packet
 	icmpCode     uint8
@@ -178,8 +179,13 @@ func (p pkt) build(t testing.TB) []byte {
 	switch p.proto {
 	case "tcp":
 		ipl, nl := ipLayers(p, layers.IPProtocolTCP)
-		tcp := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), Seq: 1000, Window: 65535,
-			SYN: p.flags == "S" || p.flags == "SA", ACK: p.flags == "A" || p.flags == "SA"}
+		seq := p.seq
+		if seq == 0 {
+			seq = 1000
+		}
+		tcp := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), Seq: seq, Ack: p.ack, Window: 65535,
+			SYN: p.flags == "S" || p.flags == "SA", ACK: p.flags == "A" || p.flags == "SA" || p.flags == "RA",
+			RST: p.flags == "R" || p.flags == "RA"}
 		if err := tcp.SetNetworkLayerForChecksum(nl); err != nil {
 			t.Fatal(err)
 		}

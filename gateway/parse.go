@@ -87,8 +87,12 @@ type Parsed struct {
 	HasL4 bool
 	// SrcPort and DstPort are valid iff HasL4 and Proto is TCP or UDP.
 	SrcPort, DstPort uint16
-	// TCPFlags is the flags byte; valid iff HasL4 and Proto == TCP.
-	TCPFlags uint8
+	// TCPFlags is the flags byte; TCPSeq and TCPAck the sequence and
+	// acknowledgment numbers, TCPLen the payload bytes; valid iff HasL4 and
+	// Proto == TCP.
+	TCPFlags       uint8
+	TCPLen         uint16
+	TCPSeq, TCPAck uint32
 	// ICMPType and ICMPCode are valid iff HasL4 and Proto is ICMP or ICMPv6.
 	ICMPType, ICMPCode uint8
 	// ICMPEcho is true for echo request/reply; ICMPID is then the identifier.
@@ -356,6 +360,8 @@ func (p *Parsed) decodeL4(b []byte, l4, end int) {
 		p.SrcPort = h.SrcPort()
 		p.DstPort = h.DstPort()
 		p.TCPFlags = h.Flags()
+		p.TCPSeq, p.TCPAck = h.Seq(), h.Ack()
+		p.TCPLen = uint16(end - l4 - h.DataOffset())
 		p.HasL4 = true
 	case header.ProtoUDP:
 		if l4+header.UDPLen > end || end > len(b) {

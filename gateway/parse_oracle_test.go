@@ -155,7 +155,8 @@ func checkGopacket(t *testing.T, p *Parsed, b []byte) bool {
 		if !ok {
 			return false
 		}
-		if p.SrcPort != uint16(h.SrcPort) || p.DstPort != uint16(h.DstPort) || p.TCPFlags != h.Contents[13] {
+		if p.SrcPort != uint16(h.SrcPort) || p.DstPort != uint16(h.DstPort) || p.TCPFlags != h.Contents[13] ||
+			p.TCPSeq != h.Seq || p.TCPAck != h.Ack || int(p.TCPLen) != len(h.Payload) {
 			t.Fatalf("TCP %d %d %#x, gopacket %d %d: % x", p.SrcPort, p.DstPort, p.TCPFlags, h.SrcPort, h.DstPort, b)
 		}
 	case protoUDPNum:

@@ -157,7 +157,9 @@ func (pr *Processor) batch(st *installed, now int64, in, out [][]byte, res []Res
 		if !fr.later {
 			l = &pr.lks[fr.lk]
 			if !l.Hit && pr.inserted {
-				l.Hit = pr.ct.Track(l.Dir, &l.Key, l.Flags, now, &l.Flow)
+				// Again, alone (sets l.Hit): with its sequence numbers,
+				// which Track would not take.
+				pr.ct.TrackBatch(pr.lks[fr.lk:fr.lk+1], now)
 			}
 		}
 		res[i] = pr.finish(st, now, fr, l)

@@ -39,6 +39,7 @@ const (
 	DropFragTableFull                       // first fragment whose slots in the fragment table are all held by live datagrams
 	DropPodFlowLimit                        // new flow refused: the pod holds its limit of flows (podFlowLimit)
 	DropEgressIPFlowLimit                   // new flow refused: the egress IP holds its limit of flows (egressIPFlowLimit)
+	DropDeniedDestination                   // new flow refused: the destination is on the deny-list (link-local, metadata, loopback, node networks...)
 	numDropReasons
 )
 
@@ -74,6 +75,7 @@ var dropNames = [numDropReasons]string{
 	DropFragTableFull:     "fragment_table_full",
 	DropPodFlowLimit:      "pod_flow_limit",
 	DropEgressIPFlowLimit: "egressip_flow_limit",
+	DropDeniedDestination: "denied_destination",
 }
 
 // String returns the reason's label value.

@@ -23,6 +23,7 @@ func (pr *Processor) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 	}
 	t := &l.Key
 	l.Dir, l.Flags = conntrack.Reply, 0
+	l.HasSeq = false
 	switch pk.Proto {
 	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
@@ -31,6 +32,7 @@ func (pr *Processor) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 		*t = conntrack.Tuple{Src: conntrack.Addr(pk.Src), Dst: conntrack.Addr(pk.Dst), SrcPort: pk.SrcPort, DstPort: pk.DstPort, Proto: pk.Proto}
 		if pk.Proto == header.ProtoTCP {
 			l.Flags = pk.TCPFlags
+			l.Seq, l.Ack, l.Len, l.HasSeq = pk.TCPSeq, pk.TCPAck, pk.TCPLen, true
 		}
 	case header.ProtoICMPv4, header.ProtoICMPv6:
 		if !pk.HasL4 {

@@ -35,7 +35,7 @@ func processFrame(pr *Processor, st *installed, now int64, in, out []byte) Resul
 		return r
 	}
 	if !fr.later {
-		l.Hit = pr.ct.Track(l.Dir, &l.Key, l.Flags, now, &l.Flow)
+		pr.ct.TrackBatch(pr.lks[:1], now) // sets l.Hit; takes the TCP sequence numbers, as Process does
 	}
 	return pr.finish(st, now, fr, l)
 }

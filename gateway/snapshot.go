@@ -31,6 +31,13 @@ type Config struct {
 	Nodes []Node
 	// Policies are the egress policies with the egress IPs hosted here.
 	Policies []Policy
+	// DeniedDestinations are destinations a pod may not open a flow to
+	// (DropDeniedDestination), besides DefaultDeniedDestinations and every
+	// node's and this gateway's VTEP, which are always denied: the cluster's
+	// node networks belong here. AllowedDestinations override all of them
+	// (e.g. a service on a node subnet that pods must reach).
+	DeniedDestinations  []netip.Prefix
+	AllowedDestinations []netip.Prefix
 	// Routes is the next-hop table, both to the outside and to node VTEPs:
 	// the kernel's in production (route.NewCache), a fixed one otherwise
 	// (route.NewStatic).
@@ -76,6 +83,8 @@ type Snapshot struct {
 	policies   []snapPolicy
 	hosted     addrTable[struct{}]
 	routes     *route.Cache
+	deny       prefixSet // destinations no flow may be opened to (deny.go)
+	allow      prefixSet // exceptions to deny
 }
 
 type snapNode struct {
@@ -209,6 +218,21 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			pods[pk] = sp
 		}
 	}
+	deny := append(DefaultDeniedDestinations(), cfg.DeniedDestinations...)
+	for _, v := range cfg.VTEPs {
+		deny = append(deny, netip.PrefixFrom(v.Unmap(), v.Unmap().BitLen()))
+	}
+	for _, n := range cfg.Nodes {
+		deny = append(deny, netip.PrefixFrom(n.VTEP.Unmap(), n.VTEP.Unmap().BitLen()))
+	}
+	for _, list := range [][]netip.Prefix{cfg.DeniedDestinations, cfg.AllowedDestinations} {
+		for _, p := range list {
+			if !p.IsValid() || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+				return nil, fmt.Errorf("gateway config: destination prefix %v is not a plain IPv4 or IPv6 prefix", p)
+			}
+		}
+	}
+	s.deny, s.allow = newPrefixSet(deny), newPrefixSet(cfg.AllowedDestinations)
 	s.nodeByVTEP = newAddrTable(nodeByVTEP)
 	s.pods = newAddrTable(pods)
 	s.hosted = newAddrTable(hosted)

@@ -244,8 +244,35 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 			delete(workers, n.Name)
 		}
 	}
+	c.DeniedDestinations = append(slices.Clone(base.DeniedDestinations), nodeNetworks(in.Nodes)...)
 	r.Spec = c
 	return r
+}
+
+// nodeNetworks are the destinations pods may not reach through the gateway
+// because they are the cluster's nodes: every node's InternalIP addresses
+// and the interface subnets it publishes (k8s.ovn.org/host-cidrs), so that
+// a pod cannot reach kubelets or node services as the gateway node.
+// Config allowedDestinations overrides them.
+func nodeNetworks(nodes []*corev1.Node) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+				ip = ip.Unmap().WithZone("")
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+		if ps, err := cluster.ParseHostCIDRs(n.Annotations[cluster.AnnotationHostCIDRs]); err == nil {
+			for _, p := range ps {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out
 }
 
 // Fenced returns s with no egress IP hosted: the data plane keeps its nodes,

@@ -72,6 +72,13 @@ type Config struct {
 	// interface (put there by someone else): the gateway neither claims nor
 	// releases them.
 	EgressIPsClaimed bool `json:"egressIPsClaimed,omitempty"`
+	// DeniedDestinations (CIDRs) are destinations pods may not reach
+	// through the gateway, besides the built-in deny-list (link-local and
+	// metadata, loopback, multicast, broadcast, special-purpose ranges) and
+	// the nodes' own addresses: put the cluster's node networks here.
+	// AllowedDestinations (CIDRs) override both (docs/security.md).
+	DeniedDestinations  []string `json:"deniedDestinations,omitempty"`
+	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
 }
 
 // Node is a worker node as a config file lists it.
@@ -171,6 +178,19 @@ func (c *Config) Spec() (*Spec, error) {
 	if c.RouterV6 != "" {
 		if s.RouterV6, err = parseAddr("routerV6", c.RouterV6); err != nil {
 			return nil, err
+		}
+	}
+	for _, l := range []struct {
+		key  string
+		in   []string
+		into *[]netip.Prefix
+	}{{"deniedDestinations", c.DeniedDestinations, &s.DeniedDestinations}, {"allowedDestinations", c.AllowedDestinations, &s.AllowedDestinations}} {
+		for i, v := range l.in {
+			p, err := netip.ParsePrefix(strings.TrimSpace(v))
+			if err != nil || p.Addr().Zone() != "" {
+				return nil, fieldErr(fmt.Sprintf("%s[%d]", l.key, i), "%q is not a CIDR such as 10.0.0.0/16", v)
+			}
+			*l.into = append(*l.into, p.Masked())
 		}
 	}
 	for i, p := range c.Policies {

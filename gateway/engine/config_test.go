@@ -194,3 +194,20 @@ func TestFlowLimitDefaults(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigDestinationLists(t *testing.T) {
+	c := engine.Config{Interfaces: []string{"eth0"}, VTEPs: []string{"10.0.0.1"}, InnerMAC: "02:00:00:00:00:01",
+		DeniedDestinations: []string{"10.0.0.0/16"}, AllowedDestinations: []string{"10.0.5.7/32"}}
+	s, err := c.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.DeniedDestinations) != 1 || s.DeniedDestinations[0] != netip.MustParsePrefix("10.0.0.0/16") ||
+		len(s.AllowedDestinations) != 1 {
+		t.Fatalf("lists %v %v", s.DeniedDestinations, s.AllowedDestinations)
+	}
+	c.DeniedDestinations = []string{"10.0.0.1"}
+	if _, err := c.Validate(); err == nil || !strings.Contains(err.Error(), "deniedDestinations[0]") {
+		t.Fatalf("a bare address was accepted or the error does not name the field: %v", err)
+	}
+}

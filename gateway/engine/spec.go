@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/egret-gw/egret/conntrack"
@@ -71,6 +72,11 @@ type Spec struct {
 	// Policies are the egress policies, each with the egress IPs of it
 	// hosted here.
 	Policies []gateway.Policy
+	// DeniedDestinations are destinations pods may not reach through the
+	// gateway besides gateway.DefaultDeniedDestinations (always denied):
+	// the cluster's node networks (the gateway agent adds every node's
+	// InternalIPs and host-cidrs). AllowedDestinations override both.
+	DeniedDestinations, AllowedDestinations []netip.Prefix
 }
 
 // Settled is a Spec that Settle validated, with defaults applied and
@@ -106,6 +112,8 @@ func plainAddr(field string, a netip.Addr) (netip.Addr, error) {
 func (s Spec) Settle() (*Settled, error) {
 	set := &Settled{Spec: s}
 	sp := &set.Spec
+	sp.DeniedDestinations = slices.Clone(s.DeniedDestinations)
+	sp.AllowedDestinations = slices.Clone(s.AllowedDestinations)
 	if len(s.Interfaces) == 0 {
 		return nil, fieldErr("interfaces", "no interface given; name at least one (or pass --iface)")
 	}
@@ -301,5 +309,6 @@ func (s Spec) Settle() (*Settled, error) {
 // gatewayConfig is the data-plane part of s, without Routes.
 func (s *Settled) gatewayConfig() gateway.Config {
 	return gateway.Config{VTEPs: s.VTEPs, InnerMAC: s.InnerMAC, RouterV4: s.RouterV4, RouterV6: s.RouterV6,
-		Tunnels: []gateway.TunnelVNI{{Tunnel: s.Tunnel, VNI: s.VNI}}, Nodes: s.Nodes, Policies: s.Policies}
+		Tunnels: []gateway.TunnelVNI{{Tunnel: s.Tunnel, VNI: s.VNI}}, Nodes: s.Nodes, Policies: s.Policies,
+		DeniedDestinations: s.DeniedDestinations, AllowedDestinations: s.AllowedDestinations}
 }

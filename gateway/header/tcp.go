@@ -75,6 +75,12 @@ func (b TCP) DstPort() uint16 { return binary.BigEndian.Uint16(b[tcpDstPort:]) }
 // DataOffset returns the header length in bytes, options included.
 func (b TCP) DataOffset() int { return int(b[tcpDataOff]>>4) * 4 }
 
+// Seq returns the sequence number.
+func (b TCP) Seq() uint32 { return binary.BigEndian.Uint32(b[tcpSeq:]) }
+
+// Ack returns the acknowledgment number.
+func (b TCP) Ack() uint32 { return binary.BigEndian.Uint32(b[tcpAck:]) }
+
 // Flags returns the 8 flag bits CWR..FIN (TCPFlag*).
 func (b TCP) Flags() uint8 { return b[tcpFlags] }
 

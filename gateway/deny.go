@@ -1,0 +1,128 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"slices"
+)
+
+// Destinations a pod may not reach through the gateway. Its packets leave
+// from the gateway node, so without this a pod could read the node's cloud
+// credentials (169.254.169.254), talk to the node's loopback-bound or
+// link-local services, or to other nodes' kubelets as the gateway node.
+//
+// The check runs once per new flow (newFlow), not per packet: a flow to a
+// denied destination is never created, so established traffic pays
+// nothing. A snapshot that adds a destination to the list does not cut
+// flows that exist already; they end when they expire.
+
+// DefaultDeniedDestinations are the destinations every snapshot denies
+// besides Config.DeniedDestinations and the nodes' and the gateway's own
+// VTEPs: link-local (with the metadata address), loopback, multicast,
+// broadcast and the RFC 6890 special-purpose ranges that are never a
+// pod's egress destination. Config.AllowedDestinations overrides them.
+func DefaultDeniedDestinations() []netip.Prefix {
+	return []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"),         // "this network" (RFC 6890)
+		netip.MustParsePrefix("127.0.0.0/8"),       // loopback
+		netip.MustParsePrefix("169.254.0.0/16"),    // link-local, 169.254.169.254 metadata
+		netip.MustParsePrefix("192.0.0.0/24"),      // IETF protocol assignments (RFC 6890)
+		netip.MustParsePrefix("224.0.0.0/4"),       // multicast
+		netip.MustParsePrefix("240.0.0.0/4"),       // reserved, and 255.255.255.255 broadcast
+		netip.MustParsePrefix("::/128"),            // unspecified
+		netip.MustParsePrefix("::1/128"),           // loopback
+		netip.MustParsePrefix("::ffff:0:0/96"),     // IPv4-mapped
+		netip.MustParsePrefix("fe80::/10"),         // link-local
+		netip.MustParsePrefix("fd00:ec2::254/128"), // AWS metadata over IPv6
+		netip.MustParsePrefix("ff00::/8"),          // multicast
+		netip.MustParsePrefix("100::/64"),          // discard-only (RFC 6666)
+	}
+}
+
+// prefixSet is a set of prefixes of one family looked up without
+// allocating: for each prefix length present (longest first), the sorted
+// masked addresses, searched by binary search. A few lengths make a
+// lookup a few short searches.
+type prefixSet struct {
+	lens [2][]prefixLen // by family index
+}
+
+type prefixLen struct {
+	bits int
+	keys [][2]uint64 // masked addresses, as 16 bytes in two words, sorted
+}
+
+func key16(a *[16]byte, bits int) [2]uint64 {
+	hi, lo := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
+	switch {
+	case bits <= 0:
+		return [2]uint64{}
+	case bits < 64:
+		return [2]uint64{hi &^ (1<<(64-bits) - 1), 0}
+	case bits < 128:
+		return [2]uint64{hi, lo &^ (1<<(128-bits) - 1)}
+	}
+	return [2]uint64{hi, lo}
+}
+
+func cmpKey(a, b [2]uint64) int {
+	switch {
+	case a[0] != b[0]:
+		if a[0] < b[0] {
+			return -1
+		}
+		return 1
+	case a[1] != b[1]:
+		if a[1] < b[1] {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+func newPrefixSet(ps []netip.Prefix) prefixSet {
+	var s prefixSet
+	for _, p := range ps {
+		p = p.Masked()
+		a := p.Addr().As16() // IPv4 as ::ffff:a.b.c.d, as the packet fields hold it
+		bits := p.Bits()
+		f := 1
+		if p.Addr().Is4() {
+			f, bits = 0, bits+96
+		}
+		i := slices.IndexFunc(s.lens[f], func(l prefixLen) bool { return l.bits == bits })
+		if i < 0 {
+			s.lens[f] = append(s.lens[f], prefixLen{bits: bits})
+			i = len(s.lens[f]) - 1
+		}
+		s.lens[f][i].keys = append(s.lens[f][i].keys, key16(&a, bits))
+	}
+	for f := range s.lens {
+		slices.SortFunc(s.lens[f], func(a, b prefixLen) int { return b.bits - a.bits })
+		for i := range s.lens[f] {
+			slices.SortFunc(s.lens[f][i].keys, cmpKey)
+			s.lens[f][i].keys = slices.Compact(s.lens[f][i].keys)
+		}
+	}
+	return s
+}
+
+// has reports whether address a (16 bytes, IPv4-mapped for IPv4) of family
+// index f is in the set.
+func (s *prefixSet) has(a *[16]byte, f uint8) bool {
+	for i := range s.lens[f] {
+		l := &s.lens[f][i]
+		k := key16(a, l.bits)
+		if _, ok := slices.BinarySearchFunc(l.keys, k, cmpKey); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// denied reports whether a pod may not open a flow to dst (16 bytes) of
+// family index f.
+func (s *Snapshot) denied(dst *[16]byte, f uint8) bool {
+	return s.deny.has(dst, f) && !s.allow.has(dst, f)
+}
