@@ -153,10 +153,9 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if err := e.swap(set); err != nil {
 		return nil, err
 	}
-	if e.claimer, err = claim.NewClaimer(netns.None()); err != nil {
-		return nil, err
-	}
-	if err := e.claimer.PinSocket(); err != nil { // Reload may run on any thread
+	// Its sockets are opened here, in the namespace served; Reload may
+	// then claim from any thread.
+	if e.claimer, err = claim.NewClaimer(netns.None(), e.log); err != nil {
 		return nil, err
 	}
 	if opt.Announcements > 0 {
