@@ -5,9 +5,9 @@ package claim
 
 import (
 	"encoding/binary"
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"time"

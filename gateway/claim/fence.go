@@ -39,12 +39,12 @@ var (
 
 // fence is the claimer's handle on the fence tables of its namespace.
 type fence struct {
-	c       *nftables.Conn
-	arp     *nftables.Table
-	inet    *nftables.Table
-	arp4    *nftables.Set // arp table: claimed IPv4 addresses
-	inet4   *nftables.Set
-	inet6   *nftables.Set
+	c     *nftables.Conn
+	arp   *nftables.Table
+	inet  *nftables.Table
+	arp4  *nftables.Set // arp table: claimed IPv4 addresses
+	inet4 *nftables.Set
+	inet6 *nftables.Set
 }
 
 // openFence creates the fence tables in ns (the current namespace if ns is

@@ -41,7 +41,9 @@ func (tp *topo) probes(t *testing.T, port uint16) []probe {
 	ip2.Protocol = layers.IPProtocolICMPv4
 	echo := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 7, Seq: 1}
 	echoFrame := serialize(t, eth, &ip2, echo, gopacket.Payload("fence"))
-	fromEgress := func(d *decoded) bool { return d.outer != nil && netip.AddrFrom4([4]byte(d.outer.SrcIP.To4())) == egressIP }
+	fromEgress := func(d *decoded) bool {
+		return d.outer != nil && netip.AddrFrom4([4]byte(d.outer.SrcIP.To4())) == egressIP
+	}
 	return []probe{
 		{"ARP request", arpFrame, func(d *decoded) bool {
 			a, ok := d.packet.Layer(layers.LayerTypeARP).(*layers.ARP)
