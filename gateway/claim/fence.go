@@ -48,8 +48,7 @@ type fence struct {
 }
 
 // openFence creates the fence tables in ns (the current namespace if ns is
-// not open) unless they exist, and (re)writes their rules atomically; the
-// sets, which are the state, are kept.
+// not open) unless they exist.
 func openFence(ns netns.NsHandle) (*fence, error) {
 	var opts []nftables.ConnOption
 	if ns.IsOpen() {
@@ -60,6 +59,16 @@ func openFence(ns netns.NsHandle) (*fence, error) {
 		return nil, fmt.Errorf("claim: nftables: %w", err)
 	}
 	f := &fence{c: c}
+	if err := f.setup(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return f, nil
+}
+
+// setup creates the tables and sets unless they exist and (re)writes the
+// rules, in one transaction; the sets, which are the state, are kept.
+func (f *fence) setup() error {
+	c := f.c
 	f.arp = c.AddTable(&nftables.Table{Family: nftables.TableFamilyARP, Name: FenceTable})
 	f.inet = c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: FenceTable})
 	f.arp4 = &nftables.Set{Table: f.arp, Name: fenceSet4, KeyType: nftables.TypeIPAddr}
@@ -67,7 +76,7 @@ func openFence(ns netns.NsHandle) (*fence, error) {
 	f.inet6 = &nftables.Set{Table: f.inet, Name: fenceSet6, KeyType: nftables.TypeIP6Addr}
 	for _, s := range []*nftables.Set{f.arp4, f.inet4, f.inet6} {
 		if err := c.AddSet(s, nil); err != nil {
-			return nil, fmt.Errorf("claim: nftables set %s: %w", s.Name, err)
+			return fmt.Errorf("nftables set %s: %w", s.Name, err)
 		}
 	}
 	// Before conntrack (-200) and the raw table (-300): nothing else
@@ -102,9 +111,9 @@ func openFence(ns netns.NsHandle) (*fence, error) {
 	rule(out, ipLookup(unix.NFPROTO_IPV6, 8, 16, f.inet6)...)
 	rule(out, ndLookup(f.inet6)...)
 	if err := c.Flush(); err != nil {
-		return nil, fmt.Errorf("claim: nftables tables %s (arp, inet): %w", FenceTable, err)
+		return fmt.Errorf("nftables tables %s (arp, inet): %w", FenceTable, err)
 	}
-	return f, nil
+	return nil
 }
 
 // arpLookup matches an Ethernet/IPv4 ARP packet whose address at off (14
@@ -156,6 +165,19 @@ func (f *fence) sets(ip netip.Addr) []*nftables.Set {
 // add fences ip: from now on the kernel neither answers for it nor sends
 // from it.
 func (f *fence) add(ip netip.Addr) error {
+	err := f.addElements(ip)
+	if errors.Is(err, syscall.ENOENT) {
+		// Another claimer of this namespace found the tables empty and
+		// deleted them as it closed: make them again.
+		if err := f.setup(); err != nil {
+			return fmt.Errorf("fence %s: %w", ip, err)
+		}
+		err = f.addElements(ip)
+	}
+	return err
+}
+
+func (f *fence) addElements(ip netip.Addr) error {
 	for _, s := range f.sets(ip) {
 		if err := f.c.SetAddElements(s, []nftables.SetElement{{Key: ip.AsSlice()}}); err != nil {
 			return fmt.Errorf("fence %s: %w", ip, err)
