@@ -62,13 +62,6 @@ func (a *announcer) cancel(ip netip.Addr) {
 	a.mu.Unlock()
 }
 
-// pending reports how many IPs still have announcements to send.
-func (a *announcer) pending() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.jobs)
-}
-
 func (a *announcer) close() {
 	close(a.stop)
 	<-a.done

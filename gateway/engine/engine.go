@@ -302,8 +302,13 @@ func (e *Engine) Close() error {
 	e.stop.Store(true)
 	close(e.done)
 	e.wg.Wait()
+	var cs claim.Stats
+	if e.claimer != nil {
+		cs = e.claimer.Stats()
+	}
 	err := e.teardown()
-	e.log.Info("engine: stopped; XDP detached and egress IPs released")
+	e.log.Info("engine: stopped; XDP detached and egress IPs released", "announced", cs.Announced,
+		"announce_failures", cs.AnnounceFailures, "arp_nd_answered", cs.Answered, "arp_nd_answer_failures", cs.AnswerFailures)
 	return err
 }
 
