@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway/engine"
@@ -126,10 +127,10 @@ type loop struct {
 	dp          DataPlane
 	applied     engine.Spec
 	fenced      bool
-	settleUntil time.Time
 	retry       bool
 	lastErr     string
 	lastProblem string
+	heldBack    int // egress IPs the cache places here and the fresh list does not
 }
 
 // Run starts the source and keeps the data plane in line with it until ctx
@@ -168,7 +169,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		freshMu.Unlock()
 		lastOK.Store(time.Now().UnixNano())
 		if differ {
-			poke() // while settling, what is hosted depends on the fresh read
+			poke() // what is hosted depends on the fresh read
 		}
 	})
 
@@ -211,16 +212,28 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-kick:
 			time.Sleep(20 * time.Millisecond) // let a burst of changes settle into one pass
 		case <-tick.C:
-			// Only the fence state or the end of settling can change here.
+			// Only the fence state can change here (a new fresh list pokes).
 			dirty = (time.Since(time.Unix(0, lastOK.Load())) > a.FenceAfter) != l.fenced
-			if !l.settleUntil.IsZero() && time.Now().After(l.settleUntil) {
-				l.settleUntil = time.Time{}
-				dirty = true
-			}
 		case <-resync.C:
 		case <-retry:
 		}
 	}
+}
+
+// countHosted counts the status items that place an egress IP on node.
+func countHosted(eips []*egressv1.EgressIP, node string) int {
+	n := 0
+	for _, e := range eips {
+		if e == nil {
+			continue
+		}
+		for _, it := range e.Status.Items {
+			if it.Node == node {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // checkLoop runs the contact check every CheckEvery and reports successes.
@@ -261,7 +274,6 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 			a.Log.Warn("gateway agent: fenced: no contact with the source; releasing every egress IP", "last_contact", lastOK.Format(time.RFC3339Nano), "fence_after", a.FenceAfter)
 		} else {
 			a.Log.Info("gateway agent: contact restored; hosting what the fresh status says")
-			l.settleUntil = now.Add(a.FenceAfter)
 		}
 		l.fenced = fenced
 		// Fenced and Serving change together, so no reader sees a fenced
@@ -276,10 +288,19 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 		}
 	}
 	v := a.Source.View()
-	if now.Before(l.settleUntil) && fresh != nil {
-		// The cache may not have caught up with what moved while out of
-		// contact: host only what the fresh read agrees with.
-		v.EgressIPs = agree(v.EgressIPs, fresh)
+	// Host only what the last fresh list agrees with, at all times: a
+	// watch can stall while List still works (or lag after contact
+	// returns), and the cache would then keep an IP the controller has
+	// moved. Fresh means a successful quorum List (Source.Check) within
+	// FenceAfter; older than that, the agent is fenced above. Before the
+	// first one nothing is hosted.
+	n := countHosted(v.EgressIPs, a.Node)
+	v.EgressIPs = agree(v.EgressIPs, fresh)
+	if held := n - countHosted(v.EgressIPs, a.Node); held != l.heldBack {
+		if held > 0 {
+			a.Log.Warn("gateway agent: the watch cache places egress IPs here that the last fresh list does not; not hosting them", "ips", held)
+		}
+		l.heldBack = held
 	}
 	r := Build(a.currentBase(), a.Node, v)
 	if p := joinErrs(r.Problems); p != l.lastProblem {

@@ -261,3 +261,44 @@ func testLog(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }
+
+// TestAgentStalledWatch: the watch stalls (the cache keeps placing the IP
+// here) while List keeps working and the controller moves the IP away.
+// Contact never breaks, so the agent is never fenced; it must still stop
+// hosting the IP, and host it again once the fresh list places it here.
+func TestAgentStalledWatch(t *testing.T) {
+	src := &fakeSource{cache: cluster.View{
+		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), node("w1", "10.0.0.11", nil)},
+		Namespaces: []*corev1.Namespace{ns("default", nil)},
+		Pods:       []*corev1.Pod{pod("default", "p", "w1", nil, "10.244.1.5")},
+	}}
+	src.place("g1", true, true)
+	dp := &fakeDP{}
+	a := &Agent{Node: "g1", Base: base(), Source: src, FenceAfter: 300 * time.Millisecond, Log: testLog(t),
+		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+			dp.Reload(s)
+			return dp, nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
+	waitFor(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+	// Well past any settling after start.
+	time.Sleep(2 * a.FenceAfter)
+
+	src.place("g2", false, true) // the watch delivers nothing
+	waitFor(t, "released though only the fresh list moved it", 2*time.Second, func() bool {
+		d := dp.last()
+		return d != nil && len(d) == 0
+	})
+	if a.State().Fenced {
+		t.Error("fenced although List worked throughout")
+	}
+	src.place("g1", false, true)
+	waitFor(t, "hosted again when the fresh list places it here", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+}

@@ -7,9 +7,10 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 )
 
-// agree keeps, of each object's status items, those fresh also has: used
-// right after contact returns, when a cache may still hold a placement
-// that moved meanwhile. Objects fresh does not know host nothing.
+// agree keeps, of each object's status items, those fresh also has: a
+// cache whose watch stalled, or has not caught up since contact returned,
+// may still hold a placement that moved. Objects fresh does not know (all
+// of them while fresh is nil) host nothing.
 func agree(eips []*egressv1.EgressIP, fresh cluster.Statuses) []*egressv1.EgressIP {
 	out := make([]*egressv1.EgressIP, 0, len(eips))
 	for _, e := range eips {

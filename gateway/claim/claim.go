@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"time"
@@ -20,55 +21,107 @@ import (
 )
 
 // Claimer adds hosted egress IPs to the external interface and announces
-// them, and removes them on release.
+// them, and removes them on release. Every claimed IP is fenced (see
+// FenceTable): the kernel never answers for it, the claimer's responder
+// does, so a gateway that dies without cleaning up leaves its IPs mute.
 type Claimer struct {
 	// Announcements is how many gratuitous ARPs / unsolicited NAs a claim
 	// sends (default 3), Interval the spacing between them (default 100ms).
+	// They go out in the background: Claim does not wait for them.
 	Announcements int
 	Interval      time.Duration
 
-	// raw, if rawOK, is the AF_PACKET socket announcements go out of,
-	// opened once by PinSocket in the namespace the claimer serves.
-	raw   int
-	rawOK bool
-
-	nl   *netlink.Handle
-	sock map[int]*nl.SocketHandle // raw requests: IFA_PROTO, which netlink.Addr lacks
-	ns   netns.NsHandle
+	nl    *netlink.Handle
+	sock  map[int]*nl.SocketHandle // raw requests: IFA_PROTO, which netlink.Addr lacks
+	fence *fence
+	resp  *responder
+	ann   *announcer
 }
 
-// NewClaimer works on the namespace ns, or the current one if ns is not open.
-func NewClaimer(ns netns.NsHandle) (*Claimer, error) {
-	var (
-		nl  *netlink.Handle
-		err error
-	)
+// Stats are a claimer's counters since it was made.
+type Stats struct {
+	// Announced counts gratuitous ARPs / unsolicited NAs sent, and
+	// AnnounceFailures those that could not be (the claim's remaining
+	// announcements are then dropped, and the failure logged).
+	Announced, AnnounceFailures uint64
+	// Answered counts ARP replies and neighbour advertisements sent for
+	// claimed IPs, AnswerFailures those that could not be sent.
+	Answered, AnswerFailures uint64
+}
+
+// NewClaimer works on the namespace ns, or the current one if ns is not
+// open; log (nil: discarded) gets the announcements that fail. It
+// creates the fence tables unless they exist and starts answering ARP and
+// neighbour solicitations for what it claims.
+func NewClaimer(ns netns.NsHandle, log *slog.Logger) (_ *Claimer, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Claimer{Announcements: 3, Interval: 100 * time.Millisecond}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
 	if ns.IsOpen() {
-		nl, err = netlink.NewHandleAt(ns)
+		c.nl, err = netlink.NewHandleAt(ns)
 	} else {
-		nl, err = netlink.NewHandle()
+		c.nl, err = netlink.NewHandle()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim: netlink: %w", err)
 	}
-	sock, err := routeSocket(ns)
-	if err != nil {
-		nl.Close()
+	if c.sock, err = routeSocket(ns); err != nil {
 		return nil, err
 	}
-	return &Claimer{Announcements: 3, Interval: 100 * time.Millisecond, nl: nl, sock: sock, ns: ns}, nil
+	if c.fence, err = openFence(ns); err != nil {
+		return nil, err
+	}
+	// The packet sockets belong to the namespace of the thread that opens
+	// them; afterwards any thread may use them (setns needs CAP_SYS_ADMIN,
+	// which the gateway does not have, so the engine passes no ns).
+	err = nsenter.Do(ns, func() error {
+		var err error
+		c.resp, err = openResponder()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: packet sockets for ARP and neighbour discovery: %w", err)
+	}
+	c.ann = newAnnouncer(c.resp.sendFrame, log)
+	return c, nil
 }
 
-// Close releases the netlink sockets.
+// Close stops announcing and answering and releases the sockets. Claimed
+// IPs stay on their interface, fenced, until a claimer releases them; the
+// fence tables go when they fence nothing.
 func (c *Claimer) Close() {
-	c.nl.Close()
-	if c.rawOK {
-		unix.Close(c.raw)
-		c.rawOK = false
+	if c.ann != nil {
+		c.ann.close()
+		c.ann = nil
+	}
+	if c.resp != nil {
+		c.resp.close()
+		c.resp = nil
+	}
+	if c.fence != nil {
+		c.fence.dropIfEmpty() // best effort: a left empty table drops nothing
+		c.fence = nil
+	}
+	if c.nl != nil {
+		c.nl.Close()
+		c.nl = nil
 	}
 	for _, s := range c.sock {
 		s.Socket.Close()
 	}
+	c.sock = nil
+}
+
+// Stats returns the claimer's counters.
+func (c *Claimer) Stats() Stats {
+	return Stats{Announced: c.ann.sent.Load(), AnnounceFailures: c.ann.failures.Load(),
+		Answered: c.resp.answered.Load(), AnswerFailures: c.resp.errors.Load()}
 }
 
 // errBadAddr is returned for an invalid address argument.
@@ -83,10 +136,11 @@ func hostAddr(ip netip.Addr) *netlink.Addr {
 	return a
 }
 
-// Claim adds ip as a /32 (or /128, without duplicate address detection) to
-// interface ifname, marked as Egret's (AddrProto), then announces it: the
-// first announcement at once, the others Interval apart. Claiming an
-// address already present marks it and re-announces.
+// Claim fences ip, adds it as a /32 (or /128, without duplicate address
+// detection) to interface ifname, marked as Egret's (AddrProto), answers
+// ARP / neighbour solicitations for it, and queues its announcements: the
+// first at once, the others Interval apart, sent in the background.
+// Claiming an address already present marks it and re-announces.
 func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
 		return fmt.Errorf("claim: %v: %w", ip, errBadAddr)
@@ -96,22 +150,36 @@ func (c *Claimer) Claim(ifname string, ip netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("claim: %s: interface %q: %w", ip, ifname, err)
 	}
+	mac := l.Attrs().HardwareAddr
+	if len(mac) != 6 {
+		return fmt.Errorf("claim: %s: interface %q has no Ethernet address (%v)", ip, ifname, mac)
+	}
+	// Fenced before it is added: the kernel never answers for it, not
+	// even for a moment.
+	if err := c.fence.add(ip); err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
 	if err := c.addMarked(l.Attrs().Index, ip); err != nil {
 		return fmt.Errorf("claim: add %s to %s: %w", ip, ifname, err)
 	}
-	if err := c.announce(l.Attrs().Index, l.Attrs().HardwareAddr, ip); err != nil {
-		return fmt.Errorf("claim: claimed %s on %s but could not announce it: %w", ip, ifname, err)
+	c.resp.host(ip, hostedIP{ifindex: l.Attrs().Index, mac: mac})
+	frame := UnsolicitedNA(mac, ip)
+	if ip.Is4() {
+		frame = GratuitousARP(mac, ip)
 	}
+	c.ann.queue(ip, l.Attrs().Index, frame, c.Announcements, c.Interval)
 	return nil
 }
 
-// Release removes ip from ifname; releasing an absent address is not an
-// error.
+// Release stops answering for ip, removes it from ifname and lifts its
+// fence; releasing an absent address is not an error.
 func (c *Claimer) Release(ifname string, ip netip.Addr) error {
 	if !ip.IsValid() {
 		return fmt.Errorf("claim: release %v: %w", ip, errBadAddr)
 	}
 	ip = ip.Unmap()
+	c.ann.cancel(ip)
+	c.resp.unhost(ip)
 	l, err := c.nl.LinkByName(ifname)
 	if err != nil {
 		return fmt.Errorf("claim: release %s: interface %q: %w", ip, ifname, err)
@@ -119,69 +187,11 @@ func (c *Claimer) Release(ifname string, ip netip.Addr) error {
 	if err := c.nl.AddrDel(l, hostAddr(ip)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("claim: remove %s from %s: %w", ip, ifname, err)
 	}
-	return nil
-}
-
-// Announce sends the gratuitous ARP (IPv4) or unsolicited neighbour
-// advertisement (IPv6) for ip from mac out of ifindex.
-func (c *Claimer) Announce(ifindex int, mac net.HardwareAddr, ip netip.Addr) error {
-	if err := c.announce(ifindex, mac, ip); err != nil {
-		return fmt.Errorf("claim: announce %v: %w", ip, err)
+	// Only once the address is gone: the kernel never answers for it.
+	if err := c.fence.remove(ip); err != nil {
+		return fmt.Errorf("claim: %w", err)
 	}
 	return nil
-}
-
-// announce is Announce with errors that the caller prefixes.
-func (c *Claimer) announce(ifindex int, mac net.HardwareAddr, ip netip.Addr) error {
-	if len(mac) != 6 {
-		return fmt.Errorf("interface has no Ethernet address (%v)", mac)
-	}
-	var frame []byte
-	if ip.Is4() {
-		frame = GratuitousARP(mac, ip)
-	} else {
-		frame = UnsolicitedNA(mac, ip)
-	}
-	fd, err := c.rawSocket()
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	to := &unix.SockaddrLinklayer{Ifindex: ifindex}
-	n := c.Announcements
-	if n <= 0 {
-		n = 1
-	}
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			time.Sleep(c.Interval)
-		}
-		if err := unix.Sendto(fd, frame, 0, to); err != nil {
-			return fmt.Errorf("send announcement: %w", err)
-		}
-	}
-	return nil
-}
-
-// rawSocket opens an AF_PACKET socket inside the claimer's namespace.
-func (c *Claimer) rawSocket() (int, error) {
-	if c.rawOK {
-		fd, err := unix.Dup(c.raw)
-		if err != nil {
-			return -1, fmt.Errorf("packet socket: %w", err)
-		}
-		return fd, nil
-	}
-	fd := -1
-	err := nsenter.Do(c.ns, func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		return err
-	})
-	if err != nil {
-		return -1, fmt.Errorf("packet socket: %w", err)
-	}
-	return fd, nil
 }
 
 // GratuitousARP builds an ARP announcement (RFC 5227): a broadcast request
@@ -249,20 +259,4 @@ func icmp6Checksum(src, dst [16]byte, msg []byte) uint16 {
 		sum = sum>>16 + sum&0xffff
 	}
 	return ^uint16(sum)
-}
-
-// PinSocket opens the AF_PACKET socket announcements are sent from now, in
-// the calling thread's network namespace, and keeps it until Close. Claims
-// then announce from whatever thread calls them, without entering a
-// namespace (setns needs CAP_SYS_ADMIN), which is how the engine uses it.
-func (c *Claimer) PinSocket() error {
-	if c.rawOK {
-		return nil
-	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("claim: packet socket for announcements: %w", err)
-	}
-	c.raw, c.rawOK = fd, true
-	return nil
 }

@@ -20,7 +20,7 @@ import (
 func TestClaimAnnouncesAndRelease(t *testing.T) {
 	tp := nstest.NewRouted(t)
 	cap := tp.Peer.OpenRaw(t, "pe0")
-	cl, err := claim.NewClaimer(tp.GW.Handle)
+	cl, err := claim.NewClaimer(tp.GW.Handle, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestClaimAnnouncesAndRelease(t *testing.T) {
 func TestClaimIPv6SendsUnsolicitedNA(t *testing.T) {
 	tp := nstest.NewRouted(t)
 	cap := tp.Peer.OpenRaw(t, "pe0")
-	cl, err := claim.NewClaimer(tp.GW.Handle)
+	cl, err := claim.NewClaimer(tp.GW.Handle, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestClaimIPv6SendsUnsolicitedNA(t *testing.T) {
 
 func TestClaimBadInput(t *testing.T) {
 	tp := nstest.NewRouted(t)
-	cl, err := claim.NewClaimer(tp.GW.Handle)
+	cl, err := claim.NewClaimer(tp.GW.Handle, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"syscall"
 
 	"github.com/vishvananda/netlink/nl"
@@ -124,8 +125,9 @@ func (c *Claimer) Marked(ifindexes ...int) ([]MarkedAddr, error) {
 }
 
 // ReleaseMarked removes every marked address on the named interfaces that
-// keep does not report as hosted (keep nil: all of them), and returns what
-// it removed. A claimer that restarts after a crash calls it before
+// keep does not report as hosted (keep nil: all of them), with its fence,
+// and returns what it removed; it also lifts every other fence keep does
+// not report. A claimer that restarts after a crash calls it before
 // claiming, so addresses its killed predecessor left are not kept.
 func (c *Claimer) ReleaseMarked(ifnames []string, keep func(netip.Addr) bool) ([]netip.Addr, error) {
 	var idx []int
@@ -158,7 +160,26 @@ func (c *Claimer) ReleaseMarked(ifnames []string, keep func(netip.Addr) bool) ([
 			errs = append(errs, fmt.Errorf("claim: remove %s/%d from ifindex %d: %w", m.Addr, m.Bits, m.Ifindex, err))
 			continue
 		}
+		c.ann.cancel(m.Addr)
+		c.resp.unhost(m.Addr)
 		gone = append(gone, m.Addr)
+	}
+	// Then the fences not kept: those of the addresses just removed, and
+	// any whose address went another way (removed by hand, or a claim
+	// killed between fencing and adding). Never before the address.
+	fenced, err := c.fence.fenced()
+	if err != nil {
+		return gone, errors.Join(append(errs, fmt.Errorf("claim: %w", err))...)
+	}
+	for _, a := range fenced {
+		if keep != nil && keep(a) || slices.ContainsFunc(marked, func(m MarkedAddr) bool { return m.Addr == a && !slices.Contains(gone, a) }) {
+			continue
+		}
+		c.ann.cancel(a)
+		c.resp.unhost(a)
+		if err := c.fence.remove(a); err != nil {
+			errs = append(errs, fmt.Errorf("claim: %w", err))
+		}
 	}
 	return gone, errors.Join(errs...)
 }

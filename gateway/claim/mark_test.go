@@ -40,7 +40,7 @@ func addrsOn(t *testing.T, h *netlink.Handle, ifname string) []netip.Addr {
 // not host, while addresses someone else added stay.
 func TestClaimMarksAndReleaseMarked(t *testing.T) {
 	tp := nstest.NewRouted(t)
-	first, err := claim.NewClaimer(tp.GW.Handle)
+	first, err := claim.NewClaimer(tp.GW.Handle, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestClaimMarksAndReleaseMarked(t *testing.T) {
 	}
 	first.Close() // no Release: the process was killed
 
-	second, err := claim.NewClaimer(tp.GW.Handle)
+	second, err := claim.NewClaimer(tp.GW.Handle, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

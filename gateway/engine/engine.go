@@ -153,10 +153,9 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 	if err := e.swap(set); err != nil {
 		return nil, err
 	}
-	if e.claimer, err = claim.NewClaimer(netns.None()); err != nil {
-		return nil, err
-	}
-	if err := e.claimer.PinSocket(); err != nil { // Reload may run on any thread
+	// Its sockets are opened here, in the namespace served; Reload may
+	// then claim from any thread.
+	if e.claimer, err = claim.NewClaimer(netns.None(), e.log); err != nil {
 		return nil, err
 	}
 	if opt.Announcements > 0 {
@@ -306,8 +305,13 @@ func (e *Engine) Close() error {
 	e.stop.Store(true)
 	close(e.done)
 	e.wg.Wait()
+	var cs claim.Stats
+	if e.claimer != nil {
+		cs = e.claimer.Stats()
+	}
 	err := e.teardown()
-	e.log.Info("engine: stopped; XDP detached and egress IPs released")
+	e.log.Info("engine: stopped; XDP detached and egress IPs released", "announced", cs.Announced,
+		"announce_failures", cs.AnnounceFailures, "arp_nd_answered", cs.Answered, "arp_nd_answer_failures", cs.AnswerFailures)
 	return err
 }
 

@@ -17,7 +17,7 @@ import (
 // claim left behind would make one IP answer on two gateways. New does the
 // same for the IPs its configuration does not host.
 func ReleaseStaleClaims(interfaces []string) ([]netip.Addr, error) {
-	c, err := claim.NewClaimer(netns.None())
+	c, err := claim.NewClaimer(netns.None(), nil)
 	if err != nil {
 		return nil, err
 	}

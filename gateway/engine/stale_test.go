@@ -19,7 +19,7 @@ func TestEngineRemovesStaleClaims(t *testing.T) {
 	stale := netip.MustParseAddr("10.77.0.101")
 	staleV6 := netip.MustParseAddr("fd77::101")
 	foreign := netip.MustParseAddr("10.77.0.102")
-	dead, err := claim.NewClaimer(tp.gw.Handle)
+	dead, err := claim.NewClaimer(tp.gw.Handle, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestEngineRemovesStaleClaims(t *testing.T) {
 	}
 
 	// Something marked that this run did not record goes on Close too.
-	other, err := claim.NewClaimer(tp.gw.Handle)
+	other, err := claim.NewClaimer(tp.gw.Handle, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
