@@ -9,6 +9,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/claim"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -59,6 +60,9 @@ type GatewaySource struct {
 	EgressIPs func(dst []netip.Addr) []netip.Addr
 	// TunnelPeers is the number of worker nodes allowed to send tunnel traffic.
 	TunnelPeers func() int
+	// Claims is the egress-IP claimer's counters (announcements, ARP/ND
+	// answers); nil when the gateway claims nothing itself.
+	Claims func() claim.Stats
 }
 
 // extra drop reasons of the I/O loop, beside gateway.DropReason names.
@@ -90,6 +94,7 @@ type GatewayCollector struct {
 	plRx, plPass, plFwd, plReplied, icmpSent, icmpXlated, drops          *prometheus.Desc
 	flows, flowsMax, flowsCreated, flowsExpired, flowsMoved              *prometheus.Desc
 	flowsEarlyDropped                                                    *prometheus.Desc
+	announcements, neighborAnswers                                       *prometheus.Desc
 	portsInUse, portsMax, exhausted, egressIPs, peers, workersDesc, busy *prometheus.Desc
 }
 
@@ -136,6 +141,8 @@ func NewGatewayCollector(src GatewaySource) *GatewayCollector {
 		flowsCreated:      d("flows_created_total", "Flows created."),
 		flowsExpired:      d("flows_expired_total", "Flows expired and their NAT port released."),
 		flowsEarlyDropped: d("flows_early_dropped_total", "Unanswered or closing flows removed to make room for a new flow in a full table (early drop), their NAT port released."),
+		announcements:     d("claim_announcements_total", "Gratuitous ARPs and unsolicited neighbour advertisements for claimed egress IPs, by result (sent, failed).", "result"),
+		neighborAnswers:   d("neighbor_answers_total", "ARP replies and neighbour advertisements the gateway sent for its claimed egress IPs (the kernel is fenced from answering), by result (sent, failed).", "result"),
 		flowsMoved:        d("flows_moved_total", "Flows removed because their egress IP left this gateway or their pod's policy; the pod's next packet opens a flow on a current egress IP (UDP, ICMP) or is dropped as tcp_no_flow (TCP)."),
 
 		portsInUse:  d("nat_ports_in_use", "NAT ports (ICMP identifiers) with at least one live flow, per egress IP and protocol.", "egress_ip", "protocol"),
@@ -154,6 +161,7 @@ func (c *GatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.xdpRxDropped, c.xdpRxRingFull, c.xdpFillEmpty, c.xdpTxEmpty, c.xdpInvalid,
 		c.plRx, c.plPass, c.plFwd, c.plReplied, c.icmpSent, c.icmpXlated, c.drops,
 		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired, c.flowsMoved, c.flowsEarlyDropped,
+		c.announcements, c.neighborAnswers,
 		c.portsInUse, c.portsMax, c.exhausted, c.egressIPs, c.peers, c.workersDesc, c.busy} {
 		ch <- d
 	}
@@ -199,6 +207,13 @@ func (c *GatewayCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.flowsExpired, sum.Count(gateway.CounterFlowsExpired))
 	counter(ch, c.flowsMoved, sum.Count(gateway.CounterFlowsMoved))
 	counter(ch, c.flowsEarlyDropped, sum.Count(gateway.CounterFlowsEarlyDropped))
+	if c.src.Claims != nil {
+		cs := c.src.Claims()
+		counter(ch, c.announcements, cs.Announced, "sent")
+		counter(ch, c.announcements, cs.AnnounceFailures, "failed")
+		counter(ch, c.neighborAnswers, cs.Answered, "sent")
+		counter(ch, c.neighborAnswers, cs.AnswerFailures, "failed")
+	}
 	for _, r := range gateway.DropReasons() {
 		counter(ch, c.drops, sum.Drop(r), r.String())
 	}

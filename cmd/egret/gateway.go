@@ -530,5 +530,6 @@ func engineSource(eng *engine.Engine) metrics.GatewaySource {
 		NAT:         eng.Pipeline().NAT(),
 		EgressIPs:   eng.Hosted,
 		TunnelPeers: eng.TunnelPeers,
+		Claims:      eng.ClaimStats,
 	}
 }

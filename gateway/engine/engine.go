@@ -333,7 +333,9 @@ func (e *Engine) teardown() error {
 			e.log.Info("engine: removed leftover egress IPs", "ips", gone)
 		}
 		e.claimer.Close()
+		e.mu.Lock() // ClaimStats reads it from the metrics scrape
 		e.claimer = nil
+		e.mu.Unlock()
 	}
 	for _, ifc := range e.ifcs {
 		if err := ifc.Close(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/claim"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/gateway/xdp"
@@ -108,6 +109,17 @@ func (e *Engine) TunnelPeers() int {
 		return 0
 	}
 	return len(e.set.Nodes)
+}
+
+// ClaimStats is the egress-IP claimer's counters; zero when the engine
+// claims nothing itself.
+func (e *Engine) ClaimStats() claim.Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.claimer == nil {
+		return claim.Stats{}
+	}
+	return e.claimer.Stats()
 }
 
 // Modes reports each served interface's mode (afxdp or afpacket).
