@@ -35,8 +35,8 @@ const MaxConns = 16
 
 // RegisterRefused registers egret_listener_refused_connections_total for
 // one listener ("metrics", "health"): refused reports its count.
-func RegisterRefused(reg prometheus.Registerer, listener string, refused func() uint64) {
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+func RegisterRefused(reg prometheus.Registerer, listener string, refused func() uint64) error {
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name:        "egret_listener_refused_connections_total",
 		Help:        "Connections closed on accept because the listener held its maximum already.",
 		ConstLabels: prometheus.Labels{"listener": listener},
@@ -107,7 +107,10 @@ func Serve(addr string, reg *prometheus.Registry, ready func() error) (*Server, 
 		return nil, fmt.Errorf("metrics: listen on %q: %w", addr, err)
 	}
 	ln := health.Limit(l, MaxConns)
-	RegisterRefused(reg, "metrics", ln.Refused)
+	if err := RegisterRefused(reg, "metrics", ln.Refused); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	s := &Server{ln: ln, done: make(chan error, 1)}
 	s.SetReady(ready)
 	mux := http.NewServeMux()

@@ -426,7 +426,9 @@ func runGatewayAgent(f *gatewayFlags) error {
 			return err
 		}
 		defer hs.Stop()
-		metrics.RegisterRefused(gm.reg, "health", hs.Refused)
+		if err := metrics.RegisterRefused(gm.reg, "health", hs.Refused); err != nil {
+			log.Warn("gateway agent: health listener metric not registered", "err", err)
+		}
 		log.Info("gateway agent: serving health checks", "addr", hs.Addr().String(), "mtls", f.healthTLS.Enabled(), "max_conns", f.healthMaxConns)
 		a.Health = hs
 	}
