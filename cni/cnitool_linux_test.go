@@ -14,6 +14,7 @@ import (
 	"github.com/egret-gw/egret/internal/nstest"
 
 	"github.com/vishvananda/netlink"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // cnitoolPath finds the cnitool that hack/cnitool.sh builds.
@@ -39,6 +40,7 @@ type cnitool struct {
 	bin     string
 	confDir string
 	args    string
+	dir     string // the plugin directory; empty: the shared one
 }
 
 func (c *cnitool) run(verb, network string) (string, error) {
@@ -46,8 +48,12 @@ func (c *cnitool) run(verb, network string) (string, error) {
 	var out, errOut bytes.Buffer
 	var runErr error
 	if err := c.lab.Node.Do(func() error {
+		dir := c.dir
+		if dir == "" {
+			dir = pluginDir(c.t)
+		}
 		cmd := exec.Command(c.bin, verb, network, c.lab.Pod.Path())
-		cmd.Env = append(os.Environ(), "NETCONFPATH="+c.confDir, "CNI_PATH="+pluginDir(c.t), "CNI_IFNAME=net1", "CNI_ARGS="+c.args)
+		cmd.Env = append(os.Environ(), "NETCONFPATH="+c.confDir, "CNI_PATH="+dir, "CNI_IFNAME=net1", "CNI_ARGS="+c.args)
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		runErr = cmd.Run()
 		return nil
@@ -135,6 +141,55 @@ func TestCnitool(t *testing.T) {
 			}
 			if _, err := l.Pod.NL.LinkByName("net1"); err == nil {
 				t.Error("refused ADD left net1")
+			}
+		})
+	}
+}
+
+// TestStatusChecksNodeSettings runs STATUS through cnitool against plugin directories
+// whose node-side settings file is missing, unreadable, invalid or complete: STATUS
+// must refuse exactly what ADD would, naming the file, and take ipConfig's kubeconfig
+// from that file, never from the network configuration.
+func TestStatusChecksNodeSettings(t *testing.T) {
+	nstest.Root(t)
+	bin := cnitoolPath(t)
+	l := newLab(t, true)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*clientcmdapiConfig("https://127.0.0.1:1"), kc); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := pluginDirWith(t, "")
+	if err := os.Mkdir(filepath.Join(unreadable, HostConfigName), 0o755); err != nil { // root reads any file; a directory it cannot
+		t.Fatal(err)
+	}
+	const static = `"interfaceArgs":{"master":"ext0"},"ip":{"addresses":["192.0.2.99/24"]}`
+	const ipConfig = `"interfaceArgs":{"master":"ext0"},"ipConfig":{"name":"x"}`
+	cases := []struct {
+		name, dir, body string
+		words           string // "" for success
+	}{
+		{"no settings file: the defaults", pluginDirWith(t, ""), static, ""},
+		{"valid settings", pluginDirWith(t, `{"allowMasterTypes":["veth"]}`), static, ""},
+		{"unreadable settings", unreadable, static, "reading the host settings"},
+		{"misspelt setting", pluginDirWith(t, `{"allowPasthru":true}`), static, `unknown field "allowPasthru"`},
+		{"not JSON", pluginDirWith(t, `{"allowPassthru":`), static, HostConfigName + " are invalid"},
+		{"relative kubeconfig", pluginDirWith(t, `{"kubeconfig":"kubeconfig"}`), static, `kubeconfig "kubeconfig": give an absolute path`},
+		{"passthru not allowed", pluginDirWith(t, `{"allowMasterTypes":["veth"]}`), `"interfaceArgs":{"master":"ext0","mode":"passthru"},"ip":{"addresses":["192.0.2.99/24"]}`, "passthru is not allowed"},
+		{"ipConfig without a node kubeconfig", pluginDirWith(t, `{}`), ipConfig, "names none"},
+		{"ipConfig with a missing node kubeconfig", pluginDirWith(t, `{"kubeconfig":"/nonexistent/kubeconfig"}`), ipConfig, "/nonexistent/kubeconfig"},
+		{"ipConfig with the node kubeconfig", pluginDirWith(t, `{"kubeconfig":`+quote(kc)+`}`), ipConfig, ""},
+		{"kubeconfig in the network config", pluginDirWith(t, `{"kubeconfig":`+quote(kc)+`}`), `"kubeconfig":` + quote(kc) + `,` + ipConfig, "a network configuration may not name a kubeconfig"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &cnitool{t: t, lab: l, bin: bin, confDir: t.TempDir(), dir: tc.dir, args: "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=db"}
+			c.writeConf("egrt-status", "1.1.0", tc.body)
+			_, err := c.run("status", "egrt-status")
+			switch {
+			case tc.words == "" && err != nil:
+				t.Errorf("STATUS: %v", err)
+			case tc.words != "" && (err == nil || !strings.Contains(err.Error(), tc.words)):
+				t.Errorf("STATUS: %v, want an error containing %q", err, tc.words)
 			}
 		})
 	}

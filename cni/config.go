@@ -37,7 +37,8 @@ type NetConf struct {
 	PodIP         map[string]IPSpec `json:"podIP,omitempty"`
 	IPConfig      *IPConfigRef      `json:"ipConfig,omitempty"`
 
-	// Kubeconfig is the file used to read the ipConfig ConfigMap (Egret extension).
+	// Kubeconfig is decoded only to be refused: the credentials the plugin reads
+	// ConfigMaps with are the node's (HostConfig.Kubeconfig), not the network's author's.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// ClusterNetworks and ServiceNetworks stay routed through the pod's previous default
 	// interface once the egress interface takes the default route (Egret extension).
@@ -101,7 +102,6 @@ type Config struct {
 	PodIP    []PodEntry      // from "podIP", in key order
 	IPConfig *IPConfigSource // from "ipConfig"
 
-	Kubeconfig      string
 	ClusterNetworks []netip.Prefix
 	ServiceNetworks []netip.Prefix
 }
@@ -132,7 +132,12 @@ func ParseConfig(stdin []byte) (*Config, error) {
 }
 
 func validate(raw *NetConf) (*Config, error) {
-	c := &Config{Raw: raw, Kubeconfig: raw.Kubeconfig}
+	c := &Config{Raw: raw}
+	if raw.Kubeconfig != "" {
+		// Whoever may write a NetworkAttachmentDefinition could otherwise make the
+		// plugin, which runs as root on the node, use any credentials file there.
+		return nil, fieldErr("kubeconfig", "a network configuration may not name a kubeconfig; remove it: the plugin reads ipConfig ConfigMaps with the kubeconfig of the node's %s, which egress-router install --kubeconfig-dir sets", HostConfigName)
+	}
 	if raw.Name == "" {
 		return nil, fieldErr("name", "is required")
 	}

@@ -46,7 +46,7 @@ func TestParseConfigForms(t *testing.T) {
 		t.Errorf("ipvlan podIP config: mode %q master %q entries %d", c.Mode, c.Master, len(c.PodIP))
 	}
 
-	c, err = ParseConfig([]byte(`{"name":"n","type":"egress-router","kubeconfig":"/k","ipConfig":{"name":"cm","overrides":{"gateway":"192.168.1.1","destinations":["10.0.0.0/8"]}}}`))
+	c, err = ParseConfig([]byte(`{"name":"n","type":"egress-router","ipConfig":{"name":"cm","overrides":{"gateway":"192.168.1.1","destinations":["10.0.0.0/8"]}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +82,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{`{` + base + `,"interfaceArgs":{"master":"a/b"},"ip":{"addresses":["1.2.3.4/24"]}}`, "interfaceArgs.master"},
 		{`{` + base + `,"clusterNetworks":["x"],"ip":{"addresses":["1.2.3.4/24"]}}`, "clusterNetworks[0]"},
 		{`{` + base + `,"serviceNetworks":["10.0.0.0/33"],"ip":{"addresses":["1.2.3.4/24"]}}`, "serviceNetworks[0]"},
+		// The kubeconfig is the node's (egress-router-host.json), not the author's.
+		{`{` + base + `,"kubeconfig":"/etc/kubernetes/admin.conf","ipConfig":{"name":"x"}}`, "kubeconfig"},
 	}
 	for _, tc := range cases {
 		_, err := ParseConfig([]byte(tc.conf))

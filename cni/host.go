@@ -30,6 +30,11 @@ type HostConfig struct {
 	// AllowCrossNamespaceConfigMaps lets ipConfig.namespace name a namespace other
 	// than the pod's.
 	AllowCrossNamespaceConfigMaps bool `json:"allowCrossNamespaceConfigMaps,omitempty"`
+	// Kubeconfig is the absolute path of the kubeconfig ipConfig reads ConfigMaps with
+	// (egress-router install --kubeconfig-dir writes both); empty refuses ipConfig.
+	// It lives here and not in the network configuration because those credentials
+	// are the node's, and a NetworkAttachmentDefinition's author is not.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
 }
 
 // HostConfigPath is where the plugin looks for its host settings: next to its binary.
@@ -65,6 +70,10 @@ func ParseHostConfig(b []byte) (HostConfig, error) {
 	d.DisallowUnknownFields()
 	if err := d.Decode(&hc); err != nil {
 		return HostConfig{}, err
+	}
+	if hc.Kubeconfig != "" && !filepath.IsAbs(hc.Kubeconfig) {
+		// The plugin's working directory is the runtime's, not the administrator's.
+		return HostConfig{}, fmt.Errorf("kubeconfig %q: give an absolute path", hc.Kubeconfig)
 	}
 	return hc, nil
 }

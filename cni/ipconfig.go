@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -26,21 +27,32 @@ type KubeConfigMaps struct {
 	Client kubernetes.Interface
 }
 
-// NewKubeConfigMaps builds a client from a kubeconfig file.
+// NewKubeConfigMaps builds a client from the kubeconfig file the node's settings name.
+// Its errors are the node's to fix, not the network configuration's author's.
 func NewKubeConfigMaps(kubeconfig string) (*KubeConfigMaps, error) {
-	if kubeconfig == "" {
-		return nil, fieldErr("kubeconfig", "is required with ipConfig: the plugin reads the ConfigMap through it")
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	rc, err := loadKubeconfig(kubeconfig)
 	if err != nil {
-		return nil, fieldErr("kubeconfig", "cannot load %s: %v", kubeconfig, err)
+		return nil, err
 	}
 	rc.Timeout = 10 * time.Second
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fieldErr("kubeconfig", "cannot build a client from %s: %v", kubeconfig, err)
+		return nil, fmt.Errorf("cannot build an API client from the node's kubeconfig %s: %w", kubeconfig, err)
 	}
 	return &KubeConfigMaps{Client: cs}, nil
+}
+
+// loadKubeconfig reads the node's kubeconfig for ipConfig; ADD and STATUS share it so
+// STATUS refuses exactly what ADD would.
+func loadKubeconfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return nil, fmt.Errorf("ipConfig needs a kubeconfig to read the ConfigMap, and the node's %s names none (egress-router install --kubeconfig-dir writes one)", HostConfigName)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("cannot load the node's kubeconfig for ipConfig (%s names it): %w", HostConfigName, err)
+	}
+	return rc, nil
 }
 
 // ConfigMapData implements ConfigMapGetter.

@@ -113,12 +113,13 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 			kubeconfig := forwardAPI(t, env, l.Node)
 			r := newRuntime(t, l, "db-router")
 			// The second case reads a ConfigMap of another namespace, which the node allows.
-			r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowCrossNamespaceConfigMaps":true}`)}, t.TempDir(), nil)
+			// The kubeconfig is the node's, in its settings file, as egress-router install writes it.
+			r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowCrossNamespaceConfigMaps":true,"kubeconfig":`+quote(kubeconfig)+`}`)}, t.TempDir(), nil)
 			before := routesOf(t, l.Pod, netlink.FAMILY_V4)
 
 			// Namespace from K8S_POD_NAMESPACE; the ConfigMap's /24 is narrowed by the
 			// overrides to the one allowed host; the gateway is fixed by the overrides.
-			list := confList(t, v, TypeEgressRouter, `"kubeconfig":`+quote(kubeconfig)+`,"ipConfig":{"name":"egress-ip","overrides":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"gateway":"192.0.2.1","destinations":["198.51.100.10/32","2001:db8:99::10/128","203.0.113.0/24"]}}`)
+			list := confList(t, v, TypeEgressRouter, `"ipConfig":{"name":"egress-ip","overrides":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"gateway":"192.0.2.1","destinations":["198.51.100.10/32","2001:db8:99::10/128","203.0.113.0/24"]}}`)
 			if _, err := r.add(list); err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
@@ -143,7 +144,7 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 			assertClean(t, l, before)
 
 			// podIP in a ConfigMap of an explicit namespace, no overrides: any destination.
-			list = confList(t, v, TypeOpenshiftEgress, `"kubeconfig":`+quote(kubeconfig)+`,"ipConfig":{"namespace":"routers","name":"per-pod"}`)
+			list = confList(t, v, TypeOpenshiftEgress, `"ipConfig":{"namespace":"routers","name":"per-pod"}`)
 			if _, err := r.add(list); err != nil {
 				t.Fatalf("ADD (podIP ConfigMap): %v", err)
 			}
@@ -157,19 +158,19 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 			assertClean(t, l, before)
 
 			// Overrides that forbid the ConfigMap's address refuse it; nothing is left.
-			list = confList(t, v, TypeEgressRouter, `"kubeconfig":`+quote(kubeconfig)+`,"ipConfig":{"name":"egress-ip","overrides":{"addresses":["192.0.2.50/24"]}}`)
+			list = confList(t, v, TypeEgressRouter, `"ipConfig":{"name":"egress-ip","overrides":{"addresses":["192.0.2.50/24"]}}`)
 			_, err := r.add(list)
 			if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), "overrides.addresses") || !strings.Contains(err.Error(), "192.0.2.99/24") {
 				t.Errorf("forbidden address: %v", err)
 			}
 			// A gateway other than the fixed one is refused too.
 			putOnce(t, cs, "gw-"+strings.ReplaceAll(v, ".", ""), `{"addresses":["192.0.2.99/24"],"gateway":"192.0.2.254"}`)
-			list = confList(t, v, TypeEgressRouter, `"kubeconfig":`+quote(kubeconfig)+`,"ipConfig":{"name":"gw-`+strings.ReplaceAll(v, ".", "")+`","overrides":{"gateway":"192.0.2.1"}}`)
+			list = confList(t, v, TypeEgressRouter, `"ipConfig":{"name":"gw-`+strings.ReplaceAll(v, ".", "")+`","overrides":{"gateway":"192.0.2.1"}}`)
 			if _, err := r.add(list); cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), "overrides.gateway") {
 				t.Errorf("other gateway: %v", err)
 			}
 			// A ConfigMap that does not exist is a clear error.
-			list = confList(t, v, TypeEgressRouter, `"kubeconfig":`+quote(kubeconfig)+`,"ipConfig":{"name":"absent"}`)
+			list = confList(t, v, TypeEgressRouter, `"ipConfig":{"name":"absent"}`)
 			if _, err := r.add(list); err == nil || !strings.Contains(err.Error(), "ns1/absent") {
 				t.Errorf("absent ConfigMap: %v", err)
 			}
@@ -196,7 +197,8 @@ func TestIPConfigAPIDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRuntime(t, l, "db")
-	_, err := r.add(confList(t, "1.0.0", TypeEgressRouter, `"kubeconfig":`+quote(kc)+`,"ipConfig":{"name":"x"}`))
+	r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"kubeconfig":`+quote(kc)+`}`)}, t.TempDir(), nil)
+	_, err := r.add(confList(t, "1.0.0", TypeEgressRouter, `"ipConfig":{"name":"x"}`))
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater {
 		t.Errorf("API server down: %v, want code %d", err, types.ErrTryAgainLater)

@@ -110,8 +110,8 @@ func (p *Plugin) resolve(c *Config, pod PodArgs, hc HostConfig) (IPSettings, err
 		var err error
 		if p.ConfigMaps != nil {
 			cms, err = p.ConfigMaps(c)
-		} else {
-			cms, err = NewKubeConfigMaps(c.Kubeconfig)
+		} else if cms, err = NewKubeConfigMaps(hc.Kubeconfig); err != nil {
+			return IPSettings{}, types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 		}
 		if err != nil {
 			return IPSettings{}, err
@@ -197,15 +197,23 @@ func (p *Plugin) loadWithPrev(args *skel.CmdArgs) (*Config, PodArgs, HostConfig,
 	if err != nil {
 		return nil, PodArgs{}, HostConfig{}, err
 	}
-	if c.InterfaceType == InterfaceMacvlan && c.Mode == "passthru" && !hc.AllowPassthru {
-		// passthru gives the pod the NIC itself, and with it the node's traffic.
-		return nil, PodArgs{}, HostConfig{}, types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("interfaceArgs.mode: passthru is not allowed on this node (the node's %s can set allowPassthru)", HostConfigName), "")
+	if err := refusePassthru(c, hc, types.ErrInvalidNetworkConfig); err != nil {
+		return nil, PodArgs{}, HostConfig{}, err
 	}
 	if err := version.ParsePrevResult(&c.Raw.NetConf); err != nil {
 		return nil, PodArgs{}, HostConfig{}, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
 	return c, pod, hc, nil
+}
+
+// refusePassthru refuses macvlan passthru, which gives the pod the NIC itself and with
+// it the node's traffic, unless the node's settings allow it; code is the CNI error
+// code of the command asking.
+func refusePassthru(c *Config, hc HostConfig, code uint) error {
+	if c.InterfaceType == InterfaceMacvlan && c.Mode == "passthru" && !hc.AllowPassthru {
+		return types.NewError(code, fmt.Sprintf("interfaceArgs.mode: passthru is not allowed on this node (the node's %s can set allowPassthru)", HostConfigName), "")
+	}
+	return nil
 }
 
 // planPod resolves the pod's addresses and plans its interface from the
@@ -448,7 +456,9 @@ func verify(pod *netlink.Handle, fd int, pl *Plan, prev *current.Result, args *s
 	return nil
 }
 
-// Status reports whether the plugin can serve ADD with this configuration.
+// Status reports whether the plugin can serve ADD with this configuration: the
+// configuration, the node's settings file (readable and valid), what those settings
+// decide about it, and the node's kubeconfig when ipConfig needs one.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	c, err := ParseConfig(args.StdinData)
 	if err != nil {
@@ -457,14 +467,21 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if c.InterfaceType == InterfaceAWSElasticIP {
 		return awsUnavailable()
 	}
+	hc, err := p.hostConfig()
+	if err != nil {
+		return err
+	}
+	if err := refusePassthru(c, hc, types.ErrPluginNotAvailable); err != nil {
+		return err
+	}
 	if c.Master != "" {
 		if _, err := netlink.LinkByName(c.Master); err != nil {
 			return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("interfaceArgs.master: host interface %q does not exist", c.Master), "")
 		}
 	}
 	if c.IPConfig != nil {
-		if _, err := os.Stat(c.Kubeconfig); c.Kubeconfig == "" || err != nil {
-			return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kubeconfig %q is needed for ipConfig and cannot be read", c.Kubeconfig), "")
+		if _, err := loadKubeconfig(hc.Kubeconfig); err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 		}
 	}
 	return nil

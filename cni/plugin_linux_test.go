@@ -340,7 +340,7 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 		{"missing master", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceArgs":{"master":"nope0"},"ip":{"addresses":["192.0.2.99/24"]}}`, "", types.ErrInvalidNetworkConfig, "interfaceArgs.master"},
 		{"no pod match", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","podIP":{"a":{"addresses":["192.0.2.99/24"]}}}`, "K8S_POD_NAME=b", types.ErrInvalidNetworkConfig, "podIP"},
 		{"bad args", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"]}}`, "K8S_POD_NAME", types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
-		{"no kubeconfig", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ipConfig":{"name":"x"}}`, "K8S_POD_NAMESPACE=ns1", types.ErrInvalidNetworkConfig, "kubeconfig"},
+		{"no kubeconfig", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ipConfig":{"name":"x"}}`, "K8S_POD_NAMESPACE=ns1", types.ErrPluginNotAvailable, "ipConfig needs a kubeconfig"},
 		// Fails after the interface exists (no IPv6 default to keep fd00:10::/48 on):
 		// the rollback must remove it again.
 		{"late failure", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"]},"clusterNetworks":["10.128.0.0/14","fd00:99::/48"]}`, "", 0, "clusterNetworks"},

@@ -72,8 +72,10 @@ func TestDistrustedConfig(t *testing.T) {
 		{"address answered on the link", lab, head + `"interfaceArgs":{"master":"ext0"},"ip":{"addresses":["192.0.2.50/24"]}}`, types.ErrInvalidNetworkConfig, "address already in use on the link"},
 		{"IPv6 address answered on the link", lab, head + `"interfaceArgs":{"master":"ext0"},"ip":{"addresses":["2001:db8:2::50/64"]}}`, types.ErrInvalidNetworkConfig, "address already in use on the link"},
 		{"cross-namespace ConfigMap", lab, head + `"ipConfig":{"namespace":"kube-system","name":"x"}}`, types.ErrInvalidNetworkConfig, `ipConfig.namespace: "kube-system" is not the pod's namespace "ns1"`},
-		// Allowed host-side, the same config goes on to its next check (no kubeconfig).
-		{"cross-namespace ConfigMap allowed", permissive, head + `"ipConfig":{"namespace":"kube-system","name":"x"}}`, types.ErrInvalidNetworkConfig, "kubeconfig: is required"},
+		// Allowed host-side, the same config goes on to its next check (the node has no kubeconfig).
+		{"cross-namespace ConfigMap allowed", permissive, head + `"ipConfig":{"namespace":"kube-system","name":"x"}}`, types.ErrPluginNotAvailable, "the node's egress-router-host.json names none"},
+		// The credentials are the node's: a network config may not pick a file.
+		{"kubeconfig in the network config", lab, head + `"kubeconfig":"/etc/kubernetes/admin.conf","ipConfig":{"name":"x"}}`, types.ErrInvalidNetworkConfig, "kubeconfig: a network configuration may not name a kubeconfig"},
 		{"bad host settings", pluginDirWith(t, `{"allowPasthru":true}`), head + `"ip":{"addresses":["192.0.2.99/24"]}}`, types.ErrPluginNotAvailable, "unknown field"},
 	}
 	beforeNode, beforePod := linkNames(t, l.Node), linkNames(t, l.Pod)

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/egret-gw/egret/control/health"
 )
 
 // Default listen addresses of each role's metrics endpoint. The gateway and
@@ -25,6 +27,21 @@ const (
 	DefaultControllerAddr = ":9111"
 	DefaultSteerAddr      = "127.0.0.1:9112"
 )
+
+// MaxConns caps the connections a metrics endpoint holds at once: a
+// Prometheus server or two, a kubelet probe and room to reconnect. Those
+// beyond are closed at once and counted.
+const MaxConns = 16
+
+// RegisterRefused registers egret_listener_refused_connections_total for
+// one listener ("metrics", "health"): refused reports its count.
+func RegisterRefused(reg prometheus.Registerer, listener string, refused func() uint64) error {
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "egret_listener_refused_connections_total",
+		Help:        "Connections closed on accept because the listener held its maximum already.",
+		ConstLabels: prometheus.Labels{"listener": listener},
+	}, func() float64 { return float64(refused()) }))
+}
 
 // NewRegistry returns a registry holding the Go runtime and process
 // collectors and egret_build_info{version,revision,goversion}. version is
@@ -85,9 +102,14 @@ func Serve(addr string, reg *prometheus.Registry, ready func() error) (*Server, 
 	if reg == nil {
 		return nil, errors.New("metrics: Serve needs a registry")
 	}
-	ln, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %q: %w", addr, err)
+	}
+	ln := health.Limit(l, MaxConns)
+	if err := RegisterRefused(reg, "metrics", ln.Refused); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	s := &Server{ln: ln, done: make(chan error, 1)}
 	s.SetReady(ready)

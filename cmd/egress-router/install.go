@@ -33,6 +33,10 @@ func install(args []string) error {
 		return err
 	}
 	hc := cni.HostConfig{AllowPassthru: *passthru, AllowCrossNamespaceConfigMaps: *crossNS}
+	if *kcDir != "" {
+		// The plugin takes ipConfig's credentials from here, never from a network config.
+		hc.Kubeconfig = filepath.Join(*kcHostDir, "kubeconfig")
+	}
 	for _, k := range strings.Split(*masterTypes, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			hc.AllowMasterTypes = append(hc.AllowMasterTypes, k)

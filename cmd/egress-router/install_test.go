@@ -102,3 +102,34 @@ func TestInstallFlagStyle(t *testing.T) {
 		t.Errorf("unknown flag: exit %d, %q", code, b.String())
 	}
 }
+
+// TestInstallNamesTheKubeconfig checks that the installer, asked to keep a kubeconfig
+// for ipConfig, names it in the node-side settings, where the plugin takes it from, by
+// the path the node sees; without --kubeconfig-dir the settings name none.
+func TestInstallNamesTheKubeconfig(t *testing.T) {
+	sa := t.TempDir()
+	for f, v := range map[string]string{"ca.crt": "CA", "token": "TOKEN"} {
+		if err := os.WriteFile(filepath.Join(sa, f), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+	bin, kc := t.TempDir(), t.TempDir()
+	if err := install([]string{"--cni-bin-dir=" + bin, "--kubeconfig-dir=" + kc, "--kubeconfig-host-dir=/etc/cni/net.d/egress-router.d", "--service-account-dir=" + sa}); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := cni.LoadHostConfig(filepath.Join(bin, cni.HostConfigName))
+	if err != nil || hc.Kubeconfig != "/etc/cni/net.d/egress-router.d/kubeconfig" {
+		t.Errorf("settings %+v %v, want kubeconfig /etc/cni/net.d/egress-router.d/kubeconfig", hc, err)
+	}
+	if _, err := os.Stat(filepath.Join(kc, "kubeconfig")); err != nil {
+		t.Errorf("no kubeconfig written: %v", err)
+	}
+	if err := install([]string{"--cni-bin-dir=" + bin}); err != nil {
+		t.Fatal(err)
+	}
+	if hc, err := cni.LoadHostConfig(filepath.Join(bin, cni.HostConfigName)); err != nil || hc.Kubeconfig != "" {
+		t.Errorf("without --kubeconfig-dir: %+v %v, want no kubeconfig", hc, err)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -60,6 +62,8 @@ type gatewayFlags struct {
 	source           string
 	kubeconfig       string
 	healthAddr       string
+	healthMaxConns   int
+	healthTLS        health.TLSFiles
 	fenceAfter       time.Duration
 	announceCount    int
 	announceInterval time.Duration
@@ -83,7 +87,11 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "agent mode: this node's name; status items for it are hosted here (default $NODE_NAME)")
 	fs.StringVar(&f.source, "source", "", "agent mode: dir:/path (a directory of YAML objects and the controller's status/), or kube (in-cluster, else $KUBECONFIG)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "agent mode: kubeconfig file of the API server to watch")
-	fs.StringVar(&f.healthAddr, "health-addr", fmt.Sprintf(":%d", health.DefaultPort), "agent mode: gRPC health service address (SERVING while the data plane runs and is not fenced); empty disables")
+	fs.StringVar(&f.healthAddr, "health-addr", defaultHealthAddr(), "agent mode: gRPC health service address (SERVING while the data plane runs and is not fenced); default $HOST_IP:9107, the node's InternalIP in a pod (downward API status.hostIP), else every address; empty disables")
+	fs.IntVar(&f.healthMaxConns, "health-max-conns", health.DefaultMaxConns, "agent mode: connections the health service holds at once (1–4096); more are closed at once and counted in egret_listener_refused_connections_total")
+	fs.StringVar(&f.healthTLS.Cert, "health-tls-cert", "", "agent mode: mutual TLS for the health service: this gateway's certificate (PEM, with --health-tls-key and --health-tls-client-ca; docs/security.md)")
+	fs.StringVar(&f.healthTLS.Key, "health-tls-key", "", "agent mode: mutual TLS: the certificate's private key")
+	fs.StringVar(&f.healthTLS.CA, "health-tls-client-ca", "", "agent mode: mutual TLS: the CA the controller's client certificate must chain to")
 	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
 	fs.IntVar(&f.announceCount, "announce-count", 3, "gratuitous ARPs / unsolicited NAs sent per claimed egress IP (1–20)")
 	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
@@ -109,6 +117,11 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 			return nil, errors.New("--source dir: needs a directory (dir:/path)")
 		case f.fenceAfter < 100*time.Millisecond || f.fenceAfter > 10*time.Minute:
 			return nil, fmt.Errorf("--fence-after %v: use 100ms–10m", f.fenceAfter)
+		case f.healthMaxConns < 1 || f.healthMaxConns > 4096:
+			return nil, fmt.Errorf("--health-max-conns %d: use 1–4096", f.healthMaxConns)
+		}
+		if err := f.healthTLS.Check(); err != nil {
+			return nil, fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
 		}
 	}
 	return f, nil
@@ -214,6 +227,11 @@ func runGateway(args []string) error {
 		}
 		if _, _, err := load(); err != nil {
 			return err
+		}
+		if f.agent() && f.healthTLS.Enabled() {
+			if _, err := health.ServerTLS(f.healthTLS); err != nil {
+				return err
+			}
 		}
 		fmt.Println("gateway: configuration valid")
 		return nil
@@ -403,12 +421,15 @@ func runGatewayAgent(f *gatewayFlags) error {
 		log.Info("gateway agent: removed egress IPs a previous run left claimed", "ips", gone)
 	}
 	if f.healthAddr != "" {
-		hs, err := health.Listen(f.healthAddr, health.NotServing()) // until the data plane runs
+		hs, err := f.listenHealth()
 		if err != nil {
 			return err
 		}
 		defer hs.Stop()
-		log.Info("gateway agent: serving health checks", "addr", hs.Addr().String())
+		if err := metrics.RegisterRefused(gm.reg, "health", hs.Refused); err != nil {
+			log.Warn("gateway agent: health listener metric not registered", "err", err)
+		}
+		log.Info("gateway agent: serving health checks", "addr", hs.Addr().String(), "mtls", f.healthTLS.Enabled(), "max_conns", f.healthMaxConns)
 		a.Health = hs
 	}
 	go func() {
@@ -446,6 +467,31 @@ func runGatewayAgent(f *gatewayFlags) error {
 		logFinal(log, eng.Stats())
 	}
 	return err
+}
+
+// defaultHealthAddr is the node's InternalIP when the DaemonSet passes it
+// (HOST_IP from status.hostIP), which is the address the controller probes:
+// the health port then answers on no other network the node is on.
+func defaultHealthAddr() string {
+	port := strconv.Itoa(health.DefaultPort)
+	if ip := os.Getenv("HOST_IP"); ip != "" {
+		return net.JoinHostPort(ip, port)
+	}
+	return ":" + port
+}
+
+// listenHealth starts the health service as the flags say, NOT_SERVING
+// until the data plane runs.
+func (f *gatewayFlags) listenHealth() (*health.Server, error) {
+	opts := []health.Option{health.NotServing(), health.MaxConns(f.healthMaxConns)}
+	if f.healthTLS.Enabled() {
+		tc, err := health.ServerTLS(f.healthTLS)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, health.TLS(tc))
+	}
+	return health.Listen(f.healthAddr, opts...)
 }
 
 // gatewayMetrics is the gateway's metrics endpoint. The data-plane

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,5 +69,51 @@ func TestReloaderKeepsRunningConfigOnError(t *testing.T) {
 	want := []string{"SIGHUP:3", "config file changed:5"}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("applied %q, want %q", got, want)
+	}
+}
+
+// TestHealthListenerFlags: the health service binds the node's InternalIP
+// from HOST_IP by default, listens there for real with the connection cap
+// the flag sets, and half-given TLS settings are refused.
+func TestHealthListenerFlags(t *testing.T) {
+	t.Setenv("HOST_IP", "127.0.0.1")
+	f, err := parseGatewayFlags([]string{"--source=dir:/x", "--node=g1", "--health-max-conns=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.healthAddr != "127.0.0.1:9107" {
+		t.Errorf("default --health-addr %q with HOST_IP=127.0.0.1, want 127.0.0.1:9107", f.healthAddr)
+	}
+	f.healthAddr = "127.0.0.1:0"
+	hs, err := f.listenHealth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Stop()
+	if ip := hs.Addr().(*net.TCPAddr).IP.String(); ip != "127.0.0.1" {
+		t.Errorf("listening on %s", hs.Addr())
+	}
+	held, err := net.Dial("tcp", hs.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	extra, err := net.Dial("tcp", hs.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	extra.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the second connection with --health-max-conns=1 was kept: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"--health-max-conns=0"},
+		{"--health-tls-cert=/c.pem"},
+		{"--health-tls-cert=/c.pem", "--health-tls-key=/k.pem"},
+	} {
+		if _, err := parseGatewayFlags(append([]string{"--source=dir:/x", "--node=g1"}, bad...)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }

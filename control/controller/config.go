@@ -30,6 +30,9 @@ type Config struct {
 	ReachabilityTotalTimeoutSeconds *int `json:"reachabilityTotalTimeoutSeconds,omitempty"`
 	// HealthPort is the gRPC health port of the gateway agents (9107).
 	HealthPort int `json:"healthPort,omitempty"`
+	// HealthTLS makes the reachability probe mutually authenticated (off
+	// when no file is named); see ProbeTLS.
+	HealthTLS ProbeTLS `json:"healthTLS,omitzero"`
 	// ProbeInterval is the pause between two checks of one node. Failure is
 	// detected within ProbeInterval + the total timeout.
 	ProbeInterval metav1.Duration `json:"probeInterval,omitempty"`
@@ -84,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.HealthPort < 0 || c.HealthPort > 65535 {
 		errs = append(errs, fmt.Errorf("healthPort is %d; it must be a TCP port (1-65535, default %d)", c.HealthPort, health.DefaultPort))
+	}
+	if err := c.HealthTLS.files().Check(); err != nil {
+		errs = append(errs, fmt.Errorf("healthTLS: %w", err))
 	}
 	if c.ProbeInterval.Duration < 0 {
 		errs = append(errs, fmt.Errorf("probeInterval is %v; it must be positive", c.ProbeInterval.Duration))

@@ -95,8 +95,12 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[qkey](),
 		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
-	c.reach = newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, log,
+	reach, err := newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, cfg.HealthTLS, log,
 		func() { c.queue.Add(assignKey) })
+	if err != nil {
+		return nil, err
+	}
+	c.reach = reach
 	return c, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egret-gw/egret/control/health"
 )
 
 // Flags are the command-line options of `egret controller`; values given on
@@ -22,6 +24,7 @@ type Flags struct {
 	fs            *flag.FlagSet
 	reach         int
 	healthPort    int
+	healthTLS     ProbeTLS
 	probeInterval time.Duration
 	holdDown      time.Duration
 	drain         bool
@@ -44,6 +47,10 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.PollInterval, "poll-interval", 200*time.Millisecond, "how often a dir: source is checked for changes")
 	fs.IntVar(&f.reach, "reachability-total-timeout-seconds", DefaultReachabilityTotalTimeoutSeconds, "total timeout of a node reachability check, 0-60; 0 disables the check")
 	fs.IntVar(&f.healthPort, "health-port", 9107, "gRPC health port of the gateway agents")
+	fs.StringVar(&f.healthTLS.CertFile, "health-tls-cert", "", "mutual TLS for the reachability probe: the controller's client certificate (PEM; with --health-tls-key and --health-tls-ca)")
+	fs.StringVar(&f.healthTLS.KeyFile, "health-tls-key", "", "mutual TLS: the client certificate's private key")
+	fs.StringVar(&f.healthTLS.CAFile, "health-tls-ca", "", "mutual TLS: the CA the gateways' certificates must chain to")
+	fs.StringVar(&f.healthTLS.ServerName, "health-tls-server-name", "", "mutual TLS: the name the gateways' certificate must carry (default "+health.DefaultServerName+")")
 	fs.DurationVar(&f.probeInterval, "probe-interval", DefaultProbeInterval, "pause between two reachability checks of a node")
 	fs.DurationVar(&f.holdDown, "hold-down", DefaultHoldDown, "how long a recovered node waits before it gets egress IPs again (0 disables)")
 	fs.BoolVar(&f.drain, "drain-cordoned", false, "move egress IPs off cordoned (unschedulable) nodes")
@@ -74,6 +81,14 @@ func (f *Flags) Config() (Config, error) {
 			c.ReachabilityTotalTimeoutSeconds = &v
 		case "health-port":
 			c.HealthPort = f.healthPort
+		case "health-tls-cert":
+			c.HealthTLS.CertFile = f.healthTLS.CertFile
+		case "health-tls-key":
+			c.HealthTLS.KeyFile = f.healthTLS.KeyFile
+		case "health-tls-ca":
+			c.HealthTLS.CAFile = f.healthTLS.CAFile
+		case "health-tls-server-name":
+			c.HealthTLS.ServerName = f.healthTLS.ServerName
 		case "probe-interval":
 			c.ProbeInterval = metav1.Duration{Duration: f.probeInterval}
 		case "hold-down":

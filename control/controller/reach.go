@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"sync"
 	"time"
@@ -33,9 +34,35 @@ type probeState struct {
 	lastErr   string
 }
 
-func newReachability(total, interval time.Duration, log *slog.Logger, onChange func()) *reachability {
-	return &reachability{total: total, interval: interval, prober: health.NewProber(), log: log,
-		onChange: onChange, nodes: map[string]*probeState{}}
+// ProbeTLS names the files of the controller's side of a mutually
+// authenticated reachability probe, mounted from a Secret: the controller
+// presents CertFile/KeyFile and accepts a gateway only if its certificate
+// chains to CAFile and carries ServerName (health.DefaultServerName when
+// empty). Naming no file keeps the probe plain gRPC.
+type ProbeTLS struct {
+	CertFile   string `json:"certFile,omitempty"`
+	KeyFile    string `json:"keyFile,omitempty"`
+	CAFile     string `json:"caFile,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+func (p ProbeTLS) files() health.TLSFiles {
+	return health.TLSFiles{Cert: p.CertFile, Key: p.KeyFile, CA: p.CAFile}
+}
+
+// newReachability loads the probe's TLS files, if any, now: a controller
+// whose certificates do not load must not start and declare every gateway
+// unreachable.
+func newReachability(total, interval time.Duration, pt ProbeTLS, log *slog.Logger, onChange func()) (*reachability, error) {
+	var tc *tls.Config
+	if pt.files().Enabled() {
+		var err error
+		if tc, err = health.ClientTLS(pt.files(), pt.ServerName); err != nil {
+			return nil, err
+		}
+	}
+	return &reachability{total: total, interval: interval, prober: health.NewProber(health.ProbeTLS(tc)), log: log,
+		onChange: onChange, nodes: map[string]*probeState{}}, nil
 }
 
 func (r *reachability) disabled() bool { return r.total == 0 }

@@ -3,12 +3,15 @@
 // port 9107, as OVN-Kubernetes nodes do, and the controller probes it.
 //
 // Server is the side the gateway agent embeds; Prober is the controller's
-// side. Both are plain gRPC without TLS: the check only tells whether the
-// node's agent is alive and reachable over the node network.
+// side. They speak plain gRPC unless given mutual TLS (ServerTLS, ClientTLS):
+// the check only tells whether the node's agent is alive and reachable over
+// the node network, but without TLS anyone who can reach the port learns
+// that too, and anyone who can take over the node's address can answer it.
 package health
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -34,7 +38,7 @@ const Service = "Service_Egress_IP"
 type Server struct {
 	grpc   *grpc.Server
 	health *grpchealth.Server
-	lis    net.Listener
+	lis    *LimitListener
 	done   chan struct{}
 	err    error
 	once   sync.Once
@@ -43,17 +47,28 @@ type Server struct {
 // Option adjusts a Server before it starts serving.
 type Option func(*options)
 
-type options struct{ notServing bool }
+type options struct {
+	notServing bool
+	maxConns   int
+	tls        *tls.Config
+}
 
 // NotServing makes the server report NOT_SERVING from its first answer
 // until SetServing(true): an agent whose data plane is not up yet must not
 // look healthy, not even for the moment between Listen and SetServing.
 func NotServing() Option { return func(o *options) { o.notServing = true } }
 
-// Listen binds addr (host:port; ":9107" for every address) and starts
-// serving at once, reporting SERVING (or NOT_SERVING with the NotServing
-// option) for Service and for the whole server (the empty service name).
-// Stop it with Stop.
+// MaxConns caps the connections held at once (default DefaultMaxConns);
+// those beyond are closed at once and counted (Refused).
+func MaxConns(n int) Option { return func(o *options) { o.maxConns = n } }
+
+// TLS makes the server speak TLS with cfg (ServerTLS: mutual TLS).
+func TLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// Listen binds addr (host:port; the gateway agent passes the node's
+// InternalIP) and starts serving at once, reporting SERVING (or NOT_SERVING
+// with the NotServing option) for Service and for the whole server (the
+// empty service name). Stop it with Stop.
 func Listen(addr string, opts ...Option) (*Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -64,20 +79,24 @@ func Listen(addr string, opts ...Option) (*Server, error) {
 
 // Serve serves the health service on lis (which it then owns).
 func Serve(lis net.Listener, opts ...Option) *Server {
-	var o options
+	o := options{maxConns: DefaultMaxConns}
 	for _, f := range opts {
 		f(&o)
 	}
+	var gopts []grpc.ServerOption
+	if o.tls != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.tls)))
+	}
 	s := &Server{
-		grpc:   grpc.NewServer(),
+		grpc:   grpc.NewServer(gopts...),
 		health: grpchealth.NewServer(),
-		lis:    lis,
+		lis:    Limit(lis, o.maxConns),
 		done:   make(chan struct{}),
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.SetServing(!o.notServing) // before the first connection is accepted
 	go func() {
-		s.err = s.grpc.Serve(lis)
+		s.err = s.grpc.Serve(s.lis)
 		close(s.done)
 	}()
 	return s
@@ -85,6 +104,9 @@ func Serve(lis net.Listener, opts ...Option) *Server {
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Refused is the number of connections closed because MaxConns were open.
+func (s *Server) Refused() uint64 { return s.lis.Refused() }
 
 // SetServing switches the reported status: an agent that cannot forward
 // (data plane down) says NOT_SERVING, and the controller moves its IPs away.
@@ -118,12 +140,33 @@ var ErrNotServing = errors.New("the node's agent reports NOT_SERVING")
 // Prober checks the health service of many nodes, keeping one connection per
 // address so a probe is a single round trip. It is safe for concurrent use.
 type Prober struct {
+	creds credentials.TransportCredentials
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
-// NewProber returns a Prober with no connections yet.
-func NewProber() *Prober { return &Prober{conns: map[string]*grpc.ClientConn{}} }
+// ProberOption adjusts a Prober.
+type ProberOption func(*Prober)
+
+// ProbeTLS makes the prober speak TLS with cfg (ClientTLS: mutual TLS);
+// a nil cfg keeps plain gRPC.
+func ProbeTLS(cfg *tls.Config) ProberOption {
+	return func(p *Prober) {
+		if cfg != nil {
+			p.creds = credentials.NewTLS(cfg)
+		}
+	}
+}
+
+// NewProber returns a Prober with no connections yet, speaking plain gRPC
+// unless an option says otherwise.
+func NewProber(opts ...ProberOption) *Prober {
+	p := &Prober{creds: insecure.NewCredentials(), conns: map[string]*grpc.ClientConn{}}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
 
 // Target formats the health address of a node IP and port.
 func Target(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
@@ -140,7 +183,7 @@ func (p *Prober) conn(target string) (*grpc.ClientConn, error) {
 	bc.BaseDelay = 50 * time.Millisecond
 	bc.MaxDelay = 500 * time.Millisecond
 	c, err := grpc.NewClient("passthrough:///"+target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(p.creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 200 * time.Millisecond}))
 	if err != nil {
 		return nil, fmt.Errorf("health client for %s: %w", target, err)

@@ -133,6 +133,10 @@ func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error
 		return fail(err)
 	}
 	ifc.Program = prog
+	if err := checkRxQueues(name, rxQueues(name), len(e.pools)); err != nil {
+		ifc.Close() // not fail(): AF_PACKET would hide the misconfiguration, not serve it
+		return nil, err
+	}
 	for q, pool := range e.pools {
 		var s *nic.XSK
 		deadline := time.Now().Add(xskBusyWait)
