@@ -72,7 +72,7 @@ func TestDashboardShowsEveryDrop(t *testing.T) {
 
 	const untrusted = "Untrusted input dropped by the gateways (packets/s)"
 	exprs := strings.Join(panels[untrusted], "\n")
-	for _, r := range []string{"bad_address", "tunnel_mismatch", "unknown_vtep", "spoofed_source"} {
+	for _, r := range []string{"bad_address", "tunnel_mismatch", "unknown_vtep", "spoofed_source", "denied_destination", "fragment_tiny", "fragment_overlap"} {
 		if !regexp.MustCompile(`reason=~"[^"]*\b` + r + `\b`).MatchString(exprs) {
 			t.Errorf("panel %q does not select reason %s: %q", untrusted, r, exprs)
 		}
