@@ -28,6 +28,7 @@ func runSteer(args []string) error {
 	nsName := fs.String("netns", "", "program this named network namespace instead of the agent's own (lab)")
 	underlay := fs.String("underlay", "", "underlay interface (overrides the config)")
 	vtep := fs.String("vtep", "", "this node's VTEP address (overrides the config)")
+	procSysNet := fs.String("proc-sys-net", "", "directory of the node's net sysctls, where a container mounts the node's /proc/sys/net (overrides procSysNet; default /proc/sys/net)")
 	lf := bindLogFlags(fs)
 	failClosed := fs.String("fail-closed", "", "podCIDR (block pod addresses until classified; the default) or selected (block selected pods only); overrides the config")
 	podCIDRs := fs.String("pod-cidrs", "", "this node's pod networks, comma-separated (overrides the config and the Node's spec.podCIDRs)")
@@ -45,7 +46,7 @@ func runSteer(args []string) error {
 			return err
 		}
 	}
-	for flagVal, field := range map[string]*string{*underlay: &cfg.Underlay, *vtep: &cfg.VTEP, lf.format: &cfg.LogFormat} {
+	for flagVal, field := range map[string]*string{*underlay: &cfg.Underlay, *vtep: &cfg.VTEP, *procSysNet: &cfg.ProcSysNet, lf.format: &cfg.LogFormat} {
 		if flagVal != "" {
 			*field = flagVal
 		}

@@ -82,7 +82,18 @@ type Config struct {
 	Resync Duration `json:"resync,omitempty"`
 	// LogFormat is "text" (default) or "json".
 	LogFormat string `json:"logFormat,omitempty"`
+	// ProcSysNet is the directory through which the agent sets the
+	// node's net sysctls (fib_multipath_hash_policy); default
+	// /proc/sys/net. A container that is not privileged sees /proc/sys
+	// read-only, so the DaemonSet mounts the node's /proc/sys/net
+	// elsewhere (hostPath) and names it here. The files resolve to the
+	// network namespace of the process that opens them: the node's, for
+	// a host-network pod.
+	ProcSysNet string `json:"procSysNet,omitempty"`
 }
+
+// DefaultProcSysNet is where the net sysctls are outside a container.
+const DefaultProcSysNet = "/proc/sys/net"
 
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration struct{ time.Duration }
@@ -146,6 +157,9 @@ func (c Config) WithDefaults() Config {
 	if c.FailClosed == "" {
 		c.FailClosed = FailClosedPodCIDR
 	}
+	if c.ProcSysNet == "" {
+		c.ProcSysNet = DefaultProcSysNet
+	}
 	return c
 }
 
@@ -202,6 +216,9 @@ func (c Config) Validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("logFormat %q: use text or json", c.LogFormat))
+	}
+	if !strings.HasPrefix(c.ProcSysNet, "/") {
+		errs = append(errs, fmt.Errorf("procSysNet %q: give an absolute path (the node's /proc/sys/net as mounted in the container)", c.ProcSysNet))
 	}
 	if c.Resync.Duration < time.Second {
 		errs = append(errs, fmt.Errorf("resync %v: give at least 1s", c.Resync.Duration))
