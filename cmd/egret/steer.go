@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -31,6 +32,7 @@ func runSteer(args []string) error {
 	procSysNet := fs.String("proc-sys-net", "", "directory of the node's net sysctls, where a container mounts the node's /proc/sys/net (overrides procSysNet; default /proc/sys/net)")
 	lf := bindLogFlags(fs)
 	failClosed := fs.String("fail-closed", "", "podCIDR (block pod addresses until classified; the default) or selected (block selected pods only); overrides the config")
+	trustPodIPs := fs.Bool("trust-pod-ips", false, "steer selected pods' addresses as the API gives them, even outside this node's pod networks (CNIs whose IPAM ignores spec.podCIDRs); overrides trustPodIPs")
 	podCIDRs := fs.String("pod-cidrs", "", "this node's pod networks, comma-separated (overrides the config and the Node's spec.podCIDRs)")
 	once := fs.Bool("once", false, "reconcile once and exit")
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
@@ -54,6 +56,11 @@ func runSteer(args []string) error {
 	if *failClosed != "" {
 		cfg.FailClosed = *failClosed
 	}
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "trust-pod-ips" {
+			cfg.TrustPodIPs = *trustPodIPs
+		}
+	})
 	if *podCIDRs != "" {
 		cfg.PodCIDRs = strings.Split(*podCIDRs, ",")
 	}

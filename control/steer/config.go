@@ -71,6 +71,12 @@ type Config struct {
 	// PodCIDRs are this node's pod networks; default the Node's
 	// spec.podCIDRs.
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// TrustPodIPs steers a selected pod's addresses as the API gives them,
+	// even outside this node's pod networks, for CNIs whose IPAM ignores
+	// spec.podCIDRs (Calico IPAM, AWS VPC CNI). Default false: such an
+	// address is held (blocked, not steered). The gateways' --trust-pod-ips
+	// must agree (docs/security.md).
+	TrustPodIPs bool `json:"trustPodIPs,omitempty"`
 	// FailClosed is "podCIDR" (default: block unclassified pod addresses;
 	// falls back to "selected" while no pod CIDRs are known) or "selected".
 	FailClosed string `json:"failClosed,omitempty"`

@@ -176,6 +176,9 @@ type Params struct {
 	// PodCIDRs, if set, are the node's pod networks; otherwise the Node
 	// object's spec.podCIDRs are used.
 	PodCIDRs []netip.Prefix
+	// TrustPodIPs steers selected pods' addresses outside the pod
+	// networks too (Config.TrustPodIPs).
+	TrustPodIPs bool
 }
 
 // Desired computes the kernel state for in. It is a pure function: it reads
@@ -250,7 +253,7 @@ func Desired(in Inputs, p Params) State {
 				problem("pod %s/%s: address %v is used by another local pod; steering it once", pod.Namespace, pod.Name, ip)
 				continue
 			}
-			if !cluster.InPodCIDRs(ownNets, ip) {
+			if !p.TrustPodIPs && !cluster.InPodCIDRs(ownNets, ip) {
 				problem("pod %s/%s: address %v is outside node %s's pod networks %v; not steered, its traffic is blocked", pod.Namespace, pod.Name, ip, in.Node, ownNets)
 				selected[ip] = true
 				refused = append(refused, ip)
