@@ -175,6 +175,8 @@ func (a *assigner) setNodes(nodes []Node) error {
 		switch {
 		case !n.Assignable:
 			ns.why = "is not labelled " + cluster.LabelEgressAssignable
+		case n.Excluded != "":
+			ns.why = n.Excluded
 		case n.AnnotationErr != nil:
 			ns.why = "has a broken annotation: " + n.AnnotationErr.Error()
 		case len(ns.subnets()) == 0:
