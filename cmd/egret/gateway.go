@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +69,8 @@ type gatewayFlags struct {
 	announceCount    int
 	announceInterval time.Duration
 	checkConfig      bool
+	publishIfaces    bool
+	trustPodIPs      bool
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -95,6 +98,8 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
 	fs.IntVar(&f.announceCount, "announce-count", 3, "gratuitous ARPs / unsolicited NAs sent per claimed egress IP (1–20)")
 	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
+	fs.BoolVar(&f.publishIfaces, "publish-interfaces", true, "agent mode with the Kubernetes API: write the served interfaces' subnets on this Node (egret.io/node-primary-ifaddr, egret.io/host-cidrs) unless OVN-Kubernetes publishes its own; needs the right to patch nodes")
+	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -368,6 +373,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 		return err
 	}
 	base := cf.base
+	onBase := func(*engine.Spec) {} // a reload's interfaces, for the published subnets
 	log, err := newLogger(cf.file.LogFormat, f.log.level)
 	if err != nil {
 		return err
@@ -386,6 +392,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	defer signal.Stop(hup)
 
 	var src cluster.Source
+	var facts *gwagent.Facts
 	if dir, ok := strings.CutPrefix(f.source, "dir:"); ok {
 		// A reader: the status files are the controller's.
 		if src, err = cluster.NewDirReader(dir, 0, log); err != nil {
@@ -396,12 +403,22 @@ func runGatewayAgent(f *gatewayFlags) error {
 		if err != nil {
 			return err
 		}
-		if src, err = cluster.NewKube(restCfg); err != nil {
+		kube, err := cluster.NewKube(restCfg)
+		if err != nil {
 			return err
+		}
+		src = kube
+		if f.publishIfaces {
+			var ifaces atomic.Pointer[[]string]
+			ifaces.Store(&base.Interfaces)
+			facts = gwagent.NewFacts(gwagent.Facts{Node: f.node, Source: src, Annotate: kube.AnnotateNode, Log: log,
+				Interfaces: func() []string { return *ifaces.Load() }})
+			onBase = func(s *engine.Spec) { ifaces.Store(&s.Interfaces) }
 		}
 	}
 	var eng *engine.Engine
 	a := &gwagent.Agent{Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
+		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
 		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
 			e, err := engine.New(s, engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval})
 			if err != nil {
@@ -435,7 +452,10 @@ func runGatewayAgent(f *gatewayFlags) error {
 	go func() {
 		w := f.watchConfig(raw)
 		defer w.stop()
-		reload := reloader(log, f.loadBase, func(c *configFile, _ string) { a.SetBase(*c.base) })
+		reload := reloader(log, f.loadBase, func(c *configFile, _ string) {
+			onBase(c.base)
+			a.SetBase(*c.base)
+		})
 		for {
 			select {
 			case <-ctx.Done():
@@ -460,6 +480,14 @@ func runGatewayAgent(f *gatewayFlags) error {
 		}
 		return nil
 	})
+	if facts != nil {
+		a.OnNode = facts.NodeChanged
+		go func() {
+			if err := facts.Run(ctx); err != nil {
+				log.Error("gateway agent: not publishing the node's interface subnets", "err", err)
+			}
+		}()
+	}
 	log.Info("gateway agent: starting", "node", f.node, "source", f.source, "kubeconfig", f.kubeconfig,
 		"health", f.healthAddr, "fence_after", f.fenceAfter)
 	err = a.Run(ctx)

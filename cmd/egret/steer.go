@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -28,8 +29,10 @@ func runSteer(args []string) error {
 	nsName := fs.String("netns", "", "program this named network namespace instead of the agent's own (lab)")
 	underlay := fs.String("underlay", "", "underlay interface (overrides the config)")
 	vtep := fs.String("vtep", "", "this node's VTEP address (overrides the config)")
+	procSysNet := fs.String("proc-sys-net", "", "directory of the node's net sysctls, where a container mounts the node's /proc/sys/net (overrides procSysNet; default /proc/sys/net)")
 	lf := bindLogFlags(fs)
 	failClosed := fs.String("fail-closed", "", "podCIDR (block pod addresses until classified; the default) or selected (block selected pods only); overrides the config")
+	trustPodIPs := fs.Bool("trust-pod-ips", false, "steer selected pods' addresses as the API gives them, even outside this node's pod networks (CNIs whose IPAM ignores spec.podCIDRs); overrides trustPodIPs")
 	podCIDRs := fs.String("pod-cidrs", "", "this node's pod networks, comma-separated (overrides the config and the Node's spec.podCIDRs)")
 	once := fs.Bool("once", false, "reconcile once and exit")
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
@@ -45,7 +48,7 @@ func runSteer(args []string) error {
 			return err
 		}
 	}
-	for flagVal, field := range map[string]*string{*underlay: &cfg.Underlay, *vtep: &cfg.VTEP, lf.format: &cfg.LogFormat} {
+	for flagVal, field := range map[string]*string{*underlay: &cfg.Underlay, *vtep: &cfg.VTEP, *procSysNet: &cfg.ProcSysNet, lf.format: &cfg.LogFormat} {
 		if flagVal != "" {
 			*field = flagVal
 		}
@@ -53,6 +56,11 @@ func runSteer(args []string) error {
 	if *failClosed != "" {
 		cfg.FailClosed = *failClosed
 	}
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "trust-pod-ips" {
+			cfg.TrustPodIPs = *trustPodIPs
+		}
+	})
 	if *podCIDRs != "" {
 		cfg.PodCIDRs = strings.Split(*podCIDRs, ",")
 	}

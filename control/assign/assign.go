@@ -45,6 +45,7 @@ type assigner struct {
 	multi  map[netip.Addr]struct{}    // IPs with two or more claimants
 
 	nodeProblems []Event
+	unannotated  []string // labelled nodes without interface subnets, by name
 	// Explanations precomputed per node set for NoMatchingNodeFound messages.
 	noEligibleMsg string
 	subnetList    [2]string // per family (0: IPv4, 1: IPv6)

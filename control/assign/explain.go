@@ -32,6 +32,9 @@ func (a *assigner) explain(o *objState, ip netip.Addr) string {
 		f = 1
 	}
 	switch {
+	case inSubnet == 0 && len(a.unannotated) > 0:
+		return fmt.Sprintf("none of the %d eligible nodes has an interface subnet containing it (their subnets of this family: %s); the labelled nodes %s cannot host it either: each %s",
+			len(a.eligible), a.subnetList[f], listSome(a.unannotated, 5), unannotated)
 	case inSubnet == 0:
 		return fmt.Sprintf("none of the %d eligible nodes has an interface subnet containing it (their subnets of this family: %s); use an address from one of them or label a node on its subnet",
 			len(a.eligible), a.subnetList[f])

@@ -19,6 +19,9 @@ type Node struct {
 	Name string
 	// Assignable is true when the node carries the k8s.ovn.org/egress-assignable label.
 	Assignable bool
+	// Excluded, if set, says why the controller's configuration keeps a
+	// labelled node out (its nodeSelector); such a node hosts nothing.
+	Excluded string
 	// Ready mirrors the node's Ready condition.
 	Ready bool
 	// Reachable is the reachability prober's verdict (true when the check is disabled).

@@ -144,6 +144,7 @@ func (a *assigner) setNodes(nodes []Node) error {
 	a.eligible = a.eligible[:0]
 	a.nodeAddrs = map[netip.Addr]string{}
 	a.nodeProblems = nil
+	a.unannotated = a.unannotated[:0]
 	var labelled int
 	var why []string
 	subnets := [2]map[netip.Prefix]struct{}{{}, {}}
@@ -174,8 +175,13 @@ func (a *assigner) setNodes(nodes []Node) error {
 		switch {
 		case !n.Assignable:
 			ns.why = "is not labelled " + cluster.LabelEgressAssignable
+		case n.Excluded != "":
+			ns.why = n.Excluded
 		case n.AnnotationErr != nil:
 			ns.why = "has a broken annotation: " + n.AnnotationErr.Error()
+		case len(ns.subnets()) == 0:
+			ns.why = unannotated
+			a.unannotated = append(a.unannotated, n.Name)
 		case !n.Ready:
 			ns.why = "is not Ready"
 		case !n.Reachable:
@@ -235,6 +241,12 @@ func (a *assigner) setNodes(nodes []Node) error {
 	}
 	return nil
 }
+
+// unannotated says why a labelled node without interface subnets hosts
+// nothing, and who should have published them.
+const unannotated = "has no interface subnets: neither OVN-Kubernetes (" + cluster.AnnotationPrimaryIfAddr + ", " +
+	cluster.AnnotationHostCIDRs + ") nor Egret's gateway agent (" + cluster.AnnotationEgretPrimaryIfAddr + ", " +
+	cluster.AnnotationEgretHostCIDRs + ") annotated it; check that egret-gateway runs there and may patch its Node"
 
 func (a *assigner) addNodeAddr(ip netip.Addr, node string) {
 	if prev, ok := a.nodeAddrs[ip]; !ok || node < prev {

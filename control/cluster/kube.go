@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -145,4 +147,19 @@ func (s *Kube) UpdateEgressIP(ctx context.Context, eip *egressv1.EgressIP) error
 // Event implements Source.
 func (s *Kube) Event(ref *corev1.ObjectReference, eventType, reason, message string) {
 	s.recorder.Event(ref, eventType, reason, message)
+}
+
+// AnnotateNode merge-patches the annotations of Node name: each key is
+// set to its value, or removed when the value is nil. The gateway agent
+// publishes its node's interface subnets this way; it needs the right to
+// patch nodes (deploy/gateway/rbac.yaml).
+func (s *Kube) AnnotateNode(ctx context.Context, name string, set map[string]*string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
+	if err != nil {
+		return err
+	}
+	if _, err := s.cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "egret-gateway"}); err != nil {
+		return fmt.Errorf("annotating node %s: %w", name, err)
+	}
+	return nil
 }

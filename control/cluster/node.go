@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,7 +14,7 @@ import (
 
 // Label and annotation keys read from Node objects: the first four as
 // OVN-Kubernetes and the OpenShift cloud network config controller write
-// them, the egret.io ones for the tunnel.
+// them, the egret.io ones for the tunnel and the interface subnets.
 const (
 	LabelEgressAssignable    = "k8s.ovn.org/egress-assignable"
 	AnnotationPrimaryIfAddr  = "k8s.ovn.org/node-primary-ifaddr"
@@ -28,7 +29,75 @@ const (
 	// device has VTEPMAC(node VTEP). A gateway sends replies to this inner
 	// destination MAC, so it must match the device.
 	AnnotationTunnelMAC = "egret.io/tunnel-mac"
+	// AnnotationEgretPrimaryIfAddr and AnnotationEgretHostCIDRs are
+	// Egret's own copies of k8s.ovn.org/node-primary-ifaddr and
+	// k8s.ovn.org/host-cidrs, in the same formats: the gateway agent
+	// writes them from its served interfaces on clusters where
+	// OVN-Kubernetes does not publish its own. NodeInterfaces reads
+	// OVN-Kubernetes' when either of those is present, these otherwise.
+	AnnotationEgretPrimaryIfAddr = "egret.io/node-primary-ifaddr"
+	AnnotationEgretHostCIDRs     = "egret.io/host-cidrs"
 )
+
+// OVNPublishesInterfaces reports whether OVN-Kubernetes owns a node's
+// interface facts: one of its two annotations is on the node.
+func OVNPublishesInterfaces(annotations map[string]string) bool {
+	_, p := annotations[AnnotationPrimaryIfAddr]
+	_, h := annotations[AnnotationHostCIDRs]
+	return p || h
+}
+
+// NodeInterfaces reads a node's interface subnets: the primary interface
+// address per family and all host interface addresses, both with masks.
+// They come from OVN-Kubernetes' annotations when either is present, else
+// from Egret's (written by the gateway agent). found is false when the
+// chosen pair has neither annotation. Errors name the annotation; what
+// parsed is still returned.
+func NodeInterfaces(annotations map[string]string) (primary IfAddr, host []netip.Prefix, found bool, err error) {
+	pk, hk := AnnotationEgretPrimaryIfAddr, AnnotationEgretHostCIDRs
+	if OVNPublishesInterfaces(annotations) {
+		pk, hk = AnnotationPrimaryIfAddr, AnnotationHostCIDRs
+	}
+	var errs []error
+	if s, ok := annotations[pk]; ok {
+		found = true
+		primary, err = parsePrimaryIfAddr(pk, s)
+		errs = append(errs, err)
+	}
+	if s, ok := annotations[hk]; ok {
+		found = true
+		host, err = parseHostCIDRs(hk, s)
+		errs = append(errs, err)
+	}
+	return primary, host, found, errors.Join(errs...)
+}
+
+// FormatPrimaryIfAddr is the annotation value NodeInterfaces reads back as
+// the primary interface address, for example {"ipv4":"192.168.111.23/24"}.
+func FormatPrimaryIfAddr(a IfAddr) string {
+	var j ifAddrJSON
+	if a.IPv4.IsValid() {
+		s := a.IPv4.String()
+		j.IPv4 = &s
+	}
+	if a.IPv6.IsValid() {
+		s := a.IPv6.String()
+		j.IPv6 = &s
+	}
+	b, _ := json.Marshal(j) // strings only: cannot fail
+	return string(b)
+}
+
+// FormatHostCIDRs is the annotation value NodeInterfaces reads back as the
+// host interface addresses, for example ["192.168.111.23/24"].
+func FormatHostCIDRs(l []netip.Prefix) string {
+	s := make([]string, len(l))
+	for i, p := range l {
+		s[i] = p.String()
+	}
+	b, _ := json.Marshal(s) // strings only: cannot fail
+	return string(b)
+}
 
 // IfAddr is an interface address with its mask, per family; a zero (invalid)
 // prefix means the family is absent.
@@ -144,8 +213,8 @@ func NodeReady(n *corev1.Node) bool {
 }
 
 // NodeAddress is where the node's services (the gateway health check)
-// listen: its InternalIP, else the primary interface address from
-// k8s.ovn.org/node-primary-ifaddr.
+// listen: its InternalIP, else the primary interface address
+// (NodeInterfaces).
 func NodeAddress(n *corev1.Node) (netip.Addr, bool) {
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
@@ -154,14 +223,12 @@ func NodeAddress(n *corev1.Node) (netip.Addr, bool) {
 			}
 		}
 	}
-	if s, ok := n.Annotations[AnnotationPrimaryIfAddr]; ok {
-		if ifa, err := ParsePrimaryIfAddr(s); err == nil {
-			if ifa.IPv4.IsValid() {
-				return ifa.IPv4.Addr(), true
-			}
-			if ifa.IPv6.IsValid() {
-				return ifa.IPv6.Addr(), true
-			}
+	if ifa, _, _, err := NodeInterfaces(n.Annotations); err == nil {
+		if ifa.IPv4.IsValid() {
+			return ifa.IPv4.Addr(), true
+		}
+		if ifa.IPv6.IsValid() {
+			return ifa.IPv6.Addr(), true
 		}
 	}
 	return netip.Addr{}, false
@@ -172,8 +239,8 @@ func NodeAddress(n *corev1.Node) (netip.Addr, bool) {
 const maxAnnotationLen = 256 << 10
 
 type ifAddrJSON struct {
-	IPv4 *string `json:"ipv4"`
-	IPv6 *string `json:"ipv6"`
+	IPv4 *string `json:"ipv4,omitempty"`
+	IPv6 *string `json:"ipv6,omitempty"`
 }
 
 func decodeJSON(key, s string, v any) error {
@@ -210,28 +277,30 @@ func parseIfAddr(what string, j ifAddrJSON) (IfAddr, error) {
 	return a, nil
 }
 
-// ParsePrimaryIfAddr parses k8s.ovn.org/node-primary-ifaddr, for example
+// parsePrimaryIfAddr parses annotation key in the format of
+// k8s.ovn.org/node-primary-ifaddr, for example
 // {"ipv4":"192.168.111.23/24","ipv6":"fd00::23/64"}.
-func ParsePrimaryIfAddr(s string) (IfAddr, error) {
+func parsePrimaryIfAddr(key, s string) (IfAddr, error) {
 	var j ifAddrJSON
-	if err := decodeJSON(AnnotationPrimaryIfAddr, s, &j); err != nil {
+	if err := decodeJSON(key, s, &j); err != nil {
 		return IfAddr{}, err
 	}
-	return parseIfAddr("annotation "+AnnotationPrimaryIfAddr, j)
+	return parseIfAddr("annotation "+key, j)
 }
 
-// ParseHostCIDRs parses k8s.ovn.org/host-cidrs, a JSON list of interface
-// addresses with masks such as ["192.168.111.23/24","10.20.0.5/16"].
-func ParseHostCIDRs(s string) ([]netip.Prefix, error) {
+// parseHostCIDRs parses annotation key in the format of
+// k8s.ovn.org/host-cidrs, a JSON list of interface addresses with masks
+// such as ["192.168.111.23/24","10.20.0.5/16"].
+func parseHostCIDRs(key, s string) ([]netip.Prefix, error) {
 	var list []string
-	if err := decodeJSON(AnnotationHostCIDRs, s, &list); err != nil {
+	if err := decodeJSON(key, s, &list); err != nil {
 		return nil, err
 	}
 	out := make([]netip.Prefix, 0, len(list))
 	for i, c := range list {
 		p, err := netip.ParsePrefix(c)
 		if err != nil || p.Addr().Is4In6() {
-			return nil, fmt.Errorf("annotation %s entry %d (%q) is not an address with a prefix length such as 10.20.0.5/16", AnnotationHostCIDRs, i, c)
+			return nil, fmt.Errorf("annotation %s entry %d (%q) is not an address with a prefix length such as 10.20.0.5/16", key, i, c)
 		}
 		out = append(out, p)
 	}

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -25,19 +27,19 @@ func TestParsePrimaryIfAddr(t *testing.T) {
 		{in: ``, errsWith: "not the expected JSON"},
 	}
 	for _, c := range cases {
-		got, err := ParsePrimaryIfAddr(c.in)
+		got, err := parsePrimaryIfAddr(AnnotationPrimaryIfAddr, c.in)
 		if c.errsWith != "" {
 			if err == nil || !strings.Contains(err.Error(), c.errsWith) {
-				t.Errorf("ParsePrimaryIfAddr(%q) error = %v, want one containing %q", c.in, err, c.errsWith)
+				t.Errorf("parsePrimaryIfAddr(%q) error = %v, want one containing %q", c.in, err, c.errsWith)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("ParsePrimaryIfAddr(%q): %v", c.in, err)
+			t.Errorf("parsePrimaryIfAddr(%q): %v", c.in, err)
 			continue
 		}
 		if got.IPv4.String() != prefixOrInvalid(c.v4) || got.IPv6.String() != prefixOrInvalid(c.v6) {
-			t.Errorf("ParsePrimaryIfAddr(%q) = %v %v, want %q %q", c.in, got.IPv4, got.IPv6, c.v4, c.v6)
+			t.Errorf("parsePrimaryIfAddr(%q) = %v %v, want %q %q", c.in, got.IPv4, got.IPv6, c.v4, c.v6)
 		}
 	}
 }
@@ -50,14 +52,14 @@ func prefixOrInvalid(s string) string {
 }
 
 func TestParseHostCIDRs(t *testing.T) {
-	got, err := ParseHostCIDRs(`["192.168.111.23/24","10.20.0.5/16","fd00::5/64"]`)
+	got, err := parseHostCIDRs(AnnotationHostCIDRs, `["192.168.111.23/24","10.20.0.5/16","fd00::5/64"]`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 3 || got[1] != netip.MustParsePrefix("10.20.0.5/16") || got[2] != netip.MustParsePrefix("fd00::5/64") {
 		t.Errorf("got %v", got)
 	}
-	if got, err := ParseHostCIDRs(`[]`); err != nil || len(got) != 0 {
+	if got, err := parseHostCIDRs(AnnotationHostCIDRs, `[]`); err != nil || len(got) != 0 {
 		t.Errorf("empty list: %v %v", got, err)
 	}
 	for in, want := range map[string]string{
@@ -67,8 +69,8 @@ func TestParseHostCIDRs(t *testing.T) {
 		`["10.0.0.1/33"]`:     "entry 0",
 		"[" + strings.Repeat(`"10.0.0.1/24",`, 30000) + `"10.0.0.1/24"]`: "more than the",
 	} {
-		if _, err := ParseHostCIDRs(in); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseHostCIDRs(%.40q) error = %v, want one containing %q", in, err, want)
+		if _, err := parseHostCIDRs(AnnotationHostCIDRs, in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseHostCIDRs(%.40q) error = %v, want one containing %q", in, err, want)
 		}
 	}
 }
@@ -120,7 +122,7 @@ func FuzzParsePrimaryIfAddr(f *testing.F) {
 	f.Add(`{"ipv4":"192.168.111.23/24","ipv6":"fd00::23/64"}`)
 	f.Add(`{"ipv4":"1.2.3.4/33"}`)
 	f.Fuzz(func(t *testing.T, s string) {
-		a, err := ParsePrimaryIfAddr(s)
+		a, err := parsePrimaryIfAddr(AnnotationPrimaryIfAddr, s)
 		if err == nil && !a.IPv4.IsValid() && !a.IPv6.IsValid() {
 			t.Fatalf("accepted %q with no address", s)
 		}
@@ -134,7 +136,7 @@ func FuzzParseHostCIDRs(f *testing.F) {
 	f.Add(`["192.168.111.23/24","10.20.0.5/16"]`)
 	f.Add(`[""]`)
 	f.Fuzz(func(t *testing.T, s string) {
-		l, err := ParseHostCIDRs(s)
+		l, err := parseHostCIDRs(AnnotationHostCIDRs, s)
 		for _, p := range l {
 			if err == nil && !p.IsValid() {
 				t.Fatalf("accepted %q with invalid prefix", s)
@@ -159,3 +161,32 @@ func FuzzParseEgressIPConfig(f *testing.F) {
 
 // FuzzAssign feeds arbitrary strings as egress IPs, status items and node
 // names: the assignment must never panic and its invariants must hold.
+
+// TestNodeInterfaces: OVN-Kubernetes' annotations win whenever one is
+// present; Egret's are read otherwise; what FormatPrimaryIfAddr and
+// FormatHostCIDRs write reads back the same.
+func TestNodeInterfaces(t *testing.T) {
+	ifa := IfAddr{IPv4: netip.MustParsePrefix("192.0.2.11/24"), IPv6: netip.MustParsePrefix("2001:db8::11/64")}
+	host := []netip.Prefix{netip.MustParsePrefix("192.0.2.11/24"), netip.MustParsePrefix("198.51.100.5/26")}
+	egret := map[string]string{AnnotationEgretPrimaryIfAddr: FormatPrimaryIfAddr(ifa), AnnotationEgretHostCIDRs: FormatHostCIDRs(host)}
+	p, h, found, err := NodeInterfaces(egret)
+	if err != nil || !found || p != ifa || !slices.Equal(h, host) {
+		t.Fatalf("Egret's annotations read back as %v %v %v %v; want %v %v", p, h, found, err, ifa, host)
+	}
+	withOVN := maps.Clone(egret)
+	withOVN[AnnotationHostCIDRs] = `["10.0.0.5/16"]`
+	p, h, found, err = NodeInterfaces(withOVN)
+	if err != nil || !found || p.IPv4.IsValid() || len(h) != 1 || h[0] != netip.MustParsePrefix("10.0.0.5/16") {
+		t.Fatalf("with an OVN-Kubernetes annotation: %v %v %v %v; want only OVN's host-cidrs", p, h, found, err)
+	}
+	if !OVNPublishesInterfaces(withOVN) || OVNPublishesInterfaces(egret) {
+		t.Error("OVNPublishesInterfaces does not follow the OVN-Kubernetes keys")
+	}
+	if _, _, found, err := NodeInterfaces(map[string]string{"other": "x"}); found || err != nil {
+		t.Errorf("an unannotated node: found %v, err %v", found, err)
+	}
+	bad := map[string]string{AnnotationEgretHostCIDRs: `["nope"]`}
+	if _, _, _, err := NodeInterfaces(bad); err == nil || !strings.Contains(err.Error(), AnnotationEgretHostCIDRs) {
+		t.Errorf("a broken Egret annotation: %v; want an error naming %s", err, AnnotationEgretHostCIDRs)
+	}
+}

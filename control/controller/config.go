@@ -8,6 +8,7 @@ import (
 
 	"github.com/egret-gw/egret/control/health"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
 
@@ -42,6 +43,14 @@ type Config struct {
 	HoldDown *metav1.Duration `json:"holdDown,omitempty"`
 	// DrainCordoned moves egress IPs off cordoned (unschedulable) nodes.
 	DrainCordoned bool `json:"drainCordoned,omitempty"`
+	// NodeSelector is a label selector (kubectl -l syntax) a node must
+	// match, besides carrying k8s.ovn.org/egress-assignable, to host
+	// egress IPs. A kubelet may set that label on its own Node; choose a
+	// label it cannot set, such as one under node-restriction.kubernetes.io/
+	// (the NodeRestriction admission plugin refuses those from kubelets),
+	// so only an admin makes a node a gateway. Empty (default): the label
+	// alone decides, as in OVN-Kubernetes.
+	NodeSelector string `json:"nodeSelector,omitempty"`
 	// Workers is the number of status writers.
 	Workers int `json:"workers,omitempty"`
 	// LeaderElection configures the Lease used with the Kubernetes source.
@@ -96,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if c.HoldDown != nil && c.HoldDown.Duration < 0 {
 		errs = append(errs, fmt.Errorf("holdDown is %v; it must be zero or positive", c.HoldDown.Duration))
+	}
+	if _, err := labels.Parse(c.NodeSelector); err != nil {
+		errs = append(errs, fmt.Errorf("nodeSelector %q is not a label selector such as node-restriction.kubernetes.io/egress-gateway=true: %w", c.NodeSelector, err))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers is %d; it must be positive", c.Workers))

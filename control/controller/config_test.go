@@ -90,3 +90,15 @@ func TestFlagsOverrideFile(t *testing.T) {
 		t.Error(`--source cluster accepted`)
 	}
 }
+
+// TestNodeSelectorValidated: a nodeSelector that is no label selector
+// stops the controller at start, naming the key.
+func TestNodeSelectorValidated(t *testing.T) {
+	if err := (Config{NodeSelector: "node-restriction.kubernetes.io/egress-gateway=true"}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	err := Config{NodeSelector: "a=b=c"}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "nodeSelector") {
+		t.Fatalf("Validate(nodeSelector a=b=c) = %v; want an error naming nodeSelector", err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/egret-gw/egret/control/health"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -57,6 +58,7 @@ type nodeHealth struct {
 // with Run.
 type Controller struct {
 	cfg     Config
+	nodeSel labels.Selector // cfg.NodeSelector
 	src     cluster.Source
 	log     *slog.Logger
 	queue   workqueue.TypedRateLimitingInterface[qkey]
@@ -81,8 +83,13 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 		log = slog.Default()
 	}
 	cfg = cfg.withDefaults()
+	sel, err := labels.Parse(cfg.NodeSelector)
+	if err != nil {
+		return nil, err // Validate caught it
+	}
 	c := &Controller{
 		cfg:     cfg,
+		nodeSel: sel,
 		src:     src,
 		log:     log,
 		now:     time.Now,
@@ -174,11 +181,18 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
+// candidate reports whether n may host egress IPs as far as labels go:
+// the assignable label and the configured nodeSelector.
+func (c *Controller) candidate(n *corev1.Node) bool {
+	_, ok := n.Labels[cluster.LabelEgressAssignable]
+	return ok && c.nodeSel.Matches(labels.Set(n.Labels))
+}
+
 // probeTargets lists the health address of every assignable node.
 func (c *Controller) probeTargets(nodes []*corev1.Node) map[string]string {
 	out := make(map[string]string, len(nodes))
 	for _, n := range nodes {
-		if _, ok := n.Labels[cluster.LabelEgressAssignable]; !ok {
+		if !c.candidate(n) {
 			continue
 		}
 		if ip, ok := cluster.NodeAddress(n); ok {
@@ -204,11 +218,14 @@ func (c *Controller) assign() {
 	var nextHoldDownEnd time.Time
 	for _, n := range kn {
 		an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
+		if an.Assignable && !c.nodeSel.Matches(labels.Set(n.Labels)) {
+			an.Excluded = "does not match the controller's nodeSelector " + c.cfg.NodeSelector
+		}
 		an.Ready = cluster.NodeReady(n)
 		an.Cordoned = n.Spec.Unschedulable
 		reachable, known := c.reach.verdict(n.Name)
 		an.Reachable = reachable
-		if _, ok := n.Labels[cluster.LabelEgressAssignable]; !ok {
+		if !c.candidate(n) {
 			// Not probed: the check only matters for nodes that host IPs.
 			an.Reachable, known = true, true
 		} else if _, hasAddr := cluster.NodeAddress(n); !hasAddr && !c.reach.disabled() {

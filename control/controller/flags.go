@@ -29,6 +29,7 @@ type Flags struct {
 	holdDown      time.Duration
 	drain         bool
 	workers       int
+	nodeSelector  string
 	leaderElect   bool
 	leaseNS       string
 	leaseName     string
@@ -55,6 +56,7 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.holdDown, "hold-down", DefaultHoldDown, "how long a recovered node waits before it gets egress IPs again (0 disables)")
 	fs.BoolVar(&f.drain, "drain-cordoned", false, "move egress IPs off cordoned (unschedulable) nodes")
 	fs.IntVar(&f.workers, "workers", DefaultWorkers, "number of status writers")
+	fs.StringVar(&f.nodeSelector, "node-selector", "", "label selector a node must also match to host egress IPs, e.g. node-restriction.kubernetes.io/egress-gateway=true (a label kubelets cannot set); empty: the egress-assignable label alone")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader through a Lease so that only one replica acts (kube source)")
 	fs.StringVar(&f.leaseNS, "lease-namespace", "egret-system", "namespace of the leader election Lease")
 	fs.StringVar(&f.leaseName, "lease-name", "egret-controller", "name of the leader election Lease")
@@ -97,6 +99,8 @@ func (f *Flags) Config() (Config, error) {
 			c.DrainCordoned = f.drain
 		case "workers":
 			c.Workers = f.workers
+		case "node-selector":
+			c.NodeSelector = f.nodeSelector
 		case "leader-elect":
 			c.LeaderElection.Disabled = !f.leaderElect
 		case "lease-namespace":

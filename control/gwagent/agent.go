@@ -51,6 +51,11 @@ type Agent struct {
 	// Health, if set, reports SERVING only while the data plane runs and
 	// the agent is not fenced.
 	Health *health.Server
+	// Options are passed to Build.
+	Options Options
+	// OnNode, if set, is called (from any goroutine) whenever the source
+	// reports a Node change: Facts.NodeChanged.
+	OnNode func()
 	// FenceAfter is DefaultFenceAfter when zero; CheckEvery (FenceAfter/6
 	// by default) paces the contact checks; Resync (30 s) rebuilds without
 	// a change.
@@ -153,7 +158,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.rebuild = poke
 	a.mu.Unlock()
-	if err := a.Source.Start(ctx, func(cluster.Kind) { poke() }); err != nil {
+	if err := a.Source.Start(ctx, func(k cluster.Kind) {
+		poke()
+		if k == cluster.KindNode && a.OnNode != nil {
+			a.OnNode()
+		}
+	}); err != nil {
 		return err // the source names what failed
 	}
 	var (
@@ -302,7 +312,7 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 		}
 		l.heldBack = held
 	}
-	r := Build(a.currentBase(), a.Node, v)
+	r := Build(a.currentBase(), a.Node, v, a.Options)
 	if p := joinErrs(r.Problems); p != l.lastProblem {
 		for _, e := range r.Problems {
 			a.Log.Warn("gateway agent: input skipped", "problem", e.Error())

@@ -34,6 +34,15 @@ type Result struct {
 	Problems []error
 }
 
+// Options are the agent's settings that Build depends on.
+type Options struct {
+	// TrustPodIPs accepts a pod's addresses as the API gives them, even
+	// outside its Node's spec.podCIDRs (for CNIs whose IPAM ignores them:
+	// Calico IPAM, AWS VPC CNI). By default such addresses are refused,
+	// so a node cannot claim another node's pod address (docs/security.md).
+	TrustPodIPs bool
+}
+
 // Build computes the engine configuration of gateway node from the view
 // in. It is a pure function of its arguments and modifies nothing in in.
 //
@@ -42,7 +51,7 @@ type Result struct {
 // whose namespaceSelector matches its namespace's labels and whose
 // podSelector matches its labels; when several do, the one whose name sorts
 // first owns it, and the worker steers it to that object's gateways.
-func Build(base engine.Spec, node string, in cluster.View) Result {
+func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 	var r Result
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Errorf(format, a...)) }
 	c := base
@@ -224,7 +233,7 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 			case hosted[ip] != "" || slices.Contains(gwVTEPs, ip):
 				problem("pod %s: address %v is an address of this gateway; skipped", key, ip)
 				continue
-			case !cluster.InPodCIDRs(w.podCIDRs, ip):
+			case !opt.TrustPodIPs && !cluster.InPodCIDRs(w.podCIDRs, ip):
 				problem("pod %s: address %v is outside node %s's pod networks %v; skipped", key, ip, pod.Spec.NodeName, w.podCIDRs)
 				continue
 			}
@@ -251,7 +260,7 @@ func Build(base engine.Spec, node string, in cluster.View) Result {
 
 // nodeNetworks are the destinations pods may not reach through the gateway
 // because they are the cluster's nodes: every node's InternalIP addresses
-// and the interface subnets it publishes (k8s.ovn.org/host-cidrs), so that
+// and its interface subnets (k8s.ovn.org/host-cidrs or egret.io/host-cidrs), so that
 // a pod cannot reach kubelets or node services as the gateway node.
 // Config allowedDestinations overrides them.
 func nodeNetworks(nodes []*corev1.Node) []netip.Prefix {
@@ -266,10 +275,11 @@ func nodeNetworks(nodes []*corev1.Node) []netip.Prefix {
 				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 			}
 		}
-		if ps, err := cluster.ParseHostCIDRs(n.Annotations[cluster.AnnotationHostCIDRs]); err == nil {
-			for _, p := range ps {
-				out = append(out, p.Masked())
-			}
+		// OVN-Kubernetes' or Egret's subnets, whichever the node has; a
+		// half-broken annotation still yields what parsed.
+		_, host, _, _ := cluster.NodeInterfaces(n.Annotations)
+		for _, p := range host {
+			out = append(out, p.Masked())
 		}
 	}
 	return out

@@ -417,7 +417,7 @@ func (in inputs) view() cluster.View {
 }
 
 // build is Build for in.Node.
-func build(base engine.Spec, in inputs) Result { return Build(base, in.Node, in.view()) }
+func build(base engine.Spec, in inputs) Result { return Build(base, in.Node, in.view(), Options{}) }
 
 // TestBuildNodeTrust: a worker cannot point the gateway at a VTEP that is
 // not its own InternalIP through its node-writable annotation, nor have a
@@ -454,5 +454,15 @@ func TestBuildNodeTrust(t *testing.T) {
 	}
 	if _, err := r.Spec.Settle(); err != nil {
 		t.Fatal(err)
+	}
+
+	// The admin's opt-out (--trust-pod-ips): the address is taken as the API gives it.
+	r = Build(base(), in.Node, in.view(), Options{TrustPodIPs: true})
+	wantNodes[0].Pods = []gateway.Pod{{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("10.244.2.5"), Policy: "blue"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}
+	if fmt.Sprint(r.Spec.Nodes) != fmt.Sprint(wantNodes) {
+		t.Errorf("with TrustPodIPs, nodes\n got %v\nwant %v", r.Spec.Nodes, wantNodes)
+	}
+	if hasProblem(r, "outside node") {
+		t.Errorf("with TrustPodIPs a pod address is still refused: %v", r.Problems)
 	}
 }

@@ -71,6 +71,12 @@ type Config struct {
 	// PodCIDRs are this node's pod networks; default the Node's
 	// spec.podCIDRs.
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// TrustPodIPs steers a selected pod's addresses as the API gives them,
+	// even outside this node's pod networks, for CNIs whose IPAM ignores
+	// spec.podCIDRs (Calico IPAM, AWS VPC CNI). Default false: such an
+	// address is held (blocked, not steered). The gateways' --trust-pod-ips
+	// must agree (docs/security.md).
+	TrustPodIPs bool `json:"trustPodIPs,omitempty"`
 	// FailClosed is "podCIDR" (default: block unclassified pod addresses;
 	// falls back to "selected" while no pod CIDRs are known) or "selected".
 	FailClosed string `json:"failClosed,omitempty"`
@@ -82,7 +88,18 @@ type Config struct {
 	Resync Duration `json:"resync,omitempty"`
 	// LogFormat is "text" (default) or "json".
 	LogFormat string `json:"logFormat,omitempty"`
+	// ProcSysNet is the directory through which the agent sets the
+	// node's net sysctls (fib_multipath_hash_policy); default
+	// /proc/sys/net. A container that is not privileged sees /proc/sys
+	// read-only, so the DaemonSet mounts the node's /proc/sys/net
+	// elsewhere (hostPath) and names it here. The files resolve to the
+	// network namespace of the process that opens them: the node's, for
+	// a host-network pod.
+	ProcSysNet string `json:"procSysNet,omitempty"`
 }
+
+// DefaultProcSysNet is where the net sysctls are outside a container.
+const DefaultProcSysNet = "/proc/sys/net"
 
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration struct{ time.Duration }
@@ -146,6 +163,9 @@ func (c Config) WithDefaults() Config {
 	if c.FailClosed == "" {
 		c.FailClosed = FailClosedPodCIDR
 	}
+	if c.ProcSysNet == "" {
+		c.ProcSysNet = DefaultProcSysNet
+	}
 	return c
 }
 
@@ -202,6 +222,9 @@ func (c Config) Validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("logFormat %q: use text or json", c.LogFormat))
+	}
+	if !strings.HasPrefix(c.ProcSysNet, "/") {
+		errs = append(errs, fmt.Errorf("procSysNet %q: give an absolute path (the node's /proc/sys/net as mounted in the container)", c.ProcSysNet))
 	}
 	if c.Resync.Duration < time.Second {
 		errs = append(errs, fmt.Errorf("resync %v: give at least 1s", c.Resync.Duration))

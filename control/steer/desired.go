@@ -136,7 +136,8 @@ type State struct {
 	// Node object has not been seen): Apply leaves the kernel's as they
 	// are, so a restarting agent keeps blocking.
 	KeepPodCIDRs bool
-	// TunnelPeers are the gateway VTEPs of FDB: the only sources the
+	// TunnelPeers are the VTEPs of every node in any EgressIP's
+	// status.items (those of FDB among them): the only sources the
 	// tunnel device accepts frames of its VNI from, and the destinations
 	// local pods may not send VXLAN or Geneve to.
 	TunnelPeers []netip.Addr
@@ -176,6 +177,9 @@ type Params struct {
 	// PodCIDRs, if set, are the node's pod networks; otherwise the Node
 	// object's spec.podCIDRs are used.
 	PodCIDRs []netip.Prefix
+	// TrustPodIPs steers selected pods' addresses outside the pod
+	// networks too (Config.TrustPodIPs).
+	TrustPodIPs bool
 }
 
 // Desired computes the kernel state for in. It is a pure function: it reads
@@ -250,7 +254,7 @@ func Desired(in Inputs, p Params) State {
 				problem("pod %s/%s: address %v is used by another local pod; steering it once", pod.Namespace, pod.Name, ip)
 				continue
 			}
-			if !cluster.InPodCIDRs(ownNets, ip) {
+			if !p.TrustPodIPs && !cluster.InPodCIDRs(ownNets, ip) {
 				problem("pod %s/%s: address %v is outside node %s's pod networks %v; not steered, its traffic is blocked", pod.Namespace, pod.Name, ip, in.Node, ownNets)
 				selected[ip] = true
 				refused = append(refused, ip)
@@ -365,7 +369,21 @@ func Desired(in Inputs, p Params) State {
 	}
 	for m, v := range fdb {
 		st.FDB = append(st.FDB, FDB{MAC: m, VTEP: v})
-		st.TunnelPeers = append(st.TunnelPeers, v)
+	}
+	// Every node hosting an egress IP of any object may send tunnel frames
+	// here, not only the gateways of this node's pods: a gateway still
+	// answers flows of a pod whose object or placement just changed, and a
+	// pod selected a moment ago is steered to a gateway the previous pass
+	// did not list. Nodes in no status stay out.
+	for _, e := range in.EgressIPs {
+		if e == nil {
+			continue
+		}
+		for _, item := range e.Status.Items {
+			if v, ok := pickVTEP(in.VTEPs[item.Node], p.LocalVTEP); ok && v != p.LocalVTEP {
+				st.TunnelPeers = append(st.TunnelPeers, v)
+			}
+		}
 	}
 	st.sort()
 	return st

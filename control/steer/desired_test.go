@@ -341,4 +341,11 @@ func TestDesiredPodOutsidePodCIDRs(t *testing.T) {
 	if st := Desired(in, p); len(st.Rules) != 3 {
 		t.Errorf("config pod networks: rules %v", st.Rules)
 	}
+	// The admin's opt-out (trustPodIPs): steered as the API gives it.
+	p = params
+	p.TrustPodIPs = true
+	st := Desired(in, p)
+	if len(st.Rules) != 3 || slices.ContainsFunc(st.Problems, func(e error) bool { return strings.Contains(e.Error(), "outside node") }) {
+		t.Errorf("trustPodIPs: rules %v, problems %v; want the stray address steered", st.Rules, st.Problems)
+	}
 }

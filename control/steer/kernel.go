@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/internal/nsenter"
@@ -107,7 +108,7 @@ func (k *Kernel) TunnelMAC() [6]byte { return k.mac }
 // Params are the desired-state parameters of this node.
 func (k *Kernel) Params() Params {
 	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount,
-		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs}
+		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs, TrustPodIPs: k.cfg.TrustPodIPs}
 }
 
 func (k *Kernel) resolveVTEP() error {
@@ -169,20 +170,41 @@ func (k *Kernel) Setup() error {
 	return k.sysctls()
 }
 
+// sysctls sets the L4 multipath hash through cfg.ProcSysNet. A value
+// already in place is only read, so a node whose admin set it needs no
+// writable mount.
 func (k *Kernel) sysctls() error {
-	set := map[string]string{"net/ipv4/fib_multipath_hash_policy": "1"}
-	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
-		set["net/ipv6/fib_multipath_hash_policy"] = "1"
-	}
+	dir := k.cfg.ProcSysNet
+	keys := []string{"ipv4/fib_multipath_hash_policy"}
 	return nsenter.Do(k.ns, func() error {
-		for key, v := range set {
-			p := filepath.Join("/proc/sys", key)
-			if err := os.WriteFile(p, []byte(v), 0); err != nil {
-				return fmt.Errorf("set %s=%s for L4 multipath hashing: %w", key, v, err)
+		if _, err := os.Stat(filepath.Join(dir, "ipv6")); err == nil {
+			keys = append(keys, "ipv6/fib_multipath_hash_policy")
+		}
+		for _, key := range keys {
+			if err := setSysctl(dir, key, "1"); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
+}
+
+// setSysctl writes v to dir/key unless it holds v already.
+func setSysctl(dir, key, v string) error {
+	p := filepath.Join(dir, key)
+	name := "net." + strings.ReplaceAll(key, "/", ".")
+	if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == v {
+		return nil
+	}
+	err := os.WriteFile(p, []byte(v), 0)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EROFS):
+		return fmt.Errorf("set %s=%s for L4 multipath hashing: %s is read-only here (a container that is not privileged sees /proc/sys read-only): mount the node's /proc/sys/net into the container (hostPath, as deploy/steer/daemonset.yaml does) and name the mount point in procSysNet or --proc-sys-net, or set the sysctl on the node: %w", name, v, p, err)
+	default:
+		return fmt.Errorf("set %s=%s for L4 multipath hashing through %s (procSysNet): %w", name, v, p, err)
+	}
 }
 
 func (k *Kernel) mtu() int {

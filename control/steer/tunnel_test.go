@@ -3,8 +3,11 @@ package steer
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/internal/nsenter"
@@ -33,18 +36,21 @@ func TestTunnelFilterInNetns(t *testing.T) {
 	if err := k.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	// Only g1 hosts an egress IP: g2 is a host like any other for the node.
+	// g1 hosts the egress IP of this node's pod; g2 one of an object
+	// that selects no pod here: both are gateways, rogue is not.
 	in := testInputs("g1", "192.0.2.101")
 	in.NodeKnown, in.NodePodCIDRs = true, cfg.PodCIDRs
+	in.EgressIPs = append(in.EgressIPs, eip("red", match("team", "red"), metav1.LabelSelector{}, []string{"192.0.2.111"}, "g2", "192.0.2.111"))
 	want := Desired(in, k.Params())
-	if len(want.TunnelPeers) != 1 || want.TunnelPeers[0] != g1VTEP {
-		t.Fatalf("tunnel peers %v, want [%v]", want.TunnelPeers, g1VTEP)
+	peers := []netip.Addr{g1VTEP, g2VTEP}
+	if !slices.Equal(want.TunnelPeers, peers) || len(want.FDB) != 1 {
+		t.Fatalf("tunnel peers %v, FDB %v; want peers %v and only g1 in the FDB", want.TunnelPeers, want.FDB, peers)
 	}
 	if _, err := k.Apply(want); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := k.Actual(); err != nil || len(got.TunnelPeers) != 1 || got.TunnelPeers[0] != g1VTEP {
-		t.Fatalf("kernel tunnel peers %v (%v), want [%v]", got.TunnelPeers, err, g1VTEP)
+	if got, err := k.Actual(); err != nil || !slices.Equal(got.TunnelPeers, peers) {
+		t.Fatalf("kernel tunnel peers %v (%v), want %v", got.TunnelPeers, err, peers)
 	}
 
 	pc, err := listenUDP(l.podH, netip.AddrPortFrom(podIP4, 45000))
@@ -104,15 +110,20 @@ func TestTunnelFilterInNetns(t *testing.T) {
 	}
 
 	t.Run("from a gateway VTEP it passes", func(t *testing.T) {
-		d0, rx0 := drops(), rxTunnel()
-		if !send(l.g1H, cfg.VNI, "from g1") {
-			t.Fatal("the pod got no frame from the gateway")
-		}
-		if d := drops() - d0; d != 0 {
-			t.Fatalf("%d tunnel drops for a gateway's frame", d)
-		}
-		if rxTunnel() == rx0 {
-			t.Fatalf("%s received nothing", cfg.Device)
+		for _, src := range []struct {
+			name string
+			ns   netns.NsHandle
+		}{{"the pod's gateway", l.g1H}, {"a gateway of another EgressIP", l.g2H}} {
+			d0, rx0 := drops(), rxTunnel()
+			if !send(src.ns, cfg.VNI, "from "+src.name) {
+				t.Fatalf("%s: the pod got no frame", src.name)
+			}
+			if d := drops() - d0; d != 0 {
+				t.Fatalf("%s: %d tunnel drops for a gateway's frame", src.name, d)
+			}
+			if rxTunnel() == rx0 {
+				t.Fatalf("%s: %s received nothing", src.name, cfg.Device)
+			}
 		}
 	})
 
@@ -120,7 +131,7 @@ func TestTunnelFilterInNetns(t *testing.T) {
 		for _, src := range []struct {
 			name string
 			ns   netns.NsHandle
-		}{{"rogue host", rogueH}, {"gateway without an egress IP for the node", l.g2H}} {
+		}{{"rogue host", rogueH}} {
 			d0, rx0 := drops(), rxTunnel()
 			if send(src.ns, cfg.VNI, "from "+src.name) {
 				t.Fatalf("%s: the pod got a frame from a non-gateway", src.name)
@@ -145,22 +156,28 @@ func TestTunnelFilterInNetns(t *testing.T) {
 	})
 
 	t.Run("a pod cannot send tunnel frames to a gateway", func(t *testing.T) {
-		gw := capture(t, l.g1H, "eth0")
-		// Control: the pod reaches the gateway's address on another port
-		// (node networks are not steered), so the capture would see it.
-		d0 := drops()
-		sendToPort(t, l.podH, podIP4, g1VTEP, 9999)
-		if n := udpTo(gw.take(), g1VTEP, 9999); n == 0 {
-			t.Fatal("the pod's datagram to the gateway on port 9999 did not arrive (capture broken?)")
-		}
-		for _, port := range []uint16{4789, 6081} {
-			sendToPort(t, l.podH, podIP4, g1VTEP, port)
-			if n := udpTo(gw.take(), g1VTEP, port); n != 0 {
-				t.Fatalf("%d datagrams of the pod reached the gateway on port %d", n, port)
+		// g2 serves no pod of this node, and is a gateway all the same.
+		for _, g := range []struct {
+			ns   netns.NsHandle
+			vtep netip.Addr
+		}{{l.g1H, g1VTEP}, {l.g2H, g2VTEP}} {
+			gw := capture(t, g.ns, "eth0")
+			// Control: the pod reaches the gateway's address on another port
+			// (node networks are not steered), so the capture would see it.
+			d0 := drops()
+			sendToPort(t, l.podH, podIP4, g.vtep, 9999)
+			if n := udpTo(gw.take(), g.vtep, 9999); n == 0 {
+				t.Fatalf("the pod's datagram to %v on port 9999 did not arrive (capture broken?)", g.vtep)
 			}
-		}
-		if d := drops() - d0; d != 4 {
-			t.Fatalf("tunnel drops rose by %d, want 4 (2 per port)", d)
+			for _, port := range []uint16{4789, 6081} {
+				sendToPort(t, l.podH, podIP4, g.vtep, port)
+				if n := udpTo(gw.take(), g.vtep, port); n != 0 {
+					t.Fatalf("%d datagrams of the pod reached gateway %v on port %d", n, g.vtep, port)
+				}
+			}
+			if d := drops() - d0; d != 4 {
+				t.Fatalf("gateway %v: tunnel drops rose by %d, want 4 (2 per port)", g.vtep, d)
+			}
 		}
 	})
 
