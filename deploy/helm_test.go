@@ -112,13 +112,55 @@ func normalise(t *testing.T, o obj) (images []string) {
 	return images
 }
 
-func toYAML(t *testing.T, v any) string {
-	t.Helper()
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
+// diff lists the fields where a and b differ, one a line, as
+// "path: value in a | value in b"; empty when they are equal.
+func diff(a, b any) string {
+	fa, fb := map[string]string{}, map[string]string{}
+	flatten(fa, "", a)
+	flatten(fb, "", b)
+	var lines []string
+	for k, va := range fa {
+		if vb, ok := fb[k]; !ok || va != vb {
+			lines = append(lines, fmt.Sprintf("  %s: %s | %s", k, va, orAbsent(vb, ok)))
+		}
 	}
-	return string(b)
+	for k, vb := range fb {
+		if _, ok := fa[k]; !ok {
+			lines = append(lines, fmt.Sprintf("  %s: (absent) | %s", k, vb))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func orAbsent(v string, ok bool) string {
+	if !ok {
+		return "(absent)"
+	}
+	return v
+}
+
+// flatten records every leaf of v (decoded JSON) in out under its path.
+func flatten(out map[string]string, path string, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 0 {
+			out[path] = "{}"
+		}
+		for k, e := range x {
+			flatten(out, strings.TrimPrefix(path+"."+k, "."), e)
+		}
+	case []any:
+		if len(x) == 0 {
+			out[path] = "[]"
+		}
+		for i, e := range x {
+			flatten(out, fmt.Sprintf("%s[%d]", path, i), e)
+		}
+	default:
+		b, _ := json.Marshal(x)
+		out[path] = string(b)
+	}
 }
 
 // TestHelmMatchesKustomize renders the chart with its default values and
@@ -196,8 +238,8 @@ func TestHelmMatchesKustomize(t *testing.T) {
 				}
 			}
 		}
-		if !reflect.DeepEqual(jsonRound(t, g), jsonRound(t, w)) {
-			t.Errorf("%s differs:\n--- chart\n%s--- kustomize\n%s", k, toYAML(t, g), toYAML(t, w))
+		if d := diff(jsonRound(t, g), jsonRound(t, w)); d != "" {
+			t.Errorf("%s differs (field: chart | kustomize):\n%s", k, d)
 		}
 	}
 }
