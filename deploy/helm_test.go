@@ -166,12 +166,11 @@ func flatten(out map[string]string, path string, v any) {
 // TestHelmMatchesKustomize renders the chart with its default values and
 // checks it yields exactly the objects of `kubectl kustomize deploy/`, field
 // for field (container args, env, volumes, RBAC rules, ConfigMaps, the CRD),
-// but for labels, the image tag (the chart's appVersion) and the few keys the
-// chart adds on purpose (chartExtras).
+// but for Helm's own labels, the image tag (the chart's appVersion) and the
+// few keys the chart adds on purpose (chartExtras); with monitoring.enabled,
+// those of deploy/monitoring/ too.
 func TestHelmMatchesKustomize(t *testing.T) {
 	hb, kc := helmBin(t), kubectl(t)
-	_, kust := build(t, kc, ".")
-	chartObjs := helmTemplate(t, hb)
 	var appVersion struct {
 		AppVersion string `json:"appVersion"`
 	}
@@ -182,10 +181,24 @@ func TestHelmMatchesKustomize(t *testing.T) {
 	if err := yaml.Unmarshal(b, &appVersion); err != nil || appVersion.AppVersion == "" {
 		t.Fatalf("%s/Chart.yaml: no appVersion (%v)", chart, err)
 	}
+	_, core := build(t, kc, ".")
+	_, mon := build(t, kc, "monitoring")
+	t.Run("defaults", func(t *testing.T) {
+		sameObjects(t, helmTemplate(t, hb), core, appVersion.AppVersion)
+	})
+	t.Run("monitoring", func(t *testing.T) {
+		sameObjects(t, helmTemplate(t, hb, "--set", "monitoring.enabled=true"), append(core, mon...), appVersion.AppVersion)
+	})
+}
 
+// sameObjects checks that the chart's objects are kustomize's, as
+// TestHelmMatchesKustomize says. It compares copies: the objects given stay
+// as they are.
+func sameObjects(t *testing.T, chartObjs []manifest, kust []obj, appVersion string) {
+	t.Helper()
 	want := map[string]obj{}
 	for _, o := range kust {
-		want[objKey(o)] = o
+		want[objKey(o)] = obj(jsonRound(t, o).(map[string]any))
 	}
 	got := map[string]obj{}
 	for _, m := range chartObjs {
@@ -193,7 +206,7 @@ func TestHelmMatchesKustomize(t *testing.T) {
 		if _, dup := got[k]; dup {
 			t.Errorf("the chart renders %s twice", k)
 		}
-		got[k] = m.o
+		got[k] = obj(jsonRound(t, m.o).(map[string]any))
 	}
 	for k := range want {
 		if _, ok := got[k]; !ok {
@@ -211,9 +224,22 @@ func TestHelmMatchesKustomize(t *testing.T) {
 		if !ok {
 			continue
 		}
+		// The chart adds Helm's labels; it must keep every one of kustomize's,
+		// but on the CRD, which Helm installs verbatim from crds/ (kustomize
+		// adds only part-of to it).
+		gl, _ := get(g, "metadata", "labels").(map[string]any)
+		wl, _ := get(w, "metadata", "labels").(map[string]any)
+		if g.kind() == "CustomResourceDefinition" {
+			wl = nil
+		}
+		for l, v := range wl {
+			if gl[l] != v {
+				t.Errorf("%s: label %s=%v, want %v as kustomize", k, l, gl[l], v)
+			}
+		}
 		normalise(t, w)
 		for _, img := range normalise(t, g) {
-			if want := "ghcr.io/egret-gw/egret:" + appVersion.AppVersion; img != want {
+			if want := "ghcr.io/egret-gw/egret:" + appVersion; img != want {
 				t.Errorf("%s: image %s, want %s (the chart's appVersion)", k, img, want)
 			}
 		}
@@ -275,6 +301,7 @@ var otherValues = []string{
 	"--set", "gateway.resources.limits.memory=8Gi,steer.nodeSelector.kubernetes\\.io/os=linux",
 	"--set", "controller.tolerations=null,imagePullSecrets[0].name=regcred",
 	"--set", "createNamespace=false,cni.enabled=false",
+	"--set", "monitoring.enabled=true,monitoring.interval.steer=1m",
 }
 
 // TestHelmArgsValidate runs every container the chart renders, with default
@@ -405,6 +432,9 @@ func TestHelmValues(t *testing.T) {
 		eq(key+" imagePullSecrets", get(must(key), "spec", "template", "spec", "imagePullSecrets"), []map[string]string{{"name": "regcred"}})
 	}
 
+	eq("steer PodMonitor interval", get(must("PodMonitor/egret-steer"), "spec", "podMetricsEndpoints", 0, "interval"), "1m")
+	eq("dashboard ConfigMap label", get(must("ConfigMap/egret-dashboard"), "metadata", "labels", "grafana_dashboard"), "1")
+
 	// A changed ConfigMap rolls its DaemonSet: the checksum follows the data.
 	def := helmTemplate(t, hb)
 	for _, m := range def {
@@ -419,18 +449,28 @@ func TestHelmValues(t *testing.T) {
 	}
 }
 
-// TestHelmRefusesMissingSettings: values without the interfaces or networks
-// Egret cannot run without fail at render time, naming the value.
-func TestHelmRefusesMissingSettings(t *testing.T) {
+// TestHelmRefusesBadValues: values without the interfaces or networks Egret
+// cannot run without, misspelt keys and out-of-range values fail at render
+// time, naming the value.
+func TestHelmRefusesBadValues(t *testing.T) {
 	hb := helmBin(t)
-	for _, set := range []string{"interfaces.underlay=", "interfaces.gateway=null", "networks.clusterCIDRs=null", "networks.serviceCIDRs=null"} {
-		out, err := execOut(hb, "template", "egret", chart, "--set", set)
+	for _, tc := range []struct{ set, want string }{
+		{"interfaces.underlay=", "interfaces.underlay"},
+		{"interfaces.gateway=null", "interfaces.gateway"},
+		{"networks.clusterCIDRs=null", "networks.clusterCIDRs"},
+		{"networks.serviceCIDRs=null", "networks.serviceCIDRs"},
+		{"interface.gateway={eth1}", "interface"},
+		{"networks.clusterCIDRs={10.244.0.0}", "clusterCIDRs"},
+		{"controller.reachabilityTimeoutSeconds=61", "reachabilityTimeoutSeconds"},
+		{"gateway.mode=dpdk", "mode"},
+	} {
+		out, err := execOut(hb, "template", "egret", chart, "--set", tc.set)
 		if err == nil {
-			t.Errorf("--set %s rendered without error", set)
+			t.Errorf("--set %s rendered without error", tc.set)
 			continue
 		}
-		if key, _, _ := strings.Cut(set, "="); !strings.Contains(out, key) {
-			t.Errorf("--set %s: error does not name %s:\n%s", set, key, out)
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("--set %s: error does not name %s:\n%s", tc.set, tc.want, out)
 		}
 	}
 }
@@ -489,7 +529,15 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("steer image after install: %q", got)
 	}
 
-	h("upgrade", "egret", chart, "-n", "egret-system", "--reuse-values", "--set", "networks.serviceCIDRs={172.30.0.0/16}")
+	// Monitoring needs the Prometheus Operator's CRDs: TestApply's minimal copy.
+	crds, err := os.ReadFile("testdata/monitoring-crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, crds, kc, "--kubeconfig", env.Kubeconfig, "apply", "--server-side", "-f", "-")
+	k("wait", "--for=condition=established", "--timeout=60s", "crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	h("upgrade", "egret", chart, "-n", "egret-system", "--reuse-values", "--set", "networks.serviceCIDRs={172.30.0.0/16},monitoring.enabled=true")
+	k("-n", "egret-system", "get", "podmonitor/egret-gateway", "prometheusrule/egret", "configmap/egret-dashboard", "-o", "name")
 	if got := string(k("-n", "egret-system", "get", "configmap", "egret-steer", "-o", "jsonpath={.data.steer\\.yaml}")); !strings.Contains(got, `serviceCIDRs: ["172.30.0.0/16"]`) || !strings.Contains(got, "underlay: eth0") {
 		t.Errorf("steer ConfigMap after upgrade:\n%s", got)
 	}
