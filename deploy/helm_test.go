@@ -237,10 +237,15 @@ func sameObjects(t *testing.T, chartObjs []manifest, kust []obj, appVersion stri
 				t.Errorf("%s: label %s=%v, want %v as kustomize", k, l, gl[l], v)
 			}
 		}
-		normalise(t, w)
-		for _, img := range normalise(t, g) {
-			if want := "ghcr.io/egret-gw/egret:" + appVersion; img != want {
-				t.Errorf("%s: image %s, want %s (the chart's appVersion)", k, img, want)
+		// The repository is compared with the rest; the tag is the chart's
+		// appVersion, which may lag or lead deploy/'s between releases.
+		kustImages := normalise(t, w)
+		for i, img := range normalise(t, g) {
+			if !strings.HasSuffix(img, ":"+appVersion) {
+				t.Errorf("%s: image %s, want tag %s (the chart's appVersion)", k, img, appVersion)
+			}
+			if i < len(kustImages) && !strings.HasSuffix(kustImages[i], ":"+appVersion) {
+				t.Logf("%s: kustomize runs %s, the chart %s", k, kustImages[i], img)
 			}
 		}
 		if g.kind() == "ConfigMap" {
