@@ -24,10 +24,12 @@ deps:
 	@bash hack/deps.sh
 
 # Binaries built from the Go module proxy and cached outside the repository:
-# etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests.
+# etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests,
+# helm for the chart's tests (deploy/helm_test.go).
 tools:
 	@bash hack/k8s-bins.sh
 	@bash hack/cnitool.sh
+	@bash hack/helm.sh
 
 vet:
 	$(GO) vet ./...

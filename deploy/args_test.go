@@ -29,8 +29,9 @@ type manifest struct {
 	o    obj
 }
 
-// shippedManifests decodes every YAML file under deploy/ except the examples
-// and test data, and the resources deploy/kustomization.yaml lists.
+// shippedManifests decodes every YAML file under deploy/ except the examples,
+// the test data and the Helm chart (templates, not YAML; helm_test.go renders
+// it), and the resources deploy/kustomization.yaml lists.
 func shippedManifests(t *testing.T) ([]manifest, []string) {
 	t.Helper()
 	var out []manifest
@@ -38,7 +39,7 @@ func shippedManifests(t *testing.T) ([]manifest, []string) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (path == "examples" || path == "testdata") {
+		if d.IsDir() && (path == "examples" || path == "testdata" || path == "helm") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".yaml") || filepath.Base(path) == "kustomization.yaml" {
@@ -95,13 +96,28 @@ func buildBinaries(t *testing.T) string {
 func TestShippedArgsValidate(t *testing.T) {
 	bins := buildBinaries(t)
 	ms, resources := shippedManifests(t)
+	listed := func(file string) bool { return slices.Contains(resources, filepath.ToSlash(file)) }
+	seen := validateContainers(t, bins, ms, listed)
+	for _, want := range []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"} {
+		if !seen[want] {
+			t.Errorf("no egret container checked for %s", want)
+		}
+	}
+}
+
+// validateContainers runs every egret container of the DaemonSets and
+// Deployments in ms through its binary's --check-config (bins holds the
+// binaries), with the ConfigMaps of ms mounted, each in a subtest. listed
+// says whether a manifest's file is part of what users apply. It returns the
+// names of the workloads it checked.
+func validateContainers(t *testing.T, bins string, ms []manifest, listed func(string) bool) map[string]bool {
+	t.Helper()
 	configMaps := map[string]manifest{}
 	for _, m := range ms {
 		if m.o.kind() == "ConfigMap" {
 			configMaps[m.o.ns()+"/"+m.o.name()] = m
 		}
 	}
-	listed := func(file string) bool { return slices.Contains(resources, filepath.ToSlash(file)) }
 	seen := map[string]bool{}
 	for _, m := range ms {
 		if m.o.kind() != "DaemonSet" && m.o.kind() != "Deployment" {
@@ -145,11 +161,7 @@ func TestShippedArgsValidate(t *testing.T) {
 			})
 		}
 	}
-	for _, want := range []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"} {
-		if !seen[want] {
-			t.Errorf("no egret container checked for %s", want)
-		}
-	}
+	return seen
 }
 
 // containerArgv returns container c's command and args with $(VAR) resolved,
@@ -182,7 +194,7 @@ func containerArgv(t *testing.T, m manifest, c any, volumes map[string]string, c
 			}
 			cm, ok := configMaps[m.o.ns()+"/"+cmName]
 			if !ok {
-				t.Fatalf("volume %s mounts ConfigMap %s/%s, which deploy/ does not define", str(vm, "name"), m.o.ns(), cmName)
+				t.Fatalf("volume %s mounts ConfigMap %s/%s, which no manifest defines", str(vm, "name"), m.o.ns(), cmName)
 			}
 			if !listed(cm.file) {
 				t.Errorf("ConfigMap %s (%s) is not in deploy/kustomization.yaml", cmName, cm.file)

@@ -1,0 +1,58 @@
+{{/* egret.image is the image every Egret container runs. */}}
+{{- define "egret.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* egret.labels are the labels of every object (as kustomize's part-of, plus Helm's). */}}
+{{- define "egret.labels" -}}
+app.kubernetes.io/part-of: egret
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* egret.logArgs are the logging flags every Egret process takes. */}}
+{{- define "egret.logArgs" -}}
+- --log-format={{ .Values.log.format }}
+{{- with .Values.log.level }}
+- --log-level={{ . }}
+{{- end }}
+{{- end }}
+
+{{/* egret.scheduling is the pod placement every role sets from its values: dict "root" $ "role" .Values.<role>. */}}
+{{- define "egret.scheduling" -}}
+{{- with .role.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .role.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* egret.gatewayConfig is gateway.yaml of the egret-gateway ConfigMap. The
+gateway gets the tunnel's VNI and port too, so both ends agree. */}}
+{{- define "egret.gatewayConfig" -}}
+interfaces: {{ required "interfaces.gateway: name the interfaces the gateway serves" .Values.interfaces.gateway | toJson }}
+mode: {{ .Values.gateway.mode }}
+vni: {{ .Values.networks.vni }}
+port: {{ .Values.networks.port }}
+logFormat: {{ .Values.log.format }}
+{{- end }}
+
+{{/* egret.steerConfig is steer.yaml of the egret-steer ConfigMap. */}}
+{{- define "egret.steerConfig" -}}
+underlay: {{ required "interfaces.underlay: name the interface the tunnel runs over" .Values.interfaces.underlay }}
+vni: {{ .Values.networks.vni }}
+port: {{ .Values.networks.port }}
+clusterCIDRs: {{ required "networks.clusterCIDRs: list the cluster's pod networks" .Values.networks.clusterCIDRs | toJson }}
+serviceCIDRs: {{ required "networks.serviceCIDRs: list the cluster's service networks" .Values.networks.serviceCIDRs | toJson }}
+nodeCIDRs: {{ .Values.networks.nodeCIDRs | default list | toJson }}
+logFormat: {{ .Values.log.format }}
+{{- end }}

@@ -1,0 +1,556 @@
+package deploy_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/egret-gw/egret/internal/kubetest"
+)
+
+// chart is the Helm chart, rendered beside kustomize's deploy/.
+const chart = "helm/egret"
+
+// helmBin returns the helm that hack/helm.sh builds; missing, it fails under
+// CI=true and skips otherwise.
+func helmBin(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(kubetest.BinDir(), "helm")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("helm is not in %s; hack/helm.sh builds it (CI=true demands it)", kubetest.BinDir())
+		}
+		t.Skipf("helm is not in %s; run hack/helm.sh", kubetest.BinDir())
+	}
+	return p
+}
+
+// helmTemplate renders the chart as release "egret" with the CRDs, extra
+// arguments (--set, --namespace) appended, and decodes every object; each
+// manifest's file is the template it came from.
+func helmTemplate(t *testing.T, hb string, args ...string) []manifest {
+	t.Helper()
+	raw := run(t, nil, hb, append([]string{"template", "egret", chart, "--namespace", "egret-system", "--include-crds"}, args...)...)
+	source := regexp.MustCompile(`(?m)^# Source: (\S+)`)
+	var out []manifest
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(raw), -1) {
+		var o obj
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("helm template output: %v\n%s", err, doc)
+		}
+		if o == nil {
+			continue
+		}
+		file := "helm"
+		if m := source.FindStringSubmatch(doc); m != nil {
+			file = m[1]
+		}
+		out = append(out, manifest{file: file, o: o})
+	}
+	return out
+}
+
+func objKey(o obj) string { return o.kind() + " " + o.ns() + "/" + o.name() }
+
+// chartExtras are the ConfigMap keys the chart adds to kustomize's: the
+// gateway gets the tunnel's VNI and port too, so one value sets both ends.
+var chartExtras = map[string][]string{"egret-gateway/gateway.yaml": {"vni", "port"}}
+
+// normalise strips o of what may differ between the chart and kustomize by
+// design: metadata labels and annotations (Helm's own), the pod template's
+// config checksums, the image tag and pull policy; ConfigMap data is decoded
+// so that formatting does not count. It returns the image repositories and
+// tags it removed.
+func normalise(t *testing.T, o obj) (images []string) {
+	t.Helper()
+	md, _ := o["metadata"].(map[string]any)
+	delete(md, "labels")
+	delete(md, "annotations")
+	if tmd, ok := get(o, "spec", "template", "metadata").(map[string]any); ok {
+		if a, ok := tmd["annotations"].(map[string]any); ok {
+			for k := range a {
+				if strings.HasPrefix(k, "checksum/") {
+					delete(a, k)
+				}
+			}
+			if len(a) == 0 {
+				delete(tmd, "annotations")
+			}
+		}
+	}
+	for _, field := range []string{"initContainers", "containers"} {
+		cs, _ := get(o, "spec", "template", "spec", field).([]any)
+		for _, c := range cs {
+			cm := c.(map[string]any)
+			img, _ := cm["image"].(string)
+			images = append(images, img)
+			if i := strings.LastIndex(img, ":"); i > strings.LastIndex(img, "/") {
+				cm["image"] = img[:i]
+			}
+			delete(cm, "imagePullPolicy")
+		}
+	}
+	if o.kind() == "ConfigMap" {
+		data, _ := o["data"].(map[string]any)
+		for k, v := range data {
+			var d any
+			if err := yaml.Unmarshal([]byte(v.(string)), &d); err != nil {
+				t.Fatalf("ConfigMap %s key %s: %v", o.name(), k, err)
+			}
+			data[k] = d
+		}
+	}
+	return images
+}
+
+// diff lists the fields where a and b differ, one a line, as
+// "path: value in a | value in b"; empty when they are equal.
+func diff(a, b any) string {
+	fa, fb := map[string]string{}, map[string]string{}
+	flatten(fa, "", a)
+	flatten(fb, "", b)
+	var lines []string
+	for k, va := range fa {
+		if vb, ok := fb[k]; !ok || va != vb {
+			lines = append(lines, fmt.Sprintf("  %s: %s | %s", k, va, orAbsent(vb, ok)))
+		}
+	}
+	for k, vb := range fb {
+		if _, ok := fa[k]; !ok {
+			lines = append(lines, fmt.Sprintf("  %s: (absent) | %s", k, vb))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func orAbsent(v string, ok bool) string {
+	if !ok {
+		return "(absent)"
+	}
+	return v
+}
+
+// flatten records every leaf of v (decoded JSON) in out under its path.
+func flatten(out map[string]string, path string, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 0 {
+			out[path] = "{}"
+		}
+		for k, e := range x {
+			flatten(out, strings.TrimPrefix(path+"."+k, "."), e)
+		}
+	case []any:
+		if len(x) == 0 {
+			out[path] = "[]"
+		}
+		for i, e := range x {
+			flatten(out, fmt.Sprintf("%s[%d]", path, i), e)
+		}
+	default:
+		b, _ := json.Marshal(x)
+		out[path] = string(b)
+	}
+}
+
+// TestHelmMatchesKustomize renders the chart with its default values and
+// checks it yields exactly the objects of `kubectl kustomize deploy/`, field
+// for field (container args, env, volumes, RBAC rules, ConfigMaps, the CRD),
+// but for Helm's own labels, the image tag (the chart's appVersion) and the
+// few keys the chart adds on purpose (chartExtras); with monitoring.enabled,
+// those of deploy/monitoring/ too.
+func TestHelmMatchesKustomize(t *testing.T) {
+	hb, kc := helmBin(t), kubectl(t)
+	var appVersion struct {
+		AppVersion string `json:"appVersion"`
+	}
+	b, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &appVersion); err != nil || appVersion.AppVersion == "" {
+		t.Fatalf("%s/Chart.yaml: no appVersion (%v)", chart, err)
+	}
+	_, core := build(t, kc, ".")
+	_, mon := build(t, kc, "monitoring")
+	t.Run("defaults", func(t *testing.T) {
+		sameObjects(t, helmTemplate(t, hb), core, appVersion.AppVersion)
+	})
+	t.Run("monitoring", func(t *testing.T) {
+		sameObjects(t, helmTemplate(t, hb, "--set", "monitoring.enabled=true"), append(core, mon...), appVersion.AppVersion)
+	})
+}
+
+// sameObjects checks that the chart's objects are kustomize's, as
+// TestHelmMatchesKustomize says. It compares copies: the objects given stay
+// as they are.
+func sameObjects(t *testing.T, chartObjs []manifest, kust []obj, appVersion string) {
+	t.Helper()
+	want := map[string]obj{}
+	for _, o := range kust {
+		want[objKey(o)] = obj(jsonRound(t, o).(map[string]any))
+	}
+	got := map[string]obj{}
+	for _, m := range chartObjs {
+		k := objKey(m.o)
+		if _, dup := got[k]; dup {
+			t.Errorf("the chart renders %s twice", k)
+		}
+		got[k] = obj(jsonRound(t, m.o).(map[string]any))
+	}
+	for k := range want {
+		if _, ok := got[k]; !ok {
+			t.Errorf("kustomize has %s; the chart does not", k)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the chart has %s; kustomize does not", k)
+		}
+	}
+
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			continue
+		}
+		// The chart adds Helm's labels; it must keep every one of kustomize's,
+		// but on the CRD, which Helm installs verbatim from crds/ (kustomize
+		// adds only part-of to it).
+		gl, _ := get(g, "metadata", "labels").(map[string]any)
+		wl, _ := get(w, "metadata", "labels").(map[string]any)
+		if g.kind() == "CustomResourceDefinition" {
+			wl = nil
+		}
+		for l, v := range wl {
+			if gl[l] != v {
+				t.Errorf("%s: label %s=%v, want %v as kustomize", k, l, gl[l], v)
+			}
+		}
+		// The repository is compared with the rest; the tag is the chart's
+		// appVersion, which may lag or lead deploy/'s between releases.
+		kustImages := normalise(t, w)
+		for i, img := range normalise(t, g) {
+			if !strings.HasSuffix(img, ":"+appVersion) {
+				t.Errorf("%s: image %s, want tag %s (the chart's appVersion)", k, img, appVersion)
+			}
+			if i < len(kustImages) && !strings.HasSuffix(kustImages[i], ":"+appVersion) {
+				t.Logf("%s: kustomize runs %s, the chart %s", k, kustImages[i], img)
+			}
+		}
+		if g.kind() == "ConfigMap" {
+			gd, _ := g["data"].(map[string]any)
+			wd, _ := w["data"].(map[string]any)
+			for file, extras := range chartExtras {
+				name, key, _ := strings.Cut(file, "/")
+				if g.name() != name {
+					continue
+				}
+				gm, _ := gd[key].(map[string]any)
+				wm, _ := wd[key].(map[string]any)
+				for _, x := range extras {
+					if _, ok := wm[x]; ok {
+						t.Errorf("%s %s: kustomize now sets %s itself; drop it from chartExtras", k, key, x)
+					}
+					if _, ok := gm[x]; !ok {
+						t.Errorf("%s %s: the chart no longer sets %s; drop it from chartExtras", k, key, x)
+					}
+					delete(gm, x)
+				}
+			}
+		}
+		if d := diff(jsonRound(t, g), jsonRound(t, w)); d != "" {
+			t.Errorf("%s differs (field: chart | kustomize):\n%s", k, d)
+		}
+	}
+}
+
+// jsonRound returns v through JSON, so numbers and maps compare alike
+// whichever decoder made them.
+func jsonRound(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// otherValues are non-default values a real user would give: other
+// interfaces, networks, image, namespace, placement, resources and logging.
+var otherValues = []string{
+	"--namespace", "egress",
+	"--set", "image.repository=registry.example:5000/egret,image.tag=v9.8.7,image.pullPolicy=Always",
+	"--set", "interfaces.gateway={ens5,ens6},interfaces.underlay=bond0",
+	"--set", "networks.clusterCIDRs={10.128.0.0/14,fd00:10::/56},networks.serviceCIDRs={172.30.0.0/16}",
+	"--set", "networks.nodeCIDRs={192.168.10.0/24},networks.vni=4242",
+	"--set", "controller.reachabilityTimeoutSeconds=3,controller.replicas=3",
+	"--set", "log.level=debug,log.format=text",
+	"--set", "gateway.mode=afpacket,gateway.nodeSelector.egret/gateway=yes",
+	// Helm merges maps: the default selector goes only when named.
+	"--set", "gateway.nodeSelector.k8s\\.ovn\\.org/egress-assignable=null",
+	"--set", "gateway.resources.limits.memory=8Gi,steer.nodeSelector.kubernetes\\.io/os=linux",
+	"--set", "controller.tolerations=null,imagePullSecrets[0].name=regcred",
+	"--set", "createNamespace=false,cni.enabled=false",
+	"--set", "monitoring.enabled=true,monitoring.interval.steer=1m",
+}
+
+// TestHelmArgsValidate runs every container the chart renders, with default
+// and with other values, through the binary's own --check-config, as
+// TestShippedArgsValidate does for deploy/.
+func TestHelmArgsValidate(t *testing.T) {
+	hb := helmBin(t)
+	bins := buildBinaries(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		expect []string
+	}{
+		{"defaults", nil, []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}},
+		{"other-values", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := helmTemplate(t, hb, tc.args...)
+			seen := validateContainers(t, bins, ms, func(string) bool { return true })
+			for _, w := range tc.expect {
+				if !seen[w] {
+					t.Errorf("no egret container checked for %s", w)
+				}
+			}
+		})
+	}
+}
+
+// TestHelmValues renders the chart with other values and checks each lands
+// where the binaries read it.
+func TestHelmValues(t *testing.T) {
+	hb := helmBin(t)
+	ms := helmTemplate(t, hb, otherValues...)
+	objs := map[string]obj{}
+	for _, m := range ms {
+		objs[m.o.kind()+"/"+m.o.name()] = m.o
+		if m.o.ns() != "" && m.o.ns() != "egress" {
+			t.Errorf("%s: namespace %s, want the release's, egress", objKey(m.o), m.o.ns())
+		}
+		if m.o.kind() == "Namespace" {
+			t.Errorf("createNamespace=false still renders Namespace %s", m.o.name())
+		}
+		if strings.Contains(m.o.name(), "egress-router") {
+			t.Errorf("cni.enabled=false still renders %s", objKey(m.o))
+		}
+		subjects, _ := get(m.o, "subjects").([]any)
+		for _, s := range subjects {
+			if ns := str(s, "namespace"); ns != "egress" {
+				t.Errorf("%s: subject %s in namespace %s, want egress", objKey(m.o), str(s, "name"), ns)
+			}
+		}
+	}
+	must := func(key string) obj {
+		t.Helper()
+		o, ok := objs[key]
+		if !ok {
+			t.Fatalf("no %s rendered", key)
+		}
+		return o
+	}
+	config := func(name, key string) map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(str(must("ConfigMap/"+name), "data", key)), &m); err != nil {
+			t.Fatalf("ConfigMap %s %s: %v", name, key, err)
+		}
+		return m
+	}
+	eq := func(what string, got, want any) {
+		t.Helper()
+		if !reflect.DeepEqual(jsonRound(t, got), jsonRound(t, want)) {
+			t.Errorf("%s = %v, want %v", what, got, want)
+		}
+	}
+
+	gw := config("egret-gateway", "gateway.yaml")
+	eq("gateway.yaml interfaces", gw["interfaces"], []string{"ens5", "ens6"})
+	eq("gateway.yaml mode", gw["mode"], "afpacket")
+	eq("gateway.yaml vni", gw["vni"], 4242)
+	eq("gateway.yaml logFormat", gw["logFormat"], "text")
+	st := config("egret-steer", "steer.yaml")
+	eq("steer.yaml underlay", st["underlay"], "bond0")
+	eq("steer.yaml clusterCIDRs", st["clusterCIDRs"], []string{"10.128.0.0/14", "fd00:10::/56"})
+	eq("steer.yaml serviceCIDRs", st["serviceCIDRs"], []string{"172.30.0.0/16"})
+	eq("steer.yaml nodeCIDRs", st["nodeCIDRs"], []string{"192.168.10.0/24"})
+	eq("steer.yaml vni", st["vni"], 4242)
+	eq("steer.yaml port", st["port"], 4789)
+	eq("steer.yaml logFormat", st["logFormat"], "text")
+
+	container := func(key string) (obj, map[string]any) {
+		t.Helper()
+		o := must(key)
+		c, _ := get(o, "spec", "template", "spec", "containers", 0).(map[string]any)
+		if c == nil {
+			t.Fatalf("%s has no container", key)
+		}
+		return o, c
+	}
+	args := func(c map[string]any) []string {
+		var out []string
+		for _, a := range c["args"].([]any) {
+			out = append(out, a.(string))
+		}
+		return out
+	}
+	ctl, ctlC := container("Deployment/egret-controller")
+	eq("controller replicas", get(ctl, "spec", "replicas"), 3)
+	eq("controller tolerations", get(ctl, "spec", "template", "spec", "tolerations"), nil)
+	for _, a := range []string{"--reachability-total-timeout-seconds=3", "--log-level=debug", "--log-format=text", "--lease-namespace=egress"} {
+		if !slices.Contains(args(ctlC), a) {
+			t.Errorf("controller args %q lack %s", args(ctlC), a)
+		}
+	}
+	gwD, gwC := container("DaemonSet/egret-gateway")
+	eq("gateway nodeSelector", get(gwD, "spec", "template", "spec", "nodeSelector"), map[string]string{"egret/gateway": "yes"})
+	eq("gateway memory limit", get(gwC, "resources", "limits", "memory"), "8Gi")
+	eq("gateway cpu request", get(gwC, "resources", "requests", "cpu"), "1")
+	stD, stC := container("DaemonSet/egret-steer")
+	eq("steer nodeSelector", get(stD, "spec", "template", "spec", "nodeSelector"), map[string]string{"kubernetes.io/os": "linux"})
+	for _, c := range []map[string]any{ctlC, gwC, stC} {
+		eq(c["name"].(string)+" image", c["image"], "registry.example:5000/egret:v9.8.7")
+		eq(c["name"].(string)+" pull policy", c["imagePullPolicy"], "Always")
+		if !slices.Contains(args(c), "--log-level=debug") {
+			t.Errorf("%s args %q lack --log-level=debug", c["name"], args(c))
+		}
+	}
+	for _, key := range []string{"Deployment/egret-controller", "DaemonSet/egret-gateway", "DaemonSet/egret-steer"} {
+		eq(key+" imagePullSecrets", get(must(key), "spec", "template", "spec", "imagePullSecrets"), []map[string]string{{"name": "regcred"}})
+	}
+
+	eq("steer PodMonitor interval", get(must("PodMonitor/egret-steer"), "spec", "podMetricsEndpoints", 0, "interval"), "1m")
+	eq("dashboard ConfigMap label", get(must("ConfigMap/egret-dashboard"), "metadata", "labels", "grafana_dashboard"), "1")
+
+	// A changed ConfigMap rolls its DaemonSet: the checksum follows the data.
+	def := helmTemplate(t, hb)
+	for _, m := range def {
+		if m.o.kind() != "DaemonSet" || m.o.name() == "egress-router-cni" {
+			continue
+		}
+		before := str(m.o, "spec", "template", "metadata", "annotations", "checksum/config")
+		after := str(objs["DaemonSet/"+m.o.name()], "spec", "template", "metadata", "annotations", "checksum/config")
+		if before == "" || before == after {
+			t.Errorf("DaemonSet %s: checksum/config %q with defaults, %q with other values: want both set and different", m.o.name(), before, after)
+		}
+	}
+}
+
+// TestHelmRefusesBadValues: values without the interfaces or networks Egret
+// cannot run without, misspelt keys and out-of-range values fail at render
+// time, naming the value.
+func TestHelmRefusesBadValues(t *testing.T) {
+	hb := helmBin(t)
+	for _, tc := range []struct{ set, want string }{
+		{"interfaces.underlay=", "interfaces.underlay"},
+		{"interfaces.gateway=null", "interfaces.gateway"},
+		{"networks.clusterCIDRs=null", "networks.clusterCIDRs"},
+		{"networks.serviceCIDRs=null", "networks.serviceCIDRs"},
+		{"interface.gateway={eth1}", "interface"},
+		{"networks.clusterCIDRs={10.244.0.0}", "clusterCIDRs"},
+		{"controller.reachabilityTimeoutSeconds=61", "reachabilityTimeoutSeconds"},
+		{"gateway.mode=dpdk", "mode"},
+	} {
+		out, err := execOut(hb, "template", "egret", chart, "--set", tc.set)
+		if err == nil {
+			t.Errorf("--set %s rendered without error", tc.set)
+			continue
+		}
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("--set %s: error does not name %s:\n%s", tc.set, tc.want, out)
+		}
+	}
+}
+
+// TestHelmLint lints the chart, strictly, with default and with other values.
+func TestHelmLint(t *testing.T) {
+	hb := helmBin(t)
+	t.Log(string(run(t, nil, hb, "lint", "--strict", chart)))
+	var sets []string
+	for i := 0; i < len(otherValues); i += 2 {
+		if otherValues[i] == "--set" {
+			sets = append(sets, "--set", otherValues[i+1])
+		}
+	}
+	t.Log(string(run(t, nil, hb, append([]string{"lint", "--strict", chart, "--namespace", "egress"}, sets...)...)))
+}
+
+// execOut runs name with args and returns its combined output.
+func execOut(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		err = fmt.Errorf("%s %s: %w", filepath.Base(name), strings.Join(args, " "), err)
+	}
+	return string(out), err
+}
+
+// TestHelmInstall installs the chart into a real kube-apiserver the way
+// docs/operations.md says, upgrades it with other values and uninstalls it.
+func TestHelmInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and kube-apiserver")
+	}
+	hb, kc := helmBin(t), kubectl(t)
+	env := kubetest.Start(t)
+	h := func(args ...string) []byte {
+		t.Helper()
+		return run(t, nil, hb, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
+	}
+	k := func(args ...string) []byte {
+		t.Helper()
+		return run(t, nil, kc, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
+	}
+	t.Logf("install:\n%s", h("install", "egret", chart, "-n", "egret-system", "--create-namespace",
+		"--set", "interfaces.gateway={eth1},interfaces.underlay=eth0,image.tag=0.0.1-test"))
+	for _, m := range helmTemplate(t, hb) {
+		args := []string{"get", strings.ToLower(m.o.kind()), m.o.name(), "-o", "name"}
+		if m.o.ns() != "" {
+			args = append(args, "-n", m.o.ns())
+		}
+		k(args...)
+	}
+	if got := string(k("-n", "egret-system", "get", "configmap", "egret-gateway", "-o", "jsonpath={.data.gateway\\.yaml}")); !strings.Contains(got, `interfaces: ["eth1"]`) {
+		t.Errorf("gateway ConfigMap after install:\n%s", got)
+	}
+	if got := string(k("-n", "egret-system", "get", "ds", "egret-steer", "-o", "jsonpath={.spec.template.spec.containers[0].image}")); got != "ghcr.io/egret-gw/egret:0.0.1-test" {
+		t.Errorf("steer image after install: %q", got)
+	}
+
+	// Monitoring needs the Prometheus Operator's CRDs: TestApply's minimal copy.
+	crds, err := os.ReadFile("testdata/monitoring-crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, crds, kc, "--kubeconfig", env.Kubeconfig, "apply", "--server-side", "-f", "-")
+	k("wait", "--for=condition=established", "--timeout=60s", "crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	h("upgrade", "egret", chart, "-n", "egret-system", "--reuse-values", "--set", "networks.serviceCIDRs={172.30.0.0/16},monitoring.enabled=true")
+	k("-n", "egret-system", "get", "podmonitor/egret-gateway", "prometheusrule/egret", "configmap/egret-dashboard", "-o", "name")
+	if got := string(k("-n", "egret-system", "get", "configmap", "egret-steer", "-o", "jsonpath={.data.steer\\.yaml}")); !strings.Contains(got, `serviceCIDRs: ["172.30.0.0/16"]`) || !strings.Contains(got, "underlay: eth0") {
+		t.Errorf("steer ConfigMap after upgrade:\n%s", got)
+	}
+
+	h("uninstall", "egret", "-n", "egret-system")
+	if out, err := execOut(kc, "--kubeconfig", env.Kubeconfig, "-n", "egret-system", "get", "deployment", "egret-controller"); err == nil {
+		t.Errorf("the controller Deployment survived helm uninstall:\n%s", out)
+	}
+	// Helm never deletes a CRD it installed from crds/: EgressIPs outlive the release.
+	k("get", "crd", "egressips.k8s.ovn.org", "-o", "name")
+}
