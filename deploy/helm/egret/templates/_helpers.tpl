@@ -44,6 +44,11 @@ mode: {{ .Values.gateway.mode }}
 vni: {{ .Values.networks.vni }}
 port: {{ .Values.networks.port }}
 logFormat: {{ .Values.log.format }}
+conntrackMax: {{ .Values.gateway.conntrackMax | int64 }}
+podFlowLimit: {{ .Values.gateway.podFlowLimit | int64 }}
+egressIPFlowLimit: {{ .Values.gateway.egressIPFlowLimit | int64 }}
+deniedDestinations: {{ .Values.gateway.deniedDestinations | default list | toJson }}
+allowedDestinations: {{ .Values.gateway.allowedDestinations | default list | toJson }}
 {{- end }}
 
 {{/* egret.steerConfig is steer.yaml of the egret-steer ConfigMap. */}}
@@ -55,4 +60,18 @@ clusterCIDRs: {{ required "networks.clusterCIDRs: list the cluster's pod network
 serviceCIDRs: {{ required "networks.serviceCIDRs: list the cluster's service networks" .Values.networks.serviceCIDRs | toJson }}
 nodeCIDRs: {{ .Values.networks.nodeCIDRs | default list | toJson }}
 logFormat: {{ .Values.log.format }}
+{{- if .Values.trustPodIPs }}
+trustPodIPs: true
+{{- end }}
+{{- end }}
+
+{{/* egret.healthTLS is "true" when the reachability probe runs over mutual
+TLS; one Secret without the other fails the render, because a controller and
+gateways that disagree would move every egress IP. */}}
+{{- define "egret.healthTLS" -}}
+{{- $t := .Values.healthTLS | default dict }}
+{{- if and $t.gatewaySecret $t.controllerSecret }}true
+{{- else if or $t.gatewaySecret $t.controllerSecret }}
+{{- fail "healthTLS: set both gatewaySecret and controllerSecret, or neither (a controller and gateways that disagree on TLS find each other unreachable)" }}
+{{- end }}
 {{- end }}
