@@ -307,6 +307,19 @@ var otherValues = []string{
 	"--set", "controller.tolerations=null,imagePullSecrets[0].name=regcred",
 	"--set", "createNamespace=false,cni.enabled=false",
 	"--set", "monitoring.enabled=true,monitoring.interval.steer=1m",
+	"--set", "gateway.conntrackMax=2097152,gateway.podFlowLimit=4096,gateway.egressIPFlowLimit=262144",
+	"--set", "gateway.deniedDestinations={192.168.0.0/16},gateway.allowedDestinations={192.168.10.53/32}",
+	"--set", "gateway.health.host=$(POD_IP),gateway.health.port=9207,gateway.publishInterfaces=false",
+	"--set", "trustPodIPs=true,steer.procSysNet=",
+	"--set", "controller.egressNodeSelector=node-restriction.kubernetes.io/egress-gateway=true",
+}
+
+// tlsValues turn on mutual TLS for the reachability probe. They are not in
+// otherValues because --check-config loads the certificates, which only the
+// cluster's Secrets hold.
+var tlsValues = []string{
+	"--namespace", "egress",
+	"--set", "healthTLS.gatewaySecret=gw-probe-tls,healthTLS.controllerSecret=ctl-probe-tls",
 }
 
 // TestHelmArgsValidate runs every container the chart renders, with default
@@ -395,6 +408,12 @@ func TestHelmValues(t *testing.T) {
 	eq("steer.yaml vni", st["vni"], 4242)
 	eq("steer.yaml port", st["port"], 4789)
 	eq("steer.yaml logFormat", st["logFormat"], "text")
+	eq("steer.yaml trustPodIPs", st["trustPodIPs"], true)
+	eq("gateway.yaml conntrackMax", gw["conntrackMax"], 2097152)
+	eq("gateway.yaml podFlowLimit", gw["podFlowLimit"], 4096)
+	eq("gateway.yaml egressIPFlowLimit", gw["egressIPFlowLimit"], 262144)
+	eq("gateway.yaml deniedDestinations", gw["deniedDestinations"], []string{"192.168.0.0/16"})
+	eq("gateway.yaml allowedDestinations", gw["allowedDestinations"], []string{"192.168.10.53/32"})
 
 	container := func(key string) (obj, map[string]any) {
 		t.Helper()
@@ -415,7 +434,8 @@ func TestHelmValues(t *testing.T) {
 	ctl, ctlC := container("Deployment/egret-controller")
 	eq("controller replicas", get(ctl, "spec", "replicas"), 3)
 	eq("controller tolerations", get(ctl, "spec", "template", "spec", "tolerations"), nil)
-	for _, a := range []string{"--reachability-total-timeout-seconds=3", "--log-level=debug", "--log-format=text", "--lease-namespace=egress"} {
+	for _, a := range []string{"--reachability-total-timeout-seconds=3", "--log-level=debug", "--log-format=text", "--lease-namespace=egress",
+		"--node-selector=node-restriction.kubernetes.io/egress-gateway=true", "--health-port=9207"} {
 		if !slices.Contains(args(ctlC), a) {
 			t.Errorf("controller args %q lack %s", args(ctlC), a)
 		}
@@ -424,8 +444,30 @@ func TestHelmValues(t *testing.T) {
 	eq("gateway nodeSelector", get(gwD, "spec", "template", "spec", "nodeSelector"), map[string]string{"egret/gateway": "yes"})
 	eq("gateway memory limit", get(gwC, "resources", "limits", "memory"), "8Gi")
 	eq("gateway cpu request", get(gwC, "resources", "requests", "cpu"), "1")
+	for _, a := range []string{"--health-addr=$(POD_IP):9207", "--trust-pod-ips", "--publish-interfaces=false"} {
+		if !slices.Contains(args(gwC), a) {
+			t.Errorf("gateway args %q lack %s", args(gwC), a)
+		}
+	}
+	eq("gateway health port", get(gwC, "ports", 1), map[string]any{"name": "health", "containerPort": 9207, "hostPort": 9207, "protocol": "TCP"})
+	for _, r := range get(must("ClusterRole/egret-gateway"), "rules").([]any) {
+		if verbs, _ := get(r, "verbs").([]any); slices.Contains(verbs, any("patch")) {
+			t.Errorf("gateway.publishInterfaces=false: ClusterRole egret-gateway still grants %v", r)
+		}
+	}
+	for _, k := range []string{"ValidatingAdmissionPolicy/egret-gateway-node-facts", "ValidatingAdmissionPolicyBinding/egret-gateway-node-facts"} {
+		if _, ok := objs[k]; ok {
+			t.Errorf("gateway.publishInterfaces=false still renders %s", k)
+		}
+	}
 	stD, stC := container("DaemonSet/egret-steer")
 	eq("steer nodeSelector", get(stD, "spec", "template", "spec", "nodeSelector"), map[string]string{"kubernetes.io/os": "linux"})
+	for _, a := range args(stC) {
+		if strings.HasPrefix(a, "--proc-sys-net") {
+			t.Errorf("steer.procSysNet empty: steer still gets %s", a)
+		}
+	}
+	eq("steer volumes with steer.procSysNet empty", get(stD, "spec", "template", "spec", "volumes"), []map[string]any{{"name": "config", "configMap": map[string]any{"name": "egret-steer"}}})
 	for _, c := range []map[string]any{ctlC, gwC, stC} {
 		eq(c["name"].(string)+" image", c["image"], "registry.example:5000/egret:v9.8.7")
 		eq(c["name"].(string)+" pull policy", c["imagePullPolicy"], "Always")
@@ -439,6 +481,59 @@ func TestHelmValues(t *testing.T) {
 
 	eq("steer PodMonitor interval", get(must("PodMonitor/egret-steer"), "spec", "podMetricsEndpoints", 0, "interval"), "1m")
 	eq("dashboard ConfigMap label", get(must("ConfigMap/egret-dashboard"), "metadata", "labels", "grafana_dashboard"), "1")
+
+	// Probe mutual TLS: each side mounts its Secret and names the files in it.
+	tls := map[string]obj{}
+	for _, m := range helmTemplate(t, hb, tlsValues...) {
+		tls[m.o.kind()+"/"+m.o.name()] = m.o
+	}
+	for _, tc := range []struct {
+		key, secret string
+		flags       map[string]string // flag → file in the Secret
+	}{
+		{"DaemonSet/egret-gateway", "gw-probe-tls", map[string]string{"--health-tls-cert": "tls.crt", "--health-tls-key": "tls.key", "--health-tls-client-ca": "ca.crt"}},
+		{"Deployment/egret-controller", "ctl-probe-tls", map[string]string{"--health-tls-cert": "tls.crt", "--health-tls-key": "tls.key", "--health-tls-ca": "ca.crt"}},
+	} {
+		o, ok := tls[tc.key]
+		if !ok {
+			t.Fatalf("healthTLS: no %s rendered", tc.key)
+		}
+		spec := get(o, "spec", "template", "spec")
+		vol := ""
+		for _, v := range get(spec, "volumes").([]any) {
+			if str(v, "secret", "secretName") == tc.secret {
+				vol = str(v, "name")
+			}
+		}
+		if vol == "" {
+			t.Errorf("healthTLS: %s mounts no Secret %s (volumes %v)", tc.key, tc.secret, get(spec, "volumes"))
+			continue
+		}
+		dir := ""
+		vms, _ := get(spec, "containers", 0, "volumeMounts").([]any)
+		for _, vm := range vms {
+			if str(vm, "name") == vol {
+				dir = str(vm, "mountPath")
+			}
+		}
+		if dir == "" {
+			t.Errorf("healthTLS: %s has volume %s but does not mount it", tc.key, vol)
+			continue
+		}
+		var got []string
+		for _, a := range get(spec, "containers", 0, "args").([]any) {
+			got = append(got, a.(string))
+		}
+		for flag, file := range tc.flags {
+			if want := flag + "=" + dir + "/" + file; !slices.Contains(got, want) {
+				t.Errorf("healthTLS: %s args %q lack %s", tc.key, got, want)
+			}
+		}
+	}
+	// The node-facts policy names the gateway's ServiceAccount in the release namespace.
+	if e := str(tls["ValidatingAdmissionPolicy/egret-gateway-node-facts"], "spec", "matchConditions", 0, "expression"); !strings.Contains(e, "system:serviceaccount:egress:egret-gateway") {
+		t.Errorf("ValidatingAdmissionPolicy egret-gateway-node-facts in release namespace egress matches %q", e)
+	}
 
 	// A changed ConfigMap rolls its DaemonSet: the checksum follows the data.
 	def := helmTemplate(t, hb)
@@ -468,6 +563,15 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		{"networks.clusterCIDRs={10.244.0.0}", "clusterCIDRs"},
 		{"controller.reachabilityTimeoutSeconds=61", "reachabilityTimeoutSeconds"},
 		{"gateway.mode=dpdk", "mode"},
+		{"gateway.conntrackMax=100", "conntrackMax"},
+		{"gateway.podFlowLimit=-1", "podFlowLimit"},
+		{"gateway.deniedDestinations={169.254.169.254}", "deniedDestinations"},
+		{"gateway.health.port=0", "port"},
+		{"steer.procSysNet=host/proc/sys/net", "procSysNet"},
+		{"trustPodIPs=yes", "trustPodIPs"},
+		// One side with TLS and the other without would move every egress IP.
+		{"healthTLS.gatewaySecret=gw-probe-tls", "healthTLS"},
+		{"healthTLS.controllerSecret=ctl-probe-tls", "healthTLS"},
 	} {
 		out, err := execOut(hb, "template", "egret", chart, "--set", tc.set)
 		if err == nil {
