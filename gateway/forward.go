@@ -156,6 +156,14 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 				if fe != nil {
 					pr.frags.release(fe)
 				}
+				if r == DropTCPNoFlow {
+					// A TCP segment of a connection this gateway does not
+					// know: it restarted, the flow expired or moved. The
+					// continuity issue's pick-up of a flow synced from a
+					// standby goes here, before the RST: a flow found there
+					// is inserted and the segment forwarded instead.
+					return pr.resetToPod(st, s, now)
+				}
 				return pr.drop(r)
 			}
 		}
