@@ -1,7 +1,5 @@
 package conntrack
 
-import "unsafe"
-
 // MaxBatch is the number of lookups TrackBatch overlaps at once; longer
 // slices are taken MaxBatch at a time.
 const MaxBatch = 64
@@ -55,12 +53,7 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 		for i := range b {
 			refs[i] = refMiss
 			if b[i].Dir <= Reply {
-				refs[i] = t.probe(hs[i], b[i].Dir)
-				if r := refs[i]; b[i].HasSeq && r != refMiss && r != refUnknown {
-					if _, g, _ := t.refEntry(r); int(g) < len(t.seqs) {
-						prefetchLine(uintptr(unsafe.Pointer(&t.seqs[g])))
-					}
-				}
+				refs[i] = t.probe(hs[i], b[i].Dir, b[i].HasSeq)
 			}
 		}
 	}

@@ -54,15 +54,17 @@ func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 // state or moves the timer, or the key is not the entry's (a stale ref or a
 // tag collision).
 func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
-	return t.trackRef(t.probe(h, dir), dir, k, sg, now, out)
+	return t.trackRef(t.probe(h, dir, false), dir, k, sg, now, out)
 }
 
 // probe is the first half of an unlocked lookup of a key with hash h and
 // direction dir: it returns the ref findTag gives (and starts loading that
 // entry's line), refMiss if the index has no such key, or refUnknown
 // if a writer held or took the shard meanwhile. TrackBatch probes a whole
-// batch before finishing any lookup.
-func (t *Table) probe(h uint64, dir Dir) uint32 {
+// batch before finishing any lookup. With seq (a TCP segment with sequence
+// numbers) it starts loading the entry's sequence state too, in the same
+// call: a second prefetch call per packet cost as much as the state check.
+func (t *Table) probe(h uint64, dir Dir, seq bool) uint32 {
 	s := &t.shards[h&t.shardMask]
 	v := s.mu.version()
 	if v&1 != 0 {
@@ -75,8 +77,12 @@ func (t *Table) probe(h uint64, dir Dir) uint32 {
 		}
 		return refMiss
 	}
-	if _, g, _ := t.refEntry(ref); int(g) < len(t.entries) {
-		prefetchLine(uintptr(unsafe.Pointer(&t.entries[g])))
+	if _, g, _ := t.refEntry(ref); int(g) < len(t.entries) && int(g) < len(t.seqs) {
+		if seq {
+			prefetchLines(uintptr(unsafe.Pointer(&t.entries[g])), uintptr(unsafe.Pointer(&t.seqs[g])))
+		} else {
+			prefetchLine(uintptr(unsafe.Pointer(&t.entries[g])))
+		}
 	}
 	return ref
 }
@@ -113,7 +119,10 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, ou
 		return false, true // expired: nothing inbound (as in trackLocked)
 	}
 	q := t.seqs[g]
-	st := step(State(e.state), e.proto, &q, dir, sg)
+	st := State(e.state)
+	if !stepEstablishedACK(st, &q, dir, sg) {
+		st = step(st, e.proto, &q, dir, sg)
+	}
 	if st != State(e.state) || !covers(e.deadline, now+t.to[st]) {
 		// A write is due: lock the entry's shard only (its lines are in
 		// the cache now) and re-check the entry is still k's flow.

@@ -11,3 +11,8 @@ func prefetchLine(addr uintptr)
 //
 //go:noescape
 func prefetchLineW(addr uintptr)
+
+// prefetchLines is prefetchLine for two lines, in one call.
+//
+//go:noescape
+func prefetchLines(a, b uintptr)

@@ -13,3 +13,11 @@ TEXT ·prefetchLineW(SB), NOSPLIT, $0-8
 	// supports executes it (a NOP where unimplemented).
 	BYTE $0x0f; BYTE $0x0d; BYTE $0x08
 	RET
+
+// func prefetchLines(a, b uintptr)
+TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), BX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (BX)
+	RET

@@ -4,3 +4,5 @@ package conntrack
 
 func prefetchLine(addr uintptr)  {}
 func prefetchLineW(addr uintptr) {}
+
+func prefetchLines(a, b uintptr) {}

@@ -94,3 +94,17 @@ func rstAccepted(s State, q *tcpSeq, g *seg) bool {
 	}
 	return q.mark != 0 && g.seq == q.mark
 }
+
+// stepEstablishedACK is step for the common segment, inlined: an ACK
+// without SYN, FIN or RST on an ESTABLISHED flow leaves the state as it is
+// and only moves the pod's highest ACK. It reports false, having changed
+// nothing, for any other segment.
+func stepEstablishedACK(s State, q *tcpSeq, dir Dir, g *seg) bool {
+	if s != StateEstablished || g.flags&(FlagSYN|FlagFIN|FlagRST|FlagACK) != FlagACK {
+		return false
+	}
+	if dir == Original && g.has && (q.mark == 0 || after(g.ack, q.mark)) {
+		q.mark = g.ack
+	}
+	return true
+}

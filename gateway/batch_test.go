@@ -171,7 +171,7 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 			}
 			// The mix must have reached the interesting paths, or the
 			// comparison proves little.
-			for _, c := range []Counter{CounterForwarded, CounterReplied, CounterICMPSent, CounterICMPXlated, CounterFlowsNew} {
+			for _, c := range []Counter{CounterForwarded, CounterReplied, CounterICMPSent, CounterICMPXlated, CounterFlowsNew, CounterTCPResetsSent} {
 				if bs.Count(c) == 0 {
 					t.Errorf("the mix never hit %v", c)
 				}
@@ -247,6 +247,13 @@ func TestBatchDependencies(t *testing.T) {
 			res := make([]Result, len(in))
 			f.process(testNow, in, out, res)
 			for i, r := range res {
+				if c.want[i] == DropTCPNoFlow && r.Verdict == VerdictTx {
+					// Answered with an RST to the pod (resetToPod).
+					if !decodeReset(t, out[i][:r.Len]).tcp.RST {
+						t.Errorf("frame %d: sent, but not an RST", i)
+					}
+					continue
+				}
 				if c.want[i] == DropNone && r.Verdict != VerdictTx || c.want[i] != DropNone && (r.Verdict != VerdictDrop || r.Reason != c.want[i]) {
 					t.Errorf("frame %d: %v %v, want %s", i, r.Verdict, r.Reason, wantString(c.want[i]))
 				}

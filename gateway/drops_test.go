@@ -87,7 +87,9 @@ func dropCases() []dropCase {
 			return plainFrame(t, p.build(t))
 		}},
 		{reason: DropTCPNoFlow, frame: func(t *testing.T) []byte {
-			return tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "A"}.build(t))
+			// An RST: any other segment of an unknown flow is answered with
+			// one (counted as tcp_no_flow too, TestResetForUnknownFlow).
+			return tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "R"}.build(t))
 		}},
 		{reason: DropNoFlow, frame: func(t *testing.T) []byte {
 			return plainFrame(t, udpFrom(server4, egress4).build(t))

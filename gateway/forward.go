@@ -75,6 +75,13 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 		return pr.icmpToPod(st, pk, now, ni, in, out, icmpTimeExceeded, 0, DropTTLExpired)
 	}
 	if snap.routes.Lookup(&pk.Dst, &s.hop) != route.Found {
+		// The gateway node's own addresses and unresolvable neighbours on
+		// its subnet have no usable route: a denied one still counts as
+		// such, so the deny-list's counter shows every attempt. Only on
+		// this miss path: a routed packet is checked once, in newFlow.
+		if snap.denied(&pk.Dst, fam(pk.IPVer)) {
+			return pr.drop(DropDeniedDestination)
+		}
 		return pr.drop(DropNoRoute)
 	}
 	ipLen := pk.End - pk.L3
@@ -155,6 +162,14 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 			if r := pr.newFlow(st, s, l, now); r != DropNone {
 				if fe != nil {
 					pr.frags.release(fe)
+				}
+				if r == DropTCPNoFlow {
+					// A TCP segment of a connection this gateway does not
+					// know: it restarted, the flow expired or moved. The
+					// continuity issue's pick-up of a flow synced from a
+					// standby goes here, before the RST: a flow found there
+					// is inserted and the segment forwarded instead.
+					return pr.resetToPod(st, s, now)
 				}
 				return pr.drop(r)
 			}

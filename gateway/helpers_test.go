@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/egret-gw/egret/conntrack"
@@ -135,7 +136,7 @@ type pkt struct {
 	ttl          uint8
 	proto        string // tcp, udp, echo, echoreply, icmperr
 	sport, dport uint16 // ports; sport is the echo identifier
-	flags        string // TCP: S, SA, A, R, RA
+	flags        string // TCP: any of S, A, R, F ("" is none)
 	seq, ack     uint32 // TCP: seq 0 is taken as 1000
 	payload      []byte
 	icmpType     uint8 // icmperr: type/code and the quoted packet
@@ -184,8 +185,8 @@ func (p pkt) build(t testing.TB) []byte {
 			seq = 1000
 		}
 		tcp := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), Seq: seq, Ack: p.ack, Window: 65535,
-			SYN: p.flags == "S" || p.flags == "SA", ACK: p.flags == "A" || p.flags == "SA" || p.flags == "RA",
-			RST: p.flags == "R" || p.flags == "RA"}
+			SYN: strings.Contains(p.flags, "S"), ACK: strings.Contains(p.flags, "A"),
+			RST: strings.Contains(p.flags, "R"), FIN: strings.Contains(p.flags, "F")}
 		if err := tcp.SetNetworkLayerForChecksum(nl); err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,8 @@ import (
 // failed over to another gateway). The flows on the IP that stays keep
 // their IP and port. Those on the IP that left are removed with their ports
 // released and counted as flows_moved: UDP and ICMP continue from the
-// remaining IP, TCP is tcp_no_flow (its connection cannot survive a new
-// source address). Every frame is sent twice in a row, so in the batched
+// remaining IP, TCP is tcp_no_flow and answered with an RST (its connection
+// cannot survive a new source address). Every frame is sent twice in a row, so in the batched
 // path the second copy meets the first one's work in the same batch; the
 // batched and the one-frame paths must agree byte for byte.
 func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
@@ -110,8 +110,12 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 					switch {
 					case b.addr == egress4 && (c.r.Verdict != VerdictTx || c.addr != egress4 || c.port != b.port):
 						t.Errorf("flow %d (%s) on the IP that stayed: %v %v from %v:%d, want %v:%d", i/2, fl.p.proto, c.r.Verdict, c.r.Reason, c.addr, c.port, egress4, b.port)
-					case b.addr == ip21 && fl.p.proto == "tcp" && (c.r.Verdict != VerdictDrop || c.r.Reason != DropTCPNoFlow):
-						t.Errorf("tcp flow %d on the IP that left: %v %v, want tcp_no_flow", i/2, c.r.Verdict, c.r.Reason)
+					case b.addr == ip21 && fl.p.proto == "tcp" && c.r.Verdict != VerdictTx:
+						t.Errorf("tcp flow %d on the IP that left: %v %v, want an RST to the pod", i/2, c.r.Verdict, c.r.Reason)
+					case b.addr == ip21 && fl.p.proto == "tcp":
+						if d := decodeReset(t, c.out); !d.tcp.RST || d.src != server4 || d.dst != pod1v4 || uint16(d.tcp.DstPort) != fl.p.sport {
+							t.Errorf("tcp flow %d on the IP that left: sent %v→%v:%d RST=%v, want an RST from the server to the pod", i/2, d.src, d.dst, d.tcp.DstPort, d.tcp.RST)
+						}
 					case b.addr == ip21 && fl.p.proto != "tcp" && (c.r.Verdict != VerdictTx || c.addr != egress4):
 						t.Errorf("%s flow %d on the IP that left: %v %v from %v, want sent from %v", fl.p.proto, i/2, c.r.Verdict, c.r.Reason, c.addr, egress4)
 					}
@@ -127,6 +131,9 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 				}
 			}
 			st := f.w.Stats()
+			if got, resets := st.Drop(DropTCPNoFlow), st.Count(CounterTCPResetsSent); got != uint64(2*tcpMoved) || resets != got {
+				t.Errorf("tcp_no_flow %d, tcp_resets_sent %d; want both %d (both copies of each TCP flow that moved)", got, resets, 2*tcpMoved)
+			}
 			if got := st.Count(CounterFlowsMoved); got != uint64(moved) {
 				t.Errorf("flows_moved %d, want %d (the flows on the IP that left)", got, moved)
 			}

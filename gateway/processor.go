@@ -41,8 +41,9 @@ type Processor struct {
 	// full table found nothing expired (see reclaim).
 	reclaimAfter int64
 
-	icmpOut tokenBucket // ICMP errors to the outside (icmpOutAllowed)
-	icmpPod tokenBucket // ICMP errors to pods (icmpPodAllowed)
+	icmpOut tokenBucket     // ICMP errors to the outside (icmpOutAllowed)
+	icmpPod tokenBucket     // ICMP errors to pods (icmpPodAllowed)
+	resets  tcpResetLimiter // RSTs to pods for segments of unknown flows (resetToPod)
 
 	// One receive batch: a decode and plan per frame, and a flow lookup
 	// per frame that needs one. Fixed arrays: a batch allocates nothing.
@@ -79,6 +80,7 @@ const (
 func (p *Pipeline) NewProcessor(seed uint64) *Processor {
 	pr := &Processor{p: p, ct: p.ct, alloc: p.alloc, rnd: seed | 1, stats: new(processorStats)}
 	pr.frags.init(DefaultFragSlots, DefaultFragTimeout)
+	pr.resets.init()
 	pr.release = pr.releaseFlow
 	p.mu.Lock()
 	p.processors = append(p.processors, pr)

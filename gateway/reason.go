@@ -110,6 +110,7 @@ const (
 	CounterFlowsExpired                     // flows expired and their port released
 	CounterFlowsMoved                       // flows removed because their egress IP left the pod's policy here
 	CounterFlowsEarlyDropped                // unanswered or closing flows removed to make room in a full table
+	CounterTCPResetsSent                    // RSTs sent to pods for TCP segments of flows the gateway does not know (also counted as tcp_no_flow)
 	numCounters
 )
 
@@ -124,6 +125,7 @@ var counterNames = [numCounters]string{
 	CounterFlowsExpired:      "flows_expired",
 	CounterFlowsMoved:        "flows_moved",
 	CounterFlowsEarlyDropped: "flows_early_dropped",
+	CounterTCPResetsSent:     "tcp_resets_sent",
 }
 
 // String returns the counter's label value.

@@ -93,7 +93,7 @@ type GatewayCollector struct {
 	xdpRxDropped, xdpRxRingFull, xdpFillEmpty, xdpTxEmpty, xdpInvalid    *prometheus.Desc
 	plRx, plPass, plFwd, plReplied, icmpSent, icmpXlated, drops          *prometheus.Desc
 	flows, flowsMax, flowsCreated, flowsExpired, flowsMoved              *prometheus.Desc
-	flowsEarlyDropped                                                    *prometheus.Desc
+	flowsEarlyDropped, tcpResetsSent                                     *prometheus.Desc
 	announcements, neighborAnswers                                       *prometheus.Desc
 	portsInUse, portsMax, exhausted, egressIPs, peers, workersDesc, busy *prometheus.Desc
 }
@@ -128,13 +128,14 @@ func NewGatewayCollector(src GatewaySource) *GatewayCollector {
 		xdpTxEmpty:    d("xdp_socket_tx_ring_empty_total", "Times the kernel found an AF_XDP TX ring empty.", ifl),
 		xdpInvalid:    d("xdp_socket_invalid_descriptors_total", "Invalid descriptors the kernel saw on an AF_XDP ring.", ifl, "direction"),
 
-		plRx:       d("pipeline_received_packets_total", "Frames the pipeline examined."),
-		plPass:     d("passed_packets_total", "Frames handed to the kernel untouched (not for the gateway)."),
-		plFwd:      d("forwarded_packets_total", "Pod packets decapsulated, translated and sent to the outside."),
-		plReplied:  d("replied_packets_total", "Outside packets translated back and encapsulated to a pod's node."),
-		icmpSent:   d("icmp_errors_sent_total", "ICMP errors the gateway generated (time exceeded, too big)."),
-		icmpXlated: d("icmp_errors_translated_total", "ICMP errors from outside translated back to a pod."),
-		drops:      d("dropped_packets_total", "Frames dropped, by reason (docs/pipeline.md).", "reason"),
+		plRx:          d("pipeline_received_packets_total", "Frames the pipeline examined."),
+		plPass:        d("passed_packets_total", "Frames handed to the kernel untouched (not for the gateway)."),
+		plFwd:         d("forwarded_packets_total", "Pod packets decapsulated, translated and sent to the outside."),
+		plReplied:     d("replied_packets_total", "Outside packets translated back and encapsulated to a pod's node."),
+		icmpSent:      d("icmp_errors_sent_total", "ICMP errors the gateway generated (time exceeded, too big)."),
+		icmpXlated:    d("icmp_errors_translated_total", "ICMP errors from outside translated back to a pod."),
+		tcpResetsSent: d("tcp_resets_sent_total", "RSTs sent to pods for TCP segments of connections the gateway holds no flow for (after a restart, an expiry or a move); each such segment is also a tcp_no_flow drop."),
+		drops:         d("dropped_packets_total", "Frames dropped, by reason (docs/pipeline.md).", "reason"),
 
 		flows:             d("flows", "Flows in the connection-tracking table now."),
 		flowsMax:          d("flows_max", "Capacity of the connection-tracking table."),
@@ -159,7 +160,7 @@ func NewGatewayCollector(src GatewaySource) *GatewayCollector {
 func (c *GatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPkts, c.rxBytes, c.txPkts, c.txBytes, c.txDrops, c.rxErr, c.txErr,
 		c.xdpRxDropped, c.xdpRxRingFull, c.xdpFillEmpty, c.xdpTxEmpty, c.xdpInvalid,
-		c.plRx, c.plPass, c.plFwd, c.plReplied, c.icmpSent, c.icmpXlated, c.drops,
+		c.plRx, c.plPass, c.plFwd, c.plReplied, c.icmpSent, c.icmpXlated, c.tcpResetsSent, c.drops,
 		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired, c.flowsMoved, c.flowsEarlyDropped,
 		c.announcements, c.neighborAnswers,
 		c.portsInUse, c.portsMax, c.exhausted, c.egressIPs, c.peers, c.workersDesc, c.busy} {
@@ -203,6 +204,7 @@ func (c *GatewayCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.plReplied, sum.Count(gateway.CounterReplied))
 	counter(ch, c.icmpSent, sum.Count(gateway.CounterICMPSent))
 	counter(ch, c.icmpXlated, sum.Count(gateway.CounterICMPXlated))
+	counter(ch, c.tcpResetsSent, sum.Count(gateway.CounterTCPResetsSent))
 	counter(ch, c.flowsCreated, sum.Count(gateway.CounterFlowsNew))
 	counter(ch, c.flowsExpired, sum.Count(gateway.CounterFlowsExpired))
 	counter(ch, c.flowsMoved, sum.Count(gateway.CounterFlowsMoved))

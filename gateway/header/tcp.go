@@ -95,3 +95,22 @@ func (b TCP) SetDstPort(p uint16) { binary.BigEndian.PutUint16(b[tcpDstPort:], p
 
 // SetChecksum sets the checksum field.
 func (b TCP) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[tcpChecksum:], c) }
+
+// SetSeq sets the sequence number.
+func (b TCP) SetSeq(v uint32) { binary.BigEndian.PutUint32(b[tcpSeq:], v) }
+
+// SetAck sets the acknowledgment number.
+func (b TCP) SetAck(v uint32) { binary.BigEndian.PutUint32(b[tcpAck:], v) }
+
+// SetDataOffset sets the header length in bytes (a multiple of 4, at most
+// TCPMaxLen), clearing the reserved bits.
+func (b TCP) SetDataOffset(n int) { b[tcpDataOff] = uint8(n/4) << 4 }
+
+// SetFlags sets the flags byte.
+func (b TCP) SetFlags(f uint8) { b[tcpFlags] = f }
+
+// SetWindow sets the window.
+func (b TCP) SetWindow(w uint16) { binary.BigEndian.PutUint16(b[tcpWindow:], w) }
+
+// SetUrgent sets the urgent pointer.
+func (b TCP) SetUrgent(p uint16) { binary.BigEndian.PutUint16(b[tcpUrgent:], p) }
