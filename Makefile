@@ -11,7 +11,7 @@ export EGRET_LAB_GATEWAY
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab dashboard-png clean
+.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab dashboard-png clean image cluster-up cluster-down
 
 all: build
 
@@ -86,6 +86,17 @@ bench-lab: deps build
 # Render docs/dashboard.png from a real Prometheus scraping the managed lab under traffic.
 dashboard-png: deps build
 	EGRET_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png $(GO) test -run TestPrometheusLab -count=1 ./metrics/
+
+# A real Kubernetes cluster on this machine (hack/cluster/up.sh): control plane on the
+# host, nodes w1 w2 (workers) and gw1 gw2 (gateway-capable) in their own namespaces, a
+# local registry and an outside echo server. Ends by printing `export KUBECONFIG=...`.
+cluster-up: deps build
+	@bash hack/k8s-bins.sh etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy >/dev/null
+	@bash hack/cluster/up.sh
+
+# Removes everything cluster-up made; the binaries stay in the cache.
+cluster-down:
+	@bash hack/cluster/down.sh
 
 clean:
 	rm -rf $(BIN)
