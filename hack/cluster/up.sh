@@ -26,7 +26,7 @@ EGRET_BIN=${EGRET_BIN:-$repo/bin/egret}
 for b in etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy; do
 	[[ -x $TOOLS/$b ]] || bash "$repo/hack/k8s-bins.sh" "$b"
 done
-for b in containerd containerd-shim-runc-v2 runc buildah docker-registry busybox openssl iptables conntrack gcc; do
+for b in containerd containerd-shim-runc-v2 runc buildah docker-registry busybox openssl iptables conntrack gcc ethtool; do
 	command -v "$b" >/dev/null || { echo "cluster-up: $b missing: run make deps" >&2; exit 1; }
 done
 [[ -x $CNI_BIN/bridge && -x $CNI_BIN/host-local ]] || { echo "cluster-up: CNI plugins missing in $CNI_BIN: run make deps" >&2; exit 1; }
@@ -111,6 +111,10 @@ veth() { # host-end ns inner-name addr/len
 		ip -n "$ns" link set "$in" up
 		ip -n "$ns" link set lo up
 	fi
+	# A NIC puts full checksums and no TSO/GSO super-frames on the wire; a veth
+	# hands over half-done checksums, which the gateway's XDP path would forward
+	# as they are (as the lab does, docs/lab.md). Only this machine needs it.
+	ip netns exec "$ns" ethtool -K "$in" tx off tso off gso off gro off >/dev/null 2>&1
 }
 veth "${CLUSTER_NAME}o" "$OUT_NS" eth0 "$ROUTER_IP/24"
 ip -n "$OUT_NS" addr replace "$SERVER_IP/32" dev lo
