@@ -16,7 +16,7 @@ export EGRET_LAB_GATEWAY
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab dashboard-png clean image image-stage cluster-up cluster-down
+.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab dashboard-png clean image image-stage cluster-up cluster-push cluster-down
 
 all: build
 
@@ -29,9 +29,11 @@ deps:
 	@bash hack/deps.sh
 
 # Binaries built from the Go module proxy and cached outside the repository:
-# etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests.
+# etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests,
+# kubelet, kube-controller-manager, kube-scheduler and kube-proxy for the cluster of
+# e2e/ (make cluster-up).
 tools:
-	@bash hack/k8s-bins.sh
+	@bash hack/k8s-bins.sh etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy
 	@bash hack/cnitool.sh
 
 vet:
@@ -48,7 +50,9 @@ check:
 	$(GO) run ./hack/importgraph -check
 	@bash hack/deadcode.sh
 
-test: deps tools build vet cross check
+# ./... includes e2e/: it builds the image, brings up the cluster of make cluster-up
+# (unless one is up), installs deploy/ and checks egress end to end (CI=true: never skips).
+test: deps tools build image-stage vet cross check
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -race -timeout 10m ./conntrack/... ./nat/... ./gateway/ ./gateway/header/
 
@@ -114,6 +118,10 @@ image: deps image-stage
 cluster-up: deps build
 	@bash hack/k8s-bins.sh etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy >/dev/null
 	@bash hack/cluster/up.sh
+
+# The image into the cluster's registry, under the name hack/cluster/overlay runs.
+cluster-push: image
+	bash hack/cluster/buildah.sh push -q --tls-verify=false $(IMAGE) docker://10.77.0.1:5000/egret-gw/egret:$(VERSION)
 
 # Removes everything cluster-up made; the binaries stay in the cache.
 cluster-down:
