@@ -158,7 +158,7 @@ func TestCluster(t *testing.T) {
 		e.kubectl("-n", ns.name, "wait", "--for=condition=Available", "deployment", "--all", "--timeout=120s")
 	}
 	e.waitAssigned(append(slices.Collect(maps.Keys(objs)), "e2e-move"))
-	e.waitSteerSettled()
+	e.waitSteerSettled(nss)
 	t.Logf("EgressIPs:\n%s", e.kubectl("get", "eip"))
 	icmp := e.icmpRecorder()
 	for _, ns := range nss {
@@ -178,7 +178,7 @@ func TestCluster(t *testing.T) {
 	// Each restarted gateway failed the reachability check once and is held
 	// down (30 s) before it hosts again; egress is checked on the settled state.
 	e.waitAssigned(append(slices.Collect(maps.Keys(objs)), "e2e-move"))
-	e.waitSteerSettled()
+	e.waitSteerSettled(nss)
 	for _, ns := range nss {
 		for _, p := range e.pods(ns.name) {
 			e.checkEgress(icmp, ns, p)
@@ -456,17 +456,38 @@ func (e *env) waitAssigned(names []string) {
 	}
 }
 
-// waitSteerSettled waits until the steer agents' routes on the workers stop
-// changing: a status just written reaches each agent a moment later, and a
-// connection opened while a second gateway joins the multipath route may be
-// rehashed onto it mid-handshake (the continuity issue, not this test's).
-func (e *env) waitSteerSettled() {
+// waitSteerSettled waits until every selected pod has its steer rule on its
+// node and the steer agents' routes and rules stop changing: a new pod is
+// blocked until its agent classifies it (fail-closed), a status just written
+// reaches each agent a moment later, and a connection opened while a second
+// gateway joins the multipath route may be rehashed onto it mid-handshake
+// (the continuity issue, not this test's).
+func (e *env) waitSteerSettled(nss []testNS) {
 	e.t.Helper()
+	want := map[string][]string{} // node → selected pod addresses
+	for _, ns := range nss {
+		if len(ns.want) == 0 {
+			continue
+		}
+		out := e.kubectl("-n", ns.name, "get", "pods", "-l", "e2e=client", "-o", `jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP}{"\n"}{end}`)
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(l); len(f) == 2 {
+				want[f[0]] = append(want[f[0]], f[1])
+			}
+		}
+	}
 	snapshot := func() string {
 		var b strings.Builder
 		for _, w := range workers {
 			out, _ := e.run("ip", "-n", "egretc-"+w, "route", "show", "table", "all", "proto", "231")
 			b.WriteString(out)
+			rules, _ := e.run("ip", "-n", "egretc-"+w, "rule", "show")
+			b.WriteString(rules)
+			for _, ip := range want[w] {
+				if !strings.Contains(rules, "from "+ip+" ") {
+					b.WriteString("missing rule for " + ip + "\n")
+				}
+			}
 		}
 		return b.String()
 	}
@@ -474,7 +495,7 @@ func (e *env) waitSteerSettled() {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(500 * time.Millisecond)
 		cur := snapshot()
-		if cur == prev && !strings.Contains(cur, "blackhole") {
+		if cur == prev && !strings.Contains(cur, "blackhole") && !strings.Contains(cur, "missing rule") {
 			if stable++; stable == 4 {
 				return
 			}
