@@ -3,6 +3,11 @@
 GO        ?= go
 BIN       := bin
 TOOLS_DIR ?= /var/cache/egret/bin
+# The release version: `egret version` prints it, the image and deploy/ carry it as tag.
+VERSION   := $(shell cat VERSION)
+IMAGE     ?= ghcr.io/egret-gw/egret:$(VERSION)
+# Static binaries: the image is FROM scratch.
+LDFLAGS   := -s -w -X main.version=$(VERSION)
 export EGRET_TOOLS_DIR := $(TOOLS_DIR)
 # The lab's end-to-end tests run through the real Egret gateway (kernel = the baseline).
 EGRET_LAB_GATEWAY ?= egret
@@ -11,13 +16,13 @@ export EGRET_LAB_GATEWAY
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab dashboard-png clean
+.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab dashboard-png clean image image-stage cluster-up cluster-push cluster-down
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # Debian packages the tests and the demo need (installed only when missing).
 deps:
@@ -25,9 +30,10 @@ deps:
 
 # Binaries built from the Go module proxy and cached outside the repository:
 # etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests,
-# helm for the chart's tests (deploy/helm_test.go).
+# kubelet, kube-controller-manager, kube-scheduler and kube-proxy for the cluster of
+# e2e/ (make cluster-up), helm for the chart's tests (deploy/helm_test.go).
 tools:
-	@bash hack/k8s-bins.sh
+	@bash hack/k8s-bins.sh etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy
 	@bash hack/cnitool.sh
 	@bash hack/helm.sh
 
@@ -45,7 +51,9 @@ check:
 	$(GO) run ./hack/importgraph -check
 	@bash hack/deadcode.sh
 
-test: deps tools build vet cross check
+# ./... includes e2e/: it builds the image, brings up the cluster of make cluster-up
+# (unless one is up), installs deploy/ and checks egress end to end (CI=true: never skips).
+test: deps tools build image-stage vet cross check
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -race -timeout 10m ./conntrack/... ./nat/... ./gateway/ ./gateway/header/
 
@@ -88,6 +96,37 @@ bench-lab: deps build
 # Render docs/dashboard.png from a real Prometheus scraping the managed lab under traffic.
 dashboard-png: deps build
 	EGRET_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png $(GO) test -run TestPrometheusLab -count=1 ./metrics/
+
+# The image (Containerfile) as an OCI archive, bin/egret-$(VERSION).oci.tar, built with
+# buildah from the binaries of `make build`; no registry involved. `podman load`,
+# `ctr images import`, `skopeo copy oci-archive:...` or the cluster's registry take it.
+image-stage: build
+	@mkdir -p $(BIN)/image
+	cp $(BIN)/egret $(BIN)/egress-router $(BIN)/image/
+	cp /etc/ssl/certs/ca-certificates.crt $(BIN)/image/
+	printf 'root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n' >$(BIN)/image/passwd
+	printf 'root:x:0:\nnonroot:x:65532:\n' >$(BIN)/image/group
+
+image: deps image-stage
+	bash hack/cluster/buildah.sh bud -q --format oci -f Containerfile -t $(IMAGE) .
+	rm -f $(BIN)/egret-$(VERSION).oci.tar
+	bash hack/cluster/buildah.sh push -q $(IMAGE) oci-archive:$(BIN)/egret-$(VERSION).oci.tar:$(IMAGE)
+	@echo "image: $(IMAGE) in $(BIN)/egret-$(VERSION).oci.tar"
+
+# A real Kubernetes cluster on this machine (hack/cluster/up.sh): control plane on the
+# host, nodes w1 w2 (workers) and gw1 gw2 (gateway-capable) in their own namespaces, a
+# local registry and an outside echo server. Ends by printing `export KUBECONFIG=...`.
+cluster-up: deps build
+	@bash hack/k8s-bins.sh etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy >/dev/null
+	@bash hack/cluster/up.sh
+
+# The image into the cluster's registry, under the name hack/cluster/overlay runs.
+cluster-push: image
+	bash hack/cluster/buildah.sh push -q --tls-verify=false $(IMAGE) docker://10.77.0.1:5000/egret-gw/egret:$(VERSION)
+
+# Removes everything cluster-up made; the binaries stay in the cache.
+cluster-down:
+	@bash hack/cluster/down.sh
 
 clean:
 	rm -rf $(BIN)

@@ -19,6 +19,16 @@ declare -A need=(
   [conntrack]=conntrack
   [trafgen]=netsniff-ng
   [pgrep]=procps
+  # The one-machine cluster (hack/cluster) and the image (make image).
+  [containerd]=containerd
+  [runc]=runc
+  [buildah]=buildah
+  [docker-registry]=docker-registry
+  [busybox]=busybox-static
+  [openssl]=openssl
+  [gcc]=gcc
+  [nsenter]=util-linux
+  [iptables]=iptables
 )
 missing=()
 for cmd in "${!need[@]}"; do
@@ -27,6 +37,9 @@ done
 # Headers for regenerating the XDP program (go generate); the committed object files
 # mean plain builds never need them.
 [ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
+# The cluster's pod network (bridge + host-local) and the static pause binary.
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ "$(uname -m)" != x86_64 ] || missing+=(libc6-dev)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

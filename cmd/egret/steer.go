@@ -5,15 +5,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/steer"
 	"github.com/egret-gw/egret/metrics"
 	"github.com/vishvananda/netns"
+	"k8s.io/client-go/kubernetes"
 )
 
 func init() {
@@ -37,6 +40,8 @@ func runSteer(args []string) error {
 	once := fs.Bool("once", false, "reconcile once and exit")
 	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent programmed (device, rules, routes, filter) and exit")
+	podName := fs.String("pod", os.Getenv("POD_NAME"), "this agent's pod (default $POD_NAME): on exit, if its DaemonSet is gone (uninstall), remove what the agent programmed")
+	podNamespace := fs.String("pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
 	checkConfig := fs.Bool("check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the kernel nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -116,6 +121,13 @@ func runSteer(args []string) error {
 		if a.Source, err = cluster.NewKube(restCfg); err != nil {
 			return err
 		}
+		if *podName != "" && *podNamespace != "" && !*once {
+			cs, err := kubernetes.NewForConfig(restCfg)
+			if err != nil {
+				return err
+			}
+			defer cleanupIfUninstalled(cs, *podNamespace, *podName, k, log)
+		}
 	}
 	if !*once && *metricsAddr != "off" {
 		reg := metrics.NewRegistry(version)
@@ -175,4 +187,26 @@ func checkSteerConfig(cfg steer.Config, configPath, source, node string, cleanup
 		return fmt.Errorf("steer configuration (%s, flags override it) is invalid: %w", where, err)
 	}
 	return nil
+}
+
+// cleanupIfUninstalled runs when the agent stops: after an uninstall (its
+// DaemonSet gone, steerUninstalled) it removes the device, rules, routes and
+// filter, which a restart keeps.
+func cleanupIfUninstalled(cs kubernetes.Interface, namespace, pod string, k *steer.Kernel, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	gone, err := steerUninstalled(ctx, cs, namespace, pod)
+	if err != nil {
+		log.Warn("steer: kernel state kept", "err", err.Error())
+		return
+	}
+	if !gone {
+		log.Info("steer: DaemonSet still there, kernel state kept for the next agent")
+		return
+	}
+	if err := k.Cleanup(); err != nil {
+		log.Error("steer: uninstall cleanup failed", "err", err.Error())
+		return
+	}
+	log.Info("steer: DaemonSet gone (uninstall): removed the device, rules, routes and filter")
 }

@@ -12,6 +12,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -34,6 +35,10 @@ type qkey struct {
 }
 
 var assignKey = qkey{assign: true}
+
+// ReasonEgressIPMoved is the reason of the Normal Event on an EgressIP whose
+// address changed node; its message names both nodes and, after a failure, why.
+const ReasonEgressIPMoved = "EgressIPMoved"
 
 // desired is the status an object should have, computed from the object at
 // resourceVersion rv.
@@ -309,6 +314,15 @@ func (c *Controller) assign() {
 			if prev, ok := c.placed[k]; ok && prev != a.Node {
 				c.metrics.Moved(prev, !eligible[prev])
 				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node)
+				// An admin asks `kubectl describe eip` why the source address
+				// changed; the log is on whichever replica led then.
+				why := ""
+				if !eligible[prev] {
+					why = ": " + prev + " can no longer host egress IPs (not Ready, unreachable, unlabelled or cordoned)"
+				}
+				c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
+					Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, corev1.EventTypeNormal, ReasonEgressIPMoved,
+					fmt.Sprintf("egress IP %s moved from %s to %s%s", a.EgressIP, prev, a.Node, why))
 			}
 		}
 		nextDesired[r.Name] = d

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -180,4 +181,40 @@ func TestEventsAreNotRepeated(t *testing.T) {
 	if n, _ := gathered(t, registries[c], "egret_controller_assignment_duration_seconds", ""); n < 2 {
 		t.Error("node changes did not re-run the assignment")
 	}
+}
+
+func TestMoveIsAnEvent(t *testing.T) {
+	m := newMem(egressIP("g", "192.168.126.11"))
+	runMem(t, m)
+	var from string
+	eventually(t, 5*time.Second, "assigned", func() (bool, string) {
+		cur, _ := m.EgressIP("g")
+		if len(cur.Status.Items) == 1 {
+			from = cur.Status.Items[0].Node
+		}
+		return from != "", fmt.Sprint(cur.Status.Items)
+	})
+	to := "n1"
+	if from == "n1" {
+		to = "n2"
+	}
+	ifaddr := map[string]string{"n1": "192.168.126.2/24", "n2": "192.168.126.3/24"} // newMem's
+	m.mu.Lock()
+	for i, n := range m.nodes {
+		if n.Name == from {
+			m.nodes[i] = egressNode(from, "", ifaddr[from], false) // no longer Ready
+		}
+	}
+	m.mu.Unlock()
+	m.changed(cluster.KindNode)
+	want := "egress IP 192.168.126.11 moved from " + from + " to " + to + ": " + from + " can no longer host egress IPs"
+	eventually(t, 5*time.Second, "EgressIPMoved Event", func() (bool, string) {
+		_, evs := m.snapshot()
+		for _, e := range evs {
+			if e.reason == controller.ReasonEgressIPMoved && e.name == "g" && strings.HasPrefix(e.message, want) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(evs)
+	})
 }

@@ -1,0 +1,760 @@
+// Package e2e runs Egret the way users do: the image pushed to a registry,
+// `kubectl apply --server-side -k` of deploy/ under a user's overlay, on the
+// real cluster of `make cluster-up` (hack/cluster), and checks egress from
+// pods that Kubernetes created, as the outside server sees it (issue 14 §4).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"sigs.k8s.io/yaml"
+)
+
+// The cluster of hack/cluster/common.sh.
+const (
+	stateDir   = "/var/lib/egret-cluster"
+	registry   = "10.77.0.1:5000"
+	serverIP   = "10.80.0.1"
+	serverHTTP = "http://10.80.0.1:8080/"
+	serverUDP  = "10.80.0.1:8081"
+	outNS      = "egretc-out"
+	// egressBase is where the examples' egress IPs move to: the i-th address
+	// of the examples (in file order) becomes 10.77.0.<egressBase+i>, in the
+	// nodes' subnet 10.77.0.0/24 where a gateway can claim it.
+	egressBase = 101
+	// moveIP is the test's own single-IP object, to watch one IP change node.
+	moveIP = "10.77.0.120"
+	// reachabilityTotalTimeout is the controller's default (control/controller).
+	reachabilityTotalTimeout = 1 * time.Second
+)
+
+var (
+	workers  = []string{"w1", "w2"}
+	gateways = []string{"gw1", "gw2"}
+	nodeIPs  = map[string]string{"w1": "10.77.0.11", "w2": "10.77.0.12", "gw1": "10.77.0.13", "gw2": "10.77.0.14"}
+)
+
+type env struct {
+	t       *testing.T
+	repo    string
+	tools   string
+	version string
+	overlay string
+}
+
+// need fails under CI (where everything must be installable) and skips otherwise.
+func need(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the cluster end-to-end test takes minutes; -short skips it")
+	}
+	if os.Geteuid() != 0 {
+		need(t, "the cluster end-to-end test needs root (namespaces, containerd, kubelets)")
+	}
+	start := time.Now()
+	repo, _ := filepath.Abs("..")
+	e := &env{t: t, repo: repo, tools: os.Getenv("EGRET_TOOLS_DIR")}
+	if e.tools == "" {
+		e.tools = "/var/cache/egret/bin"
+	}
+	// The overlay a user of this cluster writes; EGRET_E2E_OVERLAY runs another
+	// (the Helm run, or a trial) with the same checks.
+	e.overlay = filepath.Join(repo, "hack/cluster/overlay")
+	if o := os.Getenv("EGRET_E2E_OVERLAY"); o != "" {
+		e.overlay = o
+	}
+	v, err := os.ReadFile(filepath.Join(repo, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.version = strings.TrimSpace(string(v))
+
+	// The image and the binaries the cluster runs (echo server) first; a
+	// missing tool or package is installed by make, or fails here.
+	e.sh("make", "-s", "-C", repo, "image")
+	if !e.clusterUp() {
+		e.sh("make", "-s", "-C", repo, "cluster-up")
+		t.Cleanup(func() {
+			if os.Getenv("EGRET_E2E_KEEP") == "" {
+				e.sh("make", "-s", "-C", repo, "cluster-down")
+			}
+		})
+	}
+	t.Logf("cluster up after %v", time.Since(start).Round(time.Second))
+
+	// 1. the image into the registry, deploy/ under the overlay, every pod Ready.
+	image := "ghcr.io/egret-gw/egret:" + e.version
+	e.push(image, registry+"/egret-gw/egret:"+e.version)
+	// The tag stays the version while the tree changes: the nodes must pull
+	// this build, not run the one they cached from an earlier run.
+	e.forgetImages(registry+"/egret-gw/egret:"+e.version, registry+"/egret-gw/egret:"+e.version+"-e2e")
+	e.buildProbeImage()
+	for _, g := range gateways {
+		e.kubectl("label", "node", g, "k8s.ovn.org/egress-assignable=", "--overwrite")
+	}
+	t.Cleanup(func() {
+		for _, g := range gateways {
+			e.kubectlErr("label", "node", g, "k8s.ovn.org/egress-assignable-")
+		}
+	})
+	e.kubectl("apply", "--server-side", "-k", e.overlay)
+	uninstalled := false
+	t.Cleanup(func() {
+		if !uninstalled {
+			e.kubectlErr("delete", "-k", e.overlay, "--ignore-not-found", "--wait=true", "--timeout=90s")
+		}
+	})
+	e.waitEgretReady()
+	t.Logf("Egret Ready after %v", time.Since(start).Round(time.Second))
+
+	// 2. the spec's EgressIP examples, their addresses moved into the nodes' subnet.
+	objs := e.applyExamples()
+	e.apply(yamlDoc(egressIP("e2e-move", []string{moveIP}, map[string]string{"e2e": "move"})))
+
+	// 3. namespaces and Deployments: one namespace per object, one none selects.
+	// egress-group2 selects every namespace whose "environment" is not
+	// "development", so every other namespace here says development.
+	nss := []testNS{
+		{name: "e2e-prod", labels: map[string]string{"env": "prod", "environment": "development"}, podLabels: map[string]string{"app": "web"}, want: objs["egress-group1"]},
+		{name: "e2e-qa", labels: map[string]string{"env": "qa", "environment": "development"}, want: objs["egress-project1"]},
+		{name: "e2e-other", labels: map[string]string{"environment": "production"}, want: objs["egress-group2"]},
+		{name: "e2e-none", labels: map[string]string{"environment": "development"}},
+		{name: "e2e-move", labels: map[string]string{"e2e": "move", "environment": "development"}, want: []string{moveIP}, only: "w1"},
+	}
+	for _, ns := range nss {
+		e.createNamespace(ns)
+	}
+	t.Cleanup(func() {
+		for _, ns := range nss {
+			e.kubectlErr("delete", "namespace", ns.name, "--wait=false")
+		}
+	})
+	for _, ns := range nss {
+		e.kubectl("-n", ns.name, "wait", "--for=condition=Available", "deployment", "--all", "--timeout=120s")
+	}
+	e.waitAssigned(append(slices.Collect(maps.Keys(objs)), "e2e-move"))
+	e.waitSteerSettled(nss)
+	t.Logf("EgressIPs:\n%s", e.kubectl("get", "eip"))
+	icmp := e.icmpRecorder()
+	for _, ns := range nss {
+		for _, p := range e.pods(ns.name) {
+			e.checkEgress(icmp, ns, p)
+		}
+	}
+	t.Logf("egress checked after %v", time.Since(start).Round(time.Second))
+
+	// 4. the node hosting the single-IP object dies; the IP serves from the other gateway.
+	e.failover(icmp, nss[len(nss)-1])
+
+	// 5. a new image tag for the gateways; egress works afterwards.
+	e.push(image, registry+"/egret-gw/egret:"+e.version+"-e2e")
+	e.kubectl("-n", "egret-system", "set", "image", "daemonset/egret-gateway", "gateway="+registry+"/egret-gw/egret:"+e.version+"-e2e")
+	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=180s")
+	// Each restarted gateway failed the reachability check once and is held
+	// down (30 s) before it hosts again; egress is checked on the settled state.
+	e.waitAssigned(append(slices.Collect(maps.Keys(objs)), "e2e-move"))
+	e.waitSteerSettled(nss)
+	for _, ns := range nss {
+		for _, p := range e.pods(ns.name) {
+			e.checkEgress(icmp, ns, p)
+		}
+	}
+	t.Logf("egress after the gateway rollout checked at %v", time.Since(start).Round(time.Second))
+
+	// 6. uninstall; every node is clean.
+	for _, ns := range nss {
+		e.kubectl("delete", "namespace", ns.name, "--wait=false")
+	}
+	e.kubectl("delete", "-k", e.overlay, "--wait=true", "--timeout=120s")
+	uninstalled = true
+	e.waitGone()
+	for _, n := range append(slices.Clone(workers), gateways...) {
+		e.checkClean(n)
+	}
+	t.Logf("total %v", time.Since(start).Round(time.Second))
+}
+
+// clusterUp reports whether make cluster-up's cluster answers with 4 Ready nodes.
+func (e *env) clusterUp() bool {
+	out, err := e.kubectlErr("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+	return err == nil && strings.Count(out, "True") == 4
+}
+
+func (e *env) sh(name string, args ...string) string {
+	e.t.Helper()
+	out, err := e.run(name, args...)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (e *env) run(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(stateDir, "admin.kubeconfig"))
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+func (e *env) kubectlErr(args ...string) (string, error) {
+	return e.run(filepath.Join(e.tools, "kubectl"), append([]string{"--kubeconfig=" + filepath.Join(stateDir, "admin.kubeconfig")}, args...)...)
+}
+
+func (e *env) kubectl(args ...string) string {
+	e.t.Helper()
+	out, err := e.kubectlErr(args...)
+	if err != nil {
+		e.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// apply applies one object given as YAML.
+func (e *env) apply(doc string) {
+	e.t.Helper()
+	cmd := exec.Command(filepath.Join(e.tools, "kubectl"), "--kubeconfig="+filepath.Join(stateDir, "admin.kubeconfig"), "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(doc)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, doc)
+	}
+}
+
+// forgetImages removes images from every node's containerd.
+func (e *env) forgetImages(refs ...string) {
+	for _, n := range append(slices.Clone(workers), gateways...) {
+		sock := filepath.Join(stateDir, "nodes", n, "containerd.sock")
+		e.run("ctr", append([]string{"--address", sock, "-n", "k8s.io", "images", "rm"}, refs...)...)
+	}
+}
+
+func (e *env) push(src, dst string) {
+	e.t.Helper()
+	e.sh("bash", filepath.Join(e.repo, "hack/cluster/buildah.sh"), "push", "-q", "--tls-verify=false", src, "docker://"+dst)
+}
+
+// probeImage is busybox (ping, wget, sleep) with the probe for UDP.
+func probeImage() string { return registry + "/egret-e2e-probe:1" }
+
+func (e *env) buildProbeImage() {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "probe"), "./testdata/probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("build probe: %v\n%s", err, out)
+	}
+	cf := fmt.Sprintf("FROM %s/busybox:1.35\nCOPY probe /bin/probe\n", registry)
+	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	bh := filepath.Join(e.repo, "hack/cluster/buildah.sh")
+	e.sh("bash", bh, "bud", "-q", "--tls-verify=false", "--format", "oci", "-f", filepath.Join(dir, "Containerfile"), "-t", probeImage(), dir)
+	e.sh("bash", bh, "push", "-q", "--tls-verify=false", probeImage(), "docker://"+probeImage())
+}
+
+func (e *env) waitEgretReady() {
+	e.t.Helper()
+	for _, w := range []string{"daemonset/egret-gateway", "daemonset/egret-steer", "daemonset/egress-router-cni", "deployment/egret-controller"} {
+		e.kubectl("-n", "egret-system", "rollout", "status", w, "--timeout=180s")
+	}
+	e.kubectl("-n", "egret-system", "wait", "--for=condition=Ready", "pod", "--all", "--timeout=120s")
+}
+
+// applyExamples applies deploy/examples' EgressIPs with only their egress IP
+// addresses changed, and returns each object's new addresses.
+func (e *env) applyExamples() map[string][]string {
+	e.t.Helper()
+	files := []string{"egress-group1.yaml", "egress-group2.yaml", "egress-project1.yaml"}
+	objs := map[string][]string{}
+	i := 0
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(e.repo, "deploy/examples", f))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var o map[string]any
+		if err := yaml.Unmarshal(b, &o); err != nil {
+			e.t.Fatalf("%s: %v", f, err)
+		}
+		spec := o["spec"].(map[string]any)
+		var ips []string
+		for range spec["egressIPs"].([]any) {
+			ips = append(ips, "10.77.0."+strconv.Itoa(egressBase+i))
+			i++
+		}
+		spec["egressIPs"] = ips
+		name := o["metadata"].(map[string]any)["name"].(string)
+		objs[name] = ips
+		e.apply(yamlDoc(o))
+	}
+	e.t.Cleanup(func() {
+		for name := range objs {
+			e.kubectlErr("delete", "eip", name, "--ignore-not-found")
+		}
+		e.kubectlErr("delete", "eip", "e2e-move", "--ignore-not-found")
+	})
+	return objs
+}
+
+func egressIP(name string, ips []string, nsLabels map[string]string) map[string]any {
+	return map[string]any{
+		"apiVersion": "k8s.ovn.org/v1", "kind": "EgressIP",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"egressIPs": ips, "namespaceSelector": map[string]any{"matchLabels": nsLabels}},
+	}
+}
+
+func yamlDoc(o any) string {
+	b, err := yaml.Marshal(o)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+type testNS struct {
+	name      string
+	labels    map[string]string
+	podLabels map[string]string
+	want      []string // the egress IPs its pods may leave with; none: the node's IP
+	only      string   // one worker instead of each
+}
+
+func (e *env) createNamespace(ns testNS) {
+	e.t.Helper()
+	e.apply(yamlDoc(map[string]any{
+		"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": ns.name, "labels": ns.labels},
+	}))
+	for _, w := range workers {
+		if ns.only != "" && w != ns.only {
+			continue
+		}
+		labels := map[string]string{"e2e": "client", "worker": w}
+		for k, v := range ns.podLabels {
+			labels[k] = v
+		}
+		e.apply(yamlDoc(map[string]any{
+			"apiVersion": "apps/v1", "kind": "Deployment",
+			"metadata": map[string]any{"name": "client-" + w, "namespace": ns.name},
+			"spec": map[string]any{
+				"replicas": 1,
+				"selector": map[string]any{"matchLabels": map[string]any{"e2e": "client", "worker": w}},
+				"template": map[string]any{
+					"metadata": map[string]any{"labels": labels},
+					"spec": map[string]any{
+						"nodeSelector":                  map[string]any{"kubernetes.io/hostname": w},
+						"terminationGracePeriodSeconds": 0,
+						"containers": []any{map[string]any{
+							"name": "client", "image": probeImage(),
+							"command": []string{"/bin/sleep", "3600"},
+						}},
+					},
+				},
+			},
+		}))
+	}
+}
+
+type pod struct{ name, node string }
+
+func (e *env) pods(ns string) []pod {
+	e.t.Helper()
+	out := e.kubectl("-n", ns, "get", "pods", "-l", "e2e=client", "--field-selector=status.phase=Running",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}`)
+	var ps []pod
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(l); len(f) == 2 {
+			ps = append(ps, pod{f[0], f[1]})
+		}
+	}
+	if len(ps) == 0 {
+		e.t.Fatalf("no running client pod in %s", ns)
+	}
+	return ps
+}
+
+// eipStatus is the controller's assignment: egress IP → node.
+func (e *env) eipStatus() map[string]string {
+	e.t.Helper()
+	var l struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Spec     struct{ EgressIPs []string }
+			Status   struct {
+				Items []struct{ Node, EgressIP string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(e.kubectl("get", "eip", "-o", "json")), &l); err != nil {
+		e.t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, it := range l.Items {
+		for _, s := range it.Status.Items {
+			m[s.EgressIP] = s.Node
+		}
+	}
+	return m
+}
+
+// waitAssigned waits until every IP of the named objects is on a gateway.
+func (e *env) waitAssigned(names []string) {
+	e.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st := e.eipStatus()
+		var missing []string
+		for _, n := range names {
+			var o struct{ Spec struct{ EgressIPs []string } }
+			if err := json.Unmarshal([]byte(e.kubectl("get", "eip", n, "-o", "json")), &o); err != nil {
+				e.t.Fatal(err)
+			}
+			for _, ip := range o.Spec.EgressIPs {
+				if !slices.Contains(gateways, st[ip]) {
+					missing = append(missing, n+"/"+ip)
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("egress IPs not assigned to a gateway after 90s: %v\n%s\nevents:\n%s", missing,
+				e.kubectl("get", "eip", "-o", "wide"), e.kubectl("get", "events", "-A", "--field-selector=involvedObject.kind=EgressIP"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitSteerSettled waits until every selected pod has its steer rule on its
+// node and the steer agents' routes and rules stop changing: a new pod is
+// blocked until its agent classifies it (fail-closed), a status just written
+// reaches each agent a moment later, and a connection opened while a second
+// gateway joins the multipath route may be rehashed onto it mid-handshake
+// (the continuity issue, not this test's).
+func (e *env) waitSteerSettled(nss []testNS) {
+	e.t.Helper()
+	want := map[string][]string{} // node → selected pod addresses
+	for _, ns := range nss {
+		if len(ns.want) == 0 {
+			continue
+		}
+		out := e.kubectl("-n", ns.name, "get", "pods", "-l", "e2e=client", "-o", `jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP}{"\n"}{end}`)
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(l); len(f) == 2 {
+				want[f[0]] = append(want[f[0]], f[1])
+			}
+		}
+	}
+	snapshot := func() string {
+		var b strings.Builder
+		for _, w := range workers {
+			out, _ := e.run("ip", "-n", "egretc-"+w, "route", "show", "table", "all", "proto", "231")
+			b.WriteString(out)
+			rules, _ := e.run("ip", "-n", "egretc-"+w, "rule", "show")
+			b.WriteString(rules)
+			for _, ip := range want[w] {
+				if !strings.Contains(rules, "from "+ip+" ") {
+					b.WriteString("missing rule for " + ip + "\n")
+				}
+			}
+		}
+		return b.String()
+	}
+	prev, stable := snapshot(), 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		cur := snapshot()
+		if cur == prev && !strings.Contains(cur, "blackhole") && !strings.Contains(cur, "missing rule") {
+			if stable++; stable == 4 {
+				return
+			}
+			continue
+		}
+		prev, stable = cur, 0
+	}
+	e.t.Fatalf("the steer agents' routes kept changing for 30s:\n%s", prev)
+}
+
+// exec runs a command in a pod.
+func (e *env) exec(ns, p string, cmd ...string) (string, error) {
+	out, err := e.kubectlErr(append([]string{"-n", ns, "exec", p, "--"}, cmd...)...)
+	return strings.TrimSpace(out), err
+}
+
+// checkEgress asks the outside server, from inside the pod, which source it
+// saw over TCP (HTTP), UDP and ICMP.
+func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod) {
+	e.t.Helper()
+	want := ns.want
+	if len(want) == 0 {
+		want = []string{nodeIPs[p.node]}
+	}
+	srcOf := func(s string) string {
+		h, _, err := net.SplitHostPort(s)
+		if err != nil {
+			return "?" + s
+		}
+		return h
+	}
+	out, err := e.exec(ns.name, p.name, "/bin/probe", "http", serverHTTP)
+	if got := srcOf(out); err != nil || !slices.Contains(want, got) {
+		e.t.Errorf("%s/%s on %s: TCP left as %q (err %v), want one of %v", ns.name, p.name, p.node, out, err, want)
+	}
+	out, err = e.exec(ns.name, p.name, "/bin/probe", "udp", serverUDP)
+	if got := srcOf(out); err != nil || !slices.Contains(want, got) {
+		e.t.Errorf("%s/%s on %s: UDP left as %q (err %v), want one of %v", ns.name, p.name, p.node, out, err, want)
+	}
+	size := icmp.next()
+	// Three echo requests, one reply needed: a gateway just restarted drops
+	// the first packet towards a next hop it has not resolved yet (seen after
+	// the rollout; TCP and UDP retransmit, a single ping does not).
+	out, err = e.exec(ns.name, p.name, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", strconv.Itoa(size), serverIP)
+	got := icmp.source(size, 2*time.Second)
+	if err != nil || !slices.Contains(want, got) {
+		e.t.Errorf("%s/%s on %s: ICMP echo left as %q (ping: %v %s), want one of %v", ns.name, p.name, p.node, got, err, out, want)
+	}
+}
+
+// icmpRecorder reads the echo requests reaching the outside server: the
+// kernel there answers ping, this records from whom it came. Each ping has
+// its own payload size so the requests are told apart.
+type icmpRecorder struct {
+	t    *testing.T
+	pc   net.PacketConn
+	size int
+}
+
+func (e *env) icmpRecorder() *icmpRecorder {
+	e.t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer orig.Close()
+	defer netns.Set(orig)
+	ns, err := netns.GetFromName(outNS)
+	if err != nil {
+		e.t.Fatalf("outside namespace %s: %v", outNS, err)
+	}
+	defer ns.Close()
+	if err := netns.Set(ns); err != nil {
+		e.t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("ip4:icmp", serverIP)
+	if err != nil {
+		e.t.Fatalf("ICMP listener in %s: %v", outNS, err)
+	}
+	e.t.Cleanup(func() { pc.Close() })
+	return &icmpRecorder{t: e.t, pc: pc, size: 200}
+}
+
+func (r *icmpRecorder) next() int { r.size++; return r.size }
+
+// source returns who sent the echo request with this payload size.
+func (r *icmpRecorder) source(size int, wait time.Duration) string {
+	src, _ := r.first(size, time.Time{}, wait)
+	return src
+}
+
+// drain discards what the socket holds.
+func (r *icmpRecorder) drain() {
+	buf := make([]byte, 2048)
+	for {
+		r.pc.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, _, err := r.pc.ReadFrom(buf); err != nil {
+			return
+		}
+	}
+}
+
+// first returns the source and arrival time of the first echo request with
+// this payload size that arrives after after, waiting at most wait. With no
+// such request it returns the last matching source seen, and a zero time.
+func (r *icmpRecorder) first(size int, after time.Time, wait time.Duration) (string, time.Time) {
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(wait)
+	last := ""
+	for {
+		r.pc.SetReadDeadline(deadline)
+		n, from, err := r.pc.ReadFrom(buf)
+		if err != nil {
+			return last, time.Time{}
+		}
+		at := time.Now()
+		// ICMP header 8 bytes; type 8 = echo request.
+		if n < 8 || buf[0] != 8 || n-8 != size {
+			continue
+		}
+		last = from.String()
+		if at.After(after) && (after.IsZero() || last == moveIP) {
+			return last, at
+		}
+	}
+}
+
+// failover stops the kubelet of the gateway hosting moveIP and takes its
+// network down while the pod pings the outside server ten times a second.
+// The first echo request from moveIP after that can only have left through
+// the other gateway: its arrival, as the server's namespace saw it, is when
+// the IP served again.
+func (e *env) failover(icmp *icmpRecorder, ns testNS) {
+	e.t.Helper()
+	from := e.eipStatus()[moveIP]
+	if !slices.Contains(gateways, from) {
+		e.t.Fatalf("%s is on %q, not a gateway", moveIP, from)
+	}
+	to := gateways[0]
+	if to == from {
+		to = gateways[1]
+	}
+	p := e.pods(ns.name)[0]
+	pid, err := os.ReadFile(filepath.Join(stateDir, "pids", "kubelet-"+from+".pid"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	size := icmp.next()
+	pinging := make(chan string, 1)
+	go func() {
+		out, _ := e.exec(ns.name, p.name, "ping", "-c", "150", "-i", "0.1", "-W", "1", "-s", strconv.Itoa(size), serverIP)
+		pinging <- out
+	}()
+	if src, _ := icmp.first(size, time.Time{}, 5*time.Second); src != moveIP {
+		e.t.Fatalf("before the failure the pod's ping reached the server from %q, want %s", src, moveIP)
+	}
+	e.sh("kill", "-STOP", strings.TrimSpace(string(pid)))
+	e.sh("ip", "-n", "egretc-"+from, "link", "set", "eth0", "down")
+	t0 := time.Now()
+	// What arrived through the dead gateway before t0 waits in the socket;
+	// arrival is read time only for what comes after this.
+	icmp.drain()
+	e.t.Cleanup(func() { e.reviveNode(from, string(pid)) })
+	budget := reachabilityTotalTimeout + time.Second
+	src, at := icmp.first(size, t0, 14*time.Second)
+	if src != moveIP {
+		e.t.Fatalf("no echo request from %s reached the server within 14s after %s died (last source %q)\n%s", moveIP, from, src, e.kubectl("get", "eip", "-o", "wide"))
+	}
+	served := at.Sub(t0)
+	e.t.Logf("%s served from %s %v after %s went down (budget %v)", moveIP, to, served.Round(time.Millisecond), from, budget)
+	if served > budget {
+		e.t.Errorf("%s took %v to serve again, more than reachabilityTotalTimeout + 1s = %v", moveIP, served, budget)
+	}
+	if got := e.eipStatus()[moveIP]; got != to {
+		e.t.Errorf("%s serves again but its status names %q, want %s", moveIP, got, to)
+	}
+	out, err := e.exec(ns.name, p.name, "/bin/probe", "http", serverHTTP)
+	if h, _, _ := net.SplitHostPort(out); err != nil || h != moveIP {
+		e.t.Errorf("after the move, TCP from %s/%s left as %q (err %v), want %s", ns.name, p.name, out, err, moveIP)
+	}
+	// Events are sent asynchronously; this object's own (by UID), not an
+	// earlier run's of the same name.
+	uid := e.kubectl("get", "eip", "e2e-move", "-o", "jsonpath={.metadata.uid}")
+	var ev string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		ev = e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
+		if strings.Contains(ev, "EgressIPMoved") && strings.Contains(ev, "from "+from+" to "+to) {
+			break
+		}
+	}
+	e.t.Logf("events of the move:\n%s", ev)
+	if !strings.Contains(ev, "EgressIPMoved") || !strings.Contains(ev, "from "+from+" to "+to) {
+		e.t.Errorf("no EgressIPMoved Event of e2e-move says from %s to %s:\n%s", from, to, ev)
+	}
+	e.reviveNode(from, string(pid))
+	e.kubectl("wait", "--for=condition=Ready", "node/"+from, "--timeout=60s")
+	<-pinging
+}
+
+func (e *env) reviveNode(n, pid string) {
+	e.run("ip", "-n", "egretc-"+n, "link", "set", "eth0", "up")
+	e.run("ip", "-n", "egretc-"+n, "route", "replace", "default", "via", "10.77.0.254")
+	e.run("kill", "-CONT", strings.TrimSpace(pid))
+}
+
+// waitGone waits for every pod of Egret to be gone.
+func (e *env) waitGone() {
+	e.t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	for time.Now().Before(deadline) {
+		out, _ := e.kubectlErr("get", "pods", "-A", "-l", "app.kubernetes.io/part-of=egret", "-o", "name")
+		if strings.TrimSpace(out) == "" {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	e.t.Fatal("Egret pods still present 120s after kubectl delete -k")
+}
+
+// checkClean looks for anything of Egret's left on a node.
+func (e *env) checkClean(n string) {
+	e.t.Helper()
+	in := func(args ...string) string {
+		return e.sh("nsenter", append([]string{"--net=/run/netns/egretc-" + n, "--"}, args...)...)
+	}
+	if out := in("nft", "list", "tables"); strings.Contains(out, "egret") {
+		e.t.Errorf("%s: nftables tables left: %s", n, out)
+	}
+	for _, fam := range []string{"-4", "-6"} {
+		if out := in("ip", fam, "-d", "rule", "show"); strings.Contains(out, "proto 231") {
+			e.t.Errorf("%s: ip %s rules left:\n%s", n, fam, out)
+		}
+		if out := in("ip", fam, "route", "show", "table", "all"); strings.Contains(out, "proto 231") || strings.Contains(out, "egret") {
+			e.t.Errorf("%s: ip %s routes left:\n%s", n, fam, out)
+		}
+	}
+	links := in("ip", "-d", "link", "show")
+	for _, bad := range []string{"egret", "vxlan", "geneve", "xdp"} {
+		if strings.Contains(links, bad) {
+			e.t.Errorf("%s: %q left in links:\n%s", n, bad, links)
+		}
+	}
+	var addrs []string
+	for _, a := range strings.Fields(in("ip", "-4", "-o", "addr", "show", "dev", "eth0")) {
+		if p, err := netip.ParsePrefix(a); err == nil {
+			addrs = append(addrs, p.Addr().String())
+		}
+	}
+	if !slices.Equal(addrs, []string{nodeIPs[n]}) {
+		e.t.Errorf("%s: eth0 holds %v, want only the node's %s (claimed egress IPs left)", n, addrs, nodeIPs[n])
+	}
+	// The gateway pins its XDP link per namespace (gateway/xdp pinPath).
+	var st syscall.Stat_t
+	if err := syscall.Stat("/run/netns/egretc-"+n, &st); err != nil {
+		e.t.Fatal(err)
+	}
+	if pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/link-ns%d-*", st.Ino)); len(pins) > 0 {
+		e.t.Errorf("%s: XDP link pins left: %v", n, pins)
+	}
+}

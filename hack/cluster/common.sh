@@ -1,0 +1,58 @@
+# Shared settings of the one-machine cluster (hack/cluster/up.sh, down.sh).
+# Sourced, not run. Ranges avoid the lab's (192.0.2.0/24, 198.18.0.0/15,
+# 198.51.100.0/24, 203.0.113.0/24).
+set -euo pipefail
+
+CLUSTER_NAME=egretc
+# Everything the cluster writes, removed by down.sh; binaries stay in the cache.
+STATE=${EGRET_CLUSTER_STATE:-/var/lib/egret-cluster}
+TOOLS=${EGRET_TOOLS_DIR:-/var/cache/egret/bin}
+CNI_BIN=${EGRET_CNI_BIN:-/usr/lib/cni}
+
+BRIDGE=egretc0
+HOST_IP=10.77.0.1          # the host on the node network: API server, registry
+NODE_NET=10.77.0.0/24      # the nodes' underlay
+ROUTER_IP=10.77.0.254      # the outside network's router, the nodes' default route
+SERVER_IP=10.80.0.1        # the outside server, reachable only through the router
+SERVER_HTTP=8080
+SERVER_UDP=8081
+POD_NET=10.78.0.0/16       # a /24 per node: 10.78.<i>.0/24
+SVC_NET=10.79.0.0/16
+REGISTRY=$HOST_IP:5000
+K8S_VERSION=v1.37.2
+PAUSE_IMAGE=$REGISTRY/pause:3.10
+BUSYBOX_IMAGE=$REGISTRY/busybox:1.35
+
+# name index role: workers run ordinary pods; gateways are egress-capable.
+NODES=(w1 w2 gw1 gw2)
+declare -A NODE_INDEX=([w1]=1 [w2]=2 [gw1]=3 [gw2]=4)
+declare -A NODE_ROLE=([w1]=worker [w2]=worker [gw1]=gateway [gw2]=gateway)
+
+OUT_NS=$CLUSTER_NAME-out
+
+node_ns() { echo "$CLUSTER_NAME-$1"; }
+node_ip() { echo "10.77.0.$((10 + NODE_INDEX[$1]))"; }
+node_pod_net() { echo "10.78.${NODE_INDEX[$1]}.0/24"; }
+node_dir() { echo "$STATE/nodes/$1"; }
+# The node's own mount namespace, persisted here: its /opt/cni/bin and
+# /etc/cni/net.d are its own, and its mounts are shared (a systemd host's are;
+# this machine's are private, which mount propagation refuses).
+node_mnt() { echo "$STATE/ns/$1.mnt"; }
+# Runs a command in the node: its network and mount namespaces.
+in_node() { local n=$1; shift; nsenter --net="/run/netns/$(node_ns "$n")" --mount="$(node_mnt "$n")" -- "$@"; }
+
+KUBECONFIG_ADMIN=$STATE/admin.kubeconfig
+kubectl_() { "$TOOLS/kubectl" --kubeconfig="$KUBECONFIG_ADMIN" "$@"; }
+
+log() { echo "cluster: $*" >&2; }
+
+# pid files of everything up.sh starts: $STATE/pids/<name>.pid
+start_daemon() { # name logfile cmd...
+	local name=$1 logf=$2; shift 2
+	local pidf=$STATE/pids/$name.pid
+	if [[ -f $pidf ]] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+		return 0
+	fi
+	setsid "$@" >"$logf" 2>&1 </dev/null &
+	echo $! >"$pidf"
+}
