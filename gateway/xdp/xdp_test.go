@@ -167,6 +167,9 @@ func TestSteering(t *testing.T) {
 	if err := p.AddEgressIP(egress); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.SetTunnels([]xdp.TunnelKey{{Port: xdp.PortVXLAN, VNI: 100}, {Port: xdp.PortGeneve, VNI: 200}}); err != nil {
+		t.Fatal(err)
+	}
 
 	// A kernel listener on another UDP port must keep getting its traffic.
 	var kernelUDP *net.UDPConn
@@ -179,13 +182,13 @@ func TestSteering(t *testing.T) {
 	defer kernelUDP.Close()
 
 	// VXLAN to the VTEP (the peer's kernel ARPs first: ARP must pass).
-	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), 4789), []byte("vxlan-to-vtep"))
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), 4789), tunnelPayload(100, "vxlan-to-vtep"))
 	f := l.expectOnSocket([]byte("vxlan-to-vtep"))
 	if got := binary.BigEndian.Uint16(f[14+20+2:]); got != 4789 {
 		t.Fatalf("udp dst port %d, want 4789", got)
 	}
 	// Geneve over IPv6.
-	l.sendUDP(netip.AddrPortFrom(gwIP6.Addr(), 6081), []byte("geneve-v6"))
+	l.sendUDP(netip.AddrPortFrom(gwIP6.Addr(), 6081), tunnelPayload(200, "geneve-v6"))
 	l.expectOnSocket([]byte("geneve-v6"))
 
 	// Other UDP to the same address reaches the kernel socket, not ours.
@@ -208,10 +211,10 @@ func TestSteering(t *testing.T) {
 	l.expectOnSocket([]byte("to-egress-ip"))
 
 	// VXLAN inside an 802.1Q tag.
-	l.sendRaw(vxlanFrame(t, l.pEnd.MAC, l.gwEnd.MAC, 10, peerIP.Addr(), gwIP.Addr(), 4789, []byte("vlan-tagged")))
+	l.sendRaw(vxlanFrame(t, l.pEnd.MAC, l.gwEnd.MAC, 10, peerIP.Addr(), gwIP.Addr(), 4789, tunnelPayload(100, "vlan-tagged")))
 	l.expectOnSocket([]byte("vlan-tagged"))
 	// Tunnel port to an address that is not a VTEP: kernel.
-	l.sendRaw(vxlanFrame(t, l.pEnd.MAC, l.gwEnd.MAC, 0, peerIP.Addr(), netip.MustParseAddr("10.77.0.9"), 4789, []byte("not-a-vtep")))
+	l.sendRaw(vxlanFrame(t, l.pEnd.MAC, l.gwEnd.MAC, 0, peerIP.Addr(), netip.MustParseAddr("10.77.0.9"), 4789, tunnelPayload(100, "not-a-vtep")))
 	l.expectNotOnSocket([]byte("not-a-vtep"))
 
 	st, err := p.Stats()
@@ -226,7 +229,7 @@ func TestSteering(t *testing.T) {
 	if err := p.RemoveVTEP(gwIP.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), 4789), []byte("vtep-removed"))
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), 4789), tunnelPayload(100, "vtep-removed"))
 	l.expectNotOnSocket([]byte("vtep-removed"))
 }
 
@@ -258,7 +261,10 @@ func TestDetachAndRestart(t *testing.T) {
 	if err := p2.AddVTEP(gwIP.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), 4789), []byte("after-restart"))
+	if err := p2.SetTunnels([]xdp.TunnelKey{{Port: xdp.PortVXLAN, VNI: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), 4789), tunnelPayload(100, "after-restart"))
 	l.expectOnSocket([]byte("after-restart"))
 
 	if err := p2.Detach(); err != nil {
