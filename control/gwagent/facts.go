@@ -51,7 +51,9 @@ type Facts struct {
 	// key); cluster.Kube.AnnotateNode.
 	Annotate func(ctx context.Context, node string, set map[string]*string) error
 	// NS is the network namespace of the interfaces; closed (netns.None())
-	// for the agent's own.
+	// or left zero for the agent's own. (A zero NsHandle is fd 0, which
+	// IsOpen takes for a namespace: setns on it needs CAP_SYS_ADMIN, which
+	// the gateway's container does not have.)
 	NS netns.NsHandle
 	// Debounce and Resync default to DefaultFactsDebounce and DefaultFactsResync.
 	Debounce, Resync time.Duration
@@ -80,6 +82,9 @@ func NewFacts(f Facts) *Facts {
 	}
 	if f.Log == nil {
 		f.Log = slog.New(slog.DiscardHandler)
+	}
+	if f.NS == 0 {
+		f.NS = netns.None()
 	}
 	f.kick = make(chan struct{}, 1)
 	return &f

@@ -189,3 +189,19 @@ func TestFactsPublish(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// A Facts without NS works in the agent's own namespace: the zero handle
+// (fd 0) must not be taken for a namespace to setns into, which needs
+// CAP_SYS_ADMIN the gateway's container lacks (found on the real cluster:
+// "failed to set into network namespace 0 ... operation not permitted").
+func TestFactsZeroNSIsOwnNamespace(t *testing.T) {
+	f := NewFacts(Facts{Node: "g1"})
+	if f.NS.IsOpen() {
+		t.Fatalf("NS %v is taken for an open namespace", f.NS)
+	}
+	h, err := f.handle()
+	if err != nil {
+		t.Fatalf("netlink handle in the own namespace: %v", err)
+	}
+	h.Close()
+}
