@@ -57,14 +57,7 @@ func str(v any, path ...any) string { s, _ := get(v, path...).(string); return s
 
 func kubectl(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(kubetest.BinDir(), "kubectl")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("kubectl is not in %s; hack/k8s-bins.sh builds it (CI=true demands it)", kubetest.BinDir())
-		}
-		t.Skipf("kubectl is not in %s; run hack/k8s-bins.sh", kubetest.BinDir())
-	}
-	return p
+	return kubetest.Tool(t, "kubectl", "hack/k8s-bins.sh")
 }
 
 func run(t *testing.T, stdin []byte, name string, args ...string) []byte {

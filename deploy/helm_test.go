@@ -24,14 +24,7 @@ const chart = "helm/egret"
 // CI=true and skips otherwise.
 func helmBin(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(kubetest.BinDir(), "helm")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("helm is not in %s; hack/helm.sh builds it (CI=true demands it)", kubetest.BinDir())
-		}
-		t.Skipf("helm is not in %s; run hack/helm.sh", kubetest.BinDir())
-	}
-	return p
+	return kubetest.Tool(t, "helm", "hack/helm.sh")
 }
 
 // helmTemplate renders the chart as release "egret" with the CRDs, extra

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/egret-gw/egret/internal/kubetest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -52,21 +54,11 @@ var (
 )
 
 type env struct {
-	t       *testing.T
-	repo    string
-	tools   string
-	version string
-	overlay string
-}
-
-// need fails under CI (where everything must be installable) and skips otherwise.
-func need(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	t          *testing.T
+	repo       string
+	kubectlBin string // the cached kubectl (hack/k8s-bins.sh)
+	version    string
+	overlay    string
 }
 
 func TestCluster(t *testing.T) {
@@ -74,14 +66,11 @@ func TestCluster(t *testing.T) {
 		t.Skip("the cluster end-to-end test takes minutes; -short skips it")
 	}
 	if os.Geteuid() != 0 {
-		need(t, "the cluster end-to-end test needs root (namespaces, containerd, kubelets)")
+		kubetest.Missing(t, "the cluster end-to-end test needs root (namespaces, containerd, kubelets)")
 	}
 	start := time.Now()
 	repo, _ := filepath.Abs("..")
-	e := &env{t: t, repo: repo, tools: os.Getenv("EGRET_TOOLS_DIR")}
-	if e.tools == "" {
-		e.tools = "/var/cache/egret/bin"
-	}
+	e := &env{t: t, repo: repo, kubectlBin: kubetest.Tool(t, "kubectl", "hack/k8s-bins.sh")}
 	// The overlay a user of this cluster writes; EGRET_E2E_OVERLAY runs another
 	// (the Helm run, or a trial) with the same checks.
 	e.overlay = filepath.Join(repo, "hack/cluster/overlay")
@@ -226,7 +215,7 @@ func (e *env) run(name string, args ...string) (string, error) {
 }
 
 func (e *env) kubectlErr(args ...string) (string, error) {
-	return e.run(filepath.Join(e.tools, "kubectl"), append([]string{"--kubeconfig=" + filepath.Join(stateDir, "admin.kubeconfig")}, args...)...)
+	return e.run(e.kubectlBin, append([]string{"--kubeconfig=" + filepath.Join(stateDir, "admin.kubeconfig")}, args...)...)
 }
 
 func (e *env) kubectl(args ...string) string {
@@ -241,7 +230,7 @@ func (e *env) kubectl(args ...string) string {
 // apply applies one object given as YAML.
 func (e *env) apply(doc string) {
 	e.t.Helper()
-	cmd := exec.Command(filepath.Join(e.tools, "kubectl"), "--kubeconfig="+filepath.Join(stateDir, "admin.kubeconfig"), "apply", "-f", "-")
+	cmd := exec.Command(e.kubectlBin, "--kubeconfig="+filepath.Join(stateDir, "admin.kubeconfig"), "apply", "-f", "-")
 	cmd.Stdin = strings.NewReader(doc)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		e.t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, doc)

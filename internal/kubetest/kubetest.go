@@ -57,15 +57,27 @@ func BinDir() string {
 	return DefaultBinDir
 }
 
-// missing handles an absent prerequisite: on CI (CI=true) it is a failure,
+// Missing handles an absent prerequisite: on CI (CI=true) it is a failure,
 // since the project can build it; elsewhere the test is skipped.
-func missing(t testing.TB, format string, args ...any) {
+func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("%s (CI=true, so this fails instead of skipping)", msg)
 	}
 	t.Skip(msg)
+}
+
+// Tool returns the path of the cached binary name in BinDir (kubectl, helm,
+// ...). When it is missing the test fails under CI=true and skips otherwise;
+// build names the script that builds it.
+func Tool(t testing.TB, name, build string) string {
+	t.Helper()
+	p := binary(BinDir(), name)
+	if p == "" {
+		Missing(t, "%s is not in %s; %s builds it", name, BinDir(), build)
+	}
+	return p
 }
 
 // binary returns the path of name in BinDir, or "" if it is not executable.
@@ -86,7 +98,7 @@ func Start(t testing.TB) *Env {
 	dir := BinDir()
 	etcdBin, apiBin := binary(dir, "etcd"), binary(dir, "kube-apiserver")
 	if etcdBin == "" || apiBin == "" {
-		missing(t, "kubetest: etcd and kube-apiserver are not in %s; build them with hack/k8s-bins.sh", dir)
+		Missing(t, "kubetest: etcd and kube-apiserver are not in %s; build them with hack/k8s-bins.sh", dir)
 	}
 
 	work := t.TempDir()
@@ -305,7 +317,7 @@ func (e *Env) Kubectl(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	bin := binary(e.BinDir, "kubectl")
 	if bin == "" {
-		missing(t, "kubetest: kubectl is not in %s; build it with hack/k8s-bins.sh", e.BinDir)
+		Missing(t, "kubetest: kubectl is not in %s; build it with hack/k8s-bins.sh", e.BinDir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
