@@ -211,13 +211,7 @@ func sendUDPPort(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, sports []
 }
 
 func sendOne(src netip.Addr, sport uint16, dst netip.Addr, dport uint16) error {
-	c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, sport)),
-		net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, dport)))
-	if err != nil {
-		return err
-	}
-	c.Write([]byte("egret fail-closed test"))
-	return c.Close()
+	return writeUDP(netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport), []byte("egret fail-closed test"), 1)
 }
 
 // uplinkCount sorts the frames on the node's uplink to the outside by

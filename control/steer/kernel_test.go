@@ -262,13 +262,7 @@ func TestSteerInNetns(t *testing.T) {
 		// node's VTEP, inner destination MAC the node's tunnel MAC.
 		frame := vxlanReply(cfg.VNI, k.TunnelMAC(), cluster.VTEPMAC(g1VTEP), outside4, podIP4, 9999, 45000, []byte("reply"))
 		err = nsenter.Do(l.g1H, func() error {
-			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(nodeVTEP, DefaultPort)))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_, err = c.Write(frame)
-			return err
+			return writeUDP(netip.AddrPort{}, netip.AddrPortFrom(nodeVTEP, DefaultPort), frame, 1)
 		})
 		if err != nil {
 			t.Fatal(err)

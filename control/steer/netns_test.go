@@ -218,20 +218,34 @@ func (c *capturer) stop() {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
+// writeUDP sends payload n times from src (the zero AddrPort: any) to dst,
+// in the calling thread's namespace.
+func writeUDP(src, dst netip.AddrPort, payload []byte, n int) error {
+	var laddr *net.UDPAddr
+	if src.IsValid() {
+		laddr = net.UDPAddrFromAddrPort(src)
+	}
+	c, err := net.DialUDP("udp", laddr, net.UDPAddrFromAddrPort(dst))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// Write errors are ignored: an ICMP error for an earlier datagram fails
+	// a later write on a connected socket, and the tests count what arrives.
+	for range n {
+		c.Write(payload)
+	}
+	return nil
+}
+
 // sendUDP sends two datagrams from each source port in ports, from inside ns.
 func sendUDP(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, ports []uint16) {
 	t.Helper()
 	err := nsenter.Do(ns, func() error {
 		for _, p := range ports {
-			c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, p)),
-				net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9999)))
-			if err != nil {
+			if err := writeUDP(netip.AddrPortFrom(src, p), netip.AddrPortFrom(dst, 9999), []byte("egret steer test"), 2); err != nil {
 				return err
 			}
-			for range 2 {
-				c.Write([]byte("egret steer test"))
-			}
-			c.Close()
 		}
 		return nil
 	})

@@ -165,20 +165,11 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	in := c.AddChain(&nftables.Chain{Name: nftInput, Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityRef(nftPriority), Policy: &policy})
 	c.FlushChain(in)
-	udp := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
-	}
 	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
 	if n.port != 0 {
 		vni := binary.BigEndian.AppendUint32(nil, n.vni)[1:]
 		for f, fam := range nftFam {
-			e := []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
-			}
-			e = append(e, udp...)
-			e = append(e,
+			e := append(udpOf(fam.proto),
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, n.port)},
 				// VXLAN header after the 8-byte UDP header: flags, 3 reserved, VNI.
@@ -196,12 +187,7 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	// Pods' tunnel frames to a gateway, before the excluded networks return.
 	for f, fam := range nftFam {
 		for _, src := range []*nftables.Set{sets.pods[f], sets.sel[f], sets.allow[f]} {
-			e := []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
-			}
-			e = append(e, udp...)
-			e = append(e,
+			e := append(udpOf(fam.proto),
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Lookup{SourceRegister: 1, SetName: sets.ports.Name},
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off + fam.l, Len: fam.l},
@@ -504,4 +490,14 @@ func (n *nftState) remove() error {
 
 func isNotFound(err error) bool {
 	return errors.Is(err, unix.ENOENT)
+}
+
+// udpOf starts a rule matching UDP of the family nfproto (NFPROTO_IPV4/6).
+func udpOf(nfproto byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+	}
 }

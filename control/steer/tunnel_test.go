@@ -1,7 +1,6 @@
 package steer
 
 import (
-	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -85,13 +84,7 @@ func TestTunnelFilterInNetns(t *testing.T) {
 		t.Helper()
 		frame := vxlanReply(vni, k.TunnelMAC(), cluster.VTEPMAC(g1VTEP), outside4, podIP4, 9999, 45000, []byte(payload))
 		err := nsenter.Do(ns, func() error {
-			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(nodeVTEP, cfg.Port)))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_, err = c.Write(frame)
-			return err
+			return writeUDP(netip.AddrPort{}, netip.AddrPortFrom(nodeVTEP, cfg.Port), frame, 1)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -206,16 +199,7 @@ func TestTunnelFilterInNetns(t *testing.T) {
 func sendToPort(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, port uint16) {
 	t.Helper()
 	err := nsenter.Do(ns, func() error {
-		c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)),
-			net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, port)))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		for range 2 {
-			c.Write([]byte("\x08\x00\x00\x00\x00\x10\x92\x00 a pod's own VXLAN"))
-		}
-		return nil
+		return writeUDP(netip.AddrPortFrom(src, 0), netip.AddrPortFrom(dst, port), []byte("\x08\x00\x00\x00\x00\x10\x92\x00 a pod's own VXLAN"), 2)
 	})
 	if err != nil {
 		t.Fatalf("send UDP %v → %v:%d: %v", src, dst, port, err)
