@@ -121,12 +121,7 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 }
 
 func TestAgentFencing(t *testing.T) {
-	src := &fakeSource{cache: cluster.View{
-		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), node("w1", "10.0.0.11", nil)},
-		Namespaces: []*corev1.Namespace{ns("default", nil)},
-		Pods:       []*corev1.Pod{pod("default", "p", "w1", nil, "10.244.1.5")},
-	}}
-	src.place("g1", true, true)
+	src := placedOnG1()
 	hs, err := health.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -267,12 +262,7 @@ func testLog(t *testing.T) *slog.Logger {
 // Contact never breaks, so the agent is never fenced; it must still stop
 // hosting the IP, and host it again once the fresh list places it here.
 func TestAgentStalledWatch(t *testing.T) {
-	src := &fakeSource{cache: cluster.View{
-		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), node("w1", "10.0.0.11", nil)},
-		Namespaces: []*corev1.Namespace{ns("default", nil)},
-		Pods:       []*corev1.Pod{pod("default", "p", "w1", nil, "10.244.1.5")},
-	}}
-	src.place("g1", true, true)
+	src := placedOnG1()
 	dp := &fakeDP{}
 	a := &Agent{Node: "g1", Base: base(), Source: src, FenceAfter: 300 * time.Millisecond, Log: testLog(t),
 		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
@@ -301,4 +291,16 @@ func TestAgentStalledWatch(t *testing.T) {
 	}
 	src.place("g1", false, true)
 	waitFor(t, "hosted again when the fresh list places it here", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+}
+
+// placedOnG1 is a source with gateway g1, worker w1 with pod p, and the
+// egress IP placed on g1 in both the cache and the fresh list.
+func placedOnG1() *fakeSource {
+	src := &fakeSource{cache: cluster.View{
+		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), node("w1", "10.0.0.11", nil)},
+		Namespaces: []*corev1.Namespace{ns("default", nil)},
+		Pods:       []*corev1.Pod{pod("default", "p", "w1", nil, "10.244.1.5")},
+	}}
+	src.place("g1", true, true)
+	return src
 }

@@ -436,15 +436,7 @@ func tunnelPayload(vni uint32, marker string) []byte {
 // kernel, counted. Before SetTunnels no tunnel packet is taken.
 func TestTunnelTypeAndVNI(t *testing.T) {
 	l := newLab(t)
-	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Detach() })
-	l.openSocket(p)
-	if err := p.AddVTEP(gwIP.Addr()); err != nil {
-		t.Fatal(err)
-	}
+	p := l.attachSteering(t)
 	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(100, "before-set"))
 	l.expectNotOnSocket([]byte("before-set"))
 
@@ -489,15 +481,7 @@ func TestTunnelTypeAndVNI(t *testing.T) {
 // while the gateway's own VNI still goes to the AF_XDP socket.
 func TestOtherVNIReachesKernel(t *testing.T) {
 	l := newLab(t)
-	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Detach() })
-	l.openSocket(p)
-	if err := p.AddVTEP(gwIP.Addr()); err != nil {
-		t.Fatal(err)
-	}
+	p := l.attachSteering(t)
 	if err := p.SetTunnels([]xdp.TunnelKey{{Port: xdp.PortVXLAN, VNI: 100}}); err != nil {
 		t.Fatal(err)
 	}
@@ -542,4 +526,20 @@ func TestOtherVNIReachesKernel(t *testing.T) {
 	if st, err := p.Stats(); err != nil || st.TunnelOther == 0 {
 		t.Fatalf("counters %+v (%v): want the other VNI's packets in tunnel_other", st, err)
 	}
+}
+
+// attachSteering attaches the program to gw0 (detached when the test ends),
+// opens the AF_XDP socket and makes gwIP a VTEP.
+func (l *lab) attachSteering(t *testing.T) *xdp.Program {
+	t.Helper()
+	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Detach() })
+	l.openSocket(p)
+	if err := p.AddVTEP(gwIP.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
