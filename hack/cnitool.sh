@@ -12,12 +12,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-out="${EGRET_TOOLS_DIR:-/var/cache/egret/bin}"
-go_bin="$(command -v go || echo /usr/local/go/bin/go)"
-if [[ ! -x "$go_bin" ]]; then
-	echo "cnitool: go not found (expected in PATH or /usr/local/go/bin)" >&2
-	exit 1
-fi
+label=cnitool
+# shellcheck source=hack/tools-lib.sh
+source "$here/tools-lib.sh"
 
 version="$(awk '$1 == "github.com/containernetworking/cni" {print $2; exit}' "$here/../go.mod")"
 if [[ -z "$version" ]]; then
@@ -27,13 +24,12 @@ fi
 
 bin="$out/cnitool"
 stamp="$out/.cnitool.version"
-want="github.com/containernetworking/cni/cnitool@$version $("$go_bin" env GOVERSION)"
-if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+want="$(stamp_of github.com/containernetworking/cni/cnitool "$version")"
+if fresh cnitool "$want"; then
 	echo "cnitool: $version present in $out"
 	exit 0
 fi
 
-mkdir -p "$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 echo "cnitool: building $version into $out ..."

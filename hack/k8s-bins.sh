@@ -16,8 +16,6 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mod="$here/k8s-tools"
-out="${EGRET_TOOLS_DIR:-/var/cache/egret/bin}"
-jobs="${K8S_BUILD_JOBS:-2}"
 
 k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$mod/go.mod")"
 etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$mod/go.mod")"
@@ -26,13 +24,9 @@ if [[ -z "$k8s_version" || -z "$etcd_version" ]]; then
 	exit 1
 fi
 
-go_bin="$(command -v go || echo /usr/local/go/bin/go)"
-if [[ ! -x "$go_bin" ]]; then
-	echo "k8s-bins: go not found (expected in PATH or /usr/local/go/bin)" >&2
-	exit 1
-fi
-
-mkdir -p "$out"
+label=k8s-bins
+# shellcheck source=hack/tools-lib.sh
+source "$here/tools-lib.sh"
 
 # Version stamps so `kube-apiserver --version` and `kubectl version` say
 # v1.37.2 instead of v0.0.0-master.
@@ -48,27 +42,13 @@ vpkg_flags() {
 
 build() { # name package version
 	local name="$1" pkg="$2" version="$3"
-	local bin="$out/$name" stamp="$out/.$name.version"
-	local want="$pkg@$version $("$go_bin" env GOVERSION)"
-	if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-		echo "k8s-bins: $name $version present in $out"
-		return 0
-	fi
 	local ldflags="-s -w"
 	case "$name" in
 	kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler | kube-proxy)
 		ldflags+=" $(vpkg_flags k8s.io/component-base/version) $(vpkg_flags k8s.io/client-go/pkg/version)"
 		;;
 	esac
-	echo "k8s-bins: building $name $version ($pkg) into $out ..."
-	local start=$SECONDS
-	# Build to a temporary name and rename, so an interrupted build never
-	# leaves a half-written binary that looks present.
-	(cd "$mod" && GOFLAGS="-trimpath -buildvcs=false" CGO_ENABLED=0 \
-		"$go_bin" build -p "$jobs" -ldflags "$ldflags" -o "$bin.tmp" "$pkg")
-	mv -f "$bin.tmp" "$bin"
-	echo "$want" >"$stamp"
-	echo "k8s-bins: built $name in $((SECONDS - start))s"
+	build_tool "$name" "$mod" "$pkg" "$version" "$ldflags"
 }
 
 want=("$@")
