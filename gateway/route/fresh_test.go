@@ -112,3 +112,31 @@ func stateNames(m map[int]int) map[string]int {
 	}
 	return out
 }
+
+// TestRoutersResolvedAhead: a gateway that just started (or whose routes
+// just changed) has no neighbour entry for its router yet. The cache asks
+// the kernel to resolve every router its routes name, so the first packet
+// to an outside address finds its next hop instead of being dropped as a
+// miss (seen on the real cluster after a gateway restart).
+func TestRoutersResolvedAhead(t *testing.T) {
+	tp := newTopo(t)
+	router := r0.Addr()
+	if s := neighState(t, tp.GW, tp.GW1.Index, router); s&(netlink.NUD_REACHABLE|netlink.NUD_STALE) != 0 {
+		t.Fatalf("the router's neighbour is known before the cache starts (state %#x): the test proves nothing", s)
+	}
+	c, err := route.NewCache(route.Options{NetNS: tp.GW.Handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// No lookup until the kernel has resolved the router on its own: no
+	// packet asked for it.
+	eventually(t, "the router to resolve without traffic", func() bool {
+		return neighState(t, tp.GW, tp.GW1.Index, router) == netlink.NUD_REACHABLE
+	})
+	far := netip.MustParseAddr("192.0.2.77")
+	eventually(t, "the cache to see the router", func() bool {
+		hop, v := lookup(c, far)
+		return v == route.Found && hop.DstMAC == mac6(tp.R0.MAC)
+	})
+}

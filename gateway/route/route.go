@@ -467,7 +467,31 @@ func (c *Cache) rebuild() error {
 	s.sealNeigh(c.snap.Load())
 	c.snap.Store(s)
 	c.rebuilds.Add(1)
+	c.primeRouters(s)
 	return nil
+}
+
+// primeRouters asks the kernel to resolve every router the routes name
+// whose neighbour is not known yet, so that the first packet to an outside
+// address after a start or a route change finds its next hop instead of
+// being dropped while resolution runs. On-link destinations cannot be known
+// ahead; they still resolve on their first miss.
+func (c *Cache) primeRouters(s *snapshot) {
+	ask := func(r route) {
+		if r.onLink || r.nb != 0 {
+			return
+		}
+		select {
+		case c.resolve <- neighKey{int32(r.ifindex), r.gw}:
+		default: // resolver busy: a miss asks again
+		}
+	}
+	for _, r := range s.routes4 {
+		ask(r)
+	}
+	for _, r := range s.routes {
+		ask(r)
+	}
 }
 
 func sortedLens(m map[uint8]bool) []uint8 {
