@@ -328,6 +328,8 @@ func TestHelmArgsValidate(t *testing.T) {
 	}{
 		{"defaults", nil, []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}},
 		{"other-values", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
+		// What the end-to-end test installs on the cluster of make cluster-up.
+		{"cluster-values", []string{"-f", "../hack/cluster/values.yaml"}, []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := helmTemplate(t, hb, tc.args...)

@@ -72,7 +72,7 @@ func TestCluster(t *testing.T) {
 	repo, _ := filepath.Abs("..")
 	e := &env{t: t, repo: repo, kubectlBin: kubetest.Tool(t, "kubectl", "hack/k8s-bins.sh")}
 	// The overlay a user of this cluster writes; EGRET_E2E_OVERLAY runs another
-	// (the Helm run, or a trial) with the same checks.
+	// (a trial) with the same checks.
 	e.overlay = filepath.Join(repo, "hack/cluster/overlay")
 	if o := os.Getenv("EGRET_E2E_OVERLAY"); o != "" {
 		e.overlay = o
@@ -111,19 +111,14 @@ func TestCluster(t *testing.T) {
 			e.kubectlErr("label", "node", g, "k8s.ovn.org/egress-assignable-")
 		}
 	})
-	e.kubectl("apply", "--server-side", "-k", e.overlay)
-	uninstalled := false
-	t.Cleanup(func() {
-		if !uninstalled {
-			e.kubectlErr("delete", "-k", e.overlay, "--ignore-not-found", "--wait=true", "--timeout=90s")
-		}
-	})
+	kust := e.kustomize()
+	kust.install()
 	e.waitEgretReady()
-	t.Logf("Egret Ready after %v", time.Since(start).Round(time.Second))
+	t.Logf("Egret (kustomize) Ready after %v", time.Since(start).Round(time.Second))
 
 	// 2. the spec's EgressIP examples, their addresses moved into the nodes' subnet.
 	objs := e.applyExamples()
-	e.apply(yamlDoc(egressIP("e2e-move", []string{moveIP}, map[string]string{"e2e": "move"})))
+	names := append(slices.Collect(maps.Keys(objs)), "e2e-move")
 
 	// 3. namespaces and Deployments: one namespace per object, one none selects.
 	// egress-group2 selects every namespace whose "environment" is not
@@ -146,46 +141,130 @@ func TestCluster(t *testing.T) {
 	for _, ns := range nss {
 		e.kubectl("-n", ns.name, "wait", "--for=condition=Available", "deployment", "--all", "--timeout=120s")
 	}
-	e.waitAssigned(append(slices.Collect(maps.Keys(objs)), "e2e-move"))
-	e.waitSteerSettled(nss)
-	t.Logf("EgressIPs:\n%s", e.kubectl("get", "eip"))
 	icmp := e.icmpRecorder()
-	for _, ns := range nss {
-		for _, p := range e.pods(ns.name) {
-			e.checkEgress(icmp, ns, p)
-		}
-	}
+	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress checked after %v", time.Since(start).Round(time.Second))
 
 	// 4. the node hosting the single-IP object dies; the IP serves from the other gateway.
 	e.failover(icmp, nss[len(nss)-1])
 
+	// 6. uninstall; every node is clean. (The pods stay: they are the
+	// cluster's, not Egret's.)
+	kust.uninstall()
+	e.checkAllClean()
+	t.Logf("kustomize install removed, nodes clean, at %v", time.Since(start).Round(time.Second))
+
+	// §5: the Helm chart in place of kustomize, with the same checks; the
+	// gateway rollout to a new image tag is a helm upgrade.
+	hm := e.helm()
+	hm.install()
+	e.waitEgretReady()
+	t.Logf("Egret (helm) Ready after %v", time.Since(start).Round(time.Second))
+	// kubectl delete -k removed the CRD and with it every EgressIP; helm
+	// installed the CRD again.
+	e.applyExamples()
+	e.checkAllEgress(icmp, names, nss)
+	t.Logf("egress through the Helm install checked at %v", time.Since(start).Round(time.Second))
+
 	// 5. a new image tag for the gateways; egress works afterwards.
 	e.push(image, registry+"/egret-gw/egret:"+e.version+"-e2e")
-	e.kubectl("-n", "egret-system", "set", "image", "daemonset/egret-gateway", "gateway="+registry+"/egret-gw/egret:"+e.version+"-e2e")
+	hm.rollout(e.version + "-e2e")
 	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=180s")
+	if got := e.kubectl("-n", "egret-system", "get", "daemonset/egret-gateway", "-o", "jsonpath={.spec.template.spec.containers[0].image}"); got != registry+"/egret-gw/egret:"+e.version+"-e2e" {
+		t.Fatalf("after the upgrade the gateway runs %q", got)
+	}
 	// Each restarted gateway failed the reachability check once and is held
 	// down (30 s) before it hosts again; egress is checked on the settled state.
-	e.waitAssigned(append(slices.Collect(maps.Keys(objs)), "e2e-move"))
+	e.checkAllEgress(icmp, names, nss)
+	t.Logf("egress after the gateway rollout checked at %v", time.Since(start).Round(time.Second))
+
+	for _, ns := range nss {
+		e.kubectl("delete", "namespace", ns.name, "--wait=false")
+	}
+	hm.uninstall()
+	e.checkAllClean()
+	t.Logf("total %v", time.Since(start).Round(time.Second))
+}
+
+// installer is one way a user installs Egret: kustomize (deploy/ under an
+// overlay) or Helm (deploy/helm/egret with a values file).
+type installer struct {
+	install   func()
+	rollout   func(tag string) // the gateways to another image tag
+	uninstall func()           // and wait until every Egret pod is gone
+}
+
+// kustomize installs deploy/ under the overlay a user of this cluster writes
+// (hack/cluster/overlay, or EGRET_E2E_OVERLAY for a trial).
+func (e *env) kustomize() installer {
+	done := false
+	e.t.Cleanup(func() {
+		if !done {
+			e.kubectlErr("delete", "-k", e.overlay, "--ignore-not-found", "--wait=true", "--timeout=90s")
+		}
+	})
+	return installer{
+		install: func() { e.kubectl("apply", "--server-side", "-k", e.overlay) },
+		rollout: func(tag string) {
+			e.kubectl("-n", "egret-system", "set", "image", "daemonset/egret-gateway", "gateway="+registry+"/egret-gw/egret:"+tag)
+		},
+		uninstall: func() {
+			e.kubectl("delete", "-k", e.overlay, "--wait=true", "--timeout=120s")
+			done = true
+			e.waitGone()
+		},
+	}
+}
+
+// helm installs the chart with the values a user of this cluster writes
+// (hack/cluster/values.yaml, the Helm twin of the overlay).
+func (e *env) helm() installer {
+	hb := kubetest.Tool(e.t, "helm", "hack/helm.sh")
+	kc := "--kubeconfig=" + filepath.Join(stateDir, "admin.kubeconfig")
+	chart, values := filepath.Join(e.repo, "deploy/helm/egret"), filepath.Join(e.repo, "hack/cluster/values.yaml")
+	done := false
+	e.t.Cleanup(func() {
+		if !done {
+			e.run(hb, kc, "uninstall", "egret", "-n", "egret-system", "--wait", "--timeout=90s")
+		}
+		// Helm keeps the CRD of crds/ (and so the EgressIPs) after uninstall.
+		e.kubectlErr("delete", "crd", "egressips.k8s.ovn.org", "--ignore-not-found")
+	})
+	return installer{
+		install: func() {
+			e.sh(hb, kc, "install", "egret", chart, "-n", "egret-system", "--create-namespace", "-f", values)
+		},
+		rollout: func(tag string) {
+			e.sh(hb, kc, "upgrade", "egret", chart, "-n", "egret-system", "--reuse-values", "--set", "image.tag="+tag)
+		},
+		uninstall: func() {
+			e.sh(hb, kc, "uninstall", "egret", "-n", "egret-system", "--wait", "--timeout=120s")
+			done = true
+			e.waitGone()
+		},
+	}
+}
+
+// checkAllEgress waits for the named objects' IPs to be on gateways and the
+// steer agents to settle, shows `kubectl get eip`, and checks every client
+// pod's egress.
+func (e *env) checkAllEgress(icmp *icmpRecorder, names []string, nss []testNS) {
+	e.t.Helper()
+	e.waitAssigned(names)
 	e.waitSteerSettled(nss)
+	e.t.Logf("EgressIPs:\n%s", e.kubectl("get", "eip"))
 	for _, ns := range nss {
 		for _, p := range e.pods(ns.name) {
 			e.checkEgress(icmp, ns, p)
 		}
 	}
-	t.Logf("egress after the gateway rollout checked at %v", time.Since(start).Round(time.Second))
+}
 
-	// 6. uninstall; every node is clean.
-	for _, ns := range nss {
-		e.kubectl("delete", "namespace", ns.name, "--wait=false")
-	}
-	e.kubectl("delete", "-k", e.overlay, "--wait=true", "--timeout=120s")
-	uninstalled = true
-	e.waitGone()
+func (e *env) checkAllClean() {
+	e.t.Helper()
 	for _, n := range append(slices.Clone(workers), gateways...) {
 		e.checkClean(n)
 	}
-	t.Logf("total %v", time.Since(start).Round(time.Second))
 }
 
 // clusterUp reports whether make cluster-up's cluster answers with 4 Ready nodes.
@@ -279,7 +358,7 @@ func (e *env) waitEgretReady() {
 }
 
 // applyExamples applies deploy/examples' EgressIPs with only their egress IP
-// addresses changed, and returns each object's new addresses.
+// addresses changed, and e2e-move, and returns each example's new addresses.
 func (e *env) applyExamples() map[string][]string {
 	e.t.Helper()
 	files := []string{"egress-group1.yaml", "egress-group2.yaml", "egress-project1.yaml"}
@@ -305,6 +384,9 @@ func (e *env) applyExamples() map[string][]string {
 		objs[name] = ips
 		e.apply(yamlDoc(o))
 	}
+	// The test's own single-IP object: each example has two IPs and there are
+	// two gateways, so none of theirs can move.
+	e.apply(yamlDoc(egressIP("e2e-move", []string{moveIP}, map[string]string{"e2e": "move"})))
 	e.t.Cleanup(func() {
 		for name := range objs {
 			e.kubectlErr("delete", "eip", name, "--ignore-not-found")
