@@ -17,36 +17,43 @@ import (
 // permanent neighbour and FDB entries on its device, and the filter's sets.
 // Next hops carry only Addr (the kernel does not know MAC and VTEP per route).
 func (k *Kernel) Actual() (State, error) {
+	st, _, err := k.actual()
+	return st, err
+}
+
+// actual is Actual plus the routes as the kernel holds them (next hops in
+// order, with weights), which Apply needs to keep each gateway's slot.
+func (k *Kernel) actual() (State, []kernelRoute, error) {
 	var st State
 	rules, err := k.rules()
 	if err != nil {
-		return st, err
+		return st, nil, err
 	}
 	for _, r := range rules {
 		st.Rules = append(st.Rules, r.want)
 	}
 	routes, err := k.routes()
 	if err != nil {
-		return st, err
+		return st, nil, err
 	}
 	for _, r := range routes {
 		st.Routes = append(st.Routes, r.want)
 	}
 	if idx, err := k.devIndex(); err == nil {
 		if st.Neighs, err = k.neighs(idx); err != nil {
-			return st, err
+			return st, nil, err
 		}
 		if st.FDB, err = k.fdb(idx); err != nil {
-			return st, err
+			return st, nil, err
 		}
 	}
 	sets, err := k.nft.read()
 	if err != nil {
-		return st, err
+		return st, nil, err
 	}
 	st.Selected, st.Allowed, st.PodCIDRs, st.TunnelPeers = sets.selected, sets.allowed, sets.pods, sets.peers
 	st.sort()
-	return st, nil
+	return st, routes, nil
 }
 
 type kernelRule struct {
@@ -192,7 +199,7 @@ func (k *Kernel) fdb(idx int) ([]FDB, error) {
 // allowed only once its steering is removed.
 func (k *Kernel) Apply(want State) (Changes, error) {
 	var ch Changes
-	have, err := k.Actual()
+	have, haveKernel, err := k.actual()
 	if err != nil {
 		return ch, err
 	}
@@ -287,14 +294,30 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	for _, r := range have.Routes {
 		haveRoute[routeKey{r.Table, r.Dst}] = r
 	}
+	kernelUnits := map[routeKey][]netip.Addr{}
+	for _, r := range haveKernel {
+		if r.want.Type == RouteUnicast {
+			kernelUnits[routeKey{r.want.Table, r.want.Dst}] = unitsOf(r.nl)
+		}
+	}
 	for _, r := range want.Routes {
-		h, ok := haveRoute[routeKey{r.Table, r.Dst}]
+		key := routeKey{r.Table, r.Dst}
+		h, ok := haveRoute[key]
 		if ok && kernelRouteEqual(h, r) {
 			continue
 		}
-		if err := k.h.RouteReplace(k.nlRoute(r, idx)); err != nil {
+		var units []netip.Addr
+		if r.Type == RouteUnicast {
+			units = placeHops(k.prevUnits(key, kernelUnits[key]), hopAddrs(r.NextHops))
+		}
+		if err := k.h.RouteReplace(k.nlRoute(r, idx, runs(units))); err != nil {
 			fail(fmt.Errorf("program route %v %v in table %d: %w", r.Type, r.Dst, r.Table, err))
 			continue
+		}
+		if units != nil {
+			k.slots[key] = units
+		} else {
+			delete(k.slots, key)
 		}
 		if ok {
 			ch.Updated++
@@ -346,6 +369,7 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 			fail(fmt.Errorf("remove route %v from table %d: %w", r.Dst, r.Table, err))
 			continue
 		}
+		delete(k.slots, routeKey{r.Table, r.Dst})
 		ch.Removed++
 	}
 	if devIdx, err := k.devIndex(); err == nil {
@@ -436,7 +460,63 @@ func (k *Kernel) nlRule(r Rule) *netlink.Rule {
 	return nl
 }
 
-func (k *Kernel) nlRoute(r Route, idx int) *netlink.Route {
+// prevUnits is the slot layout a route had: the agent's own record when the
+// kernel still holds the same next hops (the record also knows the vacant
+// units), else the kernel's route read back (after a restart).
+func (k *Kernel) prevUnits(key routeKey, kernel []netip.Addr) []netip.Addr {
+	rec, ok := k.slots[key]
+	if !ok {
+		return kernel
+	}
+	var a, b []netip.Addr
+	for _, u := range rec {
+		if u.IsValid() && !slices.Contains(a, u) {
+			a = append(a, u)
+		}
+	}
+	for _, u := range kernel {
+		if !slices.Contains(b, u) {
+			b = append(b, u)
+		}
+	}
+	slices.SortFunc(a, netip.Addr.Compare)
+	slices.SortFunc(b, netip.Addr.Compare)
+	if !slices.Equal(a, b) {
+		return kernel
+	}
+	return rec
+}
+
+// unitsOf expands a unicast route read from the kernel into its units: each
+// next hop in order, repeated by its weight.
+func unitsOf(r netlink.Route) []netip.Addr {
+	if len(r.MultiPath) == 0 {
+		if a := hopAddr(r.Gw, r.Via); a.IsValid() {
+			return []netip.Addr{a}
+		}
+		return nil
+	}
+	var out []netip.Addr
+	for _, nh := range r.MultiPath {
+		a := hopAddr(nh.Gw, nh.Via)
+		for range nh.Hops + 1 {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func hopAddrs(hs []NextHop) []netip.Addr {
+	out := make([]netip.Addr, len(hs))
+	for i, h := range hs {
+		out[i] = h.Addr
+	}
+	return out
+}
+
+// nlRoute is r as a netlink route; a unicast route's next hops go in the
+// order and with the weights of slots (placeHops, runs).
+func (k *Kernel) nlRoute(r Route, idx int, slots []weighted) *netlink.Route {
 	fam := family(r.Dst.Addr())
 	nl := &netlink.Route{Table: int(r.Table), Dst: ipNet(r.Dst), Family: fam, Protocol: RouteProtocol}
 	switch r.Type {
@@ -446,23 +526,23 @@ func (k *Kernel) nlRoute(r Route, idx int) *netlink.Route {
 		nl.Type = unix.RTN_THROW
 	default:
 		nl.Type = unix.RTN_UNICAST
-		hop := func(h NextHop) (gw net.IP, via netlink.Destination, flags int) {
-			if family(h.Addr) != fam {
-				return nil, &netlink.Via{AddrFamily: family(h.Addr), Addr: h.Addr.AsSlice()}, 0
+		hop := func(a netip.Addr) (gw net.IP, via netlink.Destination, flags int) {
+			if family(a) != fam {
+				return nil, &netlink.Via{AddrFamily: family(a), Addr: a.AsSlice()}, 0
 			}
-			if h.Addr.Is4() {
+			if a.Is4() {
 				// The gateway's VTEP is not on the tunnel's subnet (it has none).
 				flags = int(netlink.FLAG_ONLINK)
 			}
-			return h.Addr.AsSlice(), nil, flags
+			return a.AsSlice(), nil, flags
 		}
-		if len(r.NextHops) == 1 {
+		if len(slots) == 1 {
 			nl.LinkIndex = idx
-			nl.Gw, nl.Via, nl.Flags = hop(r.NextHops[0])
+			nl.Gw, nl.Via, nl.Flags = hop(slots[0].addr)
 		} else {
-			for _, h := range r.NextHops {
-				gw, via, flags := hop(h)
-				nl.MultiPath = append(nl.MultiPath, &netlink.NexthopInfo{LinkIndex: idx, Gw: gw, Via: via, Flags: flags})
+			for _, s := range slots {
+				gw, via, flags := hop(s.addr)
+				nl.MultiPath = append(nl.MultiPath, &netlink.NexthopInfo{LinkIndex: idx, Gw: gw, Via: via, Flags: flags, Hops: s.weight - 1})
 			}
 		}
 	}

@@ -89,7 +89,7 @@ type Config struct {
 	// LogFormat is "text" (default) or "json".
 	LogFormat string `json:"logFormat,omitempty"`
 	// ProcSysNet is the directory through which the agent sets the
-	// node's net sysctls (fib_multipath_hash_policy); default
+	// node's net sysctls (fib_multipath_hash_policy and _fields); default
 	// /proc/sys/net. A container that is not privileged sees /proc/sys
 	// read-only, so the DaemonSet mounts the node's /proc/sys/net
 	// elsewhere (hostPath) and names it here. The files resolve to the

@@ -35,6 +35,9 @@ type Kernel struct {
 	excluded []netip.Prefix
 	podCIDRs []netip.Prefix
 	log      *slog.Logger
+	// slots records, per unicast route, the units of its next hops
+	// (placeHops), vacancies included, as last programmed.
+	slots map[routeKey][]netip.Addr
 	// afterStep, set by tests, runs after each stage of Apply ("filter",
 	// "steering", "rules removed", "unsteered") so they can probe the
 	// kernel in between.
@@ -69,7 +72,7 @@ func NewKernel(cfg Config, ns netns.NsHandle, log *slog.Logger) (*Kernel, error)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
-	k := &Kernel{cfg: cfg, ns: ns, h: h, log: log}
+	k := &Kernel{cfg: cfg, ns: ns, h: h, log: log, slots: map[routeKey][]netip.Addr{}}
 	if k.excluded, err = cfg.Excluded(); err != nil {
 		h.Close()
 		return nil, err
@@ -170,18 +173,34 @@ func (k *Kernel) Setup() error {
 	return k.sysctls()
 }
 
-// sysctls sets the L4 multipath hash through cfg.ProcSysNet. A value
-// already in place is only read, so a node whose admin set it needs no
-// writable mount.
+// The multipath hash the agent sets: policy 3 (custom) over the fields
+// source and destination address, protocol, source and destination port
+// (0x37). Policy 1, the usual "L4" one, uses the hash a forwarded packet
+// already carries when it has one, and a pod's packets carry their socket's
+// random transmit hash, which TCP draws anew after a retransmission
+// timeout: a connection would then move to another gateway, which holds no
+// state for it. The custom policy always hashes the 5-tuple.
+const (
+	multipathHashPolicy = "3"
+	multipathHashFields = "55" // 0x37
+)
+
+// sysctls sets the 5-tuple multipath hash through cfg.ProcSysNet, fields
+// before policy (policy 3 with no fields hashes nothing). A value already
+// in place is only read, so a node whose admin set it needs no writable
+// mount.
 func (k *Kernel) sysctls() error {
 	dir := k.cfg.ProcSysNet
-	keys := []string{"ipv4/fib_multipath_hash_policy"}
+	fams := []string{"ipv4"}
 	return nsenter.Do(k.ns, func() error {
 		if _, err := os.Stat(filepath.Join(dir, "ipv6")); err == nil {
-			keys = append(keys, "ipv6/fib_multipath_hash_policy")
+			fams = append(fams, "ipv6")
 		}
-		for _, key := range keys {
-			if err := setSysctl(dir, key, "1"); err != nil {
+		for _, f := range fams {
+			if err := setSysctl(dir, f+"/fib_multipath_hash_fields", multipathHashFields); err != nil {
+				return err
+			}
+			if err := setSysctl(dir, f+"/fib_multipath_hash_policy", multipathHashPolicy); err != nil {
 				return err
 			}
 		}
@@ -201,9 +220,9 @@ func setSysctl(dir, key, v string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EROFS):
-		return fmt.Errorf("set %s=%s for L4 multipath hashing: %s is read-only here (a container that is not privileged sees /proc/sys read-only): mount the node's /proc/sys/net into the container (hostPath, as deploy/steer/daemonset.yaml does) and name the mount point in procSysNet or --proc-sys-net, or set the sysctl on the node: %w", name, v, p, err)
+		return fmt.Errorf("set %s=%s for 5-tuple multipath hashing: %s is read-only here (a container that is not privileged sees /proc/sys read-only): mount the node's /proc/sys/net into the container (hostPath, as deploy/steer/daemonset.yaml does) and name the mount point in procSysNet or --proc-sys-net, or set the sysctl on the node: %w", name, v, p, err)
 	default:
-		return fmt.Errorf("set %s=%s for L4 multipath hashing through %s (procSysNet): %w", name, v, p, err)
+		return fmt.Errorf("set %s=%s for 5-tuple multipath hashing through %s (procSysNet): %w", name, v, p, err)
 	}
 }
 

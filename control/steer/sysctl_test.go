@@ -121,7 +121,8 @@ func TestSysctlShippedMount(t *testing.T) {
 		cmd.Env = append(os.Environ(), sysctlChildEnv+"="+dir)
 		out, err := cmd.CombinedOutput()
 		got := strings.TrimSpace(sh(t, "ip", "netns", "exec", node, "cat", "/proc/sys/net/ipv4/fib_multipath_hash_policy"))
-		return string(out), got, err
+		fields := strings.TrimSpace(sh(t, "ip", "netns", "exec", node, "cat", "/proc/sys/net/ipv4/fib_multipath_hash_fields"))
+		return string(out), got + " " + fields, err
 	}
 
 	t.Run("shipped mount", func(t *testing.T) {
@@ -129,8 +130,8 @@ func TestSysctlShippedMount(t *testing.T) {
 		if err != nil {
 			t.Fatalf("kernel setup with the DaemonSet's mount failed: %v\n%s", err, out)
 		}
-		if got != "1" {
-			t.Fatalf("net.ipv4.fib_multipath_hash_policy in the node namespace = %s, want 1", got)
+		if got != "3 55" {
+			t.Fatalf("net.ipv4.fib_multipath_hash_policy and _fields in the node namespace = %s, want 3 (custom) and 55 (0x37: addresses, protocol, ports)", got)
 		}
 	})
 	t.Run("without the mount", func(t *testing.T) {
@@ -143,8 +144,8 @@ func TestSysctlShippedMount(t *testing.T) {
 				t.Errorf("error does not mention %q:\n%s", want, out)
 			}
 		}
-		if got != "0" {
-			t.Fatalf("net.ipv4.fib_multipath_hash_policy = %s after a failed setup, want the netns default 0", got)
+		if got != "0 7" {
+			t.Fatalf("net.ipv4.fib_multipath_hash_policy and _fields = %s after a failed setup, want the netns defaults 0 and 7", got)
 		}
 	})
 }
