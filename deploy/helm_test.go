@@ -343,6 +343,26 @@ func TestHelmArgsValidate(t *testing.T) {
 	}
 }
 
+// TestHelmNamespaceKept: the chart's Namespace holds Helm's own release
+// record, so it must outlive `helm uninstall` (which otherwise fails to
+// purge the release, as the cluster end-to-end test found).
+func TestHelmNamespaceKept(t *testing.T) {
+	hb := helmBin(t)
+	n := 0
+	for _, m := range helmTemplate(t, hb) {
+		if m.o.kind() != "Namespace" {
+			continue
+		}
+		n++
+		if a, _ := get(m.o, "metadata", "annotations").(map[string]any); a["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("Namespace %s: annotations %v, want helm.sh/resource-policy: keep", m.o.name(), a)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d Namespaces rendered, want 1", n)
+	}
+}
+
 // TestHelmValues renders the chart with other values and checks each lands
 // where the binaries read it.
 func TestHelmValues(t *testing.T) {

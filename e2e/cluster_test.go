@@ -226,6 +226,7 @@ func (e *env) helm() installer {
 	e.t.Cleanup(func() {
 		if !done {
 			e.run(hb, kc, "uninstall", "egret", "-n", "egret-system", "--wait", "--timeout=90s")
+			e.kubectlErr("delete", "namespace", "egret-system", "--ignore-not-found", "--wait=true", "--timeout=60s")
 		}
 		// Helm keeps the CRD of crds/ (and so the EgressIPs) after uninstall.
 		e.kubectlErr("delete", "crd", "egressips.k8s.ovn.org", "--ignore-not-found")
@@ -241,6 +242,8 @@ func (e *env) helm() installer {
 			e.sh(hb, kc, "uninstall", "egret", "-n", "egret-system", "--wait", "--timeout=120s")
 			done = true
 			e.waitGone()
+			// The chart keeps its namespace (helm.sh/resource-policy: keep).
+			e.kubectl("delete", "namespace", "egret-system", "--wait=true", "--timeout=60s")
 		},
 	}
 }
