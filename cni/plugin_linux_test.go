@@ -339,6 +339,8 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 		{"no master", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["203.0.113.9/24"]}}`, "", types.ErrInvalidNetworkConfig, "interfaceArgs.master"},
 		{"missing master", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceArgs":{"master":"nope0"},"ip":{"addresses":["192.0.2.99/24"]}}`, "", types.ErrInvalidNetworkConfig, "interfaceArgs.master"},
 		{"no pod match", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","podIP":{"a":{"addresses":["192.0.2.99/24"]}}}`, "K8S_POD_NAME=b", types.ErrInvalidNetworkConfig, "podIP"},
+		{"bare address outside the master's subnets", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceArgs":{"master":"ext0"},"ip":{"addresses":["203.0.113.9"],"gateway":"192.0.2.1"}}`, "", types.ErrInvalidNetworkConfig, "203.0.113.9 has no prefix length and no subnet of the master ext0"},
+		{"redirect of a family without an address", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"],"destinations":["80 TCP 2001:db8:99::10"]}}`, "", types.ErrInvalidNetworkConfig, "needs an address of its IP family"},
 		{"bad args", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"]}}`, "K8S_POD_NAME", types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
 		{"no kubeconfig", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ipConfig":{"name":"x"}}`, "K8S_POD_NAMESPACE=ns1", types.ErrPluginNotAvailable, "ipConfig needs a kubeconfig"},
 		// Fails after the interface exists (no IPv6 default to keep fd00:10::/48 on):
