@@ -340,6 +340,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"name":"n","type":"egress-router","ip":{"addresses":["192.168.1.99/24"]}}`))
 	f.Add([]byte(`{"name":"n","type":"egress-router","podIP":{"a*":{"addresses":["2001:db8::1/64"],"gateway":"2001:db8::fe"}}}`))
 	f.Add([]byte(`{"name":"n","type":"egress-router","ipConfig":{"name":"x","overrides":{"destinations":["10.0.0.0/8"]}}}`))
+	f.Add([]byte(`{"name":"n","type":"egress-router","ip":{"addresses":["192.168.3.10"],"destinations":["80 UDP 10.100.3.0/30","8080 TCP 203.0.113.26/30 80","10.1.2.3"]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfig(b)
 		if err == nil && c.Static == nil && c.PodIP == nil && c.IPConfig == nil {
@@ -351,6 +352,7 @@ func FuzzParseConfig(f *testing.F) {
 func FuzzConfigMapData(f *testing.F) {
 	f.Add(`{"addresses":["192.168.1.99/24"],"gateway":"192.168.1.1","destinations":["10.0.0.0/8"]}`, "", "db-1")
 	f.Add("", `{"db-*":{"addresses":["2001:db8::5/64"]}}`, "db-1")
+	f.Add(`{"addresses":["192.168.1.99"],"destinations":["10.1.2.3","53 udp 10.0.0.53 5353"]}`, "", "db-1")
 	f.Fuzz(func(t *testing.T, ip, podIP, pod string) {
 		data := map[string]string{}
 		if ip != "" {
@@ -367,7 +369,7 @@ func FuzzConfigMapData(f *testing.F) {
 			t.Fatal("accepted a ConfigMap without addresses")
 		}
 		ov := &IPSettings{Destinations: pfx("10.0.0.0/8")}
-		if got, err := ApplyOverrides("cm", s, ov); err == nil && len(got.Destinations) == 0 {
+		if got, err := ApplyOverrides("cm", s, ov); err == nil && len(got.Allowed()) == 0 {
 			t.Fatal("overrides widened destinations to any")
 		}
 	})
