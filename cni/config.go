@@ -52,7 +52,9 @@ type NetConf struct {
 type InterfaceArgs struct {
 	Master string `json:"master,omitempty"`
 	Mode   string `json:"mode,omitempty"`
-	MTU    int    `json:"mtu,omitempty"`
+	// MTU is a number, or a string holding one as upstream's plugin (whose
+	// interfaceArgs are all strings) reads it.
+	MTU json.RawMessage `json:"mtu,omitempty"`
 }
 
 // IPSpec is the "ip" dictionary of the spec (also each podIP value and ipConfig.overrides).
@@ -241,10 +243,14 @@ func validate(raw *NetConf) (*Config, error) {
 	if c.Master != "" && (len(c.Master) > 15 || strings.ContainsAny(c.Master, "/ \t\n")) {
 		return nil, fieldErr("interfaceArgs.master", "%q is not a valid interface name", c.Master)
 	}
-	if args.MTU != 0 && (args.MTU < 68 || args.MTU > 65535) {
-		return nil, fieldErr("interfaceArgs.mtu", "%d is out of range 68-65535", args.MTU)
+	mtu, err := parseMTU(args.MTU)
+	if err != nil {
+		return nil, err
 	}
-	c.MTU = args.MTU
+	if mtu != 0 && (mtu < 68 || mtu > 65535) {
+		return nil, fieldErr("interfaceArgs.mtu", "%d is out of range 68-65535", mtu)
+	}
+	c.MTU = mtu
 
 	forms := 0
 	if raw.IP != nil {
@@ -259,7 +265,6 @@ func validate(raw *NetConf) (*Config, error) {
 	if forms != 1 {
 		return nil, fieldErr("ip/podIP/ipConfig", "exactly one of ip, podIP or ipConfig must be given (found %d)", forms)
 	}
-	var err error
 	switch {
 	case raw.IP != nil:
 		var s IPSettings
@@ -297,6 +302,24 @@ func validate(raw *NetConf) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// parseMTU reads interfaceArgs.mtu: absent, a number, or a string holding a number.
+func parseMTU(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 {
+		return 0, nil
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err == nil {
+		return n, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fieldErr("interfaceArgs.mtu", "%s is not a number (or a string holding one, like \"1400\")", raw)
 }
 
 func (c *Config) hasIPv6() bool {

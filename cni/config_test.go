@@ -468,6 +468,20 @@ func TestBareAddresses(t *testing.T) {
 	}
 }
 
+// TestMTUAsString: upstream's interfaceArgs are strings, "mtu" among them.
+func TestMTUAsString(t *testing.T) {
+	base := `"name":"n","type":"egress-router","ip":{"addresses":["1.2.3.4/24"]},"interfaceArgs":`
+	for conf, want := range map[string]int{`{"mtu":"1400"}`: 1400, `{"mtu":1400}`: 1400, `{"master":"eth1","mode":"bridge"}`: 0} {
+		c, err := ParseConfig([]byte(`{` + base + conf + `}`))
+		if err != nil || c.MTU != want {
+			t.Errorf("%s: MTU %v, %v; want %d", conf, c, err, want)
+		}
+	}
+	if _, err := ParseConfig([]byte(`{` + base + `{"mtu":"big"}}`)); !isField(err, "interfaceArgs.mtu") || !strings.Contains(err.Error(), `"big" is not a number`) {
+		t.Errorf("mtu \"big\": %v", err)
+	}
+}
+
 func (s IPSettings) withoutRedirects() IPSettings { s.Redirects = nil; return s }
 
 // TestRedirectDestinations parses upstream's redirect form from its own documentation
