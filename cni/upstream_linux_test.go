@@ -399,3 +399,60 @@ func udpExchange(t *testing.T, c, srv *net.UDPConn) (netip.Addr, string) {
 		return netip.Addr{}, got
 	}
 }
+
+// TestRedirectIPv6: a redirect to an IPv6 target, with the node as the client: the
+// target sees the IPv6 egress address, the client the answer.
+func TestRedirectIPv6(t *testing.T) {
+	nstest.Root(t)
+	l := newLab(t, true)
+	before := routesOf(t, l.Pod, netlink.FAMILY_V4)
+	conf := `{"cniVersion":"1.1.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"destinations":["8080 TCP ` + allowed6 + ` 80"]}}`
+	if out, err := runPlugin(t, l, "ADD", conf, ""); err != nil {
+		t.Fatalf("ADD: %v %s", err, out)
+	}
+	var ln net.Listener
+	if err := l.Out.Do(func() (err error) { ln, err = net.Listen("tcp", "["+allowed6+"]:80"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	seen := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+		_, _ = c.Write([]byte("v6 answer"))
+	}()
+	var reply string
+	if err := l.Node.Do(func() error {
+		c, err := net.DialTimeout("tcp", "["+podNet6+"]:8080", reachable)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(deadline(reachable))
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		reply = string(b[:n])
+		return err
+	}); err != nil {
+		t.Errorf("node to [%s]:8080: %v", podNet6, err)
+	}
+	select {
+	case src := <-seen:
+		if src != egress6 {
+			t.Errorf("the server saw %s, want %s", src, egress6)
+		}
+	default:
+		t.Error("the server accepted nothing")
+	}
+	if reply != "v6 answer" {
+		t.Errorf("the client read %q", reply)
+	}
+	if out, err := runPlugin(t, l, "DEL", conf, ""); err != nil {
+		t.Fatalf("DEL: %v %s", err, out)
+	}
+	assertClean(t, l, before)
+}
