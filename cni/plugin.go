@@ -312,7 +312,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
 		}
 		u.push(func() { _ = podNS.Do(func(ns.NetNS) error { restore(); return nil }) })
 	}
-	if rules := TableRules(args.IfName, "", ip); len(rules) > 0 {
+	if len(ip.Allowed()) > 0 { // redirects included: their targets are allowed
 		clusterIf := ""
 		if len(ip.Redirects) > 0 {
 			if clusterIf, err = ClusterSide(podH); err != nil {
