@@ -194,3 +194,34 @@ func TestStatusChecksNodeSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestCnitoolSpecExample1 hands the spec's first example, as printed (no cniVersion), to
+// the reference runtime tool as a network configuration file of its own.
+func TestCnitoolSpecExample1(t *testing.T) {
+	nstest.Root(t)
+	bin := cnitoolPath(t)
+	l := newUpstreamLab(t)
+	c := &cnitool{t: t, lab: l, bin: bin, confDir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(c.confDir, "egress-router-1.conf"), []byte(specExample1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := routesOf(t, l.Pod, netlink.FAMILY_V4)
+	out, err := c.run("add", "egress-router-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		CNIVersion string `json:"cniVersion"`
+		IP4        struct{ IP string }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.CNIVersion != "0.1.0" || res.IP4.IP != "192.168.1.99/24" {
+		t.Errorf("add printed %q (%v), want a 0.1.0 result with 192.168.1.99/24", out, err)
+	}
+	if src, ok := udpProbe(t, l, upTarget, reachable); !ok || src != netip.MustParseAddr("192.168.1.99") {
+		t.Errorf("received=%v from %v, want from 192.168.1.99", ok, src)
+	}
+	if _, err := c.run("del", "egress-router-1"); err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, l, before)
+}

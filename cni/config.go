@@ -4,11 +4,13 @@
 package cni
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -50,7 +52,9 @@ type NetConf struct {
 type InterfaceArgs struct {
 	Master string `json:"master,omitempty"`
 	Mode   string `json:"mode,omitempty"`
-	MTU    int    `json:"mtu,omitempty"`
+	// MTU is a number, or a string holding one as upstream's plugin (whose
+	// interfaceArgs are all strings) reads it.
+	MTU json.RawMessage `json:"mtu,omitempty"`
 }
 
 // IPSpec is the "ip" dictionary of the spec (also each podIP value and ipConfig.overrides).
@@ -69,9 +73,38 @@ type IPConfigRef struct {
 
 // IPSettings is a validated IP configuration.
 type IPSettings struct {
-	Addresses    []netip.Prefix // the address with its subnet length, as configured
+	// Addresses hold each address with its subnet length. An address written without
+	// one (see Bare) holds its full length until WithLengths gives it the master's.
+	Addresses []netip.Prefix
+	// Bare lists the addresses written without a prefix length, as upstream configs and
+	// the OpenShift network operator write them.
+	Bare         []netip.Addr
 	Gateway      netip.Addr     // invalid when not given
-	Destinations []netip.Prefix // masked; empty means any destination
+	Destinations []netip.Prefix // the CIDR entries, masked
+	Redirects    []Redirect     // the redirect entries
+}
+
+// Redirect is a destinations entry of the form "<port> <proto> <ip>[/<len>] [<port>]":
+// connections arriving at the pod's cluster-side interface, addressed to the pod, with
+// protocol Proto and destination port Port are DNATed to To.Addr() (port ToPort) and
+// leave through the egress interface with the egress address as their source.
+type Redirect struct {
+	Port   uint16
+	Proto  string       // tcp, udp or sctp
+	To     netip.Prefix // as written; its block joins the allowed destinations
+	ToPort uint16       // the port at the target; Port when not given
+}
+
+// Allowed is where the pod may connect through the egress interface: the CIDR entries
+// and the redirect targets' blocks. Empty means any destination.
+func (s IPSettings) Allowed() []netip.Prefix {
+	out := slices.Clone(s.Destinations)
+	for _, r := range s.Redirects {
+		if p := r.To.Masked(); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // PodEntry is one validated podIP entry.
@@ -126,9 +159,40 @@ var ipvlanModes = []string{"l2", "l3", "l3s"}
 func ParseConfig(stdin []byte) (*Config, error) {
 	var raw NetConf
 	if err := json.Unmarshal(stdin, &raw); err != nil {
-		return nil, fmt.Errorf("network configuration is not valid JSON: %w", err)
+		return nil, jsonError(stdin, err)
 	}
 	return validate(&raw)
+}
+
+// CheckJSON reports JSON that does not parse, saying where: the CNI library's own
+// message, which a runtime shows before the plugin's code runs, names no position.
+func CheckJSON(stdin []byte) error {
+	var v any
+	if err := json.Unmarshal(stdin, &v); err != nil {
+		return jsonError(stdin, err)
+	}
+	return nil
+}
+
+// jsonError says where in b decoding failed, as a line and column.
+func jsonError(b []byte, err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	off := int64(-1)
+	switch {
+	case errors.As(err, &se):
+		off = se.Offset
+	case errors.As(err, &te):
+		off = te.Offset
+	}
+	if off <= 0 || off > int64(len(b)) {
+		return fmt.Errorf("network configuration is not valid JSON: %w", err)
+	}
+	// The offset is just past the byte that failed.
+	before := b[:off-1]
+	line := 1 + bytes.Count(before, []byte("\n"))
+	col := len(before) - bytes.LastIndexByte(before, '\n')
+	return fmt.Errorf("network configuration is not valid JSON: line %d, column %d: %w", line, col, err)
 }
 
 func validate(raw *NetConf) (*Config, error) {
@@ -179,10 +243,14 @@ func validate(raw *NetConf) (*Config, error) {
 	if c.Master != "" && (len(c.Master) > 15 || strings.ContainsAny(c.Master, "/ \t\n")) {
 		return nil, fieldErr("interfaceArgs.master", "%q is not a valid interface name", c.Master)
 	}
-	if args.MTU != 0 && (args.MTU < 68 || args.MTU > 65535) {
-		return nil, fieldErr("interfaceArgs.mtu", "%d is out of range 68-65535", args.MTU)
+	mtu, err := parseMTU(args.MTU)
+	if err != nil {
+		return nil, err
 	}
-	c.MTU = args.MTU
+	if mtu != 0 && (mtu < 68 || mtu > 65535) {
+		return nil, fieldErr("interfaceArgs.mtu", "%d is out of range 68-65535", mtu)
+	}
+	c.MTU = mtu
 
 	forms := 0
 	if raw.IP != nil {
@@ -197,7 +265,6 @@ func validate(raw *NetConf) (*Config, error) {
 	if forms != 1 {
 		return nil, fieldErr("ip/podIP/ipConfig", "exactly one of ip, podIP or ipConfig must be given (found %d)", forms)
 	}
-	var err error
 	switch {
 	case raw.IP != nil:
 		var s IPSettings
@@ -237,6 +304,24 @@ func validate(raw *NetConf) (*Config, error) {
 	return c, nil
 }
 
+// parseMTU reads interfaceArgs.mtu: absent, a number, or a string holding a number.
+func parseMTU(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 {
+		return 0, nil
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err == nil {
+		return n, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fieldErr("interfaceArgs.mtu", "%s is not a number (or a string holding one, like \"1400\")", raw)
+}
+
 func (c *Config) hasIPv6() bool {
 	check := func(s *IPSettings) bool {
 		return s != nil && slices.ContainsFunc(s.Addresses, func(p netip.Prefix) bool { return p.Addr().Is6() })
@@ -259,22 +344,34 @@ func parseIPSpec(field string, spec *IPSpec, requireAddresses bool) (IPSettings,
 		return s, fieldErr(field+".addresses", "is required and must list at least one address")
 	}
 	for i, a := range spec.Addresses {
-		p, err := netip.ParsePrefix(strings.TrimSpace(a))
+		name := fmt.Sprintf("%s.addresses[%d]", field, i)
+		text := strings.TrimSpace(a)
+		p, err := netip.ParsePrefix(text)
+		bare := false
+		if err != nil && !strings.Contains(text, "/") {
+			// Upstream writes addresses without a length; the master's subnet gives it.
+			var ad netip.Addr
+			if ad, err = netip.ParseAddr(text); err == nil {
+				p, bare = netip.PrefixFrom(ad, ad.BitLen()), true
+			}
+		}
 		if err != nil {
-			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is not an address in CIDR form like 192.168.1.99/24", a)
+			return s, fieldErr(name, "%q is not an address like 192.168.1.99/24 or 192.168.1.99", a)
 		}
 		ad := p.Addr()
 		if ad.Zone() != "" || ad.IsUnspecified() || ad.IsLoopback() || ad.IsMulticast() || ad.IsLinkLocalUnicast() {
-			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is not a usable unicast address", a)
+			return s, fieldErr(name, "%q is not a usable unicast address", a)
 		}
-		// /31 and /32 have no network or broadcast address (RFC 3021).
-		if ad.Is4() && p.Bits() < 31 && (ad == p.Masked().Addr() || ad == lastAddr(p)) {
-			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is the network or broadcast address of its subnet", a)
+		if err := checkHostAddr(p); err != nil {
+			return s, &FieldError{Field: name, Err: err}
 		}
 		if slices.ContainsFunc(s.Addresses, func(q netip.Prefix) bool { return q.Addr() == ad }) {
-			return s, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is listed twice", a)
+			return s, fieldErr(name, "%q is listed twice", a)
 		}
 		s.Addresses = append(s.Addresses, p)
+		if bare {
+			s.Bare = append(s.Bare, ad)
+		}
 	}
 	if spec.Gateway != "" {
 		gw, err := netip.ParseAddr(strings.TrimSpace(spec.Gateway))
@@ -287,10 +384,145 @@ func parseIPSpec(field string, spec *IPSpec, requireAddresses bool) (IPSettings,
 		s.Gateway = gw
 	}
 	var err error
-	if s.Destinations, err = parsePrefixes(field+".destinations", spec.Destinations); err != nil {
+	if s.Destinations, s.Redirects, err = parseDestinations(field+".destinations", spec.Destinations); err != nil {
 		return s, err
 	}
 	return s, nil
+}
+
+// checkHostAddr refuses the network and broadcast address of an IPv4 subnet; /31 and
+// /32 have neither (RFC 3021).
+func checkHostAddr(p netip.Prefix) error {
+	if ad := p.Addr(); ad.Is4() && p.Bits() < 31 && (ad == p.Masked().Addr() || ad == lastAddr(p)) {
+		return fmt.Errorf("%s is the network or broadcast address of its subnet", p)
+	}
+	return nil
+}
+
+// WithLengths gives each address written without a prefix length the length of the
+// master's subnet that contains it. No such subnet, or several of different lengths,
+// is an error that says what to write instead.
+func (s IPSettings) WithLengths(master HostLink) (IPSettings, error) {
+	if len(s.Bare) == 0 {
+		return s, nil
+	}
+	out := s
+	out.Addresses = slices.Clone(s.Addresses)
+	for i, p := range out.Addresses {
+		ad := p.Addr()
+		if !slices.Contains(s.Bare, ad) {
+			continue
+		}
+		var lengths []int
+		for _, m := range master.Prefixes {
+			if m.Addr().Is4() == ad.Is4() && m.Masked().Contains(ad) && !slices.Contains(lengths, m.Bits()) {
+				lengths = append(lengths, m.Bits())
+			}
+		}
+		switch len(lengths) {
+		case 0:
+			return IPSettings{}, fieldErr("addresses", "%s has no prefix length and no subnet of the master %s (%s) contains it; write it with its length, like %s/24",
+				ad, master.Name, orNone(prefixStrings(master.Prefixes)), ad)
+		case 1:
+			out.Addresses[i] = netip.PrefixFrom(ad, lengths[0])
+		default:
+			slices.Sort(lengths)
+			return IPSettings{}, fieldErr("addresses", "%s has no prefix length and the master %s has several subnets containing it (lengths %v); write it with the length you mean",
+				ad, master.Name, lengths)
+		}
+		if err := checkHostAddr(out.Addresses[i]); err != nil {
+			return IPSettings{}, &FieldError{Field: "addresses", Err: fmt.Errorf("%w (the length comes from the master %s)", err, master.Name)}
+		}
+	}
+	out.Bare = nil
+	return out, nil
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// redirectProtos are the protocols a redirect entry may name, as upstream accepts them.
+var redirectProtos = []string{"tcp", "udp", "sctp"}
+
+// parseDestinations splits destinations into CIDR blocks (a bare address is its /32 or
+// /128) and redirect rules "<port> <proto> <ip>[/<len>] [<port>]".
+func parseDestinations(field string, in []string) ([]netip.Prefix, []Redirect, error) {
+	var cidrs []netip.Prefix
+	var redirects []Redirect
+	for i, d := range in {
+		name := fmt.Sprintf("%s[%d]", field, i)
+		words := strings.Fields(d)
+		switch len(words) {
+		case 1:
+			p, err := parseBlock(words[0])
+			if err != nil {
+				return nil, nil, fieldErr(name, "%q is not a CIDR block like 10.1.2.0/24 or an address like 10.1.2.3", d)
+			}
+			cidrs = append(cidrs, p.Masked())
+		case 3, 4:
+			r, err := parseRedirect(words)
+			if err != nil {
+				return nil, nil, fieldErr(name, "%q is not a redirect rule \"<port> <proto> <ip>[/<len>] [<port>]\": %v", d, err)
+			}
+			redirects = append(redirects, r)
+		default:
+			return nil, nil, fieldErr(name, "%q is neither a CIDR block (10.1.2.0/24), an address (10.1.2.3), nor a redirect rule \"<port> <proto> <ip>[/<len>] [<port>]\" (\"8080 TCP 203.0.113.26 80\")", d)
+		}
+	}
+	return cidrs, redirects, nil
+}
+
+// parseBlock reads a CIDR block or a bare address, which is its /32 or /128.
+func parseBlock(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil && !strings.Contains(s, "/") {
+		var a netip.Addr
+		if a, err = netip.ParseAddr(s); err == nil {
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+	}
+	if err != nil || p.Addr().Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("not a CIDR block or address")
+	}
+	return p, nil
+}
+
+func parseRedirect(words []string) (Redirect, error) {
+	var r Redirect
+	port, err := parsePort(words[0])
+	if err != nil {
+		return r, err
+	}
+	r.Port, r.ToPort = port, port
+	r.Proto = strings.ToLower(words[1])
+	if !slices.Contains(redirectProtos, r.Proto) {
+		return r, fmt.Errorf("protocol %q is not one of TCP, UDP, SCTP", words[1])
+	}
+	if r.To, err = parseBlock(words[2]); err != nil {
+		return r, fmt.Errorf("%q is not an address", words[2])
+	}
+	if a := r.To.Addr(); a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+		return r, fmt.Errorf("%s is not a unicast address", a)
+	}
+	if len(words) == 4 {
+		if r.ToPort, err = parsePort(words[3]); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+func parsePort(s string) (uint16, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
+	}
+	return uint16(n), nil
 }
 
 func parsePrefixes(field string, in []string) ([]netip.Prefix, error) {

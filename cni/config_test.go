@@ -63,12 +63,19 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{`{` + base + `}`, "ip/podIP/ipConfig"},
 		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"]},"ipConfig":{"name":"x"}}`, "ip/podIP/ipConfig"},
 		{`{` + base + `,"ip":{}}`, "ip.addresses"},
-		{`{` + base + `,"ip":{"addresses":["1.2.3.4"]}}`, "ip.addresses[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/"]}}`, "ip.addresses[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3"]}}`, "ip.addresses[0]"},
 		{`{` + base + `,"ip":{"addresses":["1.2.3.0/24"]}}`, "ip.addresses[0]"},
 		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24","1.2.3.4/24"]}}`, "ip.addresses[1]"},
 		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"gateway":"nope"}}`, "ip.gateway"},
 		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"gateway":"2001:db8::1"}}`, "ip.gateway"},
-		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["10.0.0.1"]}}`, "ip.destinations[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["10.0.0.1/"]}}`, "ip.destinations[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["80 TCP"]}}`, "ip.destinations[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["0 TCP 10.0.0.1"]}}`, "ip.destinations[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["80 ICMP 10.0.0.1"]}}`, "ip.destinations[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["80 TCP 10.0.0.1 65536"]}}`, "ip.destinations[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["80 TCP 224.0.0.1"]}}`, "ip.destinations[0]"},
+		{`{` + base + `,"ip":{"addresses":["1.2.3.4/24"],"destinations":["80 TCP 10.0.0.1 80 x"]}}`, "ip.destinations[0]"},
 		{`{` + base + `,"podIP":{}}`, "podIP"},
 		{`{` + base + `,"podIP":{"a*b":{"addresses":["1.2.3.4/24"]}}}`, `podIP["a*b"]`},
 		{`{` + base + `,"podIP":{"a":{"addresses":[]}}}`, `podIP["a"].addresses`},
@@ -333,6 +340,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"name":"n","type":"egress-router","ip":{"addresses":["192.168.1.99/24"]}}`))
 	f.Add([]byte(`{"name":"n","type":"egress-router","podIP":{"a*":{"addresses":["2001:db8::1/64"],"gateway":"2001:db8::fe"}}}`))
 	f.Add([]byte(`{"name":"n","type":"egress-router","ipConfig":{"name":"x","overrides":{"destinations":["10.0.0.0/8"]}}}`))
+	f.Add([]byte(`{"name":"n","type":"egress-router","ip":{"addresses":["192.168.3.10"],"destinations":["80 UDP 10.100.3.0/30","8080 TCP 203.0.113.26/30 80","10.1.2.3"]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfig(b)
 		if err == nil && c.Static == nil && c.PodIP == nil && c.IPConfig == nil {
@@ -344,6 +352,7 @@ func FuzzParseConfig(f *testing.F) {
 func FuzzConfigMapData(f *testing.F) {
 	f.Add(`{"addresses":["192.168.1.99/24"],"gateway":"192.168.1.1","destinations":["10.0.0.0/8"]}`, "", "db-1")
 	f.Add("", `{"db-*":{"addresses":["2001:db8::5/64"]}}`, "db-1")
+	f.Add(`{"addresses":["192.168.1.99"],"destinations":["10.1.2.3","53 udp 10.0.0.53 5353"]}`, "", "db-1")
 	f.Fuzz(func(t *testing.T, ip, podIP, pod string) {
 		data := map[string]string{}
 		if ip != "" {
@@ -360,7 +369,7 @@ func FuzzConfigMapData(f *testing.F) {
 			t.Fatal("accepted a ConfigMap without addresses")
 		}
 		ov := &IPSettings{Destinations: pfx("10.0.0.0/8")}
-		if got, err := ApplyOverrides("cm", s, ov); err == nil && len(got.Destinations) == 0 {
+		if got, err := ApplyOverrides("cm", s, ov); err == nil && len(got.Allowed()) == 0 {
 			t.Fatal("overrides widened destinations to any")
 		}
 	})
@@ -390,5 +399,173 @@ func BenchmarkMatchPod(b *testing.B) {
 		if _, err := MatchPod(entries, "team-xxxq-7f9c"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestBareAddresses: upstream configs write addresses without a prefix length (the
+// master's subnet gives it) and destinations without one (a single host).
+func TestBareAddresses(t *testing.T) {
+	// Upstream's docs/content/post/developer-documentation.md, as written.
+	c, err := ParseConfig([]byte(`{
+    "cniVersion": "0.4.0",
+    "type": "egress-router",
+    "name": "egress-router",
+    "ip": {
+      "addresses": [
+        "192.168.123.99"
+        ],
+      "destinations": [
+        "192.168.123.91"
+      ],
+      "gateway": "192.168.123.1"
+      }
+    }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Static.Bare, []netip.Addr{netip.MustParseAddr("192.168.123.99")}) || !slices.Equal(c.Static.Destinations, pfx("192.168.123.91/32")) {
+		t.Errorf("bare address %v, destinations %v", c.Static.Bare, c.Static.Destinations)
+	}
+	master := HostLink{Name: "eth1", Prefixes: pfx("192.168.123.5/24", "2001:db8:7::5/64")}
+	got, err := c.Static.WithLengths(master)
+	if err != nil || !slices.Equal(got.Addresses, pfx("192.168.123.99/24")) || got.Bare != nil {
+		t.Errorf("with the master's length: %v %v %v", got.Addresses, got.Bare, err)
+	}
+	if !slices.Equal(c.Static.Addresses, pfx("192.168.123.99/32")) {
+		t.Error("WithLengths changed its receiver's addresses")
+	}
+	v6 := IPSettings{Addresses: pfx("2001:db8:7::99/128"), Bare: []netip.Addr{netip.MustParseAddr("2001:db8:7::99")}}
+	if got, err := v6.WithLengths(master); err != nil || !slices.Equal(got.Addresses, pfx("2001:db8:7::99/64")) {
+		t.Errorf("IPv6: %v %v", got.Addresses, err)
+	}
+	// No subnet of the master holds it, or several of different lengths: say what to write.
+	if _, err := c.Static.WithLengths(HostLink{Name: "eth1", Prefixes: pfx("10.0.0.5/24")}); !isField(err, "addresses") || !strings.Contains(err.Error(), "no subnet of the master eth1 (10.0.0.5/24) contains it") {
+		t.Errorf("no subnet: %v", err)
+	}
+	if _, err := c.Static.WithLengths(HostLink{Name: "eth1", Prefixes: pfx("192.168.123.5/24", "192.168.0.5/16")}); !isField(err, "addresses") || !strings.Contains(err.Error(), "several subnets containing it (lengths [16 24])") {
+		t.Errorf("ambiguous: %v", err)
+	}
+	// Two addresses of the same subnet length are no ambiguity.
+	if _, err := c.Static.WithLengths(HostLink{Name: "eth1", Prefixes: pfx("192.168.123.5/24", "192.168.123.6/24")}); err != nil {
+		t.Errorf("one length twice: %v", err)
+	}
+	// The length found may make it the subnet's broadcast address.
+	bc := IPSettings{Addresses: pfx("192.168.123.255/32"), Bare: []netip.Addr{netip.MustParseAddr("192.168.123.255")}}
+	if _, err := bc.WithLengths(master); !isField(err, "addresses") || !strings.Contains(err.Error(), "broadcast") {
+		t.Errorf("broadcast once the length is known: %v", err)
+	}
+	// Overrides compare a bare address with a written length by address.
+	ov := &IPSettings{Addresses: pfx("192.168.123.99/24")}
+	if _, err := ApplyOverrides("cm", c.Static.withoutRedirects(), ov); err != nil {
+		t.Errorf("bare ConfigMap address against an allowed /24: %v", err)
+	}
+	ov = &IPSettings{Addresses: pfx("192.168.123.99/32"), Bare: []netip.Addr{netip.MustParseAddr("192.168.123.99")}}
+	if _, err := ApplyOverrides("cm", IPSettings{Addresses: pfx("192.168.123.99/24")}, ov); err != nil {
+		t.Errorf("ConfigMap /24 against an allowed bare address: %v", err)
+	}
+	if _, err := ApplyOverrides("cm", IPSettings{Addresses: pfx("192.168.123.98/24")}, ov); !isField(err, "ipConfig.overrides.addresses") {
+		t.Errorf("another address: %v", err)
+	}
+}
+
+// TestMTUAsString: upstream's interfaceArgs are strings, "mtu" among them.
+func TestMTUAsString(t *testing.T) {
+	base := `"name":"n","type":"egress-router","ip":{"addresses":["1.2.3.4/24"]},"interfaceArgs":`
+	for conf, want := range map[string]int{`{"mtu":"1400"}`: 1400, `{"mtu":1400}`: 1400, `{"master":"eth1","mode":"bridge"}`: 0} {
+		c, err := ParseConfig([]byte(`{` + base + conf + `}`))
+		if err != nil || c.MTU != want {
+			t.Errorf("%s: MTU %v, %v; want %d", conf, c, err, want)
+		}
+	}
+	if _, err := ParseConfig([]byte(`{` + base + `{"mtu":"big"}}`)); !isField(err, "interfaceArgs.mtu") || !strings.Contains(err.Error(), `"big" is not a number`) {
+		t.Errorf("mtu \"big\": %v", err)
+	}
+}
+
+func (s IPSettings) withoutRedirects() IPSettings { s.Redirects = nil; return s }
+
+// TestRedirectDestinations parses upstream's redirect form from its own documentation
+// (docs/content/post/multiple_ports.md and logging.md), as written.
+func TestRedirectDestinations(t *testing.T) {
+	c, err := ParseConfig([]byte(`{
+	"cniVersion": "0.4.0",
+	"type": "egress-router",
+	"name": "egress-router",
+	"ip": {
+		"addresses": ["192.168.3.10/24"],
+		"destinations": ["80 UDP 10.100.3.0/30",
+		                 "8080 TCP 203.0.113.26/30 80",
+		                 "8443 TCP 203.0.113.27/30 443"],
+		"gateway": "192.168.3.1"
+	},
+	"log_file": "/tmp/egress-router-log",
+	"log_level": "debug"
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Redirect{
+		{Port: 80, Proto: "udp", To: netip.MustParsePrefix("10.100.3.0/30"), ToPort: 80},
+		{Port: 8080, Proto: "tcp", To: netip.MustParsePrefix("203.0.113.26/30"), ToPort: 80},
+		{Port: 8443, Proto: "tcp", To: netip.MustParsePrefix("203.0.113.27/30"), ToPort: 443},
+	}
+	if !slices.Equal(c.Static.Redirects, want) || len(c.Static.Destinations) != 0 {
+		t.Errorf("redirects %+v, destinations %v", c.Static.Redirects, c.Static.Destinations)
+	}
+	// The redirects' blocks are where the pod may go.
+	if got := c.Static.Allowed(); !slices.Equal(got, pfx("10.100.3.0/30", "203.0.113.24/30")) {
+		t.Errorf("allowed %v", got)
+	}
+	// What the OpenShift network operator renders: plain addresses, lower-case too.
+	c, err = ParseConfig([]byte(`{"cniVersion":"0.4.0","type":"egress-router","name":"egress-router-cni-nad","ip":{"addresses":["192.168.3.10"],"destinations":["80 UDP 10.100.3.0","8080 SCTP 203.0.113.26 80","8443 tcp 203.0.113.27 443","10.1.2.0/24","2001:db8::5"],"gateway":"192.168.3.1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Static.Redirects) != 3 || c.Static.Redirects[1].Proto != "sctp" || c.Static.Redirects[0].To != netip.MustParsePrefix("10.100.3.0/32") {
+		t.Errorf("redirects %+v", c.Static.Redirects)
+	}
+	if got := c.Static.Allowed(); !slices.Equal(got, pfx("10.1.2.0/24", "2001:db8::5/128", "10.100.3.0/32", "203.0.113.26/32", "203.0.113.27/32")) {
+		t.Errorf("allowed %v", got)
+	}
+	rules := TableRules("net1", "eth0", *c.Static)
+	if len(rules["prerouting"]) != 3 || len(rules["postrouting"]) != 1 || len(rules["output"]) != 2+5+1 {
+		t.Errorf("rules per chain: prerouting %d postrouting %d output %d", len(rules["prerouting"]), len(rules["postrouting"]), len(rules["output"]))
+	}
+
+	// Overrides: the ConfigMap's redirects must lead inside the allowed blocks; without
+	// destinations of its own, the ConfigMap gets the overrides' redirects.
+	ov := &IPSettings{Destinations: pfx("203.0.113.0/24"), Redirects: []Redirect{{Port: 53, Proto: "udp", To: netip.MustParsePrefix("198.51.100.53/32"), ToPort: 53}}}
+	cm := IPSettings{Addresses: pfx("192.168.3.10/24"), Redirects: want[1:2]}
+	if got, err := ApplyOverrides("cm", cm, ov); err != nil || !slices.Equal(got.Redirects, want[1:2]) {
+		t.Errorf("allowed redirect: %+v %v", got.Redirects, err)
+	}
+	cm.Redirects = want[:1]
+	if _, err := ApplyOverrides("cm", cm, ov); !isField(err, "ipConfig.overrides.destinations") || !strings.Contains(err.Error(), "10.100.3.0/30") {
+		t.Errorf("redirect outside the allowed destinations: %v", err)
+	}
+	cm.Redirects = nil
+	if got, err := ApplyOverrides("cm", cm, ov); err != nil || !slices.Equal(got.Redirects, ov.Redirects) || !slices.Equal(got.Destinations, ov.Destinations) {
+		t.Errorf("default destinations: %+v %v", got, err)
+	}
+}
+
+// TestJSONErrorPosition: the spec's second example is not JSON as printed (a comma
+// after the last member of interfaceArgs, then missing and trailing commas in podIP);
+// the error says where it breaks.
+func TestJSONErrorPosition(t *testing.T) {
+	for _, f := range []func([]byte) error{CheckJSON, func(b []byte) error { _, err := ParseConfig(b); return err }} {
+		err := f([]byte(specExample2))
+		if err == nil || !strings.Contains(err.Error(), "line 8, column 2: invalid character '}' looking for beginning of object key string") {
+			t.Errorf("spec example 2: %v", err)
+		}
+	}
+	if err := CheckJSON([]byte(`{"name": "n", "ip": {"addresses": 7}}`)); err != nil {
+		t.Errorf("CheckJSON judges syntax only: %v", err)
+	}
+	if _, err := ParseConfig([]byte("{\n \"name\": 7}")); err == nil || !strings.Contains(err.Error(), "line 2, column 10") {
+		t.Errorf("type error: %v", err)
+	}
+	if err := CheckJSON([]byte(`{"name":`)); err == nil || !strings.Contains(err.Error(), "not valid JSON") {
+		t.Errorf("truncated: %v", err)
 	}
 }

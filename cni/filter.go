@@ -3,6 +3,7 @@ package cni
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -11,27 +12,116 @@ import (
 )
 
 // FilterTable names the nftables table (family inet, in the pod) that enforces
-// "destinations" for one egress interface.
+// "destinations" for one egress interface: the allowed destinations and the redirects.
 func FilterTable(ifName string) string { return "egress-router-" + ifName }
 
-// FilterChains are the chains inside FilterTable: traffic the pod sends itself
-// (output) and traffic it routes or NATs on behalf of others, as an egress router
-// pod in redirect mode does (forward). Both carry the same rules.
-var FilterChains = []struct {
-	Name string
-	Hook *nftables.ChainHook
-}{{"output", nftables.ChainHookOutput}, {"forward", nftables.ChainHookForward}}
+// tableChain is one base chain of FilterTable.
+type tableChain struct {
+	Name     string
+	Type     nftables.ChainType
+	Hook     *nftables.ChainHook
+	Priority *nftables.ChainPriority
+}
+
+// tableChains are the chains of FilterTable. The filter chains hold the same rules for
+// traffic the pod sends itself (output) and traffic it routes or NATs on behalf of
+// others (forward), which is what a redirect is; the nat chains do the redirects.
+var tableChains = []tableChain{
+	{"output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityFilter},
+	{"forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter},
+	{"prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest},
+	{"postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource},
+}
+
+// TableRules is what FilterTable holds for ifName, chain by chain: the destination
+// filter when anything is allowed explicitly, and for redirects a DNAT per rule on
+// clusterIf (the pod's previous default interface) and an SNAT to the egress address
+// of their family. Empty means no table.
+func TableRules(ifName, clusterIf string, s IPSettings) map[string][][]expr.Any {
+	out := map[string][][]expr.Any{}
+	if allowed := s.Allowed(); len(allowed) > 0 {
+		rules := FilterRules(ifName, allowed)
+		out["output"], out["forward"] = rules, rules
+	}
+	var snat []netip.Addr
+	for _, r := range s.Redirects {
+		out["prerouting"] = append(out["prerouting"], dnatRule(clusterIf, r))
+		i := slices.IndexFunc(s.Addresses, func(a netip.Prefix) bool { return a.Addr().Is4() == r.To.Addr().Is4() })
+		if i >= 0 && !slices.Contains(snat, s.Addresses[i].Addr()) {
+			snat = append(snat, s.Addresses[i].Addr())
+			out["postrouting"] = append(out["postrouting"], snatRule(ifName, s.Addresses[i].Addr()))
+		}
+	}
+	return out
+}
+
+func ifNameData(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+func nfproto(a netip.Addr) byte {
+	if a.Is4() {
+		return unix.NFPROTO_IPV4
+	}
+	return unix.NFPROTO_IPV6
+}
+
+var ipProtos = map[string]byte{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP, "sctp": unix.IPPROTO_SCTP}
+
+// dnatRule: iifname clusterIf, addressed to the pod (fib daddr type local), protocol and
+// port of r: dnat to r's target.
+func dnatRule(clusterIf string, r Redirect) []expr.Any {
+	fam := nfproto(r.To.Addr())
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifNameData(clusterIf)},
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam}},
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ipProtos[r.Proto]}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(r.Port)},
+		&expr.Immediate{Register: 1, Data: r.To.Addr().AsSlice()},
+		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(r.ToPort)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam), RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+	}
+}
+
+// ipsDstNAT is IPS_DST_NAT of the conntrack status: the connection was DNATed.
+const ipsDstNAT = 1 << 5
+
+// snatRule: a redirected connection (ct status dnat) leaving through ifName takes the
+// egress address, so the target answers the egress router and not the client it
+// cannot reach.
+func snatRule(ifName string, egress netip.Addr) []expr.Any {
+	fam := nfproto(egress)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifNameData(ifName)},
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam}},
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Immediate{Register: 1, Data: egress.AsSlice()},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(fam), RegAddrMin: 1},
+	}
+}
 
 // FilterRules builds the chain's rules for traffic leaving through ifName: replies of
 // accepted connections and IPv6 neighbour discovery pass, new connections pass only to
 // the destinations, everything else is dropped (and counted).
 func FilterRules(ifName string, dests []netip.Prefix) [][]expr.Any {
 	oif := func() []expr.Any {
-		name := make([]byte, unix.IFNAMSIZ)
-		copy(name, ifName)
 		return []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifNameData(ifName)},
 		}
 	}
 	accept := &expr.Verdict{Kind: expr.VerdictAccept}
@@ -82,8 +172,9 @@ func FilterRules(ifName string, dests []netip.Prefix) [][]expr.Any {
 	return append(rules, drop)
 }
 
-// InstallFilter (re)creates the destination filter in the pod's namespace.
-func InstallFilter(podFd int, ifName string, dests []netip.Prefix) error {
+// InstallFilter (re)creates FilterTable in the pod's namespace with TableRules; with
+// no rules there is no table.
+func InstallFilter(podFd int, ifName, clusterIf string, s IPSettings) error {
 	c, err := nftables.New(nftables.WithNetNSFd(podFd))
 	if err != nil {
 		return fmt.Errorf("opening nftables in the pod: %w", err)
@@ -91,14 +182,21 @@ func InstallFilter(podFd int, ifName string, dests []netip.Prefix) error {
 	if err := RemoveFilter(podFd, ifName); err != nil {
 		return err
 	}
+	rules := TableRules(ifName, clusterIf, s)
+	if len(rules) == 0 {
+		return nil
+	}
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: FilterTable(ifName)})
 	policy := nftables.ChainPolicyAccept
-	for _, fc := range FilterChains {
+	for _, tc := range tableChains {
+		if len(rules[tc.Name]) == 0 {
+			continue
+		}
 		ch := c.AddChain(&nftables.Chain{
-			Name: fc.Name, Table: t, Type: nftables.ChainTypeFilter,
-			Hooknum: fc.Hook, Priority: nftables.ChainPriorityFilter, Policy: &policy,
+			Name: tc.Name, Table: t, Type: tc.Type,
+			Hooknum: tc.Hook, Priority: tc.Priority, Policy: &policy,
 		})
-		for _, r := range FilterRules(ifName, dests) {
+		for _, r := range rules[tc.Name] {
 			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r})
 		}
 	}
@@ -125,29 +223,33 @@ func RemoveFilter(podFd int, ifName string) error {
 	return nil
 }
 
-// FilterRuleCount returns how many rules each filter chain holds, or -1 when the
-// table is absent; chains that differ in size are reported as an error.
-func FilterRuleCount(podFd int, ifName string) (int, error) {
+// TableRuleCounts returns how many rules each chain of FilterTable holds (chains
+// that do not exist are absent); nil when the table is absent.
+func TableRuleCounts(podFd int, ifName string) (map[string]int, error) {
 	c, err := nftables.New(nftables.WithNetNSFd(podFd))
 	if err != nil {
-		return 0, fmt.Errorf("opening nftables in the pod: %w", err)
+		return nil, fmt.Errorf("opening nftables in the pod: %w", err)
 	}
 	t, err := findFilter(c, ifName)
 	if err != nil || t == nil {
-		return -1, err
+		return nil, err
 	}
-	n := -1
-	for _, fc := range FilterChains {
-		rules, err := c.GetRules(t, &nftables.Chain{Name: fc.Name, Table: t})
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("listing the chains of table inet %s: %w", t.Name, err)
+	}
+	out := map[string]int{}
+	for _, ch := range chains {
+		if ch.Table.Name != t.Name {
+			continue
+		}
+		rules, err := c.GetRules(t, ch)
 		if err != nil {
-			return 0, fmt.Errorf("listing rules of chain %s in table inet %s: %w", fc.Name, t.Name, err)
+			return nil, fmt.Errorf("listing rules of chain %s in table inet %s: %w", ch.Name, t.Name, err)
 		}
-		if n >= 0 && len(rules) != n {
-			return 0, fmt.Errorf("table inet %s: chain %s has %d rules, the others %d", t.Name, fc.Name, len(rules), n)
-		}
-		n = len(rules)
+		out[ch.Name] = len(rules)
 	}
-	return n, nil
+	return out, nil
 }
 
 func findFilter(c *nftables.Conn, ifName string) (*nftables.Table, error) {

@@ -151,7 +151,7 @@ func ApplyOverrides(where string, cm IPSettings, ov *IPSettings) (IPSettings, er
 	out := cm
 	if len(ov.Addresses) > 0 {
 		for _, a := range cm.Addresses {
-			if !slices.Contains(ov.Addresses, a) {
+			if !slices.ContainsFunc(ov.Addresses, func(o netip.Prefix) bool { return sameAddress(a, cm.Bare, o, ov.Bare) }) {
 				return IPSettings{}, fieldErr("ipConfig.overrides.addresses", "%s assigns %s, which is not among the allowed addresses %v", where, a, ov.Addresses)
 			}
 		}
@@ -165,18 +165,35 @@ func ApplyOverrides(where string, cm IPSettings, ov *IPSettings) (IPSettings, er
 		}
 		out.Gateway = ov.Gateway
 	}
-	if len(ov.Destinations) > 0 {
-		if len(cm.Destinations) == 0 {
-			out.Destinations = slices.Clone(ov.Destinations)
-		} else {
-			out.Destinations = IntersectPrefixes(cm.Destinations, ov.Destinations)
+	if allowed := ov.Allowed(); len(allowed) > 0 {
+		if len(cm.Destinations) == 0 && len(cm.Redirects) == 0 {
+			out.Destinations, out.Redirects = slices.Clone(ov.Destinations), slices.Clone(ov.Redirects)
+			return out, nil
+		}
+		// The ConfigMap's redirects must lead where the overrides allow.
+		for _, r := range cm.Redirects {
+			if !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Bits() <= r.To.Bits() && p.Contains(r.To.Addr()) }) {
+				return IPSettings{}, fieldErr("ipConfig.overrides.destinations", "%s redirects port %d/%s to %s, which is outside the allowed destinations %v", where, r.Port, r.Proto, r.To, allowed)
+			}
+		}
+		if len(cm.Destinations) > 0 {
+			out.Destinations = IntersectPrefixes(cm.Destinations, allowed)
 			if len(out.Destinations) == 0 {
 				// An empty list would mean "anywhere": refuse instead of widening.
-				return IPSettings{}, fieldErr("ipConfig.overrides.destinations", "%s destinations %v do not intersect the allowed destinations %v", where, cm.Destinations, ov.Destinations)
+				return IPSettings{}, fieldErr("ipConfig.overrides.destinations", "%s destinations %v do not intersect the allowed destinations %v", where, cm.Destinations, allowed)
 			}
 		}
 	}
 	return out, nil
+}
+
+// sameAddress says whether a ConfigMap address matches an allowed one: the same address
+// and prefix length, or the same address where either was written without a length.
+func sameAddress(a netip.Prefix, aBare []netip.Addr, o netip.Prefix, oBare []netip.Addr) bool {
+	if a.Addr() != o.Addr() {
+		return false
+	}
+	return a.Bits() == o.Bits() || slices.Contains(aBare, a.Addr()) || slices.Contains(oBare, o.Addr())
 }
 
 // IntersectPrefixes returns the CIDR blocks contained in both lists: for every

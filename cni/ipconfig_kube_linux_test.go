@@ -27,8 +27,9 @@ import (
 )
 
 // forwardAPI makes the test API server (on the host's loopback) reachable from inside
-// the node namespace, where the plugin runs, and returns a kubeconfig pointing there.
-func forwardAPI(t *testing.T, env *kubetest.Env, node *nstest.NS) string {
+// the node namespace, where the plugin runs, and returns a kubeconfig pointing there
+// and a function that takes the address down, as an API server that stops would.
+func forwardAPI(t *testing.T, env *kubetest.Env, node *nstest.NS) (string, func()) {
 	t.Helper()
 	u, err := url.Parse(env.Config.Host)
 	if err != nil {
@@ -43,7 +44,9 @@ func forwardAPI(t *testing.T, env *kubetest.Env, node *nstest.NS) string {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	var down sync.Once
+	stop := func() { down.Do(func() { ln.Close(); wg.Wait() }) }
+	t.Cleanup(stop)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -74,7 +77,7 @@ func forwardAPI(t *testing.T, env *kubetest.Env, node *nstest.NS) string {
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return path, stop
 }
 
 func putConfigMap(t *testing.T, cs kubernetes.Interface, ns, name string, data map[string]string) {
@@ -110,7 +113,7 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 	for _, v := range specVersions {
 		t.Run(v, func(t *testing.T) {
 			l := newLab(t, true)
-			kubeconfig := forwardAPI(t, env, l.Node)
+			kubeconfig, _ := forwardAPI(t, env, l.Node)
 			r := newRuntime(t, l, "db-router")
 			// The second case reads a ConfigMap of another namespace, which the node allows.
 			// The kubeconfig is the node's, in its settings file, as egress-router install writes it.
@@ -212,4 +215,57 @@ func clientcmdapiConfig(server string) *clientcmdapi.Config {
 	c.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	c.CurrentContext = "x"
 	return c
+}
+
+// TestCheckWithAPIServerDown: CHECK of an ipConfig attachment whose plumbing is intact
+// passes while the API server cannot be reached (it checks against prevResult), and
+// still fails when the plumbing is broken. The ConfigMap is written as upstream writes
+// it: addresses and destinations without prefix lengths, and a redirect.
+func TestCheckWithAPIServerDown(t *testing.T) {
+	nstest.Root(t)
+	env := kubetest.Start(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putConfigMap(t, cs, "ns1", "egress-ip", map[string]string{
+		"ip": `{"addresses":["192.0.2.99"],"destinations":["198.51.100.10","80 UDP 198.51.100.20"],"gateway":"192.0.2.1"}`,
+	})
+	l := newLab(t, true)
+	kubeconfig, apiDown := forwardAPI(t, env, l.Node)
+	dir := pluginDirWith(t, `{"allowMasterTypes":["veth"],"kubeconfig":`+quote(kubeconfig)+`}`)
+	const conf = `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ipConfig":{"name":"egress-ip"}}`
+	const args = "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=router"
+	before := routesOf(t, l.Pod, netlink.FAMILY_V4)
+	res, err := runPluginFrom(t, l, dir, l.Pod.Path(), "ADD", conf, args)
+	if err != nil {
+		t.Fatalf("ADD: %v %s", err, res)
+	}
+	if !strings.Contains(string(res), "192.0.2.99/24") {
+		t.Errorf("the bare address did not take the master's /24: %s", res)
+	}
+	check := withPrevResult(t, conf, res)
+	if out, err := runPluginFrom(t, l, dir, l.Pod.Path(), "CHECK", check, args); err != nil {
+		t.Fatalf("CHECK with the API server up: %v %s", err, out)
+	}
+
+	apiDown()
+	// Down for real: an ADD, which must read the ConfigMap, is told to try again later.
+	out, err := runPluginFrom(t, l, dir, nstest.New(t).Path(), "ADD", conf, args)
+	if e := cniError(t, out); err == nil || e.Code != types.ErrTryAgainLater {
+		t.Fatalf("ADD with the API server down: %v %s, want code %d", err, out, types.ErrTryAgainLater)
+	}
+	if out, err := runPluginFrom(t, l, dir, l.Pod.Path(), "CHECK", check, args); err != nil {
+		t.Errorf("CHECK with the API server down and the plumbing intact: %v %s", err, out)
+	}
+	saved := breakDefault(t, l, netlink.FAMILY_V4)
+	if out, err := runPluginFrom(t, l, dir, l.Pod.Path(), "CHECK", check, args); err == nil || !strings.Contains(cniError(t, out).Msg, "default route") {
+		t.Errorf("CHECK with the API server down and the default route gone: %v %s", err, out)
+	}
+	restoreDefault(t, l, saved)
+
+	if out, err := runPluginFrom(t, l, dir, l.Pod.Path(), "DEL", conf, args); err != nil {
+		t.Fatalf("DEL with the API server down: %v %s", err, out)
+	}
+	assertClean(t, l, before)
 }

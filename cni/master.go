@@ -94,16 +94,18 @@ func orNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-// Gateways decides the next hop per IP family the pod has addresses of: the configured
-// gateway for its family, otherwise the master's default route on the host.
-func Gateways(h *netlink.Handle, master HostLink, s IPSettings) (v4, v6 netip.Addr, err error) {
+// Gateways decides the next hop per IP family the pod has addresses of: the given
+// gateway for its family (known, then the configured one), otherwise the master's
+// default route on the host.
+func Gateways(h *netlink.Handle, master HostLink, s IPSettings, known ...netip.Addr) (v4, v6 netip.Addr, err error) {
 	need4 := slices.ContainsFunc(s.Addresses, func(p netip.Prefix) bool { return p.Addr().Is4() })
 	need6 := slices.ContainsFunc(s.Addresses, func(p netip.Prefix) bool { return p.Addr().Is6() })
-	if s.Gateway.IsValid() {
-		if s.Gateway.Is4() {
-			v4 = s.Gateway
-		} else {
-			v6 = s.Gateway
+	for _, gw := range append(known, s.Gateway) {
+		switch {
+		case gw.Is4() && !v4.IsValid():
+			v4 = gw
+		case gw.Is6() && !v6.IsValid():
+			v6 = gw
 		}
 	}
 	find := func(family int, name string) (netip.Addr, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -21,8 +22,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// Versions are the CNI spec versions the plugin speaks.
-var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+// Versions are the CNI spec versions the plugin speaks: every one the CNI library
+// supports, as upstream's plugin does, so configurations without cniVersion (0.1.0)
+// work unchanged.
+var Versions = version.All
 
 // Plugin holds the commands; ConfigMaps is replaceable for unit tests.
 type Plugin struct {
@@ -134,8 +137,9 @@ func (a apiErrors) ConfigMapData(ctx context.Context, ns, name string) (map[stri
 	return d, err
 }
 
-// plan decides master, gateways and routes from the host's state.
-func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string, hc HostConfig) (*Plan, error) {
+// plan decides master, gateways and routes from the host's state; gws are gateways
+// already known (CHECK without the ConfigMap takes them from prevResult).
+func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string, hc HostConfig, gws ...netip.Addr) (*Plan, error) {
 	links, err := HostLinks(host)
 	if err != nil {
 		return nil, err
@@ -153,8 +157,16 @@ func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string, hc Host
 	if err := CheckMaster(host, master.Name, hc); err != nil {
 		return nil, err
 	}
+	if ip, err = ip.WithLengths(master); err != nil {
+		return nil, err
+	}
+	for _, r := range ip.Redirects {
+		if !slices.ContainsFunc(ip.Addresses, func(a netip.Prefix) bool { return a.Addr().Is4() == r.To.Addr().Is4() }) {
+			return nil, fieldErr("destinations", "the redirect of port %d/%s to %s needs an address of its IP family in addresses to leave from", r.Port, r.Proto, r.To.Addr())
+		}
+	}
 	p := &Plan{IfName: ifName, Type: c.InterfaceType, Mode: c.Mode, MTU: c.MTU, Master: master, IP: ip}
-	if p.GW4, p.GW6, err = Gateways(host, master, ip); err != nil {
+	if p.GW4, p.GW6, err = Gateways(host, master, ip, gws...); err != nil {
 		return nil, err
 	}
 	if err := checkPodAddrs(host, master, ip.Addresses, p.GW4, p.GW6); err != nil {
@@ -289,9 +301,26 @@ func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
 	if err := ConfigureRoutes(podH, link, pl, &u); err != nil {
 		return cniErr(err, types.ErrInternal)
 	}
-	if len(ip.Destinations) > 0 {
+	if len(ip.Redirects) > 0 {
+		var v4, v6 bool
+		for _, r := range ip.Redirects {
+			v4, v6 = v4 || r.To.Addr().Is4(), v6 || r.To.Addr().Is6()
+		}
+		var restore func()
+		if err := podNS.Do(func(ns.NetNS) (err error) { restore, err = EnableForwarding(v4, v6); return err }); err != nil {
+			return cniErr(err, types.ErrInternal)
+		}
+		u.push(func() { _ = podNS.Do(func(ns.NetNS) error { restore(); return nil }) })
+	}
+	if len(ip.Allowed()) > 0 { // redirects included: their targets are allowed
+		clusterIf := ""
+		if len(ip.Redirects) > 0 {
+			if clusterIf, err = ClusterSide(podH); err != nil {
+				return cniErr(err, types.ErrInternal)
+			}
+		}
 		u.push(func() { _ = RemoveFilter(fd, args.IfName) })
-		if err := InstallFilter(fd, args.IfName, ip.Destinations); err != nil {
+		if err := InstallFilter(fd, args.IfName, clusterIf, ip); err != nil {
 			return cniErr(err, types.ErrInternal)
 		}
 	}
@@ -372,9 +401,22 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return cniErr(fmt.Errorf("opening netlink: %w", err), types.ErrInternal)
 	}
 	defer host.Close()
-	pl, err := p.planPod(host, c, pod, args.IfName, hc)
+	ip, err := p.resolve(c, pod, hc)
+	known := err == nil
+	var gws []netip.Addr
+	if errors.Is(err, errAPIUnavailable) {
+		// CHECK answers for the pod's plumbing, which an API server that is down says
+		// nothing about: check it against what ADD reported instead.
+		fmt.Fprintf(os.Stderr, "egress-router: CHECK without the ipConfig ConfigMap (%v); checking %s against prevResult\n", err, args.IfName)
+		if ip, gws, err = fromResult(prev, args.IfName); err != nil {
+			return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+		}
+	} else if err != nil {
+		return cniErr(err, types.ErrInvalidNetworkConfig)
+	}
+	pl, err := plan(host, c, ip, args.IfName, hc, gws...)
 	if err != nil {
-		return err
+		return cniErr(err, types.ErrInternal)
 	}
 	podNS, podH, err := openPod(args)
 	if err != nil {
@@ -382,10 +424,39 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	defer podNS.Close()
 	defer podH.Close()
-	return cniErr(verify(podH, int(podNS.Fd()), pl, prev, args), types.ErrInternal)
+	return cniErr(verify(podH, int(podNS.Fd()), pl, prev, args, known), types.ErrInternal)
 }
 
-func verify(pod *netlink.Handle, fd int, pl *Plan, prev *current.Result, args *skel.CmdArgs) error {
+// fromResult reads the addresses and gateways ADD reported for ifName.
+func fromResult(prev *current.Result, ifName string) (IPSettings, []netip.Addr, error) {
+	idx := slices.IndexFunc(prev.Interfaces, func(i *current.Interface) bool { return i.Name == ifName })
+	if idx < 0 {
+		return IPSettings{}, nil, fmt.Errorf("no interface %s", ifName)
+	}
+	var s IPSettings
+	var gws []netip.Addr
+	for _, c := range prev.IPs {
+		if c.Interface == nil || *c.Interface != idx {
+			continue
+		}
+		p, ok := prefixFromIPNet(&c.Address)
+		if !ok {
+			return IPSettings{}, nil, fmt.Errorf("address %v of %s", c.Address, ifName)
+		}
+		s.Addresses = append(s.Addresses, p)
+		if gw, ok := netip.AddrFromSlice(c.Gateway); ok {
+			gws = append(gws, gw.Unmap())
+		}
+	}
+	if len(s.Addresses) == 0 {
+		return IPSettings{}, nil, fmt.Errorf("no addresses of %s", ifName)
+	}
+	return s, gws, nil
+}
+
+// verify checks ADD's work against the plan; knownDests is false when the plan's
+// destinations are unknown (the ConfigMap could not be read).
+func verify(pod *netlink.Handle, fd int, pl *Plan, prev *current.Result, args *skel.CmdArgs, knownDests bool) error {
 	if !slices.ContainsFunc(prev.Interfaces, func(i *current.Interface) bool { return i.Name == args.IfName }) {
 		return fmt.Errorf("prevResult has no interface %s", args.IfName)
 	}
@@ -442,16 +513,50 @@ func verify(pod *netlink.Handle, fd int, pl *Plan, prev *current.Result, args *s
 			}
 		}
 	}
-	n, err := FilterRuleCount(fd, args.IfName)
+	saved, err := SavedRoutes(pod)
 	if err != nil {
 		return err
 	}
-	want := -1
-	if len(pl.IP.Destinations) > 0 {
-		want = len(FilterRules(args.IfName, pl.IP.Destinations))
+	for _, b := range saved {
+		if isDefault(b) {
+			continue
+		}
+		routes, err := retryDump(func() ([]netlink.Route, error) { return pod.RouteList(nil, b.Family) })
+		if err != nil {
+			return fmt.Errorf("listing routes: %w", err)
+		}
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return r.LinkIndex == b.LinkIndex && r.Gw.Equal(b.Gw) && r.Dst.String() == b.Dst.String()
+		}) {
+			return fmt.Errorf("the pod network's route to %s (present before ADD, kept through the previous default interface) is gone", b.Dst)
+		}
 	}
-	if n != want {
-		return fmt.Errorf("the destinations filter (nftables table inet %s) has %d rules, want %d", FilterTable(args.IfName), n, want)
+	got, err := TableRuleCounts(fd, args.IfName)
+	if err != nil {
+		return err
+	}
+	if !knownDests {
+		// The ConfigMap could not be read: the table can only be checked for being whole.
+		if got != nil && got["output"] != got["forward"] {
+			return fmt.Errorf("the destinations filter (nftables table inet %s) is damaged: chain output has %d rules, forward %d", FilterTable(args.IfName), got["output"], got["forward"])
+		}
+		return nil
+	}
+	clusterIf := ""
+	if len(pl.IP.Redirects) > 0 {
+		if clusterIf, err = ClusterSide(pod); err != nil {
+			return err
+		}
+	}
+	want := map[string]int{}
+	for chain, rules := range TableRules(args.IfName, clusterIf, pl.IP) {
+		want[chain] = len(rules)
+	}
+	if len(want) == 0 {
+		want = nil
+	}
+	if !maps.Equal(got, want) {
+		return fmt.Errorf("nftables table inet %s has rules per chain %v, want %v", FilterTable(args.IfName), got, want)
 	}
 	return nil
 }

@@ -231,15 +231,15 @@ func assertPlumbed(t *testing.T, l *lab, dests, cluster bool) {
 	if !hasRoute(r6, "default via "+outGW6+" dev net1") {
 		t.Errorf("pod IPv6 routes lack the default via net1:%s", joinLines(r6))
 	}
-	n, err := FilterRuleCount(int(l.Pod.Handle), "net1")
+	counts, err := TableRuleCounts(int(l.Pod.Handle), "net1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dests && n < 4 {
-		t.Errorf("destinations filter has %d rules", n)
+	if dests && (counts["output"] < 4 || counts["forward"] != counts["output"]) {
+		t.Errorf("destinations filter has rules per chain %v", counts)
 	}
-	if !dests && n != -1 {
-		t.Errorf("no destinations, yet a filter table exists with %d rules", n)
+	if !dests && counts != nil {
+		t.Errorf("no destinations, yet a filter table exists with rules per chain %v", counts)
 	}
 }
 
@@ -255,8 +255,8 @@ func assertClean(t *testing.T, l *lab, before4 []string) {
 	if !hasRoute(routesOf(t, l.Pod, netlink.FAMILY_V6), "default via "+podGW6+" dev eth0") {
 		t.Error("IPv6 default route not restored")
 	}
-	if n, err := FilterRuleCount(int(l.Pod.Handle), "net1"); err != nil || n != -1 {
-		t.Errorf("filter table after DEL: %d rules, %v", n, err)
+	if counts, err := TableRuleCounts(int(l.Pod.Handle), "net1"); err != nil || counts != nil {
+		t.Errorf("filter table after DEL: %v, %v", counts, err)
 	}
 	saved, _ := l.Pod.NL.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: BackupTable}, netlink.RT_FILTER_TABLE)
 	if len(saved) != 0 {
@@ -339,6 +339,8 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 		{"no master", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["203.0.113.9/24"]}}`, "", types.ErrInvalidNetworkConfig, "interfaceArgs.master"},
 		{"missing master", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceArgs":{"master":"nope0"},"ip":{"addresses":["192.0.2.99/24"]}}`, "", types.ErrInvalidNetworkConfig, "interfaceArgs.master"},
 		{"no pod match", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","podIP":{"a":{"addresses":["192.0.2.99/24"]}}}`, "K8S_POD_NAME=b", types.ErrInvalidNetworkConfig, "podIP"},
+		{"bare address outside the master's subnets", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceArgs":{"master":"ext0"},"ip":{"addresses":["203.0.113.9"],"gateway":"192.0.2.1"}}`, "", types.ErrInvalidNetworkConfig, "203.0.113.9 has no prefix length and no subnet of the master ext0"},
+		{"redirect of a family without an address", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"],"destinations":["80 TCP 2001:db8:99::10"]}}`, "", types.ErrInvalidNetworkConfig, "needs an address of its IP family"},
 		{"bad args", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"]}}`, "K8S_POD_NAME", types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
 		{"no kubeconfig", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ipConfig":{"name":"x"}}`, "K8S_POD_NAMESPACE=ns1", types.ErrPluginNotAvailable, "ipConfig needs a kubeconfig"},
 		// Fails after the interface exists (no IPv6 default to keep fd00:10::/48 on):
@@ -374,7 +376,7 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 			if got := routesOf(t, l.Pod, netlink.FAMILY_V4); strings.Join(got, "|") != strings.Join(before, "|") {
 				t.Errorf("a failed ADD changed the routes:%s", joinLines(got))
 			}
-			if n, _ := FilterRuleCount(int(l.Pod.Handle), "net1"); n != -1 {
+			if counts, _ := TableRuleCounts(int(l.Pod.Handle), "net1"); counts != nil {
 				t.Error("a failed ADD left a filter table")
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 
 	"github.com/vishvananda/netlink"
@@ -17,8 +18,11 @@ import (
 // (unassigned in iproute2's rt_protos).
 const RouteProtocol netlink.RouteProtocol = 113
 
-// BackupTable keeps the pod's previous default routes while the egress interface holds
-// the default, so DEL can put them back without host-side state ("eg" in ASCII).
+// BackupTable keeps the pod's routes through its previous default interface as ADD
+// found them ("eg" in ASCII): the default routes, which ADD removes from the main
+// table and DEL puts back, and the others (the pod network's cluster and service
+// routes), which stay in the main table and are recorded here so CHECK can tell they
+// are still there. No rule points at the table; it is state, not routing.
 const BackupTable = 0x6567
 
 // Plan is everything ADD does in the pod, decided before anything is touched.
@@ -180,6 +184,20 @@ func ConfigureRoutes(pod *netlink.Handle, link netlink.Link, p *Plan, u *undo) e
 			return fieldErr("clusterNetworks/serviceNetworks", "%v must stay on the pod network, but the pod has no %s default route to take them from", keep, name)
 		}
 		if via != nil {
+			// The routes the pod network installed through the previous default
+			// interface are the cluster and service networks it knows of; they stay
+			// where they are, recorded for CHECK.
+			for _, r := range routes {
+				if isDefault(r) || r.LinkIndex != via.LinkIndex || r.Table != unix.RT_TABLE_MAIN || r.Protocol == RouteProtocol || isLinkLocal(r.Dst) {
+					continue
+				}
+				b := r
+				b.Table, b.Family = BackupTable, fam
+				if err := pod.RouteAdd(&b); err != nil && !errors.Is(err, unix.EEXIST) {
+					return fmt.Errorf("recording the pod network's route to %s: %w", r.Dst, err)
+				}
+				u.push(func() { _ = pod.RouteDel(&b) })
+			}
 			for _, m := range p.MasterIPs {
 				if familyOf(m.Addr()) == fam {
 					keep = append(keep, m)
@@ -223,6 +241,73 @@ func ConfigureRoutes(pod *netlink.Handle, link netlink.Link, p *Plan, u *undo) e
 	return nil
 }
 
+func isLinkLocal(n *net.IPNet) bool {
+	p, ok := prefixFromIPNet(n)
+	return ok && p.Addr().IsLinkLocalUnicast()
+}
+
+// SavedRoutes lists the routes of BackupTable: the pod's previous default routes and
+// the pod network's routes recorded next to them.
+func SavedRoutes(pod *netlink.Handle) ([]netlink.Route, error) {
+	rs, err := retryDump(func() ([]netlink.Route, error) {
+		return pod.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: BackupTable}, netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing saved routes: %w", err)
+	}
+	return rs, nil
+}
+
+// ClusterSide names the pod's previous default interface, where redirected traffic
+// arrives, from the default routes ADD saved.
+func ClusterSide(pod *netlink.Handle) (string, error) {
+	saved, err := SavedRoutes(pod)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range saved {
+		if isDefault(r) {
+			l, err := pod.LinkByIndex(r.LinkIndex)
+			if err != nil {
+				return "", fmt.Errorf("finding the pod's previous default interface: %w", err)
+			}
+			return l.Attrs().Name, nil
+		}
+	}
+	return "", fieldErr("destinations", "redirect rules need the pod's previous default interface to receive on, but the pod had no default route")
+}
+
+// EnableForwarding turns on forwarding in the pod's namespace for the families given,
+// as redirects need, and returns what undoes it. It must run in the pod's namespace.
+func EnableForwarding(v4, v6 bool) (undo func(), err error) {
+	var restore []func()
+	undo = func() {
+		for _, f := range restore {
+			f()
+		}
+	}
+	for _, f := range []struct {
+		on   bool
+		path string
+	}{{v4, "/proc/sys/net/ipv4/conf/all/forwarding"}, {v6, "/proc/sys/net/ipv6/conf/all/forwarding"}} {
+		if !f.on {
+			continue
+		}
+		old, err := os.ReadFile(f.path)
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("reading %s in the pod: %w", f.path, err)
+		}
+		if err := os.WriteFile(f.path, []byte("1"), 0o644); err != nil {
+			undo()
+			return nil, fmt.Errorf("enabling forwarding (%s) in the pod: %w", f.path, err)
+		}
+		path := f.path
+		restore = append(restore, func() { _ = os.WriteFile(path, old, 0o644) })
+	}
+	return undo, nil
+}
+
 // Teardown undoes ADD in the pod; every step tolerates its object being gone already.
 func Teardown(pod *netlink.Handle, ifName string) error {
 	var errs []error
@@ -233,11 +318,9 @@ func Teardown(pod *netlink.Handle, ifName string) error {
 			}
 		}
 	}
-	backups, err := retryDump(func() ([]netlink.Route, error) {
-		return pod.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: BackupTable}, netlink.RT_FILTER_TABLE)
-	})
+	backups, err := SavedRoutes(pod)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("listing saved routes: %w", err))
+		errs = append(errs, err)
 	}
 	for _, b := range backups {
 		r := b

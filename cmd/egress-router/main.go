@@ -11,6 +11,7 @@ import (
 	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/egret-gw/egret/cni"
 )
@@ -29,8 +30,39 @@ func main() {
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 && os.Args[1] == "install" {
 		os.Exit(exitCode(os.Stderr, install(os.Args[2:])))
 	}
+	if err := checkStdin(); err != nil {
+		_ = err.Print()
+		os.Exit(1)
+	}
 	p := &cni.Plugin{}
 	skel.PluginMainFuncs(p.Funcs(), cni.Versions, "CNI plugin egress-router "+version)
+}
+
+// checkStdin refuses a network configuration that is not JSON, saying where it breaks
+// (the CNI library would refuse it too, naming no position), and hands the library
+// the configuration it read.
+func checkStdin() *types.Error {
+	cmd := os.Getenv("CNI_COMMAND")
+	if cmd == "" || cmd == "VERSION" {
+		return nil
+	}
+	stdin, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, fmt.Sprintf("reading the network configuration: %v", err), "")
+	}
+	if err := cni.CheckJSON(stdin); err != nil {
+		return types.NewError(types.ErrDecodingFailure, err.Error(), "")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, fmt.Sprintf("passing on the network configuration: %v", err), "")
+	}
+	go func() {
+		_, _ = w.Write(stdin)
+		w.Close()
+	}()
+	os.Stdin = r
+	return nil
 }
 
 // The install command parses its flags as every egret subcommand does
