@@ -70,6 +70,12 @@ type Controller struct {
 	metrics *Metrics // nil ignores
 	reach   *reachability
 	now     func() time.Time
+	// networkConfig, when set (the Kubernetes source), follows the
+	// reachability timeout OpenShift's Network object sets, which takes
+	// precedence over cfg's (cluster.Kube.WatchReachabilityTimeout).
+	networkConfig func(ctx context.Context, log *slog.Logger, set func(*int)) error
+	reachMu       sync.Mutex // serialises setReachability
+	runCtx        context.Context
 
 	mu      sync.Mutex
 	desired map[string]desired
@@ -107,7 +113,7 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[qkey](),
 		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
-	reach, err := newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, cfg.HealthTLS, log,
+	reach, err := newReachability(time.Duration(*cfg.ReachabilityTotalTimeoutSeconds)*time.Second, cfg.ProbeInterval.Duration, cfg.HealthTLS, log,
 		func() { c.queue.Add(assignKey) })
 	if err != nil {
 		return nil, err
@@ -137,12 +143,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.metrics.SetLeader(false)
 	c.reach.start(ctx)
 	defer c.reach.stop()
+	c.reachMu.Lock()
+	c.runCtx = ctx
+	c.reachMu.Unlock()
+	if c.networkConfig != nil {
+		if err := c.networkConfig(ctx, c.log, c.setReachability); err != nil {
+			return err
+		}
+	}
 	// Judge every node before the first assignment, so a restart does not
 	// move IPs off nodes merely not probed yet.
-	c.reach.track(c.probeTargets(c.src.View().Nodes))
-	wctx, wcancel := context.WithTimeout(ctx, c.cfg.reachabilityTimeout()+time.Second)
-	c.reach.waitKnown(wctx)
-	wcancel()
+	c.judgeAll(ctx)
 
 	c.queue.Add(assignKey)
 	var wg sync.WaitGroup
@@ -154,12 +165,50 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	c.log.Info("EgressIP controller running", "reachabilityTotalTimeoutSeconds", *c.cfg.ReachabilityTotalTimeoutSeconds,
+	c.log.Info("EgressIP controller running", "reachabilityTotalTimeout", c.reach.timeout(),
 		"healthPort", c.cfg.HealthPort, "holdDown", c.cfg.HoldDown.Duration, "drainCordoned", c.cfg.DrainCordoned)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	wg.Wait()
 	return nil
+}
+
+// judgeAll probes every assignable node and waits, at most the total
+// timeout and a second, until each has a verdict.
+func (c *Controller) judgeAll(ctx context.Context) {
+	c.reach.track(c.probeTargets(c.src.View().Nodes))
+	wctx, cancel := context.WithTimeout(ctx, c.reach.timeout()+time.Second)
+	defer cancel()
+	c.reach.waitKnown(wctx)
+}
+
+// setReachability applies the reachability timeout the cluster's network
+// configuration sets (nil: none; the controller's own setting applies).
+func (c *Controller) setReachability(seconds *int) {
+	src := "OpenShift Network " + cluster.OpenShiftNetworkName
+	if seconds == nil {
+		seconds, src = c.cfg.ReachabilityTotalTimeoutSeconds, "Egret's configuration"
+	}
+	total := time.Duration(*seconds) * time.Second
+	c.reachMu.Lock()
+	defer c.reachMu.Unlock()
+	was := c.reach.timeout()
+	if total == was {
+		return
+	}
+	c.log.Info("reachability check total timeout changed", "from", was, "to", total, "source", src)
+	if was != 0 || total == 0 {
+		c.reach.setTotal(total)
+		c.queue.Add(assignKey)
+		return
+	}
+	// Turning the check on: no assignment may see the nodes unjudged, or
+	// every IP would move; hold the assignment until they are judged.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reach.setTotal(total)
+	c.judgeAll(c.runCtx)
+	c.queue.Add(assignKey)
 }
 
 // changed queues an assignment when what it reads changed: EgressIPs and
