@@ -12,9 +12,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,44 @@ var assignKey = qkey{assign: true}
 // ReasonEgressIPMoved is the reason of the Normal Event on an EgressIP whose
 // address changed node; its message names both nodes and, after a failure, why.
 const ReasonEgressIPMoved = "EgressIPMoved"
+
+// Reasons of the Warning Events about what an EgressIP asks that Egret
+// cannot do; the assignment's own reasons are in package assign.
+const (
+	// ReasonInvalidSpec: the object fails the same validation the file
+	// source applies (egressv1.EgressIP.Validate): an empty egressIPs list,
+	// a selector that selects nothing usable (In/NotIn without values), ...
+	ReasonInvalidSpec = "InvalidEgressIPSpec"
+	// ReasonTrafficSelectorNotApplied: spec.trafficSelector is set; Egret
+	// stores it but the egress IPs serve every destination.
+	ReasonTrafficSelectorNotApplied = "TrafficSelectorNotApplied"
+	// ReasonStatusOwnedElsewhere: another controller (OVN-Kubernetes) owns
+	// the object's status, so Egret does not write it.
+	ReasonStatusOwnedElsewhere = "StatusOwnedByAnotherController"
+)
+
+// specEvents reports, for each object, what makes part of it unusable.
+func specEvents(eips []*egressv1.EgressIP) []assign.Event {
+	var out []assign.Event
+	for _, e := range eips {
+		// Bad egressIPs entries are InvalidEgressIP Events of the assignment.
+		var msgs []string
+		for _, err := range e.Problems() {
+			if _, entry := errors.AsType[*egressv1.EntryError](err); !entry {
+				msgs = append(msgs, err.Error())
+			}
+		}
+		if len(msgs) > 0 {
+			out = append(out, assign.Event{Object: e.Name, Reason: ReasonInvalidSpec,
+				Message: fmt.Sprintf("EgressIP %q is invalid: %s; the valid parts are still used, an invalid selector selects no pod", e.Name, strings.Join(msgs, "; "))})
+		}
+		if e.Spec.TrafficSelector != nil {
+			out = append(out, assign.Event{Object: e.Name, Reason: ReasonTrafficSelectorNotApplied,
+				Message: "spec.trafficSelector is not applied by Egret (EgressTrafficClass is not implemented): the egress IPs of this object serve every destination of the selected pods"})
+		}
+	}
+	return out
+}
 
 // desired is the status an object should have, computed from the object at
 // resourceVersion rv.
@@ -270,9 +310,16 @@ func (c *Controller) assign() {
 	nodes := make([]assign.Node, 0, len(kn))
 	seen := make(map[string]bool, len(kn))
 	var nextHoldDownEnd time.Time
+	// The specification: egress IPs on control-plane nodes are not
+	// supported on a cluster provisioned on AWS.
+	onAWS := slices.ContainsFunc(kn, cluster.OnAWS)
 	for _, n := range kn {
 		an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
-		if an.Assignable && !c.nodeSel.Matches(labels.Set(n.Labels)) {
+		switch {
+		case !an.Assignable:
+		case onAWS && cluster.ControlPlane(n):
+			an.Excluded = "is a control-plane node of a cluster on AWS, where egress IPs on control-plane nodes are not supported"
+		case !c.nodeSel.Matches(labels.Set(n.Labels)):
 			an.Excluded = "does not match the controller's nodeSelector " + c.cfg.NodeSelector
 		}
 		an.Ready = cluster.NodeReady(n)
@@ -351,6 +398,7 @@ func (c *Controller) assign() {
 			!(c.cfg.DrainCordoned && n.Cordoned)
 	}
 	placed := map[string]string{}
+	var foreign []assign.Event
 	nextDesired := make(map[string]desired, len(res.Objects))
 	for _, r := range res.Objects {
 		e := byName[r.Name]
@@ -375,16 +423,23 @@ func (c *Controller) assign() {
 			}
 		}
 		nextDesired[r.Name] = d
-		if !itemsEqual(e.Status.Items, d.items) {
-			c.queue.Add(qkey{name: r.Name})
+		if itemsEqual(e.Status.Items, d.items) {
+			continue
 		}
+		if m := cluster.ForeignStatusWriter(e); m != "" {
+			// Two writers would move the IP back and forth; yield.
+			foreign = append(foreign, assign.Event{Object: e.Name, Reason: ReasonStatusOwnedElsewhere,
+				Message: fmt.Sprintf("status is written by another controller (field manager %q, e.g. OVN-Kubernetes' cluster manager), so Egret does not write it and the egress IPs stay where that controller put them; to hand this EgressIP over to Egret, stop that controller and clear the status (kubectl patch egressip %s --type=merge -p '{\"status\":null}')", m, e.Name)})
+			continue
+		}
+		c.queue.Add(qkey{name: r.Name})
 	}
 	c.placed = placed
 	c.desired = nextDesired
 
 	var unassigned int64
 	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
-	for _, ev := range res.Events {
+	for _, ev := range slices.Concat(res.Events, specEvents(eips), foreign) {
 		if ev.Reason == assign.ReasonNoMatchingNodeFound {
 			unassigned++
 		}
