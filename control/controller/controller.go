@@ -482,9 +482,11 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	c.mu.Lock()
 	d, known := c.desired[k.name]
 	c.mu.Unlock()
-	if !ok || !known || obj.ResourceVersion != d.rv || itemsEqual(obj.Status.Items, d.items) {
+	if !ok || !known || obj.ResourceVersion != d.rv || itemsEqual(obj.Status.Items, d.items) ||
+		cluster.ForeignStatusWriter(obj) != "" {
 		// Gone, or changed since the assignment (which is queued again
-		// by that change), or already right.
+		// by that change), or already right, or another controller's
+		// since this item was queued (the assignment reports it).
 		c.queue.Forget(k)
 		return
 	}
