@@ -303,7 +303,7 @@ var otherValues = []string{
 	"--set", "gateway.conntrackMax=2097152,gateway.podFlowLimit=4096,gateway.egressIPFlowLimit=262144",
 	"--set", "gateway.deniedDestinations={192.168.0.0/16},gateway.allowedDestinations={192.168.10.53/32}",
 	"--set", "gateway.health.host=$(POD_IP),gateway.health.port=9207,gateway.publishInterfaces=false",
-	"--set", "trustPodIPs=true,steer.procSysNet=",
+	"--set", "trustPodIPs=true,steer.procSysNet=,steer.noEgressIP=node",
 	"--set", "controller.egressNodeSelector=node-restriction.kubernetes.io/egress-gateway=true",
 }
 
@@ -424,6 +424,7 @@ func TestHelmValues(t *testing.T) {
 	eq("steer.yaml port", st["port"], 4789)
 	eq("steer.yaml logFormat", st["logFormat"], "text")
 	eq("steer.yaml trustPodIPs", st["trustPodIPs"], true)
+	eq("steer.yaml noEgressIP", st["noEgressIP"], "node")
 	eq("gateway.yaml conntrackMax", gw["conntrackMax"], 2097152)
 	eq("gateway.yaml podFlowLimit", gw["podFlowLimit"], 4096)
 	eq("gateway.yaml egressIPFlowLimit", gw["egressIPFlowLimit"], 262144)
@@ -584,6 +585,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		{"gateway.health.port=0", "port"},
 		{"steer.procSysNet=host/proc/sys/net", "procSysNet"},
 		{"trustPodIPs=yes", "trustPodIPs"},
+		{"steer.noEgressIP=fallback", "noEgressIP"},
 		// One side with TLS and the other without would move every egress IP.
 		{"healthTLS.gatewaySecret=gw-probe-tls", "healthTLS"},
 		{"healthTLS.controllerSecret=ctl-probe-tls", "healthTLS"},

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -27,6 +29,7 @@ const Component = "egret-controller"
 // and Events to the API server.
 type Kube struct {
 	cs                     kubernetes.Interface
+	dyn                    dynamic.Interface
 	eip                    *egressv1.Client
 	factory                informers.SharedInformerFactory
 	eipInf                 cache.SharedIndexInformer
@@ -45,7 +48,11 @@ func NewKube(cfg *rest.Config) (*Kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Kube{cs: cs, eip: eip}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the dynamic Kubernetes client: %w", err)
+	}
+	s := &Kube{cs: cs, dyn: dyn, eip: eip}
 	// Managed fields are large and never read here: keep them out of the cache.
 	strip := informers.WithTransform(func(o any) (any, error) {
 		if m, ok := o.(metav1.Object); ok {
@@ -162,4 +169,28 @@ func (s *Kube) AnnotateNode(ctx context.Context, name string, set map[string]*st
 		return fmt.Errorf("annotating node %s: %w", name, err)
 	}
 	return nil
+}
+
+// ForeignStatusWriter returns the field manager of another controller that
+// owns e's status (metadata.managedFields), or "" when none does. Egret's
+// own writes are under Component; kubectl (any kubectl-* manager) and
+// server-side apply are people or GitOps writing a manifest that happens to
+// carry status, as the specification's first example does, not a
+// controller. OVN-Kubernetes writes status with a JSON patch, recorded as
+// an Update by a manager named after its user agent (the node name).
+func ForeignStatusWriter(e *egressv1.EgressIP) string {
+	for _, mf := range e.ManagedFields {
+		if mf.Manager == Component || mf.Operation != metav1.ManagedFieldsOperationUpdate ||
+			strings.HasPrefix(mf.Manager, "kubectl") || mf.FieldsV1 == nil {
+			continue
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(mf.FieldsV1.Raw, &top) != nil {
+			continue
+		}
+		if _, ok := top["f:status"]; ok {
+			return mf.Manager
+		}
+	}
+	return ""
 }

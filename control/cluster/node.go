@@ -202,6 +202,39 @@ func NodeTunnelMAC(n *corev1.Node, vtep netip.Addr) ([6]byte, error) {
 	return mac, nil
 }
 
+// The labels that mark a control-plane node: the current one, and the
+// one clusters installed before Kubernetes 1.20 (and OpenShift) still set.
+const (
+	LabelControlPlane = "node-role.kubernetes.io/control-plane"
+	LabelMaster       = "node-role.kubernetes.io/master"
+)
+
+// ControlPlane reports whether a node carries either control-plane label.
+func ControlPlane(n *corev1.Node) bool {
+	_, cp := n.Labels[LabelControlPlane]
+	_, m := n.Labels[LabelMaster]
+	return cp || m
+}
+
+// OnAWS reports whether a node is an AWS instance: the AWS cloud provider
+// sets spec.providerID to aws:///<zone>/<instance-id>, and the OpenShift
+// cloud network config controller names an ENI (eni-...) as the interface
+// of cloud.network.openshift.io/egress-ipconfig.
+func OnAWS(n *corev1.Node) bool {
+	if strings.HasPrefix(n.Spec.ProviderID, "aws://") {
+		return true
+	}
+	var list []cloudJSON
+	if s, ok := n.Annotations[AnnotationEgressIPConfig]; ok && json.Unmarshal([]byte(s), &list) == nil {
+		for _, c := range list {
+			if strings.HasPrefix(c.Interface, "eni-") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // NodeReady reports the node's Ready condition.
 func NodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {

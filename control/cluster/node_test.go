@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParsePrimaryIfAddr(t *testing.T) {
@@ -188,5 +191,40 @@ func TestNodeInterfaces(t *testing.T) {
 	bad := map[string]string{AnnotationEgretHostCIDRs: `["nope"]`}
 	if _, _, _, err := NodeInterfaces(bad); err == nil || !strings.Contains(err.Error(), AnnotationEgretHostCIDRs) {
 		t.Errorf("a broken Egret annotation: %v; want an error naming %s", err, AnnotationEgretHostCIDRs)
+	}
+}
+
+func TestOnAWSAndControlPlane(t *testing.T) {
+	node := func(providerID, cloud string, labels ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}, Annotations: map[string]string{}}}
+		n.Spec.ProviderID = providerID
+		if cloud != "" {
+			n.Annotations[AnnotationEgressIPConfig] = cloud
+		}
+		for _, l := range labels {
+			n.Labels[l] = ""
+		}
+		return n
+	}
+	// The specification's annotations, as written there.
+	const aws = `[{"interface":"eni-078d267045138e436","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ipv4":14,"ipv6":15}}]`
+	const gcp = `[{"interface":"nic0","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ip":14}}]`
+	for _, c := range []struct {
+		n    *corev1.Node
+		want bool
+	}{
+		{node("aws:///us-east-1a/i-0123456789abcdef0", ""), true},
+		{node("", aws), true},
+		{node("gce://project/us-central1-a/node-1", gcp), false},
+		{node("azure:///subscriptions/x/resourceGroups/y/providers/Microsoft.Compute/virtualMachines/z", ""), false},
+		{node("", ""), false},
+		{node("", "not json"), false},
+	} {
+		if got := OnAWS(c.n); got != c.want {
+			t.Errorf("OnAWS(providerID %q, egress-ipconfig %q) = %v, want %v", c.n.Spec.ProviderID, c.n.Annotations[AnnotationEgressIPConfig], got, c.want)
+		}
+	}
+	if !ControlPlane(node("", "", LabelControlPlane)) || !ControlPlane(node("", "", LabelMaster)) || ControlPlane(node("", "", "node-role.kubernetes.io/worker")) {
+		t.Error("ControlPlane must be true for either control-plane label only")
 	}
 }

@@ -155,8 +155,3 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
-
-// reachabilityTimeout is the total timeout, zero when the check is disabled.
-func (c Config) reachabilityTimeout() time.Duration {
-	return time.Duration(*c.ReachabilityTotalTimeoutSeconds) * time.Second
-}

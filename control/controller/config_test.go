@@ -34,7 +34,7 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if zero.withDefaults().reachabilityTimeout() != 0 {
+	if *zero.withDefaults().ReachabilityTotalTimeoutSeconds != 0 {
 		t.Error("0 must disable the check, not mean the default")
 	}
 }

@@ -12,9 +12,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,44 @@ var assignKey = qkey{assign: true}
 // ReasonEgressIPMoved is the reason of the Normal Event on an EgressIP whose
 // address changed node; its message names both nodes and, after a failure, why.
 const ReasonEgressIPMoved = "EgressIPMoved"
+
+// Reasons of the Warning Events about what an EgressIP asks that Egret
+// cannot do; the assignment's own reasons are in package assign.
+const (
+	// ReasonInvalidSpec: the object fails the same validation the file
+	// source applies (egressv1.EgressIP.Validate): an empty egressIPs list,
+	// a selector that selects nothing usable (In/NotIn without values), ...
+	ReasonInvalidSpec = "InvalidEgressIPSpec"
+	// ReasonTrafficSelectorNotApplied: spec.trafficSelector is set; Egret
+	// stores it but the egress IPs serve every destination.
+	ReasonTrafficSelectorNotApplied = "TrafficSelectorNotApplied"
+	// ReasonStatusOwnedElsewhere: another controller (OVN-Kubernetes) owns
+	// the object's status, so Egret does not write it.
+	ReasonStatusOwnedElsewhere = "StatusOwnedByAnotherController"
+)
+
+// specEvents reports, for each object, what makes part of it unusable.
+func specEvents(eips []*egressv1.EgressIP) []assign.Event {
+	var out []assign.Event
+	for _, e := range eips {
+		// Bad egressIPs entries are InvalidEgressIP Events of the assignment.
+		var msgs []string
+		for _, err := range e.Problems() {
+			if _, entry := errors.AsType[*egressv1.EntryError](err); !entry {
+				msgs = append(msgs, err.Error())
+			}
+		}
+		if len(msgs) > 0 {
+			out = append(out, assign.Event{Object: e.Name, Reason: ReasonInvalidSpec,
+				Message: fmt.Sprintf("EgressIP %q is invalid: %s; the valid parts are still used, an invalid selector selects no pod", e.Name, strings.Join(msgs, "; "))})
+		}
+		if e.Spec.TrafficSelector != nil {
+			out = append(out, assign.Event{Object: e.Name, Reason: ReasonTrafficSelectorNotApplied,
+				Message: "spec.trafficSelector is not applied by Egret (EgressTrafficClass is not implemented): the egress IPs of this object serve every destination of the selected pods"})
+		}
+	}
+	return out
+}
 
 // desired is the status an object should have, computed from the object at
 // resourceVersion rv.
@@ -70,6 +110,12 @@ type Controller struct {
 	metrics *Metrics // nil ignores
 	reach   *reachability
 	now     func() time.Time
+	// networkConfig, when set (the Kubernetes source), follows the
+	// reachability timeout OpenShift's Network object sets, which takes
+	// precedence over cfg's (cluster.Kube.WatchReachabilityTimeout).
+	networkConfig func(ctx context.Context, log *slog.Logger, set func(*int)) error
+	reachMu       sync.Mutex // serialises setReachability
+	runCtx        context.Context
 
 	mu      sync.Mutex
 	desired map[string]desired
@@ -107,7 +153,7 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[qkey](),
 		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
-	reach, err := newReachability(cfg.reachabilityTimeout(), cfg.ProbeInterval.Duration, cfg.HealthTLS, log,
+	reach, err := newReachability(time.Duration(*cfg.ReachabilityTotalTimeoutSeconds)*time.Second, cfg.ProbeInterval.Duration, cfg.HealthTLS, log,
 		func() { c.queue.Add(assignKey) })
 	if err != nil {
 		return nil, err
@@ -137,12 +183,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.metrics.SetLeader(false)
 	c.reach.start(ctx)
 	defer c.reach.stop()
+	c.reachMu.Lock()
+	c.runCtx = ctx
+	c.reachMu.Unlock()
+	if c.networkConfig != nil {
+		if err := c.networkConfig(ctx, c.log, c.setReachability); err != nil {
+			return err
+		}
+	}
 	// Judge every node before the first assignment, so a restart does not
 	// move IPs off nodes merely not probed yet.
-	c.reach.track(c.probeTargets(c.src.View().Nodes))
-	wctx, wcancel := context.WithTimeout(ctx, c.cfg.reachabilityTimeout()+time.Second)
-	c.reach.waitKnown(wctx)
-	wcancel()
+	c.judgeAll(ctx)
 
 	c.queue.Add(assignKey)
 	var wg sync.WaitGroup
@@ -154,12 +205,50 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	c.log.Info("EgressIP controller running", "reachabilityTotalTimeoutSeconds", *c.cfg.ReachabilityTotalTimeoutSeconds,
+	c.log.Info("EgressIP controller running", "reachabilityTotalTimeout", c.reach.timeout(),
 		"healthPort", c.cfg.HealthPort, "holdDown", c.cfg.HoldDown.Duration, "drainCordoned", c.cfg.DrainCordoned)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	wg.Wait()
 	return nil
+}
+
+// judgeAll probes every assignable node and waits, at most the total
+// timeout and a second, until each has a verdict.
+func (c *Controller) judgeAll(ctx context.Context) {
+	c.reach.track(c.probeTargets(c.src.View().Nodes))
+	wctx, cancel := context.WithTimeout(ctx, c.reach.timeout()+time.Second)
+	defer cancel()
+	c.reach.waitKnown(wctx)
+}
+
+// setReachability applies the reachability timeout the cluster's network
+// configuration sets (nil: none; the controller's own setting applies).
+func (c *Controller) setReachability(seconds *int) {
+	src := "OpenShift Network " + cluster.OpenShiftNetworkName
+	if seconds == nil {
+		seconds, src = c.cfg.ReachabilityTotalTimeoutSeconds, "Egret's configuration"
+	}
+	total := time.Duration(*seconds) * time.Second
+	c.reachMu.Lock()
+	defer c.reachMu.Unlock()
+	was := c.reach.timeout()
+	if total == was {
+		return
+	}
+	c.log.Info("reachability check total timeout changed", "from", was, "to", total, "source", src)
+	if was != 0 || total == 0 {
+		c.reach.setTotal(total)
+		c.queue.Add(assignKey)
+		return
+	}
+	// Turning the check on: no assignment may see the nodes unjudged, or
+	// every IP would move; hold the assignment until they are judged.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reach.setTotal(total)
+	c.judgeAll(c.runCtx)
+	c.queue.Add(assignKey)
 }
 
 // changed queues an assignment when what it reads changed: EgressIPs and
@@ -221,9 +310,16 @@ func (c *Controller) assign() {
 	nodes := make([]assign.Node, 0, len(kn))
 	seen := make(map[string]bool, len(kn))
 	var nextHoldDownEnd time.Time
+	// The specification: egress IPs on control-plane nodes are not
+	// supported on a cluster provisioned on AWS.
+	onAWS := slices.ContainsFunc(kn, cluster.OnAWS)
 	for _, n := range kn {
 		an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
-		if an.Assignable && !c.nodeSel.Matches(labels.Set(n.Labels)) {
+		switch {
+		case !an.Assignable:
+		case onAWS && cluster.ControlPlane(n):
+			an.Excluded = "is a control-plane node of a cluster on AWS, where egress IPs on control-plane nodes are not supported"
+		case !c.nodeSel.Matches(labels.Set(n.Labels)):
 			an.Excluded = "does not match the controller's nodeSelector " + c.cfg.NodeSelector
 		}
 		an.Ready = cluster.NodeReady(n)
@@ -302,6 +398,7 @@ func (c *Controller) assign() {
 			!(c.cfg.DrainCordoned && n.Cordoned)
 	}
 	placed := map[string]string{}
+	var foreign []assign.Event
 	nextDesired := make(map[string]desired, len(res.Objects))
 	for _, r := range res.Objects {
 		e := byName[r.Name]
@@ -326,16 +423,23 @@ func (c *Controller) assign() {
 			}
 		}
 		nextDesired[r.Name] = d
-		if !itemsEqual(e.Status.Items, d.items) {
-			c.queue.Add(qkey{name: r.Name})
+		if itemsEqual(e.Status.Items, d.items) {
+			continue
 		}
+		if m := cluster.ForeignStatusWriter(e); m != "" {
+			// Two writers would move the IP back and forth; yield.
+			foreign = append(foreign, assign.Event{Object: e.Name, Reason: ReasonStatusOwnedElsewhere,
+				Message: fmt.Sprintf("status is written by another controller (field manager %q, e.g. OVN-Kubernetes' cluster manager), so Egret does not write it and the egress IPs stay where that controller put them; to hand this EgressIP over to Egret, stop that controller and clear the status (kubectl patch egressip %s --type=merge -p '{\"status\":null}')", m, e.Name)})
+			continue
+		}
+		c.queue.Add(qkey{name: r.Name})
 	}
 	c.placed = placed
 	c.desired = nextDesired
 
 	var unassigned int64
 	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
-	for _, ev := range res.Events {
+	for _, ev := range slices.Concat(res.Events, specEvents(eips), foreign) {
 		if ev.Reason == assign.ReasonNoMatchingNodeFound {
 			unassigned++
 		}
@@ -378,9 +482,11 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	c.mu.Lock()
 	d, known := c.desired[k.name]
 	c.mu.Unlock()
-	if !ok || !known || obj.ResourceVersion != d.rv || itemsEqual(obj.Status.Items, d.items) {
+	if !ok || !known || obj.ResourceVersion != d.rv || itemsEqual(obj.Status.Items, d.items) ||
+		cluster.ForeignStatusWriter(obj) != "" {
 		// Gone, or changed since the assignment (which is queued again
-		// by that change), or already right.
+		// by that change), or already right, or another controller's
+		// since this item was queued (the assignment reports it).
 		c.queue.Forget(k)
 		return
 	}

@@ -218,3 +218,35 @@ func TestMoveIsAnEvent(t *testing.T) {
 		return false, fmt.Sprint(evs)
 	})
 }
+
+// TestControlPlaneOffAWS: the AWS rule is AWS's only. On a cluster with no
+// AWS node a labelled control-plane node (both labels) hosts egress IPs as
+// upstream; once a node of the cluster is an AWS instance, they host none.
+func TestControlPlaneOffAWS(t *testing.T) {
+	m := newMem(egressIP("e1", "192.168.126.10"), egressIP("e2", "192.168.126.11"))
+	cp, master := egressNode("cp", "", "192.168.126.2/24", true), egressNode("master", "", "192.168.126.3/24", true)
+	cp.Labels[cluster.LabelControlPlane] = ""
+	master.Labels[cluster.LabelMaster] = ""
+	m.nodes = []*corev1.Node{cp, master}
+	runMem(t, m)
+	status := func(name string) []egressv1.EgressIPStatusItem {
+		e, _ := m.EgressIP(name)
+		return e.Status.Items
+	}
+	eventually(t, 5*time.Second, "both control-plane nodes host an IP", func() (bool, string) {
+		a, b := nodeOf(status("e1"), "192.168.126.10"), nodeOf(status("e2"), "192.168.126.11")
+		return a != "" && b != "" && a != b, a + " " + b
+	})
+
+	worker := egressNode("worker", "", "10.0.0.2/24", true)
+	worker.Spec.ProviderID = "aws:///us-east-1a/i-0abc"
+	m.mu.Lock()
+	m.nodes = []*corev1.Node{cp, master, worker}
+	changed := m.changed
+	m.mu.Unlock()
+	changed(cluster.KindNode)
+	eventually(t, 5*time.Second, "on AWS they host none", func() (bool, string) {
+		a, b := status("e1"), status("e2")
+		return len(a)+len(b) == 0, fmt.Sprint(a, b)
+	})
+}

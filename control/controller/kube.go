@@ -40,6 +40,7 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 			return err
 		}
 		c.SetMetrics(m)
+		c.networkConfig = src.WatchReachabilityTimeout
 		return c.Run(ctx)
 	}
 	m.SetLeader(false)

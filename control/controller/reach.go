@@ -13,14 +13,15 @@ import (
 // reachability runs one probe loop per assignable node and remembers each
 // node's last verdict.
 type reachability struct {
-	total, interval time.Duration
-	prober          *health.Prober
-	metrics         *Metrics // set before start; nil ignores
-	log             *slog.Logger
+	interval time.Duration
+	prober   *health.Prober
+	metrics  *Metrics // set before start; nil ignores
+	log      *slog.Logger
 	// onChange is called when a node's verdict changes (or is first known).
 	onChange func()
 
 	mu    sync.Mutex
+	total time.Duration // 0: the check is disabled
 	ctx   context.Context
 	nodes map[string]*probeState
 	wg    sync.WaitGroup
@@ -65,7 +66,35 @@ func newReachability(total, interval time.Duration, pt ProbeTLS, log *slog.Logge
 		onChange: onChange, nodes: map[string]*probeState{}}, nil
 }
 
-func (r *reachability) disabled() bool { return r.total == 0 }
+func (r *reachability) disabled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total == 0
+}
+
+// timeout is the current total timeout, 0 when the check is disabled.
+func (r *reachability) timeout() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+// setTotal changes the total timeout; running loops use it from their
+// next probe. Disabling ends every loop: all nodes count as reachable.
+func (r *reachability) setTotal(total time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.total = total
+	if total != 0 {
+		return
+	}
+	for name, s := range r.nodes {
+		s.cancel()
+		r.prober.Forget(s.target)
+		r.metrics.ForgetNode(name)
+	}
+	r.nodes = map[string]*probeState{}
+}
 
 // start sets the context probe loops run under.
 func (r *reachability) start(ctx context.Context) {
@@ -89,12 +118,9 @@ func (r *reachability) stop() {
 // track makes the probed set equal targets (node name → host:port); a node
 // whose address changed starts over as unknown.
 func (r *reachability) track(targets map[string]string) {
-	if r.disabled() {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx == nil {
+	if r.ctx == nil || r.total == 0 {
 		return
 	}
 	for name, s := range r.nodes {
@@ -130,7 +156,7 @@ func (r *reachability) loop(ctx context.Context, name string, s *probeState) {
 		case <-t.C:
 		}
 		start := time.Now()
-		err := r.prober.Probe(ctx, s.target, r.total)
+		err := r.prober.Probe(ctx, s.target, r.timeout())
 		if ctx.Err() != nil {
 			return
 		}
@@ -158,11 +184,11 @@ func (r *reachability) loop(ctx context.Context, name string, s *probeState) {
 
 // verdict returns whether name is reachable and whether that is known yet.
 func (r *reachability) verdict(name string) (reachable, known bool) {
-	if r.disabled() {
-		return true, true
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.total == 0 {
+		return true, true
+	}
 	s, ok := r.nodes[name]
 	if !ok || !s.known {
 		return false, false

@@ -40,6 +40,14 @@ const (
 	// FailClosedSelected drops only the traffic of pods the agent has seen
 	// selected; a new pod can leave with the node's address until then.
 	FailClosedSelected = "selected"
+	// NoEgressIPBlock drops the traffic of a selected pod's address whose
+	// EgressIP has no usable egress IP of that address's family (none
+	// assigned, no node can host one, no IP of that family listed): the
+	// default, so a pod never leaves with another source than its egress IP.
+	NoEgressIPBlock = "block"
+	// NoEgressIPNode lets such traffic leave as if no EgressIP selected the
+	// address (the node's own routing and SNAT), as OVN-Kubernetes does.
+	NoEgressIPNode = "node"
 )
 
 // Config is the agent's configuration file (YAML); flags override it.
@@ -80,6 +88,11 @@ type Config struct {
 	// FailClosed is "podCIDR" (default: block unclassified pod addresses;
 	// falls back to "selected" while no pod CIDRs are known) or "selected".
 	FailClosed string `json:"failClosed,omitempty"`
+	// NoEgressIP is what happens to a selected pod address of a family its
+	// EgressIP has no usable egress IP of: "block" (default) or "node"
+	// (leave through the node's normal routing and SNAT). An EgressIP's
+	// annotation egret.io/no-egress-ip overrides it for that object.
+	NoEgressIP string `json:"noEgressIP,omitempty"`
 	// RulePriority, TableBase and TableCount set the owned ranges.
 	RulePriority int    `json:"rulePriority,omitempty"`
 	TableBase    uint32 `json:"tableBase,omitempty"`
@@ -163,6 +176,9 @@ func (c Config) WithDefaults() Config {
 	if c.FailClosed == "" {
 		c.FailClosed = FailClosedPodCIDR
 	}
+	if c.NoEgressIP == "" {
+		c.NoEgressIP = NoEgressIPBlock
+	}
 	if c.ProcSysNet == "" {
 		c.ProcSysNet = DefaultProcSysNet
 	}
@@ -213,6 +229,9 @@ func (c Config) Validate() error {
 	}
 	if c.FailClosed != FailClosedPodCIDR && c.FailClosed != FailClosedSelected {
 		errs = append(errs, fmt.Errorf("failClosed %q: use podCIDR or selected", c.FailClosed))
+	}
+	if c.NoEgressIP != NoEgressIPBlock && c.NoEgressIP != NoEgressIPNode {
+		errs = append(errs, fmt.Errorf("noEgressIP %q: use block or node", c.NoEgressIP))
 	}
 	if c.RulePriority <= 0 || c.RulePriority >= 32766 {
 		errs = append(errs, fmt.Errorf("rulePriority %d: give 1–32765 so the rules come before the main table's", c.RulePriority))

@@ -180,6 +180,8 @@ type Params struct {
 	// TrustPodIPs steers selected pods' addresses outside the pod
 	// networks too (Config.TrustPodIPs).
 	TrustPodIPs bool
+	// NoEgressIP is "block" (or "") or "node"; see Config.NoEgressIP.
+	NoEgressIP string
 }
 
 // Desired computes the kernel state for in. It is a pure function: it reads
@@ -310,6 +312,24 @@ func Desired(in Inputs, p Params) State {
 		}
 	}
 
+	// A family without a usable gateway: blocked (a blackhole route), or
+	// with "node" released as if unselected, to the node's own routing.
+	for _, o := range objs {
+		if len(o.pods) == 0 || noEgressIP(o.eip, p.NoEgressIP, problem) != NoEgressIPNode {
+			continue
+		}
+		o.pods = slices.DeleteFunc(o.pods, func(ip netip.Addr) bool {
+			f := famIndex(ip)
+			if len(o.hops[f]) > 0 {
+				return false
+			}
+			o.fams[f] = false
+			delete(selected, ip)
+			unselected = append(unselected, ip)
+			return true
+		})
+	}
+
 	// Tables: a stable hash of the name, probing in name order on collision.
 	used := map[uint32]bool{}
 	for _, o := range objs {
@@ -387,6 +407,23 @@ func Desired(in Inputs, p Params) State {
 	}
 	st.sort()
 	return st
+}
+
+// noEgressIP is the object's choice for a family without egress IP: its
+// annotation, else the agent's setting. A bad annotation blocks.
+func noEgressIP(e *egressv1.EgressIP, def string, problem func(string, ...any)) string {
+	v, ok := e.Annotations[egressv1.AnnotationNoEgressIP]
+	switch {
+	case !ok:
+		if def == NoEgressIPNode {
+			return NoEgressIPNode
+		}
+		return NoEgressIPBlock
+	case v == NoEgressIPBlock || v == NoEgressIPNode:
+		return v
+	}
+	problem("EgressIP %s: annotation %s is %q; use %s or %s; blocking", e.Name, egressv1.AnnotationNoEgressIP, v, NoEgressIPBlock, NoEgressIPNode)
+	return NoEgressIPBlock
 }
 
 // podNetworks decides the fail-closed mode and the node's pod networks.

@@ -111,7 +111,8 @@ func (k *Kernel) TunnelMAC() [6]byte { return k.mac }
 // Params are the desired-state parameters of this node.
 func (k *Kernel) Params() Params {
 	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount,
-		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs, TrustPodIPs: k.cfg.TrustPodIPs}
+		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs, TrustPodIPs: k.cfg.TrustPodIPs,
+		NoEgressIP: k.cfg.NoEgressIP}
 }
 
 func (k *Kernel) resolveVTEP() error {

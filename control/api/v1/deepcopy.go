@@ -43,6 +43,9 @@ func (in *EgressIPSpec) DeepCopyInto(out *EgressIPSpec) {
 	}
 	in.NamespaceSelector.DeepCopyInto(&out.NamespaceSelector)
 	in.PodSelector.DeepCopyInto(&out.PodSelector)
+	if in.TrafficSelector != nil {
+		out.TrafficSelector = in.TrafficSelector.DeepCopy()
+	}
 }
 
 // DeepCopy returns an independent copy of in.

@@ -21,6 +21,12 @@ type EgressIP struct {
 	Status EgressIPStatus `json:"status,omitzero"`
 }
 
+// AnnotationNoEgressIP on an EgressIP overrides, for the pods it selects,
+// the steer agents' noEgressIP setting: "block" drops a selected pod's
+// traffic of a family the object has no usable egress IP of, "node" lets it
+// leave through the node's normal routing and SNAT.
+const AnnotationNoEgressIP = "egret.io/no-egress-ip"
+
 // EgressIPSpec is the desired state of an EgressIP.
 type EgressIPSpec struct {
 	// EgressIPs are the IPv4 and/or IPv6 addresses to use as source.
@@ -31,6 +37,13 @@ type EgressIPSpec struct {
 	// PodSelector, if set, narrows the selection to matching pods in the
 	// selected namespaces; empty selects every pod there.
 	PodSelector metav1.LabelSelector `json:"podSelector,omitzero"`
+	// TrafficSelector is the destination filter proposed upstream
+	// (OVN-Kubernetes OKEP-6227: it selects EgressTrafficClass objects
+	// listing destination CIDRs). It is stored so such objects are not
+	// pruned, but not applied: the egress IPs serve every destination, as
+	// in OVN-Kubernetes with that feature off, and the controller says so
+	// in a TrafficSelectorNotApplied Event.
+	TrafficSelector *metav1.LabelSelector `json:"trafficSelector,omitempty"`
 }
 
 // EgressIPStatus is the observed assignment of an EgressIP.

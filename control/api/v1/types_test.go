@@ -26,6 +26,7 @@ func sample() *EgressIP {
 			PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}},
 			}},
+			TrafficSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"traffic-group": "mgmt"}},
 		},
 		Status: EgressIPStatus{Items: []EgressIPStatusItem{{Node: "n1", EgressIP: "192.0.2.1"}}},
 	}
@@ -42,6 +43,7 @@ func TestDeepCopyIndependent(t *testing.T) {
 	cp.Spec.EgressIPs[0] = "198.51.100.1"
 	cp.Spec.NamespaceSelector.MatchLabels["env"] = "prod"
 	cp.Spec.PodSelector.MatchExpressions[0].Values[0] = "db"
+	cp.Spec.TrafficSelector.MatchLabels["traffic-group"] = "data"
 	cp.Status.Items[0].Node = "n2"
 	if !reflect.DeepEqual(orig, sample()) {
 		t.Fatalf("mutating the copy changed the original: %+v", orig)

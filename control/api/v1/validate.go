@@ -32,11 +32,34 @@ func ParseEgressIP(s string) (netip.Addr, error) {
 	return a, nil
 }
 
+// EntryError is a problem with one spec.egressIPs entry: unusable or a
+// repeat. The controller's assignment reports these per address itself.
+type EntryError struct {
+	Index int
+	Err   error
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("spec.egressIPs[%d]: %v", e.Index, e.Err) }
+
+// Unwrap returns the problem with the entry.
+func (e *EntryError) Unwrap() error { return e.Err }
+
 // Validate checks an EgressIP the way the controller must before using it:
 // every problem is reported, each naming its field. The apiserver already
 // refuses most of these through the CRD; objects from the file source
 // (clusterless mode) are only checked here.
 func (e *EgressIP) Validate() error {
+	errs := e.Problems()
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("EgressIP %q is invalid: %w", e.Name, errors.Join(errs...))
+}
+
+// Problems lists what Validate reports, one error per problem, each
+// starting with its field; problems of single spec.egressIPs entries are
+// *EntryError.
+func (e *EgressIP) Problems() []error {
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
@@ -53,11 +76,11 @@ func (e *EgressIP) Validate() error {
 	for i, s := range e.Spec.EgressIPs {
 		a, err := ParseEgressIP(s)
 		if err != nil {
-			fail("spec.egressIPs[%d]: %w", i, err)
+			errs = append(errs, &EntryError{Index: i, Err: err})
 			continue
 		}
 		if j, dup := seen[a]; dup {
-			fail("spec.egressIPs[%d]: %q repeats spec.egressIPs[%d]", i, s, j)
+			errs = append(errs, &EntryError{Index: i, Err: fmt.Errorf("%q repeats spec.egressIPs[%d]", s, j)})
 			continue
 		}
 		seen[a] = i
@@ -67,6 +90,11 @@ func (e *EgressIP) Validate() error {
 	}
 	if _, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector); err != nil {
 		fail("spec.podSelector: %w", err)
+	}
+	if ts := e.Spec.TrafficSelector; ts != nil {
+		if _, err := metav1.LabelSelectorAsSelector(ts); err != nil {
+			fail("spec.trafficSelector: %w", err)
+		}
 	}
 	if len(e.Status.Items) > MaxEgressIPs {
 		fail("status.items: %d items, at most %d allowed", len(e.Status.Items), MaxEgressIPs)
@@ -79,8 +107,5 @@ func (e *EgressIP) Validate() error {
 			fail("status.items[%d].egressIP: %q is not an IP address", i, it.EgressIP)
 		}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("EgressIP %q is invalid: %w", e.Name, errors.Join(errs...))
+	return errs
 }

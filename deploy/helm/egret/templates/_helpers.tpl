@@ -63,6 +63,9 @@ logFormat: {{ .Values.log.format }}
 {{- if .Values.trustPodIPs }}
 trustPodIPs: true
 {{- end }}
+{{- if eq .Values.steer.noEgressIP "node" }}
+noEgressIP: node
+{{- end }}
 {{- end }}
 
 {{/* egret.healthTLS is "true" when the reachability probe runs over mutual

@@ -1,0 +1,78 @@
+package controller_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/egret-gw/egret/control/controller"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestOpenShiftNetworkReachabilityKube: Egret's own setting disables the
+// reachability check (0), and the only egress node answers no probe. On a
+// cluster without OpenShift's Network API that setting applies: the node
+// keeps the IP. With the API and the specification's Network "cluster"
+// (reachabilityTotalTimeoutSeconds: 5) the check runs and the node loses
+// it; changing the object is followed (0: the IP returns; 1: it leaves
+// again), and deleting it brings Egret's own setting back. The controller
+// runs as in production (RunKube) with deploy/rbac's rights only.
+func TestOpenShiftNetworkReachabilityKube(t *testing.T) {
+	env, cs, eip, user := startAPI(t)
+	k := &kubeCluster{cs: cs, eip: eip, user: user}
+	port, hs := healthServers(t, 1)
+	hs[0].stop(t) // the node answers no probe
+	k.applyNode(t, egressNode("dead", hs[0].addr, "192.168.130.2/24", true))
+	k.applyEgressIP(t, egressIP("e1", "192.168.130.10"))
+
+	own := 0
+	cfg := controller.Config{ReachabilityTotalTimeoutSeconds: &own, HealthPort: port,
+		HoldDown: &metav1.Duration{}, LeaderElection: controller.LeaderElection{Disabled: true}}
+	run := func() context.CancelFunc {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- controller.RunKube(ctx, user, cfg, "", testLogger(t), nil) }()
+		stop := func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("controller: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Error("controller did not stop within 20s")
+			}
+		}
+		t.Cleanup(stop)
+		return cancel
+	}
+	assigned := statusIs(t, k, "e1", map[string]string{"192.168.130.10": "dead"})
+	unassigned := statusIs(t, k, "e1", map[string]string{})
+
+	stop := run()
+	eventually(t, 15*time.Second, "no OpenShift API: Egret's 0 applies, the node keeps the IP", assigned)
+	stop()
+
+	env.InstallCRDs(t, filepath.Join("testdata", "networks.operator.openshift.io.yaml"))
+	if out, err := env.Kubectl(t, "apply", "-f", filepath.Join("testdata", "network-cluster.yaml")); err != nil {
+		t.Fatalf("applying the Network: %v\n%s", err, out)
+	}
+	run()
+	eventually(t, 30*time.Second, "Network says 5: the check runs and the node loses the IP", unassigned)
+	setTimeout := func(v string) {
+		t.Helper()
+		p := `{"spec":{"defaultNetwork":{"ovnKubernetesConfig":{"egressIPConfig":{"reachabilityTotalTimeoutSeconds":` + v + `}}}}}`
+		if out, err := env.Kubectl(t, "patch", "networks.operator.openshift.io", "cluster", "--type=merge", "-p", p); err != nil {
+			t.Fatalf("patching the Network: %v\n%s", err, out)
+		}
+	}
+	setTimeout("0")
+	eventually(t, 15*time.Second, "Network says 0: the check is off, the IP returns", assigned)
+	setTimeout("1")
+	eventually(t, 15*time.Second, "Network says 1: the IP leaves again", unassigned)
+	if out, err := env.Kubectl(t, "delete", "networks.operator.openshift.io", "cluster"); err != nil {
+		t.Fatalf("deleting the Network: %v\n%s", err, out)
+	}
+	eventually(t, 15*time.Second, "no Network object: Egret's 0 applies again", assigned)
+}
