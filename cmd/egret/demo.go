@@ -50,6 +50,7 @@ type demoRecord struct {
 // demoResult is the whole `egret demo --json` output.
 type demoResult struct {
 	Lab                             string                 `json:"lab"`
+	Underlay                        string                 `json:"underlay"`
 	ReachabilityTotalTimeoutSeconds int                    `json:"reachabilityTotalTimeoutSeconds"`
 	HoldDownSeconds                 float64                `json:"holdDownSeconds"`
 	Assignment                      []lab.AssignmentStatus `json:"assignmentBefore"`
@@ -83,7 +84,7 @@ func runDemo(args []string) error {
 		progress = os.Stderr
 	}
 	d := &demo{progress: progress, out: out, started: time.Now(), total: 7}
-	res := &demoResult{Lab: *name, ReachabilityTotalTimeoutSeconds: *reach, HoldDownSeconds: holdDown.Seconds(), Kept: *keep}
+	res := &demoResult{Lab: *name, Underlay: *underlay, ReachabilityTotalTimeoutSeconds: *reach, HoldDownSeconds: holdDown.Seconds(), Kept: *keep}
 
 	d.step("checking this machine (root, tools, AF_XDP, egret gateway agent)")
 	self, err := os.Executable()
