@@ -256,6 +256,7 @@ func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 			fmt.Sprintf("route replace default via %v dev egv0 table %d", g.TunnelIP, gatewayTable(i)))
 		fdb = append(fdb, fmt.Sprintf("fdb append %s dev egv0 dst %v", mac(g.TunnelMAC), g.IP))
 	}
+	var policyRules []string
 	for _, p := range w.Pods {
 		veth := "veth-" + p.Name
 		if len(veth) > 15 {
@@ -267,11 +268,18 @@ func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 		// Policy routing: the pod's traffic goes into the tunnel towards
 		// the gateway that hosts its egress IP.
 		if _, g, ok := s.Steering(p); ok && static {
-			lines = append(lines, fmt.Sprintf("rule add from %v lookup %d priority 1000", netip.PrefixFrom(p.IP, p.IP.BitLen()), gatewayTable(s.gatewayIndex(g.Name))))
+			policyRules = append(policyRules, fmt.Sprintf("rule add from %v lookup %d priority 1000", netip.PrefixFrom(p.IP, p.IP.BitLen()), gatewayTable(s.gatewayIndex(g.Name))))
 		}
 	}
 	if err := ipBatch(s.NS(w.Name), lines...); err != nil {
 		return err
+	}
+	if len(policyRules) > 0 {
+		// `ip rule` takes its family from the command line, not from the
+		// prefix, and a batch line cannot carry -6.
+		if _, err := runIn(strings.Join(policyRules, "\n")+"\n", "ip", "-"+strconv.Itoa(p4or6(s)), "-n", s.NS(w.Name), "-batch", "-"); err != nil {
+			return err
+		}
 	}
 	if len(fdb) > 0 {
 		if _, err := runIn(strings.Join(fdb, "\n")+"\n", "bridge", "-n", s.NS(w.Name), "-batch", "-"); err != nil {
@@ -310,6 +318,14 @@ func addr6(a netip.Addr, bits int, dev string, via netip.Addr) []string {
 		lines = append(lines, fmt.Sprintf("route add default via %v dev %s", via, dev))
 	}
 	return lines
+}
+
+// p4or6 is the primary family's number in `ip -4` / `ip -6`.
+func p4or6(s *Spec) int {
+	if s.IPv6Only() {
+		return 6
+	}
+	return 4
 }
 
 // nodad is the `ip addr add` option that skips duplicate address

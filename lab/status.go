@@ -280,7 +280,7 @@ func (st *Status) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "%-8s %-12s %-14v %-9s %s\n", g.Name, g.Namespace, g.VTEP, g.Interface, strings.Join(ips, ", "))
 	}
 	if len(st.Pods) > 0 {
-		fmt.Fprintf(w, "\ntry: ip netns exec %s curl -s http://%v/\n", st.Pods[0].Namespace, netip.AddrPortFrom(st.Server.IP, uint16(st.Server.HTTPPort)))
+		fmt.Fprintf(w, "\ntry: ip netns exec %s curl -s 'http://%v/'\n", st.Pods[0].Namespace, netip.AddrPortFrom(st.Server.IP, uint16(st.Server.HTTPPort)))
 	}
 }
 
