@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,7 @@ func testIPv6Only(t *testing.T, l *Lab, st *Status) {
 			t.Errorf("%s sent %d VXLAN-over-IPv6 frames to %s and got %d back; want both", w.Name, out, gw, in)
 		}
 	})
+	t.Run("TunnelFromStranger", func(t *testing.T) { testTunnelFromStranger6(t, l) })
 	t.Run("Unsolicited", func(t *testing.T) { checkUnsolicited(t, s, p.Name, p.Namespace, s.Server.IP, eip) })
 	t.Run("PMTU", func(t *testing.T) { testPMTU6(t, l, p.Name, p.Namespace, p.IP, s.Server.IP, eip) })
 }
@@ -131,4 +133,81 @@ func (w *ndWatch) check(t *testing.T, l *Lab, moved []AssignmentStatus) {
 		}
 		t.Logf("%v moved to %s: %d unsolicited NAs reached the router", m.IP, m.Node, unsolicited)
 	}
+}
+
+// testTunnelFromStranger6: a VXLAN frame of the lab's VNI over IPv6 from a
+// host on the node network that is no gateway (the controller namespace),
+// carrying an IPv6 datagram for pod w1-p1 as if from the server, is dropped
+// by the steer agent's tunnel filter on w1 (its IPv6 counter rises) and
+// never reaches the pod.
+func testTunnelFromStranger6(t *testing.T, l *Lab) {
+	s := l.Spec
+	w := s.Workers[0]
+	pod := w.Pods[0]
+	marker := []byte("FORGED-TUNNEL-FRAME-OVER-IPV6")
+	mac := linkMAC(t, s.NS(w.Name), "egret0")
+	inner := make([]byte, 14+40+8+len(marker))
+	copy(inner[0:6], mac)
+	copy(inner[6:12], []byte{0x02, 0x66, 0, 0, 0, 0x21})
+	binary.BigEndian.PutUint16(inner[12:], 0x86dd)
+	ip := inner[14:]
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(8+len(marker)))
+	ip[6], ip[7] = 17, 64
+	src, dst := s.Server.IP.As16(), pod.IP.As16()
+	copy(ip[8:24], src[:])
+	copy(ip[24:40], dst[:])
+	udp := ip[40:]
+	binary.BigEndian.PutUint16(udp[0:], UDPPort)
+	binary.BigEndian.PutUint16(udp[2:], 40000)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(marker)))
+	copy(udp[8:], marker)
+	vx := append([]byte{0x08, 0, 0, 0, byte(VNI >> 16), byte(VNI >> 8), byte(VNI), 0}, inner...)
+
+	before := steerDrops6(t, s.NS(w.Name))
+	c := startCapture(t, s.NS(pod.Name), "eth0")
+	conn, err := DialContext(t.Context(), s.NS(s.Controller.Name), "udp", netip.AddrPortFrom(w.IP, VXLANPort).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		conn.Write(vx)
+	}
+	conn.Close()
+	time.Sleep(300 * time.Millisecond)
+	for _, f := range c.Stop() {
+		if bytes.Contains(f, marker) {
+			t.Fatalf("pod %s received a tunnel frame sent by %v, which is no gateway", pod.Name, s.Controller.IP)
+		}
+	}
+	if after := steerDrops6(t, s.NS(w.Name)); after < before+3 {
+		t.Errorf("the steer agent's IPv6 tunnel filter on %s counted %d → %d packets, want 3 more", w.Name, before, after)
+	}
+}
+
+// steerDrops6 reads the packet counter of the steer agent's rule that drops
+// tunnel frames over IPv6 from senders that are no gateway.
+func steerDrops6(t *testing.T, ns string) int {
+	t.Helper()
+	out, err := nsExec(ns, "nft", "list", "chain", "inet", "egret-steer", "input")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, "ip6 saddr != @peers6") {
+			continue
+		}
+		f := strings.Fields(line)
+		for i := range f[:len(f)-1] {
+			if f[i] == "packets" {
+				n, err := strconv.Atoi(f[i+1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+	}
+	t.Fatalf("no IPv6 tunnel filter rule in %s:\n%s", ns, out)
+	return 0
 }
