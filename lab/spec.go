@@ -305,9 +305,6 @@ func (s *Spec) PodMTU() int {
 	return TunnelMTU
 }
 
-// hostBits is the prefix length of one address of the primary family.
-func (s *Spec) hostBits() int { return s.NodeSubnet.Addr().BitLen() }
-
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
 
 // ValidName checks a lab name: it prefixes namespace names and must not
