@@ -104,7 +104,7 @@ type KubeNamespace struct {
 type WorkerNode struct {
 	Name       string
 	IP         netip.Addr // eth0 and VTEP
-	IP6        netip.Addr // eth0's IPv6 address (the VTEP stays IPv4)
+	IP6        netip.Addr // eth0's IPv6 address in the default lab (its VTEP is IP)
 	TunnelIP   netip.Addr
 	TunnelMAC  [6]byte
 	PodSubnet  netip.Prefix // on the worker's cni0 bridge; .1 is the pods' gateway
