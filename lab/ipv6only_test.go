@@ -83,8 +83,9 @@ func testIPv6Only(t *testing.T, l *Lab, st *Status) {
 // ndWatch captures on the router while a gateway fails over, to check
 // neighbour discovery for the moved IPv6 egress IPs: the new owner
 // announces each with unsolicited neighbour advertisements, the killed
-// gateway (fenced) never advertises one after the kill, and the router's
-// neighbour entry ends up on the new owner's MAC.
+// gateway (fenced, its claims still on its eth0) never advertises one after
+// the kill, not even when the router solicits the IP afresh, and the
+// router's neighbour entry ends up on the new owner's MAC.
 type ndWatch struct {
 	c      *capture
 	killed []byte // MAC of the gateway that is killed
@@ -97,6 +98,21 @@ func watchND(t *testing.T, l *Lab, gw string) *ndWatch {
 func (w *ndWatch) check(t *testing.T, l *Lab, moved []AssignmentStatus) {
 	t.Helper()
 	s := l.Spec
+	rtr := s.NS(s.Router.Name)
+	// Solicit each moved IP afresh: the router forgets it and sends to it,
+	// so a multicast neighbour solicitation reaches every gateway, the
+	// killed one included.
+	for _, m := range moved {
+		if !m.IP.Is6() {
+			continue
+		}
+		run("ip", "-n", rtr, "-6", "neigh", "del", m.IP.String(), "dev", "eth0")
+		if c, err := DialContext(t.Context(), rtr, "udp", netip.AddrPortFrom(m.IP, 9).String()); err == nil {
+			c.Write([]byte("solicit"))
+			c.Close()
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
 	frames := w.c.Stop()
 	for _, m := range moved {
 		if !m.IP.Is6() {
