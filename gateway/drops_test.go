@@ -53,6 +53,11 @@ func dropCases() []dropCase {
 			f[14+20+8] = 0 // VXLAN I flag cleared
 			return f
 		}},
+		{reason: DropTunnelChecksum, frame: func(t *testing.T) []byte {
+			f := tunnelFrame(t, tun{outerSrc: node2VTEP, outerDst: gwVTEP6, kind: TunnelVXLAN, vni: testVNI}, udpFrom(pod2v4, server4).build(t))
+			f[14+40+6], f[14+40+7] = 0, 0 // zero outer UDP checksum over IPv6
+			return f
+		}},
 		{reason: DropGeneveCritical, frame: func(t *testing.T) []byte {
 			tu := podTun()
 			tu.kind, tu.geneveOpts, tu.geneveCritical = TunnelGeneve, geneveOpts(), true

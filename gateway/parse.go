@@ -196,6 +196,10 @@ func (p *Parsed) decodeTunnel(b []byte, l4, end int, sport, dport uint16, ul int
 		return
 	}
 	udpEnd := l4 + ul
+	if p.OuterVer == 6 && !tunnelChecksum6(b, l4, udpEnd, &p.OuterSrc, &p.OuterDst) {
+		p.bad(DropTunnelChecksum)
+		return
+	}
 	t := l4 + header.UDPLen
 	// VXLAN and Geneve without options are both 8 bytes.
 	if t+header.VXLANLen > udpEnd || udpEnd > len(b) {
@@ -249,6 +253,19 @@ func (p *Parsed) decodeTunnel(b []byte, l4, end int, sport, dport uint16, ul int
 	}
 	p.Kind = KindTunnel
 	p.decodeL4(b, l4, end)
+}
+
+// tunnelChecksum6 checks the outer UDP checksum of a tunnel packet over
+// IPv6 (UDP header at l4, datagram ending at end), as the kernel's VXLAN
+// and Geneve sockets do by default: a zero checksum is refused (RFC 6935
+// and 6936 allow it only where both ends are configured for it, and Linux
+// devices are not unless udp6zerocsumrx is set), a wrong one is corruption.
+func tunnelChecksum6(b []byte, l4, end int, src, dst *[16]byte) bool {
+	if b[l4+6] == 0 && b[l4+7] == 0 {
+		return false
+	}
+	ps := header.PseudoHeaderChecksum(header.ProtoUDP, src[:], dst[:], uint16(end-l4))
+	return header.ChecksumFold(header.Checksum(b[l4:end], ps)) == 0
 }
 
 // decodeIP fills the routed-packet IP fields from the header at off and

@@ -40,6 +40,7 @@ const (
 	DropPodFlowLimit                        // new flow refused: the pod holds its limit of flows (podFlowLimit)
 	DropEgressIPFlowLimit                   // new flow refused: the egress IP holds its limit of flows (egressIPFlowLimit)
 	DropDeniedDestination                   // new flow refused: the destination is on the deny-list (link-local, metadata, loopback, node networks...)
+	DropTunnelChecksum                      // tunnel packet over IPv6 whose outer UDP checksum is zero or wrong (RFC 6935/6936)
 	numDropReasons
 )
 
@@ -76,6 +77,7 @@ var dropNames = [numDropReasons]string{
 	DropPodFlowLimit:      "pod_flow_limit",
 	DropEgressIPFlowLimit: "egressip_flow_limit",
 	DropDeniedDestination: "denied_destination",
+	DropTunnelChecksum:    "tunnel_checksum",
 }
 
 // String returns the reason's label value.

@@ -75,6 +75,26 @@ func TestCommandLifecycle(t *testing.T) {
 		t.Errorf("human status:\n%s", out)
 	}
 
+	if st.Underlay != UnderlayIPv4 {
+		t.Errorf("status reports underlay %q, want ipv4", st.Underlay)
+	}
+	// Another underlay rebuilds the lab, and status (without a flag) reads
+	// the underlay it was built with.
+	if out := egret("up", "--name", name, "--underlay", "ipv6"); !strings.Contains(out, "2001:db8:2::101") {
+		t.Fatalf("up --underlay ipv6 printed no IPv6 topology:\n%s", out)
+	}
+	st6 := status()
+	if !st6.Up || st6.Underlay != UnderlayIPv6 || len(st6.Problems) > 0 || st6.Server.IP.String() != "2001:db8:5100::10" || st6.Server.PID == st.Server.PID {
+		t.Fatalf("status after up --underlay ipv6: %+v", st6)
+	}
+	if p := st6.Pod("w1-p1"); p.EgressIP == nil || p.EgressIP.String() != "2001:db8:2::101" || !p.IP.Is6() {
+		t.Errorf("w1-p1 on the IPv6-only lab: %+v", p)
+	}
+	if got, err := HTTPSource(name+"-w1-p1", "[2001:db8:5100::10]:8080", 2*time.Second); err != nil || got.Addr().String() != "2001:db8:2::101" {
+		t.Errorf("w1-p1 over the IPv6 underlay (kernel mode): server saw %v (%v), want 2001:db8:2::101", got, err)
+	}
+	st = st6
+
 	// A crash: the state file is gone, namespaces and the echo server remain.
 	if err := os.Remove(filepath.Join(RunRoot, name, "state.json")); err != nil {
 		t.Fatal(err)

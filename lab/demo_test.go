@@ -13,19 +13,26 @@ import (
 // TestDemo runs `egret demo --json` end to end (the built binary) and checks
 // its records: every selected pod seen as one of its object's egress IPs
 // through the node hosting it, the unselected pod as its node's IP, every
-// probe answered, and failover within reachabilityTotalTimeoutSeconds + 1 s.
+// probe answered, and failover within reachabilityTotalTimeoutSeconds + 1 s;
+// on both underlays (--underlay ipv6: every pod IPv6 only, leaving with an
+// IPv6 egress IP or its node's IPv6 address).
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole demo; skipped with -short")
 	}
 	requireRoot(t)
 	requireTools(t, "ip", "bridge", "nft", "ethtool", "sysctl")
+	for _, u := range []struct{ underlay, kind string }{{UnderlayIPv4, "d"}, {UnderlayIPv6, "v"}} {
+		t.Run(u.underlay, func(t *testing.T) { testDemo(t, u.underlay, testLabName(u.kind)) })
+	}
+}
+
+func testDemo(t *testing.T, underlay, name string) {
 	bin := egretBinary(t)
-	name := testLabName("d")
 	t.Cleanup(func() { Down("", name) })
 
 	start := time.Now()
-	cmd := exec.Command(bin, "demo", "--json", "--name", name)
+	cmd := exec.Command(bin, "demo", "--json", "--name", name, "--underlay", underlay)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -43,14 +50,22 @@ func TestDemo(t *testing.T) {
 		FailoverSeconds                 float64 `json:"failover_seconds"`
 		ReachabilityTotalTimeoutSeconds int     `json:"reachabilityTotalTimeoutSeconds"`
 		FailedGateway                   string  `json:"failedGateway"`
+		Underlay                        string  `json:"underlay"`
 		AssignmentBefore                []AssignmentStatus
 		AssignmentAfter                 []AssignmentStatus
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		t.Fatalf("demo output is not JSON: %v\n%s", err, stdout.String())
 	}
+	if res.Underlay != underlay {
+		t.Errorf("the demo reports underlay %q, want %q", res.Underlay, underlay)
+	}
+	v6only := underlay == UnderlayIPv6
 	nodeIP := map[string]string{"w1": "192.0.2.11", "w2": "192.0.2.12", "w1/ipv6": "2001:db8:2::11", "w2/ipv6": "2001:db8:2::12"}
 	wantObj := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": ""}
+	if v6only {
+		wantObj["w1-p3"] = ""
+	}
 	count := map[string]int{}
 	v6 := map[string]int{}
 	for _, r := range res.Records {
@@ -60,7 +75,7 @@ func TestDemo(t *testing.T) {
 			if ip, err := netip.ParseAddr(r.Seen); r.OK && (err != nil || !ip.Is6()) {
 				t.Errorf("%s %s %s: an IPv6 probe seen as %q", r.Phase, r.Pod, r.Probe, r.Seen)
 			}
-		} else if r.Family != "ipv4" {
+		} else if r.Family != "ipv4" || v6only {
 			t.Errorf("%s %s %s: family %q", r.Phase, r.Pod, r.Probe, r.Family)
 		}
 		if !r.OK {
@@ -92,13 +107,18 @@ func TestDemo(t *testing.T) {
 			t.Errorf("after the failover %s still left through the killed gateway %s", r.Pod, r.Gateway)
 		}
 	}
-	// Five pods over IPv4, the two dual-stack ones (w1-p3, w2-p2) also over IPv6.
-	if want := 5*len(ProbeKinds) + 2*len(ProbeKinds6); count["before"] != want || count["after"] != want {
+	// Five pods over IPv4, the two dual-stack ones (w1-p3, w2-p2) also over
+	// IPv6; in the IPv6-only lab five pods over IPv6.
+	want, want6 := 5*len(ProbeKinds)+2*len(ProbeKinds6), len(ProbeKinds6)
+	if v6only {
+		want, want6 = 5*len(ProbeKinds), len(ProbeKinds)
+	}
+	if count["before"] != want || count["after"] != want {
 		t.Errorf("records per phase %v, want %d each", count, want)
 	}
 	for _, k := range []string{"before w1-p3", "before w2-p2", "after w1-p3", "after w2-p2"} {
-		if v6[k] != len(ProbeKinds6) {
-			t.Errorf("%s: %d IPv6 probes, want %d", k, v6[k], len(ProbeKinds6))
+		if v6[k] != want6 {
+			t.Errorf("%s: %d IPv6 probes, want %d", k, v6[k], want6)
 		}
 	}
 	limit := float64(res.ReachabilityTotalTimeoutSeconds) + 1

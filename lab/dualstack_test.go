@@ -47,7 +47,7 @@ func testDualStack(t *testing.T, l *Lab) {
 		}
 	})
 	t.Run("Unsolicited6", func(t *testing.T) { checkUnsolicited(t, l.Spec, p.Name, p.Namespace, l.Spec.Server.IP6, v6.IP) })
-	t.Run("PMTU6", func(t *testing.T) { testPMTU6(t, l, p, v6.IP) })
+	t.Run("PMTU6", func(t *testing.T) { testPMTU6(t, l, p.Name, p.Namespace, p.IP6, l.Spec.Server.IP6, v6.IP) })
 	t.Run("Reclaim6", func(t *testing.T) { testReclaim6(t, l, p) })
 }
 
@@ -110,13 +110,14 @@ func ip6Src(p []byte) netip.Addr { return netip.AddrFrom16([16]byte(p[8:24])) }
 func ip6Dst(p []byte) netip.Addr { return netip.AddrFrom16([16]byte(p[24:40])) }
 
 // testPMTU6: with a 1280-byte hop between router and server, the router's
-// packet-too-big about an upload from the IPv6 egress IP is translated
-// back to the pod (quoting the pod's own packet), the pod caches MTU 1280
-// and the 8 MB upload completes.
-func testPMTU6(t *testing.T, l *Lab, p PodStatus, eip netip.Addr) {
+// packet-too-big about an upload from pod (name, namespace ns, IPv6
+// address podIP) to the server's IPv6 address, leaving as the IPv6 egress
+// IP eip, is translated back to the pod (quoting the pod's own packet), the
+// pod caches MTU 1280 and the 8 MB upload completes.
+func testPMTU6(t *testing.T, l *Lab, name, ns string, podIP, server, eip netip.Addr) {
 	s := l.Spec
 	const mtu = 1280
-	ns, rtr := p.Namespace, s.NS(s.Router.Name)
+	rtr := s.NS(s.Router.Name)
 	run("ip", "-n", ns, "-6", "route", "flush", "cache")
 	if err := ipBatch(rtr, fmt.Sprintf("link set eth1 mtu %d", mtu)); err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func testPMTU6(t *testing.T, l *Lab, p PodStatus, eip netip.Addr) {
 	})
 	c := startCapture(t, ns, "eth0")
 	const n = 8 << 20
-	resp, err := podClient(ns).Post(fmt.Sprintf("http://%v/sink", netip.AddrPortFrom(s.Server.IP6, HTTPPort)), "application/octet-stream", Pattern(n))
+	resp, err := podClient(ns).Post(fmt.Sprintf("http://%v/sink", netip.AddrPortFrom(server, HTTPPort)), "application/octet-stream", Pattern(n))
 	if err != nil {
 		t.Fatalf("IPv6 upload over the %d-byte hop: %v", mtu, err)
 	}
@@ -136,25 +137,25 @@ func testPMTU6(t *testing.T, l *Lab, p PodStatus, eip netip.Addr) {
 	var tooBig int
 	for _, f := range c.Stop() {
 		ip := ipv6Frame(f)
-		if ip == nil || ip[6] != 58 || ip6Dst(ip) != p.IP6 {
+		if ip == nil || ip[6] != 58 || ip6Dst(ip) != podIP {
 			continue
 		}
 		m := ip[40:]
-		if len(m) >= 8+40 && m[0] == 2 && binary.BigEndian.Uint32(m[4:]) == mtu && ip6Src(m[8:]) == p.IP6 {
+		if len(m) >= 8+40 && m[0] == 2 && binary.BigEndian.Uint32(m[4:]) == mtu && ip6Src(m[8:]) == podIP {
 			tooBig++ // quotes the pod's own, untranslated packet
 		}
 	}
 	if tooBig == 0 {
-		t.Fatalf("pod %s saw no ICMPv6 packet-too-big (mtu %d) quoting its own packet", p.Name, mtu)
+		t.Fatalf("pod %s saw no ICMPv6 packet-too-big (mtu %d) quoting its own packet", name, mtu)
 	}
-	out, err := run("ip", "-n", ns, "-6", "route", "get", s.Server.IP6.String())
+	out, err := run("ip", "-n", ns, "-6", "route", "get", server.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, fmt.Sprintf("mtu %d", mtu)) {
-		t.Fatalf("pod %s has no IPv6 path MTU %d towards the server: %s", p.Name, mtu, out)
+		t.Fatalf("pod %s has no IPv6 path MTU %d towards the server: %s", name, mtu, out)
 	}
-	t.Logf("pod %s: %d packet-too-big received; route: %s", p.Name, tooBig, strings.TrimSpace(out))
+	t.Logf("pod %s: %d packet-too-big received; route: %s", name, tooBig, strings.TrimSpace(out))
 }
 
 // testReclaim6 takes the IPv6 egress IP out of the manifest: the gateway

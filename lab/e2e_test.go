@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,22 +37,29 @@ func testModes(t *testing.T) []string {
 	return nil
 }
 
-// TestLab runs the end-to-end checks against one lab per gateway mode.
+// TestLab runs the end-to-end checks against one lab per gateway mode and
+// underlay: the default lab (VXLAN over IPv4) and the IPv6-only lab (VXLAN
+// over IPv6; subtests ipv6-kernel, ipv6-egret), where every check runs over
+// IPv6 (ICMPv6 echo, packet-too-big instead of frag-needed).
 func TestLab(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end lab test; skipped with -short")
 	}
 	requireRoot(t)
-	for _, mode := range testModes(t) {
-		t.Run(mode, func(t *testing.T) {
-			l := upLab(t, testLabName(mode[:1]), mode)
-			t.Run("Echo", func(t *testing.T) { testEcho(t, l) })
-			t.Run("Unsolicited", func(t *testing.T) { testUnsolicited(t, l) })
-			t.Run("Transfer200MB", func(t *testing.T) { testTransfer(t, l) })
-			t.Run("Iperf3", func(t *testing.T) { testIperf3(t, l) })
-			t.Run("PMTU", func(t *testing.T) { testPMTU(t, l) })
-			t.Run("PodMTU1500", func(t *testing.T) { testPodMTU1500(t, l) })
-		})
+	// Lab names take one letter per mode and underlay (testLabName).
+	kinds := map[string]string{ModeKernel: "k", ModeEgret: "e", "ipv6-" + ModeKernel: "x", "ipv6-" + ModeEgret: "y"}
+	for _, u := range []struct{ underlay, prefix string }{{UnderlayIPv4, ""}, {UnderlayIPv6, "ipv6-"}} {
+		for _, mode := range testModes(t) {
+			t.Run(u.prefix+mode, func(t *testing.T) {
+				l := upLabUnderlay(t, testLabName(kinds[u.prefix+mode]), mode, u.underlay)
+				t.Run("Echo", func(t *testing.T) { testEcho(t, l) })
+				t.Run("Unsolicited", func(t *testing.T) { testUnsolicited(t, l) })
+				t.Run("Transfer200MB", func(t *testing.T) { testTransfer(t, l) })
+				t.Run("Iperf3", func(t *testing.T) { testIperf3(t, l) })
+				t.Run("PMTU", func(t *testing.T) { testPMTU(t, l) })
+				t.Run("PodMTU1500", func(t *testing.T) { testPodMTU1500(t, l) })
+			})
+		}
 	}
 }
 
@@ -97,6 +105,14 @@ func testEcho(t *testing.T, l *Lab) {
 		}
 		uc.Close()
 
+		if s.IPv6Only() {
+			// ICMPv6 echo; PingSource checks the reply and what the server saw.
+			if got, err := s.PingSource(ns, 2*time.Second); err != nil || got != want {
+				t.Errorf("%s: ICMPv6 echo: server saw %v (%v), want %v", lp.p.Name, got, err, want)
+			}
+			seen[lp.p.Name] = want
+			continue
+		}
 		// ICMP: the kernel answers; a raw socket on the server side shows
 		// the request's source.
 		marker := []byte(fmt.Sprintf("egret-lab-icmp-%s-%d", lp.p.Name, i))
@@ -403,6 +419,11 @@ func testIperf3(t *testing.T, l *Lab) {
 // frag-needed reaches the pod (translated back through the gateway), the pod
 // lowers its path MTU and an upload completes.
 func testPMTU(t *testing.T, l *Lab) {
+	if s := l.Spec; s.IPv6Only() {
+		p := s.Workers[0].Pods[0]
+		testPMTU6(t, l, p.Name, s.NS(p.Name), p.IP, s.Server.IP, mustSteer(s, p))
+		return
+	}
 	s := l.Spec
 	const mtu = 1280
 	p := s.Workers[1].Pods[0]
@@ -463,15 +484,16 @@ func testPodMTU1500(t *testing.T, l *Lab) {
 	p := w.Pods[0]
 	ns, srv := s.NS(p.Name), s.NS(s.Server.Name)
 	eip := mustSteer(s, p)
-	if err := ipBatch(srv, "route flush cache"); err != nil {
+	fam := "-" + strconv.Itoa(p4or6(s))
+	if _, err := run("ip", fam, "-n", srv, "route", "flush", "cache"); err != nil {
 		t.Fatal(err)
 	}
 	if err := ipBatch(ns, "link set eth0 mtu 1500"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ipBatch(ns, fmt.Sprintf("link set eth0 mtu %d", TunnelMTU))
-		ipBatch(srv, "route flush cache")
+		ipBatch(ns, fmt.Sprintf("link set eth0 mtu %d", s.PodMTU()))
+		run("ip", fam, "-n", srv, "route", "flush", "cache")
 	})
 	const n = 8 << 20
 	h := sha256.New()
@@ -492,8 +514,8 @@ func testPodMTU1500(t *testing.T, l *Lab) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, fmt.Sprintf("mtu %d", TunnelMTU)) {
-		t.Fatalf("the server has no path MTU %d towards %v (no frag-needed arrived): %s", TunnelMTU, eip, out)
+	if !strings.Contains(out, fmt.Sprintf("mtu %d", s.PodMTU())) {
+		t.Fatalf("the server has no path MTU %d towards %v (no frag-needed / packet-too-big arrived): %s", s.PodMTU(), eip, out)
 	}
 	t.Logf("8 MB to %s (MTU 1500) completed; server route: %s", p.Name, strings.TrimSpace(out))
 }

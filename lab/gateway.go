@@ -77,8 +77,8 @@ func (Kernel) Start(env GatewayEnv) error {
 	lines := []string{
 		fmt.Sprintf("link add egv0 address %s type vxlan id %d local %v dstport %d nolearning",
 			mac(g.TunnelMAC), VNI, g.IP, VXLANPort),
-		fmt.Sprintf("link set egv0 mtu %d up", TunnelMTU),
-		fmt.Sprintf("addr add %v/%d dev egv0", g.TunnelIP, s.TunnelSubnet.Bits()),
+		fmt.Sprintf("link set egv0 mtu %d up", s.PodMTU()),
+		fmt.Sprintf("addr add %v/%d dev egv0%s", g.TunnelIP, s.TunnelSubnet.Bits(), nodad(g.TunnelIP)),
 	}
 	var fdb []string
 	for _, w := range s.Workers {
@@ -104,19 +104,20 @@ func (Kernel) Start(env GatewayEnv) error {
 func kernelRules(s *Spec, gw string) string {
 	var b strings.Builder
 	ips, _ := s.Hosted(gw)
-	b.WriteString("table ip egret_lab {\n\tchain snat_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n")
+	fam := nftFamily(s.NodeSubnet.Addr())
+	fmt.Fprintf(&b, "table %s egret_lab {\n\tchain snat_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n", fam)
 	var allowed []string
 	for _, w := range s.Workers {
 		for _, p := range w.Pods {
 			if e, host, ok := s.Steering(p); ok && host.Name == gw {
-				fmt.Fprintf(&b, "\t\toifname \"eth0\" ip saddr %v snat to %v\n", p.IP, e)
+				fmt.Fprintf(&b, "\t\toifname \"eth0\" %s saddr %v snat to %v\n", fam, p.IP, e)
 				allowed = append(allowed, p.IP.String())
 			}
 		}
 	}
 	b.WriteString("\t}\n\tchain forward_pods {\n\t\ttype filter hook forward priority filter; policy drop;\n\t\tct state established,related accept\n")
 	if len(allowed) > 0 {
-		fmt.Fprintf(&b, "\t\tiifname \"egv0\" oifname \"eth0\" ip saddr { %s } accept\n", strings.Join(allowed, ", "))
+		fmt.Fprintf(&b, "\t\tiifname \"egv0\" oifname \"eth0\" %s saddr { %s } accept\n", fam, strings.Join(allowed, ", "))
 	}
 	b.WriteString("\t}\n\tchain egress_ip_input {\n\t\ttype filter hook input priority filter; policy accept;\n")
 	if len(ips) > 0 {
@@ -124,7 +125,11 @@ func kernelRules(s *Spec, gw string) string {
 		for i, ip := range ips {
 			strs[i] = ip.String()
 		}
-		fmt.Fprintf(&b, "\t\tip daddr { %s } ct state new,invalid drop\n", strings.Join(strs, ", "))
+		if fam == "ip6" {
+			// Neighbour discovery for an egress IP is answered, as ARP is.
+			b.WriteString("\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n")
+		}
+		fmt.Fprintf(&b, "\t\t%s daddr { %s } ct state new,invalid drop\n", fam, strings.Join(strs, ", "))
 	}
 	b.WriteString("\t}\n}\n")
 	return b.String()
@@ -199,6 +204,9 @@ func NewGatewayConfig(s *Spec, gw string) engine.Config {
 		Node: g.Name, Interfaces: []string{"eth0"}, VTEPs: []string{g.IP.String()},
 		InnerMAC: mac(g.TunnelMAC), RouterV4: g.TunnelIP.String(),
 		Tunnel: "vxlan", VNI: VNI, Port: VXLANPort, EgressIPsClaimed: true,
+	}
+	if s.IPv6Only() {
+		c.RouterV4, c.RouterV6 = "", g.TunnelIP.String()
 	}
 	for _, w := range s.Workers {
 		n := engine.Node{Name: w.Name, VTEP: w.IP.String(), InnerMAC: mac(w.TunnelMAC)}

@@ -117,10 +117,16 @@ func TestMain(m *testing.M) {
 // upLab builds lab name in mode and removes it when the test ends.
 func upLab(t *testing.T, name, mode string) *Lab {
 	t.Helper()
+	return upLabUnderlay(t, name, mode, UnderlayIPv4)
+}
+
+// upLabUnderlay is upLab for the lab variant of underlay (NewSpec).
+func upLabUnderlay(t *testing.T, name, mode, underlay string) *Lab {
+	t.Helper()
 	requireRoot(t)
 	requireTools(t, "ip", "bridge", "nft", "ethtool", "sysctl")
 	bin := egretBinary(t)
-	spec, err := DefaultSpec(name)
+	spec, err := NewSpec(name, underlay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +139,7 @@ func upLab(t *testing.T, name, mode string) *Lab {
 	if err := l.Up(); err != nil {
 		t.Fatalf("lab up: %v", err)
 	}
-	t.Logf("lab %s up in %s mode in %v", name, mode, time.Since(start).Round(time.Millisecond))
+	t.Logf("lab %s (underlay %s) up in %s mode in %v", name, underlay, mode, time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := filepath.Glob(filepath.Join(l.RunDir(), "*.log"))

@@ -30,6 +30,20 @@ type state struct {
 	Name   string `json:"name"`
 	Mode   string `json:"mode"`
 	Binary string `json:"binary"`
+	// Underlay is the lab's variant (UnderlayIPv4 when empty: a lab
+	// built before there was a choice).
+	Underlay string `json:"underlay,omitempty"`
+}
+
+// BuiltUnderlay is the underlay lab name was built with (its state file),
+// UnderlayIPv4 when it is not up or was built before there was a choice.
+func BuiltUnderlay(runRoot, name string) string {
+	var saved state
+	b, err := os.ReadFile(filepath.Join(runDir(runRoot, name), "state.json"))
+	if err != nil || json.Unmarshal(b, &saved) != nil || saved.Underlay == "" {
+		return UnderlayIPv4
+	}
+	return saved.Underlay
 }
 
 // RunDir is the lab's run folder.
@@ -61,7 +75,7 @@ func (l *Lab) Up() error {
 		return errors.New("lab: Binary (the egret binary for the echo server) is not set")
 	}
 	st, err := l.Status()
-	if err == nil && st.Up && st.Mode == l.impl().Mode() && len(st.Problems) == 0 {
+	if err == nil && st.Up && st.Mode == l.impl().Mode() && st.Underlay == l.Spec.Underlay() && len(st.Problems) == 0 {
 		return nil
 	}
 	if err := Down(l.RunRoot, l.Spec.Name); err != nil {
@@ -163,7 +177,7 @@ func (l *Lab) build() error {
 			ips = nil // the gateway agent claims what the controller assigns
 		}
 		for _, ip := range ips {
-			lines = append(lines, fmt.Sprintf("addr add %v/32 dev eth0", ip))
+			lines = append(lines, hostAddr(ip, "eth0"))
 		}
 		if err := ipBatch(s.NS(g.Name), lines...); err != nil {
 			return fmt.Errorf("gateway %s: %w", g.Name, err)
@@ -203,7 +217,7 @@ func (l *Lab) build() error {
 	if err := l.probe(); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(state{Name: s.Name, Mode: l.impl().Mode(), Binary: l.Binary}, "", "  ")
+	b, _ := json.MarshalIndent(state{Name: s.Name, Mode: l.impl().Mode(), Binary: l.Binary, Underlay: s.Underlay()}, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "state.json"), b, 0o644)
 }
 
@@ -213,12 +227,13 @@ func (l *Lab) build() error {
 func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 	s := l.Spec
 	gw := w.PodSubnet.Addr().Next()
+	mtu := s.PodMTU()
 	lines := []string{"link set lo up",
 		fmt.Sprintf("addr add %v/%d dev eth0", w.IP, s.NodeSubnet.Bits()), "link set eth0 up",
 		fmt.Sprintf("route add default via %v", s.Router.IP),
 		"link add cni0 type bridge",
-		fmt.Sprintf("addr add %v/%d dev cni0", gw, w.PodSubnet.Bits()),
-		fmt.Sprintf("link set cni0 mtu %d up", TunnelMTU),
+		fmt.Sprintf("addr add %v/%d dev cni0%s", gw, w.PodSubnet.Bits(), nodad(gw)),
+		fmt.Sprintf("link set cni0 mtu %d up", mtu),
 	}
 	lines = append(lines, addr6(w.IP6, s.NodeSubnet6.Bits(), "eth0", s.Router.IP6)...)
 	gw6 := w.PodSubnet6.Addr().Next()
@@ -228,8 +243,8 @@ func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 	if static {
 		lines = append(lines, fmt.Sprintf("link add egv0 address %s type vxlan id %d local %v dstport %d nolearning",
 			mac(w.TunnelMAC), VNI, w.IP, VXLANPort),
-			fmt.Sprintf("link set egv0 mtu %d up", TunnelMTU),
-			fmt.Sprintf("addr add %v/%d dev egv0", w.TunnelIP, s.TunnelSubnet.Bits()))
+			fmt.Sprintf("link set egv0 mtu %d up", mtu),
+			fmt.Sprintf("addr add %v/%d dev egv0%s", w.TunnelIP, s.TunnelSubnet.Bits(), nodad(w.TunnelIP)))
 	}
 	var fdb []string
 	for i, g := range s.Gateways {
@@ -241,22 +256,30 @@ func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 			fmt.Sprintf("route replace default via %v dev egv0 table %d", g.TunnelIP, gatewayTable(i)))
 		fdb = append(fdb, fmt.Sprintf("fdb append %s dev egv0 dst %v", mac(g.TunnelMAC), g.IP))
 	}
+	var policyRules []string
 	for _, p := range w.Pods {
 		veth := "veth-" + p.Name
 		if len(veth) > 15 {
 			veth = veth[:15]
 		}
 		lines = append(lines,
-			fmt.Sprintf("link add %s mtu %d type veth peer name eth0 netns %s", veth, TunnelMTU, s.NS(p.Name)),
+			fmt.Sprintf("link add %s mtu %d type veth peer name eth0 netns %s", veth, mtu, s.NS(p.Name)),
 			fmt.Sprintf("link set %s master cni0 up", veth))
 		// Policy routing: the pod's traffic goes into the tunnel towards
 		// the gateway that hosts its egress IP.
 		if _, g, ok := s.Steering(p); ok && static {
-			lines = append(lines, fmt.Sprintf("rule add from %v/32 lookup %d priority 1000", p.IP, gatewayTable(s.gatewayIndex(g.Name))))
+			policyRules = append(policyRules, fmt.Sprintf("rule add from %v lookup %d priority 1000", netip.PrefixFrom(p.IP, p.IP.BitLen()), gatewayTable(s.gatewayIndex(g.Name))))
 		}
 	}
 	if err := ipBatch(s.NS(w.Name), lines...); err != nil {
 		return err
+	}
+	if len(policyRules) > 0 {
+		// `ip rule` takes its family from the command line, not from the
+		// prefix, and a batch line cannot carry -6.
+		if _, err := runIn(strings.Join(policyRules, "\n")+"\n", "ip", "-"+strconv.Itoa(p4or6(s)), "-n", s.NS(w.Name), "-batch", "-"); err != nil {
+			return err
+		}
 	}
 	if len(fdb) > 0 {
 		if _, err := runIn(strings.Join(fdb, "\n")+"\n", "bridge", "-n", s.NS(w.Name), "-batch", "-"); err != nil {
@@ -264,7 +287,7 @@ func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 		}
 	}
 	// Pods no policy selects leave with the node's IP, as with any CNI.
-	rules := fmt.Sprintf("table inet egret_lab {\n\tchain masquerade_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"eth0\" ip saddr %v masquerade\n", w.PodSubnet)
+	rules := fmt.Sprintf("table inet egret_lab {\n\tchain masquerade_pods {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"eth0\" %s saddr %v masquerade\n", nftFamily(w.PodSubnet.Addr()), w.PodSubnet)
 	if w.PodSubnet6.IsValid() {
 		rules += fmt.Sprintf("\t\toifname \"eth0\" ip6 saddr %v masquerade\n", w.PodSubnet6)
 	}
@@ -274,7 +297,7 @@ func (l *Lab) buildWorker(w WorkerNode, static bool) error {
 	}
 	for _, p := range w.Pods {
 		if err := ipBatch(s.NS(p.Name), append([]string{"link set lo up",
-			fmt.Sprintf("addr add %v/%d dev eth0", p.IP, w.PodSubnet.Bits()), fmt.Sprintf("link set eth0 mtu %d up", TunnelMTU),
+			fmt.Sprintf("addr add %v/%d dev eth0%s", p.IP, w.PodSubnet.Bits(), nodad(p.IP)), fmt.Sprintf("link set eth0 mtu %d up", mtu),
 			fmt.Sprintf("route add default via %v", gw)},
 			addr6(p.IP6, w.PodSubnet6.Bits(), "eth0", gw6)...)...); err != nil {
 			return fmt.Errorf("pod %s: %w", p.Name, err)
@@ -295,6 +318,37 @@ func addr6(a netip.Addr, bits int, dev string, via netip.Addr) []string {
 		lines = append(lines, fmt.Sprintf("route add default via %v dev %s", via, dev))
 	}
 	return lines
+}
+
+// p4or6 is the primary family's number in `ip -4` / `ip -6`.
+func p4or6(s *Spec) int {
+	if s.IPv6Only() {
+		return 6
+	}
+	return 4
+}
+
+// nodad is the `ip addr add` option that skips duplicate address
+// detection for an IPv6 address (nothing for IPv4).
+func nodad(a netip.Addr) string {
+	if a.Is6() {
+		return " nodad"
+	}
+	return ""
+}
+
+// hostAddr is the ip batch line that puts a as a host address (/32 or
+// /128, without DAD) on dev: how egress IPs sit on a gateway.
+func hostAddr(a netip.Addr, dev string) string {
+	return fmt.Sprintf("addr add %v dev %s%s", netip.PrefixFrom(a, a.BitLen()), dev, nodad(a))
+}
+
+// nftFamily is the nftables payload keyword of a's family ("ip" or "ip6").
+func nftFamily(a netip.Addr) string {
+	if a.Is6() {
+		return "ip6"
+	}
+	return "ip"
 }
 
 // gatewayTable is the routing table of the i-th gateway on workers.

@@ -95,12 +95,31 @@ func TestObjects(t *testing.T) {
 // its egress IPs move within reachabilityTotalTimeoutSeconds + 1 s, new
 // connections use the new node, and the returned node gets IPs again
 // after the hold-down.
+//
+// It runs on both lab variants: ipv4 (dual-stack nodes, IPv4 VTEPs, with
+// the dual-stack EgressIP's checks) and ipv6 (IPv6-only nodes and pods,
+// VXLAN over IPv6, with unsolicited inbound and PMTU over IPv6 on the
+// primary family).
 func TestManaged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end lab test; skipped with -short")
 	}
 	requireRoot(t)
-	l := upLab(t, testLabName("m"), ModeManaged)
+	for _, u := range []struct{ underlay, kind string }{{UnderlayIPv4, "m"}, {UnderlayIPv6, "6"}} {
+		t.Run(u.underlay, func(t *testing.T) { testManaged(t, upLabUnderlay(t, testLabName(u.kind), ModeManaged, u.underlay)) })
+	}
+}
+
+// wantPolicy is the EgressIP each pod of the managed lab is selected by
+// (deploy/examples/lab, or its ipv6 folder, which has no dual-stack object).
+func wantPolicy(s *Spec) map[string]string {
+	if s.IPv6Only() {
+		return map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "", "w2-p2": ""}
+	}
+	return map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": ""}
+}
+
+func testManaged(t *testing.T, l *Lab) {
 	m := l.Impl.(Managed)
 	limit := time.Duration(m.reach())*time.Second + time.Second
 
@@ -113,7 +132,7 @@ func TestManaged(t *testing.T) {
 	}
 	checkAssignment(t, st)
 	for _, p := range st.Pods {
-		if want := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": ""}[p.Name]; p.Policy != want {
+		if want := wantPolicy(l.Spec)[p.Name]; p.Policy != want {
 			t.Errorf("pod %s: selected by %q, want %q", p.Name, p.Policy, want)
 		}
 	}
@@ -138,7 +157,11 @@ func TestManaged(t *testing.T) {
 		}
 	})
 
-	t.Run("DualStack", func(t *testing.T) { testDualStack(t, l) })
+	if l.Spec.IPv6Only() {
+		t.Run("IPv6Only", func(t *testing.T) { testIPv6Only(t, l, st) })
+	} else {
+		t.Run("DualStack", func(t *testing.T) { testDualStack(t, l) })
+	}
 	if st, err = l.Status(); err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +172,12 @@ func TestManaged(t *testing.T) {
 			gw = a.Node
 		}
 	}
+	nd := watchND(t, l, gw)
 	res, err := l.Failover(gw, 10*time.Second)
 	if err != nil {
 		t.Fatalf("failover of %s: %v", gw, err)
 	}
+	t.Run("NeighbourDiscovery", func(t *testing.T) { nd.check(t, l, res.Moved) })
 	t.Logf("failover of %s (%s): status after %.3f s, first request from %s with the moved IP after %.3f s; %d requests, %d failed (limit %v)",
 		gw, movedString(res.Moved), res.StatusSeconds, res.Pod, res.TrafficSeconds, res.Attempts, res.Failed, limit)
 	if res.StatusSeconds > limit.Seconds() || res.TrafficSeconds > limit.Seconds() {

@@ -117,11 +117,18 @@ func writeObjects(s *Spec, dir string, dualStack bool) error {
 			return err
 		}
 	}
-	return fs.WalkDir(labexamples.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
+	manifests := fs.FS(labexamples.Manifests)
+	if s.IPv6Only() {
+		var err error
+		if manifests, err = fs.Sub(labexamples.IPv6, "ipv6"); err != nil {
+			return err
+		}
+	}
+	return fs.WalkDir(manifests, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || (path == DualStackManifest && !dualStack) {
 			return err
 		}
-		b, err := labexamples.Manifests.ReadFile(path)
+		b, err := fs.ReadFile(manifests, path)
 		if err != nil {
 			return err
 		}
@@ -133,6 +140,9 @@ func writeObjects(s *Spec, dir string, dualStack bool) error {
 // node: its fabric address per family, with the subnet's prefix length
 // (the subnet decides which egress IPs the node may host).
 func primaryIfAddr(ip netip.Addr, subnet netip.Prefix, ip6 netip.Addr, subnet6 netip.Prefix) string {
+	if ip.Is6() {
+		return fmt.Sprintf(`{"ipv6":"%v/%d"}`, ip, subnet.Bits())
+	}
 	if !ip6.IsValid() {
 		return fmt.Sprintf(`{"ipv4":"%v/%d"}`, ip, subnet.Bits())
 	}

@@ -92,6 +92,9 @@ var pingID atomic.Uint32
 // waits for the reply in ns and returns the source address the request
 // had when it reached the server (seen by a raw socket there).
 func (s *Spec) PingSource(ns string, timeout time.Duration) (netip.Addr, error) {
+	if s.Server.IP.Is6() {
+		return s.ping6(ns, s.Server.IP, timeout)
+	}
 	srvSeen, err := ListenPacket(s.NS(s.Server.Name), "ip4:icmp", "0.0.0.0")
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("ICMP listener on the server: %w", err)
@@ -119,8 +122,14 @@ func (s *Spec) PingSource(ns string, timeout time.Duration) (netip.Addr, error) 
 }
 
 // Ping6Source is PingSource over IPv6 (ICMPv6 echo to the server's IPv6
-// address). The kernel fills in ICMPv6 checksums on raw sockets.
+// address).
 func (s *Spec) Ping6Source(ns string, timeout time.Duration) (netip.Addr, error) {
+	return s.ping6(ns, s.Server.IP6, timeout)
+}
+
+// ping6 is PingSource over ICMPv6 to dst. The kernel fills in ICMPv6
+// checksums on raw sockets.
+func (s *Spec) ping6(ns string, dst netip.Addr, timeout time.Duration) (netip.Addr, error) {
 	srvSeen, err := ListenPacket(s.NS(s.Server.Name), "ip6:ipv6-icmp", "::")
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("ICMPv6 listener on the server: %w", err)
@@ -135,7 +144,7 @@ func (s *Spec) Ping6Source(ns string, timeout time.Duration) (netip.Addr, error)
 	marker := []byte(fmt.Sprintf("egret-probe6-%s-%d", ns, id))
 	req := echoRequest(id, 1, marker)
 	req[0], req[2], req[3] = 128, 0, 0 // ICMPv6 echo request; checksum by the kernel
-	if _, err := pc.WriteTo(req, &net.IPAddr{IP: s.Server.IP6.AsSlice()}); err != nil {
+	if _, err := pc.WriteTo(req, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
 		return netip.Addr{}, fmt.Errorf("ICMPv6 send from %s: %w", ns, err)
 	}
 	deadline := time.Now().Add(timeout)

@@ -21,9 +21,18 @@ const (
 	// VXLANPort is the VXLAN UDP destination port (IANA).
 	VXLANPort = 4789
 	// TunnelMTU is the MTU of the tunnel devices and of the pods' links:
-	// 1500 on the fabric minus 50 bytes of VXLAN over IPv4 (IPv6 inside
-	// the tunnel uses the same IPv4 underlay, so the same MTU).
+	// 1500 on the fabric minus 50 bytes of VXLAN over IPv4 (outer IPv4 20,
+	// UDP 8, VXLAN 8, inner Ethernet 14). IPv6 inside the tunnel uses the
+	// same IPv4 underlay, so the same MTU.
 	TunnelMTU = 1450
+	// TunnelMTU6 is TunnelMTU over an IPv6 underlay: the outer IPv6 header
+	// is 40 bytes, 20 more than IPv4's, so VXLAN costs 70 bytes.
+	TunnelMTU6 = 1430
+	// UnderlayIPv4 and UnderlayIPv6 name the lab's two variants: the
+	// dual-stack lab whose nodes and VTEPs use IPv4 (DefaultSpec), and the
+	// IPv6-only lab (IPv6Spec).
+	UnderlayIPv4 = "ipv4"
+	UnderlayIPv6 = "ipv6"
 	// HTTPPort and UDPPort are the echo server's ports.
 	HTTPPort = 8080
 	UDPPort  = 8081
@@ -34,7 +43,12 @@ const (
 	RunRoot = "/run/egret-lab"
 )
 
-// Spec describes a lab. Build one with DefaultSpec; the zero value is not usable.
+// Spec describes a lab. Build one with DefaultSpec or IPv6Spec (NewSpec
+// picks by underlay); the zero value is not usable.
+//
+// The fields without a 6 hold the lab's primary family, the family of
+// NodeSubnet: IPv4 in the default lab, IPv6 in the IPv6-only lab, which
+// leaves every field with a 6 unset.
 type Spec struct {
 	// Name prefixes every namespace ("<name>-w1") and names the run folder.
 	Name         string
@@ -90,7 +104,7 @@ type KubeNamespace struct {
 type WorkerNode struct {
 	Name       string
 	IP         netip.Addr // eth0 and VTEP
-	IP6        netip.Addr // eth0's IPv6 address (the VTEP stays IPv4)
+	IP6        netip.Addr // eth0's IPv6 address in the default lab (its VTEP is IP)
 	TunnelIP   netip.Addr
 	TunnelMAC  [6]byte
 	PodSubnet  netip.Prefix // on the worker's cni0 bridge; .1 is the pods' gateway
@@ -199,6 +213,96 @@ func DefaultSpec(name string) (*Spec, error) {
 		})
 	}
 	return s, s.Validate()
+}
+
+// IPv6Spec is DefaultSpec with IPv6 only: nodes, VTEPs, router, server and
+// pods have IPv6 addresses only (the same member names and host numbers,
+// in the IPv6 ranges of the default lab), so VXLAN runs over an IPv6
+// underlay and the pods' MTU is TunnelMTU6. The static policies are blue
+// (2001:db8:2::101 on g1) for w1-p1 and w2-p1 and green (2001:db8:2::102
+// on g2) for w1-p2; w1-p3 and w2-p2 are selected by none (managed mode
+// applies deploy/examples/lab/ipv6, which selects the same pods).
+func IPv6Spec(name string) (*Spec, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	a6 := func(f string, n ...any) netip.Addr { return mustAddr(fmt.Sprintf(f, n...)) }
+	s := &Spec{
+		Name:         name,
+		NodeSubnet:   netip.MustParsePrefix("2001:db8:2::/64"),
+		TunnelSubnet: netip.MustParsePrefix("2001:db8:19::/64"),
+		Router: Router{Name: "rtr", IP: mustAddr("2001:db8:2::1"),
+			Outside: netip.MustParsePrefix("2001:db8:5100::/64"), OutIP: mustAddr("2001:db8:5100::1")},
+		Server:     Server{Name: "srv", IP: mustAddr("2001:db8:5100::10")},
+		Controller: Controller{Name: "ctl", IP: mustAddr("2001:db8:2::2")},
+		KubeNamespaces: []KubeNamespace{
+			{Name: "shop", Labels: map[string]string{"team": "shop"}},
+			{Name: "billing", Labels: map[string]string{"team": "billing"}},
+			{Name: "qa", Labels: map[string]string{"env": "qa"}},
+		},
+		Policies: []Policy{
+			{Name: "blue", EgressIPs: []netip.Addr{mustAddr("2001:db8:2::101")}, Hosts: []string{"g1"}},
+			{Name: "green", EgressIPs: []netip.Addr{mustAddr("2001:db8:2::102")}, Hosts: []string{"g2"}},
+		},
+	}
+	web := map[string]string{"app": "web"}
+	pods := [][]Pod{
+		{{Name: "w1-p1", IP: a6("2001:db8:18:1::2"), Policy: "blue", KubeNamespace: "shop", Labels: web},
+			{Name: "w1-p2", IP: a6("2001:db8:18:1::3"), Policy: "green", KubeNamespace: "billing", Labels: map[string]string{"app": "invoices"}},
+			{Name: "w1-p3", IP: a6("2001:db8:18:1::4"), KubeNamespace: "qa", Labels: map[string]string{"egressip": "ds"}}},
+		{{Name: "w2-p1", IP: a6("2001:db8:18:2::2"), Policy: "blue", KubeNamespace: "shop", Labels: web},
+			{Name: "w2-p2", IP: a6("2001:db8:18:2::3"), KubeNamespace: "shop", Labels: map[string]string{"app": "batch"}}},
+	}
+	for i := 1; i <= 2; i++ {
+		s.Workers = append(s.Workers, WorkerNode{
+			Name:      fmt.Sprintf("w%d", i),
+			IP:        a6("2001:db8:2::%d", 10+i),
+			TunnelIP:  a6("2001:db8:19::%d", 10+i),
+			TunnelMAC: tunnelMAC(byte(10 + i)),
+			PodSubnet: netip.MustParsePrefix(fmt.Sprintf("2001:db8:18:%d::/64", i)),
+			Pods:      pods[i-1],
+		})
+	}
+	for i := 1; i <= 3; i++ {
+		s.Gateways = append(s.Gateways, Gateway{
+			Name:      fmt.Sprintf("g%d", i),
+			IP:        a6("2001:db8:2::%d", 20+i),
+			TunnelIP:  a6("2001:db8:19::%d", 20+i),
+			TunnelMAC: tunnelMAC(byte(20 + i)),
+		})
+	}
+	return s, s.Validate()
+}
+
+// NewSpec returns the lab of underlay: DefaultSpec for "ipv4" (or ""),
+// IPv6Spec for "ipv6".
+func NewSpec(name, underlay string) (*Spec, error) {
+	switch underlay {
+	case UnderlayIPv4, "":
+		return DefaultSpec(name)
+	case UnderlayIPv6:
+		return IPv6Spec(name)
+	}
+	return nil, fmt.Errorf("underlay %q: use %s or %s", underlay, UnderlayIPv4, UnderlayIPv6)
+}
+
+// IPv6Only reports whether the lab's primary family is IPv6 (IPv6Spec).
+func (s *Spec) IPv6Only() bool { return s.NodeSubnet.Addr().Is6() }
+
+// Underlay names the lab's variant: UnderlayIPv6 or UnderlayIPv4.
+func (s *Spec) Underlay() string {
+	if s.IPv6Only() {
+		return UnderlayIPv6
+	}
+	return UnderlayIPv4
+}
+
+// PodMTU is the MTU of the tunnel devices and the pods' links.
+func (s *Spec) PodMTU() int {
+	if s.IPv6Only() {
+		return TunnelMTU6
+	}
+	return TunnelMTU
 }
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
@@ -314,6 +418,12 @@ func (s *Spec) Validate() error {
 		}
 		return claim(a, who+" (IPv6)")
 	}
+	if s.IPv6Only() && (s.NodeSubnet6.IsValid() || s.Router.IP6.IsValid() || s.Server.IP6.IsValid() || s.Controller.IP6.IsValid()) {
+		return fmt.Errorf("lab spec: an IPv6 node subnet (%v) makes IPv6 the primary family: leave the IPv6 fields (NodeSubnet6, IP6...) unset", s.NodeSubnet)
+	}
+	if s.TunnelSubnet.Addr().Is6() != s.IPv6Only() {
+		return fmt.Errorf("lab spec: the tunnel subnet %v and the node subnet %v must be of one family", s.TunnelSubnet, s.NodeSubnet)
+	}
 	names := map[string]bool{"fabric": true, s.Router.Name: true, s.Server.Name: true}
 	for _, a := range []struct {
 		ip     netip.Addr
@@ -394,6 +504,9 @@ func (s *Spec) Validate() error {
 			}
 			if err := claim(p.IP, p.Name); err != nil {
 				return err
+			}
+			if p.IP6.IsValid() && s.IPv6Only() {
+				return fmt.Errorf("lab spec: pod %s: an IPv6-only lab's pods have one address (IP)", p.Name)
 			}
 			if p.IP6.IsValid() && p.IP6 == w.PodSubnet6.Addr().Next() {
 				return fmt.Errorf("lab spec: pod %s: %v is the pods' IPv6 gateway on %s", p.Name, p.IP6, w.Name)

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,9 @@ type Status struct {
 	Up bool `json:"up"`
 	// Mode is the gateway implementation: "kernel", "egret" or "managed".
 	Mode string `json:"mode,omitempty"`
+	// Underlay is the lab's variant: "ipv4" (dual-stack nodes, IPv4
+	// VTEPs) or "ipv6" (IPv6 only, VXLAN over IPv6).
+	Underlay string `json:"underlay"`
 	// ObjectsDir is the manifest directory of a managed lab (the
 	// controller's --source dir:), with status/ and events.log.
 	ObjectsDir string `json:"objectsDir,omitempty"`
@@ -141,7 +145,7 @@ type GatewayStatus struct {
 func (l *Lab) Status() (*Status, error) {
 	s := l.Spec
 	dir := l.RunDir()
-	st := &Status{Name: s.Name,
+	st := &Status{Name: s.Name, Underlay: s.Underlay(),
 		Server: ServerStatus{Namespace: s.NS(s.Server.Name), IP: s.Server.IP, IP6: s.Server.IP6, HTTPPort: HTTPPort, UDPPort: UDPPort},
 		Router: RouterStatus{Namespace: s.NS(s.Router.Name), IP: s.Router.IP, OutsideIP: s.Router.OutIP},
 	}
@@ -184,6 +188,9 @@ func (l *Lab) Status() (*Status, error) {
 		return st, fmt.Errorf("lab state %s is corrupt (%v); run `egret lab down --name %s`", dir, err, s.Name)
 	}
 	st.Up, st.Mode = true, saved.Mode
+	if u := cmp.Or(saved.Underlay, UnderlayIPv4); u != st.Underlay {
+		st.Problems = append(st.Problems, fmt.Sprintf("the lab was built with underlay %s, not %s; give --underlay %s", u, st.Underlay, u))
+	}
 	if saved.Mode == ModeManaged {
 		st.managedView(s, dir)
 	}
@@ -273,7 +280,7 @@ func (st *Status) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "%-8s %-12s %-14v %-9s %s\n", g.Name, g.Namespace, g.VTEP, g.Interface, strings.Join(ips, ", "))
 	}
 	if len(st.Pods) > 0 {
-		fmt.Fprintf(w, "\ntry: ip netns exec %s curl -s http://%v:%d/\n", st.Pods[0].Namespace, st.Server.IP, st.Server.HTTPPort)
+		fmt.Fprintf(w, "\ntry: ip netns exec %s curl -s 'http://%v/'\n", st.Pods[0].Namespace, netip.AddrPortFrom(st.Server.IP, uint16(st.Server.HTTPPort)))
 	}
 }
 
@@ -347,7 +354,7 @@ func (st *Status) managedView(s *Spec, dir string) {
 				if a.EgressIP == e.Name && a.Node != "" {
 					ps.EgressIPs = append(ps.EgressIPs, a.IP)
 					ps.Gateways = append(ps.Gateways, a.Node)
-					if a.IP.Is4() {
+					if a.IP.Is4() == p.IP.Is4() {
 						ps.ExpectedSources = append(ps.ExpectedSources, a.IP)
 					} else if p.IP6.IsValid() {
 						ps.ExpectedSources6 = append(ps.ExpectedSources6, a.IP)

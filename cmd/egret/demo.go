@@ -50,6 +50,7 @@ type demoRecord struct {
 // demoResult is the whole `egret demo --json` output.
 type demoResult struct {
 	Lab                             string                 `json:"lab"`
+	Underlay                        string                 `json:"underlay"`
 	ReachabilityTotalTimeoutSeconds int                    `json:"reachabilityTotalTimeoutSeconds"`
 	HoldDownSeconds                 float64                `json:"holdDownSeconds"`
 	Assignment                      []lab.AssignmentStatus `json:"assignmentBefore"`
@@ -70,6 +71,7 @@ func runDemo(args []string) error {
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
 	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "the controller's reachabilityTotalTimeoutSeconds (1-60)")
 	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "how long a returned gateway waits before it gets egress IPs again")
+	underlay := fs.String("underlay", lab.UnderlayIPv4, "ipv4 (dual-stack nodes, VXLAN over IPv4) or ipv6 (IPv6-only nodes and pods, VXLAN over IPv6)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -82,7 +84,7 @@ func runDemo(args []string) error {
 		progress = os.Stderr
 	}
 	d := &demo{progress: progress, out: out, started: time.Now(), total: 7}
-	res := &demoResult{Lab: *name, ReachabilityTotalTimeoutSeconds: *reach, HoldDownSeconds: holdDown.Seconds(), Kept: *keep}
+	res := &demoResult{Lab: *name, Underlay: *underlay, ReachabilityTotalTimeoutSeconds: *reach, HoldDownSeconds: holdDown.Seconds(), Kept: *keep}
 
 	d.step("checking this machine (root, tools, AF_XDP, egret gateway agent)")
 	self, err := os.Executable()
@@ -92,7 +94,7 @@ func runDemo(args []string) error {
 	if err := demoPreflight(self); err != nil {
 		return err
 	}
-	l, err := newLab(*name, lab.ModeManaged)
+	l, err := newLab(*name, lab.ModeManaged, *underlay)
 	if err != nil {
 		return err
 	}
@@ -101,7 +103,11 @@ func runDemo(args []string) error {
 		d.printf("  lab %q exists already (an earlier --keep or an interrupted run): it is removed and built again\n", *name)
 	}
 
-	d.step(fmt.Sprintf("building the lab %q: 2 workers with 5 pods (2 dual-stack), 3 gateways, router, echo server; starting egret controller, 3 egret gateway agents, 2 egret steer agents", *name))
+	what := "2 workers with 5 pods (2 dual-stack), 3 gateways, router, echo server"
+	if l.Spec.IPv6Only() {
+		what = "IPv6 only, VXLAN over IPv6: 2 workers with 5 pods, 3 gateways, router, echo server"
+	}
+	d.step(fmt.Sprintf("building the lab %q: %s; starting egret controller, 3 egret gateway agents, 2 egret steer agents", *name, what))
 	if err := l.Up(); err != nil {
 		return fmt.Errorf("building the lab: %w (the logs are in %s; `egret lab down --name %s` removes what is left)", err, l.RunDir(), *name)
 	}
@@ -124,7 +130,11 @@ func runDemo(args []string) error {
 	res.Assignment = st.Assignment
 	d.printf("  the controller assigned: %s\n", assignmentLine(st.Assignment))
 
-	d.step("sending HTTP, UDP and ping from every pod to the outside server 198.51.100.10, and over IPv6 to 2001:db8:5100::10 from the dual-stack pods")
+	to := fmt.Sprintf("the outside server %v", l.Spec.Server.IP)
+	if l.Spec.Server.IP6.IsValid() {
+		to += fmt.Sprintf(", and over IPv6 to %v from the dual-stack pods", l.Spec.Server.IP6)
+	}
+	d.step("sending HTTP, UDP and ping from every pod to " + to)
 	recs, ok := probeAll(l, st, "before")
 	res.Records = append(res.Records, recs...)
 	if !*asJSON {
@@ -163,7 +173,8 @@ func runDemo(args []string) error {
 	res.ReturnedGatewayHealthy = true
 
 	if *keep {
-		d.step(fmt.Sprintf("keeping the lab: `egret lab status --name %s`, `ip netns exec %s-w1-p1 curl -s http://198.51.100.10:8080/`, `egret lab down --name %s`", *name, *name, *name))
+		d.step(fmt.Sprintf("keeping the lab: `egret lab status --name %s`, `ip netns exec %s-w1-p1 curl -s http://%v/`, `egret lab down --name %s`",
+			*name, *name, netip.AddrPortFrom(l.Spec.Server.IP, lab.HTTPPort), *name))
 	} else {
 		d.step("removing the lab (use --keep to leave it up)")
 	}
@@ -262,6 +273,9 @@ func probeAll(l *lab.Lab, st *lab.Status, phase string) ([]demoRecord, bool) {
 		for _, kind := range kinds {
 			r := demoRecord{Phase: phase, Pod: p.Name, Namespace: p.KubeNamespace, Node: p.Node,
 				EgressIPObject: p.Policy, Probe: kind, Family: "ipv4", Steered: p.Policy != ""}
+			if p.IP.Is6() {
+				r.Family = "ipv6" // an IPv6-only lab: the primary probes are IPv6
+			}
 			want := p.ExpectedSources
 			if slices.Contains(lab.ProbeKinds6, kind) {
 				r.Family, want = "ipv6", p.ExpectedSources6

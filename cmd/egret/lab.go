@@ -68,8 +68,8 @@ func labFlags(name string) (*flag.FlagSet, *string) {
 	return fs, n
 }
 
-func newLab(name, mode string) (*lab.Lab, error) {
-	spec, err := lab.DefaultSpec(name)
+func newLab(name, mode, underlay string) (*lab.Lab, error) {
+	spec, err := lab.NewSpec(name, underlay)
 	if err != nil {
 		return nil, err
 	}
@@ -93,10 +93,11 @@ func labUp(args []string) error {
 	fs.StringVar(&mode, "gateway", mode, "gateway implementation: kernel (VXLAN + nftables SNAT), egret (egret gateway, static config) or managed (egret controller + gateway and steer agents); default from EGRET_LAB_GATEWAY")
 	reach := fs.Int("reachability-timeout", lab.DefaultReachabilitySeconds, "managed: the controller's reachabilityTotalTimeoutSeconds (1-60)")
 	holdDown := fs.Duration("hold-down", lab.DefaultHoldDown, "managed: how long a returned gateway waits before it gets egress IPs again")
+	underlay := fs.String("underlay", lab.UnderlayIPv4, "ipv4 (dual-stack nodes, VXLAN over IPv4) or ipv6 (IPv6-only nodes and pods, VXLAN over IPv6)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	l, err := newLab(*name, mode)
+	l, err := newLab(*name, mode, *underlay)
 	if err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func labStatus(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	l, err := newLab(*name, lab.ModeKernel)
+	l, err := newLab(*name, lab.ModeKernel, lab.BuiltUnderlay("", *name))
 	if err != nil {
 		return err
 	}

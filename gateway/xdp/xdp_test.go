@@ -190,6 +190,14 @@ func TestSteering(t *testing.T) {
 	// Geneve over IPv6.
 	l.sendUDP(netip.AddrPortFrom(gwIP6.Addr(), 6081), tunnelPayload(200, "geneve-v6"))
 	l.expectOnSocket([]byte("geneve-v6"))
+	// VXLAN over IPv6 (an IPv6-only cluster's underlay); another VNI over
+	// IPv6 stays the kernel's.
+	l.sendUDP(netip.AddrPortFrom(gwIP6.Addr(), 4789), tunnelPayload(100, "vxlan-v6"))
+	if f := l.expectOnSocket([]byte("vxlan-v6")); binary.BigEndian.Uint16(f[12:]) != 0x86dd || binary.BigEndian.Uint16(f[14+40+2:]) != 4789 {
+		t.Fatalf("VXLAN over IPv6 arrived as % x", f[:14+40+8])
+	}
+	l.sendUDP(netip.AddrPortFrom(gwIP6.Addr(), 4789), tunnelPayload(101, "vxlan-v6-other-vni"))
+	l.expectNotOnSocket([]byte("vxlan-v6-other-vni"))
 
 	// Other UDP to the same address reaches the kernel socket, not ours.
 	l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), 5555), []byte("plain-udp"))
@@ -221,8 +229,8 @@ func TestSteering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Tunnel < 3 || st.Egress < 1 || st.Pass < 3 {
-		t.Fatalf("counters %+v: want tunnel ≥ 3, egress ≥ 1, pass ≥ 3", st)
+	if st.Tunnel < 4 || st.Egress < 1 || st.Pass < 3 {
+		t.Fatalf("counters %+v: want tunnel ≥ 4, egress ≥ 1, pass ≥ 3", st)
 	}
 
 	// Removing the VTEP hands tunnel traffic back to the kernel.

@@ -9,3 +9,9 @@ import "embed"
 //
 //go:embed *.yaml
 var Manifests embed.FS
+
+// IPv6 holds ipv6/*.yaml: the manifests of the IPv6-only lab (egret lab up
+// --underlay ipv6, egret demo --underlay ipv6), whose egress IPs are IPv6.
+//
+//go:embed ipv6/*.yaml
+var IPv6 embed.FS
