@@ -12,17 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Actual reads the agent's state back from the kernel: rules at its
+// actual reads the agent's state back from the kernel: rules at its
 // priority pointing into its tables, routes of its protocol in its tables,
 // permanent neighbour and FDB entries on its device, and the filter's sets.
 // Next hops carry only Addr (the kernel does not know MAC and VTEP per route).
-func (k *Kernel) Actual() (State, error) {
-	st, _, err := k.actual()
-	return st, err
-}
-
-// actual is Actual plus the routes as the kernel holds them (next hops in
-// order, with weights), which Apply needs to keep each gateway's slot.
+// It also returns the routes as the kernel holds them (next hops in order,
+// with weights), which Apply needs to keep each gateway's slot.
 func (k *Kernel) actual() (State, []kernelRoute, error) {
 	var st State
 	rules, err := k.rules()

@@ -22,3 +22,9 @@ func routeEqual(a, b Route) bool {
 func (k *Kernel) DropsByReason() (selected, unclassified uint64, err error) {
 	return k.nft.drops()
 }
+
+// Actual is the kernel state as Apply reads it, for the tests.
+func (k *Kernel) Actual() (State, error) {
+	st, _, err := k.actual()
+	return st, err
+}
