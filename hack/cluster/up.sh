@@ -208,7 +208,9 @@ push_image "$PAUSE_IMAGE" "$img/pause"
 if [[ ! -x $img/busybox/bin/busybox ]]; then
 	cp "$(command -v busybox)" "$img/busybox/bin/busybox"
 	for a in sh ls cat wget ping sleep ip nc sh; do ln -sf busybox "$img/busybox/bin/$a"; done
-	printf 'FROM scratch\nCOPY bin /bin\nENTRYPOINT ["/bin/sh"]\n' >"$img/busybox/Containerfile"
+	# CMD, not ENTRYPOINT, as Docker's busybox image: `kubectl run ... -- sleep
+	# 3600` (README) replaces the command instead of becoming sh's arguments.
+	printf 'FROM scratch\nCOPY bin /bin\nCMD ["sh"]\n' >"$img/busybox/Containerfile"
 fi
 push_image "$BUSYBOX_IMAGE" "$img/busybox"
 
