@@ -166,17 +166,23 @@ func testManaged(t *testing.T, l *Lab) {
 		t.Fatal(err)
 	}
 
-	gw := ""
-	for _, a := range st.Assignment {
-		if a.EgressIP == "green" {
-			gw = a.Node
+	gw := killTarget(st)
+	// 50 long-lived connections from each pod of blue, whose two egress
+	// IPs are on two gateways (the workers' multipath route), through the
+	// failover: those whose gateway survives must not notice it.
+	var blue []PodStatus
+	for _, p := range st.Pods {
+		if p.Policy == "blue" {
+			blue = append(blue, p)
 		}
 	}
+	lived := startLongLived(t, l, blue, 50)
 	nd := watchND(t, l, gw)
 	res, err := l.Failover(gw, 10*time.Second)
 	if err != nil {
 		t.Fatalf("failover of %s: %v", gw, err)
 	}
+	t.Run("SurvivorsUninterrupted", func(t *testing.T) { lived.checkSurvivors(t, st, gw) })
 	t.Run("NeighbourDiscovery", func(t *testing.T) { nd.check(t, l, res.Moved) })
 	t.Logf("failover of %s (%s): status after %.3f s, first request from %s with the moved IP after %.3f s; %d requests, %d failed (limit %v)",
 		gw, movedString(res.Moved), res.StatusSeconds, res.Pod, res.TrafficSeconds, res.Attempts, res.Failed, limit)
@@ -224,6 +230,48 @@ func testManaged(t *testing.T, l *Lab) {
 	checkAssignment(t, st)
 	checkClaims(t, l, st, other)
 	t.Run("SourcesAfterReturn", func(t *testing.T) { checkSources(t, l, st) })
+}
+
+// killTarget picks the gateway the failover kills: one of blue's two
+// gateways when its death makes the worker's multipath route change in a
+// way that would move the other one's share were the next hops simply
+// listed in order (gateway names sort as their VTEPs do); blue's IP then
+// goes to the third gateway, the only one without an IP of blue. Without
+// such a choice, green's gateway.
+func killTarget(st *Status) string {
+	var blue []string
+	green := ""
+	for _, a := range st.Assignment {
+		switch a.EgressIP {
+		case "blue":
+			blue = append(blue, a.Node)
+		case "green":
+			green = a.Node
+		}
+	}
+	slices.Sort(blue)
+	gws := map[string]bool{}
+	for _, a := range st.Assignment {
+		if strings.HasPrefix(a.Node, "g") {
+			gws[a.Node] = true
+		}
+	}
+	if len(blue) != 2 || len(gws) != 3 {
+		return green
+	}
+	var third string
+	for g := range gws {
+		if !slices.Contains(blue, g) {
+			third = g
+		}
+	}
+	switch {
+	case third > blue[1]: // [a b] → [b third]: b's share would move
+		return blue[0]
+	case third < blue[0]: // [a b] → [third a]: a's share would move
+		return blue[1]
+	}
+	return green
 }
 
 // checkAssignment checks the spec's rules on the controller's status: every

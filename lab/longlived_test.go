@@ -1,0 +1,154 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// liveConn is one long-lived HTTP/1.1 connection from a pod to the outside
+// echo server, asking every 100 ms which source address the server sees.
+type liveConn struct {
+	pod      string
+	src      netip.Addr // the egress IP of its first answer
+	answers  int
+	moved    netip.Addr // a later answer's source, if it ever differed
+	err      error      // why it ended early
+	errAfter int        // answers before err
+}
+
+// longLived keeps n connections per pod open until stop.
+type longLived struct {
+	conns []*liveConn
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startLongLived(t *testing.T, l *Lab, pods []PodStatus, n int) *longLived {
+	t.Helper()
+	ll := &longLived{stop: make(chan struct{})}
+	server := netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort).String()
+	ready := make(chan error, len(pods)*n)
+	for _, p := range pods {
+		for range n {
+			c := &liveConn{pod: p.Name}
+			ll.conns = append(ll.conns, c)
+			ll.wg.Add(1)
+			go func() {
+				defer ll.wg.Done()
+				c.run(p.Namespace, server, ll.stop, ready)
+			}()
+		}
+	}
+	for range len(ll.conns) {
+		if err := <-ready; err != nil {
+			close(ll.stop)
+			ll.wg.Wait()
+			t.Fatalf("long-lived connection: %v", err)
+		}
+	}
+	return ll
+}
+
+// run dials, reports the first answer on ready, then asks every 100 ms
+// until stop or an error.
+func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	conn, err := DialContext(ctx, ns, "tcp", server)
+	cancel()
+	if err != nil {
+		ready <- fmt.Errorf("%s: dial %s: %w", c.pod, server, err)
+		return
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	ask := func() (netip.Addr, error) {
+		// A stall longer than this is an interruption, not a slow answer.
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: egret-lab\r\n\r\n"); err != nil {
+			return netip.Addr{}, err
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		defer resp.Body.Close()
+		line, err := bufio.NewReader(resp.Body).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return netip.Addr{}, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		ap, err := netip.ParseAddrPort(strings.Fields(line + " ")[0])
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("answer %q: %w", line, err)
+		}
+		return ap.Addr(), nil
+	}
+	src, err := ask()
+	if err != nil {
+		ready <- fmt.Errorf("%s: first request: %w", c.pod, err)
+		return
+	}
+	c.src, c.answers = src, 1
+	ready <- nil
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		a, err := ask()
+		if err != nil {
+			c.err, c.errAfter = err, c.answers
+			return
+		}
+		c.answers++
+		if a != c.src && !c.moved.IsValid() {
+			c.moved = a
+		}
+	}
+}
+
+// checkSurvivors stops the connections and checks that every one whose
+// egress IP was on a gateway other than killed (in before) went on
+// answering, always from the same source: a failover disturbs only the
+// flows of the failed gateway. The failed gateway's own connections are
+// counted, not checked (flow-state sync is the continuity issue's).
+func (ll *longLived) checkSurvivors(t *testing.T, before *Status, killed string) {
+	t.Helper()
+	close(ll.stop)
+	ll.wg.Wait()
+	node := map[netip.Addr]string{}
+	for _, a := range before.Assignment {
+		node[a.IP] = a.Node
+	}
+	survivors, broken := 0, 0
+	for _, c := range ll.conns {
+		if node[c.src] == killed {
+			if c.err != nil {
+				broken++
+			}
+			continue
+		}
+		survivors++
+		if c.err != nil {
+			t.Errorf("%s's connection via %v (%s, which stayed up) broke after %d answers: %v", c.pod, c.src, node[c.src], c.errAfter, c.err)
+		}
+		if c.moved.IsValid() {
+			t.Errorf("%s's connection via %v (%s) was answered from %v later", c.pod, c.src, node[c.src], c.moved)
+		}
+	}
+	if survivors < len(ll.conns)/4 {
+		t.Fatalf("only %d of %d connections used a gateway other than %s: the check proves little", survivors, len(ll.conns), killed)
+	}
+	t.Logf("%d connections through surviving gateways all kept going; %d of %d through %s broke", survivors, broken, len(ll.conns)-survivors, killed)
+}
