@@ -226,19 +226,8 @@ func TestRedirect(t *testing.T) {
 		seen <- [2]string{c.RemoteAddr().(*net.TCPAddr).IP.String(), c.LocalAddr().String()}
 		_, _ = c.Write([]byte("answer from 203.0.113.26:80"))
 	}()
-	var reply string
-	if err := client.Do(func() error {
-		c, err := net.DialTimeout("tcp", podNet4+":8080", reachable)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetReadDeadline(deadline(reachable))
-		b := make([]byte, 64)
-		n, err := c.Read(b)
-		reply = string(b[:n])
-		return err
-	}); err != nil {
+	reply, err := firstBytes(client, podNet4+":8080")
+	if err != nil {
 		t.Errorf("client to %s:8080: %v", podNet4, err)
 	}
 	select {
@@ -425,19 +414,8 @@ func TestRedirectIPv6(t *testing.T) {
 		seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
 		_, _ = c.Write([]byte("v6 answer"))
 	}()
-	var reply string
-	if err := l.Node.Do(func() error {
-		c, err := net.DialTimeout("tcp", "["+podNet6+"]:8080", reachable)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetReadDeadline(deadline(reachable))
-		b := make([]byte, 64)
-		n, err := c.Read(b)
-		reply = string(b[:n])
-		return err
-	}); err != nil {
+	reply, err := firstBytes(l.Node, "["+podNet6+"]:8080")
+	if err != nil {
 		t.Errorf("node to [%s]:8080: %v", podNet6, err)
 	}
 	select {
@@ -455,4 +433,23 @@ func TestRedirectIPv6(t *testing.T) {
 		t.Fatalf("DEL: %v %s", err, out)
 	}
 	assertClean(t, l, before)
+}
+
+// firstBytes connects to addr over TCP from inside ns and returns what the
+// far end writes first (up to 64 bytes).
+func firstBytes(ns interface{ Do(func() error) error }, addr string) (string, error) {
+	var reply string
+	err := ns.Do(func() error {
+		c, err := net.DialTimeout("tcp", addr, reachable)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(deadline(reachable))
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		reply = string(b[:n])
+		return err
+	})
+	return reply, err
 }

@@ -63,6 +63,21 @@ func buildLab(t *testing.T) *testLab {
 	return l
 }
 
+// setupKernel opens a Kernel for the namespace ns, closed when the test
+// ends, and runs its Setup.
+func setupKernel(t *testing.T, cfg Config, ns netns.NsHandle) *Kernel {
+	t.Helper()
+	k, err := NewKernel(cfg, ns, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	if err := k.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 func testConfig() Config {
 	return Config{
 		Underlay:     "eth0",

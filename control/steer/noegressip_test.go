@@ -88,14 +88,7 @@ func TestNoEgressIPInNetns(t *testing.T) {
 	l := fcLab(t)
 	cfg := testConfig()
 	cfg.PodCIDRs = fcPodNets
-	k, err := NewKernel(cfg, l.nodeH, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	if err := k.Setup(); err != nil {
-		t.Fatal(err)
-	}
+	k := setupKernel(t, cfg, l.nodeH)
 	uplink := capture(t, l.nodeH, "eth0")
 	in := func(annotation string, status ...string) Inputs {
 		in := fcInputs(true, status...)

@@ -134,14 +134,7 @@ func TestSurvivingGatewaysKeepTheirFlows(t *testing.T) {
 		ipb(t, name, "addr add "+ip+"/24 dev eth0", "link set eth0 up")
 		extra = append(extra, h)
 	}
-	k, err := NewKernel(testConfig(), l.nodeH, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	if err := k.Setup(); err != nil {
-		t.Fatal(err)
-	}
+	k := setupKernel(t, testConfig(), l.nodeH)
 	caps := map[string]*capturer{
 		"g1": capture(t, l.g1H, "eth0"), "g2": capture(t, l.g2H, "eth0"),
 		"g3": capture(t, extra[0], "eth0"), "g4": capture(t, extra[1], "eth0"),

@@ -27,14 +27,7 @@ func TestTunnelFilterInNetns(t *testing.T) {
 	ipb(t, rogue, "addr add 192.0.2.31/24 dev eth0", "link set eth0 up")
 	cfg := testConfig()
 	cfg.PodCIDRs = []string{"198.18.1.0/24", "fd00:18:1::/64"}
-	k, err := NewKernel(cfg, l.nodeH, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	if err := k.Setup(); err != nil {
-		t.Fatal(err)
-	}
+	k := setupKernel(t, cfg, l.nodeH)
 	// g1 hosts the egress IP of this node's pod; g2 one of an object
 	// that selects no pod here: both are gateways, rogue is not.
 	in := testInputs("g1", "192.0.2.101")
