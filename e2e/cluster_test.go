@@ -352,12 +352,54 @@ func (e *env) buildProbeImage() {
 	e.sh("bash", bh, "push", "-q", "--tls-verify=false", probeImage(), "docker://"+probeImage())
 }
 
+// waitEgretReady waits until every pod of every Egret workload runs the
+// current template and is Ready. Ready, not available: the gateway
+// DaemonSet's minReadySeconds (40 s, for rolling updates) would add its
+// wait to every install for nothing the checks need.
 func (e *env) waitEgretReady() {
 	e.t.Helper()
-	for _, w := range []string{"daemonset/egret-gateway", "daemonset/egret-steer", "daemonset/egress-router-cni", "deployment/egret-controller"} {
-		e.kubectl("-n", "egret-system", "rollout", "status", w, "--timeout=180s")
+	want := []string{"DaemonSet/egret-gateway", "DaemonSet/egret-steer", "DaemonSet/egress-router-cni", "Deployment/egret-controller"}
+	var last string
+	for deadline := time.Now().Add(180 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		out, err := e.kubectlErr("-n", "egret-system", "get", "daemonsets,deployments", "-o", "json")
+		if err != nil {
+			last = out
+			continue
+		}
+		var l struct {
+			Items []struct {
+				Kind     string
+				Metadata struct{ Name string }
+				Spec     struct{ Replicas *int }
+				Status   struct {
+					DesiredNumberScheduled, NumberReady, UpdatedNumberScheduled int
+					Replicas, ReadyReplicas, UpdatedReplicas                    int
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			e.t.Fatal(err)
+		}
+		ready := map[string]bool{}
+		var b strings.Builder
+		for _, it := range l.Items {
+			st := it.Status
+			ok := false
+			switch it.Kind {
+			case "DaemonSet":
+				ok = st.DesiredNumberScheduled > 0 && st.NumberReady == st.DesiredNumberScheduled && st.UpdatedNumberScheduled == st.DesiredNumberScheduled
+			case "Deployment":
+				ok = it.Spec.Replicas != nil && st.ReadyReplicas == *it.Spec.Replicas && st.UpdatedReplicas == *it.Spec.Replicas && st.Replicas == *it.Spec.Replicas
+			}
+			ready[it.Kind+"/"+it.Metadata.Name] = ok
+			fmt.Fprintf(&b, "%s/%s %+v\n", it.Kind, it.Metadata.Name, st)
+		}
+		last = b.String()
+		if !slices.ContainsFunc(want, func(w string) bool { return !ready[w] }) {
+			return
+		}
 	}
-	e.kubectl("-n", "egret-system", "wait", "--for=condition=Ready", "pod", "--all", "--timeout=120s")
+	e.t.Fatalf("Egret not Ready after 180s:\n%s\n%s", last, e.kubectl("-n", "egret-system", "get", "pods", "-o", "wide"))
 }
 
 // applyExamples applies deploy/examples' EgressIPs with only their egress IP
