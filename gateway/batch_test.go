@@ -33,6 +33,9 @@ func framePool(t testing.TB) (fs, answered [][]byte) {
 			add(tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, proto: "tcp", sport: sp, dport: 443, flags: fl}.build(t)))
 			add(tunnelFrame(t, tu2, pkt{src: pod2v6, dst: server6, proto: "tcp", sport: sp, dport: 443, flags: fl}.build(t)))
 		}
+		// Another pod's segment on the same ports: picked up while pod1v4's
+		// flow does not hold the port, reset while it does.
+		add(tunnelFrame(t, tu2, pkt{src: pod2v4, dst: server4, proto: "tcp", sport: sp, dport: 443, flags: "A"}.build(t)))
 		add(plainFrame(t, pkt{src: server4, dst: egress4, proto: "tcp", sport: 443, dport: sp, flags: "SA"}.build(t)))
 		add(plainFrame(t, pkt{src: server4, dst: egress4, proto: "tcp", sport: 443, dport: sp, flags: "A"}.build(t)))
 		add(plainFrame(t, pkt{src: server6, dst: egress6, proto: "tcp", sport: 443, dport: sp, flags: "SA"}.build(t)))
@@ -171,7 +174,7 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 			}
 			// The mix must have reached the interesting paths, or the
 			// comparison proves little.
-			for _, c := range []Counter{CounterForwarded, CounterReplied, CounterICMPSent, CounterICMPXlated, CounterFlowsNew, CounterTCPResetsSent} {
+			for _, c := range []Counter{CounterForwarded, CounterReplied, CounterICMPSent, CounterICMPXlated, CounterFlowsNew, CounterFlowsPickedUp, CounterTCPResetsSent} {
 				if bs.Count(c) == 0 {
 					t.Errorf("the mix never hit %v", c)
 				}
@@ -231,9 +234,11 @@ func TestBatchDependencies(t *testing.T) {
 			[]DropReason{DropNone, DropNone}, 1, 1},
 		{"later_fragment_first", func(t *testing.T) [][]byte { return [][]byte{f2, f1} },
 			[]DropReason{DropFragNoFirst, DropNone}, 1, 1},
-		{"ack_before_syn", func(t *testing.T) [][]byte {
+		{"rst_before_syn", func(t *testing.T) [][]byte {
+			// A RST opens nothing (an ACK would be picked up: newFlow).
+			rst := tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "R"}.build(t))
 			ack := tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "A"}.build(t))
-			return [][]byte{ack, syn(t), ack}
+			return [][]byte{rst, syn(t), ack}
 		}, []DropReason{DropTCPNoFlow, DropNone, DropNone}, 1, 1},
 	}
 	for _, c := range cases {

@@ -155,20 +155,22 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 				return pr.drop(r)
 			}
 		}
+		retired := false
 		if l.Hit && !natCurrent(st, s, &l.Flow) {
-			l.Hit = pr.retire(st, s, l, now)
+			l.Hit, retired = pr.retire(st, s, l, now)
 		}
 		if !l.Hit {
-			if r := pr.newFlow(st, s, l, now); r != DropNone {
+			// The segment that retires a connection from an egress IP
+			// this gateway no longer hosts for the pod is not picked up
+			// on another: the server knows it by the old address.
+			if r := pr.newFlow(st, s, l, now, !retired); r != DropNone {
 				if fe != nil {
 					pr.frags.release(fe)
 				}
 				if r == DropTCPNoFlow {
 					// A TCP segment of a connection this gateway does not
-					// know: it restarted, the flow expired or moved. The
-					// continuity issue's pick-up of a flow synced from a
-					// standby goes here, before the RST: a flow found there
-					// is inserted and the segment forwarded instead.
+					// know and could not pick up (newFlow): the pod learns
+					// at once instead of retransmitting into nothing.
 					return pr.resetToPod(st, s, now)
 				}
 				return pr.drop(r)
@@ -214,12 +216,12 @@ func natCurrent(st *installed, s *frame, f *conntrack.Flow) bool {
 // that left move, and no other), TCP is tcp_no_flow. An earlier frame of
 // the batch may have done this already: the key is looked up again first,
 // and a current flow found then is used. It reports whether l now holds a
-// current flow.
-func (pr *Processor) retire(st *installed, s *frame, l *conntrack.Lookup, now int64) bool {
+// current flow, and whether this frame removed the flow.
+func (pr *Processor) retire(st *installed, s *frame, l *conntrack.Lookup, now int64) (current, removed bool) {
 	natAddr, natPort := l.Flow.NATAddr, l.Flow.NATPort
 	if pr.ct.Track(conntrack.Original, &l.Key, l.Flags, now, &l.Flow) {
 		if natCurrent(st, s, &l.Flow) {
-			return true
+			return true, false
 		}
 		natAddr, natPort = l.Flow.NATAddr, l.Flow.NATPort
 	}
@@ -227,8 +229,9 @@ func (pr *Processor) retire(st *installed, s *frame, l *conntrack.Lookup, now in
 	if pr.ct.DeleteBinding(&l.Key, natAddr, natPort, &gone) {
 		pr.releaseFlow(&gone)
 		pr.stats.local.Counters[CounterFlowsMoved]++
+		return false, true
 	}
-	return false
+	return false, false
 }
 
 // opensFlow reports whether a pod packet with tuple t and TCP flags may
@@ -238,13 +241,36 @@ func opensFlow(t *conntrack.Tuple, flags uint8) bool {
 	return t.Proto != header.ProtoTCP || flags&f == conntrack.FlagSYN
 }
 
+// picksUp reports whether a pod's TCP segment that opens no flow may pick
+// one up mid-stream (the idea of netfilter's tcp_loose): a segment of an
+// established connection whose flow this gateway does not hold, because
+// the egress IP moved here from a gateway that died or the gateway
+// restarted. Never a SYN (that opens a flow the ordinary way) nor a RST.
+// Only ever asked of a pod's packet: traffic from outside opens nothing.
+func picksUp(t *conntrack.Tuple, flags uint8) bool {
+	return t.Proto == header.ProtoTCP && flags&(conntrack.FlagSYN|conntrack.FlagRST) == 0
+}
+
 // newFlow allocates a NAT binding for frame s's lookup l.Key and inserts
 // the flow into l.Flow. It returns DropNone on success.
-func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now int64) DropReason {
+//
+// A pod's TCP segment of a connection this gateway holds no flow for is
+// picked up (picksUp) when its policy has one egress IP here for the
+// family and that IP has the pod's own source port free towards the
+// server (and the flow was not just retired from another IP of the
+// policy): with port preservation that is
+// the 5-tuple the server already knows, so the connection goes on. The flow
+// starts ESTABLISHED (FIN_WAIT for a FIN) and learns the pod's ACK from this
+// segment. Otherwise the segment is tcp_no_flow, and the caller resets it.
+func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now int64, mayPickUp bool) DropReason {
 	pk, ni, policy := &s.pk, s.ni, s.policy
 	t, flags := &l.Key, l.Flags
+	pickup := false
 	if !opensFlow(t, flags) {
-		return DropTCPNoFlow
+		if !mayPickUp || !picksUp(t, flags) {
+			return DropTCPNoFlow
+		}
+		pickup = true
 	}
 	if st.snap.hosted.has(&pk.Dst) {
 		// Checked only here: no flow to a hosted egress IP is ever created,
@@ -258,6 +284,12 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 	if len(ips) == 0 {
 		return DropNoEgressIP
 	}
+	if pickup && len(ips) != 1 {
+		// Which of several IPs the connection had is unknown here (one
+		// may have just left). An assignment puts at most one IP of an
+		// object on a node, so this is a static configuration's case.
+		return DropTCPNoFlow
+	}
 	tn, ok := pr.tunnelNumber(tunnelID{pk.Tunnel, pk.VNI})
 	if !ok {
 		return DropTunnelMismatch // not accepted by any installed snapshot
@@ -269,24 +301,41 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 	}
 	natAddr := ips[pick]
 	if r := pr.admit(&t.Src, natAddr); r != DropNone {
+		if pickup {
+			return DropTCPNoFlow
+		}
 		return r
 	}
-	port, err := pr.alloc.Allocate(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr, pr.random())
-	if err != nil {
-		return DropNATExhausted
+	var port uint16
+	if pickup {
+		if !pr.alloc.Preserve(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr) {
+			return DropTCPNoFlow
+		}
+		port = t.SrcPort
+	} else {
+		var err error
+		if port, err = pr.alloc.Allocate(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr, pr.random()); err != nil {
+			return DropNATExhausted
+		}
 	}
 	f := &l.Flow
 	*f = conntrack.Flow{Orig: *t, NATAddr: conntrack.Addr(natAddr), NATPort: port,
 		Aux: packAux(st.vtepOfNode[ni], tn)}
-	err = pr.insertFlow(f, flags, now)
+	err := pr.insertFlow(f, flags, now)
 	if err == nil {
 		pr.inserted = true
 		pr.stats.local.Counters[CounterFlowsNew]++
+		if pickup {
+			pr.stats.local.Counters[CounterFlowsPickedUp]++
+		}
 		return DropNone
 	}
 	pr.alloc.Release(t.Proto, src, t.SrcPort, dst, t.DstPort, natAddr, port)
 	if errors.Is(err, conntrack.ErrExists) && pr.ct.Track(conntrack.Original, t, flags, now, f) {
 		return DropNone // another processor created it meanwhile
+	}
+	if pickup {
+		return DropTCPNoFlow
 	}
 	return refusal(err)
 }

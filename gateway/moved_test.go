@@ -17,7 +17,8 @@ import (
 // their IP and port. Those on the IP that left are removed with their ports
 // released and counted as flows_moved: UDP and ICMP continue from the
 // remaining IP, TCP is tcp_no_flow and answered with an RST (its connection
-// cannot survive a new source address). Every frame is sent twice in a row, so in the batched
+// cannot survive a new source address; without port preservation nothing
+// is picked up, TestPickUp has that). Every frame is sent twice in a row, so in the batched
 // path the second copy meets the first one's work in the same batch; the
 // batched and the one-frame paths must agree byte for byte.
 func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
@@ -82,7 +83,9 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 	var results [2][]sent
 	for mode, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
-			f := newFixture(t, 4096, cfg)
+			nc := nat.DefaultConfig()
+			nc.PreservePort = false
+			f := newFixtureNAT(t, 4096, cfg, nc)
 			f.single = single
 			before := run(f, func(fl flow) pkt { return fl.p })
 			byIP := map[netip.Addr]int{}

@@ -113,6 +113,7 @@ const (
 	CounterFlowsMoved                       // flows removed because their egress IP left the pod's policy here
 	CounterFlowsEarlyDropped                // unanswered or closing flows removed to make room in a full table
 	CounterTCPResetsSent                    // RSTs sent to pods for TCP segments of flows the gateway does not know (also counted as tcp_no_flow)
+	CounterFlowsPickedUp                    // TCP flows picked up mid-stream (also counted in flows_created)
 	numCounters
 )
 
@@ -128,6 +129,7 @@ var counterNames = [numCounters]string{
 	CounterFlowsMoved:        "flows_moved",
 	CounterFlowsEarlyDropped: "flows_early_dropped",
 	CounterTCPResetsSent:     "tcp_resets_sent",
+	CounterFlowsPickedUp:     "flows_picked_up",
 }
 
 // String returns the counter's label value.

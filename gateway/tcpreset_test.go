@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egret-gw/egret/nat"
+
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 )
@@ -91,8 +93,17 @@ func decodeReset(t *testing.T, frame []byte) decodedReset {
 	return d
 }
 
+// newFixtureNoPickUp is a gateway without port preservation, so that a
+// pod's segment of an unknown flow cannot be picked up (TestPickUp) and is
+// reset instead, as it is when the pod's port is taken.
+func newFixtureNoPickUp(t *testing.T, cfg Config) *fixture {
+	nc := nat.DefaultConfig()
+	nc.PreservePort = false
+	return newFixtureNAT(t, 64, cfg, nc)
+}
+
 // TestResetForUnknownFlow: a TCP segment from a pod for a flow the gateway
-// does not hold (here: a fresh gateway, as after a restart) is answered
+// does not hold and cannot pick up (here: a fresh gateway, as after a restart) is answered
 // with an RST from its destination, encapsulated to the pod's node with the
 // segment's tunnel and VNI, with the sequence numbers of RFC 9293
 // §3.10.7.1; the segment is counted as tcp_no_flow and the RST as
@@ -120,7 +131,7 @@ func TestResetForUnknownFlow(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFixture(t, 64, testConfig())
+			f := newFixtureNoPickUp(t, testConfig())
 			c.p.proto, c.p.sport, c.p.dport = "tcp", 40000, 443
 			out := make([]byte, 2048)
 			r := processOne(f.w, testNow, tunnelFrame(t, c.tu, c.p.build(t)), out)
@@ -154,7 +165,7 @@ func TestResetForUnknownFlow(t *testing.T) {
 // pod, would otherwise answer each other's RSTs.
 func TestNoResetForReset(t *testing.T) {
 	for _, flags := range []string{"R", "RA"} {
-		f := newFixture(t, 64, testConfig())
+		f := newFixtureNoPickUp(t, testConfig())
 		p := pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: flags, ack: 5}
 		r := processOne(f.w, testNow, tunnelFrame(t, podTun(), p.build(t)), make([]byte, 2048))
 		if r.Verdict != VerdictDrop || r.Reason != DropTCPNoFlow {
@@ -181,7 +192,7 @@ func TestResetRateLimited(t *testing.T) {
 		srcs = append(srcs, a)
 		cfg.Nodes[0].Pods = append(cfg.Nodes[0].Pods, Pod{Addr: a, Policy: "web"})
 	}
-	f := newFixture(t, 64, cfg)
+	f := newFixtureNoPickUp(t, cfg)
 	// Distinct buckets for the test's pods, so the counts below are exact.
 	for {
 		seen := map[int]bool{}
@@ -238,7 +249,7 @@ func TestResetRateLimited(t *testing.T) {
 
 // TestResetAllocs: answering with an RST allocates nothing.
 func TestResetAllocs(t *testing.T) {
-	f := newFixture(t, 64, testConfig())
+	f := newFixtureNoPickUp(t, testConfig())
 	fr := tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "A", ack: 9}.build(t))
 	out := make([]byte, 2048)
 	now := testNow

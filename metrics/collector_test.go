@@ -46,6 +46,7 @@ func TestGatewayCollectorMatchesPipeline(t *testing.T) {
 		{"egret_gateway_passed_packets_total", nil, float64(want.Count(gateway.CounterPass))},
 		{"egret_gateway_flows_created_total", nil, 48},
 		{"egret_gateway_flows_moved_total", nil, 0},
+		{"egret_gateway_flows_picked_up_total", nil, 0},
 		{"egret_gateway_flows", nil, 48},
 		{"egret_gateway_flows_max", nil, float64(p.Conntrack().Cap())},
 		{"egret_gateway_dropped_packets_total", []string{"reason=unknown_vtep"}, 2 * rounds},

@@ -93,7 +93,7 @@ type GatewayCollector struct {
 	xdpRxDropped, xdpRxRingFull, xdpFillEmpty, xdpTxEmpty, xdpInvalid    *prometheus.Desc
 	plRx, plPass, plFwd, plReplied, icmpSent, icmpXlated, drops          *prometheus.Desc
 	flows, flowsMax, flowsCreated, flowsExpired, flowsMoved              *prometheus.Desc
-	flowsEarlyDropped, tcpResetsSent                                     *prometheus.Desc
+	flowsEarlyDropped, tcpResetsSent, flowsPickedUp                      *prometheus.Desc
 	announcements, neighborAnswers                                       *prometheus.Desc
 	portsInUse, portsMax, exhausted, egressIPs, peers, workersDesc, busy *prometheus.Desc
 }
@@ -141,6 +141,7 @@ func NewGatewayCollector(src GatewaySource) *GatewayCollector {
 		flowsMax:          d("flows_max", "Capacity of the connection-tracking table."),
 		flowsCreated:      d("flows_created_total", "Flows created."),
 		flowsExpired:      d("flows_expired_total", "Flows expired and their NAT port released."),
+		flowsPickedUp:     d("flows_picked_up_total", "TCP flows picked up mid-stream: a pod's segment of a connection this gateway held no flow for (its egress IP moved here, or the gateway restarted), on the pod's own source port, so the server sees the same 5-tuple. Also counted in flows_created_total."),
 		flowsEarlyDropped: d("flows_early_dropped_total", "Unanswered or closing flows removed to make room for a new flow in a full table (early drop), their NAT port released."),
 		announcements:     d("claim_announcements_total", "Gratuitous ARPs and unsolicited neighbour advertisements for claimed egress IPs, by result (sent, failed).", "result"),
 		neighborAnswers:   d("neighbor_answers_total", "ARP replies and neighbour advertisements the gateway sent for its claimed egress IPs (the kernel is fenced from answering), by result (sent, failed).", "result"),
@@ -161,7 +162,7 @@ func (c *GatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPkts, c.rxBytes, c.txPkts, c.txBytes, c.txDrops, c.rxErr, c.txErr,
 		c.xdpRxDropped, c.xdpRxRingFull, c.xdpFillEmpty, c.xdpTxEmpty, c.xdpInvalid,
 		c.plRx, c.plPass, c.plFwd, c.plReplied, c.icmpSent, c.icmpXlated, c.tcpResetsSent, c.drops,
-		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired, c.flowsMoved, c.flowsEarlyDropped,
+		c.flows, c.flowsMax, c.flowsCreated, c.flowsExpired, c.flowsMoved, c.flowsEarlyDropped, c.flowsPickedUp,
 		c.announcements, c.neighborAnswers,
 		c.portsInUse, c.portsMax, c.exhausted, c.egressIPs, c.peers, c.workersDesc, c.busy} {
 		ch <- d
@@ -209,6 +210,7 @@ func (c *GatewayCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.flowsExpired, sum.Count(gateway.CounterFlowsExpired))
 	counter(ch, c.flowsMoved, sum.Count(gateway.CounterFlowsMoved))
 	counter(ch, c.flowsEarlyDropped, sum.Count(gateway.CounterFlowsEarlyDropped))
+	counter(ch, c.flowsPickedUp, sum.Count(gateway.CounterFlowsPickedUp))
 	if c.src.Claims != nil {
 		cs := c.src.Claims()
 		counter(ch, c.announcements, cs.Announced, "sent")

@@ -228,6 +228,49 @@ func (a *Allocator) Allocate(proto uint8, src Addr, sport uint16, dst Addr, dpor
 	return port, nil
 }
 
+// Preserve takes the pod's own source port sport as the NAT port of a flow
+// src:sport → dst:dport of proto on egress IP natAddr, and nothing else:
+// the port a TCP connection picked up mid-stream must have (after a
+// failover or a restart without its flow), since with port preservation it
+// is the one the server knows. It reports false, taking nothing, when port
+// preservation is off, sport lies outside the range ports come from, the
+// reply tuple is taken, or (endpoint-independent mapping) the endpoint is
+// mapped to another port. Release gives the port back as for Allocate.
+func (a *Allocator) Preserve(proto uint8, src Addr, sport uint16, dst Addr, dport uint16, natAddr Addr) bool {
+	class, ok := classOf(proto)
+	if !ok || unspecified(&natAddr) || !a.cfg.PreservePort {
+		return false
+	}
+	if lo, hi := a.portRange(class, sport); sport < lo || sport > hi {
+		return false
+	}
+	st := a.lockedState(&natAddr)
+	defer st.mu.Unlock()
+	t := a.table(st, class)
+	if t.eim {
+		if i := t.eps.find(&src, sport); i >= 0 {
+			e := &t.eps.slots[i]
+			if e.port != sport || a.inUse.ReplyInUse(proto, dst, dport, natAddr, sport) {
+				return false
+			}
+			e.flows++
+			t.take(sport)
+			return true
+		}
+		if !a.free(t, true, proto, &dst, dport, &natAddr, sport) {
+			return false
+		}
+		t.eps.insert(&src, sport, sport)
+		t.take(sport)
+		return true
+	}
+	if !a.free(t, false, proto, &dst, dport, &natAddr, sport) {
+		return false
+	}
+	t.take(sport)
+	return true
+}
+
 // allocShared is Allocate for address-and-port-dependent mapping, entered
 // with st locked; it returns the state it holds locked at the end (st, or
 // the IP's new state if st was forgotten meanwhile). The search for a free
