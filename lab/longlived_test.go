@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -18,6 +19,7 @@ import (
 type liveConn struct {
 	pod      string
 	src      netip.Addr // the egress IP of its first answer
+	kept     bool       // the server saw the pod's own source port (port preservation)
 	answers  int
 	moved    netip.Addr // a later answer's source, if it ever differed
 	err      error      // why it ended early
@@ -69,6 +71,8 @@ func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- err
 	}
 	defer conn.Close()
 	br := bufio.NewReader(conn)
+	local := conn.LocalAddr().(*net.TCPAddr).Port
+	var seen netip.AddrPort
 	ask := func() (netip.Addr, error) {
 		// A stall longer than this is an interruption, not a slow answer.
 		conn.SetDeadline(time.Now().Add(5 * time.Second))
@@ -89,6 +93,7 @@ func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- err
 		if err != nil {
 			return netip.Addr{}, fmt.Errorf("answer %q: %w", line, err)
 		}
+		seen = ap
 		return ap.Addr(), nil
 	}
 	src, err := ask()
@@ -96,7 +101,7 @@ func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- err
 		ready <- fmt.Errorf("%s: first request: %w", c.pod, err)
 		return
 	}
-	c.src, c.answers = src, 1
+	c.src, c.answers, c.kept = src, 1, int(seen.Port()) == local
 	ready <- nil
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -121,8 +126,11 @@ func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- err
 // checkSurvivors stops the connections and checks that every one whose
 // egress IP was on a gateway other than killed (in before) went on
 // answering, always from the same source: a failover disturbs only the
-// flows of the failed gateway. The failed gateway's own connections are
-// counted, not checked (flow-state sync is the continuity issue's).
+// flows of the failed gateway. Of the failed gateway's own connections,
+// every one the server saw with the pod's own source port (port
+// preservation) must go on as well: the new owner of its egress IP picks it
+// up on that port. One whose port was not preserved (two pods' connections
+// chose the same port) cannot be picked up and is only counted.
 func (ll *longLived) checkSurvivors(t *testing.T, before *Status, killed string) {
 	t.Helper()
 	close(ll.stop)
@@ -131,11 +139,17 @@ func (ll *longLived) checkSurvivors(t *testing.T, before *Status, killed string)
 	for _, a := range before.Assignment {
 		node[a.IP] = a.Node
 	}
-	survivors, broken := 0, 0
+	survivors, broken, moved := 0, 0, 0
 	for _, c := range ll.conns {
 		if node[c.src] == killed {
-			if c.err != nil {
+			switch {
+			case c.err != nil:
 				broken++
+			case c.moved.IsValid():
+				moved++
+			}
+			if c.kept && (c.err != nil || c.moved.IsValid()) {
+				t.Errorf("%s's connection via %v (on %s, killed) kept its port but was not picked up: broke after %d answers (%v), moved to %v", c.pod, c.src, killed, c.errAfter, c.err, c.moved)
 			}
 			continue
 		}
@@ -150,5 +164,6 @@ func (ll *longLived) checkSurvivors(t *testing.T, before *Status, killed string)
 	if survivors < len(ll.conns)/4 {
 		t.Fatalf("only %d of %d connections used a gateway other than %s: the check proves little", survivors, len(ll.conns), killed)
 	}
-	t.Logf("%d connections through surviving gateways all kept going; %d of %d through %s broke", survivors, broken, len(ll.conns)-survivors, killed)
+	t.Logf("%d connections through surviving gateways all kept going; of the %d through %s, %d went on (picked up), %d broke, %d were answered from another address",
+		survivors, len(ll.conns)-survivors, killed, len(ll.conns)-survivors-broken-moved, broken, moved)
 }

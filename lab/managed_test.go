@@ -177,6 +177,7 @@ func testManaged(t *testing.T, l *Lab) {
 		}
 	}
 	lived := startLongLived(t, l, blue, 50)
+	time.Sleep(time.Second) // ten exchanges on each before the kill
 	nd := watchND(t, l, gw)
 	res, err := l.Failover(gw, 10*time.Second)
 	if err != nil {
