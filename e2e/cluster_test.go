@@ -166,8 +166,12 @@ func TestCluster(t *testing.T) {
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress through the Helm install checked at %v", time.Since(start).Round(time.Second))
 
-	// 5. a new image tag for the gateways; egress works afterwards.
+	// 5. a new image tag for the gateways; egress works afterwards, and a
+	// connection open through the whole rollout goes on: each gateway's
+	// restart moves its egress IPs to the other, which picks the
+	// connection up on its preserved port.
 	e.push(image, registry+"/egret-gw/egret:"+e.version+"-e2e")
+	held := e.holdConnection(nss[len(nss)-1])
 	hm.rollout(e.version + "-e2e")
 	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=180s")
 	if got := e.kubectl("-n", "egret-system", "get", "daemonset/egret-gateway", "-o", "jsonpath={.spec.template.spec.containers[0].image}"); got != registry+"/egret-gw/egret:"+e.version+"-e2e" {
@@ -177,6 +181,7 @@ func TestCluster(t *testing.T) {
 	// down (30 s) before it hosts again; egress is checked on the settled state.
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress after the gateway rollout checked at %v", time.Since(start).Round(time.Second))
+	held()
 
 	for _, ns := range nss {
 		e.kubectl("delete", "namespace", ns.name, "--wait=false")
@@ -184,6 +189,49 @@ func TestCluster(t *testing.T) {
 	hm.uninstall()
 	e.checkAllClean()
 	t.Logf("total %v", time.Since(start).Round(time.Second))
+}
+
+// holdConnection opens one keep-alive HTTP connection from the first pod of
+// ns (whose object has one egress IP, moveIP) to the outside server, asking
+// every 200 ms (probe hold), and returns the function that ends it and
+// checks that every answer came over it from moveIP with one port.
+func (e *env) holdConnection(ns testNS) func() {
+	e.t.Helper()
+	p := e.pods(ns.name)[0]
+	uid := e.kubectl("get", "eip", "e2e-move", "-o", "jsonpath={.metadata.uid}")
+	cmd := exec.Command(e.kubectlBin, "--kubeconfig="+filepath.Join(stateDir, "admin.kubeconfig"),
+		"-n", ns.name, "exec", "-i", p.name, "--", "/bin/probe", "hold", net.JoinHostPort(serverIP, "8080"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() {
+		e.t.Helper()
+		stdin.Close()
+		err := cmd.Wait()
+		f := strings.Fields(out.String())
+		if err != nil || len(f) != 2 {
+			e.t.Errorf("the connection held through the gateway rollout: %v: %s", err, out.String())
+			return
+		}
+		ap, perr := netip.ParseAddrPort(f[0])
+		if perr != nil || ap.Addr().String() != moveIP {
+			e.t.Errorf("the connection held through the rollout was answered from %s, want %s", f[0], moveIP)
+		}
+		// The rollout restarted the gateway that hosted moveIP, so it
+		// moved at least once while the connection was open.
+		moves := strings.Count(e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid,
+			"-o", "custom-columns=REASON:.reason", "--no-headers"), "EgressIPMoved")
+		if moves == 0 {
+			e.t.Errorf("%s never moved during the rollout: the held connection crossed no failover", moveIP)
+		}
+		e.t.Logf("a connection from %s/%s went on through the gateway rollout (%s moved %d times): %s answers, all from %s", ns.name, p.name, moveIP, moves, f[1], f[0])
+	}
 }
 
 // installer is one way a user installs Egret: kustomize (deploy/ under an
