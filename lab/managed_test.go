@@ -12,14 +12,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestObjects checks the manifest directory managed mode writes: the
-// Node, Namespace and Pod objects a cluster would hold, and the EgressIP
-// manifests of deploy/examples/lab selecting the pods the spec says.
-func TestObjects(t *testing.T) {
-	s, err := DefaultSpec("egl")
-	if err != nil {
-		t.Fatal(err)
-	}
+// writtenObjects writes s's managed-mode objects into a temporary
+// directory and returns it with the content of its nodes.yaml.
+func writtenObjects(t *testing.T, s *Spec) (string, []byte) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := writeObjects(s, dir, true); err != nil {
 		t.Fatal(err)
@@ -28,6 +24,18 @@ func TestObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, b
+}
+
+// TestObjects checks the manifest directory managed mode writes: the
+// Node, Namespace and Pod objects a cluster would hold, and the EgressIP
+// manifests of deploy/examples/lab selecting the pods the spec says.
+func TestObjects(t *testing.T) {
+	s, err := DefaultSpec("egl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, b := writtenObjects(t, s)
 	for _, want := range []string{"name: g1", "k8s.ovn.org/egress-assignable: \"\"", `k8s.ovn.org/node-primary-ifaddr: '{"ipv4":"192.0.2.21/24","ipv6":"2001:db8:2::21/64"}'`,
 		"egret.io/vtep: 192.0.2.23", "type: InternalIP", "address: 192.0.2.12", "type: Ready"} {
 		if !strings.Contains(string(b), want) {

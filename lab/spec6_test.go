@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"os"
 	"strings"
 	"testing"
 )
@@ -80,14 +79,7 @@ func TestObjectsIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := writeObjects(s, dir, true); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(dir + "/nodes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, b := writtenObjects(t, s)
 	for _, want := range []string{`k8s.ovn.org/node-primary-ifaddr: '{"ipv6":"2001:db8:2::21/64"}'`, "egret.io/vtep: 2001:db8:2::23",
 		"address: 2001:db8:2::12", "- 2001:db8:18:1::/64"} {
 		if !strings.Contains(string(b), want) {

@@ -29,23 +29,12 @@ func TestOpenShiftNetworkReachabilityKube(t *testing.T) {
 	own := 0
 	cfg := controller.Config{ReachabilityTotalTimeoutSeconds: &own, HealthPort: port,
 		HoldDown: &metav1.Duration{}, LeaderElection: controller.LeaderElection{Disabled: true}}
-	run := func() context.CancelFunc {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- controller.RunKube(ctx, user, cfg, "", testLogger(t), nil) }()
-		stop := func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("controller: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Error("controller did not stop within 20s")
-			}
-		}
+	run := func() func() {
+		stop := runController(t, func(ctx context.Context) error {
+			return controller.RunKube(ctx, user, cfg, "", testLogger(t), nil)
+		})
 		t.Cleanup(stop)
-		return cancel
+		return stop
 	}
 	assigned := statusIs(t, k, "e1", map[string]string{"192.168.130.10": "dead"})
 	unassigned := statusIs(t, k, "e1", map[string]string{})

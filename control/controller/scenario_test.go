@@ -368,20 +368,7 @@ func startController(t *testing.T, src cluster.Source, cfg controller.Config) *c
 	registriesMu.Lock()
 	registries[c] = reg
 	registriesMu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("controller: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("controller did not stop within 20s")
-		}
-	})
+	t.Cleanup(runController(t, c.Run))
 	return c
 }
 
@@ -454,4 +441,27 @@ func gatheredBy(t *testing.T, reg *prometheus.Registry, name, key, value string)
 		}
 	}
 	return 0, false
+}
+
+// runController runs run until the returned function cancels it, which
+// then waits up to 20 s for it to end and fails the test on an error. The
+// function may be called more than once (also from a cleanup).
+func runController(t *testing.T, run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("controller: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Error("controller did not stop within 20s")
+			}
+		})
+	}
 }
