@@ -484,10 +484,9 @@ func TestMTUAsString(t *testing.T) {
 
 func (s IPSettings) withoutRedirects() IPSettings { s.Redirects = nil; return s }
 
-// TestRedirectDestinations parses upstream's redirect form from its own documentation
-// (docs/content/post/multiple_ports.md and logging.md), as written.
-func TestRedirectDestinations(t *testing.T) {
-	c, err := ParseConfig([]byte(`{
+// upstreamRedirect is upstream's multiple-destinations example
+// (docs/content/post/multiple_ports.md), as written, log settings included.
+const upstreamRedirect = `{
 	"cniVersion": "0.4.0",
 	"type": "egress-router",
 	"name": "egress-router",
@@ -500,7 +499,12 @@ func TestRedirectDestinations(t *testing.T) {
 	},
 	"log_file": "/tmp/egress-router-log",
 	"log_level": "debug"
-}`))
+}`
+
+// TestRedirectDestinations parses upstream's redirect form from its own documentation
+// (docs/content/post/multiple_ports.md and logging.md), as written.
+func TestRedirectDestinations(t *testing.T) {
+	c, err := ParseConfig([]byte(upstreamRedirect))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,23 +159,6 @@ func runSpecExample2(t *testing.T, l *lab, conf, kind string, before []string) {
 	}
 }
 
-// upstreamRedirect is upstream's multiple-destinations example
-// (docs/content/post/multiple_ports.md), as written, log settings included.
-const upstreamRedirect = `{
-	"cniVersion": "0.4.0",
-	"type": "egress-router",
-	"name": "egress-router",
-	"ip": {
-		"addresses": ["192.168.3.10/24"],
-		"destinations": ["80 UDP 10.100.3.0/30",
-		                 "8080 TCP 203.0.113.26/30 80",
-		                 "8443 TCP 203.0.113.27/30 443"],
-		"gateway": "192.168.3.1"
-	},
-	"log_file": "/tmp/egress-router-log",
-	"log_level": "debug"
-}`
-
 // redirectLab is the upstream lab with a client pod on another node (behind the node
 // namespace, in the cluster network 10.128.0.0/14) and the egress router pod routed as
 // OVN-Kubernetes routes its pods: cluster and service networks via eth0 besides the
