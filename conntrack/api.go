@@ -93,7 +93,7 @@ var (
 // RFC 4787 (UDP ≥ 2 min, 5 min recommended) and RFC 5508 (ICMP query 60 s).
 type Timeouts struct {
 	TCPEstablished time.Duration
-	TCPTransitory  time.Duration // SYN_SENT, SYN_RECV, FIN_WAIT, CLOSE_WAIT, LAST_ACK
+	TCPTransitory  time.Duration // SYN_SENT, SYN_RECV, FIN_WAIT, CLOSE_WAIT, LAST_ACK, PICKED_UP
 	TCPTimeWait    time.Duration
 	TCPClose       time.Duration // after RST
 	UDP            time.Duration

@@ -14,14 +14,15 @@ const (
 )
 
 // earlyDroppable reports whether a flow in state s may be evicted to make
-// room: it was never answered (UDP and ICMP unreplied, TCP SYN_SENT), is
+// room: it was never answered (UDP and ICMP unreplied, TCP SYN_SENT and
+// PICKED_UP), is
 // still opening (SYN_RECV), or is closing with nothing left to carry
 // (LAST_ACK, TIME_WAIT, CLOSE). Never an answered UDP or ICMP flow, never an
 // established TCP connection, nor a half-closed one (FIN_WAIT, CLOSE_WAIT),
 // which may still carry data one way for a long time.
 func earlyDroppable(s State) bool {
 	switch s {
-	case StateUDPUnreplied, StateICMPUnreplied, StateSynSent, StateSynRecv,
+	case StateUDPUnreplied, StateICMPUnreplied, StateSynSent, StateSynRecv, StatePickedUp,
 		StateLastAck, StateTimeWait, StateClose:
 		return true
 	}

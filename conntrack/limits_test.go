@@ -159,3 +159,40 @@ func TestEarlyDrop(t *testing.T) {
 		t.Fatalf("Len %d, want %d", tb.Len(), n-16)
 	}
 }
+
+// A table full of picked-up flows nobody answered gives them up for a new
+// flow, as it gives up SYN_SENT ones; once the server answers, a picked-up
+// flow is established and kept.
+func TestEarlyDropPickedUp(t *testing.T) {
+	const n = 16
+	tb := mustNew(t, Config{MaxFlows: n, Shards: 1})
+	var out Flow
+	for i := uint32(0); i < n; i++ {
+		f := podFlow(byte(i%4), i, 1, ProtoTCP)
+		if err := tb.Insert(&f, FlagACK, int64(i)*int64(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if f.State != StatePickedUp {
+			t.Fatalf("a flow opened by an ACK is %v, want PICKED_UP", f.State)
+		}
+		if i%2 == 0 { // the server answers half of them
+			r := f.Reply()
+			tb.Track(Reply, &r, FlagACK, 0, &out)
+		}
+	}
+	now := int64(n) * int64(time.Second)
+	nf := podFlow(9, 100, 1, ProtoTCP)
+	if err := tb.Insert(&nf, FlagSYN, now); !errors.Is(err, ErrFull) {
+		t.Fatalf("insert into a full table: %v", err)
+	}
+	for i := 0; i < n/2; i++ {
+		var v Flow
+		if !tb.EarlyDrop(&nf.Orig, now, &v) || v.State != StatePickedUp {
+			t.Fatalf("early drop %d: %v %v, want an unanswered PICKED_UP flow", i, v.State, v.Orig)
+		}
+	}
+	var v Flow
+	if tb.EarlyDrop(&nf.Orig, now, &v) {
+		t.Fatalf("early drop took %v flow %+v; the answered picked-up flows are established", v.State, v.Orig)
+	}
+}

@@ -10,7 +10,7 @@ const (
 
 	StateSynSent     // TCP: the pod's SYN seen, no answer yet
 	StateSynRecv     // TCP: SYN-ACK seen (or simultaneous SYNs)
-	StateEstablished // TCP: handshake done (or mid-stream pickup)
+	StateEstablished // TCP: handshake done (or a picked-up flow answered)
 	StateFinWait     // TCP: the pod side closed first
 	StateCloseWait   // TCP: the server side closed first
 	StateLastAck     // TCP: both sides sent FIN, waiting for the last ACK
@@ -23,13 +23,22 @@ const (
 	StateICMPReplied   // ICMP/ICMPv6 query: reply seen
 	StateGeneric       // any other protocol (UDP timeout)
 
+	// StatePickedUp is a TCP flow made from a pod's mid-stream segment
+	// (a connection whose gateway restarted or whose egress IP moved),
+	// nothing heard from the server yet. It has the transitory timeout and
+	// may be dropped early, as netfilter's loose pick-up is not "assured":
+	// otherwise a pod could hold flows open for hours by sending ACKs
+	// nobody answers. The server's first segment makes it ESTABLISHED.
+	// Last, so that the states before it keep their numbers.
+	StatePickedUp
+
 	numStates
 )
 
 var stateNames = [numStates]string{
 	"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT",
 	"LAST_ACK", "TIME_WAIT", "CLOSE", "UDP_UNREPLIED", "UDP_REPLIED",
-	"ICMP_UNREPLIED", "ICMP_REPLIED", "GENERIC",
+	"ICMP_UNREPLIED", "ICMP_REPLIED", "GENERIC", "PICKED_UP",
 }
 
 // String returns the state's conntrack-style name, e.g. "ESTABLISHED".
@@ -41,7 +50,7 @@ func (s State) String() string {
 }
 
 // IsTCP reports whether s is one of the TCP states.
-func (s State) IsTCP() bool { return s >= StateSynSent && s <= StateClose }
+func (s State) IsTCP() bool { return s >= StateSynSent && s <= StateClose || s == StatePickedUp }
 
 // validFor reports whether a flow of protocol proto may be in state s; Import
 // uses it to refuse records that could never have been produced.
@@ -73,10 +82,9 @@ func initialState(proto, fl uint8) State {
 		case fl&FlagFIN != 0:
 			return StateFinWait
 		default:
-			// Mid-stream pickup (e.g. after a failover without state sync):
-			// the connection was already open, so it gets the established
-			// timeout rather than being cut after 4 minutes.
-			return StateEstablished
+			// Mid-stream pick-up (after a failover or a restart without
+			// the flow): open, but unanswered until the server speaks.
+			return StatePickedUp
 		}
 	case ProtoUDP:
 		return StateUDPUnreplied
@@ -118,7 +126,7 @@ func tcpNext(s State, dir Dir, fl uint8) State {
 	case fl&FlagSYN != 0 && fl&FlagACK == 0:
 		if dir == Original {
 			switch s {
-			case StateSynSent, StateClose, StateTimeWait:
+			case StateSynSent, StateClose, StateTimeWait, StatePickedUp:
 				// A retransmitted SYN, or a new connection reusing the tuple.
 				return StateSynSent
 			}
@@ -137,7 +145,7 @@ func tcpNext(s State, dir Dir, fl uint8) State {
 		return s
 	case fl&FlagFIN != 0:
 		switch s {
-		case StateSynRecv, StateEstablished:
+		case StateSynRecv, StateEstablished, StatePickedUp:
 			if dir == Original {
 				return StateFinWait
 			}
@@ -159,7 +167,9 @@ func tcpNext(s State, dir Dir, fl uint8) State {
 		case StateLastAck:
 			return StateTimeWait
 		}
-		return s
+	}
+	if s == StatePickedUp && dir == Reply {
+		return StateEstablished // the server knows the connection
 	}
 	return s
 }

@@ -76,8 +76,15 @@ func TestTCPStateMachine(t *testing.T) {
 			{Original, ack, StateTimeWait},
 			{Original, syn, StateSynSent},
 		}},
-		{"mid-stream pickup", ack, StateEstablished, []pkt{
+		{"mid-stream pickup: the server's answer makes it ESTABLISHED", ack, StatePickedUp, []pkt{
+			{Original, psh, StatePickedUp},
 			{Reply, psh, StateEstablished},
+		}},
+		{"mid-stream pickup, the pod closes", ack, StatePickedUp, []pkt{
+			{Original, finack, StateFinWait},
+		}},
+		{"mid-stream pickup, a new SYN on the tuple", ack, StatePickedUp, []pkt{
+			{Original, syn, StateSynSent},
 		}},
 		{"first packet FIN", finack, StateFinWait, []pkt{
 			{Reply, finack, StateLastAck},

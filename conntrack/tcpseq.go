@@ -57,7 +57,7 @@ func step(s State, proto uint8, q *tcpSeq, dir Dir, g *seg) State {
 	fl := g.flags
 	if dir == Original && g.has {
 		switch {
-		case fl&(FlagSYN|FlagACK) == FlagSYN && (s == StateClose || s == StateTimeWait || s == StateSynSent):
+		case fl&(FlagSYN|FlagACK) == FlagSYN && (s == StateClose || s == StateTimeWait || s == StateSynSent || s == StatePickedUp):
 			// A new connection on the tuple (or the SYN again): what was
 			// learnt of the old one does not hold.
 			*q = tcpSeq{mark: g.seq + 1}

@@ -260,8 +260,8 @@ func picksUp(t *conntrack.Tuple, flags uint8) bool {
 // server (and the flow was not just retired from another IP of the
 // policy): with port preservation that is
 // the 5-tuple the server already knows, so the connection goes on. The flow
-// starts ESTABLISHED (FIN_WAIT for a FIN) and learns the pod's ACK from this
-// segment. Otherwise the segment is tcp_no_flow, and the caller resets it.
+// starts PICKED_UP (FIN_WAIT for a FIN), unanswered until the server
+// speaks. Otherwise the segment is tcp_no_flow, and the caller resets it.
 func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now int64, mayPickUp bool) DropReason {
 	pk, ni, policy := &s.pk, s.ni, s.policy
 	t, flags := &l.Key, l.Flags

@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
+
+	"github.com/egret-gw/egret/conntrack"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -21,12 +24,32 @@ func forwarded(t *testing.T, frame []byte) (netip.Addr, *layers.TCP) {
 	return src, tl.(*layers.TCP)
 }
 
+// flowStates lists the states of the table's flows (through Export).
+func flowStates(t *testing.T, ct *conntrack.Table) []conntrack.State {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := ct.Export(&buf, testNow); err != nil {
+		t.Fatal(err)
+	}
+	var out []conntrack.State
+	for b := buf.Bytes()[4:]; len(b) > 0; {
+		f, _, n, err := conntrack.DecodeRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f.State)
+		b = b[n:]
+	}
+	return out
+}
+
 // TestPickUp: a gateway that holds no flow for a pod's established
 // connection (it restarted, or the egress IP moved here from a gateway
 // that died) picks the connection up from the pod's next segment: the
 // segment leaves from the egress IP with the pod's own source port, the
 // 5-tuple the server knows with port preservation, the flow is made
-// ESTABLISHED and the server's answers reach the pod. Unsolicited segments
+// PICKED_UP (unanswered, early-droppable), the server's answers reach the
+// pod and make it ESTABLISHED. Unsolicited segments
 // from outside still open nothing; a taken port, a RST, or a policy with
 // several egress IPs here (which IP the connection had is unknown) gets
 // the pod an RST instead.
@@ -51,10 +74,16 @@ func TestPickUp(t *testing.T) {
 			t.Fatalf("picked up %d, created %d, tcp_no_flow %d, %d flows; want 1, 1, 0, 1",
 				st.Count(CounterFlowsPickedUp), st.Count(CounterFlowsNew), st.Drop(DropTCPNoFlow), f.ct.Len())
 		}
+		if s := flowStates(t, f.ct); len(s) != 1 || s[0] != conntrack.StatePickedUp {
+			t.Fatalf("flow states %v, want one PICKED_UP", s)
+		}
 		// The server's answer on the same 5-tuple reaches the pod.
 		back := pkt{src: server4, dst: egress4, proto: "tcp", sport: 443, dport: 40000, flags: "A", seq: 777, ack: 5010, payload: make([]byte, 5)}
 		if r := processOne(f.w, testNow, plainFrame(t, back.build(t)), out); r.Verdict != VerdictTx || r.Ifindex != underlayHop.Ifindex {
 			t.Fatalf("server's answer: %v %v to ifindex %d, want encapsulated to the node", r.Verdict, r.Reason, r.Ifindex)
+		}
+		if s := flowStates(t, f.ct); len(s) != 1 || s[0] != conntrack.StateEstablished {
+			t.Fatalf("flow states %v after the server's answer, want one ESTABLISHED", s)
 		}
 	})
 	t.Run("fin_v6_geneve", func(t *testing.T) {
