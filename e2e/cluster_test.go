@@ -194,7 +194,8 @@ func TestCluster(t *testing.T) {
 // holdConnection opens one keep-alive HTTP connection from the first pod of
 // ns (whose object has one egress IP, moveIP) to the outside server, asking
 // every 200 ms (probe hold), and returns the function that ends it and
-// checks that every answer came over it from moveIP with one port.
+// checks that every answer came over it from moveIP with one port (probe
+// hold fails on a broken connection or another source).
 func (e *env) holdConnection(ns testNS) func() {
 	e.t.Helper()
 	p := e.pods(ns.name)[0]
@@ -223,13 +224,13 @@ func (e *env) holdConnection(ns testNS) func() {
 		if perr != nil || ap.Addr().String() != moveIP {
 			e.t.Errorf("the connection held through the rollout was answered from %s, want %s", f[0], moveIP)
 		}
-		// The rollout restarted the gateway that hosted moveIP, so it
-		// moved at least once while the connection was open.
+		// The rollout replaced every gateway, so the one hosting moveIP
+		// restarted while the connection was open: its IP either moved to
+		// the other gateway (picked up there) or waited unassigned for the
+		// restarted one (picked up by the new process), as the other was
+		// held down; the Events say which.
 		moves := strings.Count(e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid,
 			"-o", "custom-columns=REASON:.reason", "--no-headers"), "EgressIPMoved")
-		if moves == 0 {
-			e.t.Errorf("%s never moved during the rollout: the held connection crossed no failover", moveIP)
-		}
 		e.t.Logf("a connection from %s/%s went on through the gateway rollout (%s moved %d times): %s answers, all from %s", ns.name, p.name, moveIP, moves, f[1], f[0])
 	}
 }
