@@ -226,9 +226,9 @@ func (e *env) holdConnection(ns testNS) func() {
 		}
 		// The rollout replaced every gateway, so the one hosting moveIP
 		// restarted while the connection was open: its IP either moved to
-		// the other gateway (picked up there) or waited unassigned for the
-		// restarted one (picked up by the new process), as the other was
-		// held down; the Events say which.
+		// the other gateway (picked up there) or stayed with its restarted
+		// host (the other still held down after its own restart; picked up
+		// by the new process). The Events say which.
 		moves := strings.Count(e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid,
 			"-o", "custom-columns=REASON:.reason", "--no-headers"), "EgressIPMoved")
 		e.t.Logf("a connection from %s/%s went on through the gateway rollout (%s moved %d times): %s answers, all from %s", ns.name, p.name, moveIP, moves, f[1], f[0])
