@@ -167,3 +167,98 @@ func (ll *longLived) checkSurvivors(t *testing.T, before *Status, killed string)
 	t.Logf("%d connections through surviving gateways all kept going; of the %d through %s, %d went on (picked up), %d broke, %d were answered from another address",
 		survivors, len(ll.conns)-survivors, killed, len(ll.conns)-survivors-broken-moved, broken, moved)
 }
+
+// udpTalk is one UDP conversation from a pod to the echo server: a
+// datagram every 100 ms from one socket, each answer saying which source
+// the server saw.
+type udpTalk struct {
+	pod   string
+	stop  chan struct{}
+	done  chan struct{}
+	srcs  []netip.AddrPort
+	times []time.Time
+}
+
+func startUDPTalk(t *testing.T, l *Lab, p PodStatus) *udpTalk {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	conn, err := DialContext(ctx, p.Namespace, "udp", netip.AddrPortFrom(l.Spec.Server.IP, UDPPort).String())
+	cancel()
+	if err != nil {
+		t.Fatalf("UDP from %s: %v", p.Name, err)
+	}
+	u := &udpTalk{pod: p.Name, stop: make(chan struct{}), done: make(chan struct{})}
+	buf := make([]byte, 2048)
+	exchange := func(i int) {
+		if _, err := fmt.Fprintf(conn, "talk %d", i); err != nil {
+			return // an ICMP error for an earlier datagram; the next goes out
+		}
+		conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := conn.Read(buf)
+		if err != nil {
+			return // lost in the failover window
+		}
+		head, _, _ := strings.Cut(string(buf[:n]), "\n")
+		if ap, err := netip.ParseAddrPort(strings.Fields(head + " ")[0]); err == nil {
+			u.srcs, u.times = append(u.srcs, ap), append(u.times, time.Now())
+		}
+	}
+	// The first answer before returning: the caller wants to know the
+	// conversation's egress IP.
+	for i := 0; len(u.srcs) == 0; i++ {
+		if i == 5 {
+			conn.Close()
+			t.Fatalf("%s's UDP conversation: no answer to 5 datagrams", p.Name)
+		}
+		exchange(i)
+	}
+	go func() {
+		defer close(u.done)
+		defer conn.Close()
+		for i := 5; ; i++ {
+			select {
+			case <-u.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			exchange(i)
+		}
+	}()
+	return u
+}
+
+// end stops the conversation.
+func (u *udpTalk) end() {
+	select {
+	case <-u.stop:
+	default:
+		close(u.stop)
+	}
+	<-u.done
+}
+
+// checkKeptPort stops the conversation and checks that the server saw it
+// from one address and port throughout, and heard it again after failedOver:
+// a UDP conversation keeps its source port across a failover (its flow is
+// made anew on the IP's new owner with the pod's preserved port).
+func (u *udpTalk) checkKeptPort(t *testing.T, failedOver time.Time) {
+	t.Helper()
+	time.Sleep(time.Second)
+	u.end()
+	if len(u.srcs) == 0 {
+		t.Fatalf("%s's UDP conversation got no answer", u.pod)
+	}
+	after := 0
+	for i, s := range u.srcs {
+		if s != u.srcs[0] {
+			t.Errorf("%s's UDP conversation: answer %d from %v, the first from %v", u.pod, i, s, u.srcs[0])
+		}
+		if u.times[i].After(failedOver) {
+			after++
+		}
+	}
+	if after == 0 {
+		t.Errorf("%s's UDP conversation got no answer after the failover", u.pod)
+	}
+	t.Logf("%s's UDP conversation: %d answers, %d after the failover, all from %v", u.pod, len(u.srcs), after, u.srcs[0])
+}

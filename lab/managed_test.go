@@ -185,13 +185,29 @@ func testManaged(t *testing.T, l *Lab) {
 		}
 	}
 	lived := startLongLived(t, l, blue, 50)
+	// A UDP conversation through the gateway that will be killed: new
+	// sockets until the multipath hash sends one there.
+	var talk *udpTalk
+	for try := 0; talk == nil; try++ {
+		u := startUDPTalk(t, l, blue[try%len(blue)])
+		if slices.ContainsFunc(st.Assignment, func(a AssignmentStatus) bool { return a.IP == u.srcs[0].Addr() && a.Node == gw }) {
+			talk = u
+			continue
+		}
+		u.end()
+		if try == 31 {
+			t.Fatalf("32 UDP conversations of blue's pods, none through %s", gw)
+		}
+	}
 	time.Sleep(time.Second) // ten exchanges on each before the kill
 	nd := watchND(t, l, gw)
 	res, err := l.Failover(gw, 10*time.Second)
 	if err != nil {
 		t.Fatalf("failover of %s: %v", gw, err)
 	}
+	failedOver := time.Now()
 	t.Run("SurvivorsUninterrupted", func(t *testing.T) { lived.checkSurvivors(t, st, gw) })
+	t.Run("UDPKeepsItsPort", func(t *testing.T) { talk.checkKeptPort(t, failedOver) })
 	t.Run("NeighbourDiscovery", func(t *testing.T) { nd.check(t, l, res.Moved) })
 	t.Logf("failover of %s (%s): status after %.3f s, first request from %s with the moved IP after %.3f s; %d requests, %d failed (limit %v)",
 		gw, movedString(res.Moved), res.StatusSeconds, res.Pod, res.TrafficSeconds, res.Attempts, res.Failed, limit)
