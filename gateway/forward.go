@@ -245,10 +245,13 @@ func opensFlow(t *conntrack.Tuple, flags uint8) bool {
 // one up mid-stream (the idea of netfilter's tcp_loose): a segment of an
 // established connection whose flow this gateway does not hold, because
 // the egress IP moved here from a gateway that died or the gateway
-// restarted. Never a SYN (that opens a flow the ordinary way) nor a RST.
-// Only ever asked of a pod's packet: traffic from outside opens nothing.
+// restarted. Never a SYN (that opens a flow the ordinary way), a RST, nor
+// a FIN: a closing connection gains nothing from a new flow, and a FIN's
+// FIN_WAIT flow could not be dropped early, so FINs to silent destinations
+// would hold table entries. Only ever asked of a pod's packet: traffic from
+// outside opens nothing.
 func picksUp(t *conntrack.Tuple, flags uint8) bool {
-	return t.Proto == header.ProtoTCP && flags&(conntrack.FlagSYN|conntrack.FlagRST) == 0
+	return t.Proto == header.ProtoTCP && flags&(conntrack.FlagSYN|conntrack.FlagRST|conntrack.FlagFIN) == 0
 }
 
 // newFlow allocates a NAT binding for frame s's lookup l.Key and inserts
@@ -260,7 +263,7 @@ func picksUp(t *conntrack.Tuple, flags uint8) bool {
 // server (and the flow was not just retired from another IP of the
 // policy): with port preservation that is
 // the 5-tuple the server already knows, so the connection goes on. The flow
-// starts PICKED_UP (FIN_WAIT for a FIN), unanswered until the server
+// starts PICKED_UP, unanswered until the server
 // speaks. Otherwise the segment is tcp_no_flow, and the caller resets it.
 func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now int64, mayPickUp bool) DropReason {
 	pk, ni, policy := &s.pk, s.ni, s.policy

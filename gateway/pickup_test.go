@@ -86,15 +86,22 @@ func TestPickUp(t *testing.T) {
 			t.Fatalf("flow states %v after the server's answer, want one ESTABLISHED", s)
 		}
 	})
-	t.Run("fin_v6_geneve", func(t *testing.T) {
+	t.Run("data_v6_geneve", func(t *testing.T) {
 		f := newFixture(t, 64, testConfig())
 		tu := tun{outerSrc: node2VTEP, outerDst: gwVTEP6, kind: TunnelGeneve, vni: 7}
-		r := processOne(f.w, testNow, tunnelFrame(t, tu, seg(pod2v6, server6, "FA").build(t)), out)
+		r := processOne(f.w, testNow, tunnelFrame(t, tu, seg(pod2v6, server6, "A").build(t)), out)
 		if r.Verdict != VerdictTx || r.Ifindex != outHop.Ifindex {
 			t.Fatalf("%v %v to ifindex %d, want sent to the outside", r.Verdict, r.Reason, r.Ifindex)
 		}
 		if src, tcp := forwarded(t, out[:r.Len]); src != egress6 || tcp.SrcPort != 40000 {
 			t.Fatalf("left from %v:%d, want %v:40000", src, tcp.SrcPort, egress6)
+		}
+	})
+	t.Run("fin_opens_nothing", func(t *testing.T) {
+		f := newFixture(t, 64, testConfig())
+		r := processOne(f.w, testNow, tunnelFrame(t, podTun(), seg(pod1v4, server4, "FA").build(t)), out)
+		if r.Verdict != VerdictTx || r.Ifindex != underlayHop.Ifindex || !decodeReset(t, out[:r.Len]).tcp.RST || f.ct.Len() != 0 {
+			t.Fatalf("pod's FIN: %v %v to ifindex %d, %d flows; want an RST to the pod and no flow", r.Verdict, r.Reason, r.Ifindex, f.ct.Len())
 		}
 	})
 	t.Run("outside_opens_nothing", func(t *testing.T) {
