@@ -80,6 +80,18 @@ func forwardAPI(t *testing.T, env *kubetest.Env, node *nstest.NS) (string, func(
 	return path, stop
 }
 
+// startAPI starts a real kube-apiserver (with etcd) for the test and a
+// client of it.
+func startAPI(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
+	t.Helper()
+	env := kubetest.Start(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, cs
+}
+
 func putConfigMap(t *testing.T, cs kubernetes.Interface, ns, name string, data map[string]string) {
 	t.Helper()
 	ctx := context.Background()
@@ -97,11 +109,7 @@ func putConfigMap(t *testing.T, cs kubernetes.Interface, ns, name string, data m
 // kube-apiserver, with the override rules, through ADD → CHECK → DEL.
 func TestIPConfigFromAPIServer(t *testing.T) {
 	nstest.Root(t)
-	env := kubetest.Start(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cs := startAPI(t)
 	putConfigMap(t, cs, "ns1", "egress-ip", map[string]string{
 		"ip":    `{"addresses":["192.0.2.99/24","2001:db8:2::99/64"],"destinations":["198.51.100.0/24","2001:db8:99::/64"]}`,
 		"notes": "other keys are ignored",
@@ -223,11 +231,7 @@ func clientcmdapiConfig(server string) *clientcmdapi.Config {
 // it: addresses and destinations without prefix lengths, and a redirect.
 func TestCheckWithAPIServerDown(t *testing.T) {
 	nstest.Root(t)
-	env := kubetest.Start(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cs := startAPI(t)
 	putConfigMap(t, cs, "ns1", "egress-ip", map[string]string{
 		"ip": `{"addresses":["192.0.2.99"],"destinations":["198.51.100.10","80 UDP 198.51.100.20"],"gateway":"192.0.2.1"}`,
 	})

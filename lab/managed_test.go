@@ -27,6 +27,23 @@ func writtenObjects(t *testing.T, s *Spec) (string, []byte) {
 	return dir, b
 }
 
+// checkSelection checks that eips select each pod of s by the policy the
+// spec gives it.
+func checkSelection(t *testing.T, s *Spec, eips []egressv1.EgressIP) {
+	t.Helper()
+	for _, w := range s.Workers {
+		for _, p := range w.Pods {
+			got := ""
+			if e := s.Selecting(eips, p); e != nil {
+				got = e.Name
+			}
+			if got != p.Policy {
+				t.Errorf("pod %s is selected by %q, the spec says %q", p.Name, got, p.Policy)
+			}
+		}
+	}
+}
+
 // TestObjects checks the manifest directory managed mode writes: the
 // Node, Namespace and Pod objects a cluster would hold, and the EgressIP
 // manifests of deploy/examples/lab selecting the pods the spec says.
@@ -70,17 +87,7 @@ func TestObjects(t *testing.T) {
 	if e4, err := EgressIPs(dir4); err != nil || len(e4) != 2 {
 		t.Errorf("IPv4-only objects: %d EgressIPs (%v), want blue and green", len(e4), err)
 	}
-	for _, w := range s.Workers {
-		for _, p := range w.Pods {
-			got := ""
-			if e := s.Selecting(eips, p); e != nil {
-				got = e.Name
-			}
-			if got != p.Policy {
-				t.Errorf("pod %s is selected by %q, the spec says %q", p.Name, got, p.Policy)
-			}
-		}
-	}
+	checkSelection(t, s, eips)
 	// A status file the controller writes is read back.
 	eips[2].Status.Items = nil
 	st := eips[2]

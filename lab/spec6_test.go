@@ -103,15 +103,5 @@ func TestObjectsIPv6(t *testing.T) {
 			}
 		}
 	}
-	for _, w := range s.Workers {
-		for _, p := range w.Pods {
-			got := ""
-			if e := s.Selecting(eips, p); e != nil {
-				got = e.Name
-			}
-			if got != p.Policy {
-				t.Errorf("pod %s is selected by %q, the spec says %q", p.Name, got, p.Policy)
-			}
-		}
-	}
+	checkSelection(t, s, eips)
 }
