@@ -27,6 +27,14 @@ type EgressIP struct {
 // leave through the node's normal routing and SNAT.
 const AnnotationNoEgressIP = "egret.io/no-egress-ip"
 
+// AnnotationStandby on an EgressIP is written by the controller in the same
+// update as status.items: for each assigned egress IP, the node that holds a
+// synced copy of its flows and becomes its owner when the owner fails. The
+// value is a JSON object from egress IP (as written in status.items) to node
+// name, e.g. {"192.0.2.10":"gw2"}; an IP without a standby is left out. It
+// is an annotation so that status keeps the upstream CRD's shape.
+const AnnotationStandby = "egret.io/standby"
+
 // EgressIPSpec is the desired state of an EgressIP.
 type EgressIPSpec struct {
 	// EgressIPs are the IPv4 and/or IPv6 addresses to use as source.

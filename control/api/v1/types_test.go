@@ -248,3 +248,27 @@ func BenchmarkDeepCopy(b *testing.B) {
 		_ = e.DeepCopy()
 	}
 }
+
+func TestStandbysRoundTrip(t *testing.T) {
+	m := map[netip.Addr]string{netip.MustParseAddr("192.0.2.10"): "gw2", netip.MustParseAddr("2001:db8::10"): "gw1"}
+	e := &EgressIP{}
+	e.Name = "x"
+	e.Annotations = map[string]string{AnnotationStandby: FormatStandbys(m)}
+	if got := e.Annotations[AnnotationStandby]; got != `{"192.0.2.10":"gw2","2001:db8::10":"gw1"}` {
+		t.Fatalf("formatted %s", got)
+	}
+	back, err := Standbys(e)
+	if err != nil || len(back) != 2 || back[netip.MustParseAddr("192.0.2.10")] != "gw2" || back[netip.MustParseAddr("2001:db8::10")] != "gw1" {
+		t.Fatalf("parsed %v, %v", back, err)
+	}
+	for _, bad := range []string{`[1]`, `{"x":"gw1"}`, `{"192.0.2.1":""}`, `{`} {
+		e.Annotations[AnnotationStandby] = bad
+		if _, err := Standbys(e); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+	delete(e.Annotations, AnnotationStandby)
+	if m, err := Standbys(e); m != nil || err != nil {
+		t.Errorf("no annotation: %v, %v", m, err)
+	}
+}

@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -108,4 +109,42 @@ func (e *EgressIP) Problems() []error {
 		}
 	}
 	return errs
+}
+
+// Standbys returns the standby node of each egress IP recorded in e's
+// egret.io/standby annotation: nil without one, an error when it is not a
+// JSON object of addresses to node names.
+func Standbys(e *EgressIP) (map[netip.Addr]string, error) {
+	raw, ok := e.Annotations[AnnotationStandby]
+	if !ok || raw == "" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return nil, fmt.Errorf("annotation %s of EgressIP %s is not a JSON object of egress IPs to nodes: %w", AnnotationStandby, e.Name, err)
+	}
+	out := make(map[netip.Addr]string, len(m))
+	for ip, node := range m {
+		a, err := netip.ParseAddr(ip)
+		if err != nil || node == "" {
+			return nil, fmt.Errorf("annotation %s of EgressIP %s: entry %q: %q is not an address and a node name", AnnotationStandby, e.Name, ip, node)
+		}
+		out[a] = node
+	}
+	return out, nil
+}
+
+// FormatStandbys is the egret.io/standby annotation value for m (keys in
+// sorted order, so an unchanged assignment writes the same bytes).
+func FormatStandbys(m map[netip.Addr]string) string {
+	b, _ := json.Marshal(standbyJSON(m)) // a map of strings always marshals
+	return string(b)
+}
+
+func standbyJSON(m map[netip.Addr]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for a, n := range m {
+		out[a.String()] = n
+	}
+	return out
 }
