@@ -380,6 +380,7 @@ func (c *Controller) assign() {
 
 	objects := make([]assign.Object, 0, len(eips))
 	byName := make(map[string]*egressv1.EgressIP, len(eips))
+	recorded := make(map[string]map[netip.Addr]string, len(eips)) // standbys before this assignment
 	for _, e := range eips {
 		byName[e.Name] = e
 		o := assign.Object{Name: e.Name, Created: e.CreationTimestamp.Time, EgressIPs: e.Spec.EgressIPs}
@@ -392,6 +393,7 @@ func (c *Controller) assign() {
 			}
 			o.Standbys = c.recordedStandbys(e)
 		}
+		recorded[e.Name] = o.Standbys
 		objects = append(objects, o)
 	}
 	res, err := assign.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
@@ -431,12 +433,16 @@ func (c *Controller) assign() {
 			perNode[a.Node]++
 			if prev, ok := c.placed[k]; ok && prev != a.Node {
 				c.metrics.Moved(prev, !eligible[prev])
-				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node)
+				toStandby := recorded[r.Name][a.Addr] == a.Node
+				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node, "toStandby", toStandby)
 				// An admin asks `kubectl describe eip` why the source address
 				// changed; the log is on whichever replica led then.
 				why := ""
 				if !eligible[prev] {
 					why = ": " + prev + " can no longer host egress IPs (not Ready, unreachable, unlabelled or cordoned)"
+				}
+				if toStandby {
+					why += "; " + a.Node + " was its standby, which holds its connections' state"
 				}
 				c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
 					Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, corev1.EventTypeNormal, ReasonEgressIPMoved,
