@@ -396,6 +396,11 @@ func (c *Controller) assign() {
 		recorded[e.Name] = o.Standbys
 		objects = append(objects, o)
 	}
+	for name := range c.badStandby {
+		if _, ok := byName[name]; !ok {
+			delete(c.badStandby, name)
+		}
+	}
 	res, err := assign.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
 	if err != nil {
 		// Only duplicate names, which no source produces.
@@ -502,6 +507,7 @@ func (c *Controller) assign() {
 func (c *Controller) recordedStandbys(e *egressv1.EgressIP) map[netip.Addr]string {
 	m, err := egressv1.Standbys(e)
 	if err == nil {
+		delete(c.badStandby, e.Name)
 		return m
 	}
 	bad := e.Annotations[egressv1.AnnotationStandby]
