@@ -79,7 +79,9 @@ func runStandby(t *testing.T, c standbyBackend) *controller.Controller {
 		c.applyNode(t, egressNode(n, fmt.Sprintf("192.0.2.%d", 1+i), fmt.Sprintf("192.168.126.%d/24", 2+i), true))
 	}
 	off := 0
-	ctrl := c.run(t, controller.Config{ReachabilityTotalTimeoutSeconds: &off, LeaderElection: controller.LeaderElection{Disabled: true}})
+	// No hold-down: a node that returns is eligible at once (no timing).
+	ctrl := c.run(t, controller.Config{ReachabilityTotalTimeoutSeconds: &off, HoldDown: &metav1.Duration{},
+		LeaderElection: controller.LeaderElection{Disabled: true}})
 	wait := 10 * time.Second
 
 	// x: a (fewest IPs), standby b (no standbys yet, fewest IPs, first name).
@@ -164,9 +166,9 @@ func TestStandbyKube(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// y on b; a came back (after the default hold-down it is eligible; the
-	// standby is then a, the only other eligible node; c and d are NotReady).
-	eventually(t, 30*time.Second, "malformed standby replaced", standbysAre(t, k, "y", map[string]string{"192.168.126.20": "egress-a"}))
+	// y on b; a came back (no hold-down): its standby is a, the only other
+	// eligible node (c and d are NotReady).
+	eventually(t, 10*time.Second, "malformed standby replaced", standbysAre(t, k, "y", map[string]string{"192.168.126.20": "egress-a"}))
 	eventually(t, time.Second, "y's status kept", statusIs(t, k, "y", map[string]string{"192.168.126.20": "egress-b"}))
 }
 
