@@ -23,8 +23,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/egret-gw/egret/lab"
@@ -70,6 +73,18 @@ func main() {
 	if *quick {
 		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
 	}
+	// An interrupted run takes its lab down.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		upLab.Lock()
+		if upLab.name != "" {
+			lab.Down("", upLab.name)
+		}
+		fmt.Fprintln(os.Stderr, "bench-lab: interrupted")
+		os.Exit(1)
+	}()
 	var err error
 	if cfg.scenarios, err = pick(*names); err == nil {
 		err = run(cfg)
@@ -78,6 +93,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-lab:", err)
 		os.Exit(1)
 	}
+}
+
+// upLab is the lab that is up, for the interrupt handler.
+var upLab struct {
+	sync.Mutex
+	name string
 }
 
 type config struct {
@@ -142,8 +163,8 @@ func run(cfg config) error {
 		return err
 	}
 	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: loadavg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
-	fmt.Printf("bench-lab: %d scenarios × {kernel, egret}, trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s\n",
-		len(cfg.scenarios), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load)
+	fmt.Printf("bench-lab: %d scenarios × {kernel, egret}, trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
+		len(cfg.scenarios), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
 	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
 		var scs []scenario
 		for _, sc := range cfg.scenarios {
@@ -197,6 +218,9 @@ func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) err
 		return err
 	}
 	defer lab.Down("", spec.Name)
+	upLab.Lock()
+	upLab.name = spec.Name
+	upLab.Unlock()
 	gwTasks, note, err := pinGateway(l, mode, cfg.genCPU, cfg.gwCPU)
 	if err != nil {
 		return err
@@ -242,8 +266,8 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	fmt.Printf("   generator ceiling %.0f pps (gateway forwarded %.0f pps of it)\n", top.Offered(), float64(top.Received)/top.Seconds)
 	s := &searcher{cfg: searchConfig{Max: top.Offered() * 0.98, Min: 1000, Full: cfg.full, Short: cfg.short, Goal: cfg.goal, Coarse: cfg.coarse,
 		Progress: func(c string, t trial) {
-			fmt.Printf("   %s trial %4.1f s at %8.0f pps: sent %9d, lost %.2e (receiver drops %d, reordered %d), gateway core %.2f busy, its tasks %.2f = %5.0f ns/packet\n",
-				c, t.Seconds, t.Offered(), t.Sent, t.Loss(), t.ReceiverDrops, t.Reordered, t.GatewayCores, t.TaskCores, t.TaskNsPerPacket)
+			fmt.Printf("   %s trial %4.1f s at %8.0f pps: sent %9d, lost %.2e (at gateway input %d, receiver %d; reordered %d), gateway core %.2f busy, its tasks %.2f = %5.0f ns/packet\n",
+				c, t.Seconds, t.Offered(), t.Sent, t.Loss(), t.InputDrops, t.ReceiverDrops, t.Reordered, t.GatewayCores, t.TaskCores, t.TaskNsPerPacket)
 		}},
 		run: func(rate float64, d time.Duration) (trial, error) { return r.run(tr, rate, d) }}
 	if res.PDR, err = s.find("PDR", pdrLoss); err != nil {

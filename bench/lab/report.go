@@ -119,7 +119,7 @@ func (rep *report) summary() string {
 // tables is the markdown both the terminal and dataplane.md show.
 func (rep *report) tables() string {
 	var b strings.Builder
-	b.WriteString("| scenario | side | NDR pps | PDR pps | ns/packet at NDR | gateway cores at NDR | generator ceiling | egret/kernel NDR | egret/kernel PDR |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | side | NDR pps | PDR pps | gateway ns/packet at NDR | gateway cores at NDR | generator ceiling pps | egret/kernel NDR | egret/kernel PDR |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		lim := ""
 		if r.NDR.Limited {
@@ -133,7 +133,7 @@ func (rep *report) tables() string {
 			}
 		}
 		fmt.Fprintf(&b, "| %s | %s | %.0f%s | %.0f | %.0f | %.2f | %.0f | %s | %s |\n", r.Scenario.Name, r.Mode, r.NDR.Rate, lim, r.PDR.Rate,
-			r.NDR.Trial.NsPerPacket, r.NDR.Trial.GatewayCores, r.GeneratorPPS, kr, kp)
+			r.NDR.Trial.TaskNsPerPacket, r.NDR.Trial.TaskCores, r.GeneratorPPS, kr, kp)
 	}
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -50,6 +52,7 @@ type rig struct {
 	genCPU   int
 	gwCPU    int
 	gwTasks  []int // pids whose CPU counts as the gateway's own
+	fabricNS string
 	seq      uint64
 	newBase  uint64 // next never-used flow of the connection-rate scenario
 	zipf     []uint32
@@ -63,7 +66,7 @@ func newRig(spec *lab.Spec, genCPU, gwCPU int) (*rig, error) {
 	if !ok || gw.Name != g1.Name {
 		return nil, fmt.Errorf("pod %s is not steered to g1 in this lab", pod.Name)
 	}
-	r := &rig{egressIP: egress, genCPU: genCPU, gwCPU: gwCPU, newBase: 1 << 40}
+	r := &rig{egressIP: egress, genCPU: genCPU, gwCPU: gwCPU, newBase: 1 << 40, fabricNS: spec.NS("fabric")}
 	r.w = wire{outerSrc: w1.IP, outerDst: g1.IP, vni: lab.VNI, port: lab.VXLANPort,
 		innerSrcMAC: w1.TunnelMAC, innerDstMAC: g1.TunnelMAC, pod: pod.IP, server: spec.Server.IP, podMTU: spec.PodMTU()}
 	var err error
@@ -140,11 +143,9 @@ func macOf(ns, dev string) (m [6]byte, err error) {
 }
 
 // pin moves the calling goroutine's OS thread to cpu (it stays locked).
-func pin(cpu int) error {
+func pin(cpu, prio int) error {
 	runtime.LockOSThread()
-	var set unix.CPUSet
-	set.Set(cpu)
-	return unix.SchedSetaffinity(0, &set)
+	return setAffinity(unix.Gettid(), cpu, prio)
 }
 
 func (r *rig) flowOf(tr traffic, i uint64) uint64 {
@@ -184,7 +185,7 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 	go func() {
 		defer wg.Done()
 		defer runtime.UnlockOSThread()
-		if err := pin(r.genCPU); err != nil {
+		if err := pin(r.genCPU, prioReceiver); err != nil {
 			rxErr = err
 			return
 		}
@@ -205,11 +206,13 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 		}
 	}()
 	drops0 := packetDrops(r.rx.FD())
+	in0 := txDrops(r.fabricNS, "g1")
 	cpu0, tasks0 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
 	sent, secs, err := r.send(tr, rate, base, total)
 	cpu1, tasks1 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
 	// Frames still in flight arrive within milliseconds; late ones count as lost.
 	time.Sleep(200 * time.Millisecond)
+	t.InputDrops = txDrops(r.fabricNS, "g1") - in0
 	stop.Store(true)
 	wg.Wait()
 	if err == nil {
@@ -240,7 +243,7 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 	st0 := r.tx.Stats()
 	go func() {
 		defer runtime.UnlockOSThread()
-		if err := pin(r.genCPU); err != nil {
+		if err := pin(r.genCPU, prioGenerator); err != nil {
 			errc <- err
 			return
 		}
@@ -249,11 +252,18 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 		batch = max(1, min(batch, nic.MaxBatch))
 		var b nic.Batch
 		start := now()
+		began := start
 		var i uint64
 		for i < total {
 			due := start + int64(float64(i)*per)
-			if wait := due - now(); wait > 200_000 {
+			switch wait := due - now(); {
+			case wait > 200_000:
 				time.Sleep(time.Duration(wait))
+			case wait < -2_000_000:
+				// Descheduled for a while: no catch-up burst (the
+				// gateway would see a burst the rate does not have);
+				// the lost time lowers the offered rate instead.
+				start -= wait
 			}
 			n := min(uint64(batch), total-i)
 			got := r.txPool.Alloc(&b, int(n))
@@ -278,7 +288,7 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 			r.tx.Flush()
 			time.Sleep(time.Millisecond)
 		}
-		secs = float64(now()-start) / 1e9
+		secs = float64(now()-began) / 1e9
 		errc <- nil
 	}()
 	err := <-errc
@@ -337,6 +347,26 @@ func packetDrops(fd int) uint64 {
 		dropTotal += uint64(st.Drops)
 	}
 	return dropTotal
+}
+
+// txDrops is the transmit drop counter of a veth: for the bridge's port
+// towards the gateway, the frames the gateway's receive ring had no room for.
+func txDrops(ns, dev string) uint64 {
+	out, err := exec.Command("ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev).Output()
+	if err != nil {
+		return 0
+	}
+	var links []struct {
+		Stats struct {
+			TX struct {
+				Dropped uint64 `json:"dropped"`
+			} `json:"tx"`
+		} `json:"stats64"`
+	}
+	if json.Unmarshal(out, &links) != nil || len(links) == 0 {
+		return 0
+	}
+	return links[0].Stats.TX.Dropped
 }
 
 // clkTck is USER_HZ, the unit of /proc tick counters (100 on Linux).

@@ -54,7 +54,7 @@ func (t trial) passes(maxLoss float64) bool { return t.Sent > 0 && t.Loss() <= m
 
 // find searches the highest rate whose full-length trial loses at most
 // maxLoss: bisection between the best known pass and the lowest known
-// failure, with short trials while the interval is wider than Coarse, and
+// failure (rates as offered, not as asked for), with short trials while the interval is wider than Coarse, and
 // the final lower bound always confirmed by a full-length trial.
 func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 	c := s.cfg
@@ -70,13 +70,13 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 	var full trial
 	for _, t := range s.history {
 		switch {
-		case t.passes(maxLoss) && t.Duration >= c.Full && t.Target > full.Target:
+		case t.passes(maxLoss) && t.Duration >= c.Full && t.Offered() > full.Offered():
 			full = t
-		case !t.passes(maxLoss) && (hi == 0 || t.Target < hi):
-			hi = t.Target
+		case !t.passes(maxLoss) && (hi == 0 || t.Offered() < hi):
+			hi = t.Offered()
 		}
 	}
-	lo = full.Target
+	lo = full.Offered()
 	try := func(rate float64, d time.Duration) (trial, error) {
 		t, err := s.run(rate, d)
 		if err != nil {
@@ -101,7 +101,7 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 			res.Rate, res.Trial, res.Limited = t.Offered(), t, true
 			return res, nil
 		}
-		hi = c.Max
+		hi = t.Offered()
 	}
 	if lo >= hi {
 		lo = 0
@@ -112,7 +112,7 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 			break
 		}
 		if (hi-lo)/hi <= c.Goal {
-			if lo == full.Target {
+			if lo == full.Offered() {
 				break
 			}
 			// Confirm the lower bound at full length.
@@ -125,7 +125,7 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 				break
 			}
 			// The short trial was too kind: bisect at full length from here.
-			hi, lo, shortOK = lo, full.Target, false
+			hi, lo, shortOK = t.Offered(), full.Offered(), false
 			continue
 		}
 		d := c.Full
@@ -137,13 +137,15 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 		if err != nil {
 			return res, err
 		}
-		if t.passes(maxLoss) {
-			lo = mid
-			if d >= c.Full {
+		// The rate tested is what the generator offered, which falls
+		// short of mid when its core was taken from it.
+		if r := t.Offered(); t.passes(maxLoss) {
+			lo = max(lo, r)
+			if d >= c.Full && r > full.Offered() {
 				full = t
 			}
 		} else {
-			hi = mid
+			hi = min(hi, r)
 		}
 	}
 	if full.Sent > 0 {

@@ -22,6 +22,9 @@ type trial struct {
 	// ReceiverDrops are frames the receiver's socket dropped (counted as
 	// loss, but not the gateway's: a trial with any is suspect).
 	ReceiverDrops uint64 `json:"receiver_drops"`
+	// InputDrops are frames the gateway's receive ring had no room for
+	// (part of the loss: the gateway did not keep up).
+	InputDrops uint64 `json:"gateway_input_drops"`
 	// GatewayCores is the gateway core's busy time over the trial (see
 	// cpuNote); NsPerPacket is that per frame forwarded.
 	GatewayCores float64 `json:"gateway_cores"`
