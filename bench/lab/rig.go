@@ -248,7 +248,10 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 			return
 		}
 		per := float64(time.Second) / rate
-		batch := int(rate / 2000) // about 0.5 ms of frames per batch
+		// About 100 µs of frames per batch: a batch leaves as one burst
+		// with one send time, so its last frame's latency includes the
+		// gateway's work on the frames ahead of it.
+		batch := int(rate / 10000)
 		batch = max(1, min(batch, nic.MaxBatch))
 		var b nic.Batch
 		start := now()
@@ -257,8 +260,11 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 		for i < total {
 			due := start + int64(float64(i)*per)
 			switch wait := due - now(); {
-			case wait > 200_000:
+			case wait > 100_000:
 				time.Sleep(time.Duration(wait))
+			case wait > 0:
+				for now() < due {
+				}
 			case wait < -2_000_000:
 				// Descheduled for a while: no catch-up burst (the
 				// gateway would see a burst the rate does not have);
