@@ -68,8 +68,9 @@ func main() {
 	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: all): "+scenarioNames())
 	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
+	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios)")
 	flag.Parse()
-	cfg := config{full: *full, short: *full / 5, goal: 0.02, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, bin: *bin, out: *out}
+	cfg := config{sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.02, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, bin: *bin, out: *out}
 	if *quick {
 		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
 	}
@@ -86,7 +87,13 @@ func main() {
 		os.Exit(1)
 	}()
 	var err error
-	if cfg.scenarios, err = pick(*names); err == nil {
+	for _, m := range cfg.sides {
+		if m != lab.ModeKernel && m != lab.ModeEgret {
+			err = fmt.Errorf("-sides: %q is neither %s nor %s", m, lab.ModeKernel, lab.ModeEgret)
+		}
+	}
+	if err != nil {
+	} else if cfg.scenarios, err = pick(*names); err == nil {
 		err = run(cfg)
 	}
 	if err != nil {
@@ -107,6 +114,7 @@ type config struct {
 	genCPU, gwCPU int
 	bin, out      string
 	scenarios     []scenario
+	sides         []string
 }
 
 func scenarioNames() string {
@@ -175,7 +183,7 @@ func run(cfg config) error {
 		if len(scs) == 0 {
 			continue
 		}
-		for _, mode := range []string{lab.ModeKernel, lab.ModeEgret} {
+		for _, mode := range cfg.sides {
 			if err := runMode(cfg, rep, mode, u, scs); err != nil {
 				return fmt.Errorf("%s mode, %s underlay: %w", mode, u, err)
 			}

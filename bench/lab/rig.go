@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/gateway/nic"
@@ -53,6 +54,7 @@ type rig struct {
 	gwCPU    int
 	gwTasks  []int // pids whose CPU counts as the gateway's own
 	fabricNS string
+	routerNS string
 	seq      uint64
 	newBase  uint64 // next never-used flow of the connection-rate scenario
 	zipf     []uint32
@@ -91,13 +93,22 @@ func newRig(spec *lab.Spec, genCPU, gwCPU int) (*rig, error) {
 		return nil, fmt.Errorf("generator on %s eth0: %w", spec.NS(w1.Name), err)
 	}
 	rtr := spec.NS(spec.Router.Name)
-	// The router drops the generated frames once the receiver has seen
-	// them (AF_PACKET taps ahead of the ingress hook): nothing answers them.
-	rules := fmt.Sprintf("table netdev egret_bench {\n\tchain in {\n\t\ttype filter hook ingress device \"eth0\" priority 0; policy accept;\n"+
-		"\t\tudp dport %d-%d drop\n\t}\n}\n", benchPortBase, benchPortBase+benchPorts-1)
+	r.routerNS = rtr
+	// The router counts and drops the generated frames (AF_PACKET taps
+	// ahead of the ingress hook, so the receiver sees them first): the
+	// count of those with the egress IP as source is what arrived.
+	fam := "ip"
+	if egress.Is6() {
+		fam = "ip6"
+	}
+	rules := fmt.Sprintf("table netdev egret_bench {\n\tcounter arrived {}\n\tcounter wrong_source {}\n"+
+		"\tchain in {\n\t\ttype filter hook ingress device \"eth0\" priority 0; policy accept;\n"+
+		"\t\t%s saddr %v udp dport %d-%d counter name \"arrived\" drop\n"+
+		"\t\tudp dport %d-%d counter name \"wrong_source\" drop\n\t}\n}\n",
+		fam, egress, benchPortBase, benchPortBase+benchPorts-1, benchPortBase, benchPortBase+benchPorts-1)
 	if out, err := cmdIn(rules, "ip", "netns", "exec", rtr, "nft", "-f", "-"); err != nil {
 		r.close()
-		return nil, fmt.Errorf("router drop rule: %v: %s", err, out)
+		return nil, fmt.Errorf("router counters: %v: %s", err, out)
 	}
 	err = lab.Do(rtr, func() error {
 		ifc, err := net.InterfaceByName("eth0")
@@ -108,10 +119,11 @@ func newRig(spec *lab.Spec, genCPU, gwCPU int) (*rig, error) {
 			return err
 		}
 		r.rx, err = nic.OpenPacket(r.rxPool, "eth0", ifc.Index, nic.PacketOptions{})
-		if err == nil {
-			_ = unix.SetsockoptInt(r.rx.FD(), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+		if err != nil {
+			return err
 		}
-		return err
+		_ = unix.SetsockoptInt(r.rx.FD(), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+		return sampleFilter(r.rx.FD(), r.w.pod.Is4())
 	})
 	if err != nil {
 		r.close()
@@ -142,7 +154,9 @@ func macOf(ns, dev string) (m [6]byte, err error) {
 	return m, err
 }
 
-// pin moves the calling goroutine's OS thread to cpu (it stays locked).
+// pin moves the calling goroutine's OS thread to cpu at SCHED_FIFO prio.
+// The goroutine must stay locked until it exits, so that the runtime ends
+// the thread rather than hand it, still real-time, to other goroutines.
 func pin(cpu, prio int) error {
 	runtime.LockOSThread()
 	return setAffinity(unix.Gettid(), cpu, prio)
@@ -184,7 +198,6 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 	var rxErr error
 	go func() {
 		defer wg.Done()
-		defer runtime.UnlockOSThread()
 		if err := pin(r.genCPU, prioReceiver); err != nil {
 			rxErr = err
 			return
@@ -207,19 +220,28 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 	}()
 	drops0 := packetDrops(r.rx.FD())
 	in0 := txDrops(r.fabricNS, "g1")
+	ok0, wrong0, err := routerCounts(r.routerNS)
+	if err != nil {
+		return t, err
+	}
 	cpu0, tasks0 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
 	sent, secs, err := r.send(tr, rate, base, total)
 	cpu1, tasks1 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
 	// Frames still in flight arrive within milliseconds; late ones count as lost.
 	time.Sleep(200 * time.Millisecond)
 	t.InputDrops = txDrops(r.fabricNS, "g1") - in0
+	ok1, wrong1, cerr := routerCounts(r.routerNS)
 	stop.Store(true)
 	wg.Wait()
 	if err == nil {
 		err = rxErr
 	}
+	if err == nil {
+		err = cerr
+	}
 	t.Seconds, t.Sent = secs, sent
-	t.Received, t.Reordered, t.Duplicates, t.WrongSource = rc.received, rc.reordered, rc.dups, rc.wrongSrc
+	t.Received, t.WrongSource = ok1-ok0, wrong1-wrong0
+	t.Sampled, t.Reordered, t.Duplicates = rc.received, rc.reordered, rc.dups
 	t.ReceiverDrops = packetDrops(r.rx.FD()) - drops0
 	if secs > 0 {
 		t.GatewayCores = float64(cpu1-cpu0) / clkTck / secs
@@ -242,7 +264,6 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 	var secs float64
 	st0 := r.tx.Stats()
 	go func() {
-		defer runtime.UnlockOSThread()
 		if err := pin(r.genCPU, prioGenerator); err != nil {
 			errc <- err
 			return
@@ -325,8 +346,7 @@ func (c *counter) add(f []byte, at int64) {
 		return // not ours, or a late frame of an earlier trial
 	}
 	if st.src != c.egress {
-		c.wrongSrc++
-		return
+		return // counted by the router
 	}
 	i := st.seq - c.base
 	if c.seen[i/64]&(1<<(i%64)) != 0 {
@@ -341,6 +361,66 @@ func (c *counter) add(f []byte, at int64) {
 		c.maxSeq = st.seq
 	}
 	c.lat.add(at - st.ts)
+}
+
+// sampleShift: the receiver reads one frame in 1<<sampleShift, those whose
+// sequence number is a multiple of it (a socket filter picks them in the
+// kernel); loss is counted by the router, on every frame.
+const sampleShift = 5
+
+// sampleFilter attaches the classic BPF program that keeps the sampled
+// frames: the low byte of the sequence number, at a fixed offset for the
+// pod's IP version, with its low bits zero.
+func sampleFilter(fd int, v4 bool) error {
+	off := uint32(ethLen + 40 + udpLen + 7)
+	if v4 {
+		off = ethLen + 20 + udpLen + 7
+	}
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: off, Size: 1},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 1<<sampleShift - 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
+		bpf.RetConstant{Val: 1 << 16},
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		return err
+	}
+	f := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		f[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]})
+}
+
+// routerCounts reads the router's counters: frames that arrived with the
+// egress IP as source, and generated frames with any other source.
+func routerCounts(ns string) (arrived, wrong uint64, err error) {
+	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "-j", "list", "counters", "table", "netdev", "egret_bench").Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the router's counters: %w", err)
+	}
+	var doc struct {
+		Nftables []struct {
+			Counter *struct {
+				Name    string `json:"name"`
+				Packets uint64 `json:"packets"`
+			} `json:"counter"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return 0, 0, fmt.Errorf("the router's counters: %w", err)
+	}
+	for _, o := range doc.Nftables {
+		switch {
+		case o.Counter == nil:
+		case o.Counter.Name == "arrived":
+			arrived = o.Counter.Packets
+		case o.Counter.Name == "wrong_source":
+			wrong = o.Counter.Packets
+		}
+	}
+	return arrived, wrong, nil
 }
 
 // packetDrops reads the AF_PACKET socket's drop counter (PACKET_STATISTICS

@@ -37,7 +37,8 @@ type searchResult struct {
 	// Trial is that trial, with its loss and the gateway's CPU.
 	Trial  trial `json:"trial"`
 	Trials int   `json:"trials"` // trials this search ran
-	// Limited: even Max passed, so the rate is the generator's, not the gateway's.
+	// Limited: the generator set the bound, not the gateway: even Max
+	// passed, or the generator fell short of the rate the search asked for.
 	Limited bool `json:"generator_limited"`
 }
 
@@ -140,7 +141,13 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 		// The rate tested is what the generator offered, which falls
 		// short of mid when its core was taken from it.
 		if r := t.Offered(); t.passes(maxLoss) {
-			lo = max(lo, r)
+			if r <= lo {
+				// The generator could not offer more than a rate
+				// already passed: the search cannot narrow further.
+				res.Limited = true
+				break
+			}
+			lo = r
 			if d >= c.Full && r > full.Offered() {
 				full = t
 			}

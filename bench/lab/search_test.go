@@ -101,3 +101,24 @@ func TestHistogramQuantiles(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchGeneratorFallsShort: a generator that offers only 90 % of
+// what it is asked for cannot narrow the interval forever; the search
+// stops, keeps a full-length pass and says the generator limited it.
+func TestSearchGeneratorFallsShort(t *testing.T) {
+	g := &fakeGateway{capacity: 150_000, kindShort: 1, full: 5 * time.Second}
+	short := func(rate float64, d time.Duration) (trial, error) {
+		if rate > 100_000 {
+			rate = 100_000 // the generator's own ceiling, below the gateway's
+		}
+		return g.trial(rate, d)
+	}
+	s := &searcher{cfg: searchConfig{Max: 200_000, Min: 1000, Full: 5 * time.Second, Goal: 0.01}, run: short}
+	r, err := s.find("NDR", ndrLoss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Limited || r.Rate != 100_000 || r.Trials > 4 {
+		t.Errorf("got %+v, want 100000 marked generator-limited within 4 trials", r)
+	}
+}

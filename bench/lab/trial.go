@@ -13,14 +13,18 @@ type trial struct {
 	Duration time.Duration `json:"-"`
 	Seconds  float64       `json:"seconds"` // how long sending took
 	Sent     uint64        `json:"sent"`
-	Received uint64        `json:"received"` // distinct frames that arrived, with the egress IP as source
-	// Reordered frames arrived after one with a higher sequence number;
-	// Duplicates arrived twice; WrongSource left without the egress IP.
-	Reordered   uint64 `json:"reordered"`
-	Duplicates  uint64 `json:"duplicates"`
+	// Received frames reached the router with the egress IP as source;
+	// WrongSource reached it with another (the router counts both).
+	Received    uint64 `json:"received"`
 	WrongSource uint64 `json:"wrong_source"`
-	// ReceiverDrops are frames the receiver's socket dropped (counted as
-	// loss, but not the gateway's: a trial with any is suspect).
+	// Sampled is how many of them the receiver read (one in 32: latency
+	// and order come from these); among them, Reordered arrived after one
+	// with a higher sequence number and Duplicates twice.
+	Sampled    uint64 `json:"sampled"`
+	Reordered  uint64 `json:"reordered_in_sample"`
+	Duplicates uint64 `json:"duplicates_in_sample"`
+	// ReceiverDrops are sampled frames the receiver's socket dropped
+	// (not loss: the router counted them; latency misses them).
 	ReceiverDrops uint64 `json:"receiver_drops"`
 	// InputDrops are frames the gateway's receive ring had no room for
 	// (part of the loss: the gateway did not keep up).
