@@ -68,9 +68,10 @@ func main() {
 	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: all): "+scenarioNames())
 	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
+	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
 	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios)")
 	flag.Parse()
-	cfg := config{sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.02, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, bin: *bin, out: *out}
+	cfg := config{hold: *hold, sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.02, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, bin: *bin, out: *out}
 	if *quick {
 		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
 	}
@@ -115,6 +116,7 @@ type config struct {
 	bin, out      string
 	scenarios     []scenario
 	sides         []string
+	hold          float64
 }
 
 func scenarioNames() string {
@@ -264,6 +266,16 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 		if _, err := r.run(tr, warm, d); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.hold > 0 {
+		fmt.Printf("   holding %.0f pps for %v (gateway core %d)\n", cfg.hold, cfg.full, cfg.gwCPU)
+		t, err := r.run(tr, cfg.hold, cfg.full)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Printf("   offered %.0f pps, lost %.2e (at gateway input %d), gateway tasks %.2f cores = %.0f ns/packet\n",
+			t.Offered(), t.Loss(), t.InputDrops, t.TaskCores, t.TaskNsPerPacket)
+		return res, nil
 	}
 	// The generator's ceiling: a short trial at a rate nothing here reaches.
 	top, err := r.run(tr, 5e6, cfg.short)

@@ -281,11 +281,12 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 		for i < total {
 			due := start + int64(float64(i)*per)
 			switch wait := due - now(); {
-			case wait > 100_000:
-				time.Sleep(time.Duration(wait))
 			case wait > 0:
-				for now() < due {
-				}
+				// A real-time thread's nanosleep has no timer slack;
+				// spinning instead would trip the kernel's real-time
+				// throttling (and stall everything on the core for 50 ms).
+				ts := unix.NsecToTimespec(wait)
+				unix.Nanosleep(&ts, nil)
 			case wait < -2_000_000:
 				// Descheduled for a while: no catch-up burst (the
 				// gateway would see a burst the rate does not have);

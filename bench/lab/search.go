@@ -108,11 +108,12 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 		lo = 0
 	}
 	shortOK := c.Short > 0 && c.Short < c.Full
+	stuck := false
 	for res.Trials < c.MaxTrials {
 		if hi < c.Min {
 			break
 		}
-		if (hi-lo)/hi <= c.Goal {
+		if stuck || (hi-lo)/hi <= c.Goal {
 			if lo == full.Offered() {
 				break
 			}
@@ -126,7 +127,7 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 				break
 			}
 			// The short trial was too kind: bisect at full length from here.
-			hi, lo, shortOK = t.Offered(), full.Offered(), false
+			hi, lo, shortOK, stuck = t.Offered(), full.Offered(), false, false
 			continue
 		}
 		d := c.Full
@@ -144,8 +145,8 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 			if r <= lo {
 				// The generator could not offer more than a rate
 				// already passed: the search cannot narrow further.
-				res.Limited = true
-				break
+				res.Limited, stuck = true, true
+				continue
 			}
 			lo = r
 			if d >= c.Full && r > full.Offered() {

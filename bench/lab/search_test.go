@@ -122,3 +122,18 @@ func TestSearchGeneratorFallsShort(t *testing.T) {
 		t.Errorf("got %+v, want 100000 marked generator-limited within 4 trials", r)
 	}
 }
+
+// TestSearchGeneratorLags: a generator that offers 90 % of every rate
+// asked for still gives a full-length NDR near the gateway's capacity.
+func TestSearchGeneratorLags(t *testing.T) {
+	g := &fakeGateway{capacity: 100_000, kindShort: 1.1, full: 5 * time.Second}
+	lag := func(rate float64, d time.Duration) (trial, error) { return g.trial(0.9*rate, d) }
+	s := &searcher{cfg: searchConfig{Max: 400_000, Min: 1000, Full: 5 * time.Second, Short: time.Second, Goal: 0.02, Coarse: 0.1}, run: lag}
+	r, err := s.find("NDR", ndrLoss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rate < 90_000 || r.Rate > 100_000 || r.Trial.Duration != 5*time.Second {
+		t.Errorf("got %.0f from a %v trial, want 90000–100000 from a full one", r.Rate, r.Trial.Duration)
+	}
+}
