@@ -25,7 +25,7 @@ type searchConfig struct {
 	// Goal is the relative width (hi-lo)/hi at which a search stops;
 	// Coarse is the width above which short trials are used.
 	Goal, Coarse float64
-	// MaxTrials caps one search (0: 24).
+	// MaxTrials caps one search (0: 16).
 	MaxTrials int
 	// Progress, when set, hears of every trial.
 	Progress func(criterion string, t trial)
@@ -63,7 +63,7 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 		return searchResult{}, errors.New("search: Max, Full and Goal must be positive")
 	}
 	if c.MaxTrials == 0 {
-		c.MaxTrials = 24
+		c.MaxTrials = 16
 	}
 	var res searchResult
 	// lo is the best pass of any length, full the best full-length one.

@@ -60,7 +60,7 @@ func TestSearchFindsNDRAndPDR(t *testing.T) {
 	if ndr.Trials >= pdr.Trials+3 {
 		t.Errorf("NDR took %d trials after PDR's %d: history not shared", ndr.Trials, pdr.Trials)
 	}
-	if g.calls > 2*24 {
+	if g.calls > 2*16 {
 		t.Errorf("%d trials", g.calls)
 	}
 }
@@ -84,7 +84,7 @@ func TestSearchNothingPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Rate != 0 || r.Trials > 24 {
+	if r.Rate != 0 || r.Trials > 16 {
 		t.Errorf("got rate %.0f after %d trials, want 0 within the cap", r.Rate, r.Trials)
 	}
 }
