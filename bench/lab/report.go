@@ -80,7 +80,7 @@ func (rep *report) find(mode, name, underlay string) *result {
 }
 
 func ratio(a, b float64) string {
-	if b == 0 || a == 0 || math.IsNaN(a) || math.IsNaN(b) {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f", a/b)
