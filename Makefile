@@ -16,7 +16,7 @@ export EGRET_LAB_GATEWAY
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab dashboard-png clean image image-stage cluster-up cluster-push cluster-down
+.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab bench-report dashboard-png clean image image-stage cluster-up cluster-push cluster-down
 
 all: build
 
@@ -88,10 +88,23 @@ bpf:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./gateway/... ./conntrack/... ./nat/... ./control/...
 
-# Smoke benchmark in the lab: packets per second and CPU through one gateway, Egret vs the
-# kernel (VXLAN decap + nftables masquerade) in an identical namespace, as a ratio. Root.
+# The benchmark harness (docs/benchmarks.md): the data plane through one gateway, Egret
+# against the kernel in one run (NDR/PDR, latency, connection rate), after the other parts
+# present under bench/ (control plane, failover); each part writes its <part>.json,
+# <part>.md and plots into the report folder BENCH_OUT. The data plane runs last so the
+# output ends with its summary line. Root.
+# BENCH_FLAGS=-quick tries it in a few minutes; bench-report then puts the folder into
+# docs/benchmarks.md and docs/bench/.
+BENCH_OUT   ?= $(BIN)/bench-report
+BENCH_FLAGS ?=
 bench-lab: deps build
-	$(GO) run ./bench/lab -egret $(BIN)/egret
+	@rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT)
+	@for p in controlplane failover; do \
+	  if [ -d bench/$$p ]; then $(GO) run ./bench/$$p -out $(BENCH_OUT) || exit 1; fi; done
+	$(GO) run ./bench/lab -egret $(BIN)/egret -out $(BENCH_OUT) $(BENCH_FLAGS)
+
+bench-report:
+	$(GO) run ./bench/report -in $(BENCH_OUT)
 
 # Render docs/dashboard.png from a real Prometheus scraping the managed lab under traffic.
 dashboard-png: deps build

@@ -139,6 +139,10 @@ func kernelRules(s *Spec, gw string) string {
 // lab writes the file (GatewayConfig, documented in docs/lab.md).
 type Egret struct {
 	Binary string
+	// ConntrackMax, PodFlowLimit and EgressIPFlowLimit go into the
+	// gateway's file when set (the benchmark's one pod and one egress IP
+	// open millions of flows).
+	ConntrackMax, PodFlowLimit, EgressIPFlowLimit int
 }
 
 // Mode implements Impl.
@@ -158,6 +162,7 @@ func (e Egret) Start(env GatewayEnv) error {
 		return fmt.Errorf("%s has no gateway subcommand yet; use the kernel gateway mode", e.Binary)
 	}
 	cfg := NewGatewayConfig(env.Spec, env.Gateway.Name)
+	cfg.ConntrackMax, cfg.PodFlowLimit, cfg.EgressIPFlowLimit = e.ConntrackMax, e.PodFlowLimit, e.EgressIPFlowLimit
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err

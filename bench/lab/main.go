@@ -1,271 +1,328 @@
-// Command lab is the `make bench-lab` smoke benchmark: UDP packets per second
-// from a pod through one gateway of the lab, with the CPU that costs, and
-// the throughput of one established TCP flow, for Egret's gateway and for
-// the kernel doing the same job (VXLAN decap + nftables SNAT + conntrack) in
-// an identical lab, and their ratio; on each underlay: VXLAN over IPv4 (the
-// default lab) and over IPv6 (the IPv6-only lab, 20 bytes more of outer
-// header per packet, pod MTU 1430 instead of 1450).
+// Command lab is `make bench-lab`: Egret's gateway against the kernel doing
+// the same job (VXLAN decap + conntrack + nftables SNAT, the lab's kernel
+// mode), with one generator, in one run.
 //
-//	go run ./bench/lab [-seconds 5] [-len 64] [-underlay ipv4,ipv6] [-egret bin/egret]
+//	go run ./bench/lab [-egret bin/egret] [-out dir] [-trial 5s] [-quick] [-scenarios est-10k,cps,...]
 //
-// Traffic: iperf3 UDP at full speed, then one iperf3 TCP stream, from pod
-// w1-p1 (policy blue, gateway g1) to the outside server. Needs root, iperf3
-// and the lab's tools.
+// A generator in this process sends VXLAN frames from worker w1's eth0 as
+// its VTEP would for pod w1-p1 (AF_XDP transmit, gateway/nic), a sequence
+// number and a send time in each payload; a receiver in this process counts
+// them on the router's fabric side (AF_PACKET), with loss, reordering,
+// duplicates and latency on the same clock. The generator and receiver run
+// on one core, the gateway on the other (threaded NAPI on the gateway's
+// interface, egret's threads pinned there). For each scenario it finds the
+// NDR and PDR by binary search, measures latency at 10, 50 and 90 % of each
+// side's NDR, and writes dataplane.json, dataplane.md and dataplane-*.png
+// into the report folder (docs/benchmarks.md has the folder's contract).
+// It ends with the summary line of 64-byte frames over 10k flows.
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/egret-gw/egret/lab"
 )
 
+// scenario is one row of the standard set.
+type scenario struct {
+	Name     string  `json:"name"`
+	Underlay string  `json:"underlay"`
+	Traffic  traffic `json:"traffic"`
+	// Latency: also measure latency at 10/50/90 % of the NDR.
+	Latency bool   `json:"-"`
+	About   string `json:"about"`
+}
+
+// standard is the standard set, in the order it runs; the first is the
+// summary line's case, and cps comes last on its lab because the flows it
+// opens stay in the table for the UDP timeout.
+var standard = []scenario{
+	{Name: "est-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64}, Latency: true,
+		About: "10k established UDP flows, 64-byte frames, VXLAN over IPv4"},
+	{Name: "est-1", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 1, Dist: "uniform", Size: 64},
+		About: "one established flow, 64-byte frames"},
+	{Name: "est-1M", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 1_000_000, Dist: "uniform", Size: 64},
+		About: "1M established flows, 64-byte frames"},
+	{Name: "est-10k-imix", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 0},
+		About: "10k flows, IMIX (7:4:1 of 64, 576, 1500 bytes)"},
+	{Name: "cps", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true},
+		About: "new flows per second: every frame a 5-tuple never seen before (UDP, one packet each), the table growing (last on its lab: it fills the table)"},
+	{Name: "est-10k-v6", Underlay: lab.UnderlayIPv6, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64},
+		About: "10k established flows over an IPv6 underlay (IPv6-only lab: 82-byte frames, the smallest IPv6 frame with the stamp)"},
+}
+
 func main() {
-	secs := flag.Int("seconds", 5, "traffic duration per mode")
-	size := flag.Int("len", 64, "UDP payload bytes")
 	bin := flag.String("egret", "", "egret binary (default: go build ./cmd/egret into a temp dir)")
-	underlays := flag.String("underlay", lab.UnderlayIPv4+","+lab.UnderlayIPv6, "comma-separated lab underlays to measure: ipv4, ipv6")
+	out := flag.String("out", "", "report folder (default: bench-report-<UTC time> in the current directory)")
+	full := flag.Duration("trial", 5*time.Second, "length of a trial that counts (RFC 2544: ≥ 5 s)")
+	quick := flag.Bool("quick", false, "1 s trials and a coarser search, for trying the harness (figures not comparable)")
+	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: all): "+scenarioNames())
+	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
+	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
+	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
+	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios)")
 	flag.Parse()
-	if err := run(*secs, *size, *bin, strings.Split(*underlays, ",")); err != nil {
+	cfg := config{hold: *hold, sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, bin: *bin, out: *out}
+	if *quick {
+		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
+	}
+	// An interrupted run takes its lab down.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		upLab.Lock()
+		if upLab.name != "" {
+			lab.Down("", upLab.name)
+		}
+		fmt.Fprintln(os.Stderr, "bench-lab: interrupted")
+		os.Exit(1)
+	}()
+	var err error
+	for _, m := range cfg.sides {
+		if m != lab.ModeKernel && m != lab.ModeEgret {
+			err = fmt.Errorf("-sides: %q is neither %s nor %s", m, lab.ModeKernel, lab.ModeEgret)
+		}
+	}
+	if err != nil {
+	} else if cfg.scenarios, err = pick(*names); err == nil {
+		err = run(cfg)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-lab:", err)
 		os.Exit(1)
 	}
 }
 
-// result is one mode's measurement.
-type result struct {
-	mode     string
-	underlay string
-	pps      float64 // packets received by the server per second
-	sent     float64 // packets the pod sent per second
-	gwCores  float64 // CPU of the gateway: process (egret) or machine softirq (kernel)
-	allCores float64 // CPU of the whole machine during the run
-	tcpMbps  float64 // one established TCP flow: megabits per second received by the server
+// upLab is the lab that is up, for the interrupt handler.
+var upLab struct {
+	sync.Mutex
+	name string
 }
 
-func run(secs, size int, bin string, underlays []string) error {
-	for _, u := range underlays {
-		if _, err := lab.NewSpec("elb", u); err != nil {
-			return err
+type config struct {
+	full, short   time.Duration
+	goal, coarse  float64
+	genCPU, gwCPU int
+	bin, out      string
+	scenarios     []scenario
+	sides         []string
+	hold          float64
+}
+
+func scenarioNames() string {
+	var s []string
+	for _, sc := range standard {
+		s = append(s, sc.Name)
+	}
+	return strings.Join(s, ",")
+}
+
+func pick(names string) ([]scenario, error) {
+	if names == "" {
+		return standard, nil
+	}
+	var out []scenario
+	for _, n := range strings.Split(names, ",") {
+		found := false
+		for _, sc := range standard {
+			if sc.Name == n {
+				out, found = append(out, sc), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("no scenario %q; the scenarios are %s", n, scenarioNames())
 		}
 	}
+	return out, nil
+}
+
+func run(cfg config) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (it builds network namespaces)")
 	}
-	for _, tool := range []string{"iperf3", "ip", "nft", "bridge", "ethtool"} {
+	for _, tool := range []string{"ip", "nft", "bridge", "ethtool"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is missing; run make deps", tool)
 		}
 	}
-	if bin == "" {
+	if cfg.bin == "" {
 		dir, err := os.MkdirTemp("", "egret-bench-lab-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "egret")
-		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/egret").CombinedOutput(); err != nil {
+		cfg.bin = filepath.Join(dir, "egret")
+		if out, err := exec.Command("go", "build", "-o", cfg.bin, "./cmd/egret").CombinedOutput(); err != nil {
 			return fmt.Errorf("go build ./cmd/egret: %v\n%s", err, out)
 		}
 	}
-	fmt.Printf("bench-lab: iperf3 UDP, %d-byte payload, then one TCP stream, %d s each per mode and underlay, pod w1-p1 → gateway g1 → server\n", size, secs)
-	var res []result
-	for _, u := range underlays {
-		for _, mode := range []string{lab.ModeKernel, lab.ModeEgret} {
-			if mode == lab.ModeEgret && !lab.EgretAvailable(bin) {
-				fmt.Println("egret mode: unavailable (this egret binary has no `gateway` subcommand yet)")
-				continue
+	if cfg.out == "" {
+		cfg.out = "bench-report-" + time.Now().UTC().Format("20060102-150405")
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: loadavg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
+	fmt.Printf("bench-lab: %d scenarios × {kernel, egret}, trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
+		len(cfg.scenarios), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
+	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
+		var scs []scenario
+		for _, sc := range cfg.scenarios {
+			if sc.Underlay == u {
+				scs = append(scs, sc)
 			}
-			r, err := measure(mode, u, bin, secs, size)
-			if err != nil {
-				return fmt.Errorf("%s mode, %s underlay: %w", mode, u, err)
-			}
-			res = append(res, r)
 		}
-	}
-	fmt.Printf("\n%-7s %-8s %12s %12s %14s %14s %16s %10s\n", "mode", "underlay", "sent pps", "recv pps", "gateway cores", "machine cores", "gw µs/packet", "TCP Mbit/s")
-	for _, r := range res {
-		fmt.Printf("%-7s %-8s %12.0f %12.0f %14.2f %14.2f %16.2f %10.0f\n", r.mode, r.underlay, r.sent, r.pps, r.gwCores, r.allCores, perPacket(r.gwCores, r.pps), r.tcpMbps)
-	}
-	for i := 0; i+1 < len(res); i++ {
-		k, e := res[i], res[i+1]
-		if k.mode != lab.ModeKernel || e.mode != lab.ModeEgret || k.underlay != e.underlay {
+		if len(scs) == 0 {
 			continue
 		}
-		fmt.Printf("\n%s underlay, egret/kernel: %.2fx packets per second, %.2fx gateway CPU per packet, %.2fx machine CPU per packet, %.2fx TCP throughput",
-			k.underlay, e.pps/k.pps, perPacket(e.gwCores, e.pps)/perPacket(k.gwCores, k.pps), perPacket(e.allCores, e.pps)/perPacket(k.allCores, k.pps), e.tcpMbps/k.tcpMbps)
+		for _, mode := range cfg.sides {
+			if err := runMode(cfg, rep, mode, u, scs); err != nil {
+				return fmt.Errorf("%s mode, %s underlay: %w", mode, u, err)
+			}
+		}
 	}
-	fmt.Println()
-	fmt.Println("\ngateway cores: egret = the `egret gateway` process (utime+stime; the XDP program and the copy" +
-		"\ninto the UMEM run in softirq and are not in it); kernel = softirq time of the whole machine" +
-		"\n(decap, NAT and forwarding run there, but so do the worker's encap and the veth hops: an upper" +
-		"\nbound). machine cores counts everything, generator included. On a shared machine these are" +
-		"\nsmoke figures, not a benchmark.")
+	rep.LoadAfter = loadavg()
+	rep.print(os.Stdout)
+	return rep.write(cfg.out)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// runMode brings up one lab in one gateway mode and runs the scenarios on it.
+func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) error {
+	spec, err := lab.NewSpec("ebl"+fmt.Sprint(os.Getpid()%100000), underlay)
+	if err != nil {
+		return err
+	}
+	impl, err := lab.NewImpl(mode, cfg.bin)
+	if err != nil {
+		return err
+	}
+	if e, ok := impl.(lab.Egret); ok {
+		// The connection-rate and 1M-flow scenarios come from one pod
+		// through one egress IP: the table's size is the limit, as the
+		// kernel's is, and when it is full both sides early-drop
+		// unanswered flows to admit new ones.
+		e.ConntrackMax = 1 << 22
+		e.PodFlowLimit, e.EgressIPFlowLimit = e.ConntrackMax, e.ConntrackMax
+		impl = e
+	}
+	fmt.Printf("\n== %s gateway, %s underlay: building the lab\n", mode, underlay)
+	l := &lab.Lab{Spec: spec, Impl: impl, Binary: cfg.bin}
+	if err := l.Up(); err != nil {
+		return err
+	}
+	defer lab.Down("", spec.Name)
+	upLab.Lock()
+	upLab.name = spec.Name
+	upLab.Unlock()
+	gwTasks, note, err := pinGateway(l, mode, cfg.genCPU, cfg.gwCPU)
+	if err != nil {
+		return err
+	}
+	fmt.Println("  " + note)
+	r, err := newRig(spec, cfg.genCPU, cfg.gwCPU)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	r.gwTasks = gwTasks
+	for _, sc := range scs {
+		res, err := runScenario(cfg, rep, r, mode, sc)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", sc.Name, err)
+		}
+		res.Setup = note
+		rep.Results = append(rep.Results, res)
+	}
 	return nil
 }
 
-func perPacket(cores, pps float64) float64 {
-	if pps == 0 {
-		return 0
-	}
-	return cores / pps * 1e6
-}
-
-func measure(mode, underlay, bin string, secs, size int) (result, error) {
-	r := result{mode: mode, underlay: underlay}
-	spec, err := lab.NewSpec("elb"+strconv.FormatInt(int64(os.Getpid()), 36), underlay)
-	if err != nil {
-		return r, err
-	}
-	impl, err := lab.NewImpl(mode, bin)
-	if err != nil {
-		return r, err
-	}
-	l := &lab.Lab{Spec: spec, Impl: impl, Binary: bin}
-	if err := l.Up(); err != nil {
-		return r, err
-	}
-	defer lab.Down("", spec.Name)
-	srvIP := spec.Server.IP.String()
-	srv := exec.Command("ip", "netns", "exec", spec.NS(spec.Server.Name), "iperf3", "-s", "--forceflush", "-B", srvIP, "-p", "5201")
-	out, err := srv.StdoutPipe()
-	if err != nil {
-		return r, err
-	}
-	if err := srv.Start(); err != nil {
-		return r, err
-	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Server listening") {
-				close(ready)
-				for sc.Scan() {
-				}
-				return
-			}
+// runScenario finds one side's PDR and NDR for a scenario and the latency
+// around its NDR.
+func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*result, error) {
+	res := &result{Scenario: sc, Mode: mode}
+	fmt.Printf("-- %s, %s: %s\n", mode, sc.Name, sc.About)
+	tr := sc.Traffic
+	if !tr.New && tr.Flows > 1 {
+		// Establish every flow once before measuring.
+		warm := 50_000.0
+		d := time.Duration(float64(tr.Flows)/warm*float64(time.Second)) + 200*time.Millisecond
+		if _, err := r.run(tr, warm, d); err != nil {
+			return nil, err
 		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Second):
-		return r, errors.New("iperf3 server did not start")
 	}
-	gwPid := 0
-	if mode == lab.ModeEgret {
-		st, err := l.Status()
+	if cfg.hold > 0 {
+		fmt.Printf("   holding %.0f pps for %v (gateway core %d)\n", cfg.hold, cfg.full, cfg.gwCPU)
+		t, err := r.run(tr, cfg.hold, cfg.full)
 		if err != nil {
-			return r, err
+			return nil, err
 		}
-		gwPid = st.Gateways[0].PID
+		l := newLatency("hold", t)
+		fmt.Printf("   offered %.0f pps, lost %.2e (at gateway input %d), gateway tasks %.2f cores = %.0f ns/packet; latency p50 %.1f µs, p90 %.1f, p99 %.1f, p99.9 %.1f\n",
+			t.Offered(), t.Loss(), t.InputDrops, t.TaskCores, t.TaskNsPerPacket, l.P50, l.P90, l.P99, l.P999)
+		return res, nil
 	}
-	busy0, soft0 := procStat()
-	gw0 := procTicks(gwPid)
-	t0 := time.Now()
-	cli := exec.Command("ip", "netns", "exec", spec.NS("w1-p1"), "iperf3", "-c", srvIP, "-p", "5201",
-		"-u", "-b", "0", "-l", strconv.Itoa(size), "-t", strconv.Itoa(secs), "-J")
-	js, err := cli.Output()
-	el := time.Since(t0).Seconds()
-	busy1, soft1 := procStat()
-	gw1 := procTicks(gwPid)
+	// The generator's ceiling: a short trial at a rate nothing here reaches.
+	top, err := r.run(tr, 5e6, cfg.short)
 	if err != nil {
-		return r, fmt.Errorf("iperf3 client: %v\n%s", err, js)
+		return nil, err
 	}
-	var rep struct {
-		End struct {
-			Sum struct {
-				Seconds float64 `json:"seconds"`
-				Packets int64   `json:"packets"`
-				Lost    int64   `json:"lost_packets"`
-			} `json:"sum"`
-		} `json:"end"`
+	res.GeneratorPPS = top.Offered()
+	fmt.Printf("   generator ceiling %.0f pps (gateway forwarded %.0f pps of it)\n", top.Offered(), float64(top.Received)/top.Seconds)
+	s := &searcher{cfg: searchConfig{Max: top.Offered() * 0.98, Min: 1000, Full: cfg.full, Short: cfg.short, Goal: cfg.goal, Coarse: cfg.coarse,
+		Progress: func(c string, t trial) {
+			fmt.Printf("   %s trial %4.1f s at %8.0f pps: sent %9d, lost %.2e (at gateway input %d, receiver %d; reordered %d), gateway core %.2f busy, its tasks %.2f = %5.0f ns/packet\n",
+				c, t.Seconds, t.Offered(), t.Sent, t.Loss(), t.InputDrops, t.ReceiverDrops, t.Reordered, t.GatewayCores, t.TaskCores, t.TaskNsPerPacket)
+		}},
+		run: func(rate float64, d time.Duration) (trial, error) { return r.run(tr, rate, d) }}
+	if res.PDR, err = s.find("PDR", pdrLoss); err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(js, &rep); err != nil || rep.End.Sum.Seconds == 0 {
-		return r, fmt.Errorf("iperf3 JSON (%v): %.300s", err, js)
+	if res.NDR, err = s.find("NDR", ndrLoss); err != nil {
+		return nil, err
 	}
-	s := rep.End.Sum
-	r.sent = float64(s.Packets) / s.Seconds
-	r.pps = float64(s.Packets-s.Lost) / s.Seconds
-	ticks := float64(clkTck) * el
-	r.allCores = float64(busy1-busy0) / ticks
-	if mode == lab.ModeEgret {
-		r.gwCores = float64(gw1-gw0) / ticks
-	} else {
-		r.gwCores = float64(soft1-soft0) / ticks
+	fmt.Printf("   %s %s: NDR %.0f pps, PDR %.0f pps\n", mode, sc.Name, res.NDR.Rate, res.PDR.Rate)
+	if !sc.Latency || res.NDR.Rate == 0 {
+		return res, nil
 	}
-	fmt.Printf("%s mode, %s underlay: %d packets sent, %d lost in %.1f s\n", mode, underlay, s.Packets, s.Lost, s.Seconds)
-
-	// One established TCP flow: full-sized segments, so the underlay's
-	// 20 extra header bytes show as a smaller MSS (pod MTU 1430, not 1450).
-	js, err = exec.Command("ip", "netns", "exec", spec.NS("w1-p1"), "iperf3", "-c", srvIP, "-p", "5201",
-		"-t", strconv.Itoa(secs), "-J").Output()
-	if err != nil {
-		return r, fmt.Errorf("iperf3 TCP client: %v\n%.300s", err, js)
-	}
-	var tcp struct {
-		End struct {
-			Received struct {
-				Bits float64 `json:"bits_per_second"`
-			} `json:"sum_received"`
-		} `json:"end"`
-	}
-	if err := json.Unmarshal(js, &tcp); err != nil || tcp.End.Received.Bits == 0 {
-		return r, fmt.Errorf("iperf3 TCP JSON (%v): %.300s", err, js)
-	}
-	r.tcpMbps = tcp.End.Received.Bits / 1e6
-	return r, nil
-}
-
-// clkTck is USER_HZ, the unit of /proc tick counters (100 on Linux).
-const clkTck = 100
-
-// procStat returns busy and softirq ticks summed over all CPUs.
-func procStat() (busy, softirq uint64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		if i != 3 && i != 4 { // idle, iowait
-			busy += n
+	loads := []float64{0.1, 0.5, 0.9}
+	for _, f := range loads {
+		t, err := r.run(tr, f*res.NDR.Rate, cfg.full)
+		if err != nil {
+			return nil, err
 		}
-		if i == 6 {
-			softirq = n
+		res.Latency = append(res.Latency, newLatency(fmt.Sprintf("%.0f%% of own NDR", f*100), t))
+	}
+	// The target's comparison: both sides at half the kernel's NDR.
+	if k := rep.find(lab.ModeKernel, sc.Name, sc.Underlay); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
+		t, err := r.run(tr, 0.5*k.NDR.Rate, cfg.full)
+		if err != nil {
+			return nil, err
 		}
+		res.Latency = append(res.Latency, newLatency("50% of kernel NDR", t))
 	}
-	return
-}
-
-// procTicks is utime+stime of pid (0 when pid is 0 or gone).
-func procTicks(pid int) uint64 {
-	if pid <= 0 {
-		return 0
+	for _, l := range res.Latency {
+		fmt.Printf("   latency at %s (%.0f pps): p50 %.1f µs, p90 %.1f, p99 %.1f, p99.9 %.1f, loss %.1e\n",
+			l.Load, l.PPS, l.P50, l.P90, l.P99, l.P999, l.Loss)
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[i+1:]) // state is f[0]; utime, stime are fields 14, 15 of the line
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseUint(f[11], 10, 64)
-	st, _ := strconv.ParseUint(f[12], 10, 64)
-	return u + st
+	return res, nil
 }

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/egret-gw/egret/gateway/header"
+)
+
+// Frame sizes. A size is the pod's frame as the gateway forwards it to the
+// outside, FCS included (RFC 2544 counts frames that way); on the fabric it
+// travels inside VXLAN, 50 bytes longer over an IPv4 underlay and 70 over
+// IPv6. The smallest frame must still carry the stamp, so an IPv6 pod's
+// "64-byte" frame is 82 bytes; the largest is what the pod MTU allows.
+const (
+	fcsLen   = 4
+	stampLen = 16 // sequence number, then send time in ns (CLOCK_MONOTONIC), big-endian
+	vxlanLen = 8
+	udpLen   = 8
+	ethLen   = 14
+	// benchPortBase is the first destination port of the generated
+	// flows; the receiver takes only ports from here to benchPortBase+
+	// benchPorts-1, and the router drops them after it has seen them.
+	benchPortBase = 20000
+	benchPorts    = 10000
+	// srcPortBase..srcPortBase+srcPorts-1 are the flows' source ports.
+	srcPortBase = 1024
+	srcPorts    = 50000
+)
+
+// imix is the simple IMIX (7:4:1 of 64, 576 and 1500-byte frames).
+var imix = []int{64, 64, 64, 64, 64, 64, 64, 576, 576, 576, 576, 1500}
+
+// wire describes the frames one worker sends for one pod: the outer headers
+// from the worker's VTEP to the gateway's, and the pod's packet to the
+// outside server inside.
+type wire struct {
+	outerSrcMAC, outerDstMAC [6]byte // worker eth0 → gateway eth0
+	outerSrc, outerDst       netip.Addr
+	vni                      uint32
+	port                     uint16
+	innerSrcMAC, innerDstMAC [6]byte // worker tunnel MAC → gateway tunnel MAC
+	pod, server              netip.Addr
+	podMTU                   int
+}
+
+func (w *wire) outerLen() int {
+	if w.outerSrc.Is4() {
+		return ethLen + 20 + udpLen + vxlanLen
+	}
+	return ethLen + 40 + udpLen + vxlanLen
+}
+
+func (w *wire) innerIPLen() int {
+	if w.pod.Is4() {
+		return 20
+	}
+	return 40
+}
+
+// innerFrameLen is the inner Ethernet frame (FCS off) for a frame size:
+// raised to the smallest that carries the stamp, cut to the pod MTU.
+func (w *wire) innerFrameLen(size int) int {
+	n := size - fcsLen
+	if min := ethLen + w.innerIPLen() + udpLen + stampLen; n < min {
+		n = min
+	}
+	if max := ethLen + w.podMTU; n > max {
+		n = max
+	}
+	return n
+}
+
+// flowPorts maps flow i to its source and destination port.
+func flowPorts(i uint64) (sport, dport uint16) {
+	return uint16(srcPortBase + i%srcPorts), uint16(benchPortBase + (i/srcPorts)%benchPorts)
+}
+
+// maxFlows is how many distinct flows one pod can have in this scheme.
+const maxFlows = srcPorts * benchPorts
+
+// build writes the VXLAN frame of flow with sequence number seq and send
+// time ts into b (which must be zeroed beyond the stamp, as fresh or reused
+// buffers of the same size are) and returns its length. Every checksum is
+// correct: the inner IPv4 header and UDP, the outer IPv4 header, and the
+// outer UDP checksum over IPv6 (zero over IPv4, as Linux VXLAN sends).
+func (w *wire) build(b []byte, size int, flow, seq uint64, ts int64) int {
+	inner := w.innerFrameLen(size)
+	o := w.outerLen()
+	total := o + inner
+	clear(b[:total])
+	copy(b[0:6], w.outerDstMAC[:])
+	copy(b[6:12], w.outerSrcMAC[:])
+	udpOff := 0
+	if w.outerSrc.Is4() {
+		binary.BigEndian.PutUint16(b[12:14], 0x0800)
+		ip := b[14:34]
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:4], uint16(total-ethLen))
+		binary.BigEndian.PutUint16(ip[6:8], 0x4000)
+		ip[8], ip[9] = 64, 17
+		s, d := w.outerSrc.As4(), w.outerDst.As4()
+		copy(ip[12:16], s[:])
+		copy(ip[16:20], d[:])
+		binary.BigEndian.PutUint16(ip[10:12], header.ChecksumFold(header.Checksum(ip, 0)))
+		udpOff = 34
+	} else {
+		binary.BigEndian.PutUint16(b[12:14], 0x86dd)
+		ip := b[14:54]
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:6], uint16(total-ethLen-40))
+		ip[6], ip[7] = 17, 64
+		s, d := w.outerSrc.As16(), w.outerDst.As16()
+		copy(ip[8:24], s[:])
+		copy(ip[24:40], d[:])
+		udpOff = 54
+	}
+	sport, dport := flowPorts(flow)
+	// The outer source port carries the flow's entropy, as Linux VXLAN's does.
+	h := uint32(flow * 0x9e3779b97f4a7c15 >> 32)
+	binary.BigEndian.PutUint16(b[udpOff:], uint16(49152+h%16384))
+	binary.BigEndian.PutUint16(b[udpOff+2:], w.port)
+	binary.BigEndian.PutUint16(b[udpOff+4:], uint16(total-udpOff))
+	vx := b[udpOff+8:]
+	vx[0] = 0x08
+	binary.BigEndian.PutUint32(vx[4:8], w.vni<<8)
+
+	in := b[o:total]
+	copy(in[0:6], w.innerDstMAC[:])
+	copy(in[6:12], w.innerSrcMAC[:])
+	var iu []byte // inner UDP header and payload
+	var pseudo uint32
+	if w.pod.Is4() {
+		binary.BigEndian.PutUint16(in[12:14], 0x0800)
+		ip := in[14:34]
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:4], uint16(inner-ethLen))
+		binary.BigEndian.PutUint16(ip[6:8], 0x4000)
+		ip[8], ip[9] = 64, 17
+		s, d := w.pod.As4(), w.server.As4()
+		copy(ip[12:16], s[:])
+		copy(ip[16:20], d[:])
+		binary.BigEndian.PutUint16(ip[10:12], header.ChecksumFold(header.Checksum(ip, 0)))
+		iu = in[34:]
+		pseudo = header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(iu)))
+	} else {
+		binary.BigEndian.PutUint16(in[12:14], 0x86dd)
+		ip := in[14:54]
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:6], uint16(inner-ethLen-40))
+		ip[6], ip[7] = 17, 64
+		s, d := w.pod.As16(), w.server.As16()
+		copy(ip[8:24], s[:])
+		copy(ip[24:40], d[:])
+		iu = in[54:]
+		pseudo = header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(iu)))
+	}
+	binary.BigEndian.PutUint16(iu[0:2], sport)
+	binary.BigEndian.PutUint16(iu[2:4], dport)
+	binary.BigEndian.PutUint16(iu[4:6], uint16(len(iu)))
+	binary.BigEndian.PutUint64(iu[8:16], seq)
+	binary.BigEndian.PutUint64(iu[16:24], uint64(ts))
+	// The rest of the payload is zero and adds nothing to a checksum.
+	binary.BigEndian.PutUint16(iu[6:8], header.UDPChecksumValue(header.ChecksumFold(header.Checksum(iu[:udpLen+stampLen], pseudo))))
+	if w.outerSrc.Is6() {
+		u := b[udpOff:total]
+		s, d := w.outerSrc.As16(), w.outerDst.As16()
+		ps := header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(u)))
+		// Everything past the inner stamp is zero.
+		end := o + len(in) - len(iu) + udpLen + stampLen
+		binary.BigEndian.PutUint16(u[6:8], header.UDPChecksumValue(header.ChecksumFold(header.Checksum(b[udpOff:end], ps))))
+	}
+	return total
+}
+
+// stamp is what the receiver reads from a frame leaving the gateway.
+type stamp struct {
+	src   netip.Addr // the source address the gateway gave the packet
+	sport uint16
+	dport uint16
+	seq   uint64
+	ts    int64
+}
+
+// parseOut reads a plain (not encapsulated) Ethernet frame carrying one of
+// the generator's UDP packets; ok is false for anything else.
+func parseOut(f []byte) (st stamp, ok bool) {
+	if len(f) < ethLen+20 {
+		return st, false
+	}
+	var u []byte
+	switch binary.BigEndian.Uint16(f[12:14]) {
+	case 0x0800:
+		ip := f[ethLen:]
+		ihl := int(ip[0]&0x0f) * 4
+		if ip[9] != 17 || ihl < 20 || len(ip) < ihl+udpLen+stampLen {
+			return st, false
+		}
+		st.src = netip.AddrFrom4([4]byte(ip[12:16]))
+		u = ip[ihl:]
+	case 0x86dd:
+		ip := f[ethLen:]
+		if len(ip) < 40+udpLen+stampLen || ip[6] != 17 {
+			return st, false
+		}
+		st.src = netip.AddrFrom16([16]byte(ip[8:24]))
+		u = ip[40:]
+	default:
+		return st, false
+	}
+	st.sport = binary.BigEndian.Uint16(u[0:2])
+	st.dport = binary.BigEndian.Uint16(u[2:4])
+	if st.dport < benchPortBase || st.dport >= benchPortBase+benchPorts {
+		return st, false
+	}
+	st.seq = binary.BigEndian.Uint64(u[8:16])
+	st.ts = int64(binary.BigEndian.Uint64(u[16:24]))
+	return st, true
+}

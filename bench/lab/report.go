@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/egret-gw/egret/lab"
+)
+
+// part is this program's name in the report folder: dataplane.json,
+// dataplane.md, dataplane-*.png.
+const part = "dataplane"
+
+// report is dataplane.json.
+type report struct {
+	Started   time.Time `json:"started"`
+	Trial     string    `json:"trial"`
+	Load      string    `json:"loadavg_before"`
+	LoadAfter string    `json:"loadavg_after"`
+	GenCPU    int       `json:"generator_core"`
+	GwCPU     int       `json:"gateway_core"`
+	CPUNote   string    `json:"cpu_accounting"`
+	Results   []*result `json:"results"`
+	Summary   string    `json:"summary"`
+}
+
+// result is one scenario on one side.
+type result struct {
+	Scenario     scenario     `json:"scenario"`
+	Mode         string       `json:"mode"`
+	Setup        string       `json:"setup"`
+	GeneratorPPS float64      `json:"generator_ceiling_pps"`
+	NDR          searchResult `json:"ndr"`
+	PDR          searchResult `json:"pdr"`
+	Latency      []latency    `json:"latency,omitempty"`
+}
+
+// latency is one trial's latency percentiles, in µs.
+type latency struct {
+	Load string  `json:"load"`
+	PPS  float64 `json:"pps"`
+	Loss float64 `json:"loss"`
+	P50  float64 `json:"p50_us"`
+	P90  float64 `json:"p90_us"`
+	P99  float64 `json:"p99_us"`
+	P999 float64 `json:"p99_9_us"`
+	// CDF is (µs, fraction) for the plot.
+	CDF [][2]float64 `json:"cdf,omitempty"`
+}
+
+func newLatency(load string, t trial) latency {
+	l := latency{Load: load, PPS: t.Offered(), Loss: t.Loss(),
+		P50: t.Latency.quantile(0.5) / 1e3, P90: t.Latency.quantile(0.9) / 1e3,
+		P99: t.Latency.quantile(0.99) / 1e3, P999: t.Latency.quantile(0.999) / 1e3}
+	xs, ys := t.Latency.cdf()
+	for i := range xs {
+		l.CDF = append(l.CDF, [2]float64{xs[i], ys[i]})
+	}
+	return l
+}
+
+func (rep *report) find(mode, name, underlay string) *result {
+	for _, r := range rep.Results {
+		if r.Mode == mode && r.Scenario.Name == name && r.Scenario.Underlay == underlay {
+			return r
+		}
+	}
+	return nil
+}
+
+func ratio(a, b float64) string {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+func latencyAt(r *result, load string) *latency {
+	if r == nil {
+		return nil
+	}
+	for i := range r.Latency {
+		if r.Latency[i].Load == load {
+			return &r.Latency[i]
+		}
+	}
+	return nil
+}
+
+// summary is the last line: 64-byte frames, 10k flows, one gateway core;
+// p99 latency of both sides at half the kernel's NDR.
+func (rep *report) summary() string {
+	k, e := rep.find(lab.ModeKernel, "est-10k", lab.UnderlayIPv4), rep.find(lab.ModeEgret, "est-10k", lab.UnderlayIPv4)
+	kc, ec := rep.find(lab.ModeKernel, "cps", lab.UnderlayIPv4), rep.find(lab.ModeEgret, "cps", lab.UnderlayIPv4)
+	ndr, pdr, cps, p99 := "n/a", "n/a", "n/a", "n/a"
+	if k != nil && e != nil {
+		ndr, pdr = ratio(e.NDR.Rate, k.NDR.Rate), ratio(e.PDR.Rate, k.PDR.Rate)
+		if kl, el := latencyAt(k, "50% of own NDR"), latencyAt(e, "50% of kernel NDR"); kl != nil && el != nil {
+			p99 = ratio(el.P99, kl.P99)
+		}
+	}
+	if kc != nil && ec != nil {
+		cps = ratio(ec.NDR.Rate, kc.NDR.Rate)
+	}
+	return fmt.Sprintf("egret/kernel: NDR %sx, PDR %sx, CPS %sx, p99 latency %sx", ndr, pdr, cps, p99)
+}
+
+// tables is the markdown both the terminal and dataplane.md show.
+func (rep *report) tables() string {
+	var b strings.Builder
+	b.WriteString("| scenario | side | NDR pps | PDR pps | gateway ns/packet at NDR | gateway cores at NDR | generator ceiling pps | egret/kernel NDR | egret/kernel PDR |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rep.Results {
+		lim := ""
+		if r.NDR.Limited {
+			lim = " (generator)"
+		}
+		kr := ""
+		kp := ""
+		if r.Mode == lab.ModeEgret {
+			if k := rep.find(lab.ModeKernel, r.Scenario.Name, r.Scenario.Underlay); k != nil {
+				kr, kp = ratio(r.NDR.Rate, k.NDR.Rate)+"x", ratio(r.PDR.Rate, k.PDR.Rate)+"x"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.0f%s | %.0f | %.0f | %.2f | %.0f | %s | %s |\n", r.Scenario.Name, r.Mode, r.NDR.Rate, lim, r.PDR.Rate,
+			r.NDR.Trial.TaskNsPerPacket, r.NDR.Trial.TaskCores, r.GeneratorPPS, kr, kp)
+	}
+	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rep.Results {
+		for _, l := range r.Latency {
+			fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1e |\n", r.Scenario.Name, r.Mode, l.Load, l.PPS, l.P50, l.P90, l.P99, l.P999, l.Loss)
+		}
+	}
+	return b.String()
+}
+
+func (rep *report) print(w io.Writer) {
+	rep.Summary = rep.summary()
+	fmt.Fprintf(w, "\n%s\nmachine load (1/5/15 min) before %s, after %s\n\n%s\n", rep.tables(), rep.Load, rep.LoadAfter, rep.Summary)
+}
+
+// write puts dataplane.json, dataplane.md and the plots into dir.
+func (rep *report) write(dir string) error {
+	rep.CPUNote = cpuNote
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, part+".json"), js, 0o644); err != nil {
+		return err
+	}
+	pngs, err := rep.plots(dir)
+	if err != nil {
+		return fmt.Errorf("plots: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Data plane through one gateway (`make bench-lab`)\n\nRun of %s UTC, trials of %s, machine load (1/5/15 min) %s before and %s after.\n\n",
+		rep.Started.Format("2006-01-02 15:04"), rep.Trial, rep.Load, rep.LoadAfter)
+	fmt.Fprintf(&b, "```\n%s\n```\n\n", rep.Summary)
+	b.WriteString(rep.tables())
+	b.WriteString("\nScenarios:\n\n")
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		if !seen[r.Scenario.Name] {
+			seen[r.Scenario.Name] = true
+			fmt.Fprintf(&b, "- `%s`: %s\n", r.Scenario.Name, r.Scenario.About)
+		}
+	}
+	fmt.Fprintf(&b, "\n%s\n\n", cpuNote)
+	for _, p := range pngs {
+		fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
+	}
+	return os.WriteFile(filepath.Join(dir, part+".md"), []byte(b.String()), 0o644)
+}
+
+// plots draws NDR/PDR per scenario and the latency CDFs; it returns the
+// file names written.
+func (rep *report) plots(dir string) ([]string, error) {
+	var names []string
+	// NDR and PDR per scenario, both sides.
+	var scen []string
+	for _, r := range rep.Results {
+		if r.Mode == lab.ModeKernel {
+			scen = append(scen, r.Scenario.Name+"/"+r.Scenario.Underlay)
+		}
+	}
+	if len(scen) > 0 {
+		p := plot.New()
+		p.Title.Text = "Throughput through one gateway core (64-byte frames unless named)"
+		p.Y.Label.Text = "kpps"
+		w := vg.Points(12)
+		series := []struct{ mode, crit string }{{lab.ModeKernel, "NDR"}, {lab.ModeKernel, "PDR"}, {lab.ModeEgret, "NDR"}, {lab.ModeEgret, "PDR"}}
+		for i, s := range series {
+			vals := make(plotter.Values, len(scen))
+			for j, sc := range scen {
+				name, u, _ := strings.Cut(sc, "/")
+				if r := rep.find(s.mode, name, u); r != nil {
+					if s.crit == "NDR" {
+						vals[j] = r.NDR.Rate / 1e3
+					} else {
+						vals[j] = r.PDR.Rate / 1e3
+					}
+				}
+			}
+			bars, err := plotter.NewBarChart(vals, w)
+			if err != nil {
+				return nil, err
+			}
+			bars.Color = plotutil.Color(i)
+			bars.LineStyle.Width = 0
+			bars.Offset = w * vg.Length(float64(i)-1.5)
+			p.Add(bars)
+			p.Legend.Add(s.mode+" "+s.crit, bars)
+		}
+		labels := make([]string, len(scen))
+		for j, sc := range scen {
+			labels[j] = strings.TrimSuffix(sc, "/"+lab.UnderlayIPv4)
+		}
+		p.NominalX(labels...)
+		p.Legend.Top = true
+		name := part + "-throughput.png"
+		if err := p.Save(9*vg.Inch, 4*vg.Inch, filepath.Join(dir, name)); err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	// Latency CDFs of est-10k.
+	p := plot.New()
+	p.Title.Text = "Latency CDF, 10k flows, 64-byte frames"
+	p.X.Label.Text = "µs (log)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Label.Text = "fraction of frames ≤"
+	i := 0
+	for _, r := range rep.Results {
+		if r.Scenario.Name != "est-10k" {
+			continue
+		}
+		for _, l := range r.Latency {
+			var xy plotter.XYs
+			for _, c := range l.CDF {
+				if c[0] > 0 {
+					xy = append(xy, plotter.XY{X: c[0], Y: c[1]})
+				}
+			}
+			if len(xy) == 0 {
+				continue
+			}
+			line, err := plotter.NewLine(xy)
+			if err != nil {
+				return nil, err
+			}
+			line.Color = plotutil.Color(i)
+			line.Dashes = plotutil.Dashes(i)
+			i++
+			p.Add(line)
+			p.Legend.Add(fmt.Sprintf("%s %s (%.0f kpps)", r.Mode, l.Load, l.PPS/1e3), line)
+		}
+	}
+	if i > 0 {
+		p.Legend.Left, p.Legend.Top = true, true
+		name := part + "-latency.png"
+		if err := p.Save(9*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, name)); err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"time"
+)
+
+// Loss criteria of RFC 2544 / MLRsearch: the non-drop rate (NDR) is the
+// highest offered load whose trial loses at most ndrLoss of the frames, the
+// partial-drop rate (PDR) the highest that loses at most pdrLoss.
+const (
+	ndrLoss = 1e-6
+	pdrLoss = 0.005
+)
+
+// trialFunc offers rate frames per second for d and reports what happened.
+type trialFunc func(rate float64, d time.Duration) (trial, error)
+
+// searchConfig bounds a search.
+type searchConfig struct {
+	Max   float64       // the highest rate to try (what the generator can offer)
+	Min   float64       // below this the answer is 0
+	Full  time.Duration // the trial duration a result must hold for (≥ 5 s in a real run)
+	Short time.Duration // shorter trials while the interval is still wide (Full disables)
+	// Goal is the relative width (hi-lo)/hi at which a search stops;
+	// Coarse is the width above which short trials are used.
+	Goal, Coarse float64
+	// MaxTrials caps one search (0: 16).
+	MaxTrials int
+	// Progress, when set, hears of every trial.
+	Progress func(criterion string, t trial)
+}
+
+// searchResult is one criterion's answer.
+type searchResult struct {
+	Rate float64 `json:"pps"` // the rate of the best passing full-length trial (0: none passed)
+	// Trial is that trial, with its loss and the gateway's CPU.
+	Trial  trial `json:"trial"`
+	Trials int   `json:"trials"` // trials this search ran
+	// Limited: the generator set the bound, not the gateway: even Max
+	// passed, or the generator fell short of the rate the search asked for.
+	Limited bool `json:"generator_limited"`
+}
+
+// searcher runs NDR and PDR searches over one trial function, sharing what
+// earlier trials showed: a rate that failed PDR fails NDR, a full-length
+// trial that met NDR meets PDR.
+type searcher struct {
+	cfg     searchConfig
+	run     trialFunc
+	history []trial
+}
+
+func (t trial) passes(maxLoss float64) bool { return t.Sent > 0 && t.Loss() <= maxLoss }
+
+// find searches the highest rate whose full-length trial loses at most
+// maxLoss: bisection between the best known pass and the lowest known
+// failure (rates as offered, not as asked for), with short trials while the interval is wider than Coarse, and
+// the final lower bound always confirmed by a full-length trial.
+func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
+	c := s.cfg
+	if c.Max <= 0 || c.Full <= 0 || c.Goal <= 0 {
+		return searchResult{}, errors.New("search: Max, Full and Goal must be positive")
+	}
+	if c.MaxTrials == 0 {
+		c.MaxTrials = 16
+	}
+	var res searchResult
+	// lo is the best pass of any length, full the best full-length one.
+	var lo, hi float64 = 0, 0
+	var full trial
+	for _, t := range s.history {
+		switch {
+		case t.passes(maxLoss) && t.Duration >= c.Full && t.Offered() > full.Offered():
+			full = t
+		case !t.passes(maxLoss) && (hi == 0 || t.Offered() < hi):
+			hi = t.Offered()
+		}
+	}
+	lo = full.Offered()
+	try := func(rate float64, d time.Duration) (trial, error) {
+		t, err := s.run(rate, d)
+		if err != nil {
+			return t, err
+		}
+		t.Target = rate
+		t.Duration = d
+		res.Trials++
+		s.history = append(s.history, t)
+		if c.Progress != nil {
+			c.Progress(name, t)
+		}
+		return t, nil
+	}
+	if hi == 0 {
+		// Nothing has failed yet: the top first, at full length.
+		t, err := try(c.Max, c.Full)
+		if err != nil {
+			return res, err
+		}
+		if t.passes(maxLoss) {
+			res.Rate, res.Trial, res.Limited = t.Offered(), t, true
+			return res, nil
+		}
+		hi = t.Offered()
+	}
+	if lo >= hi {
+		lo = 0
+	}
+	shortOK := c.Short > 0 && c.Short < c.Full
+	stuck := false
+	for res.Trials < c.MaxTrials {
+		if hi < c.Min {
+			break
+		}
+		if stuck || (hi-lo)/hi <= c.Goal {
+			if lo == full.Offered() {
+				break
+			}
+			// Confirm the lower bound at full length.
+			t, err := try(lo, c.Full)
+			if err != nil {
+				return res, err
+			}
+			if t.passes(maxLoss) {
+				full = t
+				break
+			}
+			// The short trial was too kind: bisect at full length from here.
+			hi, lo, shortOK, stuck = t.Offered(), full.Offered(), false, false
+			continue
+		}
+		d := c.Full
+		if shortOK && (hi-lo)/hi > c.Coarse {
+			d = c.Short
+		}
+		mid := (lo + hi) / 2
+		t, err := try(mid, d)
+		if err != nil {
+			return res, err
+		}
+		// The rate tested is what the generator offered, which falls
+		// short of mid when its core was taken from it.
+		if r := t.Offered(); t.passes(maxLoss) {
+			if r <= lo {
+				// The generator could not offer more than a rate
+				// already passed: the search cannot narrow further.
+				res.Limited, stuck = true, true
+				continue
+			}
+			lo = r
+			if d >= c.Full && r > full.Offered() {
+				full = t
+			}
+		} else {
+			hi = min(hi, r)
+		}
+	}
+	if full.Sent > 0 {
+		res.Rate, res.Trial = full.Offered(), full
+	}
+	return res, nil
+}
