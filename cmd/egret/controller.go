@@ -62,6 +62,9 @@ func runController(args []string) error {
 		if f.Kubeconfig != "" {
 			return errors.New("--kubeconfig and --source dir: exclude each other")
 		}
+		if cfg.Cloud.Provider != "" {
+			return errors.New("cloud attachment (--cloud-provider) keeps its state in CloudPrivateIPConfig objects and needs the kube source")
+		}
 		src, err := cluster.NewDir(dir, f.PollInterval, log)
 		if err != nil {
 			return err

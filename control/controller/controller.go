@@ -123,6 +123,8 @@ type Controller struct {
 	emitted map[assign.Event]struct{}
 	nodes   map[string]*nodeHealth
 	placed  map[string]string // "object/ip" → node, from the last assignment
+
+	cloud *cloudAttach // nil: no cloud attachment (SetCloud)
 }
 
 // New checks cfg and builds a controller reading from src.
@@ -178,6 +180,9 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	if err := c.src.Start(ctx, c.changed); err != nil {
 		return err // the source names what failed
+	}
+	if err := c.startCloud(ctx); err != nil {
+		return err
 	}
 	c.metrics.SetLeader(true)
 	defer c.metrics.SetLeader(false)
@@ -436,6 +441,7 @@ func (c *Controller) assign() {
 	}
 	c.placed = placed
 	c.desired = nextDesired
+	c.cloudPlaced(placed)
 
 	var unassigned int64
 	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
@@ -482,6 +488,7 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	c.mu.Lock()
 	d, known := c.desired[k.name]
 	c.mu.Unlock()
+	d.items = c.cloudReady(d.items) // attach before claim
 	if !ok || !known || obj.ResourceVersion != d.rv || itemsEqual(obj.Status.Items, d.items) ||
 		cluster.ForeignStatusWriter(obj) != "" {
 		// Gone, or changed since the assignment (which is queued again
