@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
@@ -18,7 +21,8 @@ import (
 // IPv6 with AssignIpv6Addresses after unassigning it from the ENI that
 // holds it (EC2 has no IPv6 reassignment).
 type AWS struct {
-	ec2 *ec2.Client
+	ec2  *ec2.Client
+	imds *imds.Client
 }
 
 // NewAWS builds the EC2 client from the SDK's default chain: credentials
@@ -33,7 +37,7 @@ func NewAWS(ctx context.Context) (*AWS, error) {
 	if cfg.Region == "" {
 		return nil, errors.New("no AWS region: set AWS_REGION or run on an EC2 instance whose metadata service answers")
 	}
-	return &AWS{ec2: ec2.NewFromConfig(cfg)}, nil
+	return &AWS{ec2: ec2.NewFromConfig(cfg), imds: imds.NewFromConfig(cfg)}, nil
 }
 
 // Attach implements Provider.
@@ -169,4 +173,79 @@ func apiError(op string, err error) error {
 		return &APIError{Op: op, Code: ae.ErrorCode(), Message: ae.ErrorMessage()}
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Local implements Provider: the primary ENI (the interface of the MAC
+// the metadata service names first), its subnets from the metadata
+// service, the instance type's per-interface limits from
+// DescribeInstanceTypes, and the addresses in use from
+// DescribeNetworkInterfaces (the metadata service lags changes).
+func (a *AWS) Local(ctx context.Context) (Local, error) {
+	var l Local
+	mac, err := a.metadata(ctx, "mac")
+	if err != nil {
+		return l, err
+	}
+	base := "network/interfaces/macs/" + mac + "/"
+	if l.Interface, err = a.metadata(ctx, base+"interface-id"); err != nil {
+		return l, err
+	}
+	if s, err := a.metadata(ctx, base+"subnet-ipv4-cidr-block"); err == nil {
+		if l.Subnets.IPv4, err = netip.ParsePrefix(s); err != nil {
+			return l, fmt.Errorf("the metadata service's subnet-ipv4-cidr-block %q is not a prefix", s)
+		}
+	}
+	if s, err := a.metadata(ctx, base+"subnet-ipv6-cidr-blocks"); err == nil && s != "" {
+		first, _, _ := strings.Cut(s, "\n")
+		if l.Subnets.IPv6, err = netip.ParsePrefix(strings.TrimSpace(first)); err != nil {
+			return l, fmt.Errorf("the metadata service's subnet-ipv6-cidr-blocks %q is not a prefix", s)
+		}
+	}
+	if !l.Subnets.IPv4.IsValid() && !l.Subnets.IPv6.IsValid() {
+		return l, fmt.Errorf("the metadata service names no subnet of interface %s", l.Interface)
+	}
+	typ, err := a.metadata(ctx, "instance-type")
+	if err != nil {
+		return l, err
+	}
+	it, err := a.ec2.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []types.InstanceType{types.InstanceType(typ)}})
+	if err != nil {
+		return l, apiError("DescribeInstanceTypes", err)
+	}
+	if len(it.InstanceTypes) != 1 || it.InstanceTypes[0].NetworkInfo == nil {
+		return l, fmt.Errorf("DescribeInstanceTypes has no network limits for instance type %s", typ)
+	}
+	ni := it.InstanceTypes[0].NetworkInfo
+	l.Limit.IPv4 = int(aws.ToInt32(ni.Ipv4AddressesPerInterface))
+	l.Limit.IPv6 = int(aws.ToInt32(ni.Ipv6AddressesPerInterface))
+	out, err := a.ec2.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{l.Interface}})
+	if err != nil {
+		return l, apiError("DescribeNetworkInterfaces", err)
+	}
+	for _, ni := range out.NetworkInterfaces {
+		for _, p := range ni.PrivateIpAddresses {
+			if ip, err := netip.ParseAddr(aws.ToString(p.PrivateIpAddress)); err == nil {
+				l.InUse = append(l.InUse, ip)
+			}
+		}
+		for _, p := range ni.Ipv6Addresses {
+			if ip, err := netip.ParseAddr(aws.ToString(p.Ipv6Address)); err == nil {
+				l.InUse = append(l.InUse, ip)
+			}
+		}
+	}
+	return l, nil
+}
+
+func (a *AWS) metadata(ctx context.Context, path string) (string, error) {
+	out, err := a.imds.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+	if err != nil {
+		return "", fmt.Errorf("reading %s from the instance metadata service: %w", path, err)
+	}
+	defer out.Content.Close()
+	b, err := io.ReadAll(io.LimitReader(out.Content, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("reading %s from the instance metadata service: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

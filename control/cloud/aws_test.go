@@ -171,3 +171,36 @@ func TestConfig(t *testing.T) {
 		t.Errorf("New(off) = %v, %v; want nil, nil", p, err)
 	}
 }
+
+// TestAWSLocal reads the instance's primary interface as the gateway agent
+// does: ENI and subnets from AWS's metadata emulator, limits and addresses
+// in use from EC2.
+func TestAWSLocal(t *testing.T) {
+	srv := ec2test.Start(ec2test.ENI{ID: "eni-local", Primary: "10.0.1.10", IPv4: []string{"10.0.1.20"}, IPv6: []string{"2600:1f18::20"}})
+	t.Cleanup(srv.Close)
+	srv.InstanceType("m5.large", 10, 10)
+	srv.Env(t, ec2test.StartIMDS(t, "us-east-2", map[string]string{
+		"mac-network-interface-id":    "eni-local",
+		"mac-subnet-ipv4-cidr-block":  "10.0.1.0/24",
+		"mac-subnet-ipv6-cidr-blocks": "2600:1f18::/64",
+		"instance-type":               "m5.large",
+	}))
+	a, err := NewAWS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.Local(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Interface != "eni-local" || l.Subnets.IPv4 != netip.MustParsePrefix("10.0.1.0/24") || l.Subnets.IPv6 != netip.MustParsePrefix("2600:1f18::/64") {
+		t.Errorf("interface %s subnets %+v", l.Interface, l.Subnets)
+	}
+	if l.Limit.IPv4 != 10 || l.Limit.IPv6 != 10 || l.Limit.Total {
+		t.Errorf("limits %+v; want 10 per family", l.Limit)
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.0.1.10"), netip.MustParseAddr("10.0.1.20"), netip.MustParseAddr("2600:1f18::20")}
+	if !slices.Equal(l.InUse, want) {
+		t.Errorf("in use %v; want %v", l.InUse, want)
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/egret-gw/egret/control/cluster"
 )
 
 // Provider names accepted by Config.
@@ -66,6 +68,22 @@ type Provider interface {
 	// Detach removes ip from iface; an address iface does not hold is
 	// already detached.
 	Detach(ctx context.Context, iface string, ip netip.Addr) error
+	// Local describes the primary interface of the instance this process
+	// runs on (read from the instance metadata service and the API).
+	Local(ctx context.Context) (Local, error)
+}
+
+// Local is what the cloud says of an instance's primary interface.
+type Local struct {
+	// Interface is its ID (AWS: the ENI).
+	Interface string
+	// Subnets are the subnets of the interface, per family.
+	Subnets cluster.IfAddr
+	// Limit is how many addresses the instance type allows on one
+	// interface (primary included); AWS limits each family.
+	Limit cluster.Capacity
+	// InUse lists the addresses the interface holds now, primary included.
+	InUse []netip.Addr
 }
 
 // ErrPending is wrapped by errors for changes the cloud accepted but does
