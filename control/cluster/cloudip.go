@@ -3,8 +3,12 @@ package cluster
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 )
 
 // CloudPrivateIPConfigGVR is the per-IP attachment state of egress IPs on
@@ -90,6 +95,27 @@ type cloudIPJSON struct {
 	} `json:"status"`
 }
 
+func (c CloudIP) object() cloudIPJSON {
+	var j cloudIPJSON
+	j.APIVersion = CloudPrivateIPConfigGVR.GroupVersion().String()
+	j.Kind = CloudPrivateIPConfigKind
+	j.Name = CloudIPName(c.IP)
+	j.Spec.Node = c.SpecNode
+	j.Status.Node, j.Status.Conditions = c.StatusNode, c.Conditions
+	if j.Status.Conditions == nil {
+		j.Status.Conditions = []metav1.Condition{}
+	}
+	return j
+}
+
+func (j cloudIPJSON) cloudIP() (CloudIP, error) {
+	ip, err := parseCloudIPName(j.Name)
+	if err != nil {
+		return CloudIP{}, err
+	}
+	return CloudIP{IP: ip, SpecNode: j.Spec.Node, StatusNode: j.Status.Node, Conditions: j.Status.Conditions}, nil
+}
+
 // ListCloudIPs lists the CloudPrivateIPConfig objects from the API server.
 // Objects whose name is not an IP are left out and named in the error.
 func (s *Kube) ListCloudIPs(ctx context.Context) ([]CloudIP, error) {
@@ -105,12 +131,12 @@ func (s *Kube) ListCloudIPs(ctx context.Context) ([]CloudIP, error) {
 			bad = append(bad, u.GetName())
 			continue
 		}
-		ip, err := parseCloudIPName(j.Name)
+		ci, err := j.cloudIP()
 		if err != nil {
 			bad = append(bad, j.Name)
 			continue
 		}
-		out = append(out, CloudIP{IP: ip, SpecNode: j.Spec.Node, StatusNode: j.Status.Node, Conditions: j.Status.Conditions})
+		out = append(out, ci)
 	}
 	if len(bad) > 0 {
 		return out, fmt.Errorf("%s objects %v are not Egret's (their names are not IPs); ignored", CloudPrivateIPConfigKind, bad)
@@ -121,15 +147,7 @@ func (s *Kube) ListCloudIPs(ctx context.Context) ([]CloudIP, error) {
 // StoreCloudIP creates or updates c's CloudPrivateIPConfig, spec and
 // status (a subresource, written second).
 func (s *Kube) StoreCloudIP(ctx context.Context, c CloudIP) error {
-	var j cloudIPJSON
-	j.APIVersion = CloudPrivateIPConfigGVR.GroupVersion().String()
-	j.Kind = CloudPrivateIPConfigKind
-	j.Name = CloudIPName(c.IP)
-	j.Spec.Node = c.SpecNode
-	j.Status.Node, j.Status.Conditions = c.StatusNode, c.Conditions
-	if j.Status.Conditions == nil {
-		j.Status.Conditions = []metav1.Condition{}
-	}
+	j := c.object()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&j)
 	if err != nil {
 		return err
@@ -167,7 +185,77 @@ func (s *Kube) DeleteCloudIP(ctx context.Context, ip netip.Addr) error {
 	return nil
 }
 
-// CloudIPs stores the CloudPrivateIPConfig objects of a Source (Kube).
+// CloudIPDir is where the file source keeps the CloudPrivateIPConfig
+// objects, one <name>.yaml each, inside its directory.
+const CloudIPDir = "cloudprivateipconfigs"
+
+// ListCloudIPs implements CloudIPs for the file source: the files of
+// cloudprivateipconfigs/ (none yet is no object).
+func (s *Dir) ListCloudIPs(context.Context) ([]CloudIP, error) {
+	dir := filepath.Join(s.dir, CloudIPDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []CloudIP{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", dir, err)
+	}
+	out := []CloudIP{}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".yaml" {
+			continue
+		}
+		var j cloudIPJSON
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err == nil {
+			err = yaml.UnmarshalStrict(b, &j)
+		}
+		var ci CloudIP
+		if err == nil {
+			ci, err = j.cloudIP()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", filepath.Join(dir, e.Name()), err))
+			continue
+		}
+		out = append(out, ci)
+	}
+	return out, errors.Join(errs...)
+}
+
+// StoreCloudIP implements CloudIPs for the file source.
+func (s *Dir) StoreCloudIP(_ context.Context, c CloudIP) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	dir := filepath.Join(s.dir, CloudIPDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	b, err := yaml.Marshal(c.object())
+	if err == nil {
+		err = writeAtomic(filepath.Join(dir, CloudIPName(c.IP)+".yaml"), b)
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s %s: %w", CloudPrivateIPConfigKind, CloudIPName(c.IP), err)
+	}
+	return nil
+}
+
+// DeleteCloudIP implements CloudIPs for the file source.
+func (s *Dir) DeleteCloudIP(_ context.Context, ip netip.Addr) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	err := os.Remove(filepath.Join(s.dir, CloudIPDir, CloudIPName(ip)+".yaml"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("deleting %s %s: %w", CloudPrivateIPConfigKind, CloudIPName(ip), err)
+	}
+	return nil
+}
+
+// CloudIPs stores the CloudPrivateIPConfig objects of a Source (Kube, Dir).
 type CloudIPs interface {
 	ListCloudIPs(ctx context.Context) ([]CloudIP, error)
 	StoreCloudIP(ctx context.Context, c CloudIP) error

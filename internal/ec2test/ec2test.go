@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -66,14 +67,26 @@ type apiErr struct {
 	code, message string
 }
 
-// Start runs a server with the given interfaces; Close it when done.
+// Start runs a server with the given interfaces on the loopback; Close it
+// when done.
 func Start(enis ...ENI) *Server {
+	return StartOn(nil, enis...)
+}
+
+// StartOn is Start on listener l (nil: a new loopback listener), e.g. one
+// opened inside a network namespace.
+func StartOn(l net.Listener, enis ...ENI) *Server {
 	s := &Server{enis: map[string]*ENI{}, fail: map[string][]apiErr{}, types: map[string][2]int{}}
 	for _, e := range enis {
 		e := e
 		s.enis[e.ID] = &e
 	}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	if l != nil {
+		s.srv.Listener.Close()
+		s.srv.Listener = l
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL
 	return s
 }
