@@ -31,11 +31,13 @@ deps:
 # Binaries built from the Go module proxy and cached outside the repository:
 # etcd, kube-apiserver and kubectl for the control-plane tests, cnitool for the CNI tests,
 # kubelet, kube-controller-manager, kube-scheduler and kube-proxy for the cluster of
-# e2e/ (make cluster-up), helm for the chart's tests (deploy/helm_test.go).
+# e2e/ (make cluster-up), helm for the chart's tests (deploy/helm_test.go), and
+# ec2-metadata-mock (AWS's instance metadata emulator) for the cloud tests (docs/cloud.md).
 tools:
 	@bash hack/k8s-bins.sh etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy
 	@bash hack/cnitool.sh
 	@bash hack/helm.sh
+	@bash hack/ec2-metadata-mock.sh
 
 vet:
 	$(GO) vet ./...

@@ -125,6 +125,7 @@ func TestKustomizeBuild(t *testing.T) {
 		t.Errorf("%d Namespace objects, want 1", nsCount)
 	}
 	find(t, objs, "CustomResourceDefinition", "egressips.k8s.ovn.org")
+	find(t, objs, "CustomResourceDefinition", "cloudprivateipconfigs.cloud.network.openshift.io")
 
 	// Every workload runs as a ServiceAccount the build creates.
 	for _, o := range objs {
@@ -313,6 +314,8 @@ func TestApply(t *testing.T) {
 		{"egret-controller", "update", "leases.coordination.k8s.io", true},
 		{"egret-controller", "get", "secrets", false},
 		{"egret-controller", "delete", "egressips.k8s.ovn.org", false},
+		{"egret-controller", "create", "cloudprivateipconfigs.cloud.network.openshift.io", true},
+		{"egret-gateway", "update", "cloudprivateipconfigs.cloud.network.openshift.io", false},
 		{"egret-gateway", "watch", "egressips.k8s.ovn.org", true},
 		{"egret-gateway", "list", "pods", true},
 		{"egret-gateway", "update", "egressips.k8s.ovn.org", false},

@@ -196,7 +196,7 @@ func (l *Lab) build() error {
 	}
 	if managed {
 		m, _ := l.impl().(Managed)
-		if err := writeObjects(s, ObjectsDir(dir), m.DualStack); err != nil {
+		if err := writeObjects(s, ObjectsDir(dir), m.DualStack, m.Cloud != nil); err != nil {
 			return err
 		}
 	}

@@ -41,6 +41,15 @@ type Managed struct {
 	// it w1-p3 is selected by no object and the lab has the three IPv4
 	// egress IPs of blue and green only. NewImpl and `egret demo` set it.
 	DualStack bool
+	// Cloud, when set, makes the gateway nodes AWS instances: their Nodes
+	// name an ENI (eni-<gateway>) in cloud.network.openshift.io/egress-ipconfig
+	// and the controller runs with cloud.provider aws, so each egress IP is
+	// attached through the EC2 API before a gateway serves it
+	// (docs/cloud.md). It is called once the controller's namespace exists,
+	// before the controller starts, to make the EC2 API reachable from
+	// there; the controller inherits the AWS SDK's environment (endpoint,
+	// region, credentials) from this process.
+	Cloud func(controllerNS string) error
 }
 
 // DualStackManifest is the manifest of deploy/examples/lab that only
@@ -167,6 +176,12 @@ func (l *Lab) startControlPlane() error {
 	objs := ObjectsDir(dir)
 	ctlCfg := fmt.Sprintf("# written by egret lab up (managed mode)\nreachabilityTotalTimeoutSeconds: %d\nprobeInterval: %v\nholdDown: %v\n",
 		m.reach(), probeInterval, m.holdDown())
+	if m.Cloud != nil {
+		if err := m.Cloud(s.NS(s.Controller.Name)); err != nil {
+			return fmt.Errorf("preparing the cloud API for the controller: %w", err)
+		}
+		ctlCfg += "cloud: {provider: aws}\n"
+	}
 	ctlPath := filepath.Join(dir, "controller.yaml")
 	if err := os.WriteFile(ctlPath, []byte(ctlCfg), 0o644); err != nil {
 		return err

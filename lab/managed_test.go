@@ -17,7 +17,7 @@ import (
 func writtenObjects(t *testing.T, s *Spec) (string, []byte) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := writeObjects(s, dir, true); err != nil {
+	if err := writeObjects(s, dir, true, false); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(dir + "/nodes.yaml")
@@ -81,7 +81,7 @@ func TestObjects(t *testing.T) {
 	}
 	// Without DualStack the dual-stack object is not applied.
 	dir4 := t.TempDir()
-	if err := writeObjects(s, dir4, false); err != nil {
+	if err := writeObjects(s, dir4, false, false); err != nil {
 		t.Fatal(err)
 	}
 	if e4, err := EgressIPs(dir4); err != nil || len(e4) != 2 {
@@ -443,7 +443,7 @@ func TestManagedStatus(t *testing.T) {
 	}
 	l := &Lab{Spec: s, RunRoot: t.TempDir()}
 	objs := ObjectsDir(l.RunDir())
-	if err := writeObjects(s, objs, true); err != nil {
+	if err := writeObjects(s, objs, true, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(l.RunDir()+"/state.json", []byte(`{"name":"eltunit","mode":"managed"}`), 0o644); err != nil {

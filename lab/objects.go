@@ -47,10 +47,14 @@ func podCIDR(s *Spec, v6 bool) netip.Prefix {
 	return p
 }
 
+// CloudENI is the ENI of gateway node gw in a cloud lab (Managed.Cloud).
+func CloudENI(gw string) string { return "eni-" + gw }
+
 // writeObjects writes the Kubernetes objects of the lab into dir: Nodes,
 // Namespaces, Pods (what a cluster would have) and the EgressIP manifests
-// of deploy/examples/lab, unchanged.
-func writeObjects(s *Spec, dir string, dualStack bool) error {
+// of deploy/examples/lab, unchanged. With cloud the gateway nodes are AWS
+// instances: each names its ENI, eni-<name>, in its egress-ipconfig.
+func writeObjects(s *Spec, dir string, dualStack, cloud bool) error {
 	// status/ is the controller's, but agents started before it read the
 	// folder and never create it (cluster.NewDirReader).
 	if err := os.MkdirAll(filepath.Join(dir, "status"), 0o755); err != nil {
@@ -96,7 +100,15 @@ func writeObjects(s *Spec, dir string, dualStack bool) error {
 		}
 	}
 	for _, g := range s.Gateways {
-		nodes = append(nodes, node(g.Name, g.IP, g.IP6, true))
+		n := node(g.Name, g.IP, g.IP6, true)
+		if cloud {
+			n.Annotations[cluster.AnnotationEgressIPConfig] = cluster.FormatEgressIPConfig(cluster.CloudConfig{
+				Interface: CloudENI(g.Name),
+				IfAddr:    cluster.IfAddr{IPv4: s.NodeSubnet, IPv6: s.NodeSubnet6},
+				Capacity:  cluster.Capacity{IPv4: 10, IPv6: 10},
+			})
+		}
+		nodes = append(nodes, n)
 	}
 	for _, ns := range s.KubeNamespaces {
 		nss = append(nss, &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/metrics"
@@ -71,6 +72,13 @@ func runController(args []string) error {
 			return err
 		}
 		c.SetMetrics(m)
+		if cfg.Cloud.Provider != cloud.ProviderNone {
+			p, err := cloud.New(ctx, cfg.Cloud)
+			if err != nil {
+				return err
+			}
+			c.SetCloud(p, src)
+		}
 		return c.Run(ctx)
 	}
 	restCfg, err := kubeRESTConfig(f.Kubeconfig)

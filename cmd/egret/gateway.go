@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/gwagent"
 	"github.com/egret-gw/egret/control/health"
@@ -71,6 +72,7 @@ type gatewayFlags struct {
 	checkConfig      bool
 	publishIfaces    bool
 	trustPodIPs      bool
+	cloud            cloud.Config
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -100,9 +102,16 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
 	fs.BoolVar(&f.publishIfaces, "publish-interfaces", true, "agent mode with the Kubernetes API: write the served interfaces' subnets on this Node (egret.io/node-primary-ifaddr, egret.io/host-cidrs) unless OVN-Kubernetes publishes its own; needs the right to patch nodes")
 	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
+	fs.StringVar(&f.cloud.Provider, "cloud-provider", "", `agent mode with the Kubernetes API and --publish-interfaces: this node is an instance of this cloud ("aws"); also write its cloud.network.openshift.io/egress-ipconfig (interface, subnets, capacity) unless another component owns it (docs/cloud.md)`)
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
+	}
+	if err := f.cloud.Validate(); err != nil {
+		return nil, fmt.Errorf("--cloud-provider: %w", err)
+	}
+	if f.cloud.Provider != "" && (!f.agent() || strings.HasPrefix(f.source, "dir:") || !f.publishIfaces) {
+		return nil, errors.New("--cloud-provider publishes the node's egress-ipconfig: it needs agent mode with the Kubernetes API and --publish-interfaces")
 	}
 	if f.announceCount < 1 || f.announceCount > 20 {
 		return nil, fmt.Errorf("--announce-count %d: use 1–20", f.announceCount)
@@ -411,8 +420,12 @@ func runGatewayAgent(f *gatewayFlags) error {
 		if f.publishIfaces {
 			var ifaces atomic.Pointer[[]string]
 			ifaces.Store(&base.Interfaces)
+			p, err := cloud.New(ctx, f.cloud)
+			if err != nil {
+				return err
+			}
 			facts = gwagent.NewFacts(gwagent.Facts{Node: f.node, Source: src, Annotate: kube.AnnotateNode, Log: log,
-				Interfaces: func() []string { return *ifaces.Load() }})
+				Interfaces: func() []string { return *ifaces.Load() }, Cloud: p})
 			onBase = func(s *engine.Spec) { ifaces.Store(&s.Interfaces) }
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const manifests = `apiVersion: k8s.ovn.org/v1
@@ -255,4 +257,43 @@ type eventRecord struct {
 	Name    string
 	Reason  string
 	Message string
+}
+
+// TestDirCloudIPs: the file source keeps CloudPrivateIPConfig objects as
+// files, read back as written; IPv6 names use dots.
+func TestDirCloudIPs(t *testing.T) {
+	dir := t.TempDir()
+	d, err := NewDir(dir, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if l, err := d.ListCloudIPs(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("empty directory: %v, %v", l, err)
+	}
+	v4 := CloudIP{IP: netip.MustParseAddr("10.0.1.50"), SpecNode: "g1", StatusNode: "g1",
+		Conditions: []metav1.Condition{{Type: ConditionAssigned, Status: metav1.ConditionTrue, Reason: ReasonCloudResponseSuccess, Message: "attached", LastTransitionTime: metav1.Unix(1700000000, 0).Rfc3339Copy()}}}
+	v6 := CloudIP{IP: netip.MustParseAddr("2600:1f18::50"), SpecNode: "g2"}
+	for _, c := range []CloudIP{v4, v6} {
+		if err := d.StoreCloudIP(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, CloudIPDir, "2600.1f18.0000.0000.0000.0000.0000.0050.yaml")); err != nil {
+		t.Fatalf("IPv6 object file: %v", err)
+	}
+	l, err := d.ListCloudIPs(ctx)
+	if err != nil || len(l) != 2 || !l[0].Attached("g1") || l[0].IP != v4.IP || l[1].IP != v6.IP || l[1].SpecNode != "g2" || l[1].Attached("g2") {
+		t.Fatalf("read back %+v, %v", l, err)
+	}
+	if err := d.DeleteCloudIP(ctx, v4.IP); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DeleteCloudIP(ctx, v4.IP); err != nil {
+		t.Fatalf("deleting a deleted object: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, CloudIPDir, "junk.yaml"), []byte("spec: {node: x}\n"), 0o644)
+	if l, err := d.ListCloudIPs(ctx); err == nil || len(l) != 1 {
+		t.Fatalf("a file not named after an IP: %v, %v; want the good object and an error", l, err)
+	}
 }

@@ -37,6 +37,12 @@ const (
 	// OVN-Kubernetes' when either of those is present, these otherwise.
 	AnnotationEgretPrimaryIfAddr = "egret.io/node-primary-ifaddr"
 	AnnotationEgretHostCIDRs     = "egret.io/host-cidrs"
+	// AnnotationEgretCloudPublisher marks a Node whose
+	// cloud.network.openshift.io/egress-ipconfig the gateway agent writes
+	// (value "egret-gateway"); without it, an egress-ipconfig already on
+	// the Node belongs to another component (OpenShift's cloud network
+	// config controller) and the agent leaves it alone.
+	AnnotationEgretCloudPublisher = "egret.io/egress-ipconfig-publisher"
 )
 
 // OVNPublishesInterfaces reports whether OVN-Kubernetes owns a node's
@@ -96,6 +102,30 @@ func FormatHostCIDRs(l []netip.Prefix) string {
 		s[i] = p.String()
 	}
 	b, _ := json.Marshal(s) // strings only: cannot fail
+	return string(b)
+}
+
+// FormatEgressIPConfig is the annotation value ParseEgressIPConfig reads
+// back as c, for example [{"interface":"eni-0a1b","ifaddr":{"ipv4":"10.0.128.0/18"},
+// "capacity":{"ipv4":14,"ipv6":15}}].
+func FormatEgressIPConfig(c CloudConfig) string {
+	type capJSON struct {
+		IP   *int `json:"ip,omitempty"`
+		IPv4 *int `json:"ipv4,omitempty"`
+		IPv6 *int `json:"ipv6,omitempty"`
+	}
+	var capa capJSON
+	if c.Capacity.Total {
+		capa.IP = &c.Capacity.IP
+	} else {
+		capa.IPv4, capa.IPv6 = &c.Capacity.IPv4, &c.Capacity.IPv6
+	}
+	var ifa json.RawMessage = []byte(FormatPrimaryIfAddr(c.IfAddr))
+	b, _ := json.Marshal([]struct {
+		Interface string          `json:"interface"`
+		IfAddr    json.RawMessage `json:"ifaddr"`
+		Capacity  capJSON         `json:"capacity"`
+	}{{c.Interface, ifa, capa}}) // strings and numbers only: cannot fail
 	return string(b)
 }
 

@@ -228,3 +228,21 @@ func TestOnAWSAndControlPlane(t *testing.T) {
 		t.Error("ControlPlane must be true for either control-plane label only")
 	}
 }
+
+func TestFormatEgressIPConfigRoundTrip(t *testing.T) {
+	for _, c := range []CloudConfig{
+		{Interface: "eni-078d267045138e436", IfAddr: IfAddr{IPv4: netip.MustParsePrefix("10.0.128.0/18")}, Capacity: Capacity{IPv4: 14, IPv6: 15}},
+		{Interface: "nic0", IfAddr: IfAddr{IPv4: netip.MustParsePrefix("10.0.128.0/18"), IPv6: netip.MustParsePrefix("fd00::/64")}, Capacity: Capacity{Total: true, IP: 14}},
+		{Interface: "eni-a", IfAddr: IfAddr{IPv6: netip.MustParsePrefix("2600:1f18::/64")}, Capacity: Capacity{IPv4: 0, IPv6: 0}},
+	} {
+		s := FormatEgressIPConfig(c)
+		got, err := ParseEgressIPConfig(s)
+		if err != nil || *got != c {
+			t.Errorf("%+v → %s → %+v, %v", c, s, got, err)
+		}
+	}
+	want := `[{"interface":"eni-078d267045138e436","ifaddr":{"ipv4":"10.0.128.0/18"},"capacity":{"ipv4":14,"ipv6":15}}]`
+	if s := FormatEgressIPConfig(CloudConfig{Interface: "eni-078d267045138e436", IfAddr: IfAddr{IPv4: netip.MustParsePrefix("10.0.128.0/18")}, Capacity: Capacity{IPv4: 14, IPv6: 15}}); s != want {
+		t.Errorf("AWS example: %s; want the specification's %s", s, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/health"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -55,6 +56,9 @@ type Config struct {
 	Workers int `json:"workers,omitempty"`
 	// LeaderElection configures the Lease used with the Kubernetes source.
 	LeaderElection LeaderElection `json:"leaderElection,omitzero"`
+	// Cloud turns on attaching egress IPs to the nodes' cloud interfaces
+	// (docs/cloud.md); off by default.
+	Cloud cloud.Config `json:"cloud,omitzero"`
 }
 
 // LeaderElection configures leader election through a coordination.k8s.io Lease.
@@ -111,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers is %d; it must be positive", c.Workers))
+	}
+	if err := c.Cloud.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("cloud: %w", err))
 	}
 	le := c.LeaderElection
 	if le.LeaseDuration.Duration < 0 || le.RenewDeadline.Duration < 0 || le.RetryPeriod.Duration < 0 {

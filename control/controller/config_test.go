@@ -49,6 +49,8 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{"healthPort: 70000\n", "healthPort"},
 		{"probeInterval: soon\n", `invalid duration "soon"`},
 		{"[not a map", "controller configuration"},
+		{"cloud: {provider: gcp}\n", `cloud provider "gcp" is not supported`},
+		{"cloud: {provider: aws, region: x}\n", "unknown field"},
 	} {
 		_, err := LoadConfig(writeFile(t, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -88,6 +90,35 @@ func TestFlagsOverrideFile(t *testing.T) {
 	}
 	if _, _, err := f.SourceDir(); err == nil {
 		t.Error(`--source cluster accepted`)
+	}
+}
+
+// TestCloudSetting: cloud attachment is off unless the file or the flag
+// names a provider, and the flag wins.
+func TestCloudSetting(t *testing.T) {
+	c, err := LoadConfig(writeFile(t, "workers: 1\n"))
+	if err != nil || c.Cloud.Provider != "" {
+		t.Fatalf("default cloud provider %q (%v); want off", c.Cloud.Provider, err)
+	}
+	file := writeFile(t, "cloud:\n  provider: aws\n")
+	if c, err = LoadConfig(file); err != nil || c.Cloud.Provider != "aws" {
+		t.Fatalf("cloud.provider from the file = %q (%v)", c.Cloud.Provider, err)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f := BindFlags(fs)
+	if err := fs.Parse([]string{"--config", file, "--cloud-provider", ""}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = f.Config(); err != nil || c.Cloud.Provider != "" {
+		t.Errorf("--cloud-provider '' over the file: %q (%v)", c.Cloud.Provider, err)
+	}
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	f = BindFlags(fs)
+	if err := fs.Parse([]string{"--cloud-provider", "azure"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Config(); err == nil || !strings.Contains(err.Error(), "azure") {
+		t.Errorf("--cloud-provider azure: %v", err)
 	}
 }
 

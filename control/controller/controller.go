@@ -134,6 +134,8 @@ type Controller struct {
 	// badStandby is the malformed egret.io/standby value last reported per
 	// object, so it is logged once, not on every assignment.
 	badStandby map[string]string
+
+	cloud *cloudAttach // nil: no cloud attachment (SetCloud)
 }
 
 // New checks cfg and builds a controller reading from src.
@@ -191,6 +193,9 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	if err := c.src.Start(ctx, c.changed); err != nil {
 		return err // the source names what failed
+	}
+	if err := c.startCloud(ctx); err != nil {
+		return err
 	}
 	c.metrics.SetLeader(true)
 	defer c.metrics.SetLeader(false)
@@ -471,6 +476,7 @@ func (c *Controller) assign() {
 	}
 	c.placed = placed
 	c.desired = nextDesired
+	c.cloudPlaced(placed)
 
 	var unassigned int64
 	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
@@ -533,6 +539,7 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	c.mu.Lock()
 	d, known := c.desired[k.name]
 	c.mu.Unlock()
+	d.items = c.cloudReady(d.items) // attach before claim
 	if !ok || !known || obj.ResourceVersion != d.rv || d.matches(obj) ||
 		cluster.ForeignStatusWriter(obj) != "" {
 		// Gone, or changed since the assignment (which is queued again

@@ -36,6 +36,7 @@ type Flags struct {
 	leaseDuration time.Duration
 	renewDeadline time.Duration
 	retryPeriod   time.Duration
+	cloud         string
 }
 
 // BindFlags defines the controller's flags on fs.
@@ -63,6 +64,7 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "leader election lease duration")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", 10*time.Second, "leader election renew deadline")
 	fs.DurationVar(&f.retryPeriod, "retry-period", 2*time.Second, "leader election retry period")
+	fs.StringVar(&f.cloud, "cloud-provider", "", `attach egress IPs to the nodes' cloud interfaces through this cloud's API: "aws", or "" (off); see docs/cloud.md`)
 	return f
 }
 
@@ -113,6 +115,8 @@ func (f *Flags) Config() (Config, error) {
 			c.LeaderElection.RenewDeadline.Duration = f.renewDeadline
 		case "retry-period":
 			c.LeaderElection.RetryPeriod.Duration = f.retryPeriod
+		case "cloud-provider":
+			c.Cloud.Provider = f.cloud
 		}
 	})
 	if err := c.Validate(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -41,6 +42,13 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 		}
 		c.SetMetrics(m)
 		c.networkConfig = src.WatchReachabilityTimeout
+		if cfg.Cloud.Provider != cloud.ProviderNone {
+			p, err := cloud.New(ctx, cfg.Cloud)
+			if err != nil {
+				return err
+			}
+			c.SetCloud(p, src)
+		}
 		return c.Run(ctx)
 	}
 	m.SetLeader(false)

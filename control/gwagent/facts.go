@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -55,6 +56,13 @@ type Facts struct {
 	// IsOpen takes for a namespace: setns on it needs CAP_SYS_ADMIN, which
 	// the gateway's container does not have.)
 	NS netns.NsHandle
+	// Cloud, when set (the node is a cloud instance), also publishes the
+	// node's cloud.network.openshift.io/egress-ipconfig: the primary
+	// interface, its subnets, and the capacity left (the instance type's
+	// limit minus the addresses in use that are not egress IPs), unless
+	// another component owns that annotation (it is there without
+	// cluster.AnnotationEgretCloudPublisher).
+	Cloud cloud.Provider
 	// Debounce and Resync default to DefaultFactsDebounce and DefaultFactsResync.
 	Debounce, Resync time.Duration
 	Log              *slog.Logger
@@ -231,21 +239,31 @@ func (f *Facts) publish(ctx context.Context, h *netlink.Handle, st *pubState) er
 	if node == nil {
 		return fmt.Errorf("node %s is not in the cache (is --node this node's name?)", f.Node)
 	}
+	want := map[string]*string{}
+	cloudState, err := f.cloudFacts(ctx, node, want)
+	if err != nil {
+		return err
+	}
 	if cluster.OVNPublishesInterfaces(node.Annotations) {
 		if st.logged != "ovn" {
 			f.Log.Info("gateway agent: OVN-Kubernetes publishes this node's interface subnets; not writing Egret's", "node", f.Node)
 			st.logged = "ovn"
 		}
-		return nil
+		if len(want) == 0 {
+			return nil
+		}
 	}
-	primary, host, err := readInterfaces(h, f.Interfaces(), internalIPs(node))
-	if err != nil {
-		return err
-	}
-	want := map[string]*string{cluster.AnnotationEgretPrimaryIfAddr: nil, cluster.AnnotationEgretHostCIDRs: nil}
-	if len(host) > 0 {
-		p, c := cluster.FormatPrimaryIfAddr(primary), cluster.FormatHostCIDRs(host)
-		want[cluster.AnnotationEgretPrimaryIfAddr], want[cluster.AnnotationEgretHostCIDRs] = &p, &c
+	var primary cluster.IfAddr
+	var host []netip.Prefix
+	if !cluster.OVNPublishesInterfaces(node.Annotations) {
+		if primary, host, err = readInterfaces(h, f.Interfaces(), internalIPs(node)); err != nil {
+			return err
+		}
+		want[cluster.AnnotationEgretPrimaryIfAddr], want[cluster.AnnotationEgretHostCIDRs] = nil, nil
+		if len(host) > 0 {
+			p, c := cluster.FormatPrimaryIfAddr(primary), cluster.FormatHostCIDRs(host)
+			want[cluster.AnnotationEgretPrimaryIfAddr], want[cluster.AnnotationEgretHostCIDRs] = &p, &c
+		}
 	}
 	patch := map[string]*string{}
 	for k, v := range want {
@@ -254,7 +272,7 @@ func (f *Facts) publish(ctx context.Context, h *netlink.Handle, st *pubState) er
 			patch[k] = v
 		}
 	}
-	state := fmt.Sprint(primary, host)
+	state := fmt.Sprint(primary, host, cloudState)
 	if len(patch) == 0 || (node.ResourceVersion == st.rv && maps.EqualFunc(patch, st.sent, eqPtr)) {
 		st.logged = state
 		return nil
@@ -263,14 +281,65 @@ func (f *Facts) publish(ctx context.Context, h *netlink.Handle, st *pubState) er
 		return err
 	}
 	st.rv, st.sent = node.ResourceVersion, patch
-	if len(host) == 0 {
+	switch {
+	case cluster.OVNPublishesInterfaces(node.Annotations):
+	case len(host) == 0:
 		f.Log.Warn("gateway agent: no served interface has an address; removed the node's interface subnets, so it hosts no egress IP", "node", f.Node, "interfaces", f.Interfaces())
-	} else {
+	default:
 		f.Log.Info("gateway agent: published the node's interface subnets", "node", f.Node, "primary", cluster.FormatPrimaryIfAddr(primary), "hostCIDRs", cluster.FormatHostCIDRs(host))
+	}
+	if cloudState != "" {
+		f.Log.Info("gateway agent: published the node's cloud interface and capacity", "node", f.Node, cluster.AnnotationEgressIPConfig, cloudState)
 	}
 	st.logged = state
 	return nil
 }
+
+// cloudFacts adds the node's egress-ipconfig to want, unless Cloud is
+// unset or another component owns the annotation; it returns the value.
+func (f *Facts) cloudFacts(ctx context.Context, node *corev1.Node, want map[string]*string) (string, error) {
+	if f.Cloud == nil {
+		return "", nil
+	}
+	_, has := node.Annotations[cluster.AnnotationEgressIPConfig]
+	if has && node.Annotations[cluster.AnnotationEgretCloudPublisher] != publisherValue {
+		return "", nil // another component's (OpenShift's cloud network config controller)
+	}
+	l, err := f.Cloud.Local(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading this instance's cloud interface: %w", err)
+	}
+	// Egress IPs the cloud attached here count against nothing: the
+	// controller already counts the ones it assigns against the capacity.
+	egress := map[netip.Addr]bool{}
+	for _, e := range f.Source.View().EgressIPs {
+		for _, s := range e.Spec.EgressIPs {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				egress[ip.Unmap()] = true
+			}
+		}
+	}
+	capa := l.Limit
+	for _, ip := range l.InUse {
+		switch {
+		case egress[ip.Unmap()]:
+		case capa.Total:
+			capa.IP--
+		case ip.Unmap().Is4():
+			capa.IPv4--
+		default:
+			capa.IPv6--
+		}
+	}
+	capa.IP, capa.IPv4, capa.IPv6 = max(capa.IP, 0), max(capa.IPv4, 0), max(capa.IPv6, 0)
+	v := cluster.FormatEgressIPConfig(cluster.CloudConfig{Interface: l.Interface, IfAddr: l.Subnets, Capacity: capa})
+	pub := publisherValue
+	want[cluster.AnnotationEgressIPConfig], want[cluster.AnnotationEgretCloudPublisher] = &v, &pub
+	return v, nil
+}
+
+// publisherValue is the gateway agent's cluster.AnnotationEgretCloudPublisher.
+const publisherValue = "egret-gateway"
 
 func eqPtr(a, b *string) bool { return (a == nil && b == nil) || (a != nil && b != nil && *a == *b) }
 

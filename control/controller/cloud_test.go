@@ -1,0 +1,145 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/egret-gw/egret/control/cloud"
+	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/control/controller"
+	"github.com/egret-gw/egret/internal/ec2test"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+)
+
+// TestCloudAttachKube runs the controller as deploy/ does (its RBAC, the
+// CloudPrivateIPConfig CRD, cloud.provider aws) against a real API server,
+// the local EC2 server and AWS's metadata emulator: a refused attach
+// keeps the IP out of status and raises Events; once the cloud accepts, the
+// IP is attached before status names the node; a failover moves the
+// attachment; deleting the EgressIP detaches it.
+func TestCloudAttachKube(t *testing.T) {
+	env, cs, eip, user := startAPI(t)
+	k := &kubeCluster{cs: cs, eip: eip, user: user}
+	srv := ec2test.Start(
+		ec2test.ENI{ID: "eni-a", Primary: "10.0.1.10"},
+		ec2test.ENI{ID: "eni-b", Primary: "10.0.1.11"},
+	)
+	t.Cleanup(srv.Close)
+	srv.Env(t, ec2test.StartIMDS(t, "us-west-2", map[string]string{}))
+
+	port, hs := healthServers(t, 2)
+	enis := map[string]string{"cloud-a": "eni-a", "cloud-b": "eni-b"}
+	for i, name := range []string{"cloud-a", "cloud-b"} {
+		n := egressNode(name, hs[i].addr, fmt.Sprintf("10.0.1.%d/24", 10+i), true)
+		n.Annotations[cluster.AnnotationEgressIPConfig] = `[{"interface":"` + enis[name] + `","ifaddr":{"ipv4":"10.0.1.0/24"},"capacity":{"ipv4":9}}]`
+		k.applyNode(t, n)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpic := func() (node, statusNode, assigned string, found bool) {
+		u, err := dyn.Resource(cluster.CloudPrivateIPConfigGVR).Get(context.Background(), "10.0.1.50", metav1.GetOptions{})
+		if err != nil {
+			return "", "", "", false
+		}
+		node, _, _ = unstructured.NestedString(u.Object, "spec", "node")
+		statusNode, _, _ = unstructured.NestedString(u.Object, "status", "node")
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == cluster.ConditionAssigned {
+				assigned = fmt.Sprint(m["status"])
+			}
+		}
+		return node, statusNode, assigned, true
+	}
+
+	// The cloud refuses every attach at first.
+	srv.Fail("AssignPrivateIpAddresses", "PrivateIpAddressLimitExceeded", "Number of private addresses will exceed limit.", 1000)
+	timeout := 1
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.RunKube(ctx, user, controller.Config{
+			ReachabilityTotalTimeoutSeconds: &timeout,
+			HealthPort:                      port,
+			HoldDown:                        &metav1.Duration{},
+			LeaderElection:                  controller.LeaderElection{Disabled: true},
+			Cloud:                           cloud.Config{Provider: cloud.ProviderAWS},
+		}, "", testLogger(t), nil)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	})
+	k.applyEgressIP(t, egressIP("cloud1", "10.0.1.50"))
+
+	eventually(t, 30*time.Second, "a CloudAttachFailed Event on the EgressIP", hasEvent(t, k, "EgressIP", "cloud1", controller.ReasonCloudAttachFailed, "PrivateIpAddressLimitExceeded"))
+	eventually(t, 10*time.Second, "the same Event on the CloudPrivateIPConfig", hasEvent(t, k, cluster.CloudPrivateIPConfigKind, "10.0.1.50", controller.ReasonCloudAttachFailed, "not in status"))
+	if _, _, assigned, found := cpic(); !found || assigned != "False" {
+		t.Fatalf("CloudPrivateIPConfig 10.0.1.50 found=%v Assigned=%q; want False", found, assigned)
+	}
+	if items := k.status(t, "cloud1"); len(items) != 0 {
+		t.Fatalf("status %v names a node while the cloud refuses the attach", items)
+	}
+
+	// The cloud accepts: attached first, then in status.
+	srv.Fail("AssignPrivateIpAddresses", "", "", 0)
+	var owner string
+	eventually(t, 60*time.Second, "cloud1 in status, on a node whose ENI holds it", func() (bool, string) {
+		items := k.status(t, "cloud1")
+		if len(items) == 0 {
+			return false, "no status"
+		}
+		owner = items[0].Node
+		if got := srv.ENI(enis[owner]).IPv4; !slices.Contains(got, "10.0.1.50") {
+			t.Fatalf("status names %s while its ENI %s holds %v: claimed before attached", owner, enis[owner], got)
+		}
+		return true, ""
+	})
+	if node, statusNode, assigned, _ := cpic(); node != owner || statusNode != owner || assigned != "True" {
+		t.Fatalf("CloudPrivateIPConfig spec.node=%q status.node=%q Assigned=%q; want %s, %s, True", node, statusNode, assigned, owner, owner)
+	}
+
+	// Failover: the owner stops answering; the IP moves, attachment first.
+	other := "cloud-a"
+	if owner == "cloud-a" {
+		other = "cloud-b"
+		hs[0].stop(t)
+	} else {
+		hs[1].stop(t)
+	}
+	eventually(t, 30*time.Second, "cloud1 moved to "+other, func() (bool, string) {
+		items := k.status(t, "cloud1")
+		if len(items) == 0 || items[0].Node != other {
+			return false, fmt.Sprint(items)
+		}
+		if got := srv.ENI(enis[other]).IPv4; !slices.Contains(got, "10.0.1.50") {
+			t.Fatalf("status names %s while its ENI holds %v", other, got)
+		}
+		return true, ""
+	})
+	if got := srv.ENI(enis[owner]).IPv4; len(got) != 0 {
+		t.Fatalf("the old owner's ENI still holds %v after the move", got)
+	}
+	if node, statusNode, assigned, _ := cpic(); node != other || statusNode != other || assigned != "True" {
+		t.Fatalf("after the move CloudPrivateIPConfig spec.node=%q status.node=%q Assigned=%q", node, statusNode, assigned)
+	}
+
+	// Deleted: released, then detached, and its state removed.
+	if err := eip.Delete(context.Background(), "cloud1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "10.0.1.50 detached and its CloudPrivateIPConfig deleted", func() (bool, string) {
+		_, _, _, found := cpic()
+		got := srv.ENI(enis[other]).IPv4
+		return !found && len(got) == 0, fmt.Sprintf("object found=%v, %s holds %v", found, enis[other], got)
+	})
+}
