@@ -1,6 +1,10 @@
 package assign
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
 
 // Standbys: for each assigned IP a second node that holds a copy of its
 // flows and becomes its owner when the owner fails.
@@ -45,12 +49,18 @@ func (a *assigner) unsetStandby(p *placed) {
 	p.standby = -1
 }
 
-// takeOver places each owned IP of o that has no node on its recorded
+// takeOver places each owned IP of o that lost its node on its recorded
 // standby when that node can host it: the standby holds the IP's flows,
-// so its connections survive the move.
+// so its connections survive the move. An IP absent from status had no
+// node, so no flows to carry: it is placed like any new IP (a cloud attach
+// still pending keeps it out of status, and sending it to its standby would
+// move it away from the node being attached on every cycle).
 func (a *assigner) takeOver(o *objState) {
 	for _, ip := range o.addrs {
 		if a.owner[ip] != o || o.placedIdx(ip) >= 0 {
+			continue
+		}
+		if _, had := slices.BinarySearchFunc(o.status, ip, netip.Addr.Compare); !had {
 			continue
 		}
 		ni, ok := a.byName[o.standbys[ip]]
