@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/assign"
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	corev1 "k8s.io/api/core/v1"
@@ -133,6 +135,33 @@ func (c *Controller) cloudReady(items []egressv1.EgressIPStatusItem) []egressv1.
 		if err == nil && a.state[ip.Unmap()].Attached(it.Node) {
 			out = append(out, it)
 		}
+	}
+	return out
+}
+
+// withPendingAttach adds to an object's stored status the IPs the last
+// assignment placed but cloudReady kept out of it while their attach is
+// pending, so the assignment keeps them where they are being attached
+// (and a failed owner's IP on the standby it went to) instead of placing
+// them anew on every cycle.
+func (c *Controller) withPendingAttach(name string, items []assign.StatusItem) []assign.StatusItem {
+	if c.cloud == nil {
+		return items
+	}
+	prefix := name + "/"
+	var out []assign.StatusItem
+	for k, node := range c.placed {
+		ip, ok := strings.CutPrefix(k, prefix)
+		if !ok || slices.ContainsFunc(items, func(it assign.StatusItem) bool { return it.EgressIP == ip }) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(items)
+		}
+		out = append(out, assign.StatusItem{Node: node, EgressIP: ip})
+	}
+	if out == nil {
+		return items
 	}
 	return out
 }

@@ -3,10 +3,12 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
@@ -28,13 +30,15 @@ func TestCloudAttachKube(t *testing.T) {
 	srv := ec2test.Start(
 		ec2test.ENI{ID: "eni-a", Primary: "10.0.1.10"},
 		ec2test.ENI{ID: "eni-b", Primary: "10.0.1.11"},
+		ec2test.ENI{ID: "eni-c", Primary: "10.0.1.12"},
 	)
 	t.Cleanup(srv.Close)
 	srv.Env(t, ec2test.StartIMDS(t, "us-west-2", map[string]string{}))
 
-	port, hs := healthServers(t, 2)
-	enis := map[string]string{"cloud-a": "eni-a", "cloud-b": "eni-b"}
-	for i, name := range []string{"cloud-a", "cloud-b"} {
+	port, hs := healthServers(t, 3)
+	names := []string{"cloud-a", "cloud-b", "cloud-c"}
+	enis := map[string]string{"cloud-a": "eni-a", "cloud-b": "eni-b", "cloud-c": "eni-c"}
+	for i, name := range names {
 		n := egressNode(name, hs[i].addr, fmt.Sprintf("10.0.1.%d/24", 10+i), true)
 		n.Annotations[cluster.AnnotationEgressIPConfig] = `[{"interface":"` + enis[name] + `","ifaddr":{"ipv4":"10.0.1.0/24"},"capacity":{"ipv4":9}}]`
 		k.applyNode(t, n)
@@ -108,14 +112,23 @@ func TestCloudAttachKube(t *testing.T) {
 		t.Fatalf("CloudPrivateIPConfig spec.node=%q status.node=%q Assigned=%q; want %s, %s, True", node, statusNode, assigned, owner, owner)
 	}
 
-	// Failover: the owner stops answering; the IP moves, attachment first.
-	other := "cloud-a"
-	if owner == "cloud-a" {
-		other = "cloud-b"
-		hs[0].stop(t)
-	} else {
-		hs[1].stop(t)
+	// Failover: the owner stops answering; the IP moves to its recorded
+	// standby, attachment first, and stays there while the attach runs
+	// (its status is withheld meanwhile, which must not make the
+	// assignment place it anew).
+	e, err := eip.Get(context.Background(), "cloud1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	standbys, err := egressv1.Standbys(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := standbys[netip.MustParseAddr("10.0.1.50")]
+	if other == "" || other == owner {
+		t.Fatalf("standby of 10.0.1.50 is %q (owner %s)", other, owner)
+	}
+	hs[slices.Index(names, owner)].stop(t)
 	eventually(t, 30*time.Second, "cloud1 moved to "+other, func() (bool, string) {
 		items := k.status(t, "cloud1")
 		if len(items) == 0 || items[0].Node != other {
@@ -128,6 +141,11 @@ func TestCloudAttachKube(t *testing.T) {
 	})
 	if got := srv.ENI(enis[owner]).IPv4; len(got) != 0 {
 		t.Fatalf("the old owner's ENI still holds %v after the move", got)
+	}
+	for _, n := range names {
+		if got := srv.ENI(enis[n]).IPv4; n != other && len(got) != 0 {
+			t.Fatalf("%s's ENI holds %v after the move to %s", n, got, other)
+		}
 	}
 	if node, statusNode, assigned, _ := cpic(); node != other || statusNode != other || assigned != "True" {
 		t.Fatalf("after the move CloudPrivateIPConfig spec.node=%q status.node=%q Assigned=%q", node, statusNode, assigned)

@@ -398,6 +398,7 @@ func (c *Controller) assign() {
 			}
 			o.Standbys = c.recordedStandbys(e)
 		}
+		o.Status = c.withPendingAttach(e.Name, o.Status)
 		recorded[e.Name] = o.Standbys
 		objects = append(objects, o)
 	}
