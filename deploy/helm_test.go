@@ -321,19 +321,24 @@ var tlsValues = []string{
 func TestHelmArgsValidate(t *testing.T) {
 	hb := helmBin(t)
 	bins := buildBinaries(t)
+	all := []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}
 	for _, tc := range []struct {
 		name   string
+		family string // of the node addresses the downward API gives
 		args   []string
 		expect []string
 	}{
-		{"defaults", nil, []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}},
-		{"other-values", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
+		{"defaults", "ipv4", nil, all},
+		{"defaults-ipv6", "ipv6", nil, all},
+		{"other-values", "ipv4", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
+		{"other-values-ipv6", "ipv6", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
 		// What the end-to-end test installs on the cluster of make cluster-up.
-		{"cluster-values", []string{"-f", "../hack/cluster/values.yaml"}, []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}},
+		{"cluster-values", "ipv4", []string{"-f", "../hack/cluster/values.yaml"}, all},
+		{"cluster-values-ipv6", "ipv6", []string{"-f", "../hack/cluster/values-ipv6.yaml"}, all},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := helmTemplate(t, hb, tc.args...)
-			seen := validateContainers(t, bins, ms, func(string) bool { return true })
+			seen := validateContainers(t, bins, ms, func(string) bool { return true }, downward[tc.family])
 			for _, w := range tc.expect {
 				if !seen[w] {
 					t.Errorf("no egret container checked for %s", w)
