@@ -14,13 +14,23 @@ import (
 )
 
 // downward holds plausible values for the downward-API fields the manifests
-// expand in their args ($(VAR)).
-var downward = map[string]string{
-	"spec.nodeName":      "node-a",
-	"status.podIP":       "10.0.0.5", // host network: the node's address
-	"status.hostIP":      "10.0.0.5",
-	"metadata.name":      "egret-controller-7d9f-abcde",
-	"metadata.namespace": "egret-system",
+// expand in their args ($(VAR)), on a node of each family: an address
+// pasted before ":port" must work with both.
+var downward = map[string]map[string]string{
+	"ipv4": {
+		"spec.nodeName":      "node-a",
+		"status.podIP":       "10.0.0.5", // host network: the node's address
+		"status.hostIP":      "10.0.0.5",
+		"metadata.name":      "egret-controller-7d9f-abcde",
+		"metadata.namespace": "egret-system",
+	},
+	"ipv6": {
+		"spec.nodeName":      "node-a",
+		"status.podIP":       "fd00::5",
+		"status.hostIP":      "fd00::5",
+		"metadata.name":      "egret-controller-7d9f-abcde",
+		"metadata.namespace": "egret-system",
+	},
 }
 
 // manifest is one object of a file under deploy/.
@@ -97,11 +107,15 @@ func TestShippedArgsValidate(t *testing.T) {
 	bins := buildBinaries(t)
 	ms, resources := shippedManifests(t)
 	listed := func(file string) bool { return slices.Contains(resources, filepath.ToSlash(file)) }
-	seen := validateContainers(t, bins, ms, listed)
-	for _, want := range []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"} {
-		if !seen[want] {
-			t.Errorf("no egret container checked for %s", want)
-		}
+	for _, fam := range []string{"ipv4", "ipv6"} {
+		t.Run(fam, func(t *testing.T) {
+			seen := validateContainers(t, bins, ms, listed, downward[fam])
+			for _, want := range []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"} {
+				if !seen[want] {
+					t.Errorf("no egret container checked for %s", want)
+				}
+			}
+		})
 	}
 }
 
@@ -109,8 +123,8 @@ func TestShippedArgsValidate(t *testing.T) {
 // Deployments in ms through its binary's --check-config (bins holds the
 // binaries), with the ConfigMaps of ms mounted, each in a subtest. listed
 // says whether a manifest's file is part of what users apply. It returns the
-// names of the workloads it checked.
-func validateContainers(t *testing.T, bins string, ms []manifest, listed func(string) bool) map[string]bool {
+// names of the workloads it checked. dw gives the downward API's values.
+func validateContainers(t *testing.T, bins string, ms []manifest, listed func(string) bool, dw map[string]string) map[string]bool {
 	t.Helper()
 	configMaps := map[string]manifest{}
 	for _, m := range ms {
@@ -143,7 +157,7 @@ func validateContainers(t *testing.T, bins string, ms []manifest, listed func(st
 			name := m.o.kind() + "/" + m.o.name() + "/" + str(c, "name")
 			seen[m.o.name()] = true
 			t.Run(name, func(t *testing.T) {
-				argv, env := containerArgv(t, m, c, volumes, configMaps, listed)
+				argv, env := containerArgv(t, m, c, volumes, configMaps, listed, dw)
 				bin := "egret"
 				if len(argv) > 0 && !strings.HasPrefix(argv[0], "-") && filepath.IsAbs(argv[0]) {
 					bin, argv = filepath.Base(argv[0]), argv[1:]
@@ -167,7 +181,7 @@ func validateContainers(t *testing.T, bins string, ms []manifest, listed func(st
 // containerArgv returns container c's command and args with $(VAR) resolved,
 // ConfigMap mount paths rewritten to files written from the shipped
 // ConfigMaps, and the environment the container would get.
-func containerArgv(t *testing.T, m manifest, c any, volumes map[string]string, configMaps map[string]manifest, listed func(string) bool) ([]string, []string) {
+func containerArgv(t *testing.T, m manifest, c any, volumes map[string]string, configMaps map[string]manifest, listed func(string) bool, dw map[string]string) ([]string, []string) {
 	t.Helper()
 	vars := map[string]string{}
 	if es, ok := get(c, "env").([]any); ok {
@@ -175,7 +189,7 @@ func containerArgv(t *testing.T, m manifest, c any, volumes map[string]string, c
 			n := str(e, "name")
 			switch fp := str(e, "valueFrom", "fieldRef", "fieldPath"); {
 			case fp != "":
-				v, ok := downward[fp]
+				v, ok := dw[fp]
 				if !ok {
 					t.Fatalf("env %s: no plausible value for fieldPath %s in this test", n, fp)
 				}

@@ -321,19 +321,24 @@ var tlsValues = []string{
 func TestHelmArgsValidate(t *testing.T) {
 	hb := helmBin(t)
 	bins := buildBinaries(t)
+	all := []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}
 	for _, tc := range []struct {
 		name   string
+		family string // of the node addresses the downward API gives
 		args   []string
 		expect []string
 	}{
-		{"defaults", nil, []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}},
-		{"other-values", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
+		{"defaults", "ipv4", nil, all},
+		{"defaults-ipv6", "ipv6", nil, all},
+		{"other-values", "ipv4", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
+		{"other-values-ipv6", "ipv6", otherValues, []string{"egret-gateway", "egret-steer", "egret-controller"}},
 		// What the end-to-end test installs on the cluster of make cluster-up.
-		{"cluster-values", []string{"-f", "../hack/cluster/values.yaml"}, []string{"egret-gateway", "egret-steer", "egret-controller", "egress-router-cni"}},
+		{"cluster-values", "ipv4", []string{"-f", "../hack/cluster/values.yaml"}, all},
+		{"cluster-values-ipv6", "ipv6", []string{"-f", "../hack/cluster/values-ipv6.yaml"}, all},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := helmTemplate(t, hb, tc.args...)
-			seen := validateContainers(t, bins, ms, func(string) bool { return true })
+			seen := validateContainers(t, bins, ms, func(string) bool { return true }, downward[tc.family])
 			for _, w := range tc.expect {
 				if !seen[w] {
 					t.Errorf("no egret container checked for %s", w)
@@ -460,7 +465,7 @@ func TestHelmValues(t *testing.T) {
 	eq("gateway nodeSelector", get(gwD, "spec", "template", "spec", "nodeSelector"), map[string]string{"egret/gateway": "yes"})
 	eq("gateway memory limit", get(gwC, "resources", "limits", "memory"), "8Gi")
 	eq("gateway cpu request", get(gwC, "resources", "requests", "cpu"), "1")
-	for _, a := range []string{"--health-addr=$(POD_IP):9207", "--trust-pod-ips", "--publish-interfaces=false"} {
+	for _, a := range []string{"--health-addr=[$(POD_IP)]:9207", "--trust-pod-ips", "--publish-interfaces=false"} {
 		if !slices.Contains(args(gwC), a) {
 			t.Errorf("gateway args %q lack %s", args(gwC), a)
 		}
@@ -674,4 +679,28 @@ func TestHelmInstall(t *testing.T) {
 	}
 	// Helm never deletes a CRD it installed from crds/: EgressIPs outlive the release.
 	k("get", "crd", "egressips.k8s.ovn.org", "-o", "name")
+}
+
+// TestHelmHealthHost: the health host goes in brackets (an IPv6 InternalIP
+// works; one given in brackets gets no second pair), and an empty one
+// leaves none, listening on every address.
+func TestHelmHealthHost(t *testing.T) {
+	hb := helmBin(t)
+	for host, want := range map[string]string{"": "--health-addr=:9107", "fd00::5": "--health-addr=[fd00::5]:9107", "[fd00::5]": "--health-addr=[fd00::5]:9107", "10.0.0.5": "--health-addr=[10.0.0.5]:9107"} {
+		found := false
+		for _, m := range helmTemplate(t, hb, "--set", "gateway.health.host="+host) {
+			if m.o.kind() != "DaemonSet" || m.o.name() != "egret-gateway" {
+				continue
+			}
+			c := get(m.o, "spec", "template", "spec", "containers", 0)
+			args, _ := get(c, "args").([]any)
+			found = slices.Contains(args, any(want))
+			if !found {
+				t.Errorf("gateway.health.host=%q: args %v lack %s", host, args, want)
+			}
+		}
+		if !found {
+			t.Errorf("gateway.health.host=%q: no gateway DaemonSet with %s", host, want)
+		}
+	}
 }

@@ -31,18 +31,12 @@ import (
 
 // The cluster of hack/cluster/common.sh.
 const (
-	stateDir   = "/var/lib/egret-cluster"
-	registry   = "10.77.0.1:5000"
-	serverIP   = "10.80.0.1"
-	serverHTTP = "http://10.80.0.1:8080/"
-	serverUDP  = "10.80.0.1:8081"
-	outNS      = "egretc-out"
+	stateDir = "/var/lib/egret-cluster"
+	outNS    = "egretc-out"
 	// egressBase is where the examples' egress IPs move to: the i-th address
-	// of the examples (in file order) becomes 10.77.0.<egressBase+i>, in the
-	// nodes' subnet 10.77.0.0/24 where a gateway can claim it.
+	// of the examples (in file order) becomes <node network><egressBase+i>,
+	// in the nodes' subnet where a gateway can claim it.
 	egressBase = 101
-	// moveIP is the test's own single-IP object, to watch one IP change node.
-	moveIP = "10.77.0.120"
 	// reachabilityTotalTimeout is the controller's default (control/controller).
 	reachabilityTotalTimeout = 1 * time.Second
 )
@@ -50,8 +44,50 @@ const (
 var (
 	workers  = []string{"w1", "w2"}
 	gateways = []string{"gw1", "gw2"}
-	nodeIPs  = map[string]string{"w1": "10.77.0.11", "w2": "10.77.0.12", "gw1": "10.77.0.13", "gw2": "10.77.0.14"}
 )
+
+// clusterNet is one address plan of hack/cluster/common.sh, chosen as
+// make cluster-up chooses it: CLUSTER_FAMILY, ipv4 unless it says ipv6.
+type clusterNet struct {
+	family   string
+	registry string // as image references name it
+	serverIP string // the outside echo server
+	routerIP string // the nodes' default route
+	nodeIPs  map[string]string
+	subnet   string // the nodes' network, to which egressBase+i is appended
+	// moveIP is the test's own single-IP object, to watch one IP change node.
+	moveIP      string
+	overlay     string // the overlay a user of this cluster writes, under the repository
+	values      string // its Helm twin
+	icmpNetwork string // for net.ListenPacket
+	echoRequest byte   // the ICMP type of an echo request
+	ipFlag      string // ip(8)'s family option
+}
+
+var families = map[string]clusterNet{
+	"ipv4": {
+		family: "ipv4", registry: "10.77.0.1:5000", serverIP: "10.80.0.1", routerIP: "10.77.0.254",
+		nodeIPs: map[string]string{"w1": "10.77.0.11", "w2": "10.77.0.12", "gw1": "10.77.0.13", "gw2": "10.77.0.14"},
+		subnet:  "10.77.0.", moveIP: "10.77.0.120",
+		overlay: "hack/cluster/overlay", values: "hack/cluster/values.yaml",
+		icmpNetwork: "ip4:icmp", echoRequest: 8, ipFlag: "-4",
+	},
+	"ipv6": {
+		family: "ipv6", registry: "egretc-registry:5000", serverIP: "fd80::1", routerIP: "fd77::254",
+		nodeIPs: map[string]string{"w1": "fd77::11", "w2": "fd77::12", "gw1": "fd77::13", "gw2": "fd77::14"},
+		subnet:  "fd77::", moveIP: "fd77::120",
+		overlay: "hack/cluster/overlay-ipv6", values: "hack/cluster/values-ipv6.yaml",
+		icmpNetwork: "ip6:ipv6-icmp", echoRequest: 128, ipFlag: "-6",
+	},
+}
+
+// plan is the cluster this run uses (TestCluster sets it).
+var plan clusterNet
+
+func (c clusterNet) serverHTTP() string {
+	return "http://" + net.JoinHostPort(c.serverIP, "8080") + "/"
+}
+func (c clusterNet) serverUDP() string { return net.JoinHostPort(c.serverIP, "8081") }
 
 type env struct {
 	t          *testing.T
@@ -68,12 +104,20 @@ func TestCluster(t *testing.T) {
 	if os.Geteuid() != 0 {
 		kubetest.Missing(t, "the cluster end-to-end test needs root (namespaces, containerd, kubelets)")
 	}
+	fam := os.Getenv("CLUSTER_FAMILY")
+	if fam == "" {
+		fam = "ipv4"
+	}
+	var ok bool
+	if plan, ok = families[fam]; !ok {
+		t.Fatalf("CLUSTER_FAMILY=%s: give ipv4 or ipv6", fam)
+	}
 	start := time.Now()
 	repo, _ := filepath.Abs("..")
 	e := &env{t: t, repo: repo, kubectlBin: kubetest.Tool(t, "kubectl", "hack/k8s-bins.sh")}
 	// The overlay a user of this cluster writes; EGRET_E2E_OVERLAY runs another
 	// (a trial) with the same checks.
-	e.overlay = filepath.Join(repo, "hack/cluster/overlay")
+	e.overlay = filepath.Join(repo, plan.overlay)
 	if o := os.Getenv("EGRET_E2E_OVERLAY"); o != "" {
 		e.overlay = o
 	}
@@ -87,21 +131,21 @@ func TestCluster(t *testing.T) {
 	// missing tool or package is installed by make, or fails here.
 	e.sh("make", "-s", "-C", repo, "image")
 	if !e.clusterUp() {
-		e.sh("make", "-s", "-C", repo, "cluster-up")
+		e.sh("make", "-s", "-C", repo, "cluster-up", "CLUSTER_FAMILY="+plan.family)
 		t.Cleanup(func() {
 			if os.Getenv("EGRET_E2E_KEEP") == "" {
 				e.sh("make", "-s", "-C", repo, "cluster-down")
 			}
 		})
 	}
-	t.Logf("cluster up after %v", time.Since(start).Round(time.Second))
+	t.Logf("cluster (%s) up after %v", plan.family, time.Since(start).Round(time.Second))
 
 	// 1. the image into the registry, deploy/ under the overlay, every pod Ready.
 	image := "ghcr.io/egret-gw/egret:" + e.version
-	e.push(image, registry+"/egret-gw/egret:"+e.version)
+	e.push(image, plan.registry+"/egret-gw/egret:"+e.version)
 	// The tag stays the version while the tree changes: the nodes must pull
 	// this build, not run the one they cached from an earlier run.
-	e.forgetImages(registry+"/egret-gw/egret:"+e.version, registry+"/egret-gw/egret:"+e.version+"-e2e")
+	e.forgetImages(plan.registry+"/egret-gw/egret:"+e.version, plan.registry+"/egret-gw/egret:"+e.version+"-e2e")
 	e.buildProbeImage()
 	for _, g := range gateways {
 		e.kubectl("label", "node", g, "k8s.ovn.org/egress-assignable=", "--overwrite")
@@ -119,6 +163,7 @@ func TestCluster(t *testing.T) {
 	// 2. the spec's EgressIP examples, their addresses moved into the nodes' subnet.
 	objs := e.applyExamples()
 	names := append(slices.Collect(maps.Keys(objs)), "e2e-move")
+	moveIP := plan.moveIP
 
 	// 3. namespaces and Deployments: one namespace per object, one none selects.
 	// egress-group2 selects every namespace whose "environment" is not
@@ -170,11 +215,11 @@ func TestCluster(t *testing.T) {
 	// connection open through the whole rollout goes on: each gateway's
 	// restart moves its egress IPs to the other, which picks the
 	// connection up on its preserved port.
-	e.push(image, registry+"/egret-gw/egret:"+e.version+"-e2e")
+	e.push(image, plan.registry+"/egret-gw/egret:"+e.version+"-e2e")
 	held := e.holdConnection(nss[len(nss)-1])
 	hm.rollout(e.version + "-e2e")
 	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=180s")
-	if got := e.kubectl("-n", "egret-system", "get", "daemonset/egret-gateway", "-o", "jsonpath={.spec.template.spec.containers[0].image}"); got != registry+"/egret-gw/egret:"+e.version+"-e2e" {
+	if got := e.kubectl("-n", "egret-system", "get", "daemonset/egret-gateway", "-o", "jsonpath={.spec.template.spec.containers[0].image}"); got != plan.registry+"/egret-gw/egret:"+e.version+"-e2e" {
 		t.Fatalf("after the upgrade the gateway runs %q", got)
 	}
 	// Each restarted gateway failed the reachability check once and is held
@@ -201,7 +246,7 @@ func (e *env) holdConnection(ns testNS) func() {
 	p := e.pods(ns.name)[0]
 	uid := e.kubectl("get", "eip", "e2e-move", "-o", "jsonpath={.metadata.uid}")
 	cmd := exec.Command(e.kubectlBin, "--kubeconfig="+filepath.Join(stateDir, "admin.kubeconfig"),
-		"-n", ns.name, "exec", "-i", p.name, "--", "/bin/probe", "hold", net.JoinHostPort(serverIP, "8080"))
+		"-n", ns.name, "exec", "-i", p.name, "--", "/bin/probe", "hold", net.JoinHostPort(plan.serverIP, "8080"))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		e.t.Fatal(err)
@@ -221,8 +266,8 @@ func (e *env) holdConnection(ns testNS) func() {
 			return
 		}
 		ap, perr := netip.ParseAddrPort(f[0])
-		if perr != nil || ap.Addr().String() != moveIP {
-			e.t.Errorf("the connection held through the rollout was answered from %s, want %s", f[0], moveIP)
+		if perr != nil || ap.Addr().String() != plan.moveIP {
+			e.t.Errorf("the connection held through the rollout was answered from %s, want %s", f[0], plan.moveIP)
 		}
 		// The rollout replaced every gateway, so the one hosting moveIP
 		// restarted while the connection was open: its IP either moved to
@@ -231,7 +276,7 @@ func (e *env) holdConnection(ns testNS) func() {
 		// by the new process). The Events say which.
 		moves := strings.Count(e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid,
 			"-o", "custom-columns=REASON:.reason", "--no-headers"), "EgressIPMoved")
-		e.t.Logf("a connection from %s/%s went on through the gateway rollout (%s moved %d times): %s answers, all from %s", ns.name, p.name, moveIP, moves, f[1], f[0])
+		e.t.Logf("a connection from %s/%s went on through the gateway rollout (%s moved %d times): %s answers, all from %s", ns.name, p.name, plan.moveIP, moves, f[1], f[0])
 	}
 }
 
@@ -255,7 +300,7 @@ func (e *env) kustomize() installer {
 	return installer{
 		install: func() { e.kubectl("apply", "--server-side", "-k", e.overlay) },
 		rollout: func(tag string) {
-			e.kubectl("-n", "egret-system", "set", "image", "daemonset/egret-gateway", "gateway="+registry+"/egret-gw/egret:"+tag)
+			e.kubectl("-n", "egret-system", "set", "image", "daemonset/egret-gateway", "gateway="+plan.registry+"/egret-gw/egret:"+tag)
 		},
 		uninstall: func() {
 			e.kubectl("delete", "-k", e.overlay, "--wait=true", "--timeout=120s")
@@ -270,7 +315,7 @@ func (e *env) kustomize() installer {
 func (e *env) helm() installer {
 	hb := kubetest.Tool(e.t, "helm", "hack/helm.sh")
 	kc := "--kubeconfig=" + filepath.Join(stateDir, "admin.kubeconfig")
-	chart, values := filepath.Join(e.repo, "deploy/helm/egret"), filepath.Join(e.repo, "hack/cluster/values.yaml")
+	chart, values := filepath.Join(e.repo, "deploy/helm/egret"), filepath.Join(e.repo, plan.values)
 	done := false
 	e.t.Cleanup(func() {
 		if !done {
@@ -319,8 +364,13 @@ func (e *env) checkAllClean() {
 	}
 }
 
-// clusterUp reports whether make cluster-up's cluster answers with 4 Ready nodes.
+// clusterUp reports whether make cluster-up's cluster answers with 4 Ready
+// nodes; one of the other family fails the test.
 func (e *env) clusterUp() bool {
+	e.t.Helper()
+	if b, err := os.ReadFile(filepath.Join(stateDir, "family")); err == nil && strings.TrimSpace(string(b)) != plan.family {
+		e.t.Fatalf("an %s cluster is up and CLUSTER_FAMILY is %s: make cluster-down first", strings.TrimSpace(string(b)), plan.family)
+	}
 	out, err := e.kubectlErr("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 	return err == nil && strings.Count(out, "True") == 4
 }
@@ -382,7 +432,7 @@ func (e *env) push(src, dst string) {
 }
 
 // probeImage is busybox (ping, wget, sleep) with the probe for UDP.
-func probeImage() string { return registry + "/egret-e2e-probe:1" }
+func probeImage() string { return plan.registry + "/egret-e2e-probe:1" }
 
 func (e *env) buildProbeImage() {
 	e.t.Helper()
@@ -392,7 +442,7 @@ func (e *env) buildProbeImage() {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		e.t.Fatalf("build probe: %v\n%s", err, out)
 	}
-	cf := fmt.Sprintf("FROM %s/busybox:1.35\nCOPY probe /bin/probe\n", registry)
+	cf := fmt.Sprintf("FROM %s/busybox:1.35\nCOPY probe /bin/probe\n", plan.registry)
 	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
@@ -470,7 +520,7 @@ func (e *env) applyExamples() map[string][]string {
 		spec := o["spec"].(map[string]any)
 		var ips []string
 		for range spec["egressIPs"].([]any) {
-			ips = append(ips, "10.77.0."+strconv.Itoa(egressBase+i))
+			ips = append(ips, plan.subnet+strconv.Itoa(egressBase+i))
 			i++
 		}
 		spec["egressIPs"] = ips
@@ -480,7 +530,7 @@ func (e *env) applyExamples() map[string][]string {
 	}
 	// The test's own single-IP object: each example has two IPs and there are
 	// two gateways, so none of theirs can move.
-	e.apply(yamlDoc(egressIP("e2e-move", []string{moveIP}, map[string]string{"e2e": "move"})))
+	e.apply(yamlDoc(egressIP("e2e-move", []string{plan.moveIP}, map[string]string{"e2e": "move"})))
 	e.t.Cleanup(func() {
 		for name := range objs {
 			e.kubectlErr("delete", "eip", name, "--ignore-not-found")
@@ -644,9 +694,9 @@ func (e *env) waitSteerSettled(nss []testNS) {
 	snapshot := func() string {
 		var b strings.Builder
 		for _, w := range workers {
-			out, _ := e.run("ip", "-n", "egretc-"+w, "route", "show", "table", "all", "proto", "231")
+			out, _ := e.run("ip", plan.ipFlag, "-n", "egretc-"+w, "route", "show", "table", "all", "proto", "231")
 			b.WriteString(out)
-			rules, _ := e.run("ip", "-n", "egretc-"+w, "rule", "show")
+			rules, _ := e.run("ip", plan.ipFlag, "-n", "egretc-"+w, "rule", "show")
 			b.WriteString(rules)
 			for _, ip := range want[w] {
 				if !strings.Contains(rules, "from "+ip+" ") {
@@ -683,7 +733,7 @@ func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod) {
 	e.t.Helper()
 	want := ns.want
 	if len(want) == 0 {
-		want = []string{nodeIPs[p.node]}
+		want = []string{plan.nodeIPs[p.node]}
 	}
 	srcOf := func(s string) string {
 		h, _, err := net.SplitHostPort(s)
@@ -698,7 +748,7 @@ func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod) {
 	var out string
 	var err error
 	for try := 1; try <= 3; try++ {
-		out, err = e.exec(ns.name, p.name, "/bin/probe", "http", serverHTTP)
+		out, err = e.exec(ns.name, p.name, "/bin/probe", "http", plan.serverHTTP())
 		if err == nil {
 			break
 		}
@@ -707,7 +757,7 @@ func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod) {
 	if got := srcOf(out); err != nil || !slices.Contains(want, got) {
 		e.t.Errorf("%s/%s on %s: TCP left as %q (err %v), want one of %v", ns.name, p.name, p.node, out, err, want)
 	}
-	out, err = e.exec(ns.name, p.name, "/bin/probe", "udp", serverUDP)
+	out, err = e.exec(ns.name, p.name, "/bin/probe", "udp", plan.serverUDP())
 	if got := srcOf(out); err != nil || !slices.Contains(want, got) {
 		e.t.Errorf("%s/%s on %s: UDP left as %q (err %v), want one of %v", ns.name, p.name, p.node, out, err, want)
 	}
@@ -715,7 +765,7 @@ func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod) {
 	// Three echo requests, one reply needed: a gateway just restarted drops
 	// the first packet towards a next hop it has not resolved yet (seen after
 	// the rollout; TCP and UDP retransmit, a single ping does not).
-	out, err = e.exec(ns.name, p.name, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", strconv.Itoa(size), serverIP)
+	out, err = e.exec(ns.name, p.name, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", strconv.Itoa(size), plan.serverIP)
 	got := icmp.source(size, 2*time.Second)
 	if err != nil || !slices.Contains(want, got) {
 		e.t.Errorf("%s/%s on %s: ICMP echo left as %q (ping: %v %s), want one of %v", ns.name, p.name, p.node, got, err, out, want)
@@ -749,7 +799,7 @@ func (e *env) icmpRecorder() *icmpRecorder {
 	if err := netns.Set(ns); err != nil {
 		e.t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("ip4:icmp", serverIP)
+	pc, err := net.ListenPacket(plan.icmpNetwork, plan.serverIP)
 	if err != nil {
 		e.t.Fatalf("ICMP listener in %s: %v", outNS, err)
 	}
@@ -790,12 +840,12 @@ func (r *icmpRecorder) first(size int, after time.Time, wait time.Duration) (str
 			return last, time.Time{}
 		}
 		at := time.Now()
-		// ICMP header 8 bytes; type 8 = echo request.
-		if n < 8 || buf[0] != 8 || n-8 != size {
+		// ICMP and ICMPv6 headers are 8 bytes; echo request is type 8 or 128.
+		if n < 8 || buf[0] != plan.echoRequest || n-8 != size {
 			continue
 		}
 		last = from.String()
-		if at.After(after) && (after.IsZero() || last == moveIP) {
+		if at.After(after) && (after.IsZero() || last == plan.moveIP) {
 			return last, at
 		}
 	}
@@ -808,6 +858,7 @@ func (r *icmpRecorder) first(size int, after time.Time, wait time.Duration) (str
 // the IP served again.
 func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	e.t.Helper()
+	moveIP := plan.moveIP
 	from := e.eipStatus()[moveIP]
 	if !slices.Contains(gateways, from) {
 		e.t.Fatalf("%s is on %q, not a gateway", moveIP, from)
@@ -824,7 +875,7 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	size := icmp.next()
 	pinging := make(chan string, 1)
 	go func() {
-		out, _ := e.exec(ns.name, p.name, "ping", "-c", "150", "-i", "0.1", "-W", "1", "-s", strconv.Itoa(size), serverIP)
+		out, _ := e.exec(ns.name, p.name, "ping", "-c", "150", "-i", "0.1", "-W", "1", "-s", strconv.Itoa(size), plan.serverIP)
 		pinging <- out
 	}()
 	if src, _ := icmp.first(size, time.Time{}, 5*time.Second); src != moveIP {
@@ -850,7 +901,7 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	if got := e.eipStatus()[moveIP]; got != to {
 		e.t.Errorf("%s serves again but its status names %q, want %s", moveIP, got, to)
 	}
-	out, err := e.exec(ns.name, p.name, "/bin/probe", "http", serverHTTP)
+	out, err := e.exec(ns.name, p.name, "/bin/probe", "http", plan.serverHTTP())
 	if h, _, _ := net.SplitHostPort(out); err != nil || h != moveIP {
 		e.t.Errorf("after the move, TCP from %s/%s left as %q (err %v), want %s", ns.name, p.name, out, err, moveIP)
 	}
@@ -875,7 +926,7 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 
 func (e *env) reviveNode(n, pid string) {
 	e.run("ip", "-n", "egretc-"+n, "link", "set", "eth0", "up")
-	e.run("ip", "-n", "egretc-"+n, "route", "replace", "default", "via", "10.77.0.254")
+	e.run("ip", "-n", "egretc-"+n, "route", "replace", "default", "via", plan.routerIP)
 	e.run("kill", "-CONT", strings.TrimSpace(pid))
 }
 
@@ -917,13 +968,13 @@ func (e *env) checkClean(n string) {
 		}
 	}
 	var addrs []string
-	for _, a := range strings.Fields(in("ip", "-4", "-o", "addr", "show", "dev", "eth0")) {
+	for _, a := range strings.Fields(in("ip", plan.ipFlag, "-o", "addr", "show", "dev", "eth0", "scope", "global")) {
 		if p, err := netip.ParsePrefix(a); err == nil {
 			addrs = append(addrs, p.Addr().String())
 		}
 	}
-	if !slices.Equal(addrs, []string{nodeIPs[n]}) {
-		e.t.Errorf("%s: eth0 holds %v, want only the node's %s (claimed egress IPs left)", n, addrs, nodeIPs[n])
+	if !slices.Equal(addrs, []string{plan.nodeIPs[n]}) {
+		e.t.Errorf("%s: eth0 holds %v, want only the node's %s (claimed egress IPs left)", n, addrs, plan.nodeIPs[n])
 	}
 	// The gateway pins its XDP link per namespace (gateway/xdp pinPath).
 	var st syscall.Stat_t

@@ -29,6 +29,11 @@ func runController(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *metricsAddr != "off" {
+		if err := checkListenAddr("--metrics-addr", *metricsAddr); err != nil {
+			return err
+		}
+	}
 	cfg, err := f.Config()
 	if err != nil {
 		return err

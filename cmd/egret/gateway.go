@@ -119,6 +119,11 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	if f.announceInterval < time.Millisecond || f.announceInterval > 5*time.Second {
 		return nil, fmt.Errorf("--announce-interval %v: use 1ms–5s", f.announceInterval)
 	}
+	if f.agent() && f.healthAddr != "" {
+		if err := checkListenAddr("--health-addr", f.healthAddr); err != nil {
+			return nil, err
+		}
+	}
 	if f.agent() {
 		switch {
 		case f.node == "":
@@ -226,6 +231,11 @@ func (f *gatewayFlags) loadRaw() (*engine.Config, []byte, error) {
 			c.MetricsAddr = f.metricsAddr
 		}
 	})
+	if c.MetricsAddr != "" && c.MetricsAddr != "off" {
+		if err := checkListenAddr("the metrics address (--metrics-addr, metricsAddr)", c.MetricsAddr); err != nil {
+			return nil, nil, err
+		}
+	}
 	return c, raw, nil
 }
 

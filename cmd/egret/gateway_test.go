@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +116,41 @@ func TestHealthListenerFlags(t *testing.T) {
 		if _, err := parseGatewayFlags(append([]string{"--source=dir:/x", "--node=g1"}, bad...)); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
+	}
+}
+
+// TestListenAddrIPv6: a manifest's $(POD_IP):port on an IPv6 node is refused
+// before anything listens, with the bracketed address to write instead; the
+// bracketed form serves both families.
+func TestListenAddrIPv6(t *testing.T) {
+	for _, ok := range []string{"[fd00::5]:9110", "[10.0.0.5]:9110", "10.0.0.5:9110", ":9110", "[::1]:0"} {
+		if err := checkListenAddr("--metrics-addr", ok); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	for bad, hint := range map[string]string{"fd00::5:9110": "[fd00::5]:9110", "10.0.0.5": "not host:port", "fd00::5": "brackets"} {
+		if err := checkListenAddr("--metrics-addr", bad); err == nil || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s: %v, want an error saying %s", bad, err, hint)
+		}
+	}
+	for _, args := range [][]string{
+		{"controller", "--check-config", "--metrics-addr=fd00::5:9111"},
+		{"steer", "--check-config", "--metrics-addr=fd00::5:9112"},
+		{"gateway", "--check-config", "--source=dir:/x", "--node=g1", "--iface=eth0", "--health-addr=fd00::5:9107"},
+		{"gateway", "--check-config", "--source=dir:/x", "--node=g1", "--iface=eth0", "--metrics-addr=fd00::5:9110"},
+	} {
+		_, stderr, code := egret(t, args...)
+		if code == 0 || !strings.Contains(stderr, "an IPv6 host goes in brackets") {
+			t.Errorf("egret %s: exit %d, %s", strings.Join(args, " "), code, stderr)
+		}
+	}
+	// The bracketed address really listens, IPv4 inside brackets included.
+	for _, a := range []string{"[127.0.0.1]:0", "[::1]:0"} {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("listen %s: %v", a, err)
+			continue
+		}
+		l.Close()
 	}
 }

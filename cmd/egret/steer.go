@@ -48,6 +48,11 @@ func runSteer(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *metricsAddr != "off" {
+		if err := checkListenAddr("--metrics-addr", *metricsAddr); err != nil {
+			return err
+		}
+	}
 	var cfg steer.Config
 	if *configPath != "" {
 		var err error

@@ -10,15 +10,52 @@ TOOLS=${EGRET_TOOLS_DIR:-/var/cache/egret/bin}
 CNI_BIN=${EGRET_CNI_BIN:-/usr/lib/cni}
 
 BRIDGE=egretc0
-HOST_IP=10.77.0.1          # the host on the node network: API server, registry
-NODE_NET=10.77.0.0/24      # the nodes' underlay
-ROUTER_IP=10.77.0.254      # the outside network's router, the nodes' default route
-SERVER_IP=10.80.0.1        # the outside server, reachable only through the router
+# The cluster's address family: ipv4 (the default) or ipv6, IPv6 only: nodes,
+# pods, services, the API server, the registry, the outside server and the
+# tunnel between nodes. make cluster-up CLUSTER_FAMILY=ipv6. Both use the same
+# names, so one cluster at a time; up.sh records the family in $STATE/family.
+CLUSTER_FAMILY=${CLUSTER_FAMILY:-ipv4}
 SERVER_HTTP=8080
 SERVER_UDP=8081
-POD_NET=10.78.0.0/16       # a /24 per node: 10.78.<i>.0/24
-SVC_NET=10.79.0.0/16
-REGISTRY=$HOST_IP:5000
+case $CLUSTER_FAMILY in
+ipv4)
+	HOST_IP=10.77.0.1          # the host on the node network: API server, registry
+	NODE_NET=10.77.0.0/24      # the nodes' underlay
+	ROUTER_IP=10.77.0.254      # the outside network's router, the nodes' default route
+	SERVER_IP=10.80.0.1        # the outside server, reachable only through the router
+	POD_NET=10.78.0.0/16       # a /24 per node: 10.78.<i>.0/24
+	SVC_NET=10.79.0.0/16
+	SVC_API_IP=10.79.0.1       # the kubernetes Service
+	LOOPBACK=127.0.0.1
+	HOST_URL=$HOST_IP          # an address in a URL or host:port
+	IPT=iptables
+	ANY_NET=0.0.0.0/0
+	REGISTRY=$HOST_IP:5000     # the name images carry
+	;;
+ipv6)
+	HOST_IP=fd77::1
+	NODE_NET=fd77::/64
+	ROUTER_IP=fd77::254
+	SERVER_IP=fd80::1
+	POD_NET=fd78::/48          # a /64 per node: fd78:0:0:<i>::/64
+	SVC_NET=fd79::/108         # the API server's limit for an IPv6 service range
+	SVC_API_IP=fd79::1
+	LOOPBACK=::1
+	HOST_URL="[$HOST_IP]"
+	IPT=ip6tables
+	ANY_NET=::/0
+	# Image references cannot hold an IPv6 literal: the registry goes by a
+	# name, which each node's containerd maps to the address (a mirror) and
+	# hack/cluster/buildah.sh resolves through $STATE/hosts.
+	REGISTRY_NAME=egretc-registry
+	REGISTRY=$REGISTRY_NAME:5000
+	;;
+*)
+	echo "cluster: CLUSTER_FAMILY=$CLUSTER_FAMILY: give ipv4 or ipv6" >&2
+	exit 1
+	;;
+esac
+REGISTRY_ADDR=$HOST_URL:5000 # where the registry listens
 K8S_VERSION=v1.37.2
 PAUSE_IMAGE=$REGISTRY/pause:3.10
 BUSYBOX_IMAGE=$REGISTRY/busybox:1.35
@@ -31,8 +68,22 @@ declare -A NODE_ROLE=([w1]=worker [w2]=worker [gw1]=gateway [gw2]=gateway)
 OUT_NS=$CLUSTER_NAME-out
 
 node_ns() { echo "$CLUSTER_NAME-$1"; }
-node_ip() { echo "10.77.0.$((10 + NODE_INDEX[$1]))"; }
-node_pod_net() { echo "10.78.${NODE_INDEX[$1]}.0/24"; }
+node_ip() {
+	case $CLUSTER_FAMILY in
+	ipv4) echo "10.77.0.$((10 + NODE_INDEX[$1]))" ;;
+	ipv6) echo "fd77::$((10 + NODE_INDEX[$1]))" ;;
+	esac
+}
+node_pod_net() {
+	case $CLUSTER_FAMILY in
+	ipv4) echo "10.78.${NODE_INDEX[$1]}.0/24" ;;
+	ipv6) echo "fd78:0:0:${NODE_INDEX[$1]}::/64" ;;
+	esac
+}
+# The node network's prefix length.
+net_len() { echo "${NODE_NET#*/}"; }
+# host:port with brackets around an IPv6 address.
+host_port() { if [[ $1 == *:* ]]; then echo "[$1]:$2"; else echo "$1:$2"; fi; }
 node_dir() { echo "$STATE/nodes/$1"; }
 # The node's own mount namespace, persisted here: its /opt/cni/bin and
 # /etc/cni/net.d are its own, and its mounts are shared (a systemd host's are;

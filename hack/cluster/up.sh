@@ -12,6 +12,10 @@
 #               server (egret lab echo-server) on 10.80.0.1: it answers HTTP and
 #               UDP with the source address it saw; the kernel answers ping
 #
+# CLUSTER_FAMILY=ipv6 builds the same cluster IPv6-only (common.sh has both
+# address plans): fd77::/64 nodes, fd78::/48 pods, fd79::/108 services, the
+# server fd80::1, the registry as egretc-registry:5000.
+#
 # Idempotent: a second run starts only what is missing. Ends by printing
 # `export KUBECONFIG=<path>`. down.sh removes everything.
 set -euo pipefail
@@ -32,6 +36,11 @@ done
 [[ -x $CNI_BIN/bridge && -x $CNI_BIN/host-local ]] || { echo "cluster-up: CNI plugins missing in $CNI_BIN: run make deps" >&2; exit 1; }
 
 mkdir -p "$STATE"/{pki,pids,logs,ns,nodes,registry}
+if [[ -f $STATE/family && $(cat "$STATE/family") != "$CLUSTER_FAMILY" ]]; then
+	echo "cluster-up: an $(cat "$STATE/family") cluster is up; make cluster-down first" >&2
+	exit 1
+fi
+echo "$CLUSTER_FAMILY" >"$STATE/family"
 start=$SECONDS
 
 # --- certificates -----------------------------------------------------------
@@ -63,7 +72,7 @@ if [[ ! -f $pki/ca.crt ]]; then
 	openssl ecparam -name prime256v1 -genkey -noout -out "$pki/sa.key" 2>/dev/null
 	openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 fi
-cert apiserver kube-apiserver "" "IP:$HOST_IP,IP:10.79.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+cert apiserver kube-apiserver "" "IP:$HOST_IP,IP:$SVC_API_IP,IP:$LOOPBACK,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
 cert admin egret-admin system:masters
 cert controller-manager system:kube-controller-manager ""
@@ -79,7 +88,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: egret
-  cluster: {server: "https://$HOST_IP:6443", certificate-authority: "$pki/ca.crt"}
+  cluster: {server: "https://$HOST_URL:6443", certificate-authority: "$pki/ca.crt"}
 users:
 - name: u
   user: {client-certificate: "$pki/$c.crt", client-key: "$pki/$c.key"}
@@ -97,7 +106,8 @@ kubeconfig "$STATE/kube-proxy.kubeconfig" kube-proxy
 # --- network ----------------------------------------------------------------
 if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link add "$BRIDGE" type bridge
-	ip addr add "$HOST_IP/24" dev "$BRIDGE"
+	# nodad: an IPv6 address is usable at once, not after duplicate detection.
+	ip addr add "$HOST_IP/$(net_len)" dev "$BRIDGE" $([[ $CLUSTER_FAMILY == ipv6 ]] && echo nodad)
 	ip link set "$BRIDGE" up
 fi
 # One end on the bridge, the other named $3 in namespace $2.
@@ -107,7 +117,14 @@ veth() { # host-end ns inner-name addr/len
 	if ! ip link show "$h" >/dev/null 2>&1; then
 		ip link add "$h" type veth peer name "$in" netns "$ns"
 		ip link set "$h" master "$BRIDGE" up
-		ip -n "$ns" addr add "$addr" dev "$in"
+		if [[ $CLUSTER_FAMILY == ipv6 ]]; then
+			# The test takes a node's eth0 down and up: its static address
+			# must survive that, as an IPv4 one does.
+			ip netns exec "$ns" sysctl -qw "net.ipv6.conf.$in.keep_addr_on_down=1"
+			ip -n "$ns" addr add "$addr" dev "$in" nodad
+		else
+			ip -n "$ns" addr add "$addr" dev "$in"
+		fi
 		ip -n "$ns" link set "$in" up
 		ip -n "$ns" link set lo up
 	fi
@@ -116,11 +133,15 @@ veth() { # host-end ns inner-name addr/len
 	# as they are (as the lab does, docs/lab.md). Only this machine needs it.
 	ip netns exec "$ns" ethtool -K "$in" tx off tso off gso off gro off >/dev/null 2>&1
 }
-veth "${CLUSTER_NAME}o" "$OUT_NS" eth0 "$ROUTER_IP/24"
-ip -n "$OUT_NS" addr replace "$SERVER_IP/32" dev lo
+veth "${CLUSTER_NAME}o" "$OUT_NS" eth0 "$ROUTER_IP/$(net_len)"
+if [[ $CLUSTER_FAMILY == ipv6 ]]; then
+	ip -n "$OUT_NS" addr replace "$SERVER_IP/128" dev lo
+else
+	ip -n "$OUT_NS" addr replace "$SERVER_IP/32" dev lo
+fi
 for n in "${NODES[@]}"; do
 	ns=$(node_ns "$n")
-	veth "${CLUSTER_NAME}-$n" "$ns" eth0 "$(node_ip "$n")/24"
+	veth "${CLUSTER_NAME}-$n" "$ns" eth0 "$(node_ip "$n")/$(net_len)"
 	ip -n "$ns" route replace default via "$ROUTER_IP"
 	for m in "${NODES[@]}"; do
 		[[ $m == "$n" ]] || ip -n "$ns" route replace "$(node_pod_net "$m")" via "$(node_ip "$m")"
@@ -128,11 +149,15 @@ for n in "${NODES[@]}"; do
 	# The host reaches the pods too (the API server answers pods that call it
 	# through the kubernetes Service, which keeps their source).
 	ip route replace "$(node_pod_net "$n")" via "$(node_ip "$n")"
-	ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+	if [[ $CLUSTER_FAMILY == ipv6 ]]; then
+		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.forwarding=1
+	else
+		ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+	fi
 	# Pods leaving by the uplink go out as the node; pod-to-pod and
 	# anything steered into another device keeps its source.
-	ip netns exec "$ns" iptables -t nat -C POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE 2>/dev/null ||
-		ip netns exec "$ns" iptables -t nat -A POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE
+	ip netns exec "$ns" "$IPT" -t nat -C POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE 2>/dev/null ||
+		ip netns exec "$ns" "$IPT" -t nat -A POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE
 done
 
 # --- control plane ------------------------------------------------------------
@@ -182,15 +207,18 @@ log: {level: warn}
 storage:
   filesystem: {rootdirectory: $STATE/registry}
   delete: {enabled: true}
-http: {addr: "$REGISTRY"}
+http: {addr: "$REGISTRY_ADDR"}
 RC
+if [[ -n ${REGISTRY_NAME:-} ]]; then
+	{ cat /etc/hosts; echo "$HOST_IP $REGISTRY_NAME"; } >"$STATE/hosts"
+fi
 start_daemon registry "$STATE/logs/registry.log" docker-registry serve "$STATE/registry.yml"
-for i in $(seq 60); do curl -fs "http://$REGISTRY/v2/" >/dev/null && break; sleep 0.5; done
+for i in $(seq 60); do curl -fs "http://$REGISTRY_ADDR/v2/" >/dev/null && break; sleep 0.5; done
 # Builds a FROM scratch image from a directory and pushes it, unless present.
 push_image() { # ref dir
 	local ref=$1 dir=$2 repo=${1#*/}
 	if curl -fs -o /dev/null -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://$REGISTRY/v2/${repo%:*}/manifests/${repo##*:}"; then
+		"http://$REGISTRY_ADDR/v2/${repo%:*}/manifests/${repo##*:}"; then
 		return 0
 	fi
 	bash "$repo_root/hack/cluster/buildah.sh" bud -q --format oci -f "$dir/Containerfile" -t "$ref" "$dir" >/dev/null
@@ -207,7 +235,7 @@ fi
 push_image "$PAUSE_IMAGE" "$img/pause"
 if [[ ! -x $img/busybox/bin/busybox ]]; then
 	cp "$(command -v busybox)" "$img/busybox/bin/busybox"
-	for a in sh ls cat wget ping sleep ip nc sh; do ln -sf busybox "$img/busybox/bin/$a"; done
+	for a in sh ls cat wget ping ping6 sleep ip nc; do ln -sf busybox "$img/busybox/bin/$a"; done
 	# CMD, not ENTRYPOINT, as Docker's busybox image: `kubectl run ... -- sleep
 	# 3600` (README) replaces the command instead of becoming sh's arguments.
 	printf 'FROM scratch\nCOPY bin /bin\nCMD ["sh"]\n' >"$img/busybox/Containerfile"
@@ -235,7 +263,7 @@ for n in "${NODES[@]}"; do
 {"cniVersion": "1.0.0", "name": "egretc", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$d/cni-ipam",
-            "ranges": [[{"subnet": "$(node_pod_net "$n")"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+            "ranges": [[{"subnet": "$(node_pod_net "$n")"}]], "routes": [{"dst": "$ANY_NET"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 CNI
 	mnt=$(node_mnt "$n")
@@ -281,7 +309,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/opt/cni/bin"
     conf_dir = "/etc/cni/net.d"
   [plugins."io.containerd.grpc.v1.cri".registry.mirrors."$REGISTRY"]
-    endpoint = ["http://$REGISTRY"]
+    endpoint = ["http://$REGISTRY_ADDR"]
 TOML
 	cat >"$d/kubelet.yaml" <<KY
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -292,7 +320,7 @@ authentication:
   x509: {clientCAFile: "$pki/ca.crt"}
 authorization: {mode: Webhook}
 address: "$(node_ip "$n")"
-healthzBindAddress: 127.0.0.1
+healthzBindAddress: "$LOOPBACK"
 readOnlyPort: 0
 cgroupDriver: cgroupfs
 cgroupRoot: /$CLUSTER_NAME-$n
@@ -322,8 +350,8 @@ hostnameOverride: $n
 bindAddress: $(node_ip "$n")
 clusterCIDR: $POD_NET
 mode: iptables
-metricsBindAddress: 127.0.0.1:10249
-healthzBindAddress: $(node_ip "$n"):10256
+metricsBindAddress: "$(host_port "$LOOPBACK" 10249)"
+healthzBindAddress: "$(host_port "$(node_ip "$n")" 10256)"
 conntrack: {maxPerCore: 0, min: 0}
 KP
 	if cmp -s "$d/kube-proxy.yaml.new" "$d/kube-proxy.yaml"; then rm "$d/kube-proxy.yaml.new"; else mv "$d/kube-proxy.yaml.new" "$d/kube-proxy.yaml"; fi
@@ -339,7 +367,7 @@ done
 
 # --- the outside server ------------------------------------------------------
 start_daemon echo "$STATE/logs/echo.log" nsenter --net="/run/netns/$OUT_NS" -- \
-	"$EGRET_BIN" lab echo-server --lab "$CLUSTER_NAME" --http "$SERVER_IP:$SERVER_HTTP" --udp "$SERVER_IP:$SERVER_UDP"
+	"$EGRET_BIN" lab echo-server --lab "$CLUSTER_NAME" --http "$(host_port "$SERVER_IP" "$SERVER_HTTP")" --udp "$(host_port "$SERVER_IP" "$SERVER_UDP")"
 
 # --- wait ---------------------------------------------------------------------
 for i in $(seq 180); do
@@ -352,5 +380,5 @@ if [[ $ready != "${#NODES[@]}" ]]; then
 	kubectl_ get nodes >&2 || true
 	exit 1
 fi
-log "4 nodes Ready in $((SECONDS - start))s"
+log "4 nodes ($CLUSTER_FAMILY) Ready in $((SECONDS - start))s"
 echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
