@@ -30,6 +30,8 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 		log = slog.Default()
 	}
 	full := cfg.withDefaults()
+	restCfg = rest.CopyConfig(restCfg)
+	restCfg.QPS, restCfg.Burst = full.KubeAPIQPS, full.KubeAPIBurst
 	runOnce := func(ctx context.Context) error {
 		src, err := cluster.NewKube(restCfg)
 		if err != nil {
