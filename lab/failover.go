@@ -17,6 +17,9 @@ type FailoverResult struct {
 	Moved []AssignmentStatus `json:"moved"`
 	// Pod is the pod whose new connections were watched.
 	Pod string `json:"pod"`
+	// Killed is when the kill was sent: the instant the times count from,
+	// for whoever watches other traffic meanwhile (bench/failover).
+	Killed time.Time `json:"killed"`
 	// StatusSeconds is the time from the kill until the status files show
 	// every moved IP on another node.
 	StatusSeconds float64 `json:"status_seconds"`
@@ -89,6 +92,7 @@ func (l *Lab) Failover(gw string, wait time.Duration) (*FailoverResult, error) {
 	objs := ObjectsDir(l.RunDir())
 
 	start := time.Now()
+	res.Killed = start
 	if err := l.KillGateway(gw); err != nil {
 		return nil, err
 	}
