@@ -22,8 +22,8 @@ import (
 // gwagent.Build and Spec.Settle).
 func agents(ctx context.Context, sc Scale, cfg *rest.Config, res *Result) error {
 	fmt.Println("timing the agents' configuration builds ...")
-	view := func(ctx context.Context) (cluster.View, float64, error) {
-		src, err := cluster.NewKube(cfg)
+	view := func(ctx context.Context, opts ...cluster.KubeOption) (cluster.View, float64, error) {
+		src, err := cluster.NewKube(cfg, opts...)
 		if err != nil {
 			return cluster.View{}, 0, err
 		}
@@ -34,13 +34,13 @@ func agents(ctx context.Context, sc Scale, cfg *rest.Config, res *Result) error 
 		return src.View(), time.Since(start).Seconds(), nil
 	}
 
+	worker := workerName(0)
 	sctx, stop := context.WithCancel(ctx) // ends the steer agent's watches
-	v, synced, err := view(sctx)
+	v, synced, err := view(sctx, cluster.PodsOn(worker)) // as cmd/egret/steer.go
 	if err != nil {
 		stop()
 		return fmt.Errorf("the steer agent's source: %w", err)
 	}
-	worker := workerName(0)
 	p := steer.Params{
 		Excluded:   []netip.Prefix{netip.MustParsePrefix("10.128.0.0/9"), netip.MustParsePrefix("10.0.0.0/16")},
 		LocalVTEP:  workerAddr(0),
