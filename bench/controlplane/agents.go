@@ -35,7 +35,7 @@ func agents(ctx context.Context, sc Scale, cfg *rest.Config, res *Result) error 
 	}
 
 	worker := workerName(0)
-	sctx, stop := context.WithCancel(ctx) // ends the steer agent's watches
+	sctx, stop := context.WithCancel(ctx)                // ends the steer agent's watches
 	v, synced, err := view(sctx, cluster.PodsOn(worker)) // as cmd/egret/steer.go
 	if err != nil {
 		stop()
