@@ -45,6 +45,7 @@ type Result struct {
 type Machine struct {
 	CPUs    int    `json:"cpus"`
 	LoadAvg string `json:"loadavg_at_start"`
+	LoadEnd string `json:"loadavg_at_end"`
 	Go      string `json:"go"`
 }
 
@@ -147,8 +148,8 @@ func markdown(r *Result) string {
 	var b strings.Builder
 	s := r.Scale
 	fmt.Fprintf(&b, "## Control plane at scale\n\n")
-	fmt.Fprintf(&b, "A real kube-apiserver and etcd (objects only, no kubelet) with %d assignable Nodes, %d EgressIPs (one egress IP, ten pods each) and %d Pods on %d worker Nodes (%d on `%s`); `egret controller` runs as its own process (leader election off, reachability check off: a node is lost by turning NotReady), the agents' list+watch and configuration builds run in the benchmark's process. %d CPUs, load average %s at the start.\n\n",
-		s.Nodes, s.EgressIPs, s.Pods, s.Workers, s.WorkerPods, workerName(0), r.Machine.CPUs, r.Machine.LoadAvg)
+	fmt.Fprintf(&b, "A real kube-apiserver and etcd (objects only, no kubelet) with %d assignable Nodes, %d EgressIPs (one egress IP, ten pods each) and %d Pods on %d worker Nodes (%d on `%s`); `egret controller` runs as its own process (leader election off, reachability check off: a node is lost by turning NotReady), the agents' list+watch and configuration builds run in the benchmark's process. %d CPUs, load average %s at the start and %s at the end (1, 5, 15 minutes).\n\n",
+		s.Nodes, s.EgressIPs, s.Pods, s.Workers, s.WorkerPods, workerName(0), r.Machine.CPUs, r.Machine.LoadAvg, r.Machine.LoadEnd)
 	fmt.Fprintf(&b, "```\ngo run ./bench/controlplane -out DIR -scale %g    # make bench-controlplane\n```\n\n", float64(s.EgressIPs)/10000)
 	fmt.Fprintf(&b, "| measure | figure | target |\n|---|---|---|\n")
 	tgt := map[string]Target{}

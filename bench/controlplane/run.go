@@ -133,6 +133,7 @@ func run(o options) error {
 		return err
 	}
 	res.Targets = targets(res)
+	res.Machine.LoadEnd = loadNow()
 	return write(o.out, res)
 }
 
@@ -487,4 +488,13 @@ func machine() Machine {
 		m.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
 	return m
+}
+
+// loadNow is the load average now, for the end of a run.
+func loadNow() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

@@ -29,6 +29,7 @@ type Result struct {
 type Machine struct {
 	CPUs    int    `json:"cpus"`
 	LoadAvg string `json:"loadavg_at_start"`
+	LoadEnd string `json:"loadavg_at_end"`
 }
 
 // Percentiles of a sample in milliseconds (nearest rank).
@@ -93,8 +94,8 @@ func write(dir string, r *Result) error {
 func markdown(r *Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Failover distribution\n\n")
-	fmt.Fprintf(&b, "The managed lab (real controller, gateway and steer agents; reachability timeout %d s): the `egret gateway` of a gateway hosting egress IPs killed with SIGKILL %d times, the gateways in turn, each started again and its hold-down waited out before the next kill. Old connections are long-lived HTTP connections that left through the killed gateway, asking again 10 ms after each answer; their first answer after the kill waits for TCP's retransmission timer. %d CPUs, load average %s at the start.\n\n",
-		r.ReachabilitySeconds, len(r.Kills), r.Machine.CPUs, r.Machine.LoadAvg)
+	fmt.Fprintf(&b, "The managed lab (real controller, gateway and steer agents; reachability timeout %d s): the `egret gateway` of a gateway hosting egress IPs killed with SIGKILL %d times, the gateways in turn, each started again and its hold-down waited out before the next kill. Old connections are long-lived HTTP connections that left through the killed gateway, asking again 10 ms after each answer; their first answer after the kill waits for TCP's retransmission timer. %d CPUs, load average %s at the start and %s at the end (1, 5, 15 minutes).\n\n",
+		r.ReachabilitySeconds, len(r.Kills), r.Machine.CPUs, r.Machine.LoadAvg, r.Machine.LoadEnd)
 	b.WriteString("```\ngo run ./bench/failover -out DIR -kills 20    # make bench-failover (root)\n```\n\n")
 	b.WriteString("| after the kill | p50 | p99 | max | n |\n|---|---|---|---|---|\n")
 	row := func(what string, p Percentiles) {

@@ -170,6 +170,7 @@ func run(o options) error {
 	}
 	res.Seconds = time.Since(start).Seconds()
 	res.summarize()
+	res.Machine.LoadEnd = loadNow()
 	return write(o.out, res)
 }
 
@@ -216,4 +217,13 @@ func machine() Machine {
 		m.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
 	return m
+}
+
+// loadNow is the load average now, for the end of a run.
+func loadNow() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
