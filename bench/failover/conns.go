@@ -96,8 +96,8 @@ func (c *oldConn) keep(conn net.Conn, br *bufio.Reader, req *http.Request, stop 
 	}
 }
 
-// resumed returns the first answer after t, if any, and the error that
-// ended the connection, if any.
+// resumed returns the first answer after t (the killed gateway gone), if
+// any, and the error that ended the connection, if any.
 func (c *oldConn) resumed(t time.Time) (time.Time, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -94,7 +94,7 @@ func write(dir string, r *Result) error {
 func markdown(r *Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Failover distribution\n\n")
-	fmt.Fprintf(&b, "The managed lab (real controller, gateway and steer agents; reachability timeout %d s): the `egret gateway` of a gateway hosting egress IPs killed with SIGKILL %d times, the gateways in turn, each started again and its hold-down waited out before the next kill. Old connections are long-lived HTTP connections that left through the killed gateway, asking again 10 ms after each answer; their first answer after the kill waits for TCP's retransmission timer. %d CPUs, load average %s at the start and %s at the end (1, 5, 15 minutes).\n\n",
+	fmt.Fprintf(&b, "The managed lab (real controller, gateway and steer agents; reachability timeout %d s): the `egret gateway` of a gateway hosting egress IPs killed with SIGKILL %d times, the gateways in turn, each started again and its hold-down waited out before the next kill. Old connections are long-lived HTTP connections that left through the killed gateway, asking again 10 ms after each answer; their first answer once the killed process is gone waits for TCP's retransmission timer. %d CPUs, load average %s at the start and %s at the end (1, 5, 15 minutes).\n\n",
 		r.ReachabilitySeconds, len(r.Kills), r.Machine.CPUs, r.Machine.LoadAvg, r.Machine.LoadEnd)
 	b.WriteString("```\ngo run ./bench/failover -out DIR -kills 20    # make bench-failover (root)\n```\n\n")
 	b.WriteString("| after the kill | p50 | p99 | max | n |\n|---|---|---|---|---|\n")

@@ -140,7 +140,8 @@ func run(o options) error {
 		deadline := fr.Killed.Add(o.wait)
 		for _, c := range olds {
 			for {
-				at, ok, err := c.resumed(fr.Killed)
+				// Answers before the process was gone may have passed it.
+				at, ok, err := c.resumed(fr.Dead)
 				if ok {
 					kill.OldConnMs = append(kill.OldConnMs, float64(at.Sub(fr.Killed))/float64(time.Millisecond))
 					break
