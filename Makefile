@@ -16,7 +16,7 @@ export EGRET_LAB_GATEWAY
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab bench-report dashboard-png clean image image-stage cluster-up cluster-push cluster-down e2e-ipv6
+.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab bench-report bench-controlplane bench-failover dashboard-png clean image image-stage cluster-up cluster-push cluster-down e2e-ipv6
 
 all: build
 
@@ -101,12 +101,23 @@ BENCH_OUT   ?= $(BIN)/bench-report
 BENCH_FLAGS ?=
 bench-lab: deps build
 	@rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT)
-	@for p in controlplane failover; do \
-	  if [ -d bench/$$p ]; then $(GO) run ./bench/$$p -out $(BENCH_OUT) || exit 1; fi; done
+	$(MAKE) --no-print-directory bench-controlplane bench-failover BENCH_OUT=$(BENCH_OUT)
 	$(GO) run ./bench/lab -egret $(BIN)/egret -out $(BENCH_OUT) $(BENCH_FLAGS)
 
 bench-report:
 	$(GO) run ./bench/report -in $(BENCH_OUT)
+
+# Control plane at scale on a real kube-apiserver (no root): 500 nodes, 10k EgressIPs, 100k
+# pods; BENCH_SCALE=0.05 for a quick run. Writes controlplane.{json,md} and its plots into BENCH_OUT.
+BENCH_SCALE ?= 1
+bench-controlplane: build
+	$(GO) run ./bench/controlplane -out $(BENCH_OUT) -scale $(BENCH_SCALE) -egret $(BIN)/egret
+
+# Failover distribution in the managed lab (root): gateways killed one after another, the
+# status move and the first packet through the new gateway timed. Writes failover.{json,md}.
+FAILOVER_KILLS ?= 20
+bench-failover: deps build
+	$(GO) run ./bench/failover -out $(BENCH_OUT) -kills $(FAILOVER_KILLS) -egret $(BIN)/egret
 
 # Render docs/dashboard.png from a real Prometheus scraping the managed lab under traffic.
 dashboard-png: deps build

@@ -17,6 +17,11 @@ type FailoverResult struct {
 	Moved []AssignmentStatus `json:"moved"`
 	// Pod is the pod whose new connections were watched.
 	Pod string `json:"pod"`
+	// Killed is when the kill was sent: the instant the times count from,
+	// for whoever watches other traffic meanwhile (bench/failover); Dead is
+	// when the process was gone: traffic answered later did not pass it.
+	Killed time.Time `json:"killed"`
+	Dead   time.Time `json:"dead"`
 	// StatusSeconds is the time from the kill until the status files show
 	// every moved IP on another node.
 	StatusSeconds float64 `json:"status_seconds"`
@@ -89,9 +94,11 @@ func (l *Lab) Failover(gw string, wait time.Duration) (*FailoverResult, error) {
 	objs := ObjectsDir(l.RunDir())
 
 	start := time.Now()
+	res.Killed = start
 	if err := l.KillGateway(gw); err != nil {
 		return nil, err
 	}
+	res.Dead = time.Now()
 	deadline := start.Add(wait)
 
 	var wg sync.WaitGroup

@@ -125,7 +125,8 @@ func runSteer(args []string) error {
 		if err != nil {
 			return err
 		}
-		if a.Source, err = cluster.NewKube(restCfg); err != nil {
+		// Only this node's pods are steered here (steer.InputsFrom).
+		if a.Source, err = cluster.NewKube(restCfg, cluster.PodsOn(a.Node)); err != nil {
 			return err
 		}
 		if *podName != "" && *podNamespace != "" && !*once {

@@ -30,18 +30,26 @@ func (s *staticSource) UpdateEgressIP(context.Context, *egressv1.EgressIP) error
 func (s *staticSource) Event(*corev1.ObjectReference, string, string, string)    {}
 
 // BenchmarkAssignCycle is one full recomputation from the cache, as done on
-// every EgressIP or Node change: 1,000 objects of 2 IPs over 50 nodes.
+// every EgressIP or Node change: 1,000 objects of 2 IPs over 50 nodes, and
+// 10,000 of one IP over 500 nodes (bench/controlplane's cluster).
 func BenchmarkAssignCycle(b *testing.B) {
+	for _, sz := range []struct{ nodes, objs, ips int }{{50, 1000, 2}, {500, 10000, 1}} {
+		b.Run(fmt.Sprintf("%dx%d", sz.objs, sz.nodes), func(b *testing.B) { benchAssignCycle(b, sz.nodes, sz.objs, sz.ips) })
+	}
+}
+
+func benchAssignCycle(b *testing.B, nNodes, nObjs, ips int) {
 	src := &staticSource{}
-	for i := range 50 {
-		src.nodes = append(src.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%02d", i),
+	for i := range nNodes {
+		src.nodes = append(src.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%03d", i),
 			Labels:      map[string]string{cluster.LabelEgressAssignable: ""},
 			Annotations: map[string]string{cluster.AnnotationPrimaryIfAddr: fmt.Sprintf(`{"ipv4":"10.0.%d.%d/16"}`, i/200, 1+i%200)}},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
 	}
-	for i := range 1000 {
-		src.eips = append(src.eips, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("e%04d", i), ResourceVersion: "1"},
-			Spec: egressv1.EgressIPSpec{EgressIPs: []string{fmt.Sprintf("10.0.%d.%d", 10+i/250, 1+i%250), fmt.Sprintf("10.0.%d.%d", 20+i/250, 1+i%250)}}})
+	for i := range nObjs {
+		e := &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("e%05d", i), ResourceVersion: "1"}}
+		e.Spec.EgressIPs = []string{fmt.Sprintf("10.0.%d.%d", 10+i/250, 1+i%250), fmt.Sprintf("10.0.%d.%d", 100+i/250, 1+i%250)}[:ips]
+		src.eips = append(src.eips, e)
 	}
 	off := 0
 	c, err := New(src, Config{ReachabilityTotalTimeoutSeconds: &off}, slog.New(slog.DiscardHandler))
@@ -54,8 +62,12 @@ func BenchmarkAssignCycle(b *testing.B) {
 	for _, d := range c.desired {
 		assigned += len(d.items)
 	}
-	if got := assigned; got != 2000 {
-		b.Fatalf("assigned %d IPs, want 2000", got)
+	if got := assigned; got != nObjs*ips {
+		b.Fatalf("assigned %d IPs, want %d", got, nObjs*ips)
+	}
+	// The statuses as written: what the cache holds in the steady state.
+	for _, e := range src.eips {
+		e.Status.Items = c.desired[e.Name].items
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

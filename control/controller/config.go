@@ -20,6 +20,12 @@ const (
 	DefaultProbeInterval                   = 300 * time.Millisecond
 	DefaultHoldDown                        = 30 * time.Second
 	DefaultWorkers                         = 2
+	// DefaultKubeAPIQPS and DefaultKubeAPIBurst bound the controller's own
+	// requests. client-go's defaults (5 and 10) would take 33 minutes to
+	// write the statuses of 10,000 new EgressIPs; the API server's priority
+	// and fairness protects it, so the client limit only stops a runaway.
+	DefaultKubeAPIQPS   = 1000
+	DefaultKubeAPIBurst = 2000
 )
 
 // Config is the controller's configuration file (YAML); flags override it.
@@ -54,6 +60,10 @@ type Config struct {
 	NodeSelector string `json:"nodeSelector,omitempty"`
 	// Workers is the number of status writers.
 	Workers int `json:"workers,omitempty"`
+	// KubeAPIQPS and KubeAPIBurst limit the requests per second to the API
+	// server (client side); 0 means the default.
+	KubeAPIQPS   float32 `json:"kubeAPIQPS,omitempty"`
+	KubeAPIBurst int     `json:"kubeAPIBurst,omitempty"`
 	// LeaderElection configures the Lease used with the Kubernetes source.
 	LeaderElection LeaderElection `json:"leaderElection,omitzero"`
 	// Cloud turns on attaching egress IPs to the nodes' cloud interfaces
@@ -119,6 +129,9 @@ func (c Config) Validate() error {
 	if err := c.Cloud.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("cloud: %w", err))
 	}
+	if c.KubeAPIQPS < 0 || c.KubeAPIBurst < 0 {
+		errs = append(errs, fmt.Errorf("kubeAPIQPS %v and kubeAPIBurst %d must be positive (0: the defaults %d and %d)", c.KubeAPIQPS, c.KubeAPIBurst, DefaultKubeAPIQPS, DefaultKubeAPIBurst))
+	}
 	le := c.LeaderElection
 	if le.LeaseDuration.Duration < 0 || le.RenewDeadline.Duration < 0 || le.RetryPeriod.Duration < 0 {
 		errs = append(errs, errors.New("leaderElection durations must be positive"))
@@ -143,6 +156,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
+	}
+	if c.KubeAPIQPS == 0 {
+		c.KubeAPIQPS = DefaultKubeAPIQPS
+	}
+	if c.KubeAPIBurst == 0 {
+		c.KubeAPIBurst = max(DefaultKubeAPIBurst, int(c.KubeAPIQPS))
 	}
 	le := &c.LeaderElection
 	if le.Namespace == "" {

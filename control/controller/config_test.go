@@ -27,7 +27,8 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("parsed %+v", c)
 	}
 	d := Config{}.withDefaults()
-	if *d.ReachabilityTotalTimeoutSeconds != 1 || d.HealthPort != 9107 || d.HoldDown.Duration != DefaultHoldDown {
+	if *d.ReachabilityTotalTimeoutSeconds != 1 || d.HealthPort != 9107 || d.HoldDown.Duration != DefaultHoldDown ||
+		d.KubeAPIQPS != DefaultKubeAPIQPS || d.KubeAPIBurst != DefaultKubeAPIBurst {
 		t.Errorf("defaults %+v", d)
 	}
 	zero, err := LoadConfig(writeFile(t, "reachabilityTotalTimeoutSeconds: 0\n"))
@@ -48,6 +49,7 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{"holdDown: -3s\n", "holdDown"},
 		{"healthPort: 70000\n", "healthPort"},
 		{"probeInterval: soon\n", `invalid duration "soon"`},
+		{"kubeAPIQPS: -1\n", "kubeAPIQPS"},
 		{"[not a map", "controller configuration"},
 		{"cloud: {provider: gcp}\n", `cloud provider "gcp" is not supported`},
 		{"cloud: {provider: aws, region: x}\n", "unknown field"},
@@ -66,14 +68,14 @@ func TestFlagsOverrideFile(t *testing.T) {
 	file := writeFile(t, "reachabilityTotalTimeoutSeconds: 5\nholdDown: 45s\n")
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	f := BindFlags(fs)
-	if err := fs.Parse([]string{"--config", file, "--reachability-total-timeout-seconds", "0", "--leader-elect=false", "--source", "dir:/tmp/x"}); err != nil {
+	if err := fs.Parse([]string{"--config", file, "--reachability-total-timeout-seconds", "0", "--leader-elect=false", "--source", "dir:/tmp/x", "--kube-api-qps", "50"}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := f.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *c.ReachabilityTotalTimeoutSeconds != 0 || c.HoldDown.Duration != 45*time.Second || !c.LeaderElection.Disabled {
+	if *c.ReachabilityTotalTimeoutSeconds != 0 || c.HoldDown.Duration != 45*time.Second || !c.LeaderElection.Disabled || c.KubeAPIQPS != 50 {
 		t.Errorf("merged %+v", c)
 	}
 	if d, ok, err := f.SourceDir(); err != nil || !ok || d != "/tmp/x" {

@@ -29,6 +29,8 @@ type Flags struct {
 	holdDown      time.Duration
 	drain         bool
 	workers       int
+	qps           float64
+	burst         int
 	nodeSelector  string
 	leaderElect   bool
 	leaseNS       string
@@ -57,6 +59,8 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.holdDown, "hold-down", DefaultHoldDown, "how long a recovered node waits before it gets egress IPs again (0 disables)")
 	fs.BoolVar(&f.drain, "drain-cordoned", false, "move egress IPs off cordoned (unschedulable) nodes")
 	fs.IntVar(&f.workers, "workers", DefaultWorkers, "number of status writers")
+	fs.Float64Var(&f.qps, "kube-api-qps", DefaultKubeAPIQPS, "requests per second to the API server (client-side limit)")
+	fs.IntVar(&f.burst, "kube-api-burst", DefaultKubeAPIBurst, "burst of requests to the API server above --kube-api-qps")
 	fs.StringVar(&f.nodeSelector, "node-selector", "", "label selector a node must also match to host egress IPs, e.g. node-restriction.kubernetes.io/egress-gateway=true (a label kubelets cannot set); empty: the egress-assignable label alone")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader through a Lease so that only one replica acts (kube source)")
 	fs.StringVar(&f.leaseNS, "lease-namespace", "egret-system", "namespace of the leader election Lease")
@@ -101,6 +105,10 @@ func (f *Flags) Config() (Config, error) {
 			c.DrainCordoned = f.drain
 		case "workers":
 			c.Workers = f.workers
+		case "kube-api-qps":
+			c.KubeAPIQPS = float32(f.qps)
+		case "kube-api-burst":
+			c.KubeAPIBurst = f.burst
 		case "node-selector":
 			c.NodeSelector = f.nodeSelector
 		case "leader-elect":

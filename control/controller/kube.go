@@ -31,8 +31,11 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 		log = slog.Default()
 	}
 	full := cfg.withDefaults()
+	restCfg = rest.CopyConfig(restCfg)
+	restCfg.QPS, restCfg.Burst = full.KubeAPIQPS, full.KubeAPIBurst
 	runOnce := func(ctx context.Context) error {
-		src, err := cluster.NewKube(restCfg)
+		// The assignment reads EgressIPs and Nodes only.
+		src, err := cluster.NewKube(restCfg, cluster.Only(cluster.KindEgressIP, cluster.KindNode))
 		if err != nil {
 			return err
 		}

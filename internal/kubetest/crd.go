@@ -80,29 +80,37 @@ func ReadObjects(paths ...string) ([]*unstructured.Unstructured, error) {
 // answers a list, so the test can use it at once.
 func (e *Env) InstallCRDs(t testing.TB, paths ...string) {
 	t.Helper()
+	if err := e.CreateCRDs(paths...); err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+}
+
+// CreateCRDs is InstallCRDs outside a test.
+func (e *Env) CreateCRDs(paths ...string) error {
 	objs, err := ReadObjects(paths...)
 	if err != nil {
-		t.Fatalf("kubetest: reading CRDs: %v", err)
+		return fmt.Errorf("reading CRDs: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(e.Config)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, o := range objs {
 		if o.GetKind() != "CustomResourceDefinition" {
-			t.Fatalf("kubetest: InstallCRDs given a %s %q, want only CustomResourceDefinitions", o.GetKind(), o.GetName())
+			return fmt.Errorf("given a %s %q, want only CustomResourceDefinitions", o.GetKind(), o.GetName())
 		}
 		if _, err := dyn.Resource(crdGVR).Create(ctx, o, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("kubetest: creating CRD %s: %v", o.GetName(), err)
+			return fmt.Errorf("creating CRD %s: %w", o.GetName(), err)
 		}
 	}
 	for _, o := range objs {
 		if err := waitCRD(ctx, dyn, o); err != nil {
-			t.Fatalf("kubetest: CRD %s: %v", o.GetName(), err)
+			return fmt.Errorf("CRD %s: %w", o.GetName(), err)
 		}
 	}
+	return nil
 }
 
 func waitCRD(ctx context.Context, dyn dynamic.Interface, o *unstructured.Unstructured) error {

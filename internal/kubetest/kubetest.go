@@ -47,6 +47,7 @@ type Env struct {
 	BinDir string
 
 	pki *pki
+	cp  *controlPlane
 }
 
 // BinDir returns EGRET_TOOLS_DIR, or DefaultBinDir when it is unset.
@@ -96,37 +97,56 @@ func binary(dir, name string) string {
 func Start(t testing.TB) *Env {
 	t.Helper()
 	dir := BinDir()
-	etcdBin, apiBin := binary(dir, "etcd"), binary(dir, "kube-apiserver")
-	if etcdBin == "" || apiBin == "" {
+	if binary(dir, "etcd") == "" || binary(dir, "kube-apiserver") == "" {
 		Missing(t, "kubetest: etcd and kube-apiserver are not in %s; build them with hack/k8s-bins.sh", dir)
 	}
-
-	work := t.TempDir()
-	p, err := newPKI(work)
+	env, err := Run(t.TempDir())
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
-	env := &Env{BinDir: dir, pki: p}
-
-	var lastErr error
-	for attempt := range 3 {
-		cp, err := env.start(t, etcdBin, apiBin, filepath.Join(work, "run"+strconv.Itoa(attempt)))
-		if err == nil {
-			t.Cleanup(func() {
-				cp.stop()
-				if t.Failed() {
-					t.Logf("kubetest: kube-apiserver log tail:\n%s", cp.api.tail(30))
-				}
-			})
-			return env
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kubetest: kube-apiserver log tail:\n%s", env.cp.api.tail(30))
 		}
-		lastErr = err
+		env.Stop()
+	})
+	return env
+}
+
+// Run starts etcd and kube-apiserver outside a test, keeping their data
+// and logs under work, for the benchmarks of bench/; Stop ends them.
+func Run(work string) (*Env, error) {
+	dir := BinDir()
+	etcdBin, apiBin := binary(dir, "etcd"), binary(dir, "kube-apiserver")
+	if etcdBin == "" || apiBin == "" {
+		return nil, fmt.Errorf("etcd and kube-apiserver are not in %s; build them with hack/k8s-bins.sh", dir)
+	}
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return nil, err
+	}
+	p, err := newPKI(work)
+	if err != nil {
+		return nil, err
+	}
+	env := &Env{BinDir: dir, pki: p}
+	for attempt := range 3 {
+		cp, err := env.start(etcdBin, apiBin, filepath.Join(work, "run"+strconv.Itoa(attempt)))
+		if err == nil {
+			env.cp = cp
+			return env, nil
+		}
 		if !errors.Is(err, errPortRace) {
-			break
+			return nil, err
 		}
 	}
-	t.Fatalf("kubetest: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("could not start a control plane in 3 attempts: %w", errPortRace)
+}
+
+// Stop ends the control plane Run started.
+func (e *Env) Stop() {
+	if e.cp != nil {
+		e.cp.stop()
+	}
 }
 
 // controlPlane is one etcd + kube-apiserver pair.
@@ -143,7 +163,7 @@ func (c *controlPlane) stop() {
 	}
 }
 
-func (e *Env) start(t testing.TB, etcdBin, apiBin, dir string) (_ *controlPlane, err error) {
+func (e *Env) start(etcdBin, apiBin, dir string) (_ *controlPlane, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
