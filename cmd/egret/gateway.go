@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/flowsync"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/metrics"
 )
@@ -71,6 +73,8 @@ type gatewayFlags struct {
 	checkConfig      bool
 	publishIfaces    bool
 	trustPodIPs      bool
+	syncAddr         string
+	syncKeyFile      string
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -100,6 +104,8 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
 	fs.BoolVar(&f.publishIfaces, "publish-interfaces", true, "agent mode with the Kubernetes API: write the served interfaces' subnets on this Node (egret.io/node-primary-ifaddr, egret.io/host-cidrs) unless OVN-Kubernetes publishes its own; needs the right to patch nodes")
 	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
+	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
+	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -127,6 +133,11 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 		}
 		if err := f.healthTLS.Check(); err != nil {
 			return nil, fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
+		}
+		if f.syncKeyFile != "" {
+			if _, _, err := net.SplitHostPort(f.syncAddr); err != nil {
+				return nil, fmt.Errorf("--sync-addr %q: use host:port (%w)", f.syncAddr, err)
+			}
 		}
 	}
 	return f, nil
@@ -235,6 +246,11 @@ func runGateway(args []string) error {
 		}
 		if f.agent() && f.healthTLS.Enabled() {
 			if _, err := health.ServerTLS(f.healthTLS); err != nil {
+				return err
+			}
+		}
+		if f.agent() && f.syncKeyFile != "" {
+			if _, err := flowsync.LoadKey(f.syncKeyFile); err != nil {
 				return err
 			}
 		}
@@ -416,7 +432,14 @@ func runGatewayAgent(f *gatewayFlags) error {
 			onBase = func(s *engine.Spec) { ifaces.Store(&s.Interfaces) }
 		}
 	}
+	var syncKey []byte
+	if f.syncKeyFile != "" {
+		if syncKey, err = flowsync.LoadKey(f.syncKeyFile); err != nil {
+			return err
+		}
+	}
 	var eng *engine.Engine
+	var fs *flowsync.Sync
 	a := &gwagent.Agent{Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
 		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
@@ -428,7 +451,28 @@ func runGatewayAgent(f *gatewayFlags) error {
 			gm.attach(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 			eng = e
+			if syncKey != nil {
+				if fs, err = startFlowSync(f, syncKey, e, gm, log); err != nil {
+					e.Close()
+					return nil, err
+				}
+				return syncedEngine{e, fs}, nil
+			}
 			return e, nil
+		},
+		OnStandbys: func(m map[netip.Addr]netip.Addr) {
+			if fs == nil {
+				return
+			}
+			port := strconv.Itoa(flowsync.DefaultPort)
+			if _, p, err := net.SplitHostPort(f.syncAddr); err == nil && p != "0" {
+				port = p
+			}
+			peers := make(map[netip.Addr]string, len(m))
+			for ip, sb := range m {
+				peers[ip] = net.JoinHostPort(sb.String(), port)
+			}
+			fs.SetPeers(peers)
 		}}
 	// Until its first configuration this run hosts nothing: what a killed
 	// predecessor claimed goes before anything can probe this node.
@@ -495,6 +539,45 @@ func runGatewayAgent(f *gatewayFlags) error {
 		logFinal(log, eng.Stats())
 	}
 	return err
+}
+
+// syncedEngine is the data plane with its flow sync, which stops first: it
+// reads the flow table the engine frees.
+type syncedEngine struct {
+	*engine.Engine
+	sync *flowsync.Sync
+}
+
+func (s syncedEngine) Close() error {
+	s.sync.Close()
+	return s.Engine.Close()
+}
+
+// startFlowSync starts sending the flows of the egress IPs e hosts to their
+// standbys and holding those of the IPs this node stands by for.
+func startFlowSync(f *gatewayFlags, key []byte, e *engine.Engine, gm *gatewayMetrics, log *slog.Logger) (*flowsync.Sync, error) {
+	s, err := flowsync.New(flowsync.Config{Node: f.node, Key: key, Pipeline: e.Pipeline(), Clock: e.Now, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Listen(f.syncAddr); err != nil {
+		return nil, err
+	}
+	s.Start()
+	if err := metrics.RegisterSync(gm.reg, s.Stats); err != nil {
+		log.Warn("gateway agent: flow sync metrics not registered", "err", err)
+	}
+	log.Info("gateway agent: flow sync running", "addr", s.Addr().String())
+	return s, nil
+}
+
+// defaultSyncAddr is defaultHealthAddr's address with the flow sync's port.
+func defaultSyncAddr() string {
+	port := strconv.Itoa(flowsync.DefaultPort)
+	if ip := os.Getenv("HOST_IP"); ip != "" {
+		return net.JoinHostPort(ip, port)
+	}
+	return ":" + port
 }
 
 // defaultHealthAddr is the node's InternalIP when the DaemonSet passes it

@@ -156,7 +156,7 @@ func TestSlowPeerBounded(t *testing.T) {
 	a, b := newPipeline(t, 1<<15, egress, egress6), newPipeline(t, 1<<15)
 	_, addr := standby(t, b)
 	px := newProxy(t, addr)
-	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Window, c.StallAfter = window, 300 * time.Millisecond })
+	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Window, c.StallAfter = window, 300*time.Millisecond })
 	sa.SetPeers(peers(px.addr()))
 	sa.Start()
 	waitFor(t, "session", func() bool { return sa.Stats().FullResyncs == 1 })
