@@ -84,7 +84,8 @@ func (m Managed) Start(env GatewayEnv) error {
 	}
 	id := "gateway-" + env.Gateway.Name
 	pid, err := startDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
-		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0")
+		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0",
+		"--state-file", StateFile(env.RunDir, env.Gateway.Name))
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,7 @@ type gatewayFlags struct {
 	trustPodIPs      bool
 	syncAddr         string
 	syncKeyFile      string
+	stateFile        string
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -106,6 +107,7 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
 	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
+	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -249,8 +251,8 @@ func runGateway(args []string) error {
 				return err
 			}
 		}
-		if f.agent() && f.syncKeyFile != "" {
-			if _, err := flowsync.LoadKey(f.syncKeyFile); err != nil {
+		if f.agent() {
+			if _, err := f.loadSyncKey(slog.New(slog.DiscardHandler)); err != nil {
 				return err
 			}
 		}
@@ -285,6 +287,7 @@ func runGateway(args []string) error {
 	if err != nil {
 		return err
 	}
+	resumeFlows(f.stateFile, eng, log)
 	eng.Start()
 	gm.attach(eng)
 	gm.setReady(func() error { return nil })
@@ -306,7 +309,7 @@ func runGateway(args []string) error {
 			}
 			log.Info("gateway: shutting down", "signal", sig.String())
 			st := eng.Stats()
-			err := eng.Close()
+			err := handover{Engine: eng, state: f.stateFile, log: log}.Close()
 			logFinal(log, st)
 			return err
 		case <-w.tick:
@@ -432,11 +435,9 @@ func runGatewayAgent(f *gatewayFlags) error {
 			onBase = func(s *engine.Spec) { ifaces.Store(&s.Interfaces) }
 		}
 	}
-	var syncKey []byte
-	if f.syncKeyFile != "" {
-		if syncKey, err = flowsync.LoadKey(f.syncKeyFile); err != nil {
-			return err
-		}
+	syncKey, err := f.loadSyncKey(log)
+	if err != nil {
+		return err
 	}
 	var eng *engine.Engine
 	var fs *flowsync.Sync
@@ -447,6 +448,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 			if err != nil {
 				return nil, err
 			}
+			resumeFlows(f.stateFile, e, log)
 			e.Start()
 			gm.attach(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
@@ -456,9 +458,8 @@ func runGatewayAgent(f *gatewayFlags) error {
 					e.Close()
 					return nil, err
 				}
-				return syncedEngine{e, fs}, nil
 			}
-			return e, nil
+			return handover{Engine: e, sync: fs, state: f.stateFile, log: log}, nil
 		},
 		OnStandbys: func(m map[netip.Addr]netip.Addr) {
 			if fs == nil {
@@ -541,16 +542,62 @@ func runGatewayAgent(f *gatewayFlags) error {
 	return err
 }
 
-// syncedEngine is the data plane with its flow sync, which stops first: it
-// reads the flow table the engine frees.
-type syncedEngine struct {
+// handover is the data plane with what hands its flows over when it
+// stops: the flow sync (nil without a key), closed first since it reads
+// the flow table, and the state file (none if ""), written once the
+// workers have stopped so that it holds every flow as it ended.
+type handover struct {
 	*engine.Engine
-	sync *flowsync.Sync
+	sync  *flowsync.Sync
+	state string
+	log   *slog.Logger
 }
 
-func (s syncedEngine) Close() error {
-	s.sync.Close()
-	return s.Engine.Close()
+func (h handover) Close() error {
+	if h.sync != nil {
+		h.sync.Close()
+	}
+	err := h.Engine.Close()
+	if h.state != "" {
+		if n, werr := flowsync.WriteState(h.state, h.Pipeline(), h.Now()); werr != nil {
+			h.log.Error("gateway: flows not left for the next process", "err", werr)
+		} else {
+			h.log.Info("gateway: flows left for the next process", "flows", n, "file", h.state)
+		}
+	}
+	return err
+}
+
+// resumeFlows adopts the flows a previous process on this node left in
+// the state file, before the workers start: no packet of theirs meets an
+// empty table.
+func resumeFlows(path string, e *engine.Engine, log *slog.Logger) {
+	if path == "" {
+		return
+	}
+	n, failed, err := flowsync.LoadState(path, e.Pipeline(), e.Now())
+	if err != nil {
+		log.Warn("gateway: flows of the previous process not resumed", "err", err, "resumed", n)
+		return
+	}
+	if n+failed > 0 {
+		log.Info("gateway: resumed the flows of the previous process", "flows", n, "not_resumed", failed, "file", path)
+	}
+}
+
+// loadSyncKey reads --sync-key-file: nil (flow sync off) without the flag
+// or when the file does not exist (deploy/ mounts the Secret optional, so
+// creating it turns the sync on); a key that is there but unusable is an
+// error.
+func (f *gatewayFlags) loadSyncKey(log *slog.Logger) ([]byte, error) {
+	if f.syncKeyFile == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(f.syncKeyFile); errors.Is(err, os.ErrNotExist) {
+		log.Warn("gateway agent: flow sync off: no key file; flows are not synced to standbys", "file", f.syncKeyFile)
+		return nil, nil
+	}
+	return flowsync.LoadKey(f.syncKeyFile)
 }
 
 // startFlowSync starts sending the flows of the egress IPs e hosts to their
