@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -255,4 +256,27 @@ type eventRecord struct {
 	Name    string
 	Reason  string
 	Message string
+}
+
+// TestAnnotationChangeSeen: an edit of an EgressIP manifest that changes
+// only an annotation (egret.io/standby, which the gateway agents act on)
+// is a change of the object; the status the controller wrote stays.
+func TestAnnotationChangeSeen(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "objects.yaml", manifests)
+	s, k := start(t, dir)
+	k.take()
+	write(t, dir, "objects.yaml", strings.Replace(manifests, "  name: egress-group1\n",
+		"  name: egress-group1\n  annotations: {egret.io/standby: '{\"192.168.126.11\":\"node2\"}'}\n", 1))
+	s.Reload()
+	if got := k.take(); !slices.Contains(got, KindEgressIP) {
+		t.Fatalf("changed kinds %v after an annotation edit, want EgressIP", got)
+	}
+	e, ok := s.EgressIP("egress-group1")
+	if !ok {
+		t.Fatal("EgressIP gone")
+	}
+	if m, err := egressv1.Standbys(e); err != nil || m[netip.MustParseAddr("192.168.126.11")] != "node2" {
+		t.Fatalf("standbys %v, %v; want 192.168.126.11 → node2", m, err)
+	}
 }
