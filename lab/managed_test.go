@@ -146,6 +146,7 @@ func testManaged(t *testing.T, l *Lab) {
 		t.Fatalf("problems: %v", st.Problems)
 	}
 	checkAssignment(t, st)
+	checkStandbys(t, st)
 	for _, p := range st.Pods {
 		if want := wantPolicy(l.Spec)[p.Name]; p.Policy != want {
 			t.Errorf("pod %s: selected by %q, want %q", p.Name, p.Policy, want)
@@ -216,6 +217,16 @@ func testManaged(t *testing.T, l *Lab) {
 		t.Fatalf("failover of %s: %v", gw, err)
 	}
 	failedOver := time.Now()
+	t.Run("MovedToTheStandby", func(t *testing.T) {
+		// Each IP of the killed gateway went to the standby recorded for
+		// it before the kill: the node that holds its flows.
+		for _, m := range res.Moved {
+			i := slices.IndexFunc(st.Assignment, func(a AssignmentStatus) bool { return a.EgressIP == m.EgressIP && a.IP == m.IP })
+			if i < 0 || st.Assignment[i].Standby == "" || m.Node != st.Assignment[i].Standby {
+				t.Errorf("%s %v moved to %s, its recorded standby was %v", m.EgressIP, m.IP, m.Node, st.Assignment)
+			}
+		}
+	})
 	t.Run("SurvivorsUninterrupted", func(t *testing.T) { lived.checkSurvivors(t, st, gw) })
 	t.Run("UnpreservedPortSynced", func(t *testing.T) { synced.check(t) })
 	t.Run("UDPKeepsItsPort", func(t *testing.T) { talk.checkKeptPort(t, failedOver) })
@@ -251,7 +262,11 @@ func testManaged(t *testing.T, l *Lab) {
 	// was killed: those IPs live on other nodes now.
 	checkClaims(t, l, st, "")
 	time.Sleep(time.Until(back.Add(m.holdDown() + 500*time.Millisecond)))
-	if st2, _ := l.Status(); !slices.EqualFunc(st.Assignment, st2.Assignment, func(a, b AssignmentStatus) bool { return a == b }) {
+	// (Standbys may change: the returned node now stands by for the IPs
+	// that had none.)
+	if st2, _ := l.Status(); !slices.EqualFunc(st.Assignment, st2.Assignment, func(a, b AssignmentStatus) bool {
+		return a.EgressIP == b.EgressIP && a.IP == b.IP && a.Node == b.Node
+	}) {
 		t.Errorf("the assignment changed when %s returned (minimal churn): %v → %v", gw, st.Assignment, st2.Assignment)
 	}
 	res2, err := l.Failover(other, 10*time.Second)
@@ -327,6 +342,28 @@ func checkAssignment(t *testing.T, st *Status) {
 			t.Errorf("%s hosts two IPs of %s", a.Node, a.EgressIP)
 		}
 		perNode[a.EgressIP+"/"+a.Node] = true
+	}
+}
+
+// checkStandbys checks the controller's egret.io/standby annotations: with
+// three gateways every assigned IP has a standby, another gateway hosting
+// no IP of the same object (so a takeover keeps one IP of an object per node).
+func checkStandbys(t *testing.T, st *Status) {
+	t.Helper()
+	hosts := map[string]bool{} // "object/node"
+	for _, a := range st.Assignment {
+		hosts[a.EgressIP+"/"+a.Node] = true
+	}
+	for _, a := range st.Assignment {
+		switch {
+		case a.Node == "":
+		case a.Standby == "":
+			t.Errorf("%s %v on %s has no standby", a.EgressIP, a.IP, a.Node)
+		case !strings.HasPrefix(a.Standby, "g") || a.Standby == a.Node:
+			t.Errorf("%s %v on %s has standby %s, which is not another gateway", a.EgressIP, a.IP, a.Node, a.Standby)
+		case hosts[a.EgressIP+"/"+a.Standby]:
+			t.Errorf("%s %v's standby %s hosts another IP of %s", a.EgressIP, a.IP, a.Standby, a.EgressIP)
+		}
 	}
 }
 

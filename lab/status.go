@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
 )
 
 // Status is the lab as `egret lab status --json` prints it.
@@ -51,11 +53,13 @@ type ProcessStatus struct {
 }
 
 // AssignmentStatus is one egress IP of one EgressIP object; Node is ""
-// while the controller has not assigned it.
+// while the controller has not assigned it. Standby is the node the
+// controller recorded to take it over (egret.io/standby), "" for none.
 type AssignmentStatus struct {
 	EgressIP string     `json:"egressIPObject"`
 	IP       netip.Addr `json:"ip"`
 	Node     string     `json:"node"`
+	Standby  string     `json:"standby,omitempty"`
 }
 
 // ServerStatus is the outside echo server.
@@ -313,9 +317,13 @@ func (st *Status) managedView(s *Spec, dir string) {
 	hosted := map[string][]netip.Addr{}
 	owner := map[string][]string{}
 	for _, e := range eips {
+		standbys, err := egressv1.Standbys(&e)
+		if err != nil {
+			st.Problems = append(st.Problems, err.Error())
+		}
 		for _, ipStr := range e.Spec.EgressIPs {
 			ip, _ := netip.ParseAddr(ipStr)
-			a := AssignmentStatus{EgressIP: e.Name, IP: ip}
+			a := AssignmentStatus{EgressIP: e.Name, IP: ip, Standby: standbys[ip]}
 			for _, it := range e.Status.Items {
 				if it.EgressIP == ipStr {
 					a.Node = it.Node

@@ -45,6 +45,7 @@ type assigner struct {
 	multi  map[netip.Addr]struct{}    // IPs with two or more claimants
 
 	nodeProblems []Event
+	noStandby    []Event  // NoStandbyNode, one per assigned IP without a standby
 	unannotated  []string // labelled nodes without interface subnets, by name
 	// Explanations precomputed per node set for NoMatchingNodeFound messages.
 	noEligibleMsg string
@@ -85,6 +86,7 @@ func (a *assigner) load(objects []Object) error {
 	for _, o := range objects {
 		s := a.parseObject(o)
 		s.status = statusAddrs(o.Status)
+		s.standbys = o.Standbys
 		a.objs[o.Name] = s
 		inputs[s] = o.Status
 		states = append(states, s)
@@ -101,9 +103,15 @@ func (a *assigner) load(objects []Object) error {
 	for _, s := range states {
 		a.keep(s, inputs[s])
 	}
+	// A failed owner's IP goes to its standby before anything new is
+	// placed, so new IPs cannot take the room the takeover needs.
+	for _, s := range states {
+		a.takeOver(s)
+	}
 	for _, s := range states {
 		a.placeObject(s)
 	}
+	a.chooseStandbys()
 	return nil
 }
 
@@ -111,6 +119,9 @@ func (a *assigner) objectResult(s *objState) ObjectResult {
 	r := ObjectResult{Name: s.name, Status: make([]Assignment, len(s.placed))}
 	for i, p := range s.placed {
 		r.Status[i] = Assignment{Node: a.nodes[p.node].name, EgressIP: p.addr.String(), Addr: p.addr, Interface: p.iface}
+		if p.standby >= 0 {
+			r.Status[i].Standby = a.nodes[p.standby].name
+		}
 	}
 	return r
 }
@@ -125,5 +136,7 @@ func (a *assigner) result() Result {
 	}
 	sortEvents(r.Events)
 	r.NodeProblems = slices.Clone(a.nodeProblems)
+	r.NoStandby = slices.Clone(a.noStandby)
+	sortEvents(r.NoStandby)
 	return r
 }

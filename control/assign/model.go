@@ -55,6 +55,9 @@ type Object struct {
 	EgressIPs []string
 	// Status is status.items as currently stored.
 	Status []StatusItem
+	// Standbys is the standby node of each egress IP as currently recorded
+	// (the egret.io/standby annotation); nil when there is none.
+	Standbys map[netip.Addr]string
 }
 
 // StatusItem is one entry of an EgressIP's status.items.
@@ -114,6 +117,9 @@ type Assignment struct {
 	EgressIP  string // canonical form, as written to status
 	Addr      netip.Addr
 	Interface Interface
+	// Standby is the node that takes the IP over when Node fails (it holds
+	// a copy of its flows); empty when no node qualifies.
+	Standby string
 }
 
 // ObjectResult is the new status of one EgressIP object.
@@ -138,6 +144,9 @@ const (
 	ReasonEgressIPConflict Reason = "EgressIPConflict"
 	// ReasonInvalidNodeAnnotation: a node annotation is broken, so the node hosts no egress IP.
 	ReasonInvalidNodeAnnotation Reason = "InvalidNodeAnnotation"
+	// ReasonNoStandbyNode: an assigned IP has no standby, so its
+	// connections break if its node fails; the message says why.
+	ReasonNoStandbyNode Reason = "NoStandbyNode"
 )
 
 // Event is a Warning to record on an EgressIP object (or, for node problems, on a Node).
@@ -157,4 +166,7 @@ type Result struct {
 	Events []Event
 	// NodeProblems report nodes left out because of broken annotations, ordered by node.
 	NodeProblems []Event
+	// NoStandby reports, as ReasonNoStandbyNode Events, the assigned IPs
+	// that got no standby, ordered like Events.
+	NoStandby []Event
 }

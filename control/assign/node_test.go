@@ -50,7 +50,15 @@ func FuzzAssign(f *testing.F) {
 			st(ob("x", ip1, ip2), ip1+"@"+statusNode, ip3+"@b"),
 			ob("y", ip3, ip1),
 		}
+		// Recorded standbys naming any node, the owner or none.
+		objs[0].Standbys = map[netip.Addr]string{}
+		for _, sb := range [][2]string{{ip1, statusNode}, {ip2, "a"}, {ip3, "b"}} {
+			if a, err := netip.ParseAddr(sb[0]); err == nil {
+				objs[0].Standbys[a] = sb[1]
+			}
+		}
 		r := mustAssign(t, objs, nodes, Options{})
 		checkInvariants(t, nodes, objs, r)
+		checkStandbys(t, nodes, r)
 	})
 }

@@ -67,9 +67,12 @@ type nodeState struct {
 	host     []netip.Prefix // longest prefix first
 	cloud    *cluster.CloudConfig
 	n4, n6   int // egress IPs assigned per family
+	s4, s6   int // egress IPs it is the standby of, per family
 }
 
 func (n *nodeState) load() int { return n.n4 + n.n6 }
+
+func (n *nodeState) standbyLoad() int { return n.s4 + n.s6 }
 
 // hasRoom reports whether the node's cloud capacity allows one more IP of
 // the family; minus4/minus6 are subtracted first (an IP about to move away).

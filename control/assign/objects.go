@@ -15,6 +15,8 @@ type placed struct {
 	addr  netip.Addr
 	node  int32
 	iface Interface
+	// standby is the node that takes addr over (-1: none).
+	standby int32
 }
 
 type objState struct {
@@ -28,6 +30,8 @@ type objState struct {
 	// input status while loading, the placed addresses afterwards.
 	status  []netip.Addr
 	reasons []Event // NoMatchingNodeFound of the last placement
+	// standbys are the recorded standby nodes by IP (Object.Standbys).
+	standbys map[netip.Addr]string
 }
 
 func (o *objState) placedOn(node int32) bool {

@@ -18,7 +18,7 @@ func (a *assigner) place(o *objState, ip netip.Addr, node int32, iface Interface
 		n.n6++
 	}
 	i, _ := slices.BinarySearchFunc(o.placed, ip, func(p placed, t netip.Addr) int { return p.addr.Compare(t) })
-	o.placed = slices.Insert(o.placed, i, placed{addr: ip, node: node, iface: iface})
+	o.placed = slices.Insert(o.placed, i, placed{addr: ip, node: node, iface: iface, standby: -1})
 }
 
 func (a *assigner) unplace(o *objState, i int) {

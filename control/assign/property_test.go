@@ -19,7 +19,7 @@ func render(r Result) []string {
 	for _, o := range r.Objects {
 		out = append(out, "object "+o.Name)
 		for _, a := range o.Status {
-			out = append(out, fmt.Sprintf("  %s@%s %s %s %s", a.EgressIP, a.Node, a.Interface.Kind, a.Interface.Name, a.Interface.Subnet))
+			out = append(out, fmt.Sprintf("  %s@%s %s %s %s standby %q", a.EgressIP, a.Node, a.Interface.Kind, a.Interface.Name, a.Interface.Subnet, a.Standby))
 		}
 	}
 	for _, e := range r.Events {
@@ -27,6 +27,9 @@ func render(r Result) []string {
 	}
 	for _, e := range r.NodeProblems {
 		out = append(out, fmt.Sprintf("node %s %s: %s", e.Object, e.Reason, e.Message))
+	}
+	for _, e := range r.NoStandby {
+		out = append(out, fmt.Sprintf("nostandby %s %s %q: %s", e.Object, e.Reason, e.EgressIP, e.Message))
 	}
 	return out
 }
@@ -293,15 +296,27 @@ func isNodeAddr(nodes []Node, a netip.Addr) bool {
 	return false
 }
 
-// resultAsInput feeds a result back as the objects' statuses.
+// resultAsInput feeds a result back as the objects' statuses and recorded
+// standbys, as the controller does.
 func resultAsInput(objs []Object, r Result) []Object {
 	status := map[string][]StatusItem{}
+	standbys := map[string]map[netip.Addr]string{}
 	for _, o := range r.Objects {
 		status[o.Name] = statusItems(o)
+		for _, a := range o.Status {
+			if a.Standby == "" {
+				continue
+			}
+			if standbys[o.Name] == nil {
+				standbys[o.Name] = map[netip.Addr]string{}
+			}
+			standbys[o.Name][a.Addr] = a.Standby
+		}
 	}
 	out := make([]Object, len(objs))
 	for i, o := range objs {
 		o.Status = status[o.Name]
+		o.Standbys = standbys[o.Name]
 		out[i] = o
 	}
 	return out
@@ -315,12 +330,15 @@ func TestPropertyRandomClusters(t *testing.T) {
 		nodes, objs := randomCluster(rng, iter%2 == 0)
 		r := mustAssign(t, objs, nodes, Options{})
 		checkInvariants(t, nodes, objs, r)
+		checkStandbys(t, nodes, r)
 		again := mustAssign(t, resultAsInput(objs, r), nodes, Options{})
 		checkInvariants(t, nodes, objs, again)
+		checkStandbys(t, nodes, again)
 		for _, o := range r.Objects {
 			for _, a := range o.Status {
-				if got := nodeOf(again, o.Name, a.EgressIP); got != a.Node {
-					t.Fatalf("iteration %d: re-assigning moved %s of %s from %s to %q", iter, a.EgressIP, o.Name, a.Node, got)
+				b, _ := assignment(again, o.Name, a.EgressIP)
+				if b.Node != a.Node || b.Standby != a.Standby {
+					t.Fatalf("iteration %d: re-assigning moved %s of %s from %s (standby %q) to %q (standby %q)", iter, a.EgressIP, o.Name, a.Node, a.Standby, b.Node, b.Standby)
 				}
 			}
 		}

@@ -89,8 +89,10 @@ type Dir struct {
 	events  *os.File
 	listErr string // the last "cannot list" error, logged once per change
 	// status is the last good read of the status files (NewDirReader),
-	// laid over the manifests' status in View.
-	status Statuses
+	// laid over the manifests' status in View, with the egret.io/standby
+	// annotation the controller wrote beside each status.
+	status   Statuses
+	standbys map[string]string
 }
 
 type fileSig struct {
@@ -456,9 +458,11 @@ func (s *Dir) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 				reflect.DeepEqual(old.ObjectMeta.Annotations, e.ObjectMeta.Annotations) {
 				continue
 			}
-			e.Status = old.Status // the controller owns status
-		} else if st, ok := s.readStatus(name); ok {
+			e.Status = old.Status // the controller owns status and the standby annotation
+			setStandby(e, old.Annotations[egressv1.AnnotationStandby])
+		} else if st, standby, ok := s.readStatus(name); ok {
 			e.Status = st
+			setStandby(e, standby)
 		}
 		s.rv++
 		e.ResourceVersion = strconv.FormatUint(s.rv, 10)
@@ -472,56 +476,76 @@ func (s *Dir) statusPath(name string) string {
 	return filepath.Join(s.dir, StatusDir, name+".yaml")
 }
 
-// readStatus reads the status a previous run wrote, if any.
-func (s *Dir) readStatus(name string) (egressv1.EgressIPStatus, bool) {
-	st, err := ReadStatus(filepath.Join(s.dir, StatusDir), name)
+// setStandby sets e's egret.io/standby annotation to v, or removes it when
+// v is empty: the status file, not the manifest, holds the controller's.
+func setStandby(e *egressv1.EgressIP, v string) {
+	if v == "" {
+		delete(e.Annotations, egressv1.AnnotationStandby)
+		return
+	}
+	if e.Annotations == nil {
+		e.Annotations = map[string]string{}
+	}
+	e.Annotations[egressv1.AnnotationStandby] = v
+}
+
+// readStatus reads the status and standby annotation a previous run
+// wrote, if any.
+func (s *Dir) readStatus(name string) (egressv1.EgressIPStatus, string, bool) {
+	st, standby, err := readStatusFile(filepath.Join(s.dir, StatusDir), name)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("file source: ignoring an unreadable status file", "file", s.statusPath(name), "err", err)
 		}
-		return egressv1.EgressIPStatus{}, false
+		return egressv1.EgressIPStatus{}, "", false
 	}
-	return st, true
+	return st, standby, true
 }
 
-// ReadStatus reads the status file of EgressIP name in statusDir (a
-// directory's StatusDir folder). A missing file is an os.ErrNotExist error.
-func ReadStatus(statusDir, name string) (egressv1.EgressIPStatus, error) {
+// readStatusFile reads the status file of EgressIP name in statusDir (a
+// directory's StatusDir folder): the status and the egret.io/standby
+// annotation written with it. A missing file is an os.ErrNotExist error.
+func readStatusFile(statusDir, name string) (egressv1.EgressIPStatus, string, error) {
 	b, err := os.ReadFile(filepath.Join(statusDir, name+".yaml"))
 	if err != nil {
-		return egressv1.EgressIPStatus{}, fmt.Errorf("status of %s: %w", name, err)
+		return egressv1.EgressIPStatus{}, "", fmt.Errorf("status of %s: %w", name, err)
 	}
 	var e egressv1.EgressIP
 	if err := yaml.Unmarshal(b, &e); err != nil {
-		return egressv1.EgressIPStatus{}, fmt.Errorf("status of %s: %w", name, err)
+		return egressv1.EgressIPStatus{}, "", fmt.Errorf("status of %s: %w", name, err)
 	}
-	return e.Status, nil
+	return e.Status, e.Annotations[egressv1.AnnotationStandby], nil
 }
 
-// ReadStatuses reads every <name>.yaml status file the controller wrote
-// into statusDir, by EgressIP name, for a reader in another process. Any unreadable or unparsable file is an error; a file
-// removed while the folder is read is skipped.
-func ReadStatuses(statusDir string) (Statuses, error) {
+// readStatusFiles reads every <name>.yaml status file the controller wrote
+// into statusDir, by EgressIP name, for a reader in another process: the
+// statuses and the non-empty standby annotations. Any unreadable or
+// unparsable file is an error; a file removed while the folder is read is
+// skipped.
+func readStatusFiles(statusDir string) (Statuses, map[string]string, error) {
 	entries, err := os.ReadDir(statusDir)
 	if err != nil {
-		return nil, fmt.Errorf("reading the status directory: %w", err)
+		return nil, nil, fmt.Errorf("reading the status directory: %w", err)
 	}
-	out := Statuses{}
+	out, standbys := Statuses{}, map[string]string{}
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".yaml")
 		if e.IsDir() || !ok || name == "" || strings.HasPrefix(name, ".") {
 			continue
 		}
-		st, err := ReadStatus(statusDir, name)
+		st, standby, err := readStatusFile(statusDir, name)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // replaced or removed meanwhile
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[name] = st
+		if standby != "" {
+			standbys[name] = standby
+		}
 	}
-	return out, nil
+	return out, standbys, nil
 }
 
 func sorted[T any](m map[string]*T) []*T {
@@ -537,8 +561,8 @@ func sorted[T any](m map[string]*T) []*T {
 	return out
 }
 
-// View implements Source. A reader's EgressIPs carry the status of their
-// status file when there is one.
+// View implements Source. A reader's EgressIPs carry the status and the
+// standby annotation of their status file when there is one.
 func (s *Dir) View() View {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -547,6 +571,7 @@ func (s *Dir) View() View {
 		if x, ok := s.status[e.Name]; ok {
 			c := e.DeepCopy()
 			c.Status = *x.DeepCopy()
+			setStandby(c, s.standbys[e.Name])
 			eips[i] = c
 		}
 	}
@@ -564,13 +589,13 @@ func (s *Dir) EgressIP(name string) (*egressv1.EgressIP, bool) {
 // Check implements Source: it reads every status file. A reader keeps what
 // it read for View and reports a change as a change of KindEgressIP.
 func (s *Dir) Check(context.Context) (Statuses, error) {
-	st, err := ReadStatuses(filepath.Join(s.dir, StatusDir))
+	st, standbys, err := readStatusFiles(filepath.Join(s.dir, StatusDir))
 	if err != nil || !s.readOnly {
 		return st, err
 	}
 	s.mu.Lock()
-	differ := !reflect.DeepEqual(s.status, st)
-	s.status = st
+	differ := !reflect.DeepEqual(s.status, st) || !reflect.DeepEqual(s.standbys, standbys)
+	s.status, s.standbys = st, standbys
 	changed := s.changed
 	s.mu.Unlock()
 	if differ && changed != nil {
@@ -581,8 +606,9 @@ func (s *Dir) Check(context.Context) (Statuses, error) {
 
 var egressIPResource = egressv1.SchemeGroupVersion.WithResource(egressv1.Resource).GroupResource()
 
-// UpdateEgressIP implements Source: only the status is taken
-// (the manifest files are the user's), with the API server's conflict rule.
+// UpdateEgressIP implements Source: only the status and the
+// egret.io/standby annotation are taken (the manifest files are the
+// user's), with the API server's conflict rule.
 func (s *Dir) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
 	if s.readOnly {
 		return ErrReadOnly
@@ -600,6 +626,7 @@ func (s *Dir) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
 	}
 	next := cur.DeepCopy()
 	next.Status = *eip.Status.DeepCopy()
+	setStandby(next, eip.Annotations[egressv1.AnnotationStandby])
 	s.rv++
 	next.ResourceVersion = strconv.FormatUint(s.rv, 10)
 	out := next.DeepCopy()

@@ -187,3 +187,64 @@ func TestReaderFollowsStatusFiles(t *testing.T) {
 		t.Errorf("status %v after the file went, want the manifest's %v", got, manifest)
 	}
 }
+
+// The controller's egret.io/standby annotation travels with the status:
+// written into the status file by UpdateEgressIP (never into the user's
+// manifest), shown by a reader's View and read
+// back by a restarted controller; an update without it removes it.
+func TestStandbyAnnotationInStatusFile(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "all.yaml", manifests)
+	ctx := context.Background()
+	ctl, _ := start(t, dir)
+	cur, _ := ctl.EgressIP("egress-group1")
+	up := cur.DeepCopy()
+	const standby = `{"192.168.126.10":"gw2"}`
+	up.Annotations = map[string]string{egressv1.AnnotationStandby: standby}
+	if err := ctl.UpdateEgressIP(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "all.yaml")); strings.Contains(string(b), egressv1.AnnotationStandby) {
+		t.Error("the standby annotation was written into the user's manifest")
+	}
+	if e, _ := ctl.EgressIP("egress-group1"); e.Annotations[egressv1.AnnotationStandby] != standby {
+		t.Errorf("controller's cache: standby %q, want %q", e.Annotations[egressv1.AnnotationStandby], standby)
+	}
+	ro, err := NewDirReader(dir, 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro.Reload()
+	if _, err := ro.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	readerSees := func() string {
+		for _, e := range ro.View().EgressIPs {
+			if e.Name == "egress-group1" {
+				return e.Annotations[egressv1.AnnotationStandby]
+			}
+		}
+		return "(object missing)"
+	}
+	if got := readerSees(); got != standby {
+		t.Errorf("reader's view: standby %q, want %q", got, standby)
+	}
+	// A restarted controller reads it back with the status.
+	again, _ := start(t, dir)
+	e, _ := again.EgressIP("egress-group1")
+	if e.Annotations[egressv1.AnnotationStandby] != standby {
+		t.Errorf("restarted controller: standby %q, want %q", e.Annotations[egressv1.AnnotationStandby], standby)
+	}
+	// An update without the annotation removes it, for the reader too.
+	up = e.DeepCopy()
+	delete(up.Annotations, egressv1.AnnotationStandby)
+	if err := again.UpdateEgressIP(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ro.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := readerSees(); got != "" {
+		t.Errorf("reader's view after the standby was removed: %q", got)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -81,16 +82,23 @@ func specEvents(eips []*egressv1.EgressIP) []assign.Event {
 }
 
 // desired is the status an object should have, computed from the object at
-// resourceVersion rv.
+// resourceVersion rv, with its egret.io/standby annotation ("": none).
 type desired struct {
-	rv    string
-	items []egressv1.EgressIPStatusItem
+	rv      string
+	items   []egressv1.EgressIPStatusItem
+	standby string
+}
+
+// matches reports whether e already holds d's status and standby annotation.
+func (d desired) matches(e *egressv1.EgressIP) bool {
+	return itemsEqual(e.Status.Items, d.items) && e.Annotations[egressv1.AnnotationStandby] == d.standby
 }
 
 // written remembers a status this controller stored, until the cache shows it.
 type written struct {
-	fromRV string // resourceVersion the write replaced
-	items  []assign.StatusItem
+	fromRV   string // resourceVersion the write replaced
+	items    []assign.StatusItem
+	standbys map[netip.Addr]string
 }
 
 // nodeHealth is the controller's memory of one node, for the hold-down.
@@ -123,6 +131,9 @@ type Controller struct {
 	emitted map[assign.Event]struct{}
 	nodes   map[string]*nodeHealth
 	placed  map[string]string // "object/ip" → node, from the last assignment
+	// badStandby is the malformed egret.io/standby value last reported per
+	// object, so it is logged once, not on every assignment.
+	badStandby map[string]string
 }
 
 // New checks cfg and builds a controller reading from src.
@@ -149,6 +160,8 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 		emitted: map[assign.Event]struct{}{},
 		nodes:   map[string]*nodeHealth{},
 		placed:  map[string]string{},
+
+		badStandby: map[string]string{},
 	}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[qkey](),
@@ -367,18 +380,26 @@ func (c *Controller) assign() {
 
 	objects := make([]assign.Object, 0, len(eips))
 	byName := make(map[string]*egressv1.EgressIP, len(eips))
+	recorded := make(map[string]map[netip.Addr]string, len(eips)) // standbys before this assignment
 	for _, e := range eips {
 		byName[e.Name] = e
 		o := assign.Object{Name: e.Name, Created: e.CreationTimestamp.Time, EgressIPs: e.Spec.EgressIPs}
 		if w, ok := c.written[e.Name]; ok && w.fromRV == e.ResourceVersion {
-			o.Status = w.items // our write is not in the cache yet
+			o.Status, o.Standbys = w.items, w.standbys // our write is not in the cache yet
 		} else {
 			delete(c.written, e.Name)
 			for _, it := range e.Status.Items {
 				o.Status = append(o.Status, assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP})
 			}
+			o.Standbys = c.recordedStandbys(e)
 		}
+		recorded[e.Name] = o.Standbys
 		objects = append(objects, o)
+	}
+	for name := range c.badStandby {
+		if _, ok := byName[name]; !ok {
+			delete(c.badStandby, name)
+		}
 	}
 	res, err := assign.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
 	if err != nil {
@@ -398,32 +419,46 @@ func (c *Controller) assign() {
 			!(c.cfg.DrainCordoned && n.Cordoned)
 	}
 	placed := map[string]string{}
+	var noStandby int
 	var foreign []assign.Event
 	nextDesired := make(map[string]desired, len(res.Objects))
 	for _, r := range res.Objects {
 		e := byName[r.Name]
 		d := desired{rv: e.ResourceVersion}
+		standbys := map[netip.Addr]string{}
 		for _, a := range r.Status {
 			d.items = append(d.items, egressv1.EgressIPStatusItem{Node: a.Node, EgressIP: a.EgressIP})
+			if a.Standby != "" {
+				standbys[a.Addr] = a.Standby
+			} else {
+				noStandby++
+			}
 			k := r.Name + "/" + a.EgressIP
 			placed[k] = a.Node
 			perNode[a.Node]++
 			if prev, ok := c.placed[k]; ok && prev != a.Node {
 				c.metrics.Moved(prev, !eligible[prev])
-				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node)
+				toStandby := recorded[r.Name][a.Addr] == a.Node
+				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node, "toStandby", toStandby)
 				// An admin asks `kubectl describe eip` why the source address
 				// changed; the log is on whichever replica led then.
 				why := ""
 				if !eligible[prev] {
 					why = ": " + prev + " can no longer host egress IPs (not Ready, unreachable, unlabelled or cordoned)"
 				}
+				if toStandby {
+					why += "; " + a.Node + " was its standby, which holds its connections' state"
+				}
 				c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
 					Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, corev1.EventTypeNormal, ReasonEgressIPMoved,
 					fmt.Sprintf("egress IP %s moved from %s to %s%s", a.EgressIP, prev, a.Node, why))
 			}
 		}
+		if len(standbys) > 0 {
+			d.standby = egressv1.FormatStandbys(standbys)
+		}
 		nextDesired[r.Name] = d
-		if itemsEqual(e.Status.Items, d.items) {
+		if d.matches(e) {
 			continue
 		}
 		if m := cluster.ForeignStatusWriter(e); m != "" {
@@ -439,7 +474,7 @@ func (c *Controller) assign() {
 
 	var unassigned int64
 	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
-	for _, ev := range slices.Concat(res.Events, specEvents(eips), foreign) {
+	for _, ev := range slices.Concat(res.Events, res.NoStandby, specEvents(eips), foreign) {
 		if ev.Reason == assign.ReasonNoMatchingNodeFound {
 			unassigned++
 		}
@@ -464,7 +499,23 @@ func (c *Controller) assign() {
 	}
 	// Forgetting what no longer applies lets it be reported again if it returns.
 	c.emitted = current
-	c.metrics.ObserveAssignment(c.now().Sub(start), perNode, int(unassigned))
+	c.metrics.ObserveAssignment(c.now().Sub(start), perNode, int(unassigned), noStandby)
+}
+
+// recordedStandbys reads e's egret.io/standby annotation. A malformed one
+// is treated as absent, said once per value, and replaced by the next write.
+func (c *Controller) recordedStandbys(e *egressv1.EgressIP) map[netip.Addr]string {
+	m, err := egressv1.Standbys(e)
+	if err == nil {
+		delete(c.badStandby, e.Name)
+		return m
+	}
+	bad := e.Annotations[egressv1.AnnotationStandby]
+	if c.badStandby[e.Name] != bad {
+		c.badStandby[e.Name] = bad
+		c.log.Warn("ignoring a malformed standby annotation; the controller rewrites it", "egressip", e.Name, "err", err)
+	}
+	return nil
 }
 
 func (c *Controller) event(ref *corev1.ObjectReference, ev assign.Event) {
@@ -482,7 +533,7 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	c.mu.Lock()
 	d, known := c.desired[k.name]
 	c.mu.Unlock()
-	if !ok || !known || obj.ResourceVersion != d.rv || itemsEqual(obj.Status.Items, d.items) ||
+	if !ok || !known || obj.ResourceVersion != d.rv || d.matches(obj) ||
 		cluster.ForeignStatusWriter(obj) != "" {
 		// Gone, or changed since the assignment (which is queued again
 		// by that change), or already right, or another controller's
@@ -492,6 +543,16 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	}
 	cp := obj.DeepCopy() // never modify the cache's copy
 	cp.Status.Items = slices.Clone(d.items)
+	// The standby annotation goes in the same update, so a reader never
+	// sees a status with the standbys of another assignment.
+	if d.standby == "" {
+		delete(cp.Annotations, egressv1.AnnotationStandby)
+	} else {
+		if cp.Annotations == nil {
+			cp.Annotations = map[string]string{}
+		}
+		cp.Annotations[egressv1.AnnotationStandby] = d.standby
+	}
 	err := c.src.UpdateEgressIP(ctx, cp)
 	switch {
 	case err == nil:
@@ -501,10 +562,11 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 		for i, it := range d.items {
 			items[i] = assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP}
 		}
+		standbys, _ := egressv1.Standbys(cp) // written by FormatStandbys: valid
 		c.mu.Lock()
-		c.written[k.name] = written{fromRV: obj.ResourceVersion, items: items}
+		c.written[k.name] = written{fromRV: obj.ResourceVersion, items: items, standbys: standbys}
 		c.mu.Unlock()
-		c.log.Info("status written", "egressip", k.name, "items", d.items)
+		c.log.Info("status written", "egressip", k.name, "items", d.items, "standbys", d.standby)
 	case apierrors.IsConflict(err):
 		// The cache is behind: the newer object triggers a new assignment;
 		// retry this one too in case it does not.

@@ -211,7 +211,9 @@ func TestMoveIsAnEvent(t *testing.T) {
 	eventually(t, 5*time.Second, "EgressIPMoved Event", func() (bool, string) {
 		_, evs := m.snapshot()
 		for _, e := range evs {
-			if e.reason == controller.ReasonEgressIPMoved && e.name == "g" && strings.HasPrefix(e.message, want) {
+			// With two nodes the other one is the standby the IP moves to.
+			if e.reason == controller.ReasonEgressIPMoved && e.name == "g" && strings.HasPrefix(e.message, want) &&
+				strings.HasSuffix(e.message, "; "+to+" was its standby, which holds its connections' state") {
 				return true, ""
 			}
 		}

@@ -14,6 +14,7 @@ import (
 type Metrics struct {
 	assigned        *prometheus.GaugeVec
 	unassigned      prometheus.Gauge
+	noStandby       prometheus.Gauge
 	assignSeconds   prometheus.Histogram
 	moves           prometheus.Counter
 	failovers       *prometheus.CounterVec
@@ -33,6 +34,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Egress IPs assigned to the node by the last assignment.", "node"),
 		unassigned: newGauge("egret_controller_egress_ips_unassigned",
 			"Valid egress IPs that no node can host after the last assignment."),
+		noStandby: newGauge("egret_controller_egress_ips_without_standby",
+			"Assigned egress IPs that have no standby node after the last assignment: their connections break if their node fails."),
 		assignSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egret_controller_assignment_duration_seconds",
 			Help:    "Time to compute an assignment of egress IPs to nodes.",
@@ -60,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		leader: newGauge("egret_controller_leader",
 			"1 while this replica holds the leader lease, else 0."),
 	}
-	reg.MustRegister(c.assigned, c.unassigned, c.assignSeconds, c.moves, c.failovers, c.probeSeconds,
+	reg.MustRegister(c.assigned, c.unassigned, c.noStandby, c.assignSeconds, c.moves, c.failovers, c.probeSeconds,
 		c.probeFailures, c.reachable, c.reconcileErrors, c.statusWrites, c.statusConflicts, c.leader)
 	// Present from the start so dashboards and alerts see 0, not "no data".
 	for _, k := range ReconcileKinds {
@@ -74,9 +77,10 @@ var ReconcileKinds = []string{"assign", "status", "event", "node"}
 
 // ObserveAssignment records one assignment computation: how long it took,
 // how many IPs each node now hosts (nodes absent from perNode host none and
-// their series is removed) and how many valid IPs have no node. Each node
-// in perNode also gets its failover counter, at 0 until it fails.
-func (c *Metrics) ObserveAssignment(d time.Duration, perNode map[string]int, unassigned int) {
+// their series is removed), how many valid IPs have no node and how many
+// assigned ones have no standby. Each node in perNode also gets its
+// failover counter, at 0 until it fails.
+func (c *Metrics) ObserveAssignment(d time.Duration, perNode map[string]int, unassigned, noStandby int) {
 	if c == nil {
 		return
 	}
@@ -89,6 +93,7 @@ func (c *Metrics) ObserveAssignment(d time.Duration, perNode map[string]int, una
 		c.failovers.WithLabelValues(n)
 	}
 	c.unassigned.Set(float64(unassigned))
+	c.noStandby.Set(float64(noStandby))
 }
 
 // Moved records an egress IP that left node from; failover says the node

@@ -11,8 +11,8 @@ import (
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := NewMetrics(reg)
-	c.ObserveAssignment(3*time.Millisecond, map[string]int{"gw1": 2, "gw2": 1}, 1)
-	c.ObserveAssignment(1*time.Millisecond, map[string]int{"gw1": 3}, 0)
+	c.ObserveAssignment(3*time.Millisecond, map[string]int{"gw1": 2, "gw2": 1}, 1, 2)
+	c.ObserveAssignment(1*time.Millisecond, map[string]int{"gw1": 3}, 0, 1)
 	c.Moved("gw2", true)
 	c.Moved("gw1", false)
 	c.ObserveProbe("gw1", time.Millisecond, false)
@@ -34,6 +34,7 @@ func TestMetrics(t *testing.T) {
 	}{
 		{"egret_controller_egress_ips_assigned", []string{"node=gw1"}, 3},
 		{"egret_controller_egress_ips_unassigned", nil, 0},
+		{"egret_controller_egress_ips_without_standby", nil, 1},
 		{"egret_controller_assignment_duration_seconds", nil, 2}, // sample count
 		{"egret_controller_egress_ip_moves_total", nil, 2},
 		{"egret_controller_failovers_total", []string{"node=gw2"}, 1},
@@ -66,7 +67,7 @@ func TestMetrics(t *testing.T) {
 	}
 	// A nil *Metrics is a no-op, so components may run without metrics.
 	var nilc *Metrics
-	nilc.ObserveAssignment(time.Second, nil, 0)
+	nilc.ObserveAssignment(time.Second, nil, 0, 0)
 	nilc.Moved("x", true)
 	nilc.ObserveProbe("x", 0, true)
 	nilc.SetReachable("x", true)
