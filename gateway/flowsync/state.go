@@ -123,4 +123,3 @@ func LoadState(path string, p *gateway.Pipeline, now int64) (adopted, failed int
 	}
 	return adopted, failed, nil
 }
-
