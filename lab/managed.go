@@ -107,7 +107,7 @@ func (m Managed) Start(env GatewayEnv) error {
 	pid, err := startDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
 		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0",
 		"--state-file", StateFile(env.RunDir, env.Gateway.Name),
-		"--sync-key-file", key, "--sync-addr", ":9108")
+		"--sync-key-file", key, "--sync-addr", netip.AddrPortFrom(env.Gateway.IP, 9108).String())
 	if err != nil {
 		return err
 	}

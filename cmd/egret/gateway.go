@@ -603,7 +603,11 @@ func (f *gatewayFlags) loadSyncKey(log *slog.Logger) ([]byte, error) {
 // startFlowSync starts sending the flows of the egress IPs e hosts to their
 // standbys and holding those of the IPs this node stands by for.
 func startFlowSync(f *gatewayFlags, key []byte, e *engine.Engine, gm *gatewayMetrics, log *slog.Logger) (*flowsync.Sync, error) {
-	s, err := flowsync.New(flowsync.Config{Node: f.node, Key: key, Pipeline: e.Pipeline(), Clock: e.Now, Log: log})
+	cfg := flowsync.Config{Node: f.node, Key: key, Pipeline: e.Pipeline(), Clock: e.Now, Log: log}
+	if host, _, err := net.SplitHostPort(f.syncAddr); err == nil {
+		cfg.Source, _ = netip.ParseAddr(host) // the node's address when --sync-addr names one
+	}
+	s, err := flowsync.New(cfg)
 	if err != nil {
 		return nil, err
 	}

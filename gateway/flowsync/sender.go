@@ -51,7 +51,11 @@ func (l *link) connect() {
 	defer l.s.wg.Done()
 	buf := make([]byte, 0, 64)
 	for {
-		c, err := net.DialTimeout("tcp", l.addr, retryEvery)
+		d := net.Dialer{Timeout: retryEvery}
+		if src := l.s.cfg.Source; src.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+		}
+		c, err := d.Dial("tcp", l.addr)
 		var sess *session
 		if err == nil {
 			if sess, err = clientHandshake(c, l.s.cfg.Key, l.s.cfg.Node); err != nil {

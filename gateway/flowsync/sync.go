@@ -38,6 +38,12 @@ type Config struct {
 	Pipeline *gateway.Pipeline
 	// Clock is the pipeline's monotonic clock (engine.Engine.Now).
 	Clock func() int64
+	// Source, if valid, is the address sessions to standbys are opened
+	// from: the node's own (its InternalIP). Left to the kernel, the source
+	// may be an egress IP claimed on the same interface (IPv6 source
+	// selection can prefer it), whose packets the data plane takes, so the
+	// standby's answers would never reach the socket.
+	Source netip.Addr
 	// Interval is how often the flow table is scanned for changes
 	// (DefaultInterval); a change reaches the standby about this late.
 	Interval time.Duration
