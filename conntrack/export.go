@@ -143,49 +143,73 @@ func (t *Table) ImportFlow(f *Flow, remaining time.Duration, now int64) error {
 	return t.insert(f, f.State, now+rem)
 }
 
-// exportChunk is how many entries Export copies per lock hold.
+// exportChunk is how many entries Range copies per lock hold.
 const exportChunk = 256
 
+// Range calls fn for every flow with its remaining lifetime relative to
+// now (negative once past its deadline, until Expire removes it). Each
+// shard is locked for at most exportChunk entries at a time and fn runs
+// outside the locks, so the data plane keeps running; flows inserted or
+// removed meanwhile may or may not be seen. fn must not keep f.
+func (t *Table) Range(now int64, fn func(f *Flow, remaining time.Duration)) {
+	var fs [exportChunk]Flow
+	var rem [exportChunk]time.Duration
+	for si := range t.shards {
+		s := &t.shards[si]
+		for start := uint32(0); ; start += exportChunk {
+			n := 0
+			s.mu.Lock()
+			end := min(start+exportChunk, s.bump)
+			for l := start; l < end; l++ {
+				e := &t.entries[s.base+l]
+				if e.state == uint8(StateNone) {
+					continue
+				}
+				e.toFlow(&fs[n])
+				rem[n] = untilDeadline(e.deadline, now)
+				n++
+			}
+			bump := s.bump
+			s.mu.Unlock()
+			for i := range n {
+				fn(&fs[i], rem[i])
+			}
+			if end >= bump {
+				break
+			}
+		}
+	}
+}
+
 // Export writes every flow as a stream of records to w, with remaining
-// lifetimes relative to now. Each shard is locked for at most exportChunk
-// entries at a time, so the data plane keeps running; flows inserted or
-// removed meanwhile may or may not appear. It returns the number of records.
+// lifetimes relative to now, as Range sees them. It returns the number of
+// records.
 func (t *Table) Export(w io.Writer, now int64) (int, error) {
 	if _, err := w.Write(streamMagic[:]); err != nil {
 		return 0, fmt.Errorf("conntrack: export: %w", err)
 	}
 	buf := make([]byte, 0, exportChunk*RecordLenIPv6)
 	count := 0
-	var f Flow
-	for si := range t.shards {
-		s := &t.shards[si]
-		for start := uint32(0); ; start += exportChunk {
-			buf = buf[:0]
-			s.mu.Lock()
-			end := start + exportChunk
-			if end > s.bump {
-				end = s.bump
-			}
-			for l := start; l < end; l++ {
-				e := &t.entries[s.base+l]
-				if e.state == uint8(StateNone) {
-					continue
-				}
-				e.toFlow(&f)
-				buf = AppendRecord(buf, &f, untilDeadline(e.deadline, now))
-				count++
-			}
-			bump := s.bump
-			s.mu.Unlock()
-			if len(buf) > 0 {
-				if _, err := w.Write(buf); err != nil {
-					return count, fmt.Errorf("conntrack: export: %w", err)
-				}
-			}
-			if end >= bump {
-				break
-			}
+	var werr error
+	flush := func() {
+		if len(buf) > 0 && werr == nil {
+			_, werr = w.Write(buf)
 		}
+		buf = buf[:0]
+	}
+	t.Range(now, func(f *Flow, rem time.Duration) {
+		if werr != nil {
+			return
+		}
+		buf = AppendRecord(buf, f, rem)
+		count++
+		if len(buf) > (exportChunk-1)*RecordLenIPv6 {
+			flush()
+		}
+	})
+	flush()
+	if werr != nil {
+		return count, fmt.Errorf("conntrack: export: %w", werr)
 	}
 	return count, nil
 }

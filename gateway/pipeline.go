@@ -63,6 +63,7 @@ type Pipeline struct {
 
 	mu         sync.Mutex // guards the fields below (swaps and processor creation only)
 	intern     map[[16]byte]uint32
+	vteps      [][16]byte // interned VTEP addresses by index
 	processors []*Processor
 
 	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths
@@ -120,8 +121,7 @@ func (p *Pipeline) Swap(s *Snapshot) error {
 			if len(p.intern) >= MaxVTEPs {
 				return fmt.Errorf("gateway: more than %d distinct node VTEPs seen; restart the gateway to renumber", MaxVTEPs)
 			}
-			idx = uint32(len(p.intern))
-			p.intern[s.nodes[i].vtep] = idx
+			idx = p.internVTEP(s.nodes[i].vtep)
 		}
 		in.vtepOfNode[i] = idx
 	}

@@ -154,6 +154,11 @@ func EgretAvailable(binary string) bool {
 	return !strings.Contains(string(out), "unknown command")
 }
 
+// StateFile is where gateway gw of the lab in runDir leaves its flows for
+// its next process (egret gateway --state-file): one per gateway, since the
+// lab's gateways share a host.
+func StateFile(runDir, gw string) string { return filepath.Join(runDir, "state-"+gw, "flows.state") }
+
 // Start implements Impl: write the config, start the process with a pid
 // file and wait until it has attached its XDP program to eth0 (or, on the
 // AF_PACKET fallback, until it has run for a few seconds without exiting).
@@ -176,7 +181,8 @@ func (e Egret) Start(env GatewayEnv) error {
 	if err := offloadsOff(env.NS, "eth0"); err != nil {
 		return err
 	}
-	pid, err := startDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, "gateway", "--config", path)
+	pid, err := startDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, "gateway", "--config", path,
+		"--state-file", StateFile(env.RunDir, env.Gateway.Name))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/netip"
@@ -85,6 +87,21 @@ func (m Managed) holdDown() time.Duration {
 // controller's status/ and events.log.
 func ObjectsDir(runDir string) string { return filepath.Join(runDir, "objects") }
 
+// syncKey returns the flow sync key file the managed lab's gateways share,
+// written with a fresh random key on first use.
+func syncKey(runDir string) (string, error) {
+	path := filepath.Join(runDir, "flow-sync.key")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	b := make([]byte, 48)
+	rand.Read(b)
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(b)), 0o600); err != nil {
+		return "", fmt.Errorf("write the lab's flow sync key: %w", err)
+	}
+	return path, nil
+}
+
 // Start implements Impl: run `egret gateway --node <gw> --source dir:...`
 // in the gateway namespace and wait until its health service answers.
 func (m Managed) Start(env GatewayEnv) error {
@@ -92,8 +109,14 @@ func (m Managed) Start(env GatewayEnv) error {
 		return err
 	}
 	id := "gateway-" + env.Gateway.Name
+	key, err := syncKey(env.RunDir)
+	if err != nil {
+		return err
+	}
 	pid, err := startDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
-		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0")
+		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0",
+		"--state-file", StateFile(env.RunDir, env.Gateway.Name),
+		"--sync-key-file", key, "--sync-addr", netip.AddrPortFrom(env.Gateway.IP, 9108).String())
 	if err != nil {
 		return err
 	}

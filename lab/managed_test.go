@@ -183,6 +183,9 @@ func testManaged(t *testing.T, l *Lab) {
 	}
 
 	gw := killTarget(st)
+	// A connection through gw whose port was not preserved: the flow sync
+	// to the standby of its egress IP must carry it (issue 15).
+	synced := startSynced(t, l, st, gw)
 	// 50 long-lived connections from each pod of blue, whose two egress
 	// IPs are on two gateways (the workers' multipath route), through the
 	// failover: those whose gateway survives must not notice it.
@@ -225,6 +228,7 @@ func testManaged(t *testing.T, l *Lab) {
 		}
 	})
 	t.Run("SurvivorsUninterrupted", func(t *testing.T) { lived.checkSurvivors(t, st, gw) })
+	t.Run("UnpreservedPortSynced", func(t *testing.T) { synced.check(t) })
 	t.Run("UDPKeepsItsPort", func(t *testing.T) { talk.checkKeptPort(t, failedOver) })
 	t.Run("NeighbourDiscovery", func(t *testing.T) { nd.check(t, l, res.Moved) })
 	t.Logf("failover of %s (%s): status after %.3f s, first request from %s with the moved IP after %.3f s; %d requests, %d failed (limit %v)",

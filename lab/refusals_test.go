@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,6 +32,7 @@ func TestLabEgretRefusals(t *testing.T) {
 	l := upLab(t, testLabName("r"), ModeEgret)
 	t.Run("DeniedDestinations", func(t *testing.T) { testDeniedDestinations(t, l) })
 	t.Run("PickedUpAfterGatewayRestart", func(t *testing.T) { testPickUpAfterGatewayRestart(t, l) })
+	t.Run("ResumedAfterGracefulRestart", func(t *testing.T) { testResumedAfterGracefulRestart(t, l) })
 }
 
 // gatewayMetric reads the value of one sample of gateway gw's /metrics
@@ -236,4 +238,110 @@ func testPickUpAfterGatewayRestart(t *testing.T, l *Lab) {
 		t.Errorf("flows_picked_up %v after the restart, want the connection counted", n)
 	}
 	t.Logf("the connection went on after the gateway restarted, seen as %v before and after", after)
+}
+
+// testResumedAfterGracefulRestart: a pod's connection whose port was NOT
+// preserved (another pod holds that port on the same egress IP towards the
+// same server, so pick-up could not save it) goes on through a graceful
+// restart of its gateway: SIGTERM, as the kubelet sends on an update,
+// leaves the flows in the state file; the next process resumes them with
+// their ports before it forwards anything. Both connections answer from the
+// same address and port after the restart, no RST, and nothing is counted
+// picked up: the flows were resumed, not rebuilt.
+func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
+	s := l.Spec
+	p, q := s.Workers[0].Pods[0], s.Workers[1].Pods[0]
+	eip, gw, _ := s.Steering(p)
+	if e2, g2, _ := s.Steering(q); e2 != eip || g2.Name != gw.Name {
+		t.Fatalf("pods %s and %s leave through %v on %s and %v on %s; the test needs one egress IP", p.Name, q.Name, eip, gw.Name, e2, g2.Name)
+	}
+	server := netip.AddrPortFrom(s.Server.IP, HTTPPort).String()
+	port := 20000 + os.Getpid()%20000
+	dial := func(ns string) *keepAlive {
+		var c net.Conn
+		err := Do(ns, func() error {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}, Timeout: 5 * time.Second}
+			var err error
+			c, err = d.Dial("tcp", server)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("dial %s from %s with source port %d: %v", server, ns, port, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return &keepAlive{c: c, br: bufio.NewReader(c), host: s.Server.IP.String()}
+	}
+	first := dial(s.NS(q.Name)) // holds egress:port towards the server
+	held, err := first.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := dial(s.NS(p.Name))
+	before, err := moved.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Port() != uint16(port) || before.Port() == uint16(port) || before.Addr() != eip {
+		t.Fatalf("server saw %v and %v for two connections from port %d: want the first on its own port, the second on another port of %v", held, before, port, eip)
+	}
+	pickedBefore := gatewayMetric(t, s, gw.Name, "egret_gateway_flows_picked_up_total")
+
+	pid := readPid(filepath.Join(l.RunDir(), "gateway-"+gw.Name+".pid"))
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("egret gateway on %s (pid %d) did not exit 10 s after SIGTERM", gw.Name, pid)
+		}
+	}
+	if _, err := os.Stat(StateFile(l.RunDir(), gw.Name)); err != nil {
+		t.Fatalf("the stopped gateway left no state file: %v", err)
+	}
+	if err := l.StartGateway(gw.Name); err != nil {
+		t.Fatal(err)
+	}
+	after, err := moved.get()
+	if err != nil {
+		t.Fatalf("request on the connection whose port was not preserved, after the graceful restart: %v, want an answer (its flow resumed)", err)
+	}
+	heldAfter, err := first.get()
+	if err != nil {
+		t.Fatalf("request on the connection with the preserved port, after the graceful restart: %v", err)
+	}
+	if after != before || heldAfter != held {
+		t.Errorf("after the restart the server saw %v and %v, before %v and %v: want the same addresses and ports", after, heldAfter, before, held)
+	}
+	if n := gatewayMetric(t, s, gw.Name, "egret_gateway_flows_picked_up_total"); n != 0 {
+		t.Errorf("flows_picked_up %v after the graceful restart (before it: %v), want 0: the flows were to be resumed from the state file", n, pickedBefore)
+	}
+	t.Logf("both connections went on through the graceful restart: %v (port not preserved) and %v", after, heldAfter)
+}
+
+// keepAlive is an HTTP/1.1 connection to the lab's server that asks who it
+// sees, request after request.
+type keepAlive struct {
+	c    net.Conn
+	br   *bufio.Reader
+	host string
+}
+
+func (k *keepAlive) get() (netip.AddrPort, error) {
+	k.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(k.c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", k.host); err != nil {
+		return netip.AddrPort{}, err
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.ParseAddrPort(strings.Fields(string(body) + " ")[0])
 }

@@ -271,6 +271,45 @@ func (a *Allocator) Preserve(proto uint8, src Addr, sport uint16, dst Addr, dpor
 	return true
 }
 
+// Claim takes port as the NAT port of a flow src:sport → dst:dport of proto
+// on egress IP natAddr that arrives with its binding already made: a flow
+// replicated from the gateway that created it, or resumed from the state
+// file of this gateway's previous process. Unlike Preserve it takes any
+// port, whatever the pod's and whether or not ports are preserved, since
+// the server already knows it. It reports false, taking nothing, when the
+// reply tuple is taken or (endpoint-independent mapping) the port belongs
+// to another endpoint or the endpoint to another port. Release gives the
+// port back as for Allocate.
+func (a *Allocator) Claim(proto uint8, src Addr, sport uint16, dst Addr, dport uint16, natAddr Addr, port uint16) bool {
+	class, ok := classOf(proto)
+	if !ok || unspecified(&natAddr) || port == 0 {
+		return false
+	}
+	st := a.lockedState(&natAddr)
+	defer st.mu.Unlock()
+	t := a.table(st, class)
+	if a.inUse.ReplyInUse(proto, dst, dport, natAddr, port) {
+		return false
+	}
+	if t.eim {
+		if i := t.eps.find(&src, sport); i >= 0 {
+			e := &t.eps.slots[i]
+			if e.port != port {
+				return false
+			}
+			e.flows++
+			t.take(port)
+			return true
+		}
+		if t.refs[port] != 0 {
+			return false
+		}
+		t.eps.insert(&src, sport, port)
+	}
+	t.take(port)
+	return true
+}
+
 // allocShared is Allocate for address-and-port-dependent mapping, entered
 // with st locked; it returns the state it holds locked at the end (st, or
 // the IP's new state if st was forgotten meanwhile). The search for a free

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/flowsync"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/metrics"
 )
@@ -73,6 +75,9 @@ type gatewayFlags struct {
 	publishIfaces    bool
 	trustPodIPs      bool
 	cloud            cloud.Config
+	syncAddr         string
+	syncKeyFile      string
+	stateFile        string
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -103,6 +108,9 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.BoolVar(&f.publishIfaces, "publish-interfaces", true, "agent mode with the Kubernetes API: write the served interfaces' subnets on this Node (egret.io/node-primary-ifaddr, egret.io/host-cidrs) unless OVN-Kubernetes publishes its own; needs the right to patch nodes")
 	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
 	fs.StringVar(&f.cloud.Provider, "cloud-provider", "", `agent mode with the Kubernetes API and --publish-interfaces: this node is an instance of this cloud ("aws"); also write its cloud.network.openshift.io/egress-ipconfig (interface, subnets, capacity) unless another component owns it (docs/cloud.md)`)
+	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
+	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
+	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -141,6 +149,11 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 		}
 		if err := f.healthTLS.Check(); err != nil {
 			return nil, fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
+		}
+		if f.syncKeyFile != "" {
+			if err := checkListenAddr("--sync-addr", f.syncAddr); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return f, nil
@@ -257,6 +270,11 @@ func runGateway(args []string) error {
 				return err
 			}
 		}
+		if f.agent() {
+			if _, err := f.loadSyncKey(slog.New(slog.DiscardHandler)); err != nil {
+				return err
+			}
+		}
 		fmt.Println("gateway: configuration valid")
 		return nil
 	}
@@ -288,6 +306,7 @@ func runGateway(args []string) error {
 	if err != nil {
 		return err
 	}
+	resumeFlows(f.stateFile, eng, log)
 	eng.Start()
 	gm.attach(eng)
 	gm.setReady(func() error { return nil })
@@ -309,7 +328,7 @@ func runGateway(args []string) error {
 			}
 			log.Info("gateway: shutting down", "signal", sig.String())
 			st := eng.Stats()
-			err := eng.Close()
+			err := handover{Engine: eng, state: f.stateFile, log: log}.Close()
 			logFinal(log, st)
 			return err
 		case <-w.tick:
@@ -439,7 +458,12 @@ func runGatewayAgent(f *gatewayFlags) error {
 			onBase = func(s *engine.Spec) { ifaces.Store(&s.Interfaces) }
 		}
 	}
+	syncKey, err := f.loadSyncKey(log)
+	if err != nil {
+		return err
+	}
 	var eng *engine.Engine
+	var fs *flowsync.Sync
 	a := &gwagent.Agent{Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
 		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
@@ -447,11 +471,32 @@ func runGatewayAgent(f *gatewayFlags) error {
 			if err != nil {
 				return nil, err
 			}
+			resumeFlows(f.stateFile, e, log)
 			e.Start()
 			gm.attach(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 			eng = e
-			return e, nil
+			if syncKey != nil {
+				if fs, err = startFlowSync(f, syncKey, e, gm, log); err != nil {
+					e.Close()
+					return nil, err
+				}
+			}
+			return handover{Engine: e, sync: fs, state: f.stateFile, log: log}, nil
+		},
+		OnStandbys: func(m map[netip.Addr]netip.Addr) {
+			if fs == nil {
+				return
+			}
+			port := strconv.Itoa(flowsync.DefaultPort)
+			if _, p, err := net.SplitHostPort(f.syncAddr); err == nil && p != "0" {
+				port = p
+			}
+			peers := make(map[netip.Addr]string, len(m))
+			for ip, sb := range m {
+				peers[ip] = net.JoinHostPort(sb.String(), port)
+			}
+			fs.SetPeers(peers)
 		}}
 	// Until its first configuration this run hosts nothing: what a killed
 	// predecessor claimed goes before anything can probe this node.
@@ -518,6 +563,95 @@ func runGatewayAgent(f *gatewayFlags) error {
 		logFinal(log, eng.Stats())
 	}
 	return err
+}
+
+// handover is the data plane with what hands its flows over when it
+// stops: the flow sync (nil without a key), closed first since it reads
+// the flow table, and the state file (none if ""), written once the
+// workers have stopped so that it holds every flow as it ended.
+type handover struct {
+	*engine.Engine
+	sync  *flowsync.Sync
+	state string
+	log   *slog.Logger
+}
+
+func (h handover) Close() error {
+	if h.sync != nil {
+		h.sync.Close()
+	}
+	err := h.Engine.Close()
+	if h.state != "" {
+		if n, werr := flowsync.WriteState(h.state, h.Pipeline(), h.Now()); werr != nil {
+			h.log.Error("gateway: flows not left for the next process", "err", werr)
+		} else {
+			h.log.Info("gateway: flows left for the next process", "flows", n, "file", h.state)
+		}
+	}
+	return err
+}
+
+// resumeFlows adopts the flows a previous process on this node left in
+// the state file, before the workers start: no packet of theirs meets an
+// empty table.
+func resumeFlows(path string, e *engine.Engine, log *slog.Logger) {
+	if path == "" {
+		return
+	}
+	n, failed, err := flowsync.LoadState(path, e.Pipeline(), e.Now())
+	if err != nil {
+		log.Warn("gateway: flows of the previous process not resumed", "err", err, "resumed", n)
+		return
+	}
+	if n+failed > 0 {
+		log.Info("gateway: resumed the flows of the previous process", "flows", n, "not_resumed", failed, "file", path)
+	}
+}
+
+// loadSyncKey reads --sync-key-file: nil (flow sync off) without the flag
+// or when the file does not exist (deploy/ mounts the Secret optional, so
+// creating it turns the sync on); a key that is there but unusable is an
+// error.
+func (f *gatewayFlags) loadSyncKey(log *slog.Logger) ([]byte, error) {
+	if f.syncKeyFile == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(f.syncKeyFile); errors.Is(err, os.ErrNotExist) {
+		log.Warn("gateway agent: flow sync off: no key file; flows are not synced to standbys", "file", f.syncKeyFile)
+		return nil, nil
+	}
+	return flowsync.LoadKey(f.syncKeyFile)
+}
+
+// startFlowSync starts sending the flows of the egress IPs e hosts to their
+// standbys and holding those of the IPs this node stands by for.
+func startFlowSync(f *gatewayFlags, key []byte, e *engine.Engine, gm *gatewayMetrics, log *slog.Logger) (*flowsync.Sync, error) {
+	cfg := flowsync.Config{Node: f.node, Key: key, Pipeline: e.Pipeline(), Clock: e.Now, Log: log}
+	if host, _, err := net.SplitHostPort(f.syncAddr); err == nil {
+		cfg.Source, _ = netip.ParseAddr(host) // the node's address when --sync-addr names one
+	}
+	s, err := flowsync.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Listen(f.syncAddr); err != nil {
+		return nil, err
+	}
+	s.Start()
+	if err := metrics.RegisterSync(gm.reg, s.Stats); err != nil {
+		log.Warn("gateway agent: flow sync metrics not registered", "err", err)
+	}
+	log.Info("gateway agent: flow sync running", "addr", s.Addr().String())
+	return s, nil
+}
+
+// defaultSyncAddr is defaultHealthAddr's address with the flow sync's port.
+func defaultSyncAddr() string {
+	port := strconv.Itoa(flowsync.DefaultPort)
+	if ip := os.Getenv("HOST_IP"); ip != "" {
+		return net.JoinHostPort(ip, port)
+	}
+	return ":" + port
 }
 
 // defaultHealthAddr is the node's InternalIP when the DaemonSet passes it

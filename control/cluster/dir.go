@@ -452,7 +452,10 @@ func (s *Dir) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 		}
 		old, ok := s.eips[name]
 		if ok {
-			if reflect.DeepEqual(old.Spec, e.Spec) && reflect.DeepEqual(old.ObjectMeta.Labels, e.ObjectMeta.Labels) {
+			// Annotations count: the controller's egret.io/standby is one,
+			// and the gateway agents act on it.
+			if reflect.DeepEqual(old.Spec, e.Spec) && reflect.DeepEqual(old.ObjectMeta.Labels, e.ObjectMeta.Labels) &&
+				reflect.DeepEqual(old.ObjectMeta.Annotations, e.ObjectMeta.Annotations) {
 				continue
 			}
 			e.Status = old.Status // the controller owns status and the standby annotation

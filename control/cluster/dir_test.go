@@ -297,3 +297,23 @@ func TestDirCloudIPs(t *testing.T) {
 		t.Fatalf("a file not named after an IP: %v, %v; want the good object and an error", l, err)
 	}
 }
+
+// TestAnnotationChangeSeen: an edit of an EgressIP manifest that changes
+// only an annotation is a change of the object (readers see the new
+// annotations); the status the controller wrote stays.
+func TestAnnotationChangeSeen(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "objects.yaml", manifests)
+	s, k := start(t, dir)
+	k.take()
+	write(t, dir, "objects.yaml", strings.Replace(manifests, "  name: egress-group1\n",
+		"  name: egress-group1\n  annotations: {example.com/owner: team-a}\n", 1))
+	s.Reload()
+	if got := k.take(); !slices.Contains(got, KindEgressIP) {
+		t.Fatalf("changed kinds %v after an annotation edit, want EgressIP", got)
+	}
+	e, ok := s.EgressIP("egress-group1")
+	if !ok || e.Annotations["example.com/owner"] != "team-a" {
+		t.Fatalf("EgressIP %v after the edit, want the annotation example.com/owner: team-a", e)
+	}
+}

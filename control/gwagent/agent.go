@@ -56,6 +56,10 @@ type Agent struct {
 	// OnNode, if set, is called (from any goroutine) whenever the source
 	// reports a Node change: Facts.NodeChanged.
 	OnNode func()
+	// OnStandbys, if set, is called from the agent's loop with the
+	// standby's address of each egress IP the running data plane hosts
+	// (Standbys), whenever that changes: where the flow sync sends.
+	OnStandbys func(map[netip.Addr]netip.Addr)
 	// FenceAfter is DefaultFenceAfter when zero; CheckEvery (FenceAfter/6
 	// by default) paces the contact checks; Resync (30 s) rebuilds without
 	// a change.
@@ -136,6 +140,9 @@ type loop struct {
 	lastErr     string
 	lastProblem string
 	heldBack    int // egress IPs the cache places here and the fresh list does not
+
+	standbys       map[netip.Addr]netip.Addr // as last given to OnStandbys
+	lastStandbyErr string
 }
 
 // Run starts the source and keeps the data plane in line with it until ctx
@@ -323,7 +330,10 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 	if fenced {
 		cfg = Fenced(cfg)
 	}
-	defer func() { a.setServing(l.dp != nil && !l.fenced) }()
+	defer func() {
+		a.setServing(l.dp != nil && !l.fenced)
+		a.publishStandbys(l, v)
+	}()
 	if l.dp != nil && !l.retry && reflect.DeepEqual(cfg, l.applied) {
 		return nil
 	}

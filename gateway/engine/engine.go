@@ -365,3 +365,7 @@ func (e *Engine) teardown() error {
 
 // Pipeline returns the engine's pipeline (flow table, NAT allocator).
 func (e *Engine) Pipeline() *gateway.Pipeline { return e.pipe }
+
+// Now reads the pipeline's clock (Options.Clock), for those that hand it
+// flows (gateway/flowsync).
+func (e *Engine) Now() int64 { return e.opt.Clock() }

@@ -1,0 +1,68 @@
+package flowsync
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/egret-gw/egret/conntrack"
+)
+
+// TestStateFileResumesFlows: the flows a gateway writes on its way out are
+// held by the next process with their states, bindings and ports (counted
+// in its NAT allocator), none longer-lived than before; the file is read
+// once. A file too old, or cut short, is refused with an error, never a
+// panic.
+func TestStateFileResumesFlows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flows.state")
+	a := newPipeline(t, 1<<12, egress, egress6)
+	for i := range 300 {
+		st := conntrack.StateEstablished
+		if i%3 == 0 {
+			st = conntrack.StateCloseWait
+		}
+		adopt(t, a, flow(i, st))
+	}
+	n, err := WriteState(path, a, clock())
+	if err != nil || n != 300 {
+		t.Fatalf("WriteState: %d flows, %v; want 300", n, err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newPipeline(t, 1<<12, egress, egress6)
+	got, failed, err := LoadState(path, b, clock())
+	if err != nil || got != 300 || failed != 0 {
+		t.Fatalf("LoadState: %d adopted, %d failed, %v", got, failed, err)
+	}
+	if !equal(table(a, egress, egress6), table(b, egress, egress6)) {
+		t.Fatal("the next process holds other flows than the last one wrote")
+	}
+	b.Conntrack().Range(clock(), func(f *conntrack.Flow, rem time.Duration) {
+		if rem > time.Hour+50*time.Millisecond { // deadlines round up to a 16.8 ms tick
+			t.Fatalf("flow %v resumed with %v to live; it had at most an hour (plus a tick each side)", f.Orig, rem)
+		}
+	})
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatal("the state file was left to be loaded again")
+	}
+	if n, _, err := LoadState(path, b, clock()); n != 0 || err != nil {
+		t.Fatalf("a missing state file: %d, %v; want nothing and no error", n, err)
+	}
+
+	old := append([]byte(nil), raw...)
+	binary.BigEndian.PutUint64(old[4:], uint64(time.Now().Add(-MaxStateAge-time.Minute).UnixNano()))
+	os.WriteFile(path, old, 0o600)
+	if n, _, err := LoadState(path, newPipeline(t, 1<<12, egress), clock()); err == nil || n != 0 {
+		t.Fatalf("a stale state file was loaded (%d flows, err %v)", n, err)
+	}
+	for _, cut := range []int{3, 13, 40, len(raw) - 5} {
+		os.WriteFile(path, raw[:cut], 0o600)
+		if _, _, err := LoadState(path, newPipeline(t, 1<<12, egress), clock()); err == nil {
+			t.Fatalf("a state file cut at %d bytes loaded without error", cut)
+		}
+	}
+}

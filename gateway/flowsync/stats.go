@@ -1,0 +1,35 @@
+package flowsync
+
+import "sync/atomic"
+
+// Stats are the flow sync's counters since start (metrics:
+// egret_gateway_sync_*, docs/metrics.md).
+type Stats struct {
+	// Sending side.
+	RecordsSent uint64 // flows sent: new, changed, refreshed or gone
+	BatchesSent uint64 // sealed messages of them
+	BytesSent   uint64 // their plaintext bytes
+	FullResyncs uint64 // full resyncs started (each new session starts one)
+	Stalls      uint64 // sessions dropped because the peer stopped acknowledging (slow or gone)
+	ConnectFail uint64 // attempts to reach a standby that failed (unreachable or refused)
+	// Receiving side.
+	RecordsApplied uint64 // flows adopted, updated or removed as the primary said
+	RecordsOwned   uint64 // records ignored: their egress IP is hosted here, so the flow is live and ours
+	AdoptFailed    uint64 // flows that could not be held (table full, port taken, return path unknown)
+	Refused        uint64 // connections or messages without the key, dropped
+	Malformed      uint64 // authenticated messages that did not parse (session dropped)
+	BackupFlows    uint64 // flows held for peers now (gauge)
+}
+
+type counters struct {
+	recordsSent, batchesSent, bytesSent, fullResyncs, stalls, connectFail atomic.Uint64
+	recordsApplied, recordsOwned, adoptFailed, refused, malformed         atomic.Uint64
+	backup                                                                atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{RecordsSent: c.recordsSent.Load(), BatchesSent: c.batchesSent.Load(), BytesSent: c.bytesSent.Load(),
+		FullResyncs: c.fullResyncs.Load(), Stalls: c.stalls.Load(), ConnectFail: c.connectFail.Load(),
+		RecordsApplied: c.recordsApplied.Load(), RecordsOwned: c.recordsOwned.Load(), AdoptFailed: c.adoptFailed.Load(),
+		Refused: c.refused.Load(), Malformed: c.malformed.Load(), BackupFlows: uint64(max(c.backup.Load(), 0))}
+}

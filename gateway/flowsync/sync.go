@@ -1,0 +1,175 @@
+package flowsync
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval   = 100 * time.Millisecond
+	DefaultWindow     = 4 << 20
+	DefaultStallAfter = 5 * time.Second
+	// DefaultMaxConns bounds the connections the listener holds at once
+	// (authenticated or not); more are closed at once and counted refused.
+	DefaultMaxConns = 64
+)
+
+// batchBytes is the size at which a batch is sealed and sent.
+const batchBytes = 60 << 10
+
+// Config configures a Sync.
+type Config struct {
+	// Node is this gateway's node name, told to the peers it sends to.
+	Node string
+	// Key is the pre-shared key (LoadKey), at least MinKeyLen bytes: a
+	// host without it can neither send flows here nor read ours.
+	Key []byte
+	// Pipeline is the data plane whose flows are sent and into which
+	// peers' flows are adopted.
+	Pipeline *gateway.Pipeline
+	// Clock is the pipeline's monotonic clock (engine.Engine.Now).
+	Clock func() int64
+	// Source, if valid, is the address sessions to standbys are opened
+	// from: the node's own (its InternalIP). Left to the kernel, the source
+	// may be an egress IP claimed on the same interface (IPv6 source
+	// selection can prefer it), whose packets the data plane takes, so the
+	// standby's answers would never reach the socket.
+	Source netip.Addr
+	// Interval is how often the flow table is scanned for changes
+	// (DefaultInterval); a change reaches the standby about this late.
+	Interval time.Duration
+	// Window bounds the bytes sent to one peer and not yet acknowledged
+	// (DefaultWindow): past it nothing more is sent to that peer, and the
+	// changes wait in the flow table itself, not in memory.
+	Window int
+	// StallAfter: a peer that acknowledges nothing for this long while
+	// data waits (DefaultStallAfter) is dropped and gets a full resync
+	// once it is back.
+	StallAfter time.Duration
+	Log        *slog.Logger
+}
+
+// Sync sends the flows of the egress IPs this gateway hosts to each IP's
+// standby (SetPeers) and holds the flows its peers send here (Listen).
+type Sync struct {
+	cfg Config
+	c   counters
+
+	mu    sync.Mutex
+	links map[string]*link         // by peer address
+	byIP  map[conntrack.Addr]*link // egress IP hosted here → its standby's link
+	held  map[string]*heldSet      // flows held for each peer node (receiver.go)
+	ln    net.Listener             // nil until Listen
+	conns map[net.Conn]struct{}    // the listener's open connections
+	done  chan struct{}
+	wg    sync.WaitGroup
+	rmu   sync.Mutex // serialises applying peers' batches
+}
+
+// New checks cfg and returns a Sync; Start begins sending.
+func New(cfg Config) (*Sync, error) {
+	switch {
+	case len(cfg.Key) < MinKeyLen:
+		return nil, fmt.Errorf("flow sync key has %d bytes; use at least %d", len(cfg.Key), MinKeyLen)
+	case cfg.Pipeline == nil || cfg.Clock == nil:
+		return nil, errors.New("flow sync needs the pipeline and its clock")
+	case cfg.Node == "" || len(cfg.Node) > maxNameLen:
+		return nil, fmt.Errorf("flow sync: node name %q: give this node's name", cfg.Node)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = DefaultStallAfter
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Sync{cfg: cfg, links: map[string]*link{}, byIP: map[conntrack.Addr]*link{},
+		held: map[string]*heldSet{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}, nil
+}
+
+// Stats returns the counters.
+func (s *Sync) Stats() Stats { return s.c.snapshot() }
+
+// Start begins the scans that send flows to the peers SetPeers names.
+func (s *Sync) Start() {
+	s.wg.Add(1)
+	go s.scanLoop()
+}
+
+// SetPeers names, for each egress IP hosted here, the sync address
+// (host:port) of its standby; IPs left out have no standby. Flows of an IP
+// that leaves are forgotten here without telling its old standby, which
+// may be taking it over.
+func (s *Sync) SetPeers(peers map[netip.Addr]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	byIP := make(map[conntrack.Addr]*link, len(peers))
+	for ip, addr := range peers {
+		l := s.links[addr]
+		if l == nil {
+			l = &link{s: s, addr: addr, stop: make(chan struct{})}
+			s.links[addr] = l
+			s.wg.Add(1)
+			go l.connect()
+		}
+		byIP[conntrack.Addr(ip.Unmap().As16())] = l
+	}
+	for addr, l := range s.links {
+		used := false
+		for _, m := range byIP {
+			used = used || m == l
+		}
+		if !used {
+			close(l.stop)
+			l.drop()
+			delete(s.links, addr)
+		}
+	}
+	s.byIP = byIP
+}
+
+// Close stops sending and listening and waits for every goroutine.
+func (s *Sync) Close() error {
+	s.mu.Lock()
+	select {
+	case <-s.done:
+		s.mu.Unlock()
+		return nil
+	default:
+	}
+	close(s.done)
+	for _, l := range s.links {
+		close(l.stop)
+		l.drop()
+	}
+	s.links, s.byIP = nil, nil
+	var err error
+	if s.ln != nil {
+		err = s.ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}

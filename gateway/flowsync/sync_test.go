@@ -1,0 +1,311 @@
+package flowsync
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/nat"
+)
+
+// TestStandbyMirrorsPrimary: the standby's table holds exactly the
+// primary's flows of the egress IPs it stands by for, with their bindings
+// and states, through creation, state changes and removal, IPv4 and IPv6;
+// flows of other IPs are not sent.
+func TestStandbyMirrorsPrimary(t *testing.T) {
+	a, b := newPipeline(t, 1<<14, egress, egress6), newPipeline(t, 1<<14)
+	_, addr := standby(t, b)
+	for i := range 200 {
+		adopt(t, a, flow(i, conntrack.StateEstablished))
+	}
+	sa := newSync(t, "primary", testKey, a, nil)
+	sa.SetPeers(map[netip.Addr]string{egress: addr, egress6: addr})
+	sa.Start()
+	waitMatch(t, a, b)
+
+	// Changes: 50 gone, 50 new, 50 move to FIN_WAIT.
+	for i := range 50 {
+		f := flow(i, conntrack.StateEstablished)
+		if !a.Abandon(&f) {
+			t.Fatalf("flow %d not held by the primary", i)
+		}
+		adopt(t, a, flow(1000+i, conntrack.StateSynSent))
+		g := flow(100+i, conntrack.StateEstablished)
+		a.Abandon(&g)
+		adopt(t, a, flow(100+i, conntrack.StateFinWait))
+	}
+	waitMatch(t, a, b)
+	if got := len(table(b, egress, egress6)); got != 200 {
+		t.Fatalf("standby holds %d flows, want 200", got)
+	}
+	st := sa.Stats()
+	if st.FullResyncs != 1 || st.Stalls != 0 {
+		t.Fatalf("sender stats %+v: want one full resync (the session's start) and no stall", st)
+	}
+	rb := b.NAT()
+	if n := rb.PortsInUse(nat.Addr(egress.As16()), conntrack.ProtoTCP); n != 100 {
+		t.Fatalf("standby's NAT allocator holds %d IPv4 ports of the backup flows, want 100", n)
+	}
+}
+
+// TestBackupFlowsTakeOver: a backup flow answers nothing while the standby
+// does not host its egress IP (a reply to the IP is not for this gateway),
+// the standby's own flows never take its port, and once the IP is hosted
+// the server's next segment goes to the pod at once.
+func TestBackupFlowsTakeOver(t *testing.T) {
+	a, b := newPipeline(t, 1<<10, egress), newPipeline(t, 1<<10)
+	_, addr := standby(t, b)
+	f := flow(0, conntrack.StateEstablished)
+	f.NATPort = 55555 // not the pod's port: pick-up could not save it
+	adopt(t, a, f)
+	sa := newSync(t, "primary", testKey, a, nil)
+	sa.SetPeers(map[netip.Addr]string{egress: addr})
+	sa.Start()
+	waitMatch(t, a, b)
+
+	w := b.NewProcessor(1)
+	reply := tcpFrame(t, server, egress, 443, 55555)
+	if r := process(w, reply); r.Verdict != gateway.VerdictPass {
+		t.Fatalf("a reply to an egress IP the standby does not host: %v, want pass (untouched, not answered)", r.Verdict)
+	}
+	// The standby's own flow to the same server port on the same IP never
+	// gets the backup flow's port, even when the pod asks for it.
+	for i := range 100 {
+		p, err := b.NAT().Allocate(conntrack.ProtoTCP, nat.Addr(pod.As16()), 55555, nat.Addr(server.As16()), 443, nat.Addr(egress.As16()), uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == 55555 {
+			t.Fatal("the standby allocated the port a backup flow holds")
+		}
+	}
+
+	host(t, b, egress)
+	r := process(w, reply)
+	if r.Verdict != gateway.VerdictTx {
+		t.Fatalf("after the takeover the server's segment: %v (%v), want tx to the pod", r.Verdict, r.Reason)
+	}
+	if r.Ifindex != 8 {
+		t.Fatalf("sent out of interface %d, want 8 (the tunnel to the pod's node)", r.Ifindex)
+	}
+}
+
+// TestResyncAfterLoss: a session cut while the primary changes flows (some
+// removed, some new) is followed by a full resync, counted, after which the
+// standby matches again: removals it never heard of included.
+func TestResyncAfterLoss(t *testing.T) {
+	a, b := newPipeline(t, 1<<12, egress, egress6), newPipeline(t, 1<<12)
+	_, addr := standby(t, b)
+	px := newProxy(t, addr)
+	for i := range 100 {
+		adopt(t, a, flow(i, conntrack.StateEstablished))
+	}
+	sa := newSync(t, "primary", testKey, a, nil)
+	sa.SetPeers(peers(px.addr()))
+	sa.Start()
+	waitMatch(t, a, b)
+
+	px.ln.Close() // no new session until the changes are made
+	px.cut()
+	for i := range 30 {
+		f := flow(i, conntrack.StateEstablished)
+		a.Abandon(&f)
+		adopt(t, a, flow(500+i, conntrack.StateEstablished))
+	}
+	waitFor(t, "a failed attempt", func() bool { return sa.Stats().ConnectFail >= 1 })
+	ln, err := net.Listen("tcp", px.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px2 := &proxy{ln: ln, target: addr, resume: make(chan struct{})}
+	t.Cleanup(func() { ln.Close(); px2.cut() })
+	go acceptInto(px2)
+	waitFor(t, "second resync", func() bool { return sa.Stats().FullResyncs >= 2 })
+	waitMatch(t, a, b)
+}
+
+// acceptInto runs p's accept loop (newProxy's, for a listener made by hand).
+func acceptInto(p *proxy) {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		d, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, d)
+		p.mu.Unlock()
+		go p.pipe(d, c)
+		go p.pipe(c, d)
+	}
+}
+
+// TestSlowPeerBounded: a standby that stops reading gets at most the window
+// (plus one batch) of unacknowledged data, whatever the primary has to
+// send; once it has not acknowledged for StallAfter it is dropped (counted)
+// and, when it reads again, gets a full resync and matches.
+func TestSlowPeerBounded(t *testing.T) {
+	const window = 64 << 10
+	a, b := newPipeline(t, 1<<15, egress, egress6), newPipeline(t, 1<<15)
+	_, addr := standby(t, b)
+	px := newProxy(t, addr)
+	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Window, c.StallAfter = window, 300*time.Millisecond })
+	sa.SetPeers(peers(px.addr()))
+	sa.Start()
+	waitFor(t, "session", func() bool { return sa.Stats().FullResyncs == 1 })
+	px.pause()
+	for i := range 20000 { // ~0.8 MB of records, 12× the window
+		adopt(t, a, flow(i, conntrack.StateEstablished))
+	}
+	waitFor(t, "stall", func() bool { return sa.Stats().Stalls >= 1 })
+	if st := sa.Stats(); st.BytesSent > window+batchBytes+msgHeader {
+		t.Fatalf("sent %d bytes to a peer that acknowledged nothing; the window is %d", st.BytesSent, window)
+	}
+	px.unpause()
+	waitMatch(t, a, b)
+	if st := sa.Stats(); st.FullResyncs < 2 {
+		t.Fatalf("stats %+v: no full resync after the stall", st)
+	}
+}
+
+// TestWrongKeyRefused: a primary with another key neither gets its flows
+// held nor learns anything (the standby does not prove a key it lacks
+// either way round); each attempt is refused and counted on both sides.
+// A connection that speaks something else is refused too.
+func TestWrongKeyRefused(t *testing.T) {
+	a, b := newPipeline(t, 1<<10, egress), newPipeline(t, 1<<10)
+	sb, addr := standby(t, b)
+	adopt(t, a, flow(0, conntrack.StateEstablished))
+	sa := newSync(t, "intruder", otherKey, a, nil)
+	sa.SetPeers(map[netip.Addr]string{egress: addr})
+	sa.Start()
+	waitFor(t, "refusals", func() bool { return sb.Stats().Refused >= 2 && sa.Stats().ConnectFail >= 2 })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789012345678901234567890123456789"))
+	before := sb.Stats().Refused
+	waitFor(t, "refused garbage", func() bool { return sb.Stats().Refused > before })
+	c.Close()
+	if n := len(table(b, egress)); n != 0 || sb.Stats().BackupFlows != 0 {
+		t.Fatalf("the standby holds %d flows sent without the key", n)
+	}
+	if st := sa.Stats(); st.FullResyncs != 0 || st.BytesSent != 0 {
+		t.Fatalf("the primary sent flows to a peer that did not prove the key: %+v", st)
+	}
+	// A standby without the key gets nothing from a primary with it.
+	fake := newSync(t, "fake", otherKey, newPipeline(t, 1<<10), nil)
+	if err := fake.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	sa2 := newSync(t, "primary", testKey, a, nil)
+	sa2.SetPeers(map[netip.Addr]string{egress: fake.Addr().String()})
+	sa2.Start()
+	waitFor(t, "refused by the primary", func() bool { return sa2.Stats().ConnectFail >= 1 })
+	if st := sa2.Stats(); st.BytesSent != 0 {
+		t.Fatalf("the primary sent %d bytes to a standby without the key", st.BytesSent)
+	}
+}
+
+// TestMalformedCounted: authenticated messages that do not parse (unknown
+// item, truncated or impossible record, a flow naming a return path never
+// sent, a sequence number going back, an unknown type) drop the session,
+// are counted, and never panic; what the session applied before stays.
+func TestMalformedCounted(t *testing.T) {
+	b := newPipeline(t, 1<<10)
+	sb, addr := standby(t, b)
+	good := appendPath(nil, 7, path)
+	f := flow(0, conntrack.StateEstablished)
+	f.Aux = 7
+	good = conntrack.AppendRecord(append(good, itemUpsert), &f, time.Hour)
+	rec := conntrack.AppendRecord(nil, &f, time.Hour)
+	bad := [][]byte{
+		{'X'},
+		append([]byte{itemUpsert}, rec[:10]...),
+		append([]byte{itemUpsert, 2, 1, 6, 99}, rec[4:]...), // state 99
+		func() []byte { g := f; g.Aux = 8; return conntrack.AppendRecord([]byte{itemUpsert}, &g, 0) }(),
+		append([]byte{itemPath}, 1, 2, 3),
+	}
+	for i, items := range bad {
+		s := dial(t, addr)
+		send(t, s, msgBatch, 10, good)
+		if typ, seq := recvAck(t, s); typ != msgAck || seq != 10 {
+			t.Fatalf("case %d: ack %d/%d, want %d/10", i, typ, seq, msgAck)
+		}
+		before := sb.Stats().Malformed
+		send(t, s, msgBatch, 20, items)
+		waitFor(t, "malformed counted", func() bool { return sb.Stats().Malformed == before+1 })
+		s.c.Close()
+	}
+	for i, m := range []struct {
+		typ byte
+		seq uint64
+	}{{msgBatch, 5}, {msgAck, 20}, {77, 20}} {
+		s := dial(t, addr)
+		send(t, s, msgBatch, 10, good)
+		recvAck(t, s)
+		before := sb.Stats().Malformed
+		send(t, s, m.typ, m.seq, nil)
+		waitFor(t, "malformed counted", func() bool { return sb.Stats().Malformed == before+1 })
+		s.c.Close()
+		_ = i
+	}
+	if n := len(table(b, egress)); n != 1 {
+		t.Fatalf("the standby holds %d flows, want the one good flow", n)
+	}
+}
+
+func dial(t *testing.T, addr string) *session {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := clientHandshake(c, testKey, "tester")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func send(t *testing.T, s *session, typ byte, seq uint64, items []byte) {
+	t.Helper()
+	if err := s.write(append(appendHeader(nil, typ, seq), items...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recvAck(t *testing.T, s *session) (byte, uint64) {
+	t.Helper()
+	msg, err := s.read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, seq, _, err := header(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return typ, seq
+}
+
+// FuzzApply: whatever an authenticated peer sends, applying it returns an
+// error or nothing, never panics.
+func FuzzApply(f *testing.F) {
+	fl := flow(0, conntrack.StateEstablished)
+	f.Add(conntrack.AppendRecord(append(appendPath(nil, 0, path), itemUpsert), &fl, time.Hour))
+	f.Add([]byte{itemBegin, itemEnd})
+	f.Add(conntrack.AppendRecord([]byte{itemDelete}, &fl, 0))
+	p := newPipeline(f, 1<<10)
+	s := newSync(f, "fuzz", testKey, p, nil)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s.apply("peer", b, map[uint32]gateway.ReturnPath{})
+	})
+}

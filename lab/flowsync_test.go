@@ -1,0 +1,119 @@
+package lab
+
+import (
+	"bufio"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+)
+
+// syncedConn is a connection through the gateway the managed test kills
+// whose port was not preserved: only the flow sync to the standby of its
+// egress IP can carry it through the failover (the pick-up would take the
+// pod's own port, which another connection holds, or which the server does
+// not know for it).
+type syncedConn struct {
+	conn, blocker *keepAlive
+	seen, held    netip.AddrPort
+	ip            netip.Addr
+	standby       string
+}
+
+// startSynced opens a connection through gw whose port is not preserved,
+// on gw's egress IP of blue, and waits until the standby the controller
+// recorded for that IP (egret.io/standby) holds flows for it.
+func startSynced(t *testing.T, l *Lab, st *Status, gw string) *syncedConn {
+	t.Helper()
+	var ip netip.Addr
+	var third string
+	for _, a := range st.Assignment {
+		if a.EgressIP == "blue" && a.Node == gw {
+			ip, third = a.IP, a.Standby
+		}
+	}
+	if !ip.IsValid() || third == "" {
+		t.Fatalf("the killed gateway %s hosts no IP of blue with a standby (%v): the sync check needs one", gw, st.Assignment)
+	}
+
+	var blue []PodStatus
+	for _, p := range st.Pods {
+		if p.Policy == "blue" {
+			blue = append(blue, p)
+		}
+	}
+	if len(blue) < 2 {
+		t.Fatalf("blue selects %d pods; the check needs two", len(blue))
+	}
+	server := netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort).String()
+	for try := range 64 {
+		port := 30000 + (os.Getpid()*7+try*131)%20000
+		first, err := dialFrom(blue[0].Namespace, server, port)
+		if err != nil {
+			continue // the port is in use in the pod: another
+		}
+		held, err := first.get()
+		if err != nil || held.Addr() != ip || held.Port() != uint16(port) {
+			first.c.Close()
+			continue
+		}
+		second, err := dialFrom(blue[1].Namespace, server, port)
+		if err != nil {
+			first.c.Close()
+			continue
+		}
+		seen, err := second.get()
+		if err != nil || seen.Addr() != ip || seen.Port() == uint16(port) {
+			first.c.Close()
+			second.c.Close()
+			continue
+		}
+		t.Cleanup(func() { first.c.Close(); second.c.Close() })
+		sc := &syncedConn{conn: second, blocker: first, seen: seen, held: held, ip: ip, standby: third}
+		for deadline := time.Now().Add(15 * time.Second); gatewayMetric(t, l.Spec, third, "egret_gateway_sync_backup_flows") < 2; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the standby %s of %v holds fewer than 2 backup flows 15 s after the connections opened", third, ip)
+			}
+		}
+		time.Sleep(500 * time.Millisecond) // a few scans more: every flow of the IP is there
+		t.Logf("connection from %s seen as %v (port %d not preserved: %s holds it as %v); %s stands by for %v",
+			blue[1].Name, seen, port, blue[0].Name, held, third, ip)
+		return sc
+	}
+	t.Fatalf("64 pairs of connections from one source port through %v: none had the second's port not preserved", ip)
+	return nil
+}
+
+// check asks on both connections after the failover: each must answer,
+// seen as before.
+func (sc *syncedConn) check(t *testing.T) {
+	after, err := sc.conn.get()
+	if err != nil {
+		t.Fatalf("connection seen as %v (port not preserved) after its gateway was killed: %v; its standby %s should have held its flow", sc.seen, err, sc.standby)
+	}
+	held, err := sc.blocker.get()
+	if err != nil {
+		t.Fatalf("connection seen as %v (port preserved) after its gateway was killed: %v", sc.held, err)
+	}
+	if after != sc.seen || held != sc.held {
+		t.Errorf("after the failover the server saw %v and %v, before %v and %v", after, held, sc.seen, sc.held)
+	}
+	t.Logf("both connections went on through the kill: %v (port not preserved, carried by the synced flow) and %v", after, held)
+}
+
+// dialFrom opens a keep-alive connection from namespace ns with source
+// port port.
+func dialFrom(ns, server string, port int) (*keepAlive, error) {
+	var c net.Conn
+	err := Do(ns, func() error {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}, Timeout: 5 * time.Second}
+		var err error
+		c, err = d.Dial("tcp", server)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &keepAlive{c: c, br: bufio.NewReader(c), host: "egret-lab"}, nil
+}
