@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,6 +182,9 @@ func (e Egret) Start(env GatewayEnv) error {
 	if err := offloadsOff(env.NS, "eth0"); err != nil {
 		return err
 	}
+	if err := muteEgressIPs(env.NS, cfg); err != nil {
+		return err
+	}
 	pid, err := startDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, "gateway", "--config", path,
 		"--state-file", StateFile(env.RunDir, env.Gateway.Name))
 	if err != nil {
@@ -204,6 +208,38 @@ func (e Egret) Start(env GatewayEnv) error {
 func offloadsOff(ns, dev string) error {
 	_, err := nsExec(ns, "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", "gro", "off")
 	return err
+}
+
+// muteEgressIPs keeps the gateway node's kernel from answering for the
+// egress IPs the lab put on its interface (egressIPsClaimed: the gateway
+// claims nothing, so it installs no fence; docs/security.md): a packet to
+// one that XDP does not take, while the gateway restarts, is dropped
+// instead of answered with an RST that would kill the server's end of a
+// connection the next process is about to pick up. ARP still answers, as
+// the lab's router needs it.
+func muteEgressIPs(ns string, cfg engine.Config) error {
+	var v4, v6 []string
+	for _, p := range cfg.Policies {
+		for _, ip := range p.EgressIPs {
+			if a := netip.MustParseAddr(ip); a.Is4() {
+				v4 = append(v4, ip)
+			} else {
+				v6 = append(v6, ip)
+			}
+		}
+	}
+	rules := "table inet egret-lab-mute {}\nflush table inet egret-lab-mute\ntable inet egret-lab-mute {\n chain in {\n  type filter hook input priority 0; policy accept;\n"
+	if len(v4) > 0 {
+		rules += "  ip daddr { " + strings.Join(v4, ", ") + " } drop\n"
+	}
+	if len(v6) > 0 {
+		rules += "  ip6 daddr { " + strings.Join(v6, ", ") + " } drop\n"
+	}
+	rules += " }\n}\n"
+	if _, err := runIn(rules, "ip", "netns", "exec", ns, "nft", "-f", "-"); err != nil {
+		return fmt.Errorf("mute the egress IPs in %s: %w", ns, err)
+	}
+	return nil
 }
 
 // NewGatewayConfig builds the file `egret gateway --config` reads for

@@ -229,7 +229,9 @@ func testPickUpAfterGatewayRestart(t *testing.T, l *Lab) {
 	}
 	after, err := get()
 	if err != nil {
-		t.Fatalf("request on the connection after the gateway restarted: %v, want an answer (the flow picked up)", err)
+		t.Fatalf("request on the connection after the gateway restarted: %v, want an answer (the flow picked up); the server saw %v before, the pod's end is %v; gateway counters: no_flow %v, picked_up %v, resets %v",
+			err, before, c.LocalAddr(), gatewayMetric(t, s, gw.Name, `egret_gateway_dropped_packets_total{reason="tcp_no_flow"}`),
+			gatewayMetric(t, s, gw.Name, "egret_gateway_flows_picked_up_total"), gatewayMetric(t, s, gw.Name, "egret_gateway_tcp_resets_sent_total"))
 	}
 	if after != before {
 		t.Errorf("after the restart the server saw %v, before %v: want the same address and port", after, before)
