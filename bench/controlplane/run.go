@@ -133,7 +133,7 @@ func run(o options) error {
 		return err
 	}
 	res.Targets = targets(res)
-	res.Machine.LoadEnd = loadNow()
+	res.Machine.LoadEnd = dist.LoadAvg()
 	return write(o.out, res)
 }
 
@@ -483,18 +483,5 @@ func losses(ctx context.Context, sc Scale, cs kubernetes.Interface, tr *tracker,
 }
 
 func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		m.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
-	}
-	return m
-}
-
-// loadNow is the load average now, for the end of a run.
-func loadNow() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
+	return Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadAvg: dist.LoadAvg()}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egret-gw/egret/bench/dist"
 	"github.com/egret-gw/egret/lab"
 )
 
@@ -171,7 +172,7 @@ func run(o options) error {
 	}
 	res.Seconds = time.Since(start).Seconds()
 	res.summarize()
-	res.Machine.LoadEnd = loadNow()
+	res.Machine.LoadEnd = dist.LoadAvg()
 	return write(o.out, res)
 }
 
@@ -213,18 +214,5 @@ func brokenNote(n int) string {
 }
 
 func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU()}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		m.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
-	}
-	return m
-}
-
-// loadNow is the load average now, for the end of a run.
-func loadNow() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
+	return Machine{CPUs: runtime.NumCPU(), LoadAvg: dist.LoadAvg()}
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/egret-gw/egret/bench/dist"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -173,7 +174,7 @@ func run(cfg config) error {
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
 	}
-	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: loadavg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
+	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
 	fmt.Printf("bench-lab: %d scenarios × {kernel, egret}, trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
 		len(cfg.scenarios), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
 	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
@@ -192,18 +193,9 @@ func run(cfg config) error {
 			}
 		}
 	}
-	rep.LoadAfter = loadavg()
+	rep.LoadAfter = dist.LoadAvg()
 	rep.print(os.Stdout)
 	return rep.write(cfg.out)
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // runMode brings up one lab in one gateway mode and runs the scenarios on it.
