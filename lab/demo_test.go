@@ -53,6 +53,11 @@ func testDemo(t *testing.T, underlay, name string) {
 		Underlay                        string  `json:"underlay"`
 		AssignmentBefore                []AssignmentStatus
 		AssignmentAfter                 []AssignmentStatus
+		LongLived                       *struct {
+			Pod, SeenBefore, SeenAfter, Gateway, Error string
+			Survived                                   bool
+			Seconds                                    float64
+		}
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		t.Fatalf("demo output is not JSON: %v\n%s", err, stdout.String())
@@ -126,6 +131,22 @@ func testDemo(t *testing.T, underlay, name string) {
 		t.Errorf("failover_seconds %.3f, want within (0, %.0f]", res.FailoverSeconds, limit)
 	}
 	t.Logf("failover of %s: %.3f s", res.FailedGateway, res.FailoverSeconds)
+	// The keep-alive connection through the killed gateway went on: its
+	// first answer after the kill came on the same connection, from the
+	// same egress IP and port.
+	switch ll := res.LongLived; {
+	case ll == nil:
+		t.Errorf("the demo reports no longLived connection")
+	case !ll.Survived || ll.Error != "" || ll.SeenAfter != ll.SeenBefore || ll.Seconds <= 0:
+		t.Errorf("the long-lived connection from %s (seen as %s) did not survive the kill: seen after as %q, %.3f s, %s", ll.Pod, ll.SeenBefore, ll.SeenAfter, ll.Seconds, ll.Error)
+	case ll.Gateway != res.FailedGateway || !slices.ContainsFunc(res.AssignmentBefore, func(a AssignmentStatus) bool {
+		ap, err := netip.ParseAddrPort(ll.SeenBefore)
+		return err == nil && a.IP == ap.Addr() && a.Node == res.FailedGateway
+	}):
+		t.Errorf("the long-lived connection was seen as %s, not an egress IP of the killed gateway %s (%v)", ll.SeenBefore, res.FailedGateway, res.AssignmentBefore)
+	default:
+		t.Logf("long-lived connection from %s (%s) answered %.3f s after the kill", ll.Pod, ll.SeenBefore, ll.Seconds)
+	}
 	if left := Namespaces(name); len(left) > 0 {
 		t.Errorf("the demo left namespaces behind without --keep: %v", left)
 	}

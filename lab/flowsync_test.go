@@ -15,7 +15,7 @@ import (
 // pod's own port, which another connection holds, or which the server does
 // not know for it).
 type syncedConn struct {
-	conn, blocker *keepAlive
+	conn, blocker *KeepAlive
 	seen, held    netip.AddrPort
 	ip            netip.Addr
 	standby       string
@@ -53,23 +53,23 @@ func startSynced(t *testing.T, l *Lab, st *Status, gw string) *syncedConn {
 		if err != nil {
 			continue // the port is in use in the pod: another
 		}
-		held, err := first.get()
+		held, err := first.Get(10 * time.Second)
 		if err != nil || held.Addr() != ip || held.Port() != uint16(port) {
-			first.c.Close()
+			first.Close()
 			continue
 		}
 		second, err := dialFrom(blue[1].Namespace, server, port)
 		if err != nil {
-			first.c.Close()
+			first.Close()
 			continue
 		}
-		seen, err := second.get()
+		seen, err := second.Get(10 * time.Second)
 		if err != nil || seen.Addr() != ip || seen.Port() == uint16(port) {
-			first.c.Close()
-			second.c.Close()
+			first.Close()
+			second.Close()
 			continue
 		}
-		t.Cleanup(func() { first.c.Close(); second.c.Close() })
+		t.Cleanup(func() { first.Close(); second.Close() })
 		sc := &syncedConn{conn: second, blocker: first, seen: seen, held: held, ip: ip, standby: third}
 		for deadline := time.Now().Add(15 * time.Second); gatewayMetric(t, l.Spec, third, "egret_gateway_sync_backup_flows") < 2; time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -88,11 +88,11 @@ func startSynced(t *testing.T, l *Lab, st *Status, gw string) *syncedConn {
 // check asks on both connections after the failover: each must answer,
 // seen as before.
 func (sc *syncedConn) check(t *testing.T) {
-	after, err := sc.conn.get()
+	after, err := sc.conn.Get(10 * time.Second)
 	if err != nil {
 		t.Fatalf("connection seen as %v (port not preserved) after its gateway was killed: %v; its standby %s should have held its flow", sc.seen, err, sc.standby)
 	}
-	held, err := sc.blocker.get()
+	held, err := sc.blocker.Get(10 * time.Second)
 	if err != nil {
 		t.Fatalf("connection seen as %v (port preserved) after its gateway was killed: %v", sc.held, err)
 	}
@@ -104,7 +104,7 @@ func (sc *syncedConn) check(t *testing.T) {
 
 // dialFrom opens a keep-alive connection from namespace ns with source
 // port port.
-func dialFrom(ns, server string, port int) (*keepAlive, error) {
+func dialFrom(ns, server string, port int) (*KeepAlive, error) {
 	var c net.Conn
 	err := Do(ns, func() error {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}, Timeout: 5 * time.Second}
@@ -115,5 +115,5 @@ func dialFrom(ns, server string, port int) (*keepAlive, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &keepAlive{c: c, br: bufio.NewReader(c), host: "egret-lab"}, nil
+	return &KeepAlive{conn: c, br: bufio.NewReader(c)}, nil
 }

@@ -1,12 +1,9 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -62,46 +59,24 @@ func startLongLived(t *testing.T, l *Lab, pods []PodStatus, n int) *longLived {
 // run dials, reports the first answer on ready, then asks every 100 ms
 // until stop or an error.
 func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	conn, err := DialContext(ctx, ns, "tcp", server)
-	cancel()
+	k, err := DialKeepAlive(ns, server, 5*time.Second)
 	if err != nil {
 		ready <- fmt.Errorf("%s: dial %s: %w", c.pod, server, err)
 		return
 	}
-	defer conn.Close()
-	br := bufio.NewReader(conn)
-	local := conn.LocalAddr().(*net.TCPAddr).Port
-	var seen netip.AddrPort
+	defer k.Close()
+	local := k.conn.LocalAddr().(*net.TCPAddr).Port
+	// A stall longer than 5 s is an interruption, not a slow answer.
 	ask := func() (netip.Addr, error) {
-		// A stall longer than this is an interruption, not a slow answer.
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: egret-lab\r\n\r\n"); err != nil {
-			return netip.Addr{}, err
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		defer resp.Body.Close()
-		line, err := bufio.NewReader(resp.Body).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return netip.Addr{}, err
-		}
-		io.Copy(io.Discard, resp.Body)
-		ap, err := netip.ParseAddrPort(strings.Fields(line + " ")[0])
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("answer %q: %w", line, err)
-		}
-		seen = ap
-		return ap.Addr(), nil
+		ap, err := k.Get(5 * time.Second)
+		return ap.Addr(), err
 	}
-	src, err := ask()
+	seen, err := k.Get(5 * time.Second)
 	if err != nil {
 		ready <- fmt.Errorf("%s: first request: %w", c.pod, err)
 		return
 	}
-	c.src, c.answers, c.kept = src, 1, int(seen.Port()) == local
+	c.src, c.answers, c.kept = seen.Addr(), 1, int(seen.Port()) == local
 	ready <- nil
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()

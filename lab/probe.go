@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -85,6 +86,53 @@ func HTTPSource(ns, srv string, timeout time.Duration) (netip.AddrPort, error) {
 	}
 	return netip.ParseAddrPort(strings.Fields(line + " ")[0])
 }
+
+// KeepAlive is one keep-alive HTTP/1.1 connection from a pod to the echo
+// server: every Get asks, on the same TCP connection, which source the
+// server sees. It is the long-lived connection of the demo and the tests
+// that a failover must not break.
+type KeepAlive struct {
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+// DialKeepAlive opens a KeepAlive from namespace ns to srv ("ip:port").
+func DialKeepAlive(ns, srv string, timeout time.Duration) (*KeepAlive, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := DialContext(ctx, ns, "tcp", srv)
+	if err != nil {
+		return nil, err
+	}
+	return &KeepAlive{conn: c, br: bufio.NewReader(c)}, nil
+}
+
+// Get sends GET / on the connection and returns the "<ip>:<port>" the echo
+// server answers with. An exchange that takes longer than limit fails, and
+// so does every later one: an answer may still be on its way.
+func (k *KeepAlive) Get(limit time.Duration) (netip.AddrPort, error) {
+	k.conn.SetDeadline(time.Now().Add(limit))
+	if _, err := io.WriteString(k.conn, "GET / HTTP/1.1\r\nHost: egret-lab\r\n\r\n"); err != nil {
+		return netip.AddrPort{}, err
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ap, err := netip.ParseAddrPort(strings.Fields(string(body) + " ")[0])
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("the echo server answered %q: %w", body, err)
+	}
+	return ap, nil
+}
+
+// Close closes the connection; a Get under way returns an error.
+func (k *KeepAlive) Close() error { return k.conn.Close() }
 
 var pingID atomic.Uint32
 

@@ -259,7 +259,7 @@ func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
 	}
 	server := netip.AddrPortFrom(s.Server.IP, HTTPPort).String()
 	port := 20000 + os.Getpid()%20000
-	dial := func(ns string) *keepAlive {
+	dial := func(ns string) *KeepAlive {
 		var c net.Conn
 		err := Do(ns, func() error {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}, Timeout: 5 * time.Second}
@@ -271,15 +271,15 @@ func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
 			t.Fatalf("dial %s from %s with source port %d: %v", server, ns, port, err)
 		}
 		t.Cleanup(func() { c.Close() })
-		return &keepAlive{c: c, br: bufio.NewReader(c), host: s.Server.IP.String()}
+		return &KeepAlive{conn: c, br: bufio.NewReader(c)}
 	}
 	first := dial(s.NS(q.Name)) // holds egress:port towards the server
-	held, err := first.get()
+	held, err := first.Get(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	moved := dial(s.NS(p.Name))
-	before, err := moved.get()
+	before, err := moved.Get(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,11 +306,11 @@ func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
 	if err := l.StartGateway(gw.Name); err != nil {
 		t.Fatal(err)
 	}
-	after, err := moved.get()
+	after, err := moved.Get(10 * time.Second)
 	if err != nil {
 		t.Fatalf("request on the connection whose port was not preserved, after the graceful restart: %v, want an answer (its flow resumed)", err)
 	}
-	heldAfter, err := first.get()
+	heldAfter, err := first.Get(10 * time.Second)
 	if err != nil {
 		t.Fatalf("request on the connection with the preserved port, after the graceful restart: %v", err)
 	}
@@ -321,29 +321,4 @@ func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
 		t.Errorf("flows_picked_up %v after the graceful restart (before it: %v), want 0: the flows were to be resumed from the state file", n, pickedBefore)
 	}
 	t.Logf("both connections went on through the graceful restart: %v (port not preserved) and %v", after, heldAfter)
-}
-
-// keepAlive is an HTTP/1.1 connection to the lab's server that asks who it
-// sees, request after request.
-type keepAlive struct {
-	c    net.Conn
-	br   *bufio.Reader
-	host string
-}
-
-func (k *keepAlive) get() (netip.AddrPort, error) {
-	k.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := fmt.Fprintf(k.c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", k.host); err != nil {
-		return netip.AddrPort{}, err
-	}
-	resp, err := http.ReadResponse(k.br, nil)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	return netip.ParseAddrPort(strings.Fields(string(body) + " ")[0])
 }

@@ -47,6 +47,31 @@ type demoRecord struct {
 	AsExpected bool `json:"asExpected"`
 }
 
+// demoLongLived is the keep-alive connection the demo holds open through
+// the gateway kill, as `egret demo --json` prints it.
+type demoLongLived struct {
+	// Pod is the pod it comes from.
+	Pod string `json:"pod"`
+	// SeenBefore is the source address and port the server saw on it
+	// before the kill, SeenAfter in its first answer after the killed
+	// gateway was gone.
+	SeenBefore string `json:"seenBefore"`
+	SeenAfter  string `json:"seenAfter,omitempty"`
+	// Gateway hosted SeenBefore's egress IP: the killed gateway.
+	Gateway string `json:"gateway"`
+	// Survived is true when the same connection was answered again, within
+	// longLivedLimit of the kill, and the server saw the same source.
+	Survived bool `json:"survived"`
+	// Seconds is the time from the kill to that answer.
+	Seconds float64 `json:"seconds,omitempty"`
+	// Error says why it did not survive.
+	Error string `json:"error,omitempty"`
+}
+
+// longLivedLimit bounds the wait for the long-lived connection's first
+// answer after the kill, and every exchange on it.
+const longLivedLimit = 10 * time.Second
+
 // demoResult is the whole `egret demo --json` output.
 type demoResult struct {
 	Lab                             string                 `json:"lab"`
@@ -59,6 +84,7 @@ type demoResult struct {
 	FailedGateway                   string                 `json:"failedGateway"`
 	Failover                        *lab.FailoverResult    `json:"failover"`
 	FailoverSeconds                 float64                `json:"failover_seconds"`
+	LongLived                       *demoLongLived         `json:"longLived"`
 	ReturnedGatewayHealthy          bool                   `json:"returnedGatewayHealthy"`
 	Kept                            bool                   `json:"kept"`
 	Seconds                         float64                `json:"seconds"`
@@ -143,6 +169,14 @@ func runDemo(args []string) error {
 
 	gw := failoverTarget(st)
 	res.FailedGateway = gw
+	ka, ll, err := openLongLived(l, st, gw)
+	if err != nil {
+		return failed(err)
+	}
+	defer ka.Close()
+	kill := make(chan [2]time.Time, 1)
+	llDone := watchLongLived(ka, ll, kill)
+	time.Sleep(300 * time.Millisecond) // a few exchanges, and scans of the flow sync (every 100 ms), before the kill
 	d.step(fmt.Sprintf("killing egret gateway on %s (SIGKILL: agent, health check and data plane stop)", gw))
 	fo, err := l.Failover(gw, time.Duration(*reach)*time.Second+8*time.Second)
 	res.Failover = fo
@@ -154,6 +188,9 @@ func runDemo(args []string) error {
 	}
 	d.printf("  failover took %.2f s: status changed after %.2f s, the first request with %s from %s after %.2f s (limit %d s + 1 s)\n",
 		fo.Seconds(), fo.StatusSeconds, movedLine(fo.Moved), fo.Pod, fo.TrafficSeconds, *reach)
+	kill <- [2]time.Time{fo.Killed, fo.Dead}
+	res.LongLived = <-llDone
+	d.printf("  %s\n", longLivedLine(res.LongLived))
 
 	d.step("sending from every pod again: the moved egress IPs now leave from their new gateways")
 	if st, err = l.Status(); err != nil {
@@ -194,7 +231,122 @@ func runDemo(args []string) error {
 	if !ok || !ok2 {
 		return errors.New("some probes failed or saw an unexpected source (see the table)")
 	}
+	if !res.LongLived.Survived {
+		return fmt.Errorf("the long-lived connection from %s did not survive the kill of %s: %s", res.LongLived.Pod, gw, res.LongLived.Error)
+	}
 	return nil
+}
+
+// openLongLived opens a keep-alive connection through gw: from a pod
+// that may leave with one of gw's egress IPs, new connections until the
+// server sees one of them (a multipath route picks a gateway per
+// connection), and exchanges a first request on it.
+func openLongLived(l *lab.Lab, st *lab.Status, gw string) (*lab.KeepAlive, *demoLongLived, error) {
+	var ips []netip.Addr
+	for _, a := range st.Assignment {
+		if a.Node == gw {
+			ips = append(ips, a.IP)
+		}
+	}
+	onGW := func(a netip.Addr) bool { return slices.Contains(ips, a) }
+	// The pods that may leave through gw, those with the fewest egress IPs
+	// first (green's only IP: every connection takes it).
+	type candidate struct {
+		pod  lab.PodStatus
+		srv  netip.Addr
+		srcs int
+	}
+	var cands []candidate
+	for _, p := range st.Pods {
+		if l.Spec.Server.IP.IsValid() && slices.ContainsFunc(p.ExpectedSources, onGW) {
+			cands = append(cands, candidate{p, l.Spec.Server.IP, len(p.ExpectedSources)})
+		}
+		if l.Spec.Server.IP6.IsValid() && slices.ContainsFunc(p.ExpectedSources6, onGW) {
+			cands = append(cands, candidate{p, l.Spec.Server.IP6, len(p.ExpectedSources6)})
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return a.srcs - b.srcs })
+	for _, c := range cands {
+		srv := netip.AddrPortFrom(c.srv, lab.HTTPPort).String()
+		for range 16 {
+			ka, err := lab.DialKeepAlive(c.pod.Namespace, srv, 5*time.Second)
+			if err != nil {
+				return nil, nil, fmt.Errorf("opening the long-lived connection from %s to %s: %w", c.pod.Name, srv, err)
+			}
+			seen, err := ka.Get(longLivedLimit)
+			if err != nil {
+				ka.Close()
+				return nil, nil, fmt.Errorf("the first request on the long-lived connection from %s to %s: %w", c.pod.Name, srv, err)
+			}
+			if onGW(seen.Addr()) {
+				return ka, &demoLongLived{Pod: c.pod.Name, SeenBefore: seen.String(), Gateway: gw}, nil
+			}
+			ka.Close()
+		}
+	}
+	return nil, nil, fmt.Errorf("no pod's connection left through %s (egress IPs %v) in 16 tries each", gw, ips)
+}
+
+// watchLongLived asks on ka every 100 ms until the kill's times (the kill
+// was sent, the process was gone) arrive on kill and an answer came after
+// the process was gone, or until an exchange fails; then it sends ll
+// filled in. An answer between the kill and the process's end may have
+// passed the dying gateway, so it does not count.
+func watchLongLived(ka *lab.KeepAlive, ll *demoLongLived, kill <-chan [2]time.Time) <-chan *demoLongLived {
+	done := make(chan *demoLongLived, 1)
+	go func() {
+		type answer struct {
+			at   time.Time
+			seen netip.AddrPort
+		}
+		var answers []answer
+		var killed, dead time.Time
+		for {
+			seen, err := ka.Get(longLivedLimit)
+			if err == nil {
+				answers = append(answers, answer{time.Now(), seen})
+			}
+			if dead.IsZero() {
+				select {
+				case t := <-kill:
+					killed, dead = t[0], t[1]
+				default:
+				}
+			}
+			if !dead.IsZero() {
+				if i := slices.IndexFunc(answers, func(a answer) bool { return a.at.After(dead) }); i >= 0 {
+					a := answers[i]
+					ll.SeenAfter, ll.Seconds = a.seen.String(), a.at.Sub(killed).Seconds()
+					switch {
+					case ll.SeenAfter != ll.SeenBefore:
+						ll.Error = "the server saw another source on it"
+					case a.at.Sub(killed) > longLivedLimit:
+						ll.Error = fmt.Sprintf("its first answer came later than %v after the kill", longLivedLimit)
+					default:
+						ll.Survived = true
+					}
+					done <- ll
+					return
+				}
+			}
+			if err != nil {
+				ll.Error = fmt.Sprintf("a request on it failed: %v", err)
+				done <- ll
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return done
+}
+
+// longLivedLine is the demo's line about the long-lived connection.
+func longLivedLine(ll *demoLongLived) string {
+	head := fmt.Sprintf("long-lived connection from %s (seen as %s through %s before the kill)", ll.Pod, ll.SeenBefore, ll.Gateway)
+	if !ll.Survived {
+		return fmt.Sprintf("%s: BROKEN: %s", head, ll.Error)
+	}
+	return fmt.Sprintf("%s: survived, answered on the same connection %.2f s after the kill, seen as %s", head, ll.Seconds, ll.SeenAfter)
 }
 
 type demo struct {
