@@ -91,30 +91,7 @@ func (w *wire) build(b []byte, size int, flow, seq uint64, ts int64) int {
 	clear(b[:total])
 	copy(b[0:6], w.outerDstMAC[:])
 	copy(b[6:12], w.outerSrcMAC[:])
-	udpOff := 0
-	if w.outerSrc.Is4() {
-		binary.BigEndian.PutUint16(b[12:14], 0x0800)
-		ip := b[14:34]
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:4], uint16(total-ethLen))
-		binary.BigEndian.PutUint16(ip[6:8], 0x4000)
-		ip[8], ip[9] = 64, 17
-		s, d := w.outerSrc.As4(), w.outerDst.As4()
-		copy(ip[12:16], s[:])
-		copy(ip[16:20], d[:])
-		binary.BigEndian.PutUint16(ip[10:12], header.ChecksumFold(header.Checksum(ip, 0)))
-		udpOff = 34
-	} else {
-		binary.BigEndian.PutUint16(b[12:14], 0x86dd)
-		ip := b[14:54]
-		ip[0] = 0x60
-		binary.BigEndian.PutUint16(ip[4:6], uint16(total-ethLen-40))
-		ip[6], ip[7] = 17, 64
-		s, d := w.outerSrc.As16(), w.outerDst.As16()
-		copy(ip[8:24], s[:])
-		copy(ip[24:40], d[:])
-		udpOff = 54
-	}
+	udpOff, outerPseudo := putIPUDP(b[12:total], w.outerSrc, w.outerDst)
 	sport, dport := flowPorts(flow)
 	// The outer source port carries the flow's entropy, as Linux VXLAN's does.
 	h := uint32(flow * 0x9e3779b97f4a7c15 >> 32)
@@ -128,33 +105,8 @@ func (w *wire) build(b []byte, size int, flow, seq uint64, ts int64) int {
 	in := b[o:total]
 	copy(in[0:6], w.innerDstMAC[:])
 	copy(in[6:12], w.innerSrcMAC[:])
-	var iu []byte // inner UDP header and payload
-	var pseudo uint32
-	if w.pod.Is4() {
-		binary.BigEndian.PutUint16(in[12:14], 0x0800)
-		ip := in[14:34]
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:4], uint16(inner-ethLen))
-		binary.BigEndian.PutUint16(ip[6:8], 0x4000)
-		ip[8], ip[9] = 64, 17
-		s, d := w.pod.As4(), w.server.As4()
-		copy(ip[12:16], s[:])
-		copy(ip[16:20], d[:])
-		binary.BigEndian.PutUint16(ip[10:12], header.ChecksumFold(header.Checksum(ip, 0)))
-		iu = in[34:]
-		pseudo = header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(iu)))
-	} else {
-		binary.BigEndian.PutUint16(in[12:14], 0x86dd)
-		ip := in[14:54]
-		ip[0] = 0x60
-		binary.BigEndian.PutUint16(ip[4:6], uint16(inner-ethLen-40))
-		ip[6], ip[7] = 17, 64
-		s, d := w.pod.As16(), w.server.As16()
-		copy(ip[8:24], s[:])
-		copy(ip[24:40], d[:])
-		iu = in[54:]
-		pseudo = header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(iu)))
-	}
+	iuOff, pseudo := putIPUDP(in[12:], w.pod, w.server)
+	iu := in[iuOff:] // inner UDP header and payload
 	binary.BigEndian.PutUint16(iu[0:2], sport)
 	binary.BigEndian.PutUint16(iu[2:4], dport)
 	binary.BigEndian.PutUint16(iu[4:6], uint16(len(iu)))
@@ -164,13 +116,43 @@ func (w *wire) build(b []byte, size int, flow, seq uint64, ts int64) int {
 	binary.BigEndian.PutUint16(iu[6:8], header.UDPChecksumValue(header.ChecksumFold(header.Checksum(iu[:udpLen+stampLen], pseudo))))
 	if w.outerSrc.Is6() {
 		u := b[udpOff:total]
-		s, d := w.outerSrc.As16(), w.outerDst.As16()
-		ps := header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(u)))
 		// Everything past the inner stamp is zero.
 		end := o + len(in) - len(iu) + udpLen + stampLen
-		binary.BigEndian.PutUint16(u[6:8], header.UDPChecksumValue(header.ChecksumFold(header.Checksum(b[udpOff:end], ps))))
+		binary.BigEndian.PutUint16(u[6:8], header.UDPChecksumValue(header.ChecksumFold(header.Checksum(b[udpOff:end], outerPseudo))))
 	}
 	return total
+}
+
+// putIPUDP writes, from b[0], the EtherType and an IPv4 or IPv6 header
+// (TTL 64, don't fragment) from src to dst for a UDP datagram filling the
+// rest of b. It returns where the UDP header starts, counted from the
+// frame's start (b[0] is the EtherType at frame offset 12), and the UDP
+// pseudo-header sum.
+func putIPUDP(b []byte, src, dst netip.Addr) (udpOff int, pseudo uint32) {
+	if src.Is4() {
+		binary.BigEndian.PutUint16(b, 0x0800)
+		ip := header.IPv4(b[2 : 2+20])
+		ip.SetHeaderLength(20)
+		ip.SetTotalLength(uint16(len(b) - 2))
+		ip.SetFlagsFragmentOffset(header.IPv4FlagDontFragment, 0)
+		ip.SetTTL(64)
+		ip.SetProtocol(17)
+		s, d := src.As4(), dst.As4()
+		ip.SetSrcAddr(s)
+		ip.SetDstAddr(d)
+		ip.SetChecksum(header.ChecksumFold(header.Checksum(ip, 0)))
+		return ethLen + 20, header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(b)-2-20))
+	}
+	binary.BigEndian.PutUint16(b, 0x86dd)
+	ip := header.IPv6(b[2 : 2+40])
+	ip.SetVersionTrafficClassFlowLabel(0, 0)
+	ip.SetPayloadLength(uint16(len(b) - 2 - 40))
+	ip.SetNextHeader(17)
+	ip.SetHopLimit(64)
+	s, d := src.As16(), dst.As16()
+	ip.SetSrcAddr(s)
+	ip.SetDstAddr(d)
+	return ethLen + 40, header.PseudoHeaderChecksum(17, s[:], d[:], uint16(len(b)-2-40))
 }
 
 // stamp is what the receiver reads from a frame leaving the gateway.
