@@ -255,9 +255,16 @@ func TestFragmentFloodKeepsOthers(t *testing.T) {
 			t.Fatalf("victim's datagram during the flood: %v %v", r.Verdict, r.Reason)
 		}
 	}
+	// The flooder holds its share: all but quota of its first fragments
+	// are refused. Sources share a quota slot when their keyed hashes
+	// collide, so the victim's open datagram may hold one of those entries;
+	// and a fragment whose two candidate buckets happen to be full is a
+	// table_full drop before the quota is consulted.
 	st := f.p.Stats()
-	if q := st.Drops[DropFragQuota]; q != uint64(floods)-uint64(f.w.frags.quota) {
-		t.Fatalf("fragment_quota drops %d, want all but the %d of the flooder's share", q, f.w.frags.quota)
+	q, full := st.Drops[DropFragQuota], st.Drops[DropFragTableFull]
+	admitted := uint64(floods) - q - full
+	if quota := uint64(f.w.frags.quota); admitted > quota || admitted+1 < quota {
+		t.Fatalf("the flooder got %d fragment entries (fragment_quota drops %d, fragment_table_full %d), want its share of %d (or one less)", admitted, q, full, quota)
 	}
 }
 
