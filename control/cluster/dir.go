@@ -459,10 +459,10 @@ func (s *Dir) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 				continue
 			}
 			e.Status = old.Status // the controller owns status and the standby annotation
-			setStandby(e, old.Annotations[egressv1.AnnotationStandby])
+			egressv1.SetStandbyAnnotation(e, old.Annotations[egressv1.AnnotationStandby])
 		} else if st, standby, ok := s.readStatus(name); ok {
 			e.Status = st
-			setStandby(e, standby)
+			egressv1.SetStandbyAnnotation(e, standby)
 		}
 		s.rv++
 		e.ResourceVersion = strconv.FormatUint(s.rv, 10)
@@ -474,19 +474,6 @@ func (s *Dir) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 
 func (s *Dir) statusPath(name string) string {
 	return filepath.Join(s.dir, StatusDir, name+".yaml")
-}
-
-// setStandby sets e's egret.io/standby annotation to v, or removes it when
-// v is empty: the status file, not the manifest, holds the controller's.
-func setStandby(e *egressv1.EgressIP, v string) {
-	if v == "" {
-		delete(e.Annotations, egressv1.AnnotationStandby)
-		return
-	}
-	if e.Annotations == nil {
-		e.Annotations = map[string]string{}
-	}
-	e.Annotations[egressv1.AnnotationStandby] = v
 }
 
 // readStatus reads the status and standby annotation a previous run
@@ -571,7 +558,7 @@ func (s *Dir) View() View {
 		if x, ok := s.status[e.Name]; ok {
 			c := e.DeepCopy()
 			c.Status = *x.DeepCopy()
-			setStandby(c, s.standbys[e.Name])
+			egressv1.SetStandbyAnnotation(c, s.standbys[e.Name])
 			eips[i] = c
 		}
 	}
@@ -626,7 +613,7 @@ func (s *Dir) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
 	}
 	next := cur.DeepCopy()
 	next.Status = *eip.Status.DeepCopy()
-	setStandby(next, eip.Annotations[egressv1.AnnotationStandby])
+	egressv1.SetStandbyAnnotation(next, eip.Annotations[egressv1.AnnotationStandby])
 	s.rv++
 	next.ResourceVersion = strconv.FormatUint(s.rv, 10)
 	out := next.DeepCopy()

@@ -553,14 +553,7 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	cp.Status.Items = slices.Clone(d.items)
 	// The standby annotation goes in the same update, so a reader never
 	// sees a status with the standbys of another assignment.
-	if d.standby == "" {
-		delete(cp.Annotations, egressv1.AnnotationStandby)
-	} else {
-		if cp.Annotations == nil {
-			cp.Annotations = map[string]string{}
-		}
-		cp.Annotations[egressv1.AnnotationStandby] = d.standby
-	}
+	egressv1.SetStandbyAnnotation(cp, d.standby)
 	err := c.src.UpdateEgressIP(ctx, cp)
 	switch {
 	case err == nil:

@@ -141,6 +141,19 @@ func FormatStandbys(m map[netip.Addr]string) string {
 	return string(b)
 }
 
+// SetStandbyAnnotation sets e's egret.io/standby annotation to value (a
+// FormatStandbys result), or removes it when value is empty.
+func SetStandbyAnnotation(e *EgressIP, value string) {
+	if value == "" {
+		delete(e.Annotations, AnnotationStandby)
+		return
+	}
+	if e.Annotations == nil {
+		e.Annotations = map[string]string{}
+	}
+	e.Annotations[AnnotationStandby] = value
+}
+
 func standbyJSON(m map[netip.Addr]string) map[string]string {
 	out := make(map[string]string, len(m))
 	for a, n := range m {
