@@ -1,15 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,57 +28,31 @@ type oldConn struct {
 const pause = 10 * time.Millisecond
 
 // openOld dials from pod's namespace and waits for the first answer.
-func openOld(p lab.PodStatus, server string) (*oldConn, *http.Request, net.Conn, *bufio.Reader, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := lab.DialContext(ctx, p.Namespace, "tcp", server)
+func openOld(p lab.PodStatus, server string) (*oldConn, *lab.KeepAlive, error) {
+	k, err := lab.DialKeepAlive(p.Namespace, server, 5*time.Second)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("%s: dial %s: %w", p.Name, server, err)
+		return nil, nil, fmt.Errorf("%s: dial %s: %w", p.Name, server, err)
 	}
-	c := &oldConn{pod: p.Name}
-	br := bufio.NewReader(conn)
-	req, _ := http.NewRequest(http.MethodGet, "http://"+server+"/", nil)
-	req.Host = "egret-bench"
-	src, err := ask(conn, br, req, 5*time.Second)
+	src, err := k.Get(5 * time.Second)
 	if err != nil {
-		conn.Close()
-		return nil, nil, nil, nil, fmt.Errorf("%s: first request: %w", p.Name, err)
+		k.Close()
+		return nil, nil, fmt.Errorf("%s: first request: %w", p.Name, err)
 	}
-	c.src = src.Addr()
-	c.answers = append(c.answers, time.Now())
-	return c, req, conn, br, nil
-}
-
-// ask sends one request and reads the echo server's "<ip>:<port>" answer.
-func ask(conn net.Conn, br *bufio.Reader, req *http.Request, limit time.Duration) (netip.AddrPort, error) {
-	conn.SetDeadline(time.Now().Add(limit))
-	if err := req.Write(conn); err != nil {
-		return netip.AddrPort{}, err
-	}
-	resp, err := http.ReadResponse(br, req)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	defer resp.Body.Close()
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return netip.AddrPort{}, err
-	}
-	io.Copy(io.Discard, resp.Body)
-	return netip.ParseAddrPort(strings.Fields(line + " ")[0])
+	c := &oldConn{pod: p.Name, src: src.Addr(), answers: []time.Time{time.Now()}}
+	return c, k, nil
 }
 
 // keep asks until stop, recording each answer; an error (a reset, or no
 // answer for limit) ends it.
-func (c *oldConn) keep(conn net.Conn, br *bufio.Reader, req *http.Request, stop <-chan struct{}, limit time.Duration) {
-	defer conn.Close()
+func (c *oldConn) keep(k *lab.KeepAlive, stop <-chan struct{}, limit time.Duration) {
+	defer k.Close()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-time.After(pause):
 		}
-		_, err := ask(conn, br, req, limit)
+		_, err := k.Get(limit)
 		c.mu.Lock()
 		if err != nil {
 			c.err = err
@@ -122,19 +90,19 @@ func oldConns(st *lab.Status, server string, ips []netip.Addr, n int, stop <-cha
 			continue
 		}
 		for range n {
-			c, req, conn, br, err := openOld(p, server)
+			c, k, err := openOld(p, server)
 			if err != nil {
 				return out, err
 			}
 			if !slices.Contains(ips, c.src) {
-				conn.Close()
+				k.Close()
 				continue
 			}
 			out = append(out, c)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.keep(conn, br, req, stop, limit)
+				c.keep(k, stop, limit)
 			}()
 		}
 	}
