@@ -49,13 +49,12 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	bin := o.egret
-	if bin == "" {
-		bin = filepath.Join(work, "egret")
+	if o.egret == "" {
 		fmt.Println("building ./cmd/egret ...")
-		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/egret").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/egret (run from the repository's root): %v\n%s", err, out)
-		}
+	}
+	bin, err := dist.EgretBinary(o.egret, work)
+	if err != nil {
+		return err
 	}
 	crds := filepath.Join("deploy", "crd")
 	if _, err := os.Stat(crds); err != nil {

@@ -1,5 +1,6 @@
-// Package dist summarises measured durations for the benchmark reports of
-// bench/: percentiles (nearest rank) and PNG plots drawn with gonum/plot.
+// Package dist is what the benchmark programs of bench/ share: summaries
+// of measured durations (percentiles, nearest rank), PNG plots drawn with
+// gonum/plot, the machine's load and the egret binary they run.
 package dist
 
 import (

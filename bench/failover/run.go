@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -60,17 +59,14 @@ func run(o options) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("creating the report folder: %w", err)
 	}
-	bin := o.egret
-	if bin == "" {
-		dir, err := os.MkdirTemp("", "egret-bench-failover-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "egret")
-		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/egret").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/egret (run from the repository's root): %v\n%s", err, out)
-		}
+	dir, err := os.MkdirTemp("", "egret-bench-failover-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := dist.EgretBinary(o.egret, dir)
+	if err != nil {
+		return err
 	}
 	spec, err := lab.DefaultSpec("efo" + strconv.FormatInt(int64(os.Getpid()), 36))
 	if err != nil {

@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -163,9 +162,8 @@ func run(cfg config) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		cfg.bin = filepath.Join(dir, "egret")
-		if out, err := exec.Command("go", "build", "-o", cfg.bin, "./cmd/egret").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/egret: %v\n%s", err, out)
+		if cfg.bin, err = dist.EgretBinary("", dir); err != nil {
+			return err
 		}
 	}
 	if cfg.out == "" {
