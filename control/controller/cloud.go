@@ -139,29 +139,36 @@ func (c *Controller) cloudReady(items []egressv1.EgressIPStatusItem) []egressv1.
 	return out
 }
 
-// withPendingAttach adds to an object's stored status the IPs the last
-// assignment placed but cloudReady kept out of it while their attach is
-// pending, so the assignment keeps them where they are being attached
+// placedByObject is the last assignment's placements by object, in cloud
+// mode only (nil otherwise): those the assignment made but cloudReady kept
+// out of status while their attach is pending go back into its input
+// (withPending), so the assignment keeps them where they are being attached
 // (and a failed owner's IP on the standby it went to) instead of placing
 // them anew on every cycle.
-func (c *Controller) withPendingAttach(name string, items []assign.StatusItem) []assign.StatusItem {
+func (c *Controller) placedByObject() map[string][]assign.StatusItem {
 	if c.cloud == nil {
-		return items
+		return nil
 	}
-	prefix := name + "/"
-	var out []assign.StatusItem
+	out := make(map[string][]assign.StatusItem)
 	for k, node := range c.placed {
-		ip, ok := strings.CutPrefix(k, prefix)
-		if !ok || slices.ContainsFunc(items, func(it assign.StatusItem) bool { return it.EgressIP == ip }) {
-			continue
+		if name, ip, ok := strings.Cut(k, "/"); ok {
+			out[name] = append(out[name], assign.StatusItem{Node: node, EgressIP: ip})
 		}
-		if out == nil {
-			out = slices.Clone(items)
-		}
-		out = append(out, assign.StatusItem{Node: node, EgressIP: ip})
 	}
-	if out == nil {
-		return items
+	return out
+}
+
+// withPending adds to an object's stored status items the placements of
+// placed whose IP it lacks.
+func withPending(items, placed []assign.StatusItem) []assign.StatusItem {
+	out := items
+	for _, p := range placed {
+		if !slices.ContainsFunc(items, func(it assign.StatusItem) bool { return it.EgressIP == p.EgressIP }) {
+			if len(out) == len(items) {
+				out = slices.Clone(items)
+			}
+			out = append(out, p)
+		}
 	}
 	return out
 }

@@ -386,6 +386,7 @@ func (c *Controller) assign() {
 	objects := make([]assign.Object, 0, len(eips))
 	byName := make(map[string]*egressv1.EgressIP, len(eips))
 	recorded := make(map[string]map[netip.Addr]string, len(eips)) // standbys before this assignment
+	pending := c.placedByObject()
 	for _, e := range eips {
 		byName[e.Name] = e
 		o := assign.Object{Name: e.Name, Created: e.CreationTimestamp.Time, EgressIPs: e.Spec.EgressIPs}
@@ -398,7 +399,7 @@ func (c *Controller) assign() {
 			}
 			o.Standbys = c.recordedStandbys(e)
 		}
-		o.Status = c.withPendingAttach(e.Name, o.Status)
+		o.Status = withPending(o.Status, pending[e.Name])
 		recorded[e.Name] = o.Standbys
 		objects = append(objects, o)
 	}
