@@ -2,7 +2,7 @@
 // the same job (VXLAN decap + conntrack + nftables SNAT, the lab's kernel
 // mode), with one generator, in one run.
 //
-//	go run ./bench/lab [-egret bin/egret] [-out dir] [-trial 5s] [-quick] [-scenarios est-10k,cps,...]
+//	go run ./bench/lab [-egret bin/egret] [-out dir] [-trial 5s] [-quick] [-extra] [-scenarios est-10k,cps,...]
 //
 // A generator in this process sends VXLAN frames from worker w1's eth0 as
 // its VTEP would for pod w1-p1 (AF_XDP transmit, gateway/nic), a sequence
@@ -41,12 +41,15 @@ type scenario struct {
 	// Latency: also measure latency at 10/50/90 % of the NDR.
 	Latency bool   `json:"-"`
 	About   string `json:"about"`
+	// Extra scenarios are not in the standard set (make bench-lab keeps
+	// to about 15 minutes): -extra or -scenarios runs them.
+	Extra bool `json:"extra,omitempty"`
 }
 
-// standard is the standard set, in the order it runs; the first is the
-// summary line's case, and cps comes last on its lab because the flows it
-// opens stay in the table for the UDP timeout.
-var standard = []scenario{
+// scenarios are the standard set and the extra ones, in the order they
+// run; the first is the summary line's case, and the connection-rate ones
+// come last on their lab because the flows they open stay in the table.
+var scenarios = []scenario{
 	{Name: "est-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64}, Latency: true,
 		About: "10k established UDP flows, 64-byte frames, VXLAN over IPv4"},
 	{Name: "est-1", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 1, Dist: "uniform", Size: 64},
@@ -55,8 +58,16 @@ var standard = []scenario{
 		About: "1M established flows, 64-byte frames"},
 	{Name: "est-10k-imix", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 0},
 		About: "10k flows, IMIX (7:4:1 of 64, 576, 1500 bytes)"},
+	{Name: "reply-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Dir: dirReply}, Extra: true,
+		About: "the reply direction: the server's 64-byte UDP frames to the egress IP on 10k established flows, sent from the router's fabric side, received translated inside VXLAN on worker w1"},
+	{Name: "bidir-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Dir: dirBoth}, Extra: true,
+		About: "both directions at once on 10k established flows, 64-byte frames, batches alternating (the rate is the sum)"},
+	{Name: "icmp-frag-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Kind: kindICMPErr}, Extra: true,
+		About: "ICMP errors: fragmentation-needed from outside for 10k established UDP flows (90-byte frames quoting the flow's packet), translated back to the pod"},
 	{Name: "cps", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true},
 		About: "new flows per second: every frame a 5-tuple never seen before (UDP, one packet each), the table growing (last on its lab: it fills the table)"},
+	{Name: "cps-tcp", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true, Kind: kindTCPSYN}, Extra: true,
+		About: "TCP connection setup: each connection a SYN from the pod (a 5-tuple never seen before) and the server's SYN-ACK from outside, two frames (connections per second are half the rate), the table growing"},
 	{Name: "est-10k-v6", Underlay: lab.UnderlayIPv6, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64},
 		About: "10k established flows over an IPv6 underlay (IPv6-only lab: 82-byte frames, the smallest IPv6 frame with the stamp)"},
 }
@@ -66,7 +77,8 @@ func main() {
 	out := flag.String("out", "", "report folder (default: bench-report-<UTC time> in the current directory)")
 	full := flag.Duration("trial", 5*time.Second, "length of a trial that counts (RFC 2544: ≥ 5 s)")
 	quick := flag.Bool("quick", false, "1 s trials and a coarser search, for trying the harness (figures not comparable)")
-	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: all): "+scenarioNames())
+	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: the standard set): "+scenarioNames())
+	extra := flag.Bool("extra", false, "run the extra scenarios too (reply direction, bidirectional, ICMP errors, TCP connection setup)")
 	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
@@ -95,7 +107,7 @@ func main() {
 		}
 	}
 	if err != nil {
-	} else if cfg.scenarios, err = pick(*names); err == nil {
+	} else if cfg.scenarios, err = pick(*names, *extra); err == nil {
 		err = run(cfg)
 	}
 	if err != nil {
@@ -122,20 +134,32 @@ type config struct {
 
 func scenarioNames() string {
 	var s []string
-	for _, sc := range standard {
-		s = append(s, sc.Name)
+	for _, sc := range scenarios {
+		n := sc.Name
+		if sc.Extra {
+			n += " (extra)"
+		}
+		s = append(s, n)
 	}
-	return strings.Join(s, ",")
+	return strings.Join(s, ", ")
 }
 
-func pick(names string) ([]scenario, error) {
+// pick returns the scenarios named (in the order named), or without names
+// the standard set and, with extra, the extra ones, in their running order.
+func pick(names string, extra bool) ([]scenario, error) {
 	if names == "" {
-		return standard, nil
+		var out []scenario
+		for _, sc := range scenarios {
+			if !sc.Extra || extra {
+				out = append(out, sc)
+			}
+		}
+		return out, nil
 	}
 	var out []scenario
 	for _, n := range strings.Split(names, ",") {
 		found := false
-		for _, sc := range standard {
+		for _, sc := range scenarios {
 			if sc.Name == n {
 				out, found = append(out, sc), true
 			}
@@ -252,17 +276,35 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	res := &result{Scenario: sc, Mode: mode}
 	fmt.Printf("-- %s, %s: %s\n", mode, sc.Name, sc.About)
 	tr := sc.Traffic
-	if !tr.New && tr.Flows > 1 {
-		// Establish every flow once before measuring.
-		warm := 50_000.0
-		d := time.Duration(float64(tr.Flows)/warm*float64(time.Second)) + 200*time.Millisecond
-		if _, err := r.run(tr, warm, d); err != nil {
+	fwd, rev := tr.legs()
+	warm := func() error {
+		// Establish every flow once, from the pod.
+		w, rate := tr, 50_000.0
+		w.Dir, w.Kind = "", ""
+		d := time.Duration(float64(tr.Flows)/rate*float64(time.Second)) + 200*time.Millisecond
+		_, err := r.run(w, rate, d)
+		return err
+	}
+	if !tr.New && (tr.Flows > 1 || rev) {
+		if err := warm(); err != nil {
 			return nil, err
 		}
 	}
+	// run is one trial. Traffic from outside only keeps its flows alive
+	// only as far as it reaches them (a slow trial touches a few, and the
+	// kernel forgets an unanswered UDP flow after 30 s): each of its
+	// trials is preceded by a pass over the flows from the pod.
+	run := func(rate float64, d time.Duration) (trial, error) {
+		if rev && !fwd {
+			if err := warm(); err != nil {
+				return trial{}, err
+			}
+		}
+		return r.run(tr, rate, d)
+	}
 	if cfg.hold > 0 {
 		fmt.Printf("   holding %.0f pps for %v (gateway core %d)\n", cfg.hold, cfg.full, cfg.gwCPU)
-		t, err := r.run(tr, cfg.hold, cfg.full)
+		t, err := run(cfg.hold, cfg.full)
 		if err != nil {
 			return nil, err
 		}
@@ -272,7 +314,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 		return res, nil
 	}
 	// The generator's ceiling: a short trial at a rate nothing here reaches.
-	top, err := r.run(tr, 5e6, cfg.short)
+	top, err := run(5e6, cfg.short)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +325,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 			fmt.Printf("   %s trial %4.1f s at %8.0f pps: sent %9d, lost %.2e (at gateway input %d, receiver %d; reordered %d), gateway core %.2f busy, its tasks %.2f = %5.0f ns/packet\n",
 				c, t.Seconds, t.Offered(), t.Sent, t.Loss(), t.InputDrops, t.ReceiverDrops, t.Reordered, t.GatewayCores, t.TaskCores, t.TaskNsPerPacket)
 		}},
-		run: func(rate float64, d time.Duration) (trial, error) { return r.run(tr, rate, d) }}
+		run: run}
 	if res.PDR, err = s.find("PDR", pdrLoss); err != nil {
 		return nil, err
 	}
@@ -296,7 +338,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	}
 	loads := []float64{0.1, 0.5, 0.9}
 	for _, f := range loads {
-		t, err := r.run(tr, f*res.NDR.Rate, cfg.full)
+		t, err := run(f*res.NDR.Rate, cfg.full)
 		if err != nil {
 			return nil, err
 		}
@@ -304,7 +346,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	}
 	// The target's comparison: both sides at half the kernel's NDR.
 	if k := rep.find(lab.ModeKernel, sc.Name, sc.Underlay); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
-		t, err := r.run(tr, 0.5*k.NDR.Rate, cfg.full)
+		t, err := run(0.5*k.NDR.Rate, cfg.full)
 		if err != nil {
 			return nil, err
 		}
