@@ -44,6 +44,8 @@ type scenario struct {
 	// Extra scenarios are not in the standard set (make bench-lab keeps
 	// to about 15 minutes): -extra or -scenarios runs them.
 	Extra bool `json:"extra,omitempty"`
+	// Queues is the gateway's receive queues (a multi-queue veth; 0: one).
+	Queues int `json:"gateway_queues,omitempty"`
 }
 
 // scenarios are the standard set and the extra ones, in the order they
@@ -62,6 +64,8 @@ var scenarios = []scenario{
 		About: "the reply direction: the server's 64-byte UDP frames to the egress IP on 10k established flows, sent from the router's fabric side, received translated inside VXLAN on worker w1"},
 	{Name: "bidir-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Dir: dirBoth}, Extra: true,
 		About: "both directions at once on 10k established flows, 64-byte frames, batches alternating (the rate is the sum)"},
+	{Name: "est-10k-2q", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64}, Extra: true, Queues: 2,
+		About: "est-10k through two gateway queues (a two-queue veth: Egret runs a worker per queue, the kernel a NAPI thread per queue; the flows spread over the queues by the outer UDP source port); on its own lab"},
 	{Name: "icmp-frag-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Kind: kindICMPErr}, Extra: true,
 		About: "ICMP errors: fragmentation-needed from outside for 10k established UDP flows (90-byte frames quoting the flow's packet), translated back to the pod"},
 	{Name: "cps", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true},
@@ -81,10 +85,14 @@ func main() {
 	extra := flag.Bool("extra", false, "run the extra scenarios too (reply direction, bidirectional, ICMP errors, TCP connection setup)")
 	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
+	gwCPU2 := flag.Int("gw-cpu2", -1, "the second gateway queue's core in the two-queue scenario (default: -gw-cpu, the one core a 2-core machine has for the gateway)")
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
 	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios)")
 	flag.Parse()
-	cfg := config{hold: *hold, sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, bin: *bin, out: *out}
+	cfg := config{hold: *hold, sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, gwCPU2: *gwCPU2, bin: *bin, out: *out}
+	if cfg.gwCPU2 < 0 {
+		cfg.gwCPU2 = cfg.gwCPU
+	}
 	if *quick {
 		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
 	}
@@ -126,6 +134,7 @@ type config struct {
 	full, short   time.Duration
 	goal, coarse  float64
 	genCPU, gwCPU int
+	gwCPU2        int // the second queue's core (two-queue scenario)
 	bin, out      string
 	scenarios     []scenario
 	sides         []string
@@ -199,19 +208,22 @@ func run(cfg config) error {
 	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
 	fmt.Printf("bench-lab: %d scenarios × {kernel, egret}, trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
 		len(cfg.scenarios), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
+	// One lab per underlay and gateway queue count, each side in turn.
 	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
-		var scs []scenario
-		for _, sc := range cfg.scenarios {
-			if sc.Underlay == u {
-				scs = append(scs, sc)
+		for _, q := range []int{1, 2} {
+			var scs []scenario
+			for _, sc := range cfg.scenarios {
+				if sc.Underlay == u && max(sc.Queues, 1) == q {
+					scs = append(scs, sc)
+				}
 			}
-		}
-		if len(scs) == 0 {
-			continue
-		}
-		for _, mode := range cfg.sides {
-			if err := runMode(cfg, rep, mode, u, scs); err != nil {
-				return fmt.Errorf("%s mode, %s underlay: %w", mode, u, err)
+			if len(scs) == 0 {
+				continue
+			}
+			for _, mode := range cfg.sides {
+				if err := runMode(cfg, rep, mode, u, q, scs); err != nil {
+					return fmt.Errorf("%s mode, %s underlay, %d gateway queues: %w", mode, u, q, err)
+				}
 			}
 		}
 	}
@@ -221,11 +233,12 @@ func run(cfg config) error {
 }
 
 // runMode brings up one lab in one gateway mode and runs the scenarios on it.
-func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) error {
+func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []scenario) error {
 	spec, err := lab.NewSpec("ebl"+fmt.Sprint(os.Getpid()%100000), underlay)
 	if err != nil {
 		return err
 	}
+	spec.GatewayQueues = queues
 	impl, err := lab.NewImpl(mode, cfg.bin)
 	if err != nil {
 		return err
@@ -239,7 +252,7 @@ func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) err
 		e.PodFlowLimit, e.EgressIPFlowLimit = e.ConntrackMax, e.ConntrackMax
 		impl = e
 	}
-	fmt.Printf("\n== %s gateway, %s underlay: building the lab\n", mode, underlay)
+	fmt.Printf("\n== %s gateway, %s underlay, %d gateway queues: building the lab\n", mode, underlay, queues)
 	l := &lab.Lab{Spec: spec, Impl: impl, Binary: cfg.bin}
 	if err := l.Up(); err != nil {
 		return err
@@ -248,12 +261,16 @@ func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) err
 	upLab.Lock()
 	upLab.name = spec.Name
 	upLab.Unlock()
-	gwTasks, note, err := pinGateway(l, mode, cfg.genCPU, cfg.gwCPU)
+	gwCPUs := []int{cfg.gwCPU}
+	if queues > 1 {
+		gwCPUs = append(gwCPUs, cfg.gwCPU2)
+	}
+	gwTasks, note, err := pinGateway(l, mode, cfg.genCPU, gwCPUs)
 	if err != nil {
 		return err
 	}
 	fmt.Println("  " + note)
-	r, err := newRig(spec, cfg.genCPU, cfg.gwCPU)
+	r, err := newRig(spec, cfg.genCPU, gwCPUs)
 	if err != nil {
 		return err
 	}

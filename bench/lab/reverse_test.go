@@ -152,3 +152,24 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+// The queue-scaling line compares each side's two-queue run with its own
+// one-queue run, and is absent without both.
+func TestScalingLine(t *testing.T) {
+	rep := &report{}
+	if got := rep.scaling(); got != "" {
+		t.Fatalf("no results, scaling %q", got)
+	}
+	add := func(mode, name string, ndr, pdr float64) {
+		r := &result{Scenario: scenario{Name: name, Underlay: "ipv4"}, Mode: mode}
+		r.NDR.Rate, r.PDR.Rate = ndr, pdr
+		rep.Results = append(rep.Results, r)
+	}
+	add("kernel", "est-10k", 100, 200)
+	add("egret", "est-10k", 150, 300)
+	add("egret", "est-10k-2q", 270, 450)
+	want := "\nTwo gateway queues against one (est-10k-2q / est-10k): egret NDR 1.80x, PDR 1.50x.\n"
+	if got := rep.scaling(); got != want {
+		t.Fatalf("scaling %q, want %q", got, want)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,7 +153,7 @@ type rig struct {
 	egressIP netip.Addr
 	fwd, rev leg
 	genCPU   int
-	gwCPU    int
+	gwCPUs   []int // the gateway's cores (two in the two-queue scenario, if given)
 	gwTasks  []int // pids whose CPU counts as the gateway's own
 	fabricNS string
 	seq      uint64
@@ -161,14 +162,14 @@ type rig struct {
 	zipfN    int
 }
 
-func newRig(spec *lab.Spec, genCPU, gwCPU int) (r *rig, err error) {
+func newRig(spec *lab.Spec, genCPU int, gwCPUs []int) (r *rig, err error) {
 	w1, g1 := spec.Workers[0], spec.Gateway("g1")
 	pod := w1.Pods[0]
 	egress, gw, ok := spec.Steering(pod)
 	if !ok || gw.Name != g1.Name {
 		return nil, fmt.Errorf("pod %s is not steered to g1 in this lab", pod.Name)
 	}
-	r = &rig{egressIP: egress, genCPU: genCPU, gwCPU: gwCPU, newBase: 1 << 40, fabricNS: spec.NS("fabric")}
+	r = &rig{egressIP: egress, genCPU: genCPU, gwCPUs: gwCPUs, newBase: 1 << 40, fabricNS: spec.NS("fabric")}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -251,7 +252,7 @@ func macOf(ns, dev string) (m [6]byte, err error) {
 // the thread rather than hand it, still real-time, to other goroutines.
 func pin(cpu, prio int) error {
 	runtime.LockOSThread()
-	return setAffinity(unix.Gettid(), cpu, prio)
+	return setAffinity(unix.Gettid(), []int{cpu}, prio)
 }
 
 func (r *rig) flowOf(tr traffic, i uint64) uint64 {
@@ -345,9 +346,9 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 		}
 	}
 	in0 := txDrops(r.fabricNS, "g1")
-	cpu0, tasks0 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
+	cpu0, tasks0 := coreTicks(r.gwCPUs), taskTicks(r.gwTasks)
 	sent, secs, err := r.send(tr, rate, base, total)
-	cpu1, tasks1 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
+	cpu1, tasks1 := coreTicks(r.gwCPUs), taskTicks(r.gwTasks)
 	// Frames still in flight arrive within milliseconds; late ones count as lost.
 	time.Sleep(200 * time.Millisecond)
 	t.InputDrops = txDrops(r.fabricNS, "g1") - in0
@@ -638,27 +639,31 @@ func txDrops(ns, dev string) uint64 {
 // clkTck is USER_HZ, the unit of /proc tick counters (100 on Linux).
 const clkTck = 100
 
-// coreTicks is the busy time of one CPU (all but idle and iowait).
-func coreTicks(cpu int) uint64 {
+// coreTicks is the busy time of the CPUs (all but idle and iowait), each
+// counted once.
+func coreTicks(cpus []int) uint64 {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0
 	}
-	prefix := "cpu" + strconv.Itoa(cpu) + " "
+	var busy uint64
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, prefix) {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
 			continue
 		}
-		var busy uint64
-		for i, v := range strings.Fields(line)[1:] {
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil || !slices.Contains(cpus, n) {
+			continue
+		}
+		for i, v := range f[1:] {
 			n, _ := strconv.ParseUint(v, 10, 64)
 			if i != 3 && i != 4 && i < 8 { // idle, iowait; guest is inside user
 				busy += n
 			}
 		}
-		return busy
 	}
-	return 0
+	return busy
 }
 
 // taskTicks sums utime+stime of the processes (all their threads).
