@@ -3,6 +3,9 @@ package conntrack
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -288,5 +291,70 @@ func TestEarlyDropOwn(t *testing.T) {
 		tb.EarlyDropOwn(&nf.Orig, &nf.Orig.Src, &nf.NATAddr, now, &v)
 	}); n != 0 {
 		t.Fatalf("EarlyDropOwn allocates %v times", n)
+	}
+}
+
+// Workers opening flows for a few pods at their limits at once, each
+// early-dropping its pod's own flows to make room: no pod ever holds more
+// than its limit, and every flow taken was the same pod's. Run with -race.
+func TestEarlyDropOwnConcurrent(t *testing.T) {
+	const limit, pods, workers = 64, 3, 4
+	tb := mustNew(t, Config{MaxFlows: 4096, Shards: 4, SourceLimit: limit})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	var drops atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				p := byte(1 + (w+i)%pods)
+				f := podFlow(p, uint32(w*100000+i), 1, ProtoUDP)
+				now := int64(i) * int64(time.Millisecond)
+				if err := tb.Admit(&f.Orig.Src, &f.NATAddr); err != nil {
+					var v Flow
+					if !tb.EarlyDropOwn(&f.Orig, &f.Orig.Src, &f.NATAddr, now, &v) {
+						continue
+					}
+					drops.Add(1)
+					if v.Orig.Src != f.Orig.Src {
+						mu.Lock()
+						errs = append(errs, fmt.Sprintf("pod %v's early drop took pod %v's flow", f.Orig.Src, v.Orig.Src))
+						mu.Unlock()
+					}
+				}
+				if err := tb.Insert(&f, 0, now); err != nil && !errors.Is(err, ErrSourceLimit) {
+					mu.Lock()
+					errs = append(errs, err.Error())
+					mu.Unlock()
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d errors, first: %s", len(errs), errs[0])
+	}
+	var buf bytes.Buffer
+	if _, err := tb.Export(&buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	per := map[Addr]int{}
+	for b := buf.Bytes()[4:]; len(b) > 0; {
+		f, _, k, err := DecodeRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[f.Orig.Src]++
+		b = b[k:]
+	}
+	for src, n := range per {
+		if n > limit {
+			t.Errorf("pod %v holds %d flows, over its limit %d", src, n, limit)
+		}
+	}
+	if len(per) != pods || drops.Load() == 0 {
+		t.Fatalf("%d pods hold flows, %d own early drops: the test did not run as meant", len(per), drops.Load())
 	}
 }
