@@ -71,7 +71,7 @@ var scenarios = []scenario{
 	{Name: "cps", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true},
 		About: "new flows per second: every frame a 5-tuple never seen before (UDP, one packet each), the table growing (last on its lab: it fills the table)"},
 	{Name: "cps-tcp", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true, Kind: kindTCPSYN}, Extra: true,
-		About: "TCP connection setup: each connection a SYN from the pod (a 5-tuple never seen before) and the server's SYN-ACK from outside, two frames (connections per second are half the rate), the table growing"},
+		About: "TCP connection setup: the rate is connections per second, each a SYN from the pod on a 5-tuple never seen before, answered by a responder outside with a SYN-ACK when the SYN reaches it; a connection counts when its SYN-ACK reaches the pod; the table growing"},
 	{Name: "est-10k-v6", Underlay: lab.UnderlayIPv6, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64},
 		About: "10k established flows over an IPv6 underlay (IPv6-only lab: 82-byte frames, the smallest IPv6 frame with the stamp)"},
 }

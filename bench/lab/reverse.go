@@ -112,15 +112,36 @@ func (bk *back) buildFragNeeded(b []byte, size int, flow, seq uint64, ts int64) 
 // synSeq is the sequence number of flow's SYN (the SYN-ACK acknowledges it).
 func synSeq(flow uint64) uint32 { return uint32(flow*0x9e3779b1) | 1 }
 
-// buildSynAck writes the server's SYN-ACK to flow's SYN; it returns its length.
-func (bk *back) buildSynAck(b []byte, size int, flow, _ uint64, _ int64) int {
-	n := frameLen(ethLen+20+tcpLen, size)
+// buildSynAck writes the server's SYN-ACK from its port sport to the
+// egress IP's port dport, acknowledging ack (the SYN's sequence number + 1);
+// it returns its length (the 64-byte minimum).
+func (bk *back) buildSynAck(b []byte, sport, dport uint16, ack uint32) int {
+	n := frameLen(ethLen+20+tcpLen, 64)
 	clear(b[:n])
 	bk.putEth(b)
 	putIPv4(b, bk.server, bk.egress, protoTCP, tcpLen)
-	sport, dport := flowPorts(flow)
-	putTCP(b[ethLen+20:ethLen+20+tcpLen], dport, sport, uint32(flow), synSeq(flow)+1, tcpSYN|tcpACK, bk.server, bk.egress)
+	putTCP(b[ethLen+20:ethLen+20+tcpLen], sport, dport, ack*0x9e3779b1, ack, tcpSYN|tcpACK, bk.server, bk.egress)
 	return n
+}
+
+// parseSYN reads a plain Ethernet frame carrying an IPv4 TCP SYN (without
+// ACK) from src to one of the generated flows' destination ports: its
+// ports and sequence number.
+func parseSYN(f []byte, src netip.Addr) (sport, dport uint16, seq uint32, ok bool) {
+	if len(f) < ethLen+20+tcpLen || binary.BigEndian.Uint16(f[12:14]) != 0x0800 {
+		return 0, 0, 0, false
+	}
+	ip := f[ethLen:]
+	ihl := int(ip[0]&0x0f) * 4
+	if ip[9] != protoTCP || ihl < 20 || len(ip) < ihl+tcpLen || !src.Is4() || [4]byte(ip[12:16]) != src.As4() {
+		return 0, 0, 0, false
+	}
+	t := ip[ihl:]
+	sport, dport = binary.BigEndian.Uint16(t[0:2]), binary.BigEndian.Uint16(t[2:4])
+	if t[13]&(tcpSYN|tcpACK) != tcpSYN || dport < benchPortBase || dport >= benchPortBase+benchPorts {
+		return 0, 0, 0, false
+	}
+	return sport, dport, binary.BigEndian.Uint32(t[4:8]), true
 }
 
 // putTCP writes a TCP header without options or payload, its checksum included.

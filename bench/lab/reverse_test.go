@@ -80,12 +80,26 @@ func TestBuildFromOutside(t *testing.T) {
 	}
 	checkSums(t, "SYN outer", buf[:n])
 
-	n = testBack.buildSynAck(buf, 64, flow, seq, ts)
+	// The responder reads the SYN as the gateway sent it out (from the
+	// egress IP) and answers it.
+	out := append([]byte(nil), inner...)
+	copy(out[ethLen+12:ethLen+16], testBack.egress.AsSlice())
+	ps, pd, pseq, ok := parseSYN(out, testBack.egress)
+	if !ok || ps != sport || pd != dport || pseq != syn.Seq {
+		t.Fatalf("parseSYN: %d→%d seq %d ok=%v, want %d→%d seq %d", ps, pd, pseq, ok, sport, dport, syn.Seq)
+	}
+	if _, _, _, ok := parseSYN(out, testBack.server); ok {
+		t.Fatal("parseSYN took a SYN from another source")
+	}
+	n = testBack.buildSynAck(buf, pd, ps, pseq+1)
 	pkt = gopacket.NewPacket(buf[:n], layers.LayerTypeEthernet, gopacket.Default)
 	sa, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
-	if sa == nil || !sa.SYN || !sa.ACK || sa.Ack != syn.Seq+1 || uint16(sa.SrcPort) != dport || uint16(sa.DstPort) != sport ||
+	if n+fcsLen != 64 || sa == nil || !sa.SYN || !sa.ACK || sa.Ack != syn.Seq+1 || uint16(sa.SrcPort) != dport || uint16(sa.DstPort) != sport ||
 		!sumOK(buf[ethLen:n]) {
 		t.Fatalf("SYN-ACK: %v (the SYN's seq %d)", pkt, syn.Seq)
+	}
+	if _, _, _, ok := parseSYN(buf[:n], testBack.server); ok {
+		t.Fatal("parseSYN took a SYN-ACK")
 	}
 }
 
@@ -126,29 +140,24 @@ func TestParseIn(t *testing.T) {
 func TestPlan(t *testing.T) {
 	r := &rig{}
 	for _, c := range []struct {
-		tr               traffic
-		fwd, rev, paired bool
+		tr       traffic
+		fwd, rev bool // the legs that receive
+		sends    int  // the legs the generator sends on
 	}{
-		{traffic{}, true, false, false},
-		{traffic{Dir: dirReply}, false, true, false},
-		{traffic{Dir: dirBoth}, true, true, false},
-		{traffic{Kind: kindICMPErr}, false, true, false},
-		{traffic{Kind: kindTCPSYN, New: true}, true, true, true},
+		{traffic{}, true, false, 1},
+		{traffic{Dir: dirReply}, false, true, 1},
+		{traffic{Dir: dirBoth}, true, true, 2},
+		{traffic{Kind: kindICMPErr}, false, true, 1},
+		// The generator sends the SYNs; the responder the SYN-ACKs.
+		{traffic{Kind: kindTCPSYN, New: true}, true, true, 1},
 	} {
 		fwd, rev := c.tr.legs()
-		legs, builds, paired := r.plan(c.tr)
-		n := 0
-		if fwd {
-			n++
+		legs, builds := r.plan(c.tr)
+		if fwd != c.fwd || rev != c.rev || len(legs) != c.sends || len(builds) != c.sends {
+			t.Errorf("%+v: legs fwd %v rev %v (plan %d legs), want %v %v %d", c.tr, fwd, rev, len(legs), c.fwd, c.rev, c.sends)
 		}
-		if rev {
-			n++
-		}
-		if fwd != c.fwd || rev != c.rev || paired != c.paired || len(legs) != n || len(builds) != n {
-			t.Errorf("%+v: legs fwd %v rev %v (plan %d legs, paired %v), want %v %v %v", c.tr, fwd, rev, len(legs), paired, c.fwd, c.rev, c.paired)
-		}
-		if fwd && legs[0] != &r.fwd || rev && legs[len(legs)-1] != &r.rev {
-			t.Errorf("%+v: the plan's legs are not in the order forward, reply", c.tr)
+		if fwd && legs[0] != &r.fwd || !fwd && legs[0] != &r.rev {
+			t.Errorf("%+v: the plan's first leg is not the first receiving one", c.tr)
 		}
 	}
 }

@@ -43,10 +43,12 @@ type traffic struct {
 	// Dir is the direction: forward (pod → outside, the default), reply
 	// (outside → pod on established flows) or both (batches alternate).
 	Dir string `json:"direction,omitempty"`
-	// Kind is what the frames are: UDP (the default), tcp-syn (each
-	// connection a SYN from the pod and the server's SYN-ACK, two frames;
-	// Dir is both), or icmp-frag (ICMP fragmentation-needed from outside
-	// for established flows; Dir is reply).
+	// Kind is what the frames are: UDP (the default), tcp-syn (each frame
+	// a SYN from the pod opening a connection, which the responder outside
+	// answers with a SYN-ACK when the SYN reaches it; the connection counts
+	// when its SYN-ACK reaches the pod), or icmp-frag (ICMP
+	// fragmentation-needed from outside for established flows; Dir is
+	// reply).
 	Kind string `json:"kind,omitempty"`
 }
 
@@ -292,7 +294,11 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 		if r.w.pod.Is4() {
 			off = ethLen + 20 + udpLen + 7
 		}
-		if err := sampleFilter(r.fwd.rx.FD(), off); err != nil {
+		err := sampleFilter(r.fwd.rx.FD(), off)
+		if tr.Kind == kindTCPSYN {
+			err = attachFilter(r.fwd.rx.FD(), []bpf.Instruction{bpf.RetConstant{Val: 1 << 16}}) // the responder reads every frame
+		}
+		if err != nil {
 			return t, err
 		}
 		legs = append(legs, &r.fwd)
@@ -334,6 +340,9 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 				for k := 0; k < b.N; k++ {
 					rc.add(b.Frame(k), at)
 				}
+				if tr.Kind == kindTCPSYN && l == &r.fwd {
+					r.respond(&b)
+				}
 				b.Release()
 			}
 		}()
@@ -358,11 +367,18 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 		if err == nil {
 			err = cerr
 		}
-		t.Received += ok1 - arrived0[i]
+		if tr.Kind != kindTCPSYN || l == &r.rev {
+			// A connection is set up when its SYN-ACK reaches the pod
+			// (its SYN had to reach the server first).
+			t.Received += ok1 - arrived0[i]
+		}
 		t.WrongSource += wrong1 - wrong0[i]
 	}
 	stop.Store(true)
 	wg.Wait()
+	if tr.Kind == kindTCPSYN {
+		r.rev.tx.Flush()
+	}
 	for i, l := range legs {
 		if err == nil {
 			err = rxErrs[i]
@@ -387,25 +403,61 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 	return t, err
 }
 
+// respond is the server's side of tcp-syn: for every SYN in b that reached
+// the router from the egress IP (as the gateway translated it), it sends
+// the SYN-ACK from outside, acknowledging it. It runs in the forward
+// receiver, on the generator's core; a SYN it had no buffer for goes
+// unanswered and counts as lost.
+func (r *rig) respond(b *nic.Batch) {
+	type syn struct {
+		sport, dport uint16
+		seq          uint32
+	}
+	var syns [nic.MaxBatch]syn
+	n := 0
+	for k := 0; k < b.N && n < len(syns); k++ {
+		if sport, dport, seq, ok := parseSYN(b.Frame(k), r.egressIP); ok {
+			syns[n] = syn{sport, dport, seq}
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	var out nic.Batch
+	got := r.rev.txPool.Alloc(&out, n)
+	if got == 0 {
+		r.rev.tx.Flush()
+		if got = r.rev.txPool.Alloc(&out, n); got == 0 {
+			return
+		}
+	}
+	for k := 0; k < got; k++ {
+		s := syns[k]
+		out.SetFrame(k, out.Off[k], r.bk.buildSynAck(out.Buf[k][out.Off[k]:], s.dport, s.sport, s.seq+1))
+	}
+	r.rev.tx.Transmit(&out)
+}
+
 // builder writes frame seq of flow, size bytes, sent at ts, into b and
 // returns its length.
 type builder func(b []byte, size int, flow, seq uint64, ts int64) int
 
-// plan says how tr's frames go out: the legs batches take in turn, each
-// with its builder; paired means every second batch answers the flows of
-// the one before (the SYN-ACKs of its SYNs) instead of taking new ones.
-func (r *rig) plan(tr traffic) (legs []*leg, builds []builder, paired bool) {
+// plan says how the generator sends tr's frames: the legs its batches take
+// in turn, each with its builder. (The SYN-ACKs of tcp-syn are not the
+// generator's: the responder sends them, see run.)
+func (r *rig) plan(tr traffic) (legs []*leg, builds []builder) {
 	switch {
 	case tr.Kind == kindTCPSYN:
-		return []*leg{&r.fwd, &r.rev}, []builder{r.w.buildSYN, r.bk.buildSynAck}, true
+		return []*leg{&r.fwd}, []builder{r.w.buildSYN}
 	case tr.Kind == kindICMPErr:
-		return []*leg{&r.rev}, []builder{r.bk.buildFragNeeded}, false
+		return []*leg{&r.rev}, []builder{r.bk.buildFragNeeded}
 	case tr.Dir == dirReply:
-		return []*leg{&r.rev}, []builder{r.bk.buildReply}, false
+		return []*leg{&r.rev}, []builder{r.bk.buildReply}
 	case tr.Dir == dirBoth:
-		return []*leg{&r.fwd, &r.rev}, []builder{r.w.build, r.bk.buildReply}, false
+		return []*leg{&r.fwd, &r.rev}, []builder{r.w.build, r.bk.buildReply}
 	}
-	return []*leg{&r.fwd}, []builder{r.w.build}, false
+	return []*leg{&r.fwd}, []builder{r.w.build}
 }
 
 // send transmits total frames at rate from the generator's core, pacing
@@ -414,7 +466,7 @@ func (r *rig) plan(tr traffic) (legs []*leg, builds []builder, paired bool) {
 // core cannot keep up, which lowers the offered rate the trial reports).
 // Batches take the plan's legs in turn.
 func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float64, error) {
-	legs, builds, paired := r.plan(tr)
+	legs, builds := r.plan(tr)
 	errc := make(chan error, 1)
 	var secs float64
 	st0 := make([]nic.Stats, len(legs))
@@ -436,7 +488,7 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 		start := now()
 		began := start
 		var i uint64
-		turn, prev := 0, uint64(0) // whose batch; the paired batch's first frame
+		turn := 0 // whose batch
 		for i < total {
 			due := start + int64(float64(i)*per)
 			switch wait := due - now(); {
@@ -454,10 +506,6 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 			}
 			l, build := legs[turn], builds[turn]
 			n := min(uint64(batch), total-i)
-			answer := paired && turn == 1
-			if answer {
-				n = min(n, i-prev) // exactly the flows of the batch before
-			}
 			got := l.txPool.Alloc(&b, int(n))
 			if got == 0 {
 				l.tx.Flush()
@@ -470,16 +518,9 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 				if size == 0 {
 					size = imix[seq%uint64(len(imix))]
 				}
-				flow := r.flowOf(tr, seq)
-				if answer {
-					flow = r.flowOf(tr, base+prev+uint64(k))
-				}
-				b.SetFrame(k, b.Off[k], build(b.Buf[k][b.Off[k]:], size, flow, seq, ts))
+				b.SetFrame(k, b.Off[k], build(b.Buf[k][b.Off[k]:], size, r.flowOf(tr, seq), seq, ts))
 			}
 			l.tx.Transmit(&b)
-			if !answer {
-				prev = i
-			}
 			i += uint64(got)
 			turn = (turn + 1) % len(legs)
 		}
@@ -558,13 +599,18 @@ const sampleShift = 5
 // the sampled frames: the low byte of the sequence number, at offset off,
 // with its low bits zero.
 func sampleFilter(fd int, off uint32) error {
-	prog, err := bpf.Assemble([]bpf.Instruction{
+	return attachFilter(fd, []bpf.Instruction{
 		bpf.LoadAbsolute{Off: off, Size: 1},
 		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 1<<sampleShift - 1},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
 		bpf.RetConstant{Val: 1 << 16},
 		bpf.RetConstant{Val: 0},
 	})
+}
+
+// attachFilter attaches (or replaces) a classic BPF socket filter.
+func attachFilter(fd int, ins []bpf.Instruction) error {
+	prog, err := bpf.Assemble(ins)
 	if err != nil {
 		return err
 	}
