@@ -95,7 +95,8 @@ bench:
 # present under bench/ (control plane, failover); each part writes its <part>.json,
 # <part>.md and plots into the report folder BENCH_OUT. The data plane runs last so the
 # output ends with its summary line. Root.
-# BENCH_FLAGS=-quick tries it in a few minutes; bench-report then puts the folder into
+# BENCH_FLAGS=-quick tries it in a few minutes, BENCH_FLAGS=-extra adds the extra scenarios
+# (reply direction, bidirectional, ICMP errors, TCP setup, two queues); bench-report then puts the folder into
 # docs/benchmarks.md and docs/bench/.
 BENCH_OUT   ?= $(BIN)/bench-report
 BENCH_FLAGS ?=

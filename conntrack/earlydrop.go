@@ -3,7 +3,10 @@ package conntrack
 // Early drop: a full table gives up a flow that has not shown it is wanted
 // before it refuses a new one, as Linux's nf_conntrack early_drop does, so
 // that a flood of unanswered flows (a scan, a SYN flood, UDP to nowhere)
-// cannot lock out new connections that would be answered.
+// cannot lock out new connections that would be answered. A pod or NAT
+// address at its own limit does the same within its own flows
+// (EarlyDropOwn): it is not locked out by its own unanswered flows, and it
+// never takes another's.
 
 // earlyDropScan bounds the entries one EarlyDrop call examines in a shard,
 // and earlyDropShards the shards it tries: the work per refused flow stays
@@ -47,7 +50,7 @@ func removable(e *entry, now int64, early bool) bool {
 func (t *Table) EarlyDrop(k *Tuple, now int64, out *Flow) bool {
 	si := uint32(t.h.hash(k) & t.shardMask)
 	for i := 0; i < earlyDropShards && i < len(t.shards); i++ {
-		if t.dropIn(si, now, out) {
+		if t.dropIn(si, now, nil, nil, out) {
 			return true
 		}
 		si = (si + 1) & uint32(t.shardMask)
@@ -55,8 +58,44 @@ func (t *Table) EarlyDrop(k *Tuple, now int64, out *Flow) bool {
 	return false
 }
 
-// dropIn is EarlyDrop's search in shard si.
-func (t *Table) dropIn(si uint32, now int64, out *Flow) bool {
+// EarlyDropOwn makes room under the per-address limits for a new flow
+// (original tuple k) from src bound to nat after Admit refused it with
+// ErrSourceLimit or ErrNATLimit: it removes one expired or early-droppable
+// flow that counts against every limit that is full (the same source if
+// src is at SourceLimit, the same NAT address if nat is at NATLimit), so
+// the new flow takes the place of one of its own and never of another
+// source's or NAT address's. The search and its bound are EarlyDrop's
+// (the one nearest its deadline among at most earlyDropScan entries of a
+// shard, up to earlyDropShards shards from k's), with the entries that do
+// not match skipped; it copies the flow to out and reports true, and the
+// caller releases the flow's NAT port and asks Admit again. It reports
+// false, and changes nothing, when no limit is full or the bounded search
+// found none: the address's flows are answered (or rare among the entries
+// searched) and the new flow is refused.
+func (t *Table) EarlyDropOwn(k *Tuple, src, nat *Addr, now int64, out *Flow) bool {
+	var ms, mn *Addr
+	if t.srcCounts.on() && t.srcCounts.full(t.h.addrHash(src)) {
+		ms = src
+	}
+	if t.natCounts.on() && t.natCounts.full(t.h.addrHash(nat)) {
+		mn = nat
+	}
+	if ms == nil && mn == nil {
+		return false
+	}
+	si := uint32(t.h.hash(k) & t.shardMask)
+	for i := 0; i < earlyDropShards && i < len(t.shards); i++ {
+		if t.dropIn(si, now, ms, mn, out) {
+			return true
+		}
+		si = (si + 1) & uint32(t.shardMask)
+	}
+	return false
+}
+
+// dropIn is the early-drop search in shard si: among flows from src (if
+// not nil) bound to nat (if not nil).
+func (t *Table) dropIn(si uint32, now int64, src, nat *Addr, out *Flow) bool {
 	s := &t.shards[si]
 	s.mu.Lock()
 	var best uint32
@@ -67,7 +106,8 @@ func (t *Table) dropIn(si uint32, now int64, out *Flow) bool {
 		if c >= s.bump {
 			c = 0
 		}
-		if e := &t.entries[s.base+c]; removable(e, now, true) {
+		if e := &t.entries[s.base+c]; removable(e, now, true) &&
+			(src == nil || e.src == *src) && (nat == nil || e.nat == *nat) {
 			// Signed tick difference, as expired compares: the flow that
 			// has least left (an expired one first) goes.
 			if left := int32(e.deadline - tickFloor(now)); !found || left < bestLeft {

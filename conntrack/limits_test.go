@@ -3,6 +3,9 @@ package conntrack
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -194,5 +197,164 @@ func TestEarlyDropPickedUp(t *testing.T) {
 	var v Flow
 	if tb.EarlyDrop(&nf.Orig, now, &v) {
 		t.Fatalf("early drop took %v flow %+v; the answered picked-up flows are established", v.State, v.Orig)
+	}
+}
+
+// A pod at its limit gives up its own oldest unanswered flow for a new one:
+// never another pod's (older, and just as unanswered), never one of its
+// answered ones; once only answered flows are left, it is refused. An
+// egress IP at its limit does the same among its own flows. The search
+// allocates nothing.
+func TestEarlyDropOwn(t *testing.T) {
+	const limit = 16
+	tb := mustNew(t, Config{MaxFlows: 4096, SourceLimit: limit, NATLimit: 3 * limit})
+	var out Flow
+	sec := int64(time.Second)
+	// Pod 2's unanswered flows are the oldest in the table.
+	for i := uint32(0); i < 8; i++ {
+		f := podFlow(2, i, 1, ProtoTCP)
+		if err := tb.Insert(&f, FlagSYN, int64(i)*sec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Pod 1: even flows established, odd ones SYN_SENT.
+	for i := uint32(0); i < limit; i++ {
+		f := podFlow(1, i, 1, ProtoTCP)
+		if err := tb.Insert(&f, FlagSYN, int64(100+i)*sec); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			r := f.Reply()
+			tb.Track(Reply, &r, synack, int64(100+i)*sec, &out)
+			tb.Track(Original, &f.Orig, FlagACK, int64(100+i)*sec, &out)
+		}
+	}
+	now := 200 * sec
+	nf := podFlow(1, 100, 1, ProtoTCP)
+	if err := tb.Admit(&nf.Orig.Src, &nf.NATAddr); !errors.Is(err, ErrSourceLimit) {
+		t.Fatalf("pod 1 at its limit: Admit %v", err)
+	}
+	for i := uint32(1); i < limit; i += 2 {
+		var v Flow
+		if !tb.EarlyDropOwn(&nf.Orig, &nf.Orig.Src, &nf.NATAddr, now, &v) {
+			t.Fatalf("no own early drop with pod 1's SYN_SENT flow %d in the table", i)
+		}
+		if want := podFlow(1, i, 1, ProtoTCP); v.Orig != want.Orig || v.State != StateSynSent {
+			t.Fatalf("own early drop took %v flow %+v, want pod 1's oldest SYN_SENT one (flow %d)", v.State, v.Orig, i)
+		}
+		if err := tb.Admit(&nf.Orig.Src, &nf.NATAddr); err != nil {
+			t.Fatalf("Admit after own early drop: %v", err)
+		}
+		nf = podFlow(1, 100+i, 1, ProtoTCP)
+		if err := tb.Insert(&nf, FlagSYN, now); err != nil {
+			t.Fatalf("insert after own early drop: %v", err)
+		}
+		r := nf.Reply() // the new flows are answered: only the old ones go
+		tb.Track(Reply, &r, synack, now, &out)
+		tb.Track(Original, &nf.Orig, FlagACK, now, &out)
+		nf = podFlow(1, 200+i, 1, ProtoTCP)
+	}
+	before := tb.Len()
+	var v Flow
+	if tb.EarlyDropOwn(&nf.Orig, &nf.Orig.Src, &nf.NATAddr, now, &v) {
+		t.Fatalf("own early drop took pod 1's %v flow %+v; its flows are all answered", v.State, v.Orig)
+	}
+	if tb.Len() != before || before != limit+8 {
+		t.Fatalf("Len %d, want %d: pod 2's flows were touched", tb.Len(), limit+8)
+	}
+	// A pod under its limit has nothing to make room for.
+	p2 := podFlow(2, 100, 1, ProtoTCP)
+	if tb.EarlyDropOwn(&p2.Orig, &p2.Orig.Src, &p2.NATAddr, now, &v) {
+		t.Fatalf("own early drop for pod 2, under every limit, took %+v", v.Orig)
+	}
+
+	// Egress IP 1 holds 24 flows; pods 3 and 4 fill it to 48 with
+	// unanswered flows, then pod 5's new flow takes the oldest of them.
+	for i := uint32(0); i < 2*limit-8; i++ {
+		f := podFlow(3+byte(i%2), i, 1, ProtoUDP)
+		if err := tb.Insert(&f, 0, now+int64(i)*sec); err != nil {
+			t.Fatalf("pod %d flow %d: %v", 3+i%2, i, err)
+		}
+	}
+	p5 := podFlow(5, 0, 1, ProtoUDP)
+	if err := tb.Admit(&p5.Orig.Src, &p5.NATAddr); !errors.Is(err, ErrNATLimit) {
+		t.Fatalf("egress IP 1 at its limit: Admit %v", err)
+	}
+	if !tb.EarlyDropOwn(&p5.Orig, &p5.Orig.Src, &p5.NATAddr, now+time.Hour.Nanoseconds(), &v) {
+		t.Fatal("no own early drop on an egress IP full of unanswered flows")
+	}
+	if v.NATAddr != p5.NATAddr || v.State != StateSynSent || v.Orig != podFlow(2, 0, 1, ProtoTCP).Orig {
+		t.Fatalf("egress IP's early drop took %v flow %+v via %v, want its oldest unanswered one (pod 2 flow 0)", v.State, v.Orig, v.NATAddr)
+	}
+
+	if n := testing.AllocsPerRun(100, func() {
+		tb.EarlyDropOwn(&nf.Orig, &nf.Orig.Src, &nf.NATAddr, now, &v)
+	}); n != 0 {
+		t.Fatalf("EarlyDropOwn allocates %v times", n)
+	}
+}
+
+// Workers opening flows for a few pods at their limits at once, each
+// early-dropping its pod's own flows to make room: no pod ever holds more
+// than its limit, and every flow taken was the same pod's. Run with -race.
+func TestEarlyDropOwnConcurrent(t *testing.T) {
+	const limit, pods, workers = 64, 3, 4
+	tb := mustNew(t, Config{MaxFlows: 4096, Shards: 4, SourceLimit: limit})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	var drops atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				p := byte(1 + (w+i)%pods)
+				f := podFlow(p, uint32(w*100000+i), 1, ProtoUDP)
+				now := int64(i) * int64(time.Millisecond)
+				if err := tb.Admit(&f.Orig.Src, &f.NATAddr); err != nil {
+					var v Flow
+					if !tb.EarlyDropOwn(&f.Orig, &f.Orig.Src, &f.NATAddr, now, &v) {
+						continue
+					}
+					drops.Add(1)
+					if v.Orig.Src != f.Orig.Src {
+						mu.Lock()
+						errs = append(errs, fmt.Sprintf("pod %v's early drop took pod %v's flow", f.Orig.Src, v.Orig.Src))
+						mu.Unlock()
+					}
+				}
+				if err := tb.Insert(&f, 0, now); err != nil && !errors.Is(err, ErrSourceLimit) {
+					mu.Lock()
+					errs = append(errs, err.Error())
+					mu.Unlock()
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d errors, first: %s", len(errs), errs[0])
+	}
+	var buf bytes.Buffer
+	if _, err := tb.Export(&buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	per := map[Addr]int{}
+	for b := buf.Bytes()[4:]; len(b) > 0; {
+		f, _, k, err := DecodeRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[f.Orig.Src]++
+		b = b[k:]
+	}
+	for src, n := range per {
+		if n > limit {
+			t.Errorf("pod %v holds %d flows, over its limit %d", src, n, limit)
+		}
+	}
+	if len(per) != pods || drops.Load() == 0 {
+		t.Fatalf("%d pods hold flows, %d own early drops: the test did not run as meant", len(per), drops.Load())
 	}
 }

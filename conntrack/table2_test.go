@@ -124,7 +124,7 @@ func testAgainstModel(t *testing.T, cfg Config, early bool) {
 		perNAT[m.NATAddr]--
 	}
 	var out Flow
-	drops, limited := 0, 0
+	drops, ownDrops, limited := 0, 0, 0
 	for step := 0; step < 200000; step++ {
 		f := randFlow(r)
 		rt := f.Reply()
@@ -157,6 +157,27 @@ func testAgainstModel(t *testing.T, cfg Config, early bool) {
 				forget(m)
 				drops++
 				err = tb.Insert(&f, 0, 0)
+			}
+			if early && !exists && (errors.Is(err, ErrSourceLimit) || errors.Is(err, ErrNATLimit)) && r.IntN(2) == 0 {
+				// A source or NAT address at its limit gives up one of its
+				// own unanswered flows, never another's (half the time:
+				// the other half checks the refusal itself).
+				srcFull := perSrc[f.Orig.Src] >= cfg.SourceLimit
+				natFull := perNAT[f.NATAddr] >= cfg.NATLimit
+				var v Flow
+				if tb.EarlyDropOwn(&f.Orig, &f.Orig.Src, &f.NATAddr, 1, &v) {
+					m, ok := model[v.Orig]
+					if !ok || m.State != StateUDPUnreplied || v.NATPort != m.NATPort || v.Aux != m.Aux {
+						t.Fatalf("step %d: own early drop took %+v, model has it %v in state %v", step, v.Orig, ok, m.State)
+					}
+					if srcFull && v.Orig.Src != f.Orig.Src || natFull && v.NATAddr != f.NATAddr {
+						t.Fatalf("step %d: own early drop for %v via %v (full: source %v, NAT %v) took %v via %v",
+							step, f.Orig.Src, f.NATAddr, srcFull, natFull, v.Orig.Src, v.NATAddr)
+					}
+					forget(m)
+					ownDrops++
+					err = tb.Insert(&f, 0, 0)
+				}
 			}
 			switch {
 			case exists && errors.Is(err, ErrExists):
@@ -209,9 +230,9 @@ func testAgainstModel(t *testing.T, cfg Config, early bool) {
 			t.Fatalf("step %d: Len %d, model %d", step, tb.Len(), len(model))
 		}
 	}
-	t.Logf("%d early drops, %d refused for a limit", drops, limited)
-	if early && (drops == 0 || limited == 0) {
-		t.Fatalf("the run never exercised early drop (%d) or the limits (%d)", drops, limited)
+	t.Logf("%d early drops, %d within a source or NAT address, %d refused for a limit", drops, ownDrops, limited)
+	if early && (drops == 0 || ownDrops == 0 || limited == 0) {
+		t.Fatalf("the run never exercised early drop (%d), its own-flow form (%d) or the limits (%d)", drops, ownDrops, limited)
 	}
 	// Everything expires, every flow exactly once.
 	n := 0

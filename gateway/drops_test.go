@@ -123,18 +123,22 @@ func dropCases() []dropCase {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},
 		{reason: DropPodFlowLimit, ct: func(c *conntrack.Config) { c.SourceLimit = 1 }, prep: func(t *testing.T, f *fixture) {
-			if r, _ := f.run(t, tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))); r.Verdict != VerdictTx {
+			p := udpFrom(pod1v4, server4)
+			if r, _ := f.run(t, tunnelFrame(t, podTun(), p.build(t))); r.Verdict != VerdictTx {
 				t.Fatalf("first flow: %v %v", r.Verdict, r.Reason)
 			}
+			answer(t, f, p.sport) // answered: the pod may not early-drop it
 		}, frame: func(t *testing.T) []byte {
 			p := udpFrom(pod1v4, server4)
 			p.sport++
 			return tunnelFrame(t, podTun(), p.build(t))
 		}},
 		{reason: DropEgressIPFlowLimit, ct: func(c *conntrack.Config) { c.NATLimit = 1 }, prep: func(t *testing.T, f *fixture) {
-			if r, _ := f.run(t, tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))); r.Verdict != VerdictTx {
+			p := udpFrom(pod1v4, server4)
+			if r, _ := f.run(t, tunnelFrame(t, podTun(), p.build(t))); r.Verdict != VerdictTx {
 				t.Fatalf("first flow: %v %v", r.Verdict, r.Reason)
 			}
+			answer(t, f, p.sport) // answered: the egress IP may not early-drop it
 		}, frame: func(t *testing.T) []byte {
 			return fromNode2(t, udpFrom(pod2v4, server4)) // another pod, the same egress IP
 		}},

@@ -303,7 +303,7 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 		pick = nat.Pick(ips, nat.FlowHash(t.Proto, src, t.SrcPort, dst, t.DstPort))
 	}
 	natAddr := ips[pick]
-	if r := pr.admit(&t.Src, natAddr); r != DropNone {
+	if r := pr.admit(t, natAddr, now); r != DropNone {
 		if pickup {
 			return DropTCPNoFlow
 		}

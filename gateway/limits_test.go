@@ -85,3 +85,81 @@ func TestFullTableEarlyDrops(t *testing.T) {
 		t.Errorf("ports in use %d, flows %d: the dropped flow kept its port", got, f.ct.Len())
 	}
 }
+
+// The cps benchmark's case: one pod opening UDP flows nobody answers
+// reaches its limit and still opens new flows, each taking the place of the
+// pod's own oldest unanswered one (flows_early_dropped, its port released);
+// never another pod's (pod 2's, older and just as unanswered), never one of
+// its answered flows.
+func TestPodAtItsLimitEarlyDropsItsOwn(t *testing.T) {
+	f := limitsFixture(t)
+	limit, _ := conntrack.DefaultLimits(4096)
+	const others = 10
+	for i := 0; i < others; i++ {
+		p := udpFrom(pod2v4, server4)
+		p.sport = uint16(30000 + i)
+		if r, _ := f.run(t, fromNode2(t, p)); r.Verdict != VerdictTx {
+			t.Fatalf("pod 2 flow %d: %v %v", i, r.Verdict, r.Reason)
+		}
+	}
+	send := func(i int) Result {
+		p := udpFrom(pod1v4, server4)
+		p.sport = uint16(10000 + i)
+		r, _ := f.run(t, tunnelFrame(t, podTun(), p.build(t)))
+		return r
+	}
+	// Pod 1 fills its limit; every other flow is answered.
+	for i := 0; i < limit; i++ {
+		if r := send(i); r.Verdict != VerdictTx {
+			t.Fatalf("pod 1 flow %d: %v %v", i, r.Verdict, r.Reason)
+		}
+		if i%2 == 0 {
+			answer(t, f, uint16(10000+i))
+		}
+	}
+	// More new flows than it has unanswered ones: the new ones take each
+	// other's places too.
+	const more = 300
+	for i := limit; i < limit+more; i++ {
+		if r := send(i); r.Verdict != VerdictTx {
+			t.Fatalf("pod 1 at its limit, new flow %d: %v %v", i-limit, r.Verdict, r.Reason)
+		}
+	}
+	st := f.p.Stats()
+	if st.Count(CounterFlowsEarlyDropped) != more || st.Drop(DropPodFlowLimit) != 0 {
+		t.Fatalf("flows_early_dropped %d, pod_flow_limit %d; want %d and 0",
+			st.Count(CounterFlowsEarlyDropped), st.Drop(DropPodFlowLimit), more)
+	}
+	if f.ct.Len() != limit+others {
+		t.Fatalf("%d flows, want pod 1's limit %d and pod 2's %d", f.ct.Len(), limit, others)
+	}
+	if got := f.p.NAT().PortsInUse(nat.Addr(addr16(egress4)), header.ProtoUDP); got != f.ct.Len() {
+		t.Errorf("ports in use %d, flows %d: an early-dropped flow kept its port", got, f.ct.Len())
+	}
+	// Pod 1's answered flows and all of pod 2's are still there: the
+	// server's replies reach them (a reply without a flow is dropped).
+	for i := 0; i < limit; i += 2 {
+		answer(t, f, uint16(10000+i))
+	}
+	for i := 0; i < others; i++ {
+		answer(t, f, uint16(30000+i))
+	}
+	// Once all its flows are answered, the pod is refused: nothing of its
+	// own may go.
+	held := 0
+	for i := limit; i < limit+more; i++ {
+		rep := pkt{src: server4, dst: egress4, proto: "udp", sport: 53, dport: uint16(10000 + i), payload: []byte("a")}
+		if r, _ := f.run(t, plainFrame(t, rep.build(t))); r.Verdict == VerdictTx {
+			held++
+		}
+	}
+	if held != limit/2 {
+		t.Fatalf("pod 1 holds %d of its new flows, want the %d places of its unanswered ones", held, limit/2)
+	}
+	if r := send(limit + more); r.Verdict != VerdictDrop || r.Reason != DropPodFlowLimit {
+		t.Fatalf("pod 1 with only answered flows: %v %v, want pod_flow_limit", r.Verdict, r.Reason)
+	}
+	if f.ct.Len() != limit+others {
+		t.Fatalf("%d flows after the refusal, want %d", f.ct.Len(), limit+others)
+	}
+}

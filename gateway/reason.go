@@ -111,7 +111,7 @@ const (
 	CounterFlowsNew                         // flows created
 	CounterFlowsExpired                     // flows expired and their port released
 	CounterFlowsMoved                       // flows removed because their egress IP left the pod's policy here
-	CounterFlowsEarlyDropped                // unanswered or closing flows removed to make room in a full table
+	CounterFlowsEarlyDropped                // unanswered or closing flows removed to make room in a full table, or under a pod's or egress IP's own limit
 	CounterTCPResetsSent                    // RSTs sent to pods for TCP segments of flows the gateway does not know (also counted as tcp_no_flow)
 	CounterFlowsPickedUp                    // TCP flows picked up mid-stream (also counted in flows_created)
 	numCounters

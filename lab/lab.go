@@ -126,9 +126,13 @@ func (l *Lab) build() error {
 	for _, g := range s.Gateways {
 		members = append(members, g.Name)
 	}
-	for _, m := range members {
+	for i, m := range members {
+		q := ""
+		if i >= len(members)-len(s.Gateways) && s.GatewayQueues > 1 {
+			q = fmt.Sprintf(" numtxqueues %d numrxqueues %d", s.GatewayQueues, s.GatewayQueues)
+		}
 		fabric = append(fabric,
-			fmt.Sprintf("link add %s type veth peer name eth0 netns %s", m, s.NS(m)),
+			fmt.Sprintf("link add %s%s type veth peer name eth0%s netns %s", m, q, q, s.NS(m)),
 			fmt.Sprintf("link set %s master br0 up", m))
 	}
 	if err := ipBatch(s.NS("fabric"), fabric...); err != nil {

@@ -66,6 +66,10 @@ type Spec struct {
 	Workers        []WorkerNode
 	Gateways       []Gateway
 	Policies       []Policy
+	// GatewayQueues is the number of receive and transmit queues of each
+	// gateway's eth0 (a multi-queue veth; 0 or 1: one). The data-plane
+	// benchmark's two-queue scenario sets it.
+	GatewayQueues int
 }
 
 // Router joins the fabric to the outside network; it is every node's default gateway.
@@ -395,6 +399,9 @@ func (s *Spec) ExpectedSource(w WorkerNode, p Pod) netip.Addr {
 func (s *Spec) Validate() error {
 	if err := ValidName(s.Name); err != nil {
 		return err
+	}
+	if s.GatewayQueues < 0 || s.GatewayQueues > 16 {
+		return fmt.Errorf("lab spec: GatewayQueues %d is outside 0–16", s.GatewayQueues)
 	}
 	seen := map[netip.Addr]string{}
 	claim := func(a netip.Addr, who string) error {

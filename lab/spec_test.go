@@ -90,6 +90,8 @@ func TestValidate(t *testing.T) {
 		"IPv6 pod on gateway":   func(s *Spec) { s.Workers[0].Pods[2].IP6 = netip.MustParseAddr("2001:db8:18:1::1") },
 		"IPv6 duplicate":        func(s *Spec) { s.Gateways[1].IP6 = s.Workers[0].IP6 },
 		"IPv4 as IPv6":          func(s *Spec) { s.Server.IP6 = netip.MustParseAddr("198.51.100.20") },
+		"negative queues":       func(s *Spec) { s.GatewayQueues = -1 },
+		"too many queues":       func(s *Spec) { s.GatewayQueues = 17 },
 	}
 	for what, brk := range breakers {
 		s, _ := DefaultSpec("egl")

@@ -142,7 +142,7 @@ func NewGatewayCollector(src GatewaySource) *GatewayCollector {
 		flowsCreated:      d("flows_created_total", "Flows created."),
 		flowsExpired:      d("flows_expired_total", "Flows expired and their NAT port released."),
 		flowsPickedUp:     d("flows_picked_up_total", "TCP flows picked up mid-stream: a pod's segment of a connection this gateway held no flow for (its egress IP moved here, or the gateway restarted), on the pod's own source port, so the server sees the same 5-tuple. Also counted in flows_created_total."),
-		flowsEarlyDropped: d("flows_early_dropped_total", "Unanswered or closing flows removed to make room for a new flow in a full table (early drop), their NAT port released."),
+		flowsEarlyDropped: d("flows_early_dropped_total", "Unanswered or closing flows removed to make room for a new flow (early drop), their NAT port released: in a full table, or among a pod's or egress IP's own flows at its podFlowLimit or egressIPFlowLimit."),
 		announcements:     d("claim_announcements_total", "Gratuitous ARPs and unsolicited neighbour advertisements for claimed egress IPs, by result (sent, failed).", "result"),
 		neighborAnswers:   d("neighbor_answers_total", "ARP replies and neighbour advertisements the gateway sent for its claimed egress IPs (the kernel is fenced from answering), by result (sent, failed).", "result"),
 		flowsMoved:        d("flows_moved_total", "Flows removed because their egress IP left this gateway or their pod's policy; the pod's next packet opens a flow on a current egress IP (UDP, ICMP) or is dropped as tcp_no_flow (TCP)."),

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,7 +37,7 @@ const cpuNote = "The gateway's threads, the generator and the receiver run SCHED
 // for both sides alike: no queue there can overflow unseen. It
 // returns the pids that count as the gateway's tasks and a line saying what
 // it set up.
-func pinGateway(l *lab.Lab, mode string, genCPU, gwCPU int) ([]int, string, error) {
+func pinGateway(l *lab.Lab, mode string, genCPU int, gwCPUs []int) ([]int, string, error) {
 	s := l.Spec
 	// veth hands a frame to its peer's NAPI only when the sending side
 	// has no TSO (or the peer forwards UDP GRO, which would merge the
@@ -44,7 +45,7 @@ func pinGateway(l *lab.Lab, mode string, genCPU, gwCPU int) ([]int, string, erro
 	if out, err := exec.Command("ip", "netns", "exec", s.NS("fabric"), "ethtool", "-K", "g1", "tso", "off").CombinedOutput(); err != nil {
 		return nil, "", fmt.Errorf("ethtool -K g1 tso off: %v: %s", err, out)
 	}
-	gwNAPI, err := threadedNAPI(s.NS("g1"), "eth0", gwCPU, prioNAPI)
+	gwNAPI, err := threadedNAPI(s.NS("g1"), "eth0", gwCPUs, prioNAPI)
 	if err != nil {
 		return nil, "", fmt.Errorf("gateway g1: %w", err)
 	}
@@ -64,7 +65,7 @@ func pinGateway(l *lab.Lab, mode string, genCPU, gwCPU int) ([]int, string, erro
 		if pid == 0 {
 			return nil, "", fmt.Errorf("no pid for egret gateway g1")
 		}
-		if err := pinProcess(pid, gwCPU, prioGateway); err != nil {
+		if err := pinProcess(pid, gwCPUs, prioGateway); err != nil {
 			return nil, "", err
 		}
 		tasks = append(tasks, pid)
@@ -78,13 +79,14 @@ func pinGateway(l *lab.Lab, mode string, genCPU, gwCPU int) ([]int, string, erro
 			xdp = "none (AF_PACKET fallback)"
 		}
 	}
-	return tasks, fmt.Sprintf("gateway core %d (NAPI threads %v), generator and receiver core %d, XDP %s",
-		gwCPU, gwNAPI, genCPU, xdp), nil
+	return tasks, fmt.Sprintf("gateway cores %v (NAPI threads %v, one per queue), generator and receiver core %d, XDP %s",
+		gwCPUs, gwNAPI, genCPU, xdp), nil
 }
 
 // threadedNAPI switches dev in ns to threaded NAPI and pins the threads it
-// creates to cpu.
-func threadedNAPI(ns, dev string, cpu, prio int) ([]int, error) {
+// creates (one per receive queue, in the order the kernel started them) to
+// cpus in turn.
+func threadedNAPI(ns, dev string, cpus []int, prio int) ([]int, error) {
 	before := napiThreads()
 	if out, err := exec.Command("ip", "netns", "exec", ns, "ethtool", "-K", dev, "gro", "on").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ethtool -K %s gro on: %v: %s", dev, err, out)
@@ -101,8 +103,9 @@ func threadedNAPI(ns, dev string, cpu, prio int) ([]int, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("threaded NAPI on %s in %s started no napi/ thread", dev, ns)
 	}
-	for _, pid := range pids {
-		if err := setAffinity(pid, cpu, prio); err != nil {
+	slices.Sort(pids)
+	for i, pid := range pids {
+		if err := setAffinity(pid, cpus[i%len(cpus):i%len(cpus)+1], prio); err != nil {
 			return nil, err
 		}
 	}
@@ -126,14 +129,15 @@ func napiThreads() map[int]bool {
 	return m
 }
 
-func pinProcess(pid, cpu, prio int) error {
+// pinProcess pins every thread of pid to cpus (any of them).
+func pinProcess(pid int, cpus []int, prio int) error {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return err
 	}
 	for _, t := range tasks {
 		tid, _ := strconv.Atoi(t.Name())
-		if err := setAffinity(tid, cpu, prio); err != nil {
+		if err := setAffinity(tid, cpus, prio); err != nil {
 			return err
 		}
 	}
@@ -154,12 +158,14 @@ const (
 	prioGenerator = 49
 )
 
-// setAffinity pins thread tid to cpu and gives it SCHED_FIFO at prio.
-func setAffinity(tid, cpu, prio int) error {
+// setAffinity pins thread tid to cpus and gives it SCHED_FIFO at prio.
+func setAffinity(tid int, cpus []int, prio int) error {
 	var set unix.CPUSet
-	set.Set(cpu)
+	for _, c := range cpus {
+		set.Set(c)
+	}
 	if err := unix.SchedSetaffinity(tid, &set); err != nil {
-		return fmt.Errorf("pin thread %d to core %d: %w", tid, cpu, err)
+		return fmt.Errorf("pin thread %d to cores %v: %w", tid, cpus, err)
 	}
 	attr := unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 	if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {

@@ -23,7 +23,7 @@ const (
 	// benchPorts-1, and the router drops them after it has seen them.
 	benchPortBase = 20000
 	benchPorts    = 10000
-	// srcPortBase..srcPortBase+srcPorts-1 are the flows' source ports.
+	// srcPorts source ports from srcPortBase are the flows' (flowPorts).
 	srcPortBase = 1024
 	srcPorts    = 50000
 )
@@ -71,9 +71,19 @@ func (w *wire) innerFrameLen(size int) int {
 	return n
 }
 
-// flowPorts maps flow i to its source and destination port.
+// flowPorts maps flow i to its source and destination port. The source
+// ports skip the tunnel ports (VXLAN 4789, Geneve 6081), which a gateway
+// never gives a flow as its NAT port: every flow's port is then free to
+// be preserved, and the frames from outside address it (reverse.go).
 func flowPorts(i uint64) (sport, dport uint16) {
-	return uint16(srcPortBase + i%srcPorts), uint16(benchPortBase + (i/srcPorts)%benchPorts)
+	p := srcPortBase + i%srcPorts
+	if p >= 4789 {
+		p++
+	}
+	if p >= 6081 {
+		p++
+	}
+	return uint16(p), uint16(benchPortBase + (i/srcPorts)%benchPorts)
 }
 
 // maxFlows is how many distinct flows one pod can have in this scheme.
@@ -88,23 +98,9 @@ func (w *wire) build(b []byte, size int, flow, seq uint64, ts int64) int {
 	inner := w.innerFrameLen(size)
 	o := w.outerLen()
 	total := o + inner
-	clear(b[:total])
-	copy(b[0:6], w.outerDstMAC[:])
-	copy(b[6:12], w.outerSrcMAC[:])
-	udpOff, outerPseudo := putIPUDP(b[12:total], w.outerSrc, w.outerDst)
+	udpOff, outerPseudo := w.putOuter(b, total, flow)
 	sport, dport := flowPorts(flow)
-	// The outer source port carries the flow's entropy, as Linux VXLAN's does.
-	h := uint32(flow * 0x9e3779b97f4a7c15 >> 32)
-	binary.BigEndian.PutUint16(b[udpOff:], uint16(49152+h%16384))
-	binary.BigEndian.PutUint16(b[udpOff+2:], w.port)
-	binary.BigEndian.PutUint16(b[udpOff+4:], uint16(total-udpOff))
-	vx := b[udpOff+8:]
-	vx[0] = 0x08
-	binary.BigEndian.PutUint32(vx[4:8], w.vni<<8)
-
 	in := b[o:total]
-	copy(in[0:6], w.innerDstMAC[:])
-	copy(in[6:12], w.innerSrcMAC[:])
 	iuOff, pseudo := putIPUDP(in[12:], w.pod, w.server)
 	iu := in[iuOff:] // inner UDP header and payload
 	binary.BigEndian.PutUint16(iu[0:2], sport)
@@ -119,6 +115,61 @@ func (w *wire) build(b []byte, size int, flow, seq uint64, ts int64) int {
 		// Everything past the inner stamp is zero.
 		end := o + len(in) - len(iu) + udpLen + stampLen
 		binary.BigEndian.PutUint16(u[6:8], header.UDPChecksumValue(header.ChecksumFold(header.Checksum(b[udpOff:end], outerPseudo))))
+	}
+	return total
+}
+
+// putOuter clears b[:total] and writes the Ethernet, IP, UDP and VXLAN
+// headers of a tunnel frame of total bytes for flow, and the inner
+// Ethernet addresses; it returns where the outer UDP header starts and its
+// pseudo-header sum.
+func (w *wire) putOuter(b []byte, total int, flow uint64) (udpOff int, pseudo uint32) {
+	clear(b[:total])
+	copy(b[0:6], w.outerDstMAC[:])
+	copy(b[6:12], w.outerSrcMAC[:])
+	udpOff, pseudo = putIPUDP(b[12:total], w.outerSrc, w.outerDst)
+	// The outer source port carries the flow's entropy, as Linux VXLAN's does.
+	h := uint32(flow * 0x9e3779b97f4a7c15 >> 32)
+	binary.BigEndian.PutUint16(b[udpOff:], uint16(49152+h%16384))
+	binary.BigEndian.PutUint16(b[udpOff+2:], w.port)
+	binary.BigEndian.PutUint16(b[udpOff+4:], uint16(total-udpOff))
+	vx := b[udpOff+8:]
+	vx[0] = 0x08
+	binary.BigEndian.PutUint32(vx[4:8], w.vni<<8)
+	in := b[w.outerLen():total]
+	copy(in[0:6], w.innerDstMAC[:])
+	copy(in[6:12], w.innerSrcMAC[:])
+	return udpOff, pseudo
+}
+
+// buildSYN writes the VXLAN frame of flow's opening SYN (no payload, so no
+// stamp; the inner frame padded to the smallest with a stamp) and returns
+// its length. Over IPv6 the outer UDP checksum is computed.
+func (w *wire) buildSYN(b []byte, size int, flow, _ uint64, _ int64) int {
+	inner := w.innerFrameLen(size)
+	o := w.outerLen()
+	total := o + inner
+	udpOff, outerPseudo := w.putOuter(b, total, flow)
+	in := b[o:total]
+	thOff, _ := putIPUDP(in[12:], w.pod, w.server)
+	ipLen := thOff - ethLen + tcpLen
+	// putIPUDP wrote a UDP datagram filling the frame: make it TCP, and
+	// only as long as its header (the rest is Ethernet padding).
+	if w.pod.Is4() {
+		ip := header.IPv4(in[ethLen : ethLen+20])
+		ip.SetProtocol(protoTCP)
+		ip.SetTotalLength(uint16(ipLen))
+		ip.SetChecksum(0)
+		ip.SetChecksum(header.ChecksumFold(header.Checksum(ip, 0)))
+	} else {
+		ip := header.IPv6(in[ethLen : ethLen+40])
+		ip.SetNextHeader(protoTCP)
+		ip.SetPayloadLength(tcpLen)
+	}
+	sport, dport := flowPorts(flow)
+	putTCP(in[thOff:thOff+tcpLen], sport, dport, synSeq(flow), 0, tcpSYN, w.pod, w.server)
+	if w.outerSrc.Is6() {
+		binary.BigEndian.PutUint16(b[udpOff+6:udpOff+8], header.UDPChecksumValue(header.ChecksumFold(header.Checksum(b[udpOff:total], outerPseudo))))
 	}
 	return total
 }

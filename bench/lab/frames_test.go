@@ -88,3 +88,19 @@ func checkSums(t *testing.T, name string, f []byte) {
 		t.Errorf("%s: bad UDP checksum", name)
 	}
 }
+
+// Every flow's source port is one a gateway may preserve (never a tunnel
+// port), and flows are distinct 5-tuples.
+func TestFlowPortsSkipTunnelPorts(t *testing.T) {
+	seen := map[[2]uint16]bool{}
+	for i := uint64(0); i < 2*srcPorts; i++ {
+		s, d := flowPorts(i)
+		if s == 4789 || s == 6081 || s < srcPortBase {
+			t.Fatalf("flow %d has source port %d", i, s)
+		}
+		if seen[[2]uint16{s, d}] {
+			t.Fatalf("flow %d repeats ports %d→%d", i, s, d)
+		}
+		seen[[2]uint16{s, d}] = true
+	}
+}

@@ -2,7 +2,7 @@
 // the same job (VXLAN decap + conntrack + nftables SNAT, the lab's kernel
 // mode), with one generator, in one run.
 //
-//	go run ./bench/lab [-egret bin/egret] [-out dir] [-trial 5s] [-quick] [-scenarios est-10k,cps,...]
+//	go run ./bench/lab [-egret bin/egret] [-out dir] [-trial 5s] [-quick] [-extra] [-scenarios est-10k,cps,...]
 //
 // A generator in this process sends VXLAN frames from worker w1's eth0 as
 // its VTEP would for pod w1-p1 (AF_XDP transmit, gateway/nic), a sequence
@@ -41,12 +41,17 @@ type scenario struct {
 	// Latency: also measure latency at 10/50/90 % of the NDR.
 	Latency bool   `json:"-"`
 	About   string `json:"about"`
+	// Extra scenarios are not in the standard set (make bench-lab keeps
+	// to about 15 minutes): -extra or -scenarios runs them.
+	Extra bool `json:"extra,omitempty"`
+	// Queues is the gateway's receive queues (a multi-queue veth; 0: one).
+	Queues int `json:"gateway_queues,omitempty"`
 }
 
-// standard is the standard set, in the order it runs; the first is the
-// summary line's case, and cps comes last on its lab because the flows it
-// opens stay in the table for the UDP timeout.
-var standard = []scenario{
+// scenarios are the standard set and the extra ones, in the order they
+// run; the first is the summary line's case, and the connection-rate ones
+// come last on their lab because the flows they open stay in the table.
+var scenarios = []scenario{
 	{Name: "est-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64}, Latency: true,
 		About: "10k established UDP flows, 64-byte frames, VXLAN over IPv4"},
 	{Name: "est-1", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 1, Dist: "uniform", Size: 64},
@@ -55,8 +60,18 @@ var standard = []scenario{
 		About: "1M established flows, 64-byte frames"},
 	{Name: "est-10k-imix", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 0},
 		About: "10k flows, IMIX (7:4:1 of 64, 576, 1500 bytes)"},
+	{Name: "reply-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Dir: dirReply}, Extra: true,
+		About: "the reply direction: the server's 64-byte UDP frames to the egress IP on 10k established flows, sent from the router's fabric side, received translated inside VXLAN on worker w1"},
+	{Name: "bidir-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Dir: dirBoth}, Extra: true,
+		About: "both directions at once on 10k established flows, 64-byte frames, batches alternating (the rate is the sum)"},
+	{Name: "est-10k-2q", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64}, Extra: true, Queues: 2,
+		About: "est-10k through two gateway queues (a two-queue veth: Egret runs a worker per queue, the kernel a NAPI thread per queue; the flows spread over the queues by the outer UDP source port); on its own lab"},
+	{Name: "icmp-frag-10k", Underlay: lab.UnderlayIPv4, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64, Kind: kindICMPErr}, Extra: true,
+		About: "ICMP errors: fragmentation-needed from outside for 10k established UDP flows (90-byte frames quoting the flow's packet), translated back to the pod"},
 	{Name: "cps", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true},
 		About: "new flows per second: every frame a 5-tuple never seen before (UDP, one packet each), the table growing (last on its lab: it fills the table)"},
+	{Name: "cps-tcp", Underlay: lab.UnderlayIPv4, Traffic: traffic{Size: 64, New: true, Kind: kindTCPSYN}, Extra: true,
+		About: "TCP connection setup: the rate is connections per second, each a SYN from the pod on a 5-tuple never seen before, answered by a responder outside with a SYN-ACK when the SYN reaches it; a connection counts when its SYN-ACK reaches the pod; the table growing"},
 	{Name: "est-10k-v6", Underlay: lab.UnderlayIPv6, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64},
 		About: "10k established flows over an IPv6 underlay (IPv6-only lab: 82-byte frames, the smallest IPv6 frame with the stamp)"},
 }
@@ -66,13 +81,18 @@ func main() {
 	out := flag.String("out", "", "report folder (default: bench-report-<UTC time> in the current directory)")
 	full := flag.Duration("trial", 5*time.Second, "length of a trial that counts (RFC 2544: ≥ 5 s)")
 	quick := flag.Bool("quick", false, "1 s trials and a coarser search, for trying the harness (figures not comparable)")
-	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: all): "+scenarioNames())
+	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: the standard set): "+scenarioNames())
+	extra := flag.Bool("extra", false, "run the extra scenarios too (reply direction, bidirectional, ICMP errors, TCP connection setup)")
 	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
+	gwCPU2 := flag.Int("gw-cpu2", -1, "the second gateway queue's core in the two-queue scenario (default: -gw-cpu, the one core a 2-core machine has for the gateway)")
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
 	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios)")
 	flag.Parse()
-	cfg := config{hold: *hold, sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, bin: *bin, out: *out}
+	cfg := config{hold: *hold, sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, gwCPU2: *gwCPU2, bin: *bin, out: *out}
+	if cfg.gwCPU2 < 0 {
+		cfg.gwCPU2 = cfg.gwCPU
+	}
 	if *quick {
 		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
 	}
@@ -95,7 +115,7 @@ func main() {
 		}
 	}
 	if err != nil {
-	} else if cfg.scenarios, err = pick(*names); err == nil {
+	} else if cfg.scenarios, err = pick(*names, *extra); err == nil {
 		err = run(cfg)
 	}
 	if err != nil {
@@ -114,6 +134,7 @@ type config struct {
 	full, short   time.Duration
 	goal, coarse  float64
 	genCPU, gwCPU int
+	gwCPU2        int // the second queue's core (two-queue scenario)
 	bin, out      string
 	scenarios     []scenario
 	sides         []string
@@ -122,20 +143,32 @@ type config struct {
 
 func scenarioNames() string {
 	var s []string
-	for _, sc := range standard {
-		s = append(s, sc.Name)
+	for _, sc := range scenarios {
+		n := sc.Name
+		if sc.Extra {
+			n += " (extra)"
+		}
+		s = append(s, n)
 	}
-	return strings.Join(s, ",")
+	return strings.Join(s, ", ")
 }
 
-func pick(names string) ([]scenario, error) {
+// pick returns the scenarios named (in the order named), or without names
+// the standard set and, with extra, the extra ones, in their running order.
+func pick(names string, extra bool) ([]scenario, error) {
 	if names == "" {
-		return standard, nil
+		var out []scenario
+		for _, sc := range scenarios {
+			if !sc.Extra || extra {
+				out = append(out, sc)
+			}
+		}
+		return out, nil
 	}
 	var out []scenario
 	for _, n := range strings.Split(names, ",") {
 		found := false
-		for _, sc := range standard {
+		for _, sc := range scenarios {
 			if sc.Name == n {
 				out, found = append(out, sc), true
 			}
@@ -175,19 +208,22 @@ func run(cfg config) error {
 	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
 	fmt.Printf("bench-lab: %d scenarios × {kernel, egret}, trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
 		len(cfg.scenarios), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
+	// One lab per underlay and gateway queue count, each side in turn.
 	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
-		var scs []scenario
-		for _, sc := range cfg.scenarios {
-			if sc.Underlay == u {
-				scs = append(scs, sc)
+		for _, q := range []int{1, 2} {
+			var scs []scenario
+			for _, sc := range cfg.scenarios {
+				if sc.Underlay == u && max(sc.Queues, 1) == q {
+					scs = append(scs, sc)
+				}
 			}
-		}
-		if len(scs) == 0 {
-			continue
-		}
-		for _, mode := range cfg.sides {
-			if err := runMode(cfg, rep, mode, u, scs); err != nil {
-				return fmt.Errorf("%s mode, %s underlay: %w", mode, u, err)
+			if len(scs) == 0 {
+				continue
+			}
+			for _, mode := range cfg.sides {
+				if err := runMode(cfg, rep, mode, u, q, scs); err != nil {
+					return fmt.Errorf("%s mode, %s underlay, %d gateway queues: %w", mode, u, q, err)
+				}
 			}
 		}
 	}
@@ -197,11 +233,12 @@ func run(cfg config) error {
 }
 
 // runMode brings up one lab in one gateway mode and runs the scenarios on it.
-func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) error {
+func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []scenario) error {
 	spec, err := lab.NewSpec("ebl"+fmt.Sprint(os.Getpid()%100000), underlay)
 	if err != nil {
 		return err
 	}
+	spec.GatewayQueues = queues
 	impl, err := lab.NewImpl(mode, cfg.bin)
 	if err != nil {
 		return err
@@ -215,7 +252,7 @@ func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) err
 		e.PodFlowLimit, e.EgressIPFlowLimit = e.ConntrackMax, e.ConntrackMax
 		impl = e
 	}
-	fmt.Printf("\n== %s gateway, %s underlay: building the lab\n", mode, underlay)
+	fmt.Printf("\n== %s gateway, %s underlay, %d gateway queues: building the lab\n", mode, underlay, queues)
 	l := &lab.Lab{Spec: spec, Impl: impl, Binary: cfg.bin}
 	if err := l.Up(); err != nil {
 		return err
@@ -224,12 +261,16 @@ func runMode(cfg config, rep *report, mode, underlay string, scs []scenario) err
 	upLab.Lock()
 	upLab.name = spec.Name
 	upLab.Unlock()
-	gwTasks, note, err := pinGateway(l, mode, cfg.genCPU, cfg.gwCPU)
+	gwCPUs := []int{cfg.gwCPU}
+	if queues > 1 {
+		gwCPUs = append(gwCPUs, cfg.gwCPU2)
+	}
+	gwTasks, note, err := pinGateway(l, mode, cfg.genCPU, gwCPUs)
 	if err != nil {
 		return err
 	}
 	fmt.Println("  " + note)
-	r, err := newRig(spec, cfg.genCPU, cfg.gwCPU)
+	r, err := newRig(spec, cfg.genCPU, gwCPUs)
 	if err != nil {
 		return err
 	}
@@ -252,17 +293,35 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	res := &result{Scenario: sc, Mode: mode}
 	fmt.Printf("-- %s, %s: %s\n", mode, sc.Name, sc.About)
 	tr := sc.Traffic
-	if !tr.New && tr.Flows > 1 {
-		// Establish every flow once before measuring.
-		warm := 50_000.0
-		d := time.Duration(float64(tr.Flows)/warm*float64(time.Second)) + 200*time.Millisecond
-		if _, err := r.run(tr, warm, d); err != nil {
+	fwd, rev := tr.legs()
+	warm := func() error {
+		// Establish every flow once, from the pod.
+		w, rate := tr, 50_000.0
+		w.Dir, w.Kind = "", ""
+		d := time.Duration(float64(tr.Flows)/rate*float64(time.Second)) + 200*time.Millisecond
+		_, err := r.run(w, rate, d)
+		return err
+	}
+	if !tr.New && (tr.Flows > 1 || rev) {
+		if err := warm(); err != nil {
 			return nil, err
 		}
 	}
+	// run is one trial. Traffic from outside only keeps its flows alive
+	// only as far as it reaches them (a slow trial touches a few, and the
+	// kernel forgets an unanswered UDP flow after 30 s): each of its
+	// trials is preceded by a pass over the flows from the pod.
+	run := func(rate float64, d time.Duration) (trial, error) {
+		if rev && !fwd {
+			if err := warm(); err != nil {
+				return trial{}, err
+			}
+		}
+		return r.run(tr, rate, d)
+	}
 	if cfg.hold > 0 {
 		fmt.Printf("   holding %.0f pps for %v (gateway core %d)\n", cfg.hold, cfg.full, cfg.gwCPU)
-		t, err := r.run(tr, cfg.hold, cfg.full)
+		t, err := run(cfg.hold, cfg.full)
 		if err != nil {
 			return nil, err
 		}
@@ -272,7 +331,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 		return res, nil
 	}
 	// The generator's ceiling: a short trial at a rate nothing here reaches.
-	top, err := r.run(tr, 5e6, cfg.short)
+	top, err := run(5e6, cfg.short)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +342,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 			fmt.Printf("   %s trial %4.1f s at %8.0f pps: sent %9d, lost %.2e (at gateway input %d, receiver %d; reordered %d), gateway core %.2f busy, its tasks %.2f = %5.0f ns/packet\n",
 				c, t.Seconds, t.Offered(), t.Sent, t.Loss(), t.InputDrops, t.ReceiverDrops, t.Reordered, t.GatewayCores, t.TaskCores, t.TaskNsPerPacket)
 		}},
-		run: func(rate float64, d time.Duration) (trial, error) { return r.run(tr, rate, d) }}
+		run: run}
 	if res.PDR, err = s.find("PDR", pdrLoss); err != nil {
 		return nil, err
 	}
@@ -296,7 +355,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	}
 	loads := []float64{0.1, 0.5, 0.9}
 	for _, f := range loads {
-		t, err := r.run(tr, f*res.NDR.Rate, cfg.full)
+		t, err := run(f*res.NDR.Rate, cfg.full)
 		if err != nil {
 			return nil, err
 		}
@@ -304,7 +363,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	}
 	// The target's comparison: both sides at half the kernel's NDR.
 	if k := rep.find(lab.ModeKernel, sc.Name, sc.Underlay); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
-		t, err := r.run(tr, 0.5*k.NDR.Rate, cfg.full)
+		t, err := run(0.5*k.NDR.Rate, cfg.full)
 		if err != nil {
 			return nil, err
 		}

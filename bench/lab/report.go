@@ -135,6 +135,7 @@ func (rep *report) tables() string {
 		fmt.Fprintf(&b, "| %s | %s | %.0f%s | %.0f | %.0f | %.2f | %.0f | %s | %s |\n", r.Scenario.Name, r.Mode, r.NDR.Rate, lim, r.PDR.Rate,
 			r.NDR.Trial.TaskNsPerPacket, r.NDR.Trial.TaskCores, r.GeneratorPPS, kr, kp)
 	}
+	b.WriteString(rep.scaling())
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {
@@ -142,6 +143,22 @@ func (rep *report) tables() string {
 		}
 	}
 	return b.String()
+}
+
+// scaling is the line comparing two gateway queues with one (est-10k-2q
+// against est-10k, each side against itself), when the run has both.
+func (rep *report) scaling() string {
+	var parts []string
+	for _, m := range []string{lab.ModeKernel, lab.ModeEgret} {
+		one, two := rep.find(m, "est-10k", lab.UnderlayIPv4), rep.find(m, "est-10k-2q", lab.UnderlayIPv4)
+		if one != nil && two != nil {
+			parts = append(parts, fmt.Sprintf("%s NDR %sx, PDR %sx", m, ratio(two.NDR.Rate, one.NDR.Rate), ratio(two.PDR.Rate, one.PDR.Rate)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "\nTwo gateway queues against one (est-10k-2q / est-10k): " + strings.Join(parts, "; ") + ".\n"
 }
 
 func (rep *report) print(w io.Writer) {

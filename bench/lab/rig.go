@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,63 +40,151 @@ type traffic struct {
 	// New makes every frame a flow never seen before (the connection-rate
 	// scenario): Flows is then ignored.
 	New bool `json:"new_flows"`
+	// Dir is the direction: forward (pod → outside, the default), reply
+	// (outside → pod on established flows) or both (batches alternate).
+	Dir string `json:"direction,omitempty"`
+	// Kind is what the frames are: UDP (the default), tcp-syn (each frame
+	// a SYN from the pod opening a connection, which the responder outside
+	// answers with a SYN-ACK when the SYN reaches it; the connection counts
+	// when its SYN-ACK reaches the pod), or icmp-frag (ICMP
+	// fragmentation-needed from outside for established flows; Dir is
+	// reply).
+	Kind string `json:"kind,omitempty"`
 }
 
-// rig is one lab's generator and receiver: VXLAN frames from worker w1 as
-// its VTEP would send them for pod w1-p1, transmitted through an AF_XDP
-// socket on w1's eth0; received by an AF_PACKET socket on the router's
-// fabric side, where the router then drops them (nftables, netdev ingress).
+// Directions and kinds of traffic.
+const (
+	dirReply    = "reply"
+	dirBoth     = "both"
+	kindTCPSYN  = "tcp-syn"
+	kindICMPErr = "icmp-frag"
+)
+
+// legs reports which directions tr sends in.
+func (tr traffic) legs() (fwd, rev bool) {
+	switch {
+	case tr.Kind == kindTCPSYN || tr.Dir == dirBoth:
+		return true, true
+	case tr.Kind == kindICMPErr || tr.Dir == dirReply:
+		return false, true
+	}
+	return true, false
+}
+
+// leg is one direction's generator and receiver: an AF_XDP socket that
+// transmits, and an AF_PACKET socket that samples what arrives where an
+// nftables table (egret_bench, in ns) counts and drops it.
+type leg struct {
+	tx     *nic.XSK
+	txPool *nic.Pool
+	rx     *nic.Packet
+	rxPool *nic.Pool
+	ns     string     // where the counters are
+	want   netip.Addr // the source an arriving frame has when translated right
+	parse  func([]byte) (stamp, bool)
+	drops  uint64 // PACKET_STATISTICS drops so far (it resets on each read)
+}
+
+func (l *leg) close() {
+	if l.tx != nil {
+		l.tx.Close()
+		nic.FreeUmem(l.txPool)
+	}
+	if l.rx != nil {
+		l.rx.Close()
+	}
+}
+
+// openTx opens l's AF_XDP transmit socket on dev in ns.
+func (l *leg) openTx(ns, dev string) (mac [6]byte, err error) {
+	err = lab.Do(ns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		copy(mac[:], ifc.HardwareAddr)
+		if l.txPool, err = nic.NewUmem(4096, 2048, 0); err != nil {
+			return err
+		}
+		l.tx, err = nic.OpenXSK(l.txPool, dev, ifc.Index, 0, nic.XDPOptions{})
+		return err
+	})
+	if err != nil {
+		return mac, fmt.Errorf("generator on %s %s: %w", ns, dev, err)
+	}
+	return mac, nil
+}
+
+// openRx installs the counters (rules: an nftables netdev table) and opens
+// l's AF_PACKET receiver on dev in ns.
+func (l *leg) openRx(ns, dev, rules string) error {
+	if out, err := cmdIn(rules, "ip", "netns", "exec", ns, "nft", "-f", "-"); err != nil {
+		return fmt.Errorf("counters in %s: %v: %s", ns, err, out)
+	}
+	l.ns = ns
+	err := lab.Do(ns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		if l.rxPool, err = nic.NewPool(4096, 2048, 0); err != nil {
+			return err
+		}
+		l.rx, err = nic.OpenPacket(l.rxPool, dev, ifc.Index, nic.PacketOptions{})
+		if err != nil {
+			return err
+		}
+		_ = unix.SetsockoptInt(l.rx.FD(), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("receiver on %s %s: %w", ns, dev, err)
+	}
+	return nil
+}
+
+// rig is one lab's generators and receivers. Forward (fwd): VXLAN frames
+// from worker w1 as its VTEP would send them for pod w1-p1, transmitted
+// from w1's eth0; received on the router's fabric side, where the router
+// then drops them. Reply (rev): the server's frames to the egress IP,
+// transmitted from the router's eth0; received, translated and inside
+// VXLAN, on w1's eth0, where w1 then drops them.
 type rig struct {
 	w        wire
+	bk       back
 	egressIP netip.Addr
-	tx       *nic.XSK
-	txPool   *nic.Pool
-	rx       *nic.Packet
-	rxPool   *nic.Pool
+	fwd, rev leg
 	genCPU   int
-	gwCPU    int
+	gwCPUs   []int // the gateway's cores (two in the two-queue scenario, if given)
 	gwTasks  []int // pids whose CPU counts as the gateway's own
 	fabricNS string
-	routerNS string
 	seq      uint64
-	newBase  uint64 // next never-used flow of the connection-rate scenario
+	newBase  uint64 // next never-used flow of the connection-rate scenarios
 	zipf     []uint32
 	zipfN    int
 }
 
-func newRig(spec *lab.Spec, genCPU, gwCPU int) (*rig, error) {
+func newRig(spec *lab.Spec, genCPU int, gwCPUs []int) (r *rig, err error) {
 	w1, g1 := spec.Workers[0], spec.Gateway("g1")
 	pod := w1.Pods[0]
 	egress, gw, ok := spec.Steering(pod)
 	if !ok || gw.Name != g1.Name {
 		return nil, fmt.Errorf("pod %s is not steered to g1 in this lab", pod.Name)
 	}
-	r := &rig{egressIP: egress, genCPU: genCPU, gwCPU: gwCPU, newBase: 1 << 40, fabricNS: spec.NS("fabric")}
+	r = &rig{egressIP: egress, genCPU: genCPU, gwCPUs: gwCPUs, newBase: 1 << 40, fabricNS: spec.NS("fabric")}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
 	r.w = wire{outerSrc: w1.IP, outerDst: g1.IP, vni: lab.VNI, port: lab.VXLANPort,
 		innerSrcMAC: w1.TunnelMAC, innerDstMAC: g1.TunnelMAC, pod: pod.IP, server: spec.Server.IP, podMTU: spec.PodMTU()}
-	var err error
 	if r.w.outerDstMAC, err = macOf(spec.NS(g1.Name), "eth0"); err != nil {
 		return nil, err
 	}
-	var txIf int
-	err = lab.Do(spec.NS(w1.Name), func() error {
-		ifc, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		copy(r.w.outerSrcMAC[:], ifc.HardwareAddr)
-		txIf = ifc.Index
-		if r.txPool, err = nic.NewUmem(4096, 2048, 0); err != nil {
-			return err
-		}
-		r.tx, err = nic.OpenXSK(r.txPool, "eth0", txIf, 0, nic.XDPOptions{})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("generator on %s eth0: %w", spec.NS(w1.Name), err)
+	if r.w.outerSrcMAC, err = r.fwd.openTx(spec.NS(w1.Name), "eth0"); err != nil {
+		return nil, err
 	}
-	rtr := spec.NS(spec.Router.Name)
-	r.routerNS = rtr
 	// The router counts and drops the generated frames (AF_PACKET taps
 	// ahead of the ingress hook, so the receiver sees them first): the
 	// count of those with the egress IP as source is what arrived.
@@ -103,43 +194,47 @@ func newRig(spec *lab.Spec, genCPU, gwCPU int) (*rig, error) {
 	}
 	rules := fmt.Sprintf("table netdev egret_bench {\n\tcounter arrived {}\n\tcounter wrong_source {}\n"+
 		"\tchain in {\n\t\ttype filter hook ingress device \"eth0\" priority 0; policy accept;\n"+
-		"\t\t%s saddr %v udp dport %d-%d counter name \"arrived\" drop\n"+
-		"\t\tudp dport %d-%d counter name \"wrong_source\" drop\n\t}\n}\n",
+		"\t\t%s saddr %v meta l4proto { udp, tcp } th dport %d-%d counter name \"arrived\" drop\n"+
+		"\t\tmeta l4proto { udp, tcp } th dport %d-%d counter name \"wrong_source\" drop\n\t}\n}\n",
 		fam, egress, benchPortBase, benchPortBase+benchPorts-1, benchPortBase, benchPortBase+benchPorts-1)
-	if out, err := cmdIn(rules, "ip", "netns", "exec", rtr, "nft", "-f", "-"); err != nil {
-		r.close()
-		return nil, fmt.Errorf("router counters: %v: %s", err, out)
+	r.fwd.want, r.fwd.parse = egress, parseOut
+	if err := r.fwd.openRx(spec.NS(spec.Router.Name), "eth0", rules); err != nil {
+		return nil, err
 	}
-	err = lab.Do(rtr, func() error {
-		ifc, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		if r.rxPool, err = nic.NewPool(4096, 2048, 0); err != nil {
-			return err
-		}
-		r.rx, err = nic.OpenPacket(r.rxPool, "eth0", ifc.Index, nic.PacketOptions{})
-		if err != nil {
-			return err
-		}
-		_ = unix.SetsockoptInt(r.rx.FD(), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
-		return sampleFilter(r.rx.FD(), r.w.pod.Is4())
-	})
-	if err != nil {
-		r.close()
-		return nil, fmt.Errorf("receiver on %s eth0: %w", rtr, err)
+	if !egress.Is4() || !pod.IP.Is4() || !w1.IP.Is4() {
+		return r, nil // the reply direction is built for the IPv4 lab only
+	}
+	r.bk = back{dstMAC: r.w.outerDstMAC, server: spec.Server.IP, egress: egress}
+	if r.bk.srcMAC, err = r.rev.openTx(spec.NS(spec.Router.Name), "eth0"); err != nil {
+		return nil, err
+	}
+	// Worker w1 counts and drops what the gateway sends back to the pod
+	// inside VXLAN: the inner packet (30 bytes past the outer UDP header)
+	// to the pod from the server is what arrived, to the pod from anyone
+	// else the wrong source.
+	const innerIP = (udpLen + vxlanLen + ethLen) * 8
+	rules = fmt.Sprintf("table netdev egret_bench {\n\tcounter arrived {}\n\tcounter wrong_source {}\n"+
+		"\tchain in {\n\t\ttype filter hook ingress device \"eth0\" priority 0; policy accept;\n"+
+		"\t\tudp dport %d @th,%d,32 %#x @th,%d,32 %#x counter name \"arrived\" drop\n"+
+		"\t\tudp dport %d @th,%d,32 %#x counter name \"wrong_source\" drop\n\t}\n}\n",
+		lab.VXLANPort, innerIP+16*8, be32(pod.IP), innerIP+12*8, be32(spec.Server.IP),
+		lab.VXLANPort, innerIP+16*8, be32(pod.IP))
+	r.rev.want, r.rev.parse = spec.Server.IP, parseIn
+	if err := r.rev.openRx(spec.NS(w1.Name), "eth0", rules); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
+// be32 is an IPv4 address as the number nftables compares raw payload with.
+func be32(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.BigEndian.Uint32(b[:])
+}
+
 func (r *rig) close() {
-	if r.tx != nil {
-		r.tx.Close()
-		nic.FreeUmem(r.txPool)
-	}
-	if r.rx != nil {
-		r.rx.Close()
-	}
+	r.fwd.close()
+	r.rev.close()
 }
 
 func macOf(ns, dev string) (m [6]byte, err error) {
@@ -159,7 +254,7 @@ func macOf(ns, dev string) (m [6]byte, err error) {
 // the thread rather than hand it, still real-time, to other goroutines.
 func pin(cpu, prio int) error {
 	runtime.LockOSThread()
-	return setAffinity(unix.Gettid(), cpu, prio)
+	return setAffinity(unix.Gettid(), []int{cpu}, prio)
 }
 
 func (r *rig) flowOf(tr traffic, i uint64) uint64 {
@@ -189,60 +284,113 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 	if total == 0 {
 		return t, fmt.Errorf("rate %.0f for %v is no frames", rate, d)
 	}
+	fwd, rev := tr.legs()
+	if rev && r.rev.tx == nil {
+		return t, errors.New("the reply direction is built for the IPv4 lab only")
+	}
+	var legs []*leg
+	if fwd {
+		off := uint32(ethLen + 40 + udpLen + 7)
+		if r.w.pod.Is4() {
+			off = ethLen + 20 + udpLen + 7
+		}
+		err := sampleFilter(r.fwd.rx.FD(), off)
+		if tr.Kind == kindTCPSYN {
+			err = attachFilter(r.fwd.rx.FD(), []bpf.Instruction{bpf.RetConstant{Val: 1 << 16}}) // the responder reads every frame
+		}
+		if err != nil {
+			return t, err
+		}
+		legs = append(legs, &r.fwd)
+	}
+	if rev {
+		if err := sampleFilter(r.rev.rx.FD(), inStampOffset(tr.Kind == kindICMPErr)); err != nil {
+			return t, err
+		}
+		legs = append(legs, &r.rev)
+	}
 	base := r.seq
 	r.seq += total
-	rc := newCounter(r.egressIP, base, total)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	wg.Add(1)
-	var rxErr error
-	go func() {
-		defer wg.Done()
-		if err := pin(r.genCPU, prioReceiver); err != nil {
-			rxErr = err
-			return
-		}
-		var b nic.Batch
-		for !stop.Load() {
-			if err := r.rx.Receive(&b, 20*time.Millisecond); err != nil {
-				rxErr = err
+	counters := make([]*counter, len(legs))
+	rxErrs := make([]error, len(legs))
+	arrived0, wrong0 := make([]uint64, len(legs)), make([]uint64, len(legs))
+	drops0 := make([]uint64, len(legs))
+	for i, l := range legs {
+		rc := newCounter(l.want, l.parse, base, total)
+		counters[i] = rc
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pin(r.genCPU, prioReceiver); err != nil {
+				rxErrs[i] = err
 				return
 			}
-			if b.N == 0 {
-				continue
+			var b nic.Batch
+			for !stop.Load() {
+				if err := l.rx.Receive(&b, 20*time.Millisecond); err != nil {
+					rxErrs[i] = err
+					return
+				}
+				if b.N == 0 {
+					continue
+				}
+				at := now()
+				for k := 0; k < b.N; k++ {
+					rc.add(b.Frame(k), at)
+				}
+				if tr.Kind == kindTCPSYN && l == &r.fwd {
+					r.respond(&b)
+				}
+				b.Release()
 			}
-			at := now()
-			for i := 0; i < b.N; i++ {
-				rc.add(b.Frame(i), at)
-			}
-			b.Release()
+		}()
+		drops0[i] = l.packetDrops()
+		var err error
+		if arrived0[i], wrong0[i], err = routerCounts(l.ns); err != nil {
+			stop.Store(true)
+			wg.Wait()
+			return t, err
 		}
-	}()
-	drops0 := packetDrops(r.rx.FD())
-	in0 := txDrops(r.fabricNS, "g1")
-	ok0, wrong0, err := routerCounts(r.routerNS)
-	if err != nil {
-		return t, err
 	}
-	cpu0, tasks0 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
+	in0 := txDrops(r.fabricNS, "g1")
+	cpu0, tasks0 := coreTicks(r.gwCPUs), taskTicks(r.gwTasks)
 	sent, secs, err := r.send(tr, rate, base, total)
-	cpu1, tasks1 := coreTicks(r.gwCPU), taskTicks(r.gwTasks)
+	cpu1, tasks1 := coreTicks(r.gwCPUs), taskTicks(r.gwTasks)
 	// Frames still in flight arrive within milliseconds; late ones count as lost.
 	time.Sleep(200 * time.Millisecond)
 	t.InputDrops = txDrops(r.fabricNS, "g1") - in0
-	ok1, wrong1, cerr := routerCounts(r.routerNS)
+	var lat histogram
+	for i, l := range legs {
+		ok1, wrong1, cerr := routerCounts(l.ns)
+		if err == nil {
+			err = cerr
+		}
+		if tr.Kind != kindTCPSYN || l == &r.rev {
+			// A connection is set up when its SYN-ACK reaches the pod
+			// (its SYN had to reach the server first).
+			t.Received += ok1 - arrived0[i]
+		}
+		t.WrongSource += wrong1 - wrong0[i]
+	}
 	stop.Store(true)
 	wg.Wait()
-	if err == nil {
-		err = rxErr
+	if tr.Kind == kindTCPSYN {
+		r.rev.tx.Flush()
 	}
-	if err == nil {
-		err = cerr
+	for i, l := range legs {
+		if err == nil {
+			err = rxErrs[i]
+		}
+		rc := counters[i]
+		t.Sampled += rc.received
+		t.Reordered += rc.reordered
+		t.Duplicates += rc.dups
+		t.ReceiverDrops += l.packetDrops() - drops0[i]
+		lat.merge(&rc.lat)
 	}
 	t.Seconds, t.Sent = secs, sent
-	t.Received, t.WrongSource = ok1-ok0, wrong1-wrong0
-	t.Sampled, t.Reordered, t.Duplicates = rc.received, rc.reordered, rc.dups
-	t.ReceiverDrops = packetDrops(r.rx.FD()) - drops0
 	if secs > 0 {
 		t.GatewayCores = float64(cpu1-cpu0) / clkTck / secs
 		t.TaskCores = float64(tasks1-tasks0) / clkTck / secs
@@ -251,18 +399,80 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 		t.NsPerPacket = t.GatewayCores * secs / float64(t.Received) * 1e9
 		t.TaskNsPerPacket = t.TaskCores * secs / float64(t.Received) * 1e9
 	}
-	t.Latency = &rc.lat
+	t.Latency = &lat
 	return t, err
+}
+
+// respond is the server's side of tcp-syn: for every SYN in b that reached
+// the router from the egress IP (as the gateway translated it), it sends
+// the SYN-ACK from outside, acknowledging it. It runs in the forward
+// receiver, on the generator's core; a SYN it had no buffer for goes
+// unanswered and counts as lost.
+func (r *rig) respond(b *nic.Batch) {
+	type syn struct {
+		sport, dport uint16
+		seq          uint32
+	}
+	var syns [nic.MaxBatch]syn
+	n := 0
+	for k := 0; k < b.N && n < len(syns); k++ {
+		if sport, dport, seq, ok := parseSYN(b.Frame(k), r.egressIP); ok {
+			syns[n] = syn{sport, dport, seq}
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	var out nic.Batch
+	got := r.rev.txPool.Alloc(&out, n)
+	if got == 0 {
+		r.rev.tx.Flush()
+		if got = r.rev.txPool.Alloc(&out, n); got == 0 {
+			return
+		}
+	}
+	for k := 0; k < got; k++ {
+		s := syns[k]
+		out.SetFrame(k, out.Off[k], r.bk.buildSynAck(out.Buf[k][out.Off[k]:], s.dport, s.sport, s.seq+1))
+	}
+	r.rev.tx.Transmit(&out)
+}
+
+// builder writes frame seq of flow, size bytes, sent at ts, into b and
+// returns its length.
+type builder func(b []byte, size int, flow, seq uint64, ts int64) int
+
+// plan says how the generator sends tr's frames: the legs its batches take
+// in turn, each with its builder. (The SYN-ACKs of tcp-syn are not the
+// generator's: the responder sends them, see run.)
+func (r *rig) plan(tr traffic) (legs []*leg, builds []builder) {
+	switch {
+	case tr.Kind == kindTCPSYN:
+		return []*leg{&r.fwd}, []builder{r.w.buildSYN}
+	case tr.Kind == kindICMPErr:
+		return []*leg{&r.rev}, []builder{r.bk.buildFragNeeded}
+	case tr.Dir == dirReply:
+		return []*leg{&r.rev}, []builder{r.bk.buildReply}
+	case tr.Dir == dirBoth:
+		return []*leg{&r.fwd, &r.rev}, []builder{r.w.build, r.bk.buildReply}
+	}
+	return []*leg{&r.fwd}, []builder{r.w.build}
 }
 
 // send transmits total frames at rate from the generator's core, pacing
 // each batch against the clock; it returns the frames handed to the kernel
 // and the seconds that took (longer than planned when the generator or its
 // core cannot keep up, which lowers the offered rate the trial reports).
+// Batches take the plan's legs in turn.
 func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float64, error) {
+	legs, builds := r.plan(tr)
 	errc := make(chan error, 1)
 	var secs float64
-	st0 := r.tx.Stats()
+	st0 := make([]nic.Stats, len(legs))
+	for k, l := range legs {
+		st0[k] = l.tx.Stats()
+	}
 	go func() {
 		if err := pin(r.genCPU, prioGenerator); err != nil {
 			errc <- err
@@ -278,6 +488,7 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 		start := now()
 		began := start
 		var i uint64
+		turn := 0 // whose batch
 		for i < total {
 			due := start + int64(float64(i)*per)
 			switch wait := due - now(); {
@@ -293,10 +504,11 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 				// the lost time lowers the offered rate instead.
 				start -= wait
 			}
+			l, build := legs[turn], builds[turn]
 			n := min(uint64(batch), total-i)
-			got := r.txPool.Alloc(&b, int(n))
+			got := l.txPool.Alloc(&b, int(n))
 			if got == 0 {
-				r.tx.Flush()
+				l.tx.Flush()
 				continue
 			}
 			ts := now()
@@ -306,30 +518,44 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 				if size == 0 {
 					size = imix[seq%uint64(len(imix))]
 				}
-				l := r.w.build(b.Buf[k][b.Off[k]:], size, r.flowOf(tr, seq), seq, ts)
-				b.SetFrame(k, b.Off[k], l)
+				b.SetFrame(k, b.Off[k], build(b.Buf[k][b.Off[k]:], size, r.flowOf(tr, seq), seq, ts))
 			}
-			r.tx.Transmit(&b)
+			l.tx.Transmit(&b)
 			i += uint64(got)
+			turn = (turn + 1) % len(legs)
 		}
-		for try := 0; try < 100 && r.tx.InFlight() > 0; try++ {
-			r.tx.Flush()
+		for try := 0; try < 100; try++ {
+			busy := false
+			for _, l := range legs {
+				if l.tx.InFlight() > 0 {
+					l.tx.Flush()
+					busy = true
+				}
+			}
+			if !busy {
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 		secs = float64(now()-began) / 1e9
 		errc <- nil
 	}()
 	err := <-errc
-	st := r.tx.Stats()
+	var sent uint64
+	for k, l := range legs {
+		st := l.tx.Stats()
+		sent += (st.TxFrames - st0[k].TxFrames) - (st.TxDrops - st0[k].TxDrops)
+	}
 	if tr.New {
 		r.newBase += total
 	}
-	return (st.TxFrames - st0.TxFrames) - (st.TxDrops - st0.TxDrops), secs, err
+	return sent, secs, err
 }
 
-// counter is the receiver's tally of one trial.
+// counter is the receiver's tally of one trial on one leg.
 type counter struct {
-	egress                              netip.Addr
+	want                                netip.Addr // the source a frame must have
+	parse                               func([]byte) (stamp, bool)
 	base, n                             uint64
 	seen                                []uint64 // bitmap of sequence numbers
 	maxSeq                              uint64
@@ -337,16 +563,16 @@ type counter struct {
 	lat                                 histogram
 }
 
-func newCounter(egress netip.Addr, base, n uint64) *counter {
-	return &counter{egress: egress, base: base, n: n, seen: make([]uint64, (n+63)/64)}
+func newCounter(want netip.Addr, parse func([]byte) (stamp, bool), base, n uint64) *counter {
+	return &counter{want: want, parse: parse, base: base, n: n, seen: make([]uint64, (n+63)/64)}
 }
 
 func (c *counter) add(f []byte, at int64) {
-	st, ok := parseOut(f)
+	st, ok := c.parse(f)
 	if !ok || st.seq < c.base || st.seq >= c.base+c.n {
 		return // not ours, or a late frame of an earlier trial
 	}
-	if st.src != c.egress {
+	if st.src != c.want {
 		return // counted by the router
 	}
 	i := st.seq - c.base
@@ -369,21 +595,22 @@ func (c *counter) add(f []byte, at int64) {
 // kernel); loss is counted by the router, on every frame.
 const sampleShift = 5
 
-// sampleFilter attaches the classic BPF program that keeps the sampled
-// frames: the low byte of the sequence number, at a fixed offset for the
-// pod's IP version, with its low bits zero.
-func sampleFilter(fd int, v4 bool) error {
-	off := uint32(ethLen + 40 + udpLen + 7)
-	if v4 {
-		off = ethLen + 20 + udpLen + 7
-	}
-	prog, err := bpf.Assemble([]bpf.Instruction{
+// sampleFilter attaches (or replaces) the classic BPF program that keeps
+// the sampled frames: the low byte of the sequence number, at offset off,
+// with its low bits zero.
+func sampleFilter(fd int, off uint32) error {
+	return attachFilter(fd, []bpf.Instruction{
 		bpf.LoadAbsolute{Off: off, Size: 1},
 		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 1<<sampleShift - 1},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
 		bpf.RetConstant{Val: 1 << 16},
 		bpf.RetConstant{Val: 0},
 	})
+}
+
+// attachFilter attaches (or replaces) a classic BPF socket filter.
+func attachFilter(fd int, ins []bpf.Instruction) error {
+	prog, err := bpf.Assemble(ins)
 	if err != nil {
 		return err
 	}
@@ -394,8 +621,9 @@ func sampleFilter(fd int, v4 bool) error {
 	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]})
 }
 
-// routerCounts reads the router's counters: frames that arrived with the
-// egress IP as source, and generated frames with any other source.
+// routerCounts reads the counters of the egret_bench table in ns (the
+// router's, or worker w1's for the reply direction): frames that arrived
+// with the source they should have, and generated frames with any other.
 func routerCounts(ns string) (arrived, wrong uint64, err error) {
 	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "-j", "list", "counters", "table", "netdev", "egret_bench").Output()
 	if err != nil {
@@ -424,16 +652,14 @@ func routerCounts(ns string) (arrived, wrong uint64, err error) {
 	return arrived, wrong, nil
 }
 
-// packetDrops reads the AF_PACKET socket's drop counter (PACKET_STATISTICS
-// resets it on each read, so the caller's deltas are sums of reads).
-var dropTotal uint64
-
-func packetDrops(fd int) uint64 {
-	st, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
+// packetDrops reads the receiver's drop counter (PACKET_STATISTICS resets
+// it on each read, so the caller's deltas are sums of reads).
+func (l *leg) packetDrops() uint64 {
+	st, err := unix.GetsockoptTpacketStats(l.rx.FD(), unix.SOL_PACKET, unix.PACKET_STATISTICS)
 	if err == nil {
-		dropTotal += uint64(st.Drops)
+		l.drops += uint64(st.Drops)
 	}
-	return dropTotal
+	return l.drops
 }
 
 // txDrops is the transmit drop counter of a veth: for the bridge's port
@@ -459,27 +685,31 @@ func txDrops(ns, dev string) uint64 {
 // clkTck is USER_HZ, the unit of /proc tick counters (100 on Linux).
 const clkTck = 100
 
-// coreTicks is the busy time of one CPU (all but idle and iowait).
-func coreTicks(cpu int) uint64 {
+// coreTicks is the busy time of the CPUs (all but idle and iowait), each
+// counted once.
+func coreTicks(cpus []int) uint64 {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0
 	}
-	prefix := "cpu" + strconv.Itoa(cpu) + " "
+	var busy uint64
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, prefix) {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
 			continue
 		}
-		var busy uint64
-		for i, v := range strings.Fields(line)[1:] {
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil || !slices.Contains(cpus, n) {
+			continue
+		}
+		for i, v := range f[1:] {
 			n, _ := strconv.ParseUint(v, 10, 64)
 			if i != 3 && i != 4 && i < 8 { // idle, iowait; guest is inside user
 				busy += n
 			}
 		}
-		return busy
 	}
-	return 0
+	return busy
 }
 
 // taskTicks sums utime+stime of the processes (all their threads).

@@ -98,6 +98,14 @@ func (h *histogram) add(ns int64) {
 	h.n++
 }
 
+// merge adds o's counts to h.
+func (h *histogram) merge(o *histogram) {
+	for i, v := range o.counts {
+		h.counts[i] += v
+	}
+	h.n += o.n
+}
+
 // quantile returns the q-quantile in ns (NaN when empty).
 func (h *histogram) quantile(q float64) float64 {
 	if h == nil || h.n == 0 {
