@@ -37,12 +37,10 @@ type GCP struct {
 
 // NewGCP builds the Compute Engine client with Application Default
 // Credentials (workload identity, the instance's service account through
-// the metadata server, GOOGLE_APPLICATION_CREDENTIALS).
-func NewGCP(ctx context.Context) (*GCP, error) {
-	return newGCP(ctx)
-}
-
-func newGCP(ctx context.Context, opts ...option.ClientOption) (*GCP, error) {
+// the metadata server, GOOGLE_APPLICATION_CREDENTIALS); opts add to the
+// SDK's defaults (tests point it at a local server with
+// option.WithEndpoint, nothing else).
+func NewGCP(ctx context.Context, opts ...option.ClientOption) (*GCP, error) {
 	svc, err := compute.NewService(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("building the Compute Engine client (Application Default Credentials): %w", err)

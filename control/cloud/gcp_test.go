@@ -29,7 +29,7 @@ func startGCP(t *testing.T) (*GCP, *gcetest.Server) {
 	)
 	t.Cleanup(srv.Close)
 	gcetest.StartMetadata(t, gcetest.Identity{Project: "egret-test", Zone: "europe-west1-b", Name: "node-a", IP: "10.0.1.10", SubnetMask: "255.255.255.0"})
-	g, err := newGCP(context.Background(), option.WithEndpoint(srv.Endpoint))
+	g, err := NewGCP(context.Background(), option.WithEndpoint(srv.Endpoint))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestGCPRefusals(t *testing.T) {
 	}
 	// Without the metadata server's token the API refuses.
 	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
-	bad, err := newGCP(ctx, option.WithEndpoint(srv.Endpoint))
+	bad, err := NewGCP(ctx, option.WithEndpoint(srv.Endpoint))
 	if err == nil {
 		err = bad.Attach(ctx, gceNIC(gceA), netip.MustParseAddr("10.0.1.62"), NIC{})
 	}
