@@ -49,9 +49,10 @@ type Azure struct {
 
 // NewAzure builds the Resource Manager clients with the SDK's default
 // credential chain (workload identity, the VM's managed identity, the
-// AZURE_* environment variables) for the public Azure cloud.
-func NewAzure(context.Context) (*Azure, error) {
-	return newAzure(nil, "http://169.254.169.254")
+// AZURE_* environment variables); opts are the SDK's client options, nil
+// for the public Azure cloud (tests point them at a local server).
+func NewAzure(_ context.Context, opts *arm.ClientOptions) (*Azure, error) {
+	return newAzure(opts, "http://169.254.169.254")
 }
 
 func newAzure(opts *arm.ClientOptions, imds string) (*Azure, error) {

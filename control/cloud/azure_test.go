@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
-	azcloud "github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/egret-gw/egret/internal/azuretest"
 )
 
@@ -37,25 +34,12 @@ func startAzure(t *testing.T) (*Azure, *azuretest.Server) {
 	)
 	t.Cleanup(srv.Close)
 	imds := azuretest.StartIdentity(t, azVM)
-	a, err := newAzure(azureOptions(srv), imds)
+	a, err := newAzure(srv.ClientOptions(), imds)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.poll = time.Second // azcore's minimum
 	return a, srv
-}
-
-func azureOptions(srv *azuretest.Server) *arm.ClientOptions {
-	return &arm.ClientOptions{ClientOptions: policy.ClientOptions{
-		Transport: srv.Client(),
-		Cloud: azcloud.Configuration{
-			ActiveDirectoryAuthorityHost: srv.URL + "/",
-			Services: map[azcloud.ServiceName]azcloud.ServiceConfiguration{
-				azcloud.ResourceManager: {Endpoint: srv.URL, Audience: "https://management.core.windows.net/"},
-			},
-		},
-		Retry: policy.RetryOptions{MaxRetryDelay: 2 * time.Second},
-	}}
 }
 
 func TestAzureAttachMoveDetach(t *testing.T) {

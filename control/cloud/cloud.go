@@ -59,7 +59,7 @@ func New(ctx context.Context, c Config) (Provider, error) {
 	case ProviderGCP:
 		return NewGCP(ctx)
 	case ProviderAzure:
-		return NewAzure(ctx)
+		return NewAzure(ctx, nil)
 	}
 	return nil, nil
 }

@@ -22,6 +22,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 )
 
 // Token is the access token the identity endpoint gives out and ARM
@@ -102,8 +107,20 @@ func StartOn(l net.Listener, nics ...NIC) *Server {
 	return s
 }
 
-// Client is an HTTP client that trusts the server's certificate.
-func (s *Server) Client() *http.Client { return s.srv.Client() }
+// ClientOptions point the SDK's Resource Manager clients at the server,
+// trusting its certificate; the retry policy waits at most 2 s.
+func (s *Server) ClientOptions() *arm.ClientOptions {
+	return &arm.ClientOptions{ClientOptions: policy.ClientOptions{
+		Transport: s.srv.Client(),
+		Cloud: cloud.Configuration{
+			ActiveDirectoryAuthorityHost: s.URL + "/",
+			Services: map[cloud.ServiceName]cloud.ServiceConfiguration{
+				cloud.ResourceManager: {Endpoint: s.URL, Audience: "https://management.core.windows.net/"},
+			},
+		},
+		Retry: policy.RetryOptions{MaxRetryDelay: 2 * time.Second},
+	}}
+}
 
 // Close stops the server.
 func (s *Server) Close() { s.srv.Close() }
