@@ -252,7 +252,8 @@ func azureError(op string, err error) error {
 
 // Local implements Provider: the VM and its primary interface's IPv4
 // subnet from the instance metadata service, the NIC (the VM's primary one)
-// and its IP configurations from the list of the resource group's NICs.
+// and its IP configurations from the list of the resource group's NICs,
+// the IPv6 prefix from its subnet.
 func (a *Azure) Local(ctx context.Context) (Local, error) {
 	var l Local
 	md, err := a.instance(ctx)
@@ -273,6 +274,7 @@ func (a *Azure) Local(ctx context.Context) (Local, error) {
 	if err != nil {
 		return l, err
 	}
+	var subnet string // the resource ID of the primary configuration's subnet
 	pager := c.NewListPager(md.Compute.ResourceGroupName, nil)
 	for pager.More() && l.Interface == "" {
 		page, err := pager.NextPage(ctx)
@@ -292,6 +294,9 @@ func (a *Azure) Local(ctx context.Context) (Local, error) {
 				if ip, err := netip.ParseAddr(deref(cfg.Properties.PrivateIPAddress)); err == nil {
 					l.InUse = append(l.InUse, ip)
 				}
+				if ptrTrue(cfg.Properties.Primary) && cfg.Properties.Subnet != nil {
+					subnet = deref(cfg.Properties.Subnet.ID)
+				}
 			}
 			break
 		}
@@ -299,8 +304,38 @@ func (a *Azure) Local(ctx context.Context) (Local, error) {
 	if l.Interface == "" {
 		return l, fmt.Errorf("no primary network interface of VM %s in resource group %s", md.Compute.ResourceID, md.Compute.ResourceGroupName)
 	}
+	// The metadata service has no IPv6 prefix: the subnet resource has.
+	if l.Subnets.IPv6, err = a.subnetIPv6(ctx, subnet); err != nil {
+		return l, err
+	}
 	l.Limit = cluster.Capacity{Total: true, IP: azureLimit}
 	return l, nil
+}
+
+// subnetIPv6 is the IPv6 prefix of a subnet (its resource ID), if it has
+// one.
+func (a *Azure) subnetIPv6(ctx context.Context, id string) (netip.Prefix, error) {
+	r, err := arm.ParseResourceID(id)
+	if err != nil || r.Parent == nil || !strings.EqualFold(r.ResourceType.String(), "Microsoft.Network/virtualNetworks/subnets") {
+		return netip.Prefix{}, fmt.Errorf("the primary IP configuration's subnet %q is not the resource ID of a virtual network's subnet", id)
+	}
+	c, err := armnetwork.NewSubnetsClient(r.SubscriptionID, a.cred, a.opts)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("building the Azure subnets client: %w", err)
+	}
+	sn, err := c.Get(ctx, r.ResourceGroupName, r.Parent.Name, r.Name, nil)
+	if err != nil {
+		return netip.Prefix{}, azureError("subnets.get", err)
+	}
+	if sn.Properties == nil {
+		return netip.Prefix{}, nil
+	}
+	for _, s := range append([]*string{sn.Properties.AddressPrefix}, sn.Properties.AddressPrefixes...) {
+		if p, err := netip.ParsePrefix(deref(s)); err == nil && p.Addr().Is6() {
+			return p.Masked(), nil
+		}
+	}
+	return netip.Prefix{}, nil
 }
 
 // azureInstance is the part of IMDS's instance document Egret reads.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ func startAzure(t *testing.T) (*Azure, *azuretest.Server) {
 		azuretest.NIC{ID: azNICB, VM: azSub + "/providers/Microsoft.Compute/virtualMachines/node-b", Primary: true, Subnet: azSubnet, IPConfigs: []azuretest.IPConfig{{Name: "ipconfig1", IP: "10.0.1.11", Primary: true}}},
 	)
 	t.Cleanup(srv.Close)
+	srv.Subnet(azSubnet, "10.0.1.0/24", "fd20::/64")
 	imds := azuretest.StartIdentity(t, azVM)
 	a, err := newAzure(srv.ClientOptions(), imds)
 	if err != nil {
@@ -190,7 +192,7 @@ func TestAzureRefusals(t *testing.T) {
 
 // TestAzureLocal reads the VM's primary NIC as the gateway agent does.
 func TestAzureLocal(t *testing.T) {
-	a, _ := startAzure(t)
+	a, srv := startAzure(t)
 	ctx := context.Background()
 	if err := a.Attach(ctx, NIC{ID: azNICA}, netip.MustParseAddr("10.0.1.60"), NIC{}); err != nil {
 		t.Fatal(err)
@@ -199,7 +201,7 @@ func TestAzureLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Interface != azNICA || l.Subnets.IPv4 != netip.MustParsePrefix("10.0.1.0/24") {
+	if l.Interface != azNICA || l.Subnets.IPv4 != netip.MustParsePrefix("10.0.1.0/24") || l.Subnets.IPv6 != netip.MustParsePrefix("fd20::/64") {
 		t.Errorf("interface %s subnets %+v", l.Interface, l.Subnets)
 	}
 	if !l.Limit.Total || l.Limit.IP != 256 {
@@ -207,5 +209,11 @@ func TestAzureLocal(t *testing.T) {
 	}
 	if want := []netip.Addr{netip.MustParseAddr("10.0.1.10"), netip.MustParseAddr("10.0.1.60")}; !slices.Equal(l.InUse, want) {
 		t.Errorf("in use %v; want %v", l.InUse, want)
+	}
+	// Without the right to read the subnet: an error, not an annotation
+	// without the IPv6 subnet.
+	srv.Fail("subnets.get", http.StatusForbidden, "AuthorizationFailed", "The client does not have authorization to perform action 'Microsoft.Network/virtualNetworks/subnets/read'.", 1)
+	if _, err := a.Local(ctx); err == nil || !strings.Contains(err.Error(), "AuthorizationFailed") {
+		t.Errorf("Local without subnets/read = %v; want AuthorizationFailed", err)
 	}
 }

@@ -57,8 +57,9 @@ type Server struct {
 	srv *httptest.Server
 
 	mu         sync.Mutex
-	nics       map[string]*NIC // by lower-case ID
-	old        map[string]NIC  // before the last change, for stale reads
+	nics       map[string]*NIC     // by lower-case ID
+	subnets    map[string][]string // address prefixes by lower-case subnet ID
+	old        map[string]NIC      // before the last change, for stale reads
 	stale      int
 	throttle   int
 	fail       map[string][]apiErr // by method
@@ -91,7 +92,7 @@ func Start(nics ...NIC) *Server {
 
 // StartOn is Start on listener l (nil: a new loopback listener).
 func StartOn(l net.Listener, nics ...NIC) *Server {
-	s := &Server{nics: map[string]*NIC{}, fail: map[string][]apiErr{}, ops: map[string]*operation{}, retryAfter: "1"}
+	s := &Server{nics: map[string]*NIC{}, subnets: map[string][]string{}, fail: map[string][]apiErr{}, ops: map[string]*operation{}, retryAfter: "1"}
 	for _, n := range nics {
 		n := n
 		n.IPConfigs = slices.Clone(n.IPConfigs)
@@ -136,6 +137,14 @@ func (s *Server) Secondary(id string) []string {
 		}
 	}
 	return out
+}
+
+// Subnet declares a subnet (its resource ID) with its address prefixes,
+// for subnets get.
+func (s *Server) Subnet(id string, prefixes ...string) {
+	s.mu.Lock()
+	s.subnets[strings.ToLower(id)] = prefixes
+	s.mu.Unlock()
 }
 
 // Throttle makes the next n requests answer 429 with Retry-After.
@@ -213,6 +222,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.Contains(path, "/providers/microsoft.network/locations/") && strings.Contains(path, "/operations/") && r.Method == http.MethodGet:
 		method = "operations.get"
+	case strings.Contains(path, "/providers/microsoft.network/virtualnetworks/") && strings.Contains(path, "/subnets/") && r.Method == http.MethodGet:
+		method = "subnets.get"
 	case strings.HasSuffix(path, nicPath) && r.Method == http.MethodGet:
 		method = "networkInterfaces.list"
 	case strings.Contains(path, nicPath+"/") && r.Method == http.MethodGet:
@@ -257,6 +268,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": "Succeeded"})
+	case "subnets.get":
+		prefixes, ok := s.subnets[path]
+		if !ok {
+			writeErr(w, notFound(r.URL.Path))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": r.URL.Path, "name": r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:],
+			"type": "Microsoft.Network/virtualNetworks/subnets", "properties": map[string]any{"addressPrefixes": prefixes, "provisioningState": "Succeeded"}})
 	case "networkInterfaces.list":
 		prefix := strings.TrimSuffix(path, nicPath)
 		var out []any
