@@ -101,7 +101,7 @@ func (a *Azure) Attach(ctx context.Context, nic NIC, ip netip.Addr, from NIC) er
 	}
 	if from.ID != "" && !strings.EqualFold(from.ID, nic.ID) {
 		err := a.Detach(ctx, from, ip)
-		if ae, ok := errors.AsType[*APIError](err); ok && ae.Code == "NotFound" {
+		if ae, ok := errors.AsType[*APIError](err); ok && (ae.Code == "NotFound" || ae.Code == "ResourceNotFound" || ae.Code == "ResourceGroupNotFound") {
 			err = nil // that NIC is gone, and its configurations with it
 		}
 		if err != nil {
