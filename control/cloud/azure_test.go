@@ -217,3 +217,16 @@ func TestAzureLocal(t *testing.T) {
 		t.Errorf("Local without subnets/read = %v; want AuthorizationFailed", err)
 	}
 }
+
+// TestAzureMoveFromGoneNIC: the NIC the address was on is gone: the move
+// adds it to the new one.
+func TestAzureMoveFromGoneNIC(t *testing.T) {
+	a, srv := startAzure(t)
+	gone := NIC{ID: azSub + "/providers/Microsoft.Network/networkInterfaces/gone"}
+	if err := a.Attach(context.Background(), NIC{ID: azNICB}, netip.MustParseAddr("10.0.1.61"), gone); err != nil {
+		t.Fatalf("move from a deleted NIC: %v", err)
+	}
+	if got := srv.Secondary(azNICB); !slices.Equal(got, []string{"10.0.1.61"}) {
+		t.Fatalf("node-b-nic secondary addresses %v", got)
+	}
+}

@@ -239,3 +239,16 @@ func TestGCPLocal(t *testing.T) {
 		t.Errorf("in use %v; want %v", l.InUse, want)
 	}
 }
+
+// TestGCPMoveFromGoneInstance: the instance the address was on is gone
+// (and its alias ranges with it): the move adds it to the new one.
+func TestGCPMoveFromGoneInstance(t *testing.T) {
+	g, srv := startGCP(t)
+	ip := netip.MustParseAddr("10.0.1.64")
+	if err := g.Attach(context.Background(), gceNIC(gceB), ip, gceNIC("gce://egret-test/europe-west1-b/gone")); err != nil {
+		t.Fatalf("move from a deleted instance: %v", err)
+	}
+	if got := srv.Instance("egret-test", "europe-west1-b", "node-b").Aliases; !slices.Equal(got, []string{"10.0.1.64/32"}) {
+		t.Fatalf("node-b alias ranges %v", got)
+	}
+}
