@@ -26,6 +26,9 @@ import (
 // the primary included, Azure lets one NIC hold.
 const azureLimit = 256
 
+// azureOperationTimeout bounds the wait for one long-running NIC update.
+const azureOperationTimeout = 5 * time.Minute
+
 // azureAttempts bounds the tries of one NIC update refused because the NIC
 // changed since it was read (a stale etag).
 const azureAttempts = 4
@@ -184,7 +187,14 @@ func (a *Azure) change(ctx context.Context, n azureNIC, ip netip.Addr, add bool)
 		pctx := runtime.WithHTTPHeader(ctx, http.Header{"If-Match": {deref(nic.Etag)}})
 		poller, err := c.BeginCreateOrUpdate(pctx, n.group, n.name, nic, nil)
 		if err == nil {
-			_, err = poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: a.poll})
+			// Bounded: a longer operation is left pending, and the
+			// controller's retry reads the NIC again.
+			wctx, cancel := context.WithTimeout(ctx, azureOperationTimeout)
+			_, err = poller.PollUntilDone(wctx, &runtime.PollUntilDoneOptions{Frequency: a.poll})
+			cancel()
+			if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+				return fmt.Errorf("updating network interface %s still in progress after %s: %w", n.name, azureOperationTimeout, ErrPending)
+			}
 		}
 		if re, ok := errors.AsType[*azcore.ResponseError](err); ok && re.StatusCode == http.StatusPreconditionFailed && attempt < azureAttempts {
 			continue

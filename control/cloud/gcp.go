@@ -148,13 +148,19 @@ func (g *GCP) change(ctx context.Context, in gceInstance, name string, ip netip.
 	}
 }
 
+// gcpWaits bounds the zoneOperations.wait calls for one operation (each
+// answers after about two minutes at most): a longer one is left pending
+// and the controller's retry reads the interface again.
+const gcpWaits = 3
+
 // wait waits for a zone operation to be done and returns its error.
 func (g *GCP) wait(ctx context.Context, in gceInstance, op *compute.Operation) error {
-	for op.Status != "DONE" {
+	for n := 0; op.Status != "DONE"; n++ {
+		if n == gcpWaits {
+			return fmt.Errorf("operation %s on %s is still %s: %w", op.Name, in.name, op.Status, ErrPending)
+		}
 		name := op.Name
 		err := g.call(ctx, func() (err error) {
-			// Wait answers when the operation is done or after about two
-			// minutes, whichever comes first.
 			op, err = g.svc.ZoneOperations.Wait(in.project, in.zone, name).Context(ctx).Do()
 			return err
 		})

@@ -252,3 +252,25 @@ func TestGCPMoveFromGoneInstance(t *testing.T) {
 		t.Fatalf("node-b alias ranges %v", got)
 	}
 }
+
+// TestGCPSlowOperation: an operation still RUNNING after the bounded waits
+// is reported pending; the retry reads the interface and updates again.
+func TestGCPSlowOperation(t *testing.T) {
+	g, srv := startGCP(t)
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.0.1.65")
+	srv.Running(100)
+	if err := g.Attach(ctx, gceNIC(gceA), ip, NIC{}); !errors.Is(err, ErrPending) {
+		t.Fatalf("Attach with an operation that stays RUNNING = %v; want ErrPending", err)
+	}
+	if c := count(srv.Calls(), "zoneOperations.wait"); c != gcpWaits {
+		t.Errorf("%d waits; want %d", c, gcpWaits)
+	}
+	srv.Running(1)
+	if err := g.Attach(ctx, gceNIC(gceA), ip, NIC{}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if got := srv.Instance("egret-test", "europe-west1-b", "node-a").Aliases; !slices.Equal(got, []string{"10.0.1.65/32"}) {
+		t.Fatalf("alias ranges %v", got)
+	}
+}

@@ -61,6 +61,7 @@ type Server struct {
 	opFail      map[string][]string // by method: operation error codes to give first
 	ops         map[string]*operation
 	nextOp      int
+	running     int
 	calls       []string
 }
 
@@ -71,8 +72,9 @@ type apiErr struct {
 
 type operation struct {
 	name, zone, project, target string
-	apply                       func() *apiErr // nil once done
+	apply                       func() *apiErr
 	status                      string
+	left                        int // reads answered RUNNING before it is done
 	err                         *apiErr
 }
 
@@ -146,6 +148,14 @@ func (s *Server) FailOperation(method, code string, n int) {
 	for range n {
 		s.opFail[method] = append(s.opFail[method], code)
 	}
+}
+
+// Running makes every new operation answer RUNNING n times before it is
+// done.
+func (s *Server) Running(n int) {
+	s.mu.Lock()
+	s.running = n
+	s.mu.Unlock()
 }
 
 // BumpFingerprint changes an interface's fingerprint, as a concurrent
@@ -288,7 +298,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, project, zone, n
 // is next read, as GCE applies it after answering.
 func (s *Server) accept(w http.ResponseWriter, i *Instance, opType string, set4 bool, v4 []string, set6 bool, v6 []string) {
 	s.nextOp++
-	op := &operation{name: "operation-" + strconv.Itoa(s.nextOp), zone: i.Zone, project: i.Project, target: i.Name, status: "PENDING"}
+	op := &operation{name: "operation-" + strconv.Itoa(s.nextOp), zone: i.Zone, project: i.Project, target: i.Name, status: "PENDING", left: s.running}
 	var failCode string
 	if l := s.opFail["instances."+opType]; len(l) > 0 {
 		s.opFail["instances."+opType], failCode = l[1:], l[0]
@@ -326,6 +336,11 @@ func (s *Server) accept(w http.ResponseWriter, i *Instance, opType string, set4 
 
 func (s *Server) progress(op *operation) {
 	if op.status == "DONE" {
+		return
+	}
+	if op.left > 0 {
+		op.left--
+		op.status = "RUNNING"
 		return
 	}
 	op.err = op.apply()
