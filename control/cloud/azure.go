@@ -26,9 +26,6 @@ import (
 // the primary included, Azure lets one NIC hold.
 const azureLimit = 256
 
-// azureOperationTimeout bounds the wait for one long-running NIC update.
-const azureOperationTimeout = 5 * time.Minute
-
 // azureAttempts bounds the tries of one NIC update refused because the NIC
 // changed since it was read (a stale etag).
 const azureAttempts = 4
@@ -45,6 +42,8 @@ type Azure struct {
 	opts *arm.ClientOptions
 	imds string        // the instance metadata service's base URL
 	poll time.Duration // how often to poll an operation without Retry-After
+	// opTimeout bounds the wait for one long-running NIC update.
+	opTimeout time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*armnetwork.InterfacesClient // by subscription
@@ -67,7 +66,7 @@ func newAzure(opts *arm.ClientOptions, imds string) (*Azure, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the Azure credential chain (workload or managed identity): %w", err)
 	}
-	return &Azure{cred: cred, opts: opts, imds: imds, poll: time.Second, clients: map[string]*armnetwork.InterfacesClient{}}, nil
+	return &Azure{cred: cred, opts: opts, imds: imds, poll: time.Second, opTimeout: 5 * time.Minute, clients: map[string]*armnetwork.InterfacesClient{}}, nil
 }
 
 func (a *Azure) client(subscription string) (*armnetwork.InterfacesClient, error) {
@@ -189,11 +188,12 @@ func (a *Azure) change(ctx context.Context, n azureNIC, ip netip.Addr, add bool)
 		if err == nil {
 			// Bounded: a longer operation is left pending, and the
 			// controller's retry reads the NIC again.
-			wctx, cancel := context.WithTimeout(ctx, azureOperationTimeout)
+			wctx, cancel := context.WithTimeout(ctx, a.opTimeout)
 			_, err = poller.PollUntilDone(wctx, &runtime.PollUntilDoneOptions{Frequency: a.poll})
+			timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 			cancel()
-			if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-				return fmt.Errorf("updating network interface %s still in progress after %s: %w", n.name, azureOperationTimeout, ErrPending)
+			if err != nil && timedOut {
+				return fmt.Errorf("updating network interface %s still in progress after %s: %w", n.name, a.opTimeout, ErrPending)
 			}
 		}
 		if re, ok := errors.AsType[*azcore.ResponseError](err); ok && re.StatusCode == http.StatusPreconditionFailed && attempt < azureAttempts {

@@ -109,6 +109,21 @@ func TestAzureOperations(t *testing.T) {
 	if got := srv.Secondary(azNICA); !slices.Equal(got, []string{"10.0.1.51"}) {
 		t.Fatalf("after a failed operation node-a-nic has %v", got)
 	}
+	// Still in progress when Egret stops waiting: pending, and the retry
+	// finds it done.
+	srv.Polls(3)
+	a.opTimeout = 1500 * time.Millisecond
+	ip := netip.MustParseAddr("10.0.1.52")
+	if err := a.Attach(ctx, NIC{ID: azNICA}, ip, NIC{}); !errors.Is(err, ErrPending) {
+		t.Fatalf("Attach whose operation outlasts the wait = %v; want ErrPending", err)
+	}
+	srv.Polls(0)
+	if err := a.Attach(ctx, NIC{ID: azNICA}, ip, NIC{}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if got := srv.Secondary(azNICA); !slices.Equal(got, []string{"10.0.1.51", "10.0.1.52"}) {
+		t.Fatalf("after the retry node-a-nic has %v", got)
+	}
 }
 
 func TestAzureThrottling(t *testing.T) {
