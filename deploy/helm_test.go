@@ -315,6 +315,14 @@ var tlsValues = []string{
 	"--set", "healthTLS.gatewaySecret=gw-probe-tls,healthTLS.controllerSecret=ctl-probe-tls",
 }
 
+// cloudValues turn on cloud attachment with workload identity, as
+// docs/cloud.md sets it up (the provider is added per test).
+var cloudValues = []string{
+	"--set", "cloud.serviceAccountAnnotations.controller.azure\\.workload\\.identity/client-id=00000000-0000-4000-8000-000000000001",
+	"--set", "cloud.serviceAccountAnnotations.gateway.iam\\.gke\\.io/gcp-service-account=egret-gateway@proj.iam.gserviceaccount.com",
+	"--set-string", "cloud.podLabels.azure\\.workload\\.identity/use=true",
+}
+
 // TestHelmArgsValidate runs every container the chart renders, with default
 // and with other values, through the binary's own --check-config, as
 // TestShippedArgsValidate does for deploy/.
@@ -335,6 +343,9 @@ func TestHelmArgsValidate(t *testing.T) {
 		// What the end-to-end test installs on the cluster of make cluster-up.
 		{"cluster-values", "ipv4", []string{"-f", "../hack/cluster/values.yaml"}, all},
 		{"cluster-values-ipv6", "ipv6", []string{"-f", "../hack/cluster/values-ipv6.yaml"}, all},
+		{"cloud-aws", "ipv4", append([]string{"--set", "cloud.provider=aws"}, cloudValues...), all},
+		{"cloud-gcp", "ipv4", append([]string{"--set", "cloud.provider=gcp"}, cloudValues...), all},
+		{"cloud-azure", "ipv6", append([]string{"--set", "cloud.provider=azure"}, cloudValues...), all},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := helmTemplate(t, hb, tc.args...)
@@ -570,6 +581,48 @@ func TestHelmValues(t *testing.T) {
 	}
 }
 
+// TestHelmCloud: cloud.provider reaches the controller and the gateway
+// agents as --cloud-provider, the workload identity annotations their
+// ServiceAccounts, the pod labels their pods; off, none of it is rendered.
+func TestHelmCloud(t *testing.T) {
+	hb := helmBin(t)
+	objs := map[string]obj{}
+	for _, m := range helmTemplate(t, hb, append([]string{"--set", "cloud.provider=azure"}, cloudValues...)...) {
+		objs[m.o.kind()+"/"+m.o.name()] = m.o
+	}
+	for _, role := range []string{"controller", "gateway"} {
+		key := map[string]string{"controller": "Deployment/egret-controller", "gateway": "DaemonSet/egret-gateway"}[role]
+		var args []string
+		for _, a := range get(objs[key], "spec", "template", "spec", "containers", 0, "args").([]any) {
+			args = append(args, a.(string))
+		}
+		if !slices.Contains(args, "--cloud-provider=azure") {
+			t.Errorf("%s args %q lack --cloud-provider=azure", key, args)
+		}
+		if l := str(objs[key], "spec", "template", "metadata", "labels", "azure.workload.identity/use"); l != "true" {
+			t.Errorf("%s pod label azure.workload.identity/use = %q, want true", key, l)
+		}
+	}
+	if a := str(objs["ServiceAccount/egret-controller"], "metadata", "annotations", "azure.workload.identity/client-id"); a != "00000000-0000-4000-8000-000000000001" {
+		t.Errorf("controller ServiceAccount client-id annotation %q", a)
+	}
+	if a := str(objs["ServiceAccount/egret-gateway"], "metadata", "annotations", "iam.gke.io/gcp-service-account"); a != "egret-gateway@proj.iam.gserviceaccount.com" {
+		t.Errorf("gateway ServiceAccount gcp-service-account annotation %q", a)
+	}
+	if a := get(objs["ServiceAccount/egret-steer"], "metadata", "annotations"); a != nil {
+		t.Errorf("steer ServiceAccount got annotations %v; it calls no cloud API", a)
+	}
+	for _, m := range helmTemplate(t, hb) {
+		if c, ok := get(m.o, "spec", "template", "spec", "containers", 0, "args").([]any); ok {
+			for _, a := range c {
+				if strings.HasPrefix(a.(string), "--cloud-provider") {
+					t.Errorf("defaults: %s gets %s", objKey(m.o), a)
+				}
+			}
+		}
+	}
+}
+
 // TestHelmRefusesBadValues: values without the interfaces or networks Egret
 // cannot run without, misspelt keys and out-of-range values fail at render
 // time, naming the value.
@@ -594,6 +647,9 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		// One side with TLS and the other without would move every egress IP.
 		{"healthTLS.gatewaySecret=gw-probe-tls", "healthTLS"},
 		{"healthTLS.controllerSecret=ctl-probe-tls", "healthTLS"},
+		{"cloud.provider=openstack", "provider"},
+		// The gateway agent refuses --cloud-provider without it.
+		{"cloud.provider=gcp,gateway.publishInterfaces=false", "publishInterfaces"},
 	} {
 		out, err := execOut(hb, "template", "egret", chart, "--set", tc.set)
 		if err == nil {

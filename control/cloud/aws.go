@@ -40,8 +40,10 @@ func NewAWS(ctx context.Context) (*AWS, error) {
 	return &AWS{ec2: ec2.NewFromConfig(cfg), imds: imds.NewFromConfig(cfg)}, nil
 }
 
-// Attach implements Provider.
-func (a *AWS) Attach(ctx context.Context, eni string, ip netip.Addr) error {
+// Attach implements Provider; from is not needed (IPv4 reassignment moves
+// an address in one call, and the ENI holding an IPv6 address is looked up).
+func (a *AWS) Attach(ctx context.Context, nic NIC, ip netip.Addr, _ NIC) error {
+	eni := nic.ID
 	ip = ip.Unmap()
 	has, err := a.holds(ctx, eni, ip)
 	if err != nil || has {
@@ -80,7 +82,8 @@ func (a *AWS) Attach(ctx context.Context, eni string, ip netip.Addr) error {
 }
 
 // Detach implements Provider.
-func (a *AWS) Detach(ctx context.Context, eni string, ip netip.Addr) error {
+func (a *AWS) Detach(ctx context.Context, nic NIC, ip netip.Addr) error {
+	eni := nic.ID
 	ip = ip.Unmap()
 	has, err := a.holds(ctx, eni, ip)
 	if err != nil || !has {

@@ -34,7 +34,7 @@ func TestAWSAttachMoveDetach(t *testing.T) {
 	ctx := context.Background()
 	ip := netip.MustParseAddr("10.0.1.50")
 
-	if err := a.Attach(ctx, "eni-a", ip); err != nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-a"}, ip, NIC{}); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	if got := srv.ENI("eni-a").IPv4; !slices.Equal(got, []string{"10.0.1.50"}) {
@@ -45,7 +45,7 @@ func TestAWSAttachMoveDetach(t *testing.T) {
 	}
 	// Attached already: only a read.
 	n := len(srv.Calls())
-	if err := a.Attach(ctx, "eni-a", ip); err != nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-a"}, ip, NIC{}); err != nil {
 		t.Fatal(err)
 	}
 	if calls := srv.Calls()[n:]; !slices.Equal(calls, []string{"DescribeNetworkInterfaces"}) {
@@ -53,7 +53,7 @@ func TestAWSAttachMoveDetach(t *testing.T) {
 	}
 	// A move is one reassignment.
 	n = len(srv.Calls())
-	if err := a.Attach(ctx, "eni-b", ip); err != nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-b"}, ip, NIC{}); err != nil {
 		t.Fatalf("Attach to eni-b: %v", err)
 	}
 	if calls := srv.Calls()[n:]; slices.Index(calls, "AssignPrivateIpAddresses") < 0 || slices.Contains(calls, "UnassignPrivateIpAddresses") {
@@ -62,13 +62,13 @@ func TestAWSAttachMoveDetach(t *testing.T) {
 	if a4, b4 := srv.ENI("eni-a").IPv4, srv.ENI("eni-b").IPv4; len(a4) != 0 || !slices.Equal(b4, []string{"10.0.1.50"}) {
 		t.Fatalf("after the move eni-a has %v, eni-b %v; want [] and [10.0.1.50]", a4, b4)
 	}
-	if err := a.Detach(ctx, "eni-b", ip); err != nil {
+	if err := a.Detach(ctx, NIC{ID: "eni-b"}, ip); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	if b4 := srv.ENI("eni-b").IPv4; len(b4) != 0 {
 		t.Fatalf("after Detach eni-b has %v", b4)
 	}
-	if err := a.Detach(ctx, "eni-b", ip); err != nil {
+	if err := a.Detach(ctx, NIC{ID: "eni-b"}, ip); err != nil {
 		t.Fatalf("Detach of a detached address: %v", err)
 	}
 }
@@ -77,17 +77,17 @@ func TestAWSIPv6Move(t *testing.T) {
 	a, srv := startAWS(t)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("2600:1f18::50")
-	if err := a.Attach(ctx, "eni-a", ip); err != nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-a"}, ip, NIC{}); err != nil {
 		t.Fatal(err)
 	}
 	// EC2 cannot reassign IPv6: the move unassigns from eni-a first.
-	if err := a.Attach(ctx, "eni-b", ip); err != nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-b"}, ip, NIC{}); err != nil {
 		t.Fatalf("IPv6 move: %v", err)
 	}
 	if a6, b6 := srv.ENI("eni-a").IPv6, srv.ENI("eni-b").IPv6; len(a6) != 0 || !slices.Equal(b6, []string{"2600:1f18::50"}) {
 		t.Fatalf("after the move eni-a has %v, eni-b %v", a6, b6)
 	}
-	if err := a.Detach(ctx, "eni-b", ip); err != nil || len(srv.ENI("eni-b").IPv6) != 0 {
+	if err := a.Detach(ctx, NIC{ID: "eni-b"}, ip); err != nil || len(srv.ENI("eni-b").IPv6) != 0 {
 		t.Fatalf("Detach: %v, left %v", err, srv.ENI("eni-b").IPv6)
 	}
 }
@@ -97,12 +97,12 @@ func TestAWSThrottling(t *testing.T) {
 	ctx := context.Background()
 	// Two throttled answers: the SDK's retryer backs off and succeeds.
 	srv.Throttle(2)
-	if err := a.Attach(ctx, "eni-a", netip.MustParseAddr("10.0.1.51")); err != nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-a"}, netip.MustParseAddr("10.0.1.51"), NIC{}); err != nil {
 		t.Fatalf("Attach after 2 throttled answers: %v", err)
 	}
 	// Throttled past the SDK's attempts: the error says so, nothing changes.
 	srv.Throttle(100)
-	err := a.Attach(ctx, "eni-b", netip.MustParseAddr("10.0.1.52"))
+	err := a.Attach(ctx, NIC{ID: "eni-b"}, netip.MustParseAddr("10.0.1.52"), NIC{})
 	if ae, ok := errors.AsType[*APIError](err); !ok || ae.Code != "RequestLimitExceeded" {
 		t.Fatalf("Attach while throttled = %v; want an APIError RequestLimitExceeded", err)
 	}
@@ -118,12 +118,12 @@ func TestAWSEventualConsistency(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.1.53")
 	// The read after the assignment is stale.
 	srv.Stale(1)
-	err := a.Attach(ctx, "eni-a", ip)
+	err := a.Attach(ctx, NIC{ID: "eni-a"}, ip, NIC{})
 	if !errors.Is(err, ErrPending) {
 		t.Fatalf("Attach with a stale read = %v; want ErrPending", err)
 	}
 	n := len(srv.Calls())
-	if err := a.Attach(ctx, "eni-a", ip); err != nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-a"}, ip, NIC{}); err != nil {
 		t.Fatalf("Attach once consistent: %v", err)
 	}
 	if calls := srv.Calls()[n:]; slices.Contains(calls, "AssignPrivateIpAddresses") {
@@ -135,13 +135,13 @@ func TestAWSRefusals(t *testing.T) {
 	a, srv := startAWS(t)
 	ctx := context.Background()
 	// Never touch an interface's primary address.
-	if err := a.Attach(ctx, "eni-b", netip.MustParseAddr("10.0.1.10")); err == nil {
+	if err := a.Attach(ctx, NIC{ID: "eni-b"}, netip.MustParseAddr("10.0.1.10"), NIC{}); err == nil {
 		t.Fatal("Attach of eni-a's primary address to eni-b succeeded")
 	}
-	if err := a.Detach(ctx, "eni-a", netip.MustParseAddr("10.0.1.10")); err == nil || srv.ENI("eni-a").Primary != "10.0.1.10" {
+	if err := a.Detach(ctx, NIC{ID: "eni-a"}, netip.MustParseAddr("10.0.1.10")); err == nil || srv.ENI("eni-a").Primary != "10.0.1.10" {
 		t.Fatalf("Detach of a primary address = %v", err)
 	}
-	err := a.Attach(ctx, "eni-gone", netip.MustParseAddr("10.0.1.54"))
+	err := a.Attach(ctx, NIC{ID: "eni-gone"}, netip.MustParseAddr("10.0.1.54"), NIC{})
 	if ae, ok := errors.AsType[*APIError](err); !ok || ae.Code != "InvalidNetworkInterfaceID.NotFound" {
 		t.Fatalf("Attach to a missing ENI = %v; want InvalidNetworkInterfaceID.NotFound", err)
 	}
@@ -151,14 +151,14 @@ func TestAWSRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = bad.Attach(ctx, "eni-a", netip.MustParseAddr("10.0.1.55"))
+	err = bad.Attach(ctx, NIC{ID: "eni-a"}, netip.MustParseAddr("10.0.1.55"), NIC{})
 	if ae, ok := errors.AsType[*APIError](err); !ok || ae.Code != "SignatureDoesNotMatch" {
 		t.Fatalf("Attach with a wrong secret = %v; want SignatureDoesNotMatch", err)
 	}
 }
 
 func TestConfig(t *testing.T) {
-	for _, c := range []Config{{}, {Provider: "aws"}} {
+	for _, c := range []Config{{}, {Provider: "aws"}, {Provider: "gcp"}, {Provider: "azure"}} {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%+v: %v", c, err)
 		}

@@ -5,8 +5,10 @@
 // egress IP to a node's interface before any gateway may claim it, and
 // detaches it after the claim is released.
 //
-// One small Provider interface, one implementation per cloud (AWS: EC2
-// through the official SDK). Off by default; Config chooses a provider.
+// One small Provider interface, one implementation per cloud, each on the
+// cloud's official SDK: AWS (secondary addresses of the ENI), GCP (alias IP
+// ranges of the instance's NIC), Azure (IP configurations of the NIC). Off
+// by default; Config chooses a provider.
 // Credentials come only from the provider's standard chain (instance role,
 // web identity, environment), never from Egret's configuration.
 package cloud
@@ -22,28 +24,31 @@ import (
 
 // Provider names accepted by Config.
 const (
-	ProviderNone = ""
-	ProviderAWS  = "aws"
+	ProviderNone  = ""
+	ProviderAWS   = "aws"
+	ProviderGCP   = "gcp"
+	ProviderAzure = "azure"
 )
 
 // Config chooses the cloud provider; the zero value is off.
 type Config struct {
-	// Provider is "" (no cloud: egress IPs need no attachment, the default)
-	// or "aws".
+	// Provider is "" (no cloud: egress IPs need no attachment, the default),
+	// "aws", "gcp" or "azure".
 	Provider string `json:"provider,omitempty"`
 }
 
 // Validate reports an unknown provider.
 func (c Config) Validate() error {
 	switch c.Provider {
-	case ProviderNone, ProviderAWS:
+	case ProviderNone, ProviderAWS, ProviderGCP, ProviderAzure:
 		return nil
 	}
-	return fmt.Errorf("cloud provider %q is not supported; use %q or leave it empty (no cloud attachment)", c.Provider, ProviderAWS)
+	return fmt.Errorf("cloud provider %q is not supported; use %q, %q or %q, or leave it empty (no cloud attachment)", c.Provider, ProviderAWS, ProviderGCP, ProviderAzure)
 }
 
 // New builds the configured provider; nil (and no error) when it is off.
-// It reads credentials and the region from the provider's standard chain.
+// It reads credentials (and AWS's region) from the provider's standard
+// chain.
 func New(ctx context.Context, c Config) (Provider, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -51,23 +56,39 @@ func New(ctx context.Context, c Config) (Provider, error) {
 	switch c.Provider {
 	case ProviderAWS:
 		return NewAWS(ctx)
+	case ProviderGCP:
+		return NewGCP(ctx)
+	case ProviderAzure:
+		return NewAzure(ctx, nil)
 	}
 	return nil, nil
 }
 
+// NIC names a node's cloud network interface.
+type NIC struct {
+	// ID is the interface of the node's egress-ipconfig annotation: the
+	// ENI ID on AWS, the NIC's resource ID on Azure, the NIC's name
+	// within its instance on GCP (nic0).
+	ID string
+	// Instance is the node's spec.providerID (gce://project/zone/name on
+	// GCP, which needs it: a GCP NIC name is unique only in its instance).
+	Instance string
+}
+
 // Provider attaches and detaches secondary addresses on cloud network
-// interfaces. Interfaces are named as in the node's
-// cloud.network.openshift.io/egress-ipconfig annotation (an ENI ID on AWS).
+// interfaces.
 type Provider interface {
-	// Attach makes ip a secondary address of iface. When another
-	// interface holds it, it moves (reassignment); when iface already
-	// holds it, nothing changes. It returns nil only once the cloud's own
-	// answer shows ip on iface; an error wrapping ErrPending means the
-	// change was accepted but not visible yet: call Attach again later.
-	Attach(ctx context.Context, iface string, ip netip.Addr) error
-	// Detach removes ip from iface; an address iface does not hold is
-	// already detached.
-	Detach(ctx context.Context, iface string, ip netip.Addr) error
+	// Attach makes ip a secondary address of nic; when nic already holds
+	// it, nothing changes. from is the interface that held it last (the
+	// zero NIC when none is known): a cloud that cannot move an address
+	// in one call (GCP, Azure) removes it there first. It returns nil
+	// only once the cloud's own answer shows ip on nic; an error wrapping
+	// ErrPending means the change was accepted but not visible yet: call
+	// Attach again later.
+	Attach(ctx context.Context, nic NIC, ip netip.Addr, from NIC) error
+	// Detach removes ip from nic; an address nic does not hold is already
+	// detached.
+	Detach(ctx context.Context, nic NIC, ip netip.Addr) error
 	// Local describes the primary interface of the instance this process
 	// runs on (read from the instance metadata service and the API).
 	Local(ctx context.Context) (Local, error)
@@ -75,14 +96,17 @@ type Provider interface {
 
 // Local is what the cloud says of an instance's primary interface.
 type Local struct {
-	// Interface is its ID (AWS: the ENI).
+	// Interface is its ID (AWS: the ENI; Azure: the NIC's resource ID;
+	// GCP: the NIC's name).
 	Interface string
 	// Subnets are the subnets of the interface, per family.
 	Subnets cluster.IfAddr
 	// Limit is how many addresses the instance type allows on one
-	// interface (primary included); AWS limits each family.
+	// interface; AWS limits each family, GCP and Azure both together.
 	Limit cluster.Capacity
-	// InUse lists the addresses the interface holds now, primary included.
+	// InUse lists the addresses the interface holds now that count
+	// against Limit (on AWS and Azure the primary too; on GCP one address
+	// per alias IP range).
 	InUse []netip.Addr
 }
 

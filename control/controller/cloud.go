@@ -227,15 +227,21 @@ func (c *Controller) attach(ctx context.Context, st cluster.CloudIP, t cloudTarg
 	st.SpecNode = t.node
 	iface, err := c.cloudInterface(t.node)
 	if err == nil {
-		err = a.p.Attach(ctx, iface, st.IP)
+		// Where the cloud has it now, for the clouds that cannot move an
+		// address in one call; unknown when that node is gone.
+		var from cloud.NIC
+		if st.StatusNode != "" && st.StatusNode != t.node {
+			from, _ = c.cloudInterface(st.StatusNode)
+		}
+		err = a.p.Attach(ctx, iface, st.IP, from)
 	}
 	ok := err == nil
 	switch {
 	case ok:
 		st.StatusNode = t.node
 		setAssigned(&st, metav1.ConditionTrue, cluster.ReasonCloudResponseSuccess,
-			fmt.Sprintf("attached to %s of node %s", iface, t.node))
-		c.log.Info("egress IP attached by the cloud", "ip", st.IP, "node", t.node, "interface", iface)
+			fmt.Sprintf("attached to %s of node %s", iface.ID, t.node))
+		c.log.Info("egress IP attached by the cloud", "ip", st.IP, "node", t.node, "interface", iface.ID)
 	case errors.Is(err, cloud.ErrPending):
 		setAssigned(&st, metav1.ConditionUnknown, cluster.ReasonCloudResponsePending, err.Error())
 		c.log.Info("egress IP attach pending", "ip", st.IP, "node", t.node, "err", err)
@@ -304,23 +310,24 @@ func (c *Controller) storeCloud(ctx context.Context, st cluster.CloudIP) error {
 }
 
 // cloudInterface is the cloud interface of node, from its
-// cloud.network.openshift.io/egress-ipconfig annotation.
-func (c *Controller) cloudInterface(node string) (string, error) {
+// cloud.network.openshift.io/egress-ipconfig annotation and its
+// spec.providerID.
+func (c *Controller) cloudInterface(node string) (cloud.NIC, error) {
 	for _, n := range c.src.View().Nodes {
 		if n.Name != node {
 			continue
 		}
 		s, ok := n.Annotations[cluster.AnnotationEgressIPConfig]
 		if !ok {
-			return "", fmt.Errorf("node %s has no %s annotation naming its cloud interface (the gateway agent or OpenShift's cloud network config controller publishes it)", node, cluster.AnnotationEgressIPConfig)
+			return cloud.NIC{}, fmt.Errorf("node %s has no %s annotation naming its cloud interface (the gateway agent or OpenShift's cloud network config controller publishes it)", node, cluster.AnnotationEgressIPConfig)
 		}
 		cfg, err := cluster.ParseEgressIPConfig(s)
 		if err != nil {
-			return "", err
+			return cloud.NIC{}, err
 		}
-		return cfg.Interface, nil
+		return cloud.NIC{ID: cfg.Interface, Instance: n.Spec.ProviderID}, nil
 	}
-	return "", fmt.Errorf("node %s is not in the cluster", node)
+	return cloud.NIC{}, fmt.Errorf("node %s is not in the cluster", node)
 }
 
 func (c *Controller) nodeExists(node string) bool {

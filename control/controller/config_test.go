@@ -51,7 +51,7 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{"probeInterval: soon\n", `invalid duration "soon"`},
 		{"kubeAPIQPS: -1\n", "kubeAPIQPS"},
 		{"[not a map", "controller configuration"},
-		{"cloud: {provider: gcp}\n", `cloud provider "gcp" is not supported`},
+		{"cloud: {provider: openstack}\n", `cloud provider "openstack" is not supported`},
 		{"cloud: {provider: aws, region: x}\n", "unknown field"},
 	} {
 		_, err := LoadConfig(writeFile(t, tc.body))
@@ -116,11 +116,21 @@ func TestCloudSetting(t *testing.T) {
 	}
 	fs = flag.NewFlagSet("t", flag.ContinueOnError)
 	f = BindFlags(fs)
-	if err := fs.Parse([]string{"--cloud-provider", "azure"}); err != nil {
+	if err := fs.Parse([]string{"--cloud-provider", "openstack"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Config(); err == nil || !strings.Contains(err.Error(), "azure") {
-		t.Errorf("--cloud-provider azure: %v", err)
+	if _, err := f.Config(); err == nil || !strings.Contains(err.Error(), "openstack") {
+		t.Errorf("--cloud-provider openstack: %v", err)
+	}
+	for _, p := range []string{"aws", "gcp", "azure"} {
+		fs = flag.NewFlagSet("t", flag.ContinueOnError)
+		f = BindFlags(fs)
+		if err := fs.Parse([]string{"--cloud-provider", p}); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := f.Config(); err != nil || c.Cloud.Provider != p {
+			t.Errorf("--cloud-provider %s: %q, %v", p, c.Cloud.Provider, err)
+		}
 	}
 }
 

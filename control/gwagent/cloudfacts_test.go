@@ -104,7 +104,7 @@ func TestFactsPublishCloud(t *testing.T) {
 	}
 
 	// Another address on the ENI: one less left, at the next look.
-	if err := p.Attach(ctx, "eni-g1", netip.MustParseAddr("10.0.1.21")); err != nil {
+	if err := p.Attach(ctx, cloud.NIC{ID: "eni-g1"}, netip.MustParseAddr("10.0.1.21"), cloud.NIC{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CoreV1().Nodes().Patch(ctx, "g1", types.MergePatchType, []byte(`{"metadata":{"labels":{"poke":"1"}}}`), metav1.PatchOptions{}); err != nil {
