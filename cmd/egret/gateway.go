@@ -302,7 +302,7 @@ func runGateway(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	eng, err := engine.New(set, engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval})
+	eng, err := engine.New(set, f.engineOptions(log))
 	if err != nil {
 		return err
 	}
@@ -467,7 +467,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	a := &gwagent.Agent{Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
 		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
-			e, err := engine.New(s, engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval})
+			e, err := engine.New(s, f.engineOptions(log))
 			if err != nil {
 				return nil, err
 			}
@@ -563,6 +563,17 @@ func runGatewayAgent(f *gatewayFlags) error {
 		logFinal(log, eng.Stats())
 	}
 	return err
+}
+
+// engineOptions are the engine's options from the flags. With a state file
+// a stop is a restart: the XDP programs stay attached and hold the steered
+// traffic for as long as the next process may still resume the flows.
+func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
+	o := engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval}
+	if f.stateFile != "" {
+		o.HoldXDP = flowsync.MaxStateAge
+	}
+	return o
 }
 
 // handover is the data plane with what hands its flows over when it

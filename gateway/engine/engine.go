@@ -62,6 +62,12 @@ type Options struct {
 	// claimer's, 3 and 100ms).
 	Announcements    int
 	AnnounceInterval time.Duration
+	// HoldXDP, when set, makes Close a stop before a restart: the XDP
+	// programs stay attached (pinned) and drop, for at most HoldXDP, the
+	// tunnel and egress traffic no process takes (xdp.Program.Hold), until
+	// the next process takes them over. Zero: Close detaches them and
+	// leaves nothing behind (a final stop).
+	HoldXDP time.Duration
 }
 
 // Engine is a running gateway data plane. Build it with New inside the
@@ -124,7 +130,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			e.teardown()
+			e.teardown(0)
 		}
 	}()
 	// Everything is opened in the calling thread's namespace, never by
@@ -292,8 +298,9 @@ func (e *Engine) Reload(set *Settled) error {
 	return nil
 }
 
-// Close stops the workers, releases the claimed egress IPs, detaches the
-// XDP programs and closes every socket. It is safe to call twice.
+// Close stops the workers, releases the claimed egress IPs, closes every
+// socket and detaches the XDP programs, or, with Options.HoldXDP, leaves
+// them attached and holding for the next process. It is safe to call twice.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -309,14 +316,19 @@ func (e *Engine) Close() error {
 	if e.claimer != nil {
 		cs = e.claimer.Stats()
 	}
-	err := e.teardown()
-	e.log.Info("engine: stopped; XDP detached and egress IPs released", "announced", cs.Announced,
+	err := e.teardown(e.opt.HoldXDP)
+	xdpState := "detached"
+	if e.opt.HoldXDP > 0 {
+		xdpState = "left attached, holding for the next process"
+	}
+	e.log.Info("engine: stopped; egress IPs released", "xdp", xdpState, "hold", e.opt.HoldXDP, "announced", cs.Announced,
 		"announce_failures", cs.AnnounceFailures, "arp_nd_answered", cs.Answered, "arp_nd_answer_failures", cs.AnswerFailures)
 	return err
 }
 
-// teardown undoes New in reverse order; it tolerates a partial New.
-func (e *Engine) teardown() error {
+// teardown undoes New in reverse order; it tolerates a partial New. With
+// hold > 0 the XDP programs stay attached (nic.Interface.Leave).
+func (e *Engine) teardown(hold time.Duration) error {
 	var errs []error
 	if e.claimer != nil {
 		for a, ifname := range e.claimed {
@@ -338,7 +350,11 @@ func (e *Engine) teardown() error {
 		e.mu.Unlock()
 	}
 	for _, ifc := range e.ifcs {
-		if err := ifc.Close(); err != nil {
+		closeIfc := ifc.Close
+		if hold > 0 {
+			closeIfc = func() error { return ifc.Leave(hold) }
+		}
+		if err := closeIfc(); err != nil {
 			errs = append(errs, fmt.Errorf("engine: close %s: %w", ifc.Name, err))
 		}
 	}
