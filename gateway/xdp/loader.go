@@ -142,6 +142,15 @@ func (p *Program) Attach() error {
 	if p.takeOver() {
 		return nil
 	}
+	err := p.attachNew()
+	if err != nil {
+		_ = os.Remove(p.pins.dir) // if empty: nothing was pinned
+	}
+	return err
+}
+
+// attachNew attaches the program to an interface that has no link of ours.
+func (p *Program) attachNew() error {
 	log := p.log
 	if err := p.removeLegacy(log); err != nil {
 		return err

@@ -199,3 +199,20 @@ func (p *Program) Hold(d time.Duration) error {
 	}
 	return nil
 }
+
+// RemoveNamespacePins removes the pins of every interface of the network
+// namespace with inode ino, for whoever deletes that namespace: nobody
+// could take its programs over, and a pin left behind outlives it in the
+// bpffs. Each link, unpinned, detaches once no process holds it.
+func RemoveNamespacePins(ino uint64) error {
+	var errs []error
+	for _, pattern := range []string{fmt.Sprintf("ns%d-if*", ino), fmt.Sprintf("link-ns%d-if*", ino)} {
+		found, _ := filepath.Glob(filepath.Join(DefaultPinDir, pattern))
+		for _, p := range found {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, fmt.Errorf("xdp: remove pin %s: %w", p, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
