@@ -62,12 +62,6 @@ type Options struct {
 	// claimer's, 3 and 100ms).
 	Announcements    int
 	AnnounceInterval time.Duration
-	// HoldXDP, when set, makes Close a stop before a restart: the XDP
-	// programs stay attached (pinned) and drop, for at most HoldXDP, the
-	// tunnel and egress traffic no process takes (xdp.Program.Hold), until
-	// the next process takes them over. Zero: Close detaches them and
-	// leaves nothing behind (a final stop).
-	HoldXDP time.Duration
 }
 
 // Engine is a running gateway data plane. Build it with New inside the
@@ -299,9 +293,17 @@ func (e *Engine) Reload(set *Settled) error {
 }
 
 // Close stops the workers, releases the claimed egress IPs, closes every
-// socket and detaches the XDP programs, or, with Options.HoldXDP, leaves
-// them attached and holding for the next process. It is safe to call twice.
-func (e *Engine) Close() error {
+// socket and detaches the XDP programs: a final stop, which leaves nothing
+// behind. It is safe to call twice (so is CloseHeld).
+func (e *Engine) Close() error { return e.close(0) }
+
+// CloseHeld is Close before a restart: the XDP programs stay attached
+// (pinned) and drop, for at most hold, the tunnel and egress traffic no
+// socket takes any more (xdp.Program.Hold), until the next process takes
+// them over; the kernel never sees that traffic in between.
+func (e *Engine) CloseHeld(hold time.Duration) error { return e.close(hold) }
+
+func (e *Engine) close(hold time.Duration) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -316,12 +318,12 @@ func (e *Engine) Close() error {
 	if e.claimer != nil {
 		cs = e.claimer.Stats()
 	}
-	err := e.teardown(e.opt.HoldXDP)
+	err := e.teardown(hold)
 	xdpState := "detached"
-	if e.opt.HoldXDP > 0 {
-		xdpState = "left attached, holding for the next process"
+	if hold > 0 {
+		xdpState = "left attached, held for the next process"
 	}
-	e.log.Info("engine: stopped; egress IPs released", "xdp", xdpState, "hold", e.opt.HoldXDP, "announced", cs.Announced,
+	e.log.Info("engine: stopped; egress IPs released", "xdp", xdpState, "hold", hold, "announced", cs.Announced,
 		"announce_failures", cs.AnnounceFailures, "arp_nd_answered", cs.Answered, "arp_nd_answer_failures", cs.AnswerFailures)
 	return err
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/gateway/xdp"
 )
 
@@ -67,7 +66,7 @@ func heldDrops(t *testing.T, dir string) uint64 {
 
 // TestGracefulStopHoldsXDP is the engine's side of a graceful restart with
 // the egress IP on d0 (egressIPsClaimed: the kernel carries it and would
-// answer a SYN with an RST). Closed with HoldXDP, the engine leaves its XDP
+// answer a SYN with an RST). Closed with CloseHeld, the engine leaves its XDP
 // program attached, and a SYN to the egress IP in the gap is dropped in
 // XDP (counted), not answered by the kernel; the next engine takes the
 // same link over and forwards; a final Close leaves no program and no pin.
@@ -83,12 +82,12 @@ func TestGracefulStopHoldsXDP(t *testing.T) {
 		t.Fatal("without Egret the kernel does not answer the SYN: the probe proves nothing")
 	}
 
-	first := startEngine(t, tp, cfg, engine.Options{HoldXDP: time.Minute})
+	first := startEngine(t, tp, cfg, defaultOptions())
 	if _, reply := tp.udpRoundTrip(t, 42100, "before the restart", 20); reply == nil {
 		t.Fatal("no round trip through the first engine")
 	}
 	id := pinnedLink(t, dir)
-	if err := first.Close(); err != nil {
+	if err := first.CloseHeld(time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if !tp.xdpAttached(t) || pinnedLink(t, dir) != id || id == 0 {
