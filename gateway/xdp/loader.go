@@ -85,21 +85,6 @@ type Program struct {
 	log     *slog.Logger
 }
 
-// Attach loads the program and attaches it to the interface with the given
-// index at once (Load, then Program.Attach), for a caller with no map to
-// fill before the program runs.
-func Attach(ifindex int, opts Options) (*Program, error) {
-	p, err := Load(ifindex, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.Attach(); err != nil {
-		p.objs.Close()
-		return nil, err
-	}
-	return p, nil
-}
-
 // Load loads the program and its maps for the interface with the given
 // index without attaching it: the caller fills the maps and registers its
 // sockets, then Attach puts the program on the interface, ready from its

@@ -178,7 +178,7 @@ func TestHoldAcrossRestart(t *testing.T) {
 func TestHoldExpires(t *testing.T) {
 	l := newLab(t)
 	l.gw.AddAddr(t, "gw0", netip.PrefixFrom(egress, 32))
-	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestStalePinReplaced(t *testing.T) {
 		ifindex int
 	}{{"another interface", lo.Attrs().Index}, {"another program", l.gwEnd.Index}} {
 		foreignLink(t, c.ifindex, filepath.Join(dir, "link"))
-		p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+		p, err := attach(l.gwEnd.Index, xdp.Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -264,7 +264,7 @@ func TestStalePinReplaced(t *testing.T) {
 	}
 
 	// An Egret link where builds before the pin directory pinned it.
-	p1, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p1, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestStalePinReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	p1.Close()
-	p2, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p2, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,4 +285,17 @@ func TestStalePinReplaced(t *testing.T) {
 	if _, err := os.Stat(legacy); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("legacy pin %s still there: %v", legacy, err)
 	}
+}
+
+// attach is Load then Attach, for tests with nothing to fill first.
+func attach(ifindex int, opts xdp.Options) (*xdp.Program, error) {
+	p, err := xdp.Load(ifindex, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Attach(); err != nil {
+		p.Detach()
+		return nil, err
+	}
+	return p, nil
 }
