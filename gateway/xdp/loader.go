@@ -82,6 +82,7 @@ type Program struct {
 	ifindex int
 	want    Mode // the mode asked for
 	mode    Mode // the mode attached in
+	dropped bool // Attach dropped a pinned link (awaitRelease)
 	log     *slog.Logger
 }
 
@@ -137,6 +138,9 @@ func (p *Program) Attach() error {
 // attachNew attaches the program to an interface that has no link of ours.
 func (p *Program) attachNew() error {
 	log := p.log
+	if p.dropped {
+		p.awaitRelease()
+	}
 	if err := p.removeLegacy(log); err != nil {
 		return err
 	}
@@ -158,6 +162,7 @@ func (p *Program) attachNew() error {
 			continue
 		}
 		if err := p.pin(l); err != nil {
+			_ = l.Unpin() // if the link's pin was made, the counters' was not
 			l.Close()
 			return err
 		}
@@ -366,8 +371,9 @@ func readStats(m *ebpf.Map) (Stats, error) {
 }
 
 // Detach removes the program from the interface, its pins and its maps:
-// the final stop, which leaves nothing behind. The interface then passes
-// every frame to the kernel.
+// the final stop, which leaves nothing behind (a program a previous run
+// left on the interface included). The interface then passes every frame
+// to the kernel.
 func (p *Program) Detach() error {
 	var errs []error
 	if p.lnk != nil {
@@ -384,6 +390,11 @@ func (p *Program) Detach() error {
 		}
 		p.lnk = nil
 		errs = append(errs, p.unpinRest())
+	} else {
+		// Never attached (a start that failed, or falls back to
+		// AF_PACKET): a program a previous run left held must not keep
+		// the interface's traffic from the kernel either.
+		errs = append(errs, p.dropPinned())
 	}
 	if err := p.objs.Close(); err != nil {
 		errs = append(errs, err)

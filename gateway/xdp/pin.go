@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,12 +67,14 @@ func (p *Program) takeOver() bool {
 			p.log.Warn("xdp: stale pin dropped", "pin", path, "ifindex", p.ifindex, "why", why)
 			_ = l.Unpin()
 			l.Close()
+			p.dropped = true
 			continue
 		}
 		if err := l.Update(p.objs.EgretXdp); err != nil {
 			p.log.Warn("xdp: could not replace the program a previous run left; attaching anew", "pin", path, "err", err)
 			_ = l.Unpin()
 			l.Close()
+			p.dropped = true
 			continue
 		}
 		if err := p.pin(l); err != nil {
@@ -167,6 +170,18 @@ func (p *Program) pin(l link.Link) error {
 	return nil
 }
 
+// dropPinned removes the interface's pins, whatever they hold: the links
+// detach once no process holds them.
+func (p *Program) dropPinned() error {
+	var errs []error
+	for _, path := range []string{p.pins.link, p.pins.legacy} {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("xdp: remove pin %s: %w", path, err))
+		}
+	}
+	return errors.Join(append(errs, p.unpinRest())...)
+}
+
 // unpinRest removes the counters' pin and the interface's directory once
 // the link is unpinned.
 func (p *Program) unpinRest() error {
@@ -216,3 +231,19 @@ func RemoveNamespacePins(ino uint64) error {
 	}
 	return errors.Join(errs...)
 }
+
+// awaitRelease waits (up to releaseWait) until no XDP program is left on
+// the interface after a pin was dropped: the kernel frees an unpinned link,
+// and detaches its program, asynchronously, and an attach meanwhile fails
+// with EBUSY.
+func (p *Program) awaitRelease() {
+	for deadline := time.Now().Add(releaseWait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		l, err := netlink.LinkByIndex(p.ifindex)
+		if err != nil || l.Attrs().Xdp == nil || !l.Attrs().Xdp.Attached {
+			return
+		}
+	}
+}
+
+// releaseWait bounds awaitRelease.
+const releaseWait = 2 * time.Second

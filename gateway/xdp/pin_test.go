@@ -254,8 +254,14 @@ func TestStalePinReplaced(t *testing.T) {
 			prog.Close()
 		}
 		if lx := lo.Attrs().Index; c.ifindex == lx {
-			if x, _ := l.gw.NL.LinkByIndex(lx); x.Attrs().Xdp != nil && x.Attrs().Xdp.Attached {
-				t.Fatalf("%s: the stale link still runs on lo", c.name)
+			// Unpinned, the link is freed asynchronously.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if x, _ := l.gw.NL.LinkByIndex(lx); x.Attrs().Xdp == nil || !x.Attrs().Xdp.Attached {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the stale link still runs on lo 5 s after it was dropped", c.name)
+				}
 			}
 		}
 		if err := p.Detach(); err != nil {
@@ -298,4 +304,44 @@ func attach(ifindex int, opts xdp.Options) (*xdp.Program, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// TestUnattachedDetachDropsHeldProgram: a start that loads a program but
+// never attaches it (it fails, or falls back to AF_PACKET) and detaches
+// does not leave the previous run's held program keeping the interface's
+// traffic from the kernel.
+func TestUnattachedDetachDropsHeldProgram(t *testing.T) {
+	l := newLab(t)
+	dir := l.pinDir(t)
+	p1, err := attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Hold(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	p1.Close()
+	p2, err := xdp.Load(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := attached(t, l); !on {
+		t.Fatal("the held program is gone before the test")
+	}
+	if err := p2.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel frees an unpinned link asynchronously.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		on, id := attached(t, l)
+		if !on {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("program %d still on gw0 5 s after the new run gave up", id)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pin directory %s left: %v", dir, err)
+	}
 }
