@@ -976,12 +976,15 @@ func (e *env) checkClean(n string) {
 	if !slices.Equal(addrs, []string{plan.nodeIPs[n]}) {
 		e.t.Errorf("%s: eth0 holds %v, want only the node's %s (claimed egress IPs left)", n, addrs, plan.nodeIPs[n])
 	}
-	// The gateway pins its XDP link per namespace (gateway/xdp pinPath).
+	// The gateway pins its XDP link and counters per namespace and
+	// interface (gateway/xdp pin.go; link-ns… is where builds before pinned).
 	var st syscall.Stat_t
 	if err := syscall.Stat("/run/netns/egretc-"+n, &st); err != nil {
 		e.t.Fatal(err)
 	}
-	if pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/link-ns%d-*", st.Ino)); len(pins) > 0 {
-		e.t.Errorf("%s: XDP link pins left: %v", n, pins)
+	for _, pattern := range []string{"ns%d-if*", "link-ns%d-*"} {
+		if pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/"+pattern, st.Ino)); len(pins) > 0 {
+			e.t.Errorf("%s: XDP pins left: %v", n, pins)
+		}
 	}
 }

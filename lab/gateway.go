@@ -161,8 +161,9 @@ func EgretAvailable(binary string) bool {
 func StateFile(runDir, gw string) string { return filepath.Join(runDir, "state-"+gw, "flows.state") }
 
 // Start implements Impl: write the config, start the process with a pid
-// file and wait until it has attached its XDP program to eth0 (or, on the
-// AF_PACKET fallback, until it has run for a few seconds without exiting).
+// file and wait until it says it runs (or, failing that, until it has run
+// for a few seconds without exiting). An XDP program on eth0 proves
+// nothing: after a graceful stop the previous one is still there, held.
 func (e Egret) Start(env GatewayEnv) error {
 	if !EgretAvailable(e.Binary) {
 		return fmt.Errorf("%s has no gateway subcommand yet; use the kernel gateway mode", e.Binary)
@@ -185,7 +186,7 @@ func (e Egret) Start(env GatewayEnv) error {
 	if err := muteEgressIPs(env.NS, cfg); err != nil {
 		return err
 	}
-	pid, err := startDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, "gateway", "--config", path,
+	pid, err := startGatewayDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, "gateway", "--config", path,
 		"--state-file", StateFile(env.RunDir, env.Gateway.Name))
 	if err != nil {
 		return err
@@ -196,8 +197,8 @@ func (e Egret) Start(env GatewayEnv) error {
 		if !alive(pid) {
 			return fmt.Errorf("egret gateway in %s exited during start; log: %s", env.NS, tail(filepath.Join(env.RunDir, "gateway-"+env.Gateway.Name+".log")))
 		}
-		out, _ := run("ip", "-n", env.NS, "link", "show", "dev", "eth0")
-		if strings.Contains(out, "xdp") || time.Since(started) > 4*time.Second {
+		log, _ := os.ReadFile(filepath.Join(env.RunDir, "gateway-"+env.Gateway.Name+".log"))
+		if strings.Contains(string(log), "gateway: running") || time.Since(started) > 4*time.Second {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -11,6 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/gateway/xdp"
 )
 
 // Lab is a Spec plus what Up needs to run it.
@@ -454,6 +458,15 @@ func Down(runRoot, name string) error {
 		paths[i] = "/run/netns/" + ns
 	}
 	pids := pidsInNamespaces(paths)
+	// The namespaces' inodes name the XDP pins their gateways leave (a
+	// SIGTERM below is a graceful stop, which keeps the program attached).
+	var inodes []uint64
+	for _, p := range paths {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			inodes = append(inodes, st.Ino)
+		}
+	}
 	// Processes whose namespace file is gone already (an interrupted Down)
 	// are found by their pid files, if they are still ours.
 	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
@@ -464,6 +477,11 @@ func Down(runRoot, name string) error {
 	}
 	if err := killAll(pids, 2*time.Second); err != nil {
 		return err
+	}
+	for _, ino := range inodes {
+		if err := xdp.RemoveNamespacePins(ino); err != nil {
+			return err
+		}
 	}
 	if len(nss) > 0 {
 		lines := make([]string, len(nss))

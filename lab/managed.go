@@ -113,7 +113,7 @@ func (m Managed) Start(env GatewayEnv) error {
 	if err != nil {
 		return err
 	}
-	pid, err := startDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
+	pid, err := startGatewayDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
 		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0",
 		"--state-file", StateFile(env.RunDir, env.Gateway.Name),
 		"--sync-key-file", key, "--sync-addr", netip.AddrPortFrom(env.Gateway.IP, 9108).String())

@@ -115,6 +115,11 @@ func (k *KeepAlive) Get(limit time.Duration) (netip.AddrPort, error) {
 	if _, err := io.WriteString(k.conn, "GET / HTTP/1.1\r\nHost: egret-lab\r\n\r\n"); err != nil {
 		return netip.AddrPort{}, err
 	}
+	return k.read()
+}
+
+// read reads the echo server's answer to a request already sent.
+func (k *KeepAlive) read() (netip.AddrPort, error) {
 	resp, err := http.ReadResponse(k.br, nil)
 	if err != nil {
 		return netip.AddrPort{}, err

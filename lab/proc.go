@@ -18,17 +18,33 @@ import (
 // outlives the caller, with its output in <dir>/<id>.log and its pid in
 // <dir>/<id>.pid.
 func startDaemon(dir, id, ns, name string, args ...string) (int, error) {
+	// `ip netns exec` execs the command in place, so the pid is the daemon's.
+	return spawn(dir, id, name+" in "+ns, append([]string{"ip", "netns", "exec", ns, name}, args...))
+}
+
+// startGatewayDaemon is startDaemon for an `egret gateway`: it enters only
+// the network namespace (nsenter, which also execs in place), so the
+// gateway sees the host's /sys/fs/bpf as in its DaemonSet (a hostPath) and
+// pins its XDP program where its next process finds it. `ip netns exec`
+// mounts a fresh /sys, and the bpffs the gateway would mount there dies
+// with it: a restarted gateway could never take its program over.
+func startGatewayDaemon(dir, id, ns, name string, args ...string) (int, error) {
+	return spawn(dir, id, name+" in "+ns, append([]string{"nsenter", "--net=/run/netns/" + ns, "--", name}, args...))
+}
+
+// spawn runs argv as a session leader with its output in <dir>/<id>.log
+// and its pid in <dir>/<id>.pid; what names it in errors.
+func spawn(dir, id, what string, argv []string) (int, error) {
 	logf, err := os.OpenFile(filepath.Join(dir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return 0, err
 	}
 	defer logf.Close()
-	// `ip netns exec` execs the command in place, so the pid is the daemon's.
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s in %s: %w", name, ns, err)
+		return 0, fmt.Errorf("start %s: %w", what, err)
 	}
 	pid := cmd.Process.Pid
 	// Reap it if it dies while we run; when we exit first, init adopts it.

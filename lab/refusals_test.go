@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -303,12 +304,23 @@ func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
 	if _, err := os.Stat(StateFile(l.RunDir(), gw.Name)); err != nil {
 		t.Fatalf("the stopped gateway left no state file: %v", err)
 	}
+	// A request in the gap: its segments reach the gateway node while no
+	// process runs there, and the held XDP program must drop them (TCP
+	// resends them once the next process runs), not give them to the kernel.
+	moved.conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(moved.conn, "GET / HTTP/1.1\r\nHost: egret-lab\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
 	if err := l.StartGateway(gw.Name); err != nil {
 		t.Fatal(err)
 	}
-	after, err := moved.Get(10 * time.Second)
+	after, err := moved.read()
 	if err != nil {
-		t.Fatalf("request on the connection whose port was not preserved, after the graceful restart: %v, want an answer (its flow resumed)", err)
+		t.Fatalf("answer to the request sent on the connection whose port was not preserved during the graceful restart: %v, want one (its flow resumed)", err)
+	}
+	heldFrames, passedFrames := takeoverCounts(t, filepath.Join(l.RunDir(), "gateway-"+gw.Name+".log"))
+	if heldFrames == 0 || passedFrames != 0 {
+		t.Errorf("the next gateway found %d frames held and %d passed to the kernel in the gap, want the request's segments held and none passed", heldFrames, passedFrames)
 	}
 	heldAfter, err := first.Get(10 * time.Second)
 	if err != nil {
@@ -320,5 +332,24 @@ func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
 	if n := gatewayMetric(t, s, gw.Name, "egret_gateway_flows_picked_up_total"); n != 0 {
 		t.Errorf("flows_picked_up %v after the graceful restart (before it: %v), want 0: the flows were to be resumed from the state file", n, pickedBefore)
 	}
-	t.Logf("both connections went on through the graceful restart: %v (port not preserved) and %v", after, heldAfter)
+	t.Logf("both connections went on through the graceful restart: %v (port not preserved) and %v; in the gap XDP dropped %d frames and passed none to the kernel", after, heldAfter, heldFrames)
+}
+
+// takeoverCounts reads, from a gateway's log, what the XDP program it took
+// over counted while no process ran: frames dropped (held) and passed to
+// the kernel for lack of a socket. It fails the test if the gateway took
+// nothing over.
+func takeoverCounts(t *testing.T, logPath string) (held, passed uint64) {
+	t.Helper()
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`took over the program a previous run left attached.*held_drops=(\d+) passed_without_socket=(\d+)`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("the restarted gateway did not take over the XDP program left attached; log:\n%s", data)
+	}
+	held, _ = strconv.ParseUint(string(m[1]), 10, 64)
+	passed, _ = strconv.ParseUint(string(m[2]), 10, 64)
+	return held, passed
 }

@@ -78,6 +78,7 @@ type gatewayFlags struct {
 	syncAddr         string
 	syncKeyFile      string
 	stateFile        string
+	pod, podNS       string
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -111,6 +112,8 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
 	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
+	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
+	fs.StringVar(&f.podNS, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -302,7 +305,7 @@ func runGateway(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	eng, err := engine.New(set, engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval})
+	eng, err := engine.New(set, f.engineOptions(log))
 	if err != nil {
 		return err
 	}
@@ -431,6 +434,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 
 	var src cluster.Source
 	var facts *gwagent.Facts
+	var final func() bool // whether a stop is an uninstall (handover)
 	if dir, ok := strings.CutPrefix(f.source, "dir:"); ok {
 		// A reader: the status files are the controller's.
 		if src, err = cluster.NewDirReader(dir, 0, log); err != nil {
@@ -446,6 +450,17 @@ func runGatewayAgent(f *gatewayFlags) error {
 			return err
 		}
 		src = kube
+		if f.pod != "" && f.podNS != "" {
+			final = func() bool {
+				gone, err := uninstalling(restCfg, f.podNS, f.pod, "gateway", log)
+				if err != nil {
+					log.Warn("gateway: XDP program kept for a next pod", "err", err.Error())
+				} else if gone {
+					log.Info("gateway: DaemonSet gone (uninstall): detaching XDP, leaving no state file")
+				}
+				return gone
+			}
+		}
 		if f.publishIfaces {
 			var ifaces atomic.Pointer[[]string]
 			ifaces.Store(&base.Interfaces)
@@ -467,7 +482,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	a := &gwagent.Agent{Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
 		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
-			e, err := engine.New(s, engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval})
+			e, err := engine.New(s, f.engineOptions(log))
 			if err != nil {
 				return nil, err
 			}
@@ -482,7 +497,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 					return nil, err
 				}
 			}
-			return handover{Engine: e, sync: fs, state: f.stateFile, log: log}, nil
+			return handover{Engine: e, sync: fs, state: f.stateFile, final: final, log: log}, nil
 		},
 		OnStandbys: func(m map[netip.Addr]netip.Addr) {
 			if fs == nil {
@@ -565,14 +580,24 @@ func runGatewayAgent(f *gatewayFlags) error {
 	return err
 }
 
+// engineOptions are the engine's options from the flags.
+func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
+	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval}
+}
+
 // handover is the data plane with what hands its flows over when it
 // stops: the flow sync (nil without a key), closed first since it reads
 // the flow table, and the state file (none if ""), written once the
-// workers have stopped so that it holds every flow as it ended.
+// workers have stopped so that it holds every flow as it ended. With a
+// state file a stop is a restart: the XDP programs stay attached, held for
+// as long as the next process may still resume the flows
+// (engine.CloseHeld), unless final (nil: never) says at the stop that it
+// is an uninstall; then, as without a state file, they are detached.
 type handover struct {
 	*engine.Engine
 	sync  *flowsync.Sync
 	state string
+	final func() bool
 	log   *slog.Logger
 }
 
@@ -580,13 +605,14 @@ func (h handover) Close() error {
 	if h.sync != nil {
 		h.sync.Close()
 	}
-	err := h.Engine.Close()
-	if h.state != "" {
-		if n, werr := flowsync.WriteState(h.state, h.Pipeline(), h.Now()); werr != nil {
-			h.log.Error("gateway: flows not left for the next process", "err", werr)
-		} else {
-			h.log.Info("gateway: flows left for the next process", "flows", n, "file", h.state)
-		}
+	if h.state == "" || (h.final != nil && h.final()) {
+		return h.Engine.Close()
+	}
+	err := h.Engine.CloseHeld(flowsync.MaxStateAge)
+	if n, werr := flowsync.WriteState(h.state, h.Pipeline(), h.Now()); werr != nil {
+		h.log.Error("gateway: flows not left for the next process", "err", werr)
+	} else {
+		h.log.Info("gateway: flows left for the next process", "flows", n, "file", h.state)
 	}
 	return err
 }

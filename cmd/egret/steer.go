@@ -6,18 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/steer"
 	"github.com/egret-gw/egret/metrics"
 	"github.com/vishvananda/netns"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -194,39 +191,10 @@ func checkSteerConfig(cfg steer.Config, configPath, source, node string, cleanup
 }
 
 // cleanupIfUninstalled runs when the agent stops: after an uninstall (its
-// DaemonSet gone, steerUninstalled) it removes the device, rules, routes and
+// DaemonSet gone, uninstalling) it removes the device, rules, routes and
 // filter, which a restart keeps.
-//
-// Each try opens a connection of its own: the informers' connection may be
-// one the network dropped (a node whose link went down and came back holds
-// a TCP connection that stays silent for many seconds), and reusing it would
-// time out and keep the state of an uninstalled agent. Four tries, 4 s each,
-// fit the pod's default 30 s grace period.
 func cleanupIfUninstalled(restCfg *rest.Config, namespace, pod string, k *steer.Kernel, log *slog.Logger) {
-	var gone bool
-	var err error
-	for try := 1; try <= 4; try++ {
-		if try > 1 {
-			time.Sleep(time.Second)
-		}
-		gone, err = func() (bool, error) {
-			c := rest.CopyConfig(restCfg)
-			// A Dial function makes client-go build a transport of its own
-			// instead of sharing the cached one.
-			c.Dial = (&net.Dialer{Timeout: 2 * time.Second}).DialContext
-			cs, err := kubernetes.NewForConfig(c)
-			if err != nil {
-				return false, err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-			defer cancel()
-			return steerUninstalled(ctx, cs, namespace, pod)
-		}()
-		if err == nil {
-			break
-		}
-		log.Warn("steer: cannot tell an uninstall from a restart yet", "try", try, "err", err.Error())
-	}
+	gone, err := uninstalling(restCfg, namespace, pod, "steer", log)
 	if err != nil {
 		log.Warn("steer: kernel state kept", "err", err.Error())
 		return

@@ -15,7 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-func TestSteerUninstalled(t *testing.T) {
+func TestDaemonSetGone(t *testing.T) {
 	now := metav1.Now()
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "egret-steer", Namespace: "egret-system", UID: "ds-1"}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "egret-steer-x", Namespace: "egret-system",
@@ -50,9 +50,9 @@ func TestSteerUninstalled(t *testing.T) {
 			if tc.failGet != nil {
 				cs.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.failGet })
 			}
-			got, err := steerUninstalled(context.Background(), cs, "egret-system", "egret-steer-x")
+			got, err := daemonSetGone(context.Background(), cs, "egret-system", "egret-steer-x")
 			if got != tc.want || (err != nil) != tc.wantErr {
-				t.Fatalf("steerUninstalled = %v, %v; want %v (error %v)", got, err, tc.want, tc.wantErr)
+				t.Fatalf("daemonSetGone = %v, %v; want %v (error %v)", got, err, tc.want, tc.wantErr)
 			}
 		})
 	}

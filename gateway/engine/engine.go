@@ -124,7 +124,7 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			e.teardown()
+			e.teardown(0)
 		}
 	}()
 	// Everything is opened in the calling thread's namespace, never by
@@ -292,9 +292,18 @@ func (e *Engine) Reload(set *Settled) error {
 	return nil
 }
 
-// Close stops the workers, releases the claimed egress IPs, detaches the
-// XDP programs and closes every socket. It is safe to call twice.
-func (e *Engine) Close() error {
+// Close stops the workers, releases the claimed egress IPs, closes every
+// socket and detaches the XDP programs: a final stop, which leaves nothing
+// behind. It is safe to call twice (so is CloseHeld).
+func (e *Engine) Close() error { return e.close(0) }
+
+// CloseHeld is Close before a restart: the XDP programs stay attached
+// (pinned) and drop, for at most hold, the tunnel and egress traffic no
+// socket takes any more (xdp.Program.Hold), until the next process takes
+// them over; the kernel never sees that traffic in between.
+func (e *Engine) CloseHeld(hold time.Duration) error { return e.close(hold) }
+
+func (e *Engine) close(hold time.Duration) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -309,14 +318,19 @@ func (e *Engine) Close() error {
 	if e.claimer != nil {
 		cs = e.claimer.Stats()
 	}
-	err := e.teardown()
-	e.log.Info("engine: stopped; XDP detached and egress IPs released", "announced", cs.Announced,
+	err := e.teardown(hold)
+	xdpState := "detached"
+	if hold > 0 {
+		xdpState = "left attached, held for the next process"
+	}
+	e.log.Info("engine: stopped; egress IPs released", "xdp", xdpState, "hold", hold, "announced", cs.Announced,
 		"announce_failures", cs.AnnounceFailures, "arp_nd_answered", cs.Answered, "arp_nd_answer_failures", cs.AnswerFailures)
 	return err
 }
 
-// teardown undoes New in reverse order; it tolerates a partial New.
-func (e *Engine) teardown() error {
+// teardown undoes New in reverse order; it tolerates a partial New. With
+// hold > 0 the XDP programs stay attached (nic.Interface.Leave).
+func (e *Engine) teardown(hold time.Duration) error {
 	var errs []error
 	if e.claimer != nil {
 		for a, ifname := range e.claimed {
@@ -338,7 +352,11 @@ func (e *Engine) teardown() error {
 		e.mu.Unlock()
 	}
 	for _, ifc := range e.ifcs {
-		if err := ifc.Close(); err != nil {
+		closeIfc := ifc.Close
+		if hold > 0 {
+			closeIfc = func() error { return ifc.Leave(hold) }
+		}
+		if err := closeIfc(); err != nil {
 			errs = append(errs, fmt.Errorf("engine: close %s: %w", ifc.Name, err))
 		}
 	}

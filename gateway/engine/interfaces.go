@@ -105,9 +105,12 @@ func (e *Engine) buildQueueLoops(set *Settled) {
 // sockets and UMEM asynchronously, and bind fails with EBUSY meanwhile.
 const xskBusyWait = 5 * time.Second
 
-// openInterface is nic.Open with one difference: an AF_XDP bind that
+// openInterface is nic.Open with two differences: an AF_XDP bind that
 // fails with EBUSY (a killed predecessor's socket not yet freed) is retried
-// for up to xskBusyWait before falling back to AF_PACKET.
+// for up to xskBusyWait before falling back to AF_PACKET; and the XDP
+// program is attached only once its sockets are registered and its maps
+// hold set's addresses, so that when it replaces the program a previous run
+// left attached (xdp.Program.Attach) it steers from its first frame.
 func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error) {
 	cfg := nic.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
 		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log}
@@ -128,7 +131,7 @@ func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error
 		cfg.Packet = true
 		return nic.Open(cfg)
 	}
-	prog, err := xdp.Attach(nif.Index, cfg.XDP)
+	prog, err := xdp.Load(nif.Index, cfg.XDP)
 	if err != nil {
 		return fail(err)
 	}
@@ -154,6 +157,12 @@ func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error
 		if err != nil {
 			return fail(fmt.Errorf("queue %d: %w", q, err))
 		}
+	}
+	if err := errors.Join(steerMaps(prog, set, addrSet(set.VTEPs), nil, addrSet(set.Hosted), nil)...); err != nil {
+		return fail(err)
+	}
+	if err := prog.Attach(); err != nil {
+		return fail(err)
 	}
 	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Queues), "xdp_mode", prog.Mode().String())
 	return ifc, nil

@@ -14,44 +14,13 @@ import (
 // program puts the VTEPs and hosted egress IPs into every XDP program's maps
 // and claims the egress IPs, diffing against what is there.
 func (e *Engine) program(set *Settled) error {
-	wantV := map[netip.Addr]bool{}
-	for _, v := range set.VTEPs {
-		wantV[v] = true
-	}
-	wantE := map[netip.Addr]bool{}
-	for _, a := range set.Hosted {
-		wantE[a] = true
-	}
-	port := uint16(xdp.PortVXLAN)
-	if set.Tunnel == gateway.TunnelGeneve {
-		port = xdp.PortGeneve
-	}
+	wantV, wantE := addrSet(set.VTEPs), addrSet(set.Hosted)
 	var errs []error
 	for _, ifc := range e.ifcs {
 		if ifc.Program == nil {
 			continue
 		}
-		errs = append(errs, ifc.Program.SetTunnels([]xdp.TunnelKey{{Port: port, VNI: set.VNI}}))
-		for v := range wantV {
-			if !e.vteps[v] {
-				errs = append(errs, ifc.Program.AddVTEP(v))
-			}
-		}
-		for a := range wantE {
-			if !e.steered[a] {
-				errs = append(errs, ifc.Program.AddEgressIP(a))
-			}
-		}
-		for v := range e.vteps {
-			if !wantV[v] {
-				errs = append(errs, ifc.Program.RemoveVTEP(v))
-			}
-		}
-		for a := range e.steered {
-			if !wantE[a] {
-				errs = append(errs, ifc.Program.RemoveEgressIP(a))
-			}
-		}
+		errs = append(errs, steerMaps(ifc.Program, set, wantV, e.vteps, wantE, e.steered)...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err // each names the XDP map update that failed
@@ -88,6 +57,46 @@ func (e *Engine) program(set *Settled) error {
 		e.log.Info("engine: claimed egress IP", "ip", a, "interface", ifname)
 	}
 	return errors.Join(errs...) // each names the claim or release that failed
+}
+
+// steerMaps brings one program's maps from what they hold (haveV, haveE)
+// to what set wants: its tunnel, VTEPs and hosted egress IPs. Adds come
+// before removals, so an address in both is never missing.
+func steerMaps(p *xdp.Program, set *Settled, wantV, haveV, wantE, haveE map[netip.Addr]bool) []error {
+	port := uint16(xdp.PortVXLAN)
+	if set.Tunnel == gateway.TunnelGeneve {
+		port = xdp.PortGeneve
+	}
+	errs := []error{p.SetTunnels([]xdp.TunnelKey{{Port: port, VNI: set.VNI}})}
+	for v := range wantV {
+		if !haveV[v] {
+			errs = append(errs, p.AddVTEP(v))
+		}
+	}
+	for a := range wantE {
+		if !haveE[a] {
+			errs = append(errs, p.AddEgressIP(a))
+		}
+	}
+	for v := range haveV {
+		if !wantV[v] {
+			errs = append(errs, p.RemoveVTEP(v))
+		}
+	}
+	for a := range haveE {
+		if !wantE[a] {
+			errs = append(errs, p.RemoveEgressIP(a))
+		}
+	}
+	return errs
+}
+
+func addrSet(as []netip.Addr) map[netip.Addr]bool {
+	m := make(map[netip.Addr]bool, len(as))
+	for _, a := range as {
+		m[a] = true
+	}
+	return m
 }
 
 // claimInterface picks the served interface whose subnet holds a (longest

@@ -28,8 +28,10 @@ type link struct {
 
 	// scan goroutine only
 	cur        *session
-	sent       uint64 // bytes of batches sent in cur (the last batch's seq)
-	shadow     map[conntrack.Tuple]shadow
+	sent       uint64                    // bytes of batches sent in cur (the last batch's seq)
+	shadow     map[conntrack.Tuple]int32 // a flow's row in rows
+	rows       []shadow                  // the shadows; unused rows are on free
+	free       []int32
 	paths      map[uint32]bool // aux values whose return path cur has been told
 	resync     bool            // a full resync is under way: 'E' not sent yet
 	incomplete bool            // this scan left changes unsent (window full)
@@ -37,13 +39,50 @@ type link struct {
 	rec        []byte
 }
 
-// shadow is what the standby was last told of one flow.
+// shadow is what the standby was last told of one flow. The map holds
+// row numbers, not shadows, so that the scan's check of an unchanged flow
+// is one map lookup (its mark, gen, is set in the row), and finish walks a
+// slice instead of the map.
 type shadow struct {
+	key      conntrack.Tuple
 	deadline int64 // ns of the pipeline clock
 	nat      conntrack.Addr
 	port     uint16
 	state    conntrack.State
+	used     bool
 	gen      uint32 // the last scan that saw the flow
+}
+
+// remember records sh as what the standby was told of its flow.
+func (l *link) remember(sh shadow) {
+	if i, ok := l.shadow[sh.key]; ok {
+		l.rows[i] = sh
+		return
+	}
+	var i int32
+	if n := len(l.free); n > 0 {
+		i, l.free = l.free[n-1], l.free[:n-1]
+		l.rows[i] = sh
+	} else {
+		i = int32(len(l.rows))
+		l.rows = append(l.rows, sh)
+	}
+	l.shadow[sh.key] = i
+}
+
+// forget removes row i.
+func (l *link) forget(i int32) {
+	delete(l.shadow, l.rows[i].key)
+	l.rows[i] = shadow{}
+	l.free = append(l.free, i)
+}
+
+// resetShadow empties the shadow for a new session (keep) or drops it.
+func (l *link) resetShadow(keep bool) {
+	l.shadow, l.rows, l.free = nil, nil, nil
+	if keep {
+		l.shadow = map[conntrack.Tuple]int32{}
+	}
 }
 
 // connect keeps a session to the standby open until stop.
@@ -183,11 +222,13 @@ func (l *link) begin() bool {
 	sess := l.current()
 	if sess != l.cur {
 		l.cur, l.sent = sess, 0
-		l.shadow, l.paths, l.resync = nil, nil, false
+		l.resetShadow(false)
+		l.paths, l.resync = nil, false
 		if sess == nil {
 			return false
 		}
-		l.shadow, l.paths, l.resync = map[conntrack.Tuple]shadow{}, map[uint32]bool{}, true
+		l.resetShadow(true)
+		l.paths, l.resync = map[uint32]bool{}, true
 		l.s.c.fullResyncs.Add(1)
 		l.batch = append(l.batch[:0], itemBegin)
 	}
@@ -207,7 +248,8 @@ func (l *link) begin() bool {
 // fail ends the current session after a send error or a stall.
 func (l *link) fail() {
 	l.drop()
-	l.cur, l.shadow, l.paths, l.batch = nil, nil, nil, l.batch[:0]
+	l.resetShadow(false)
+	l.cur, l.paths, l.batch = nil, nil, l.batch[:0]
 }
 
 // room reports whether the window has room for more.
@@ -221,10 +263,9 @@ func (l *link) room() bool {
 // timeout and the standby's copy never expires long before the flow.
 func (l *link) visit(f *conntrack.Flow, rem time.Duration, now int64, gen uint32, ct *conntrack.Table) {
 	deadline := now + int64(rem)
-	sh, ok := l.shadow[f.Orig]
-	if ok {
+	if i, ok := l.shadow[f.Orig]; ok {
+		sh := &l.rows[i]
 		sh.gen = gen
-		l.shadow[f.Orig] = sh
 		if sh.state == f.State && sh.nat == f.NATAddr && sh.port == f.NATPort &&
 			deadline-sh.deadline <= int64(ct.Timeout(f.State))/4 {
 			return
@@ -244,7 +285,7 @@ func (l *link) visit(f *conntrack.Flow, rem time.Duration, now int64, gen uint32
 	}
 	l.batch = append(l.batch, itemUpsert)
 	l.batch = conntrack.AppendRecord(l.batch, f, rem)
-	l.shadow[f.Orig] = shadow{deadline: deadline, nat: f.NATAddr, port: f.NATPort, state: f.State, gen: gen}
+	l.remember(shadow{key: f.Orig, deadline: deadline, nat: f.NATAddr, port: f.NATPort, state: f.State, used: true, gen: gen})
 	l.s.c.recordsSent.Add(1)
 	l.flushIfFull()
 }
@@ -253,24 +294,25 @@ func (l *link) visit(f *conntrack.Flow, rem time.Duration, now int64, gen uint32
 // did not see, ends a full resync that the scan completed and sends what
 // is batched.
 func (l *link) finish(gen uint32, byIP map[conntrack.Addr]*link) {
-	for k, sh := range l.shadow {
-		if sh.gen == gen {
+	for i := range l.rows {
+		sh := &l.rows[i]
+		if !sh.used || sh.gen == gen {
 			continue
 		}
 		if byIP[sh.nat] != l {
 			// Its egress IP is no longer ours to send (it moved, perhaps
 			// to this very standby): forget it without a word.
-			delete(l.shadow, k)
+			l.forget(int32(i))
 			continue
 		}
 		if !l.room() {
 			l.incomplete = true
 			break
 		}
-		f := conntrack.Flow{Orig: k, NATAddr: sh.nat, NATPort: sh.port, State: sh.state}
+		f := conntrack.Flow{Orig: sh.key, NATAddr: sh.nat, NATPort: sh.port, State: sh.state}
 		l.batch = append(l.batch, itemDelete)
 		l.batch = conntrack.AppendRecord(l.batch, &f, 0)
-		delete(l.shadow, k)
+		l.forget(int32(i))
 		l.s.c.recordsSent.Add(1)
 		l.flushIfFull()
 	}

@@ -125,11 +125,14 @@ func benchPort(b *testing.B, packet bool) {
 func benchAsavie(b *testing.B) {
 	d0, g0 := nstest.Pair(b, "d0", dutIP, "g0", genIP)
 	d0.NS.Enter(b)
-	prog, err := xdp.Attach(d0.Index, xdp.Options{})
+	prog, err := xdp.Load(d0.Index, xdp.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { prog.Detach() })
+	if err := prog.Attach(); err != nil {
+		b.Fatal(err)
+	}
 	prog.AddEgressIP(egressIP)
 	opts := asavie.SocketOptions{NumFrames: 4096, FrameSize: 2048, FillRingNumDescs: 2048, CompletionRingNumDescs: 2048, RxRingNumDescs: 2048, TxRingNumDescs: 2048}
 	xsk, err := asavie.NewSocket(d0.Index, 0, &opts)

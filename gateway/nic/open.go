@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/egret-gw/egret/gateway/xdp"
 )
@@ -87,7 +88,7 @@ func (ifc *Interface) openXDP(cfg Config, log *slog.Logger) error {
 	if opts.Logger == nil {
 		opts.Logger = log
 	}
-	prog, err := xdp.Attach(ifc.Index, opts)
+	prog, err := xdp.Load(ifc.Index, opts)
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,33 @@ func (ifc *Interface) openXDP(cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
 	}
+	// Attached last: a program it replaces runs until the sockets are in.
+	if err := prog.Attach(); err != nil {
+		ifc.Close()
+		return err
+	}
 	return nil
+}
+
+// Leave is Close before a restart: the XDP program is held for d
+// (xdp.Program.Hold) before the sockets close, then left attached and
+// pinned for the next process to take over. If the hold cannot be set the
+// program is detached, as by Close.
+func (ifc *Interface) Leave(d time.Duration) error {
+	if ifc.Program == nil {
+		return ifc.Close()
+	}
+	if err := ifc.Program.Hold(d); err != nil {
+		return errors.Join(err, ifc.Close())
+	}
+	var errs []error
+	for _, p := range ifc.Queues {
+		errs = append(errs, p.Close())
+	}
+	ifc.Queues = nil
+	errs = append(errs, ifc.Program.Close())
+	ifc.Program = nil
+	return errors.Join(errs...)
 }
 
 // Close closes the ports and detaches the XDP program.

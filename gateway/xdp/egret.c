@@ -17,9 +17,14 @@
 // set to 4789) owns them, and without a kernel device for their VNI the
 // kernel drops them as it would without Egret. Until a pair is configured no
 // tunnel packet is taken. Up to two VLAN tags (802.1Q,
-// 802.1ad) are looked through. When no socket is registered for a queue the
-// redirect falls back to XDP_PASS, so a gateway that is down never black-holes
-// the host.
+// 802.1ad) are looked through.
+//
+// When no socket is registered for the queue (no gateway process runs: a
+// crash, or the gap of a graceful restart) the frame is passed to the
+// kernel, unless the stopping gateway set a hold (map ctl): then, until the
+// hold's deadline, it is dropped and counted (STAT_HELD), so the kernel
+// neither answers an egress IP it still carries (RST, ICMP) nor sees the
+// tunnel traffic while the next process starts. Host traffic is never held.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -103,7 +108,9 @@ enum {
 	STAT_TUNNEL = 1,
 	STAT_EGRESS = 2,
 	STAT_TUNNEL_OTHER = 3,
-	STAT_MAX = 4,
+	STAT_HELD = 4,
+	STAT_NO_SOCKET = 5,
+	STAT_MAX = 6,
 };
 
 struct {
@@ -120,11 +127,35 @@ static __always_inline void count(__u32 idx)
 		*v += 1;
 }
 
+// ctl[0] is the hold: CLOCK_MONOTONIC nanoseconds until which a frame for a
+// socket that is not there is dropped instead of passed; 0 (as loaded) is
+// no hold. Set by the stopping gateway (Program.Hold); keep in step with
+// loader.go.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} ctl SEC(".maps");
+
 static __always_inline int to_socket(struct xdp_md *ctx, __u32 stat)
 {
 	count(stat);
-	// XDP_PASS in the flags is the action when no socket sits at the index.
-	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	// The flags' low bits are the action when the slot holds no socket.
+	// 0 (XDP_ABORTED) is chosen as a marker that never leaves this
+	// function: the slow path below decides, so the common case costs no
+	// lookup of ctl.
+	long act = bpf_redirect_map(&xsks, ctx->rx_queue_index, 0);
+	if (act == XDP_REDIRECT)
+		return XDP_REDIRECT;
+	__u32 zero = 0;
+	__u64 *until = bpf_map_lookup_elem(&ctl, &zero);
+	if (until && *until && bpf_ktime_get_ns() < *until) {
+		count(STAT_HELD);
+		return XDP_DROP;
+	}
+	count(STAT_NO_SOCKET);
+	return XDP_PASS;
 }
 
 // to_tunnel handles UDP to a local VTEP: tunnel packets of a configured type

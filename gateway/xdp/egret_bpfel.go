@@ -29,6 +29,7 @@ type egretTunnelKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	egretMapCtl       = "ctl"
 	egretMapEgress4   = "egress4"
 	egretMapEgress6   = "egress6"
 	egretMapStats     = "stats"
@@ -88,6 +89,7 @@ type egretProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type egretMapSpecs struct {
+	Ctl     *ebpf.MapSpec `ebpf:"ctl"`
 	Egress4 *ebpf.MapSpec `ebpf:"egress4"`
 	Egress6 *ebpf.MapSpec `ebpf:"egress6"`
 	Stats   *ebpf.MapSpec `ebpf:"stats"`
@@ -123,6 +125,7 @@ func (o *egretObjects) Close() error {
 //
 // It can be passed to loadEgretObjects or ebpf.CollectionSpec.LoadAndAssign.
 type egretMaps struct {
+	Ctl     *ebpf.Map `ebpf:"ctl"`
 	Egress4 *ebpf.Map `ebpf:"egress4"`
 	Egress6 *ebpf.Map `ebpf:"egress6"`
 	Stats   *ebpf.Map `ebpf:"stats"`
@@ -134,6 +137,7 @@ type egretMaps struct {
 
 func (m *egretMaps) Close() error {
 	return _EgretClose(
+		m.Ctl,
 		m.Egress4,
 		m.Egress6,
 		m.Stats,

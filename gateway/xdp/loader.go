@@ -20,8 +20,9 @@ import (
 // (`ip link`, bpftool); the loader uses it to recognise a stale copy.
 const ProgramName = "egret_xdp"
 
-// DefaultPinDir is where attachment links are pinned so that a restarted
-// gateway finds and replaces what a crashed one left.
+// DefaultPinDir is where each interface's attachment link and counters are
+// pinned (pin.go), so that the next process takes over the program a
+// stopped or crashed one left attached.
 const DefaultPinDir = "/sys/fs/bpf/egret"
 
 // Mode is how the program is attached to an interface.
@@ -64,20 +65,32 @@ type Stats struct {
 	// TunnelOther counts tunnel frames to a local VTEP of a type or VNI
 	// SetTunnels did not name, given to the kernel (a CNI's, most likely).
 	TunnelOther uint64
+	// Held counts tunnel and egress frames dropped because no socket was
+	// registered for their queue while a hold was set (Hold): the gap of a
+	// graceful restart. NoSocket counts those passed to the kernel instead
+	// (no hold: a crash, or a queue without a socket).
+	Held     uint64
+	NoSocket uint64
 }
 
-// Program is the XDP program attached to one interface, with its maps.
+// Program is Egret's XDP program for one interface, with its maps: loaded
+// by Load, attached by Attach.
 type Program struct {
 	objs    egretObjects
 	lnk     link.Link
-	pin     string
+	pins    pins
 	ifindex int
-	mode    Mode
+	want    Mode // the mode asked for
+	mode    Mode // the mode attached in
+	dropped bool // Attach dropped a pinned link (awaitRelease)
+	log     *slog.Logger
 }
 
-// Attach loads the program and attaches it to the interface with the given
-// index, replacing a copy a previous run left attached.
-func Attach(ifindex int, opts Options) (*Program, error) {
+// Load loads the program and its maps for the interface with the given
+// index without attaching it: the caller fills the maps and registers its
+// sockets, then Attach puts the program on the interface, ready from its
+// first frame.
+func Load(ifindex int, opts Options) (*Program, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -91,40 +104,47 @@ func Attach(ifindex int, opts Options) (*Program, error) {
 	if err := ensureBPFFS(filepath.Dir(opts.PinDir)); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.PinDir, 0o700); err != nil {
-		return nil, fmt.Errorf("xdp: create pin directory: %w", err)
-	}
-	pin, err := pinPath(opts.PinDir, ifindex)
+	ps, err := pinsFor(opts.PinDir, ifindex)
 	if err != nil {
 		return nil, err
 	}
-	p := &Program{pin: pin, ifindex: ifindex}
+	p := &Program{pins: ps, ifindex: ifindex, want: opts.Mode, log: log}
 	if err := loadEgretObjects(&p.objs, nil); err != nil {
 		return nil, fmt.Errorf("xdp: load program: %w", err)
-	}
-	if err := p.attach(opts.Mode, log); err != nil {
-		p.objs.Close()
-		return nil, err
 	}
 	return p, nil
 }
 
-func (p *Program) attach(mode Mode, log *slog.Logger) error {
-	// A link pinned by an earlier run: swap our program in atomically.
-	if old, err := link.LoadPinnedLink(p.pin, nil); err == nil {
-		if err := old.Update(p.objs.EgretXdp); err == nil {
-			log.Info("xdp: replaced program left by an earlier run", "ifindex", p.ifindex, "pin", p.pin)
-			p.lnk = old
-			p.mode = attachedMode(p.ifindex)
-			return nil
-		}
-		// The link died with its interface or is unusable: drop it.
-		_ = old.Unpin()
-		old.Close()
+// Attach puts the loaded program on its interface. A program a previous
+// run left attached (pinned, pin.go) is replaced in place (link.Update),
+// so the interface is never without one; a stale pin is dropped first.
+func (p *Program) Attach() error {
+	if p.lnk != nil {
+		return nil
+	}
+	if err := os.MkdirAll(p.pins.dir, 0o700); err != nil {
+		return fmt.Errorf("xdp: create pin directory: %w", err)
+	}
+	if p.takeOver() {
+		return nil
+	}
+	err := p.attachNew()
+	if err != nil {
+		_ = os.Remove(p.pins.dir) // if empty: nothing was pinned
+	}
+	return err
+}
+
+// attachNew attaches the program to an interface that has no link of ours.
+func (p *Program) attachNew() error {
+	log := p.log
+	if p.dropped {
+		p.awaitRelease()
 	}
 	if err := p.removeLegacy(log); err != nil {
 		return err
 	}
+	mode := p.want
 	modes := []Mode{mode}
 	if mode == ModeAuto {
 		modes = []Mode{ModeDriver, ModeGeneric}
@@ -141,9 +161,10 @@ func (p *Program) attach(mode Mode, log *slog.Logger) error {
 			errs = append(errs, fmt.Errorf("%s mode: %w", m, err))
 			continue
 		}
-		if err := l.Pin(p.pin); err != nil {
+		if err := p.pin(l); err != nil {
+			_ = l.Unpin() // if the link's pin was made, the counters' was not
 			l.Close()
-			return fmt.Errorf("xdp: pin link at %s: %w", p.pin, err)
+			return err
 		}
 		p.lnk, p.mode = l, m
 		log.Info("xdp: program attached", "ifindex", p.ifindex, "mode", m.String())
@@ -331,10 +352,15 @@ func (p *Program) setAddr(m4, m6 *ebpf.Map, a netip.Addr, add bool) error {
 
 // Stats reads the program's counters.
 func (p *Program) Stats() (Stats, error) {
+	return readStats(p.objs.Stats)
+}
+
+// readStats sums a stats map (this program's or a predecessor's) over CPUs.
+func readStats(m *ebpf.Map) (Stats, error) {
 	var s Stats
-	for i, dst := range []*uint64{&s.Pass, &s.Tunnel, &s.Egress, &s.TunnelOther} {
+	for i, dst := range []*uint64{&s.Pass, &s.Tunnel, &s.Egress, &s.TunnelOther, &s.Held, &s.NoSocket} {
 		var per []uint64
-		if err := p.objs.Stats.Lookup(uint32(i), &per); err != nil {
+		if err := m.Lookup(uint32(i), &per); err != nil {
 			return s, fmt.Errorf("xdp: read counters: %w", err)
 		}
 		for _, v := range per {
@@ -344,8 +370,10 @@ func (p *Program) Stats() (Stats, error) {
 	return s, nil
 }
 
-// Detach removes the program from the interface and frees its maps. The
-// interface then passes every frame to the kernel.
+// Detach removes the program from the interface, its pins and its maps:
+// the final stop, which leaves nothing behind (a program a previous run
+// left on the interface included). The interface then passes every frame
+// to the kernel.
 func (p *Program) Detach() error {
 	var errs []error
 	if p.lnk != nil {
@@ -361,6 +389,12 @@ func (p *Program) Detach() error {
 			errs = append(errs, err)
 		}
 		p.lnk = nil
+		errs = append(errs, p.unpinRest())
+	} else {
+		// Never attached (a start that failed, or falls back to
+		// AF_PACKET): a program a previous run left held must not keep
+		// the interface's traffic from the kernel either.
+		errs = append(errs, p.dropPinned())
 	}
 	if err := p.objs.Close(); err != nil {
 		errs = append(errs, err)
@@ -372,7 +406,8 @@ func (p *Program) Detach() error {
 }
 
 // Close releases the program's file descriptors but leaves it attached
-// through its pinned link, as a crash would; the next Attach replaces it.
+// through its pinned link, as a crash would (with a hold if Hold set one);
+// the next Attach replaces it.
 func (p *Program) Close() error {
 	var errs []error
 	if p.lnk != nil {
@@ -381,16 +416,6 @@ func (p *Program) Close() error {
 	}
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
-}
-
-// pinPath names the pin after the network namespace and interface index:
-// bpffs is shared by all namespaces, interface indexes are not.
-func pinPath(dir string, ifindex int) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("xdp: identify network namespace: %w", err)
-	}
-	return filepath.Join(dir, fmt.Sprintf("link-ns%d-if%d", st.Ino, ifindex)), nil
 }
 
 // ensureBPFFS mounts bpffs at dir if nothing is mounted there yet.

@@ -152,7 +152,7 @@ func attached(t *testing.T, l *lab) (bool, uint32) {
 
 func TestSteering(t *testing.T) {
 	l := newLab(t)
-	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestSteering(t *testing.T) {
 
 func TestDetachAndRestart(t *testing.T) {
 	l := newLab(t)
-	p1, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p1, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestDetachAndRestart(t *testing.T) {
 		t.Fatal("no program on gw0 after Attach")
 	}
 	// Simulated crash: no Detach, then a second start.
-	p2, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p2, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatalf("second Attach after a simulated crash: %v", err)
 	}
@@ -283,7 +283,7 @@ func TestDetachAndRestart(t *testing.T) {
 	}
 	// The interface still works for the kernel and a third start is clean.
 	ping(t, l.peer, gwIP.Addr())
-	p3, err := xdp.Attach(l.gwEnd.Index, xdp.Options{Mode: xdp.ModeGeneric})
+	p3, err := attach(l.gwEnd.Index, xdp.Options{Mode: xdp.ModeGeneric})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestDetachAndRestart(t *testing.T) {
 
 func TestBadAddress(t *testing.T) {
 	l := newLab(t)
-	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestBadAddress(t *testing.T) {
 	if err := p.RemoveEgressIP(netip.MustParseAddr("192.0.2.1")); err != nil {
 		t.Fatalf("removing an absent address: %v", err)
 	}
-	if _, err := xdp.Attach(0, xdp.Options{}); err == nil {
+	if _, err := attach(0, xdp.Options{}); err == nil {
 		t.Fatal("Attach to ifindex 0 succeeded")
 	}
 }
@@ -377,7 +377,7 @@ func TestEgressIPv6NeighbourDiscovery(t *testing.T) {
 	l := newLab(t)
 	egress6 := netip.MustParseAddr("fd77::100")
 	l.gw.AddAddr(t, "gw0", netip.PrefixFrom(egress6, 128))
-	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +540,7 @@ func TestOtherVNIReachesKernel(t *testing.T) {
 // opens the AF_XDP socket and makes gwIP a VTEP.
 func (l *lab) attachSteering(t *testing.T) *xdp.Program {
 	t.Helper()
-	p, err := xdp.Attach(l.gwEnd.Index, xdp.Options{})
+	p, err := attach(l.gwEnd.Index, xdp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,347 @@
+package xdp_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/gateway/xdp"
+)
+
+// pinDir is where the loader pins gw0's link and counters (pin.go): the
+// test thread is in the gateway namespace (newLab).
+func (l *lab) pinDir(t *testing.T) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(xdp.DefaultPinDir, fmt.Sprintf("ns%d-if%d", st.Ino, l.gwEnd.Index))
+}
+
+// pinnedLinkID is the ID of the link pinned in dir, 0 if none.
+func pinnedLinkID(t *testing.T, dir string) link.ID {
+	t.Helper()
+	lk, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	info, err := lk.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.ID
+}
+
+// pinnedHeld reads the held-drop counter from the pinned counters.
+func pinnedHeld(t *testing.T, dir string) uint64 {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), nil)
+	if err != nil {
+		t.Fatalf("pinned counters: %v", err)
+	}
+	defer m.Close()
+	var per []uint64
+	if err := m.Lookup(uint32(4), &per); err != nil { // STAT_HELD
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n
+}
+
+// dialEgress opens a TCP connection from the peer to the egress IP, on a
+// port nothing listens on: the kernel, if it sees the SYN, refuses it (RST).
+func (l *lab) dialEgress(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	var derr error
+	err := l.peer.Do(func() error {
+		c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(egress, 2222).String(), timeout)
+		if err == nil {
+			c.Close()
+		}
+		derr = err
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return derr
+}
+
+// TestHoldAcrossRestart is a graceful restart of the program: held and
+// closed, it stays attached and drops what it would steer, so the kernel,
+// which carries the egress IP, never answers it (no RST); the next program
+// takes the same link over with its sockets ready; a final Detach leaves
+// no program and no pin.
+func TestHoldAcrossRestart(t *testing.T) {
+	l := newLab(t)
+	l.gw.AddAddr(t, "gw0", netip.PrefixFrom(egress, 32))
+	dir := l.pinDir(t)
+	// The probe can fail: without Egret the kernel refuses the connection.
+	if err := l.dialEgress(t, 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("without XDP: dial %v: %v, want connection refused", egress, err)
+	}
+
+	p1, err := xdp.Load(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.openSocket(p1)
+	if err := p1.AddEgressIP(egress); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	l.sendUDP(netip.AddrPortFrom(egress, 9), []byte("first-run"))
+	l.expectOnSocket([]byte("first-run"))
+	linkID := pinnedLinkID(t, dir)
+	if linkID == 0 {
+		t.Fatal("no link pinned after Attach")
+	}
+
+	// Graceful stop: hold, close the socket, release the descriptors.
+	if err := p1.Hold(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	l.sock.Close()
+	if err := p1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := attached(t, l); !on {
+		t.Fatal("no program on gw0 after a held Close")
+	}
+	before := pinnedHeld(t, dir)
+	err = l.dialEgress(t, 500*time.Millisecond)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatal("during the hold the kernel refused a connection to the egress IP: the SYN reached it")
+	}
+	if after := pinnedHeld(t, dir); after <= before {
+		t.Fatalf("held drops %d -> %d: the SYN was not dropped in XDP (dial: %v)", before, after, err)
+	}
+
+	// The next run: loaded, socket in, maps filled, then swapped in.
+	p2, err := xdp.Load(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.openSocket(p2)
+	if err := p2.AddEgressIP(egress); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	if id := pinnedLinkID(t, dir); id != linkID {
+		t.Fatalf("pinned link %d after the takeover, want the same link %d (updated in place, never detached)", id, linkID)
+	}
+	l.sendUDP(netip.AddrPortFrom(egress, 9), []byte("second-run"))
+	l.expectOnSocket([]byte("second-run"))
+	if s, err := p2.Stats(); err != nil || s.Held != 0 {
+		t.Fatalf("new program's counters %+v, %v: want its own, fresh", s, err)
+	}
+
+	if err := p2.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if on, id := attached(t, l); on {
+		t.Fatalf("program %d still attached after Detach", id)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pin directory %s left after Detach: %v", dir, err)
+	}
+	if err := l.dialEgress(t, 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("after Detach: dial %v: %v, want the kernel's refusal again", egress, err)
+	}
+}
+
+// TestHoldExpires: a hold has a deadline; past it the program passes what
+// it has no socket for, as after a crash.
+func TestHoldExpires(t *testing.T) {
+	l := newLab(t)
+	l.gw.AddAddr(t, "gw0", netip.PrefixFrom(egress, 32))
+	p, err := attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Detach() })
+	if err := p.AddEgressIP(egress); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Hold(-time.Second); err != nil { // a deadline already past
+		t.Fatal(err)
+	}
+	if err := l.dialEgress(t, 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("past the hold: dial %v: %v, want the kernel's refusal", egress, err)
+	}
+	s, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Held != 0 || s.NoSocket == 0 {
+		t.Fatalf("counters %+v: want no held drop and the SYN passed without a socket", s)
+	}
+}
+
+// foreignLink attaches a program that is not Egret's to ifindex through a
+// link pinned at path, and lets go of it: only the pin holds it.
+func foreignLink(t *testing.T, ifindex int, path string) {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "other_xdp", Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}}) // XDP_PASS
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	lk, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPGenericMode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStalePinReplaced: a pin at the interface's path that is not an
+// Egret program on this interface is dropped, not updated; an Egret link
+// pinned where earlier builds pinned it is taken over and moved.
+func TestStalePinReplaced(t *testing.T) {
+	l := newLab(t)
+	dir := l.pinDir(t)
+	lo, err := l.gw.NL.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		ifindex int
+	}{{"another interface", lo.Attrs().Index}, {"another program", l.gwEnd.Index}} {
+		foreignLink(t, c.ifindex, filepath.Join(dir, "link"))
+		p, err := attach(l.gwEnd.Index, xdp.Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if _, id := attached(t, l); id == 0 {
+			t.Fatalf("%s: nothing on gw0", c.name)
+		} else if prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id)); err != nil {
+			t.Fatal(err)
+		} else if info, err := prog.Info(); err != nil || info.Name != xdp.ProgramName {
+			prog.Close()
+			t.Fatalf("%s: gw0 runs %+v (%v), want %s", c.name, info, err, xdp.ProgramName)
+		} else {
+			prog.Close()
+		}
+		if lx := lo.Attrs().Index; c.ifindex == lx {
+			// Unpinned, the link is freed asynchronously.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if x, _ := l.gw.NL.LinkByIndex(lx); x.Attrs().Xdp == nil || !x.Attrs().Xdp.Attached {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the stale link still runs on lo 5 s after it was dropped", c.name)
+				}
+			}
+		}
+		if err := p.Detach(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// An Egret link where builds before the pin directory pinned it.
+	p1, err := attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pinnedLinkID(t, dir)
+	legacy := filepath.Join(filepath.Dir(dir), "link-"+filepath.Base(dir))
+	if err := os.Rename(filepath.Join(dir, "link"), legacy); err != nil {
+		t.Fatal(err)
+	}
+	p1.Close()
+	p2, err := attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Detach()
+	if got := pinnedLinkID(t, dir); got != id {
+		t.Fatalf("link %d pinned after taking over the legacy pin, want %d", got, id)
+	}
+	if _, err := os.Stat(legacy); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("legacy pin %s still there: %v", legacy, err)
+	}
+}
+
+// attach is Load then Attach, for tests with nothing to fill first.
+func attach(ifindex int, opts xdp.Options) (*xdp.Program, error) {
+	p, err := xdp.Load(ifindex, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Attach(); err != nil {
+		p.Detach()
+		return nil, err
+	}
+	return p, nil
+}
+
+// TestUnattachedDetachDropsHeldProgram: a start that loads a program but
+// never attaches it (it fails, or falls back to AF_PACKET) and detaches
+// does not leave the previous run's held program keeping the interface's
+// traffic from the kernel.
+func TestUnattachedDetachDropsHeldProgram(t *testing.T) {
+	l := newLab(t)
+	dir := l.pinDir(t)
+	p1, err := attach(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Hold(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	p1.Close()
+	p2, err := xdp.Load(l.gwEnd.Index, xdp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := attached(t, l); !on {
+		t.Fatal("the held program is gone before the test")
+	}
+	if err := p2.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel frees an unpinned link asynchronously.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		on, id := attached(t, l)
+		if !on {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("program %d still on gw0 5 s after the new run gave up", id)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pin directory %s left: %v", dir, err)
+	}
+}
