@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/egret-gw/egret/internal/ec2test"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // The fake cloud of the aws-elastic-ip tests: the node's ENI, a second
@@ -372,4 +373,41 @@ func TestEIPReleaseAfterInterruptedAdd(t *testing.T) {
 	if a := srv.Address(eipTaken); a.ENI != eniOther {
 		t.Errorf("release disassociated another instance's Elastic IP: %+v", a)
 	}
+}
+
+// TestEIPAttachFindsENIByMAC runs ADD's EC2 half as the plugin does without
+// networkInterfaceId: the ENI is the one the metadata service gives for the
+// master's MAC address, read from the node's namespace.
+func TestEIPAttachFindsENIByMAC(t *testing.T) {
+	nstest.Root(t)
+	_, srv := eipCloud(t)
+	ext, _ := nstest.Pair(t, "ext0", prefix(nodeExt4+"/24"), "ext0p", prefix(outGW4+"/24"))
+	link, err := ext.NS.NL.LinkByName("ext0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac, _ := net.ParseMAC(ec2test.IMDSMAC)
+	if err := ext.NS.NL.LinkSetHardwareAddr(link, mac); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig([]byte(`{"name":"n","type":"egress-router","interfaceType":"aws-elastic-ip","interfaceArgs":{"master":"ext0","allocationId":"` + eipFree + `"},"ip":{"addresses":["` + podPriv + `/24"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &Plan{Master: HostLink{Name: "ext0"}, IP: *c.Static}
+	hc := HostConfig{StateDir: t.TempDir()}
+	args := &skel.CmdArgs{ContainerID: "ctr3", IfName: "net1"}
+	var u undo
+	if err := attachEIP(ext.NS.NL, c, pl, args, hc, &u); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if a := srv.Address(eipFree); a.ENI != eniNode || a.PrivateIP != podPriv {
+		t.Errorf("Elastic IP after attach: %+v; want it on %s, the ENI of %s", a, eniNode, ec2test.IMDSMAC)
+	}
+	if err := checkEIP(pl, args, hc); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	u.run()
+	path, _ := eipRecordPath(hc.StateDir, args.ContainerID, args.IfName)
+	assertEIPClean(t, srv, path)
 }
