@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 
 	"github.com/egret-gw/egret/internal/ec2client"
@@ -382,6 +384,9 @@ func (r *eipRecord) leftBehind(path string) string {
 
 // attachEIP is ADD's EC2 half for the planned pod (see ec2EIP.attach).
 func attachEIP(host *netlink.Handle, c *Config, pl *Plan, args *skel.CmdArgs, hc HostConfig, u *undo) error {
+	if err := refuseEIP(c, hc, types.ErrInvalidNetworkConfig); err != nil {
+		return err
+	}
 	if err := checkEIPAddrs("addresses", pl.IP); err != nil {
 		return err
 	}
@@ -406,6 +411,17 @@ func attachEIP(host *netlink.Handle, c *Config, pl *Plan, args *skel.CmdArgs, hc
 		}
 	}
 	return e.attach(ctx, *c.EIP, eni, pl.IP.Addresses[0].Addr(), path, u)
+}
+
+// refuseEIP refuses an Elastic IP the node's settings do not list; code is
+// the CNI error code of the command asking. A NetworkAttachmentDefinition's
+// author must not be able to take any Elastic IP of the account with the
+// node's role.
+func refuseEIP(c *Config, hc HostConfig, code uint) error {
+	if c.EIP == nil || slices.Contains(hc.AllowElasticIPs, c.EIP.name()) {
+		return nil
+	}
+	return types.NewError(code, fmt.Sprintf("interfaceArgs: Elastic IP %s is not allowed on this node (the node's %s allowElasticIPs lists those networks may use)", c.EIP.name(), HostConfigName), "")
 }
 
 // releaseEIP is DEL's EC2 half: it releases what the attachment's record

@@ -395,7 +395,7 @@ func TestEIPAttachFindsENIByMAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl := &Plan{Master: HostLink{Name: "ext0"}, IP: *c.Static}
-	hc := HostConfig{StateDir: t.TempDir()}
+	hc := HostConfig{StateDir: t.TempDir(), AllowElasticIPs: []string{eipFree}}
 	args := &skel.CmdArgs{ContainerID: "ctr3", IfName: "net1"}
 	var u undo
 	if err := attachEIP(ext.NS.NL, c, pl, args, hc, &u); err != nil {

@@ -41,7 +41,7 @@ func newEIPLab(t *testing.T) *eipLab {
 	t.Setenv("AWS_REGION", "eu-west-3")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	state := t.TempDir()
-	return &eipLab{lab: l, srv: srv, state: state, dir: pluginDirWith(t, `{"allowMasterTypes":["veth"],"stateDir":`+quote(state)+`}`)}
+	return &eipLab{lab: l, srv: srv, state: state, dir: pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowElasticIPs":["`+eipFree+`","`+eipTaken+`","`+eipPub+`"],"stateDir":`+quote(state)+`}`)}
 }
 
 func (e *eipLab) run(t *testing.T, cmd, conf string) (types.Error, error) {
@@ -198,6 +198,7 @@ func TestEIPPluginErrors(t *testing.T) {
 		{"macvlan mode", eipConf("1.0.0", eipArgs+`,"mode":"bridge"`, `"`+podPriv+`/24"`), nil, types.ErrInvalidNetworkConfig, "ipvlan in l2 mode", false},
 		{"the node's address", eipConf("1.0.0", eipArgs, `"`+nodeExt4+`/24"`), nil, types.ErrInvalidNetworkConfig, "an address of the node", false},
 		{"missing master", eipConf("1.0.0", `"master":"nope0","allocationId":"`+eipFree+`","networkInterfaceId":"`+eniNode+`"`, `"`+podPriv+`/24"`), nil, types.ErrInvalidNetworkConfig, "interfaceArgs.master", false},
+		{"Elastic IP not allowed on the node", eipConf("1.0.0", `"master":"ext0","allocationId":"eipalloc-0a1b2c3d4e5f6ffff","networkInterfaceId":"`+eniNode+`"`, `"`+podPriv+`/24"`), nil, types.ErrInvalidNetworkConfig, "allowElasticIPs", false},
 		{"Elastic IP taken", eipConf("1.0.0", `"master":"ext0","allocationId":"`+eipTaken+`","networkInterfaceId":"`+eniNode+`"`, `"`+podPriv+`/24"`), nil, types.ErrInvalidNetworkConfig, "does not take it over", true},
 		{"address of another ENI", eipConf("1.0.0", eipArgs, `"192.0.2.77/24"`), nil, types.ErrInternal, "AssignPrivateIpAddresses answered InvalidParameterValue", true},
 		{"AssociateAddress fails", good, func() {
@@ -229,6 +230,19 @@ func TestEIPPluginErrors(t *testing.T) {
 			e.assertUntouched(t)
 		})
 	}
+
+	// STATUS: the node's list, then the SDK's region.
+	if ce, err := e.run(t, "STATUS", eipConf("1.1.0", `"allocationId":"eipalloc-0a1b2c3d4e5f6ffff"`, `"`+podPriv+`/24"`)); err == nil || ce.Code != types.ErrPluginNotAvailable || !strings.Contains(ce.Msg, "allowElasticIPs") {
+		t.Errorf("STATUS for an Elastic IP the node does not allow: %v %+v", err, ce)
+	}
+	if ce, err := e.run(t, "STATUS", eipConf("1.1.0", eipArgs, `"`+podPriv+`/24"`)); err != nil {
+		t.Errorf("STATUS: %+v", ce)
+	}
+	t.Setenv("AWS_REGION", "")
+	if ce, err := e.run(t, "STATUS", eipConf("1.1.0", eipArgs, `"`+podPriv+`/24"`)); err == nil || ce.Code != types.ErrPluginNotAvailable || !strings.Contains(ce.Msg, "region") {
+		t.Errorf("STATUS without a region: %v %+v", err, ce)
+	}
+	t.Setenv("AWS_REGION", "eu-west-3")
 
 	// An ADD whose rollback cannot reach EC2 (on a kernel without ipvlan the
 	// link fails; elsewhere the ADD succeeds): the record stays, and DEL

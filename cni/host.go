@@ -35,6 +35,11 @@ type HostConfig struct {
 	// It lives here and not in the network configuration because those credentials
 	// are the node's, and a NetworkAttachmentDefinition's author is not.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// AllowElasticIPs lists the Elastic IPs (allocation IDs or public IPs, as
+	// network configurations name them) aws-elastic-ip may associate with pods
+	// on this node: the node's instance role can associate any Elastic IP of
+	// the account. Empty refuses aws-elastic-ip.
+	AllowElasticIPs []string `json:"allowElasticIPs,omitempty"`
 	// StateDir is where aws-elastic-ip records what ADD did in EC2, for DEL
 	// (absolute; default DefaultStateDir).
 	StateDir string `json:"stateDir,omitempty"`

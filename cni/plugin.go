@@ -605,6 +605,9 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseEIP(c, hc, types.ErrPluginNotAvailable); err != nil {
+		return err
+	}
 	if c.EIP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), ec2Timeout)
 		defer cancel()

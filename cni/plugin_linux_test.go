@@ -407,14 +407,10 @@ func TestStatusAndGC(t *testing.T) {
 	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), list) }); err != nil {
 		t.Errorf("STATUS: %v", err)
 	}
-	// aws-elastic-ip where the SDK finds no region (no AWS_REGION, no metadata service).
-	t.Setenv("AWS_REGION", "")
-	t.Setenv("AWS_DEFAULT_REGION", "")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	// aws-elastic-ip with an Elastic IP the node's settings do not list.
 	aws := confList(t, "1.1.0", TypeEgressRouter, `"interfaceType":"aws-elastic-ip","interfaceArgs":{"allocationId":"eipalloc-0a1b2c3d4e5f60001"},"ip":{"addresses":["192.0.2.99/24"]}`)
-	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), aws) }); cniCode(err) != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "region") {
-		t.Errorf("STATUS for aws-elastic-ip without a region: %v, want code 50 saying so", err)
+	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), aws) }); cniCode(err) != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "allowElasticIPs") {
+		t.Errorf("STATUS for aws-elastic-ip the node does not allow: %v, want code 50 saying so", err)
 	}
 	gone := confList(t, "1.1.0", TypeEgressRouter, `"interfaceArgs":{"master":"nope0"},"ip":{"addresses":["192.0.2.99/24"]}`)
 	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), gone) }); cniCode(err) != types.ErrPluginNotAvailable {
