@@ -55,6 +55,13 @@ type InterfaceArgs struct {
 	// MTU is a number, or a string holding one as upstream's plugin (whose
 	// interfaceArgs are all strings) reads it.
 	MTU json.RawMessage `json:"mtu,omitempty"`
+
+	// AllocationID or PublicIP names the Elastic IP of aws-elastic-ip;
+	// NetworkInterfaceID its ENI (default: the master's, from the instance
+	// metadata service).
+	AllocationID       string `json:"allocationId,omitempty"`
+	PublicIP           string `json:"publicIp,omitempty"`
+	NetworkInterfaceID string `json:"networkInterfaceId,omitempty"`
 }
 
 // IPSpec is the "ip" dictionary of the spec (also each podIP value and ipConfig.overrides).
@@ -127,9 +134,10 @@ type Config struct {
 	Raw *NetConf
 
 	InterfaceType string
-	Master        string // empty: inferred from the pod's address
-	Mode          string // normalised; empty only for aws-elastic-ip
-	MTU           int    // 0: inherit the master's
+	Master        string   // empty: inferred from the pod's address
+	Mode          string   // normalised; aws-elastic-ip's link is ipvlan l2
+	MTU           int      // 0: inherit the master's
+	EIP           *EIPArgs // aws-elastic-ip only
 
 	Static   *IPSettings     // from "ip"
 	PodIP    []PodEntry      // from "podIP", in key order
@@ -236,9 +244,21 @@ func validate(raw *NetConf) (*Config, error) {
 			return nil, fieldErr("interfaceArgs.mode", "%q is not an ipvlan mode (one of %s)", args.Mode, strings.Join(ipvlanModes, ", "))
 		}
 	case InterfaceAWSElasticIP:
-		// Validated here so config errors still surface first; ADD refuses it afterwards.
+		// The VPC drops frames from MAC addresses it did not give out, so the pod's
+		// link shares the master's MAC: an ipvlan in l2 mode.
+		if m := strings.ToLower(args.Mode); m != "" && m != "l2" {
+			return nil, fieldErr("interfaceArgs.mode", "%q: aws-elastic-ip always makes an ipvlan in l2 mode (the VPC drops frames from MAC addresses it did not assign); remove mode", args.Mode)
+		}
+		c.Mode = "l2"
+		var err error
+		if c.EIP, err = parseEIPArgs(args); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fieldErr("interfaceType", "%q is not supported (use %s, %s or %s)", raw.InterfaceType, InterfaceMacvlan, InterfaceIPvlan, InterfaceAWSElasticIP)
+	}
+	if c.EIP == nil && (args.AllocationID != "" || args.PublicIP != "" || args.NetworkInterfaceID != "") {
+		return nil, fieldErr("interfaceArgs", "allocationId, publicIp and networkInterfaceId belong to interfaceType %s, not %s", InterfaceAWSElasticIP, c.InterfaceType)
 	}
 	if c.Master != "" && (len(c.Master) > 15 || strings.ContainsAny(c.Master, "/ \t\n")) {
 		return nil, fieldErr("interfaceArgs.master", "%q is not a valid interface name", c.Master)
@@ -272,9 +292,22 @@ func validate(raw *NetConf) (*Config, error) {
 			return nil, err
 		}
 		c.Static = &s
+		if c.EIP != nil {
+			if err := checkEIPAddrs("ip.addresses", s); err != nil {
+				return nil, err
+			}
+		}
 	case raw.PodIP != nil:
 		if c.PodIP, err = parsePodIP("podIP", raw.PodIP); err != nil {
 			return nil, err
+		}
+		for _, e := range c.PodIP {
+			if c.EIP == nil {
+				break
+			}
+			if err := checkEIPAddrs(fmt.Sprintf("podIP[%q].addresses", e.Key), e.IP); err != nil {
+				return nil, err
+			}
 		}
 	default:
 		ref := raw.IPConfig

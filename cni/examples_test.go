@@ -2,9 +2,11 @@ package cni
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,6 +79,22 @@ func TestDocExamples(t *testing.T) {
 		t.Fatalf("found %d json examples", len(blocks))
 	}
 	for _, m := range blocks {
+		if strings.Contains(m[1], `"Statement"`) { // aws-elastic-ip's IAM policy
+			var policy struct{ Statement []struct{ Action []string } }
+			if err := json.Unmarshal([]byte(m[1]), &policy); err != nil {
+				t.Errorf("the IAM policy is not JSON: %v\n%s", err, m[1])
+				continue
+			}
+			var actions []string
+			for _, st := range policy.Statement {
+				actions = append(actions, st.Action...)
+			}
+			slices.Sort(actions)
+			if want := slices.Sorted(slices.Values(eipActions)); !slices.Equal(actions, want) {
+				t.Errorf("the IAM policy allows %v; the plugin calls %v", actions, want)
+			}
+			continue
+		}
 		if strings.Contains(m[1], "allowMasterTypes") { // the node-side settings file
 			if _, err := ParseHostConfig([]byte(m[1])); err != nil {
 				t.Errorf("doc example of the host settings does not validate: %v\n%s", err, m[1])
@@ -87,4 +105,13 @@ func TestDocExamples(t *testing.T) {
 			t.Errorf("doc example does not validate: %v\n%s", err, m[1])
 		}
 	}
+}
+
+// eipActions are the EC2 calls aws-elastic-ip makes, as docs/egress-router.md's
+// IAM policy lists them (TestDocExamples); TestEIPAttachCheckRelease checks
+// the plugin calls no other.
+var eipActions = []string{
+	"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
+	"ec2:AssociateAddress", "ec2:DisassociateAddress",
+	"ec2:DescribeAddresses", "ec2:DescribeNetworkInterfaces",
 }

@@ -35,6 +35,24 @@ type HostConfig struct {
 	// It lives here and not in the network configuration because those credentials
 	// are the node's, and a NetworkAttachmentDefinition's author is not.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// AllowElasticIPs lists the Elastic IPs (allocation IDs or public IPs, as
+	// network configurations name them) aws-elastic-ip may associate with pods
+	// on this node: the node's instance role can associate any Elastic IP of
+	// the account. Empty refuses aws-elastic-ip.
+	AllowElasticIPs []string `json:"allowElasticIPs,omitempty"`
+	// StateDir is where aws-elastic-ip records what ADD did in EC2, for DEL
+	// (absolute; default DefaultStateDir).
+	StateDir string `json:"stateDir,omitempty"`
+}
+
+// DefaultStateDir holds the aws-elastic-ip records when StateDir is unset.
+const DefaultStateDir = "/var/lib/cni/egress-router"
+
+func (hc HostConfig) stateDir() string {
+	if hc.StateDir == "" {
+		return DefaultStateDir
+	}
+	return hc.StateDir
 }
 
 // HostConfigPath is where the plugin looks for its host settings: next to its binary.
@@ -74,6 +92,9 @@ func ParseHostConfig(b []byte) (HostConfig, error) {
 	if hc.Kubeconfig != "" && !filepath.IsAbs(hc.Kubeconfig) {
 		// The plugin's working directory is the runtime's, not the administrator's.
 		return HostConfig{}, fmt.Errorf("kubeconfig %q: give an absolute path", hc.Kubeconfig)
+	}
+	if hc.StateDir != "" && !filepath.IsAbs(hc.StateDir) {
+		return HostConfig{}, fmt.Errorf("stateDir %q: give an absolute path", hc.StateDir)
 	}
 	return hc, nil
 }

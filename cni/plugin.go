@@ -75,16 +75,20 @@ func cniErr(err error, fallback uint) error {
 		}
 	case errors.Is(err, ErrNoIPvlan):
 		code = types.ErrPluginNotAvailable
+	case errors.Is(err, errEC2Unavailable):
+		code = types.ErrTryAgainLater
+	case errors.Is(err, errNoAWS):
+		code = types.ErrPluginNotAvailable
+	case errors.Is(err, errNetNS):
+		code = types.ErrInvalidNetNS
 	}
 	return types.NewError(code, err.Error(), "")
 }
 
 var errAPIUnavailable = errors.New("the API server is unavailable")
 
-func awsUnavailable() error {
-	return types.NewError(types.ErrPluginNotAvailable,
-		`interfaceType "aws-elastic-ip" needs Egret's AWS integration, which is not available yet; use macvlan or ipvlan`, "")
-}
+// errNetNS marks a pod network namespace that cannot be opened.
+var errNetNS = errors.New("cannot open the pod's network namespace")
 
 func (p *Plugin) load(args *skel.CmdArgs) (*Config, PodArgs, error) {
 	c, err := ParseConfig(args.StdinData)
@@ -165,7 +169,11 @@ func plan(host *netlink.Handle, c *Config, ip IPSettings, ifName string, hc Host
 			return nil, fieldErr("destinations", "the redirect of port %d/%s to %s needs an address of its IP family in addresses to leave from", r.Port, r.Proto, r.To.Addr())
 		}
 	}
-	p := &Plan{IfName: ifName, Type: c.InterfaceType, Mode: c.Mode, MTU: c.MTU, Master: master, IP: ip}
+	typ := c.InterfaceType
+	if c.EIP != nil {
+		typ = InterfaceIPvlan
+	}
+	p := &Plan{IfName: ifName, Type: typ, Mode: c.Mode, MTU: c.MTU, Master: master, IP: ip}
 	if p.GW4, p.GW6, err = Gateways(host, master, ip, gws...); err != nil {
 		return nil, err
 	}
@@ -201,9 +209,6 @@ func (p *Plugin) loadWithPrev(args *skel.CmdArgs) (*Config, PodArgs, HostConfig,
 	c, pod, err := p.load(args)
 	if err != nil {
 		return nil, PodArgs{}, HostConfig{}, err
-	}
-	if c.InterfaceType == InterfaceAWSElasticIP {
-		return nil, PodArgs{}, HostConfig{}, awsUnavailable()
 	}
 	hc, err := p.hostConfig()
 	if err != nil {
@@ -271,6 +276,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) (retErr error) {
 			u.run()
 		}
 	}()
+	if c.EIP != nil {
+		if err := attachEIP(host, c, pl, args, hc, &u); err != nil {
+			return cniErr(err, types.ErrInternal)
+		}
+	}
 	fd := int(podNS.Fd())
 	link, err := CreateLink(host, podH, fd, pl, &u)
 	if err != nil {
@@ -355,13 +365,30 @@ func buildResult(c *Config, pl *Plan, args *skel.CmdArgs, mac net.HardwareAddr) 
 }
 
 // Del removes the interface, the filter and the plugin's routes, and restores the
-// previous default route. It succeeds when there is nothing left to remove.
+// previous default route; for aws-elastic-ip it then releases what ADD did in EC2.
+// It succeeds when there is nothing left to remove.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	if _, err := ParseConfig(args.StdinData); err != nil {
+	c, err := ParseConfig(args.StdinData)
+	if err != nil {
 		// DEL must still clean up what it can; a config that no longer parses only
 		// matters for what we would do, not for finding our interface.
 		fmt.Fprintf(os.Stderr, "egress-router: DEL with an invalid config: %v\n", err)
 	}
+	podErr := delPod(args)
+	if c != nil && c.EIP == nil {
+		return cniErr(podErr, types.ErrInternal)
+	}
+	// The cloud half runs even when the pod's namespace is gone: its record is
+	// on the node.
+	eipErr := p.releaseEIP(args)
+	if eipErr != nil && podErr == nil && args.Netns != "" {
+		eipErr = fmt.Errorf("the pod's interface is removed, but %w", eipErr)
+	}
+	return cniErr(errors.Join(podErr, eipErr), types.ErrInternal)
+}
+
+// delPod undoes ADD in the pod's namespace; a namespace that is gone is done.
+func delPod(args *skel.CmdArgs) error {
 	if args.Netns == "" {
 		return nil
 	}
@@ -371,16 +398,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		if errors.As(err, &notExist) {
 			return nil // the namespace and everything in it is gone already
 		}
-		return cniErr(fmt.Errorf("opening the pod's network namespace: %w", err), types.ErrInvalidNetNS)
+		return fmt.Errorf("%w: %w", errNetNS, err)
 	}
 	defer podNS.Close()
 	podH, err := netlink.NewHandleAt(nlns.NsHandle(int(podNS.Fd())))
 	if err != nil {
-		return cniErr(fmt.Errorf("opening netlink in the pod: %w", err), types.ErrInternal)
+		return fmt.Errorf("opening netlink in the pod: %w", err)
 	}
 	defer podH.Close()
-	errs := []error{Teardown(podH, args.IfName), RemoveFilter(int(podNS.Fd()), args.IfName)}
-	return cniErr(errors.Join(errs...), types.ErrInternal)
+	return errors.Join(Teardown(podH, args.IfName), RemoveFilter(int(podNS.Fd()), args.IfName))
 }
 
 // Check verifies that ADD's work is still in place.
@@ -424,7 +450,13 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	defer podNS.Close()
 	defer podH.Close()
-	return cniErr(verify(podH, int(podNS.Fd()), pl, prev, args, known), types.ErrInternal)
+	if err := verify(podH, int(podNS.Fd()), pl, prev, args, known); err != nil {
+		return cniErr(err, types.ErrInternal)
+	}
+	if c.EIP != nil {
+		return cniErr(checkEIP(pl, args, hc), types.ErrInternal)
+	}
+	return nil
 }
 
 // fromResult reads the addresses and gateways ADD reported for ifName.
@@ -569,12 +601,19 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return cniErr(err, types.ErrDecodingFailure)
 	}
-	if c.InterfaceType == InterfaceAWSElasticIP {
-		return awsUnavailable()
-	}
 	hc, err := p.hostConfig()
 	if err != nil {
 		return err
+	}
+	if err := refuseEIP(c, hc, types.ErrPluginNotAvailable); err != nil {
+		return err
+	}
+	if c.EIP != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ec2Timeout)
+		defer cancel()
+		if _, err := newEC2EIP(ctx); err != nil {
+			return cniErr(err, types.ErrPluginNotAvailable)
+		}
 	}
 	if err := refusePassthru(c, hc, types.ErrPluginNotAvailable); err != nil {
 		return err

@@ -335,7 +335,7 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 		{"two forms", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.99/24"]},"podIP":{"a":{"addresses":["192.0.2.99/24"]}}}`, "", types.ErrInvalidNetworkConfig, "exactly one of ip, podIP or ipConfig"},
 		{"bad address", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["192.0.2.999/24"]}}`, "", types.ErrInvalidNetworkConfig, "ip.addresses[0]"},
 		{"not json", `{"cniVersion":"1.0.0","name":`, "", types.ErrDecodingFailure, ""},
-		{"aws", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceType":"aws-elastic-ip","ip":{"addresses":["192.0.2.99/24"]}}`, "", types.ErrPluginNotAvailable, "AWS integration"},
+		{"aws without an Elastic IP", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceType":"aws-elastic-ip","ip":{"addresses":["192.0.2.99/24"]}}`, "", types.ErrInvalidNetworkConfig, "allocationId"},
 		{"no master", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ip":{"addresses":["203.0.113.9/24"]}}`, "", types.ErrInvalidNetworkConfig, "interfaceArgs.master"},
 		{"missing master", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","interfaceArgs":{"master":"nope0"},"ip":{"addresses":["192.0.2.99/24"]}}`, "", types.ErrInvalidNetworkConfig, "interfaceArgs.master"},
 		{"no pod match", `{"cniVersion":"1.0.0","name":"e","type":"egress-router","podIP":{"a":{"addresses":["192.0.2.99/24"]}}}`, "K8S_POD_NAME=b", types.ErrInvalidNetworkConfig, "podIP"},
@@ -407,9 +407,10 @@ func TestStatusAndGC(t *testing.T) {
 	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), list) }); err != nil {
 		t.Errorf("STATUS: %v", err)
 	}
-	aws := confList(t, "1.1.0", TypeEgressRouter, `"interfaceType":"aws-elastic-ip","ip":{"addresses":["192.0.2.99/24"]}`)
-	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), aws) }); cniCode(err) != types.ErrPluginNotAvailable {
-		t.Errorf("STATUS for aws-elastic-ip: %v, want code 50", err)
+	// aws-elastic-ip with an Elastic IP the node's settings do not list.
+	aws := confList(t, "1.1.0", TypeEgressRouter, `"interfaceType":"aws-elastic-ip","interfaceArgs":{"allocationId":"eipalloc-0a1b2c3d4e5f60001"},"ip":{"addresses":["192.0.2.99/24"]}`)
+	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), aws) }); cniCode(err) != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "allowElasticIPs") {
+		t.Errorf("STATUS for aws-elastic-ip the node does not allow: %v, want code 50 saying so", err)
 	}
 	gone := confList(t, "1.1.0", TypeEgressRouter, `"interfaceArgs":{"master":"nope0"},"ip":{"addresses":["192.0.2.99/24"]}`)
 	if err := l.Node.Do(func() error { return r.cni.GetStatusNetworkList(context.Background(), gone) }); cniCode(err) != types.ErrPluginNotAvailable {

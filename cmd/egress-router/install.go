@@ -28,6 +28,7 @@ func install(args []string) error {
 	masterTypes := fs.String("allow-master-types", "", "comma-separated link kinds (e.g. veth) that may be a master besides NICs, bonds and VLANs; node-side setting")
 	passthru := fs.Bool("allow-passthru", false, "let networks use macvlan mode passthru, which gives one pod the whole NIC; node-side setting")
 	crossNS := fs.Bool("allow-cross-namespace-configmaps", false, "let ipConfig.namespace name a namespace other than the pod's; node-side setting")
+	eips := fs.String("allow-elastic-ips", "", "comma-separated Elastic IPs (allocation IDs or public IPs, as networks name them) aws-elastic-ip may associate with pods; node-side setting")
 	checkConfig := fs.Bool("check-config", false, "parse and validate the flags, print the result and exit (0 valid, 1 not); copies nothing")
 	if err := parseFlags(fs, "copy this plugin into the node's CNI bin directory (and keep a kubeconfig for ipConfig there)", args); err != nil {
 		return err
@@ -40,6 +41,11 @@ func install(args []string) error {
 	for _, k := range strings.Split(*masterTypes, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			hc.AllowMasterTypes = append(hc.AllowMasterTypes, k)
+		}
+	}
+	for _, e := range strings.Split(*eips, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			hc.AllowElasticIPs = append(hc.AllowElasticIPs, e)
 		}
 	}
 	if *checkConfig {

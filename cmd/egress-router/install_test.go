@@ -49,7 +49,7 @@ func TestInstallBinary(t *testing.T) {
 
 func TestWriteHostConfig(t *testing.T) {
 	dir := t.TempDir()
-	want := cni.HostConfig{AllowMasterTypes: []string{"veth"}, AllowCrossNamespaceConfigMaps: true}
+	want := cni.HostConfig{AllowMasterTypes: []string{"veth"}, AllowCrossNamespaceConfigMaps: true, AllowElasticIPs: []string{"eipalloc-0123456789abcdef0", "203.0.113.10"}}
 	if err := writeHostConfig(dir, want); err != nil {
 		t.Fatal(err)
 	}

@@ -61,9 +61,16 @@ func checkStdin() *types.Error {
 		_, _ = w.Write(stdin)
 		w.Close()
 	}()
+	// The *os.File of fd 0 must stay reachable: once collected, its finalizer
+	// closes fd 0, and the next descriptor opened (the pod's namespace) becomes
+	// fd 0, which netlink and nftables read as "the current namespace".
+	origStdin = os.Stdin
 	os.Stdin = r
 	return nil
 }
+
+// origStdin keeps the runtime's stdin (fd 0) open after checkStdin replaces os.Stdin.
+var origStdin *os.File
 
 // The install command parses its flags as every egret subcommand does
 // (cmd/egret/main.go): -h prints the usage and exits 0, a command-line

@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/egret-gw/egret/internal/ec2client"
 )
 
 // AWS attaches addresses to ENIs through the EC2 API: IPv4 with
@@ -25,19 +25,15 @@ type AWS struct {
 	imds *imds.Client
 }
 
-// NewAWS builds the EC2 client from the SDK's default chain: credentials
-// from the environment, web identity or the instance role; the region from
-// AWS_REGION or the instance metadata service. AWS_ENDPOINT_URL_EC2 and
-// AWS_EC2_METADATA_SERVICE_ENDPOINT point it elsewhere, as for any SDK.
+// NewAWS builds the EC2 client from the SDK's default chain
+// (ec2client.Load): credentials from the environment, web identity or the
+// instance role; the region from AWS_REGION or the instance metadata service.
 func NewAWS(ctx context.Context) (*AWS, error) {
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithEC2IMDSRegion())
+	e, m, err := ec2client.Load(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("loading the AWS configuration (credentials, region): %w", err)
+		return nil, err
 	}
-	if cfg.Region == "" {
-		return nil, errors.New("no AWS region: set AWS_REGION or run on an EC2 instance whose metadata service answers")
-	}
-	return &AWS{ec2: ec2.NewFromConfig(cfg), imds: imds.NewFromConfig(cfg)}, nil
+	return &AWS{ec2: e, imds: m}, nil
 }
 
 // Attach implements Provider; from is not needed (IPv4 reassignment moves
@@ -241,14 +237,5 @@ func (a *AWS) Local(ctx context.Context) (Local, error) {
 }
 
 func (a *AWS) metadata(ctx context.Context, path string) (string, error) {
-	out, err := a.imds.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
-	if err != nil {
-		return "", fmt.Errorf("reading %s from the instance metadata service: %w", path, err)
-	}
-	defer out.Content.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Content, 64<<10))
-	if err != nil {
-		return "", fmt.Errorf("reading %s from the instance metadata service: %w", path, err)
-	}
-	return strings.TrimSpace(string(b)), nil
+	return ec2client.Metadata(ctx, a.imds, path)
 }

@@ -60,6 +60,8 @@ type Server struct {
 	calls    []string
 	types    map[string][2]int // instance type → IPv4, IPv6 per interface
 	region   string            // of the last signed request
+
+	eips map[string]*Address // Elastic IPs by allocation ID
 }
 
 type apiErr struct {
@@ -200,6 +202,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		resp, e = s.describe(form)
 	case "DescribeInstanceTypes":
 		resp, e = s.describeTypes(form)
+	case "AssociateAddress":
+		resp, e = s.associate(form)
+	case "DisassociateAddress":
+		resp, e = s.disassociate(form)
+	case "DescribeAddresses":
+		resp, e = s.describeAddresses(form)
 	default:
 		e = &apiErr{http.StatusBadRequest, "InvalidAction", "The action " + action + " is not valid for this web service."}
 	}
@@ -343,6 +351,7 @@ func (s *Server) unassign(form url.Values, key string, v6 bool) (any, *apiErr) {
 		return unassignResp{XMLName: xml.Name{Local: "UnassignIpv6AddressesResponse"}, Xmlns: xmlns, RequestID: requestID(), ENI: e.ID, Removed: ips}, nil
 	}
 	e.IPv4 = slices.DeleteFunc(e.IPv4, drop)
+	s.dropAssociations(e.ID, ips)
 	t := true
 	return unassignResp{XMLName: xml.Name{Local: "UnassignPrivateIpAddressesResponse"}, Xmlns: xmlns, RequestID: requestID(), Return: &t}, nil
 }
