@@ -78,6 +78,7 @@ type gatewayFlags struct {
 	syncAddr         string
 	syncKeyFile      string
 	stateFile        string
+	flowsSocket      string
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -111,6 +112,7 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
 	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
+	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket where `egret flows` lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -296,6 +298,14 @@ func runGateway(args []string) error {
 		return err
 	}
 	defer gm.close()
+	var cur atomic.Pointer[engine.Engine] // what --flows-socket lists
+	if f.flowsSocket != "" {
+		stop, err := serveFlows(f.flowsSocket, flowsHandler(engineFlows(&cur)), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	// Signals first: a SIGTERM during start-up must still clean up.
 	sigs := make(chan os.Signal, 4)
@@ -309,6 +319,7 @@ func runGateway(args []string) error {
 	resumeFlows(f.stateFile, eng, log)
 	eng.Start()
 	gm.attach(eng)
+	cur.Store(eng)
 	gm.setReady(func() error { return nil })
 	log.Info("gateway: running", "modes", eng.Modes(), "config", f.config)
 
@@ -422,6 +433,14 @@ func runGatewayAgent(f *gatewayFlags) error {
 		return err
 	}
 	defer gm.close()
+	var cur atomic.Pointer[engine.Engine] // what --flows-socket lists
+	if f.flowsSocket != "" {
+		stop, err := serveFlows(f.flowsSocket, flowsHandler(engineFlows(&cur)), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -474,6 +493,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 			resumeFlows(f.stateFile, e, log)
 			e.Start()
 			gm.attach(e)
+			cur.Store(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 			eng = e
 			if syncKey != nil {
