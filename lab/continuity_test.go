@@ -92,31 +92,48 @@ type flowKey struct {
 // times the listing started and ended.
 type flowTable struct {
 	gw         string
+	raw        []byte // `egret flows --json` output, until parse
 	flows      map[flowKey]listedFlow
 	start, end time.Time
 }
 
-// listFlows lists gateway gw's flows of egress IP ip with the operator's
-// command, `egret flows --json`, on the gateway's flows socket.
-func listFlows(l *Lab, gw string, ip netip.Addr) (flowTable, error) {
-	ft := flowTable{gw: gw, flows: map[flowKey]listedFlow{}, start: time.Now()}
+// fetchFlows lists gateway gw's flows of egress IP ip with the operator's
+// command, `egret flows --json`, on the gateway's flows socket; parse
+// reads them, so that a comparison can take its listings close together.
+func fetchFlows(l *Lab, gw string, ip netip.Addr) (flowTable, error) {
+	ft := flowTable{gw: gw, start: time.Now()}
 	var stderr bytes.Buffer
 	cmd := exec.Command(l.Binary, "flows", "--socket", FlowsSocket(l.RunDir(), gw), "--egress-ip", ip.String(), "--json")
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	ft.end = time.Now()
+	ft.end, ft.raw = time.Now(), out
 	if err != nil {
 		return ft, fmt.Errorf("egret flows of %s: %w: %s", gw, err, strings.TrimSpace(stderr.String()))
 	}
-	dec := json.NewDecoder(bytes.NewReader(out))
+	return ft, nil
+}
+
+func (ft *flowTable) parse() error {
+	ft.flows = map[flowKey]listedFlow{}
+	dec := json.NewDecoder(bytes.NewReader(ft.raw))
 	for dec.More() {
 		var f listedFlow
 		if err := dec.Decode(&f); err != nil {
-			return ft, fmt.Errorf("egret flows of %s: %w", gw, err)
+			return fmt.Errorf("egret flows of %s: %w", ft.gw, err)
 		}
 		ft.flows[flowKey{f.Proto, f.Pod, f.Server}] = f
 	}
-	return ft, nil
+	ft.raw = nil
+	return nil
+}
+
+// listFlows is fetchFlows and parse.
+func listFlows(l *Lab, gw string, ip netip.Addr) (flowTable, error) {
+	ft, err := fetchFlows(l, gw, ip)
+	if err == nil {
+		err = ft.parse()
+	}
+	return ft, err
 }
 
 // waitHeld waits until the standby holds a backup flow, with the egress
@@ -186,7 +203,7 @@ func (r stepResult) String() string {
 // interval) may differ; nothing else.
 func inStep(l *Lab, ip netip.Addr, primary, standby string) (stepResult, error) {
 	var r stepResult
-	early, err := listFlows(l, primary, ip)
+	early, err := fetchFlows(l, primary, ip)
 	if err != nil {
 		return r, err
 	}
@@ -195,14 +212,17 @@ func inStep(l *Lab, ip netip.Addr, primary, standby string) (stepResult, error) 
 	var nowErr, sbErr error
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); now, nowErr = listFlows(l, primary, ip) }()
-	go func() { defer wg.Done(); sb, sbErr = listFlows(l, standby, ip) }()
+	go func() { defer wg.Done(); now, nowErr = fetchFlows(l, primary, ip) }()
+	go func() { defer wg.Done(); sb, sbErr = fetchFlows(l, standby, ip) }()
 	wg.Wait()
 	if err := errors.Join(nowErr, sbErr); err != nil {
 		return r, err
 	}
-	late, err := listFlows(l, primary, ip)
+	late, err := fetchFlows(l, primary, ip)
 	if err != nil {
+		return r, err
+	}
+	if err := errors.Join(early.parse(), now.parse(), sb.parse(), late.parse()); err != nil {
 		return r, err
 	}
 	r.lagged = sb.start.Sub(early.end)
