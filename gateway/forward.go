@@ -146,6 +146,20 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 			return pr.drop(r)
 		}
 	} else {
+		if l.Hit && len(st.snap.policies[s.policy].ips[fam(pk.IPVer)]) == 0 {
+			// A flow while the pod's policy has no egress IP of the family
+			// here: its IP is in transit. It has just left for another
+			// gateway, which holds the flow's synced copy and carries the
+			// connection once the workers steer there; or this gateway
+			// holds the flow as a backup and hosts its IP as soon as its
+			// configuration arrives (the workers steered here first).
+			// Nothing here can carry the packet, and retiring the flow
+			// would destroy the backup and reset the pod's connection that
+			// the takeover is about to carry on: the packet is dropped,
+			// the flow kept, and the pod's retransmission finds the IP's
+			// owner.
+			return pr.drop(DropNoEgressIP)
+		}
 		// A first fragment takes its fragment entry before any flow is
 		// made: one it cannot have must leave no flow behind.
 		var fe *fragEntry

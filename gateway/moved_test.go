@@ -6,7 +6,9 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/nat"
 )
@@ -153,5 +155,55 @@ func TestFlowsMoveWhenEgressIPLeaves(t *testing.T) {
 	}
 	if !slices.EqualFunc(results[0], results[1], func(a, b sent) bool { return a.r == b.r && bytes.Equal(a.out, b.out) }) {
 		t.Error("the batched and the one-frame paths differ after the move")
+	}
+}
+
+// TestBackupFlowKeptUntilHosted: a pod's segment that reaches a gateway
+// holding its flow (a backup from the flow sync) while the pod's policy has
+// no egress IP here yet (the workers steered here before the configuration
+// that hosts the IP arrived) is dropped as no_egress_ip: no RST, the flow
+// kept. Once the IP is hosted the next segment leaves on the flow's binding.
+func TestBackupFlowKeptUntilHosted(t *testing.T) {
+	before := testConfig()
+	before.Policies[0].EgressIPs = nil // web has no IP here yet
+	f := newFixture(t, 64, before)
+	fl := conntrack.Flow{Orig: conntrack.Tuple{Src: pod1v4.As16(), Dst: server4.As16(), SrcPort: 40000, DstPort: 443, Proto: conntrack.ProtoTCP},
+		NATAddr: egress4.As16(), NATPort: 55555, State: conntrack.StateEstablished}
+	if err := f.p.Adopt(&fl, ReturnPath{VTEP: node1VTEP, Tunnel: TunnelVNI{TunnelVXLAN, testVNI}}, time.Hour, testNow); err != nil {
+		t.Fatal(err)
+	}
+	ack := tunnelFrame(t, podTun(), pkt{src: pod1v4, dst: server4, sport: 40000, dport: 443, proto: "tcp", flags: "A"}.build(t))
+	for _, single := range []bool{false, true} {
+		f.single = single
+		out := [][]byte{make([]byte, 2048)}
+		res := make([]Result, 1)
+		f.process(testNow, [][]byte{ack}, out, res)
+		if res[0].Verdict != VerdictDrop || res[0].Reason != DropNoEgressIP {
+			t.Fatalf("single=%v: the pod's segment before the IP is hosted: %v %v, want dropped as no_egress_ip (no RST)", single, res[0].Verdict, res[0].Reason)
+		}
+		if f.ct.Len() != 1 {
+			t.Fatalf("single=%v: %d flows after the early segment, want the backup flow kept", single, f.ct.Len())
+		}
+	}
+	s, err := NewSnapshot(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Swap(s); err != nil {
+		t.Fatal(err)
+	}
+	out := [][]byte{make([]byte, 2048)}
+	res := make([]Result, 1)
+	f.process(testNow, [][]byte{ack}, out, res)
+	if res[0].Verdict != VerdictTx {
+		t.Fatalf("once the IP is hosted: %v %v, want the segment forwarded on the backup flow", res[0].Verdict, res[0].Reason)
+	}
+	o := out[0][header.EthernetLen:]
+	if src, port := netip.AddrFrom4([4]byte(o[12:16])), uint16(o[20])<<8|uint16(o[21]); src != egress4 || port != 55555 {
+		t.Errorf("forwarded from %v:%d, want the backup flow's %v:55555", src, port, egress4)
+	}
+	if st := f.w.Stats(); st.Count(CounterFlowsMoved) != 0 {
+		n := st.Count(CounterFlowsMoved)
+		t.Errorf("flows_moved %d, want 0: the backup flow was to be kept", n)
 	}
 }

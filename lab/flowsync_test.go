@@ -37,12 +37,7 @@ func startSynced(t *testing.T, l *Lab, st *Status, gw string) *syncedConn {
 		t.Fatalf("the killed gateway %s hosts no IP of blue with a standby (%v): the sync check needs one", gw, st.Assignment)
 	}
 
-	var blue []PodStatus
-	for _, p := range st.Pods {
-		if p.Policy == "blue" {
-			blue = append(blue, p)
-		}
-	}
+	blue := bluePods(st)
 	if len(blue) < 2 {
 		t.Fatalf("blue selects %d pods; the check needs two", len(blue))
 	}

@@ -12,72 +12,139 @@ import (
 )
 
 // liveConn is one long-lived HTTP/1.1 connection from a pod to the outside
-// echo server, asking every 100 ms which source address the server sees.
+// echo server, asking every 100 ms which source address and port the
+// server sees and checking the answer against the first.
 type liveConn struct {
-	pod      string
-	src      netip.Addr // the egress IP of its first answer
-	kept     bool       // the server saw the pod's own source port (port preservation)
+	pod  string
+	from netip.AddrPort // the pod's own address and source port
+	src  netip.AddrPort // the source the server saw in the first answer
+	kept bool           // src has the pod's own port (port preservation)
+
+	mu       sync.Mutex
 	answers  int
-	moved    netip.Addr // a later answer's source, if it ever differed
-	err      error      // why it ended early
-	errAfter int        // answers before err
+	last     time.Time      // when the latest answer came
+	maxGap   time.Duration  // the longest time between two answers
+	gapEnd   time.Time      // when that longest gap ended
+	changed  netip.AddrPort // a later answer's source, if it ever differed
+	err      error          // why it ended early
+	errAfter int            // answers before err
 }
 
-// longLived keeps n connections per pod open until stop.
+// longLived keeps connections from pods open until stop.
 type longLived struct {
 	conns []*liveConn
 	stop  chan struct{}
 	wg    sync.WaitGroup
 }
 
-func startLongLived(t *testing.T, l *Lab, pods []PodStatus, n int) *longLived {
+// startLongLived opens, from each of pods, n connections the server sees
+// from egress IP via and up to others that it sees from another address
+// (the workers' multipath route picks the gateway per connection, so it
+// dials until it has them, closing the rest), and keeps each asking every
+// 100 ms. Of the second pod's n through via, unpreserved are dialed from
+// the source ports of the first pod's, so that the server sees them on
+// another port of via (port preservation cannot give the pod its own):
+// after a failover only the flow sync can carry those; the pick-up cannot.
+func startLongLived(t *testing.T, l *Lab, pods []PodStatus, via netip.Addr, n, others, unpreserved int) *longLived {
 	t.Helper()
 	ll := &longLived{stop: make(chan struct{})}
 	server := netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort).String()
-	ready := make(chan error, len(pods)*n)
-	for _, p := range pods {
-		for range n {
-			c := &liveConn{pod: p.Name}
-			ll.conns = append(ll.conns, c)
-			ll.wg.Add(1)
-			go func() {
-				defer ll.wg.Done()
-				c.run(p.Namespace, server, ll.stop, ready)
-			}()
+	var mu sync.Mutex
+	start := func(k *KeepAlive, p PodStatus, port int, seen netip.AddrPort) {
+		c := &liveConn{pod: p.Name, from: netip.AddrPortFrom(p.IP, uint16(port)), src: seen, kept: int(seen.Port()) == port, answers: 1, last: time.Now()}
+		mu.Lock()
+		ll.conns = append(ll.conns, c)
+		mu.Unlock()
+		ll.wg.Add(1)
+		go func() {
+			defer ll.wg.Done()
+			defer k.Close()
+			c.run(k, ll.stop)
+		}()
+	}
+	errs := make(chan error, len(pods))
+	for i, p := range pods {
+		n := n
+		if i == 1 {
+			n -= unpreserved
+		}
+		go func() {
+			through, elsewhere := 0, 0
+			for try := 0; through < n || elsewhere < others; try++ {
+				if try == 8*(n+others) {
+					errs <- fmt.Errorf("%s: %d connections opened, %d seen from %v and %d from elsewhere; want %d and %d", p.Name, try, through, via, elsewhere, n, others)
+					return
+				}
+				k, err := DialKeepAlive(p.Namespace, server, 5*time.Second)
+				if err != nil {
+					errs <- fmt.Errorf("%s: dial %s: %w", p.Name, server, err)
+					return
+				}
+				seen, err := k.Get(5 * time.Second)
+				if err != nil {
+					k.Close()
+					errs <- fmt.Errorf("%s: first request: %w", p.Name, err)
+					return
+				}
+				if seen.Addr() == via && through < n {
+					through++
+				} else if seen.Addr() != via && elsewhere < others {
+					elsewhere++
+				} else {
+					k.Close()
+					continue
+				}
+				start(k, p, k.conn.LocalAddr().(*net.TCPAddr).Port, seen)
+			}
+			errs <- nil
+		}()
+	}
+	var failed error
+	for range pods {
+		if err := <-errs; err != nil && failed == nil {
+			failed = err
 		}
 	}
-	for range len(ll.conns) {
-		if err := <-ready; err != nil {
-			close(ll.stop)
-			ll.wg.Wait()
-			t.Fatalf("long-lived connection: %v", err)
+	if failed == nil && unpreserved > 0 {
+		// The first pod's connections through via hold their ports on via
+		// towards the server; the second pod dials from the same ports.
+		var ports []int
+		for _, c := range ll.conns {
+			if c.pod == pods[0].Name && c.src.Addr() == via && c.kept {
+				ports = append(ports, int(c.from.Port()))
+			}
 		}
+		got := 0
+		for _, port := range ports {
+			if got == unpreserved {
+				break
+			}
+			k, err := dialFrom(pods[1].Namespace, server, port)
+			if err != nil {
+				continue // the port is in use in the pod
+			}
+			seen, err := k.Get(5 * time.Second)
+			if err != nil || seen.Addr() != via || int(seen.Port()) == port {
+				k.Close()
+				continue
+			}
+			start(k, pods[1], port, seen)
+			got++
+		}
+		if got < unpreserved {
+			failed = fmt.Errorf("%d of %d connections from %s through %v with a port %s's hold: the server saw the rest elsewhere or on their own port", got, unpreserved, pods[1].Name, via, pods[0].Name)
+		}
+	}
+	if failed != nil {
+		ll.end()
+		t.Fatalf("long-lived connections: %v", failed)
 	}
 	return ll
 }
 
-// run dials, reports the first answer on ready, then asks every 100 ms
-// until stop or an error.
-func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- error) {
-	k, err := DialKeepAlive(ns, server, 5*time.Second)
-	if err != nil {
-		ready <- fmt.Errorf("%s: dial %s: %w", c.pod, server, err)
-		return
-	}
-	defer k.Close()
-	local := k.conn.LocalAddr().(*net.TCPAddr).Port
-	// A stall longer than 5 s is an interruption, not a slow answer.
-	ask := func() (netip.Addr, error) {
-		ap, err := k.Get(5 * time.Second)
-		return ap.Addr(), err
-	}
-	seen, err := k.Get(5 * time.Second)
-	if err != nil {
-		ready <- fmt.Errorf("%s: first request: %w", c.pod, err)
-		return
-	}
-	c.src, c.answers, c.kept = seen.Addr(), 1, int(seen.Port()) == local
-	ready <- nil
+// run asks every 100 ms until stop or an error. An answer may take up to
+// 10 s, so that a stall is measured as a gap, not ended as an error.
+func (c *liveConn) run(k *KeepAlive, stop <-chan struct{}) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -86,61 +153,128 @@ func (c *liveConn) run(ns, server string, stop <-chan struct{}, ready chan<- err
 			return
 		case <-tick.C:
 		}
-		a, err := ask()
+		a, err := k.Get(10 * time.Second)
+		now := time.Now()
+		c.mu.Lock()
 		if err != nil {
 			c.err, c.errAfter = err, c.answers
+			c.mu.Unlock()
 			return
 		}
 		c.answers++
-		if a != c.src && !c.moved.IsValid() {
-			c.moved = a
+		if gap := now.Sub(c.last); gap > c.maxGap {
+			c.maxGap, c.gapEnd = gap, now
+		}
+		c.last = now
+		if a != c.src && !c.changed.IsValid() {
+			c.changed = a
+		}
+		c.mu.Unlock()
+	}
+}
+
+// end stops every connection and waits for them.
+func (ll *longLived) end() {
+	select {
+	case <-ll.stop:
+	default:
+		close(ll.stop)
+	}
+	ll.wg.Wait()
+}
+
+// answeredSince waits until every connection has been answered after
+// since or has ended, for at most limit.
+func (ll *longLived) answeredSince(since time.Time, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		waiting := false
+		for _, c := range ll.conns {
+			c.mu.Lock()
+			waiting = waiting || (c.err == nil && !c.last.After(since))
+			c.mu.Unlock()
+		}
+		if !waiting {
+			return
 		}
 	}
 }
 
-// checkSurvivors stops the connections and checks that every one whose
-// egress IP was on a gateway other than killed (in before) went on
-// answering, always from the same source: a failover disturbs only the
-// flows of the failed gateway. Of the failed gateway's own connections,
-// every one the server saw with the pod's own source port (port
-// preservation) must go on as well: the new owner of its egress IP picks it
-// up on that port. One whose port was not preserved (two pods' connections
-// chose the same port) cannot be picked up and is only counted.
-func (ll *longLived) checkSurvivors(t *testing.T, before *Status, killed string) {
+// maxStall is the longest a connection may go without an answer across a
+// failover, a restart or a move of its gateway (issue 15).
+const maxStall = 2 * time.Second
+
+// checkContinued lets the connections run until each has answered after
+// the disruption at `at` (a kill, a SIGTERM, a label removal), at most 15
+// s, then stops them and checks that every one whose first answer came
+// from egress IP via went on: no error (reset or timeout), every answer
+// from the same address and port as the first, and no gap longer than
+// maxStall between two answers. With the flow sync that holds for every
+// connection, whether its port was preserved or not.
+func (ll *longLived) checkContinued(t *testing.T, via netip.Addr, what string, at time.Time) {
 	t.Helper()
-	close(ll.stop)
-	ll.wg.Wait()
-	node := map[netip.Addr]string{}
-	for _, a := range before.Assignment {
-		node[a.IP] = a.Node
-	}
-	survivors, broken, moved := 0, 0, 0
+	ll.answeredSince(at, 15*time.Second)
+	time.Sleep(500 * time.Millisecond) // a few answers more on each
+	ll.end()
+	n, notKept, answers := 0, 0, 0
+	var worst time.Duration
 	for _, c := range ll.conns {
-		if node[c.src] == killed {
-			switch {
-			case c.err != nil:
-				broken++
-			case c.moved.IsValid():
-				moved++
-			}
-			if c.kept && (c.err != nil || c.moved.IsValid()) {
-				t.Errorf("%s's connection via %v (on %s, killed) kept its port but was not picked up: broke after %d answers (%v), moved to %v", c.pod, c.src, killed, c.errAfter, c.err, c.moved)
-			}
+		if c.src.Addr() != via {
 			continue
 		}
-		survivors++
+		n++
+		answers += c.answers
+		if !c.kept {
+			notKept++
+		}
+		worst = max(worst, c.maxGap)
+		switch {
+		case c.err != nil:
+			t.Errorf("%s's connection seen as %v (own port %d, preserved %v) broke after %d answers, %s: %v", c.pod, c.src, c.from.Port(), c.kept, c.errAfter, what, c.err)
+		case c.changed.IsValid():
+			t.Errorf("%s's connection seen as %v was later answered as %v (%s)", c.pod, c.src, c.changed, what)
+		case !c.last.After(at):
+			t.Errorf("%s's connection seen as %v got no answer after %s (%d answers)", c.pod, c.src, what, c.answers)
+		}
+		if c.maxGap > maxStall {
+			t.Errorf("%s's connection seen as %v (preserved port %v) stalled %v, ending %.3f s after %s; the limit is %v", c.pod, c.src, c.kept, c.maxGap.Round(time.Millisecond), c.gapEnd.Sub(at).Seconds(), what, maxStall)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no connection went through %v: the check proves nothing", via)
+	}
+	t.Logf("%s: %d connections through %v (%d of them without their own port), %d answers; the longest gap between two answers %v",
+		what, n, via, notKept, answers, worst.Round(time.Millisecond))
+}
+
+// checkUndisturbed stops the connections and checks that every one whose
+// first answer did not come from via (the failed gateway's egress IP) went on answering from the same source without a gap
+// longer than maxStall: a failover disturbs only the flows of the failed
+// gateway (the workers keep each gateway's slot in the multipath route).
+func (ll *longLived) checkUndisturbed(t *testing.T, via netip.Addr, killed string) {
+	t.Helper()
+	ll.end()
+	n := 0
+	var worst time.Duration
+	for _, c := range ll.conns {
+		if c.src.Addr() == via {
+			continue
+		}
+		n++
+		worst = max(worst, c.maxGap)
 		if c.err != nil {
-			t.Errorf("%s's connection via %v (%s, which stayed up) broke after %d answers: %v", c.pod, c.src, node[c.src], c.errAfter, c.err)
+			t.Errorf("%s's connection seen as %v (its gateway stayed up) broke after %d answers: %v", c.pod, c.src, c.errAfter, c.err)
 		}
-		if c.moved.IsValid() {
-			t.Errorf("%s's connection via %v (%s) was answered from %v later", c.pod, c.src, node[c.src], c.moved)
+		if c.changed.IsValid() {
+			t.Errorf("%s's connection seen as %v was later answered as %v", c.pod, c.src, c.changed)
+		}
+		if c.maxGap > maxStall {
+			t.Errorf("%s's connection seen as %v (its gateway stayed up) stalled %v", c.pod, c.src, c.maxGap.Round(time.Millisecond))
 		}
 	}
-	if survivors < len(ll.conns)/4 {
-		t.Fatalf("only %d of %d connections used a gateway other than %s: the check proves little", survivors, len(ll.conns), killed)
+	if n == 0 {
+		t.Fatalf("no connection used a gateway other than %s: the check proves nothing", killed)
 	}
-	t.Logf("%d connections through surviving gateways all kept going; of the %d through %s, %d went on (picked up), %d broke, %d were answered from another address",
-		survivors, len(ll.conns)-survivors, killed, len(ll.conns)-survivors-broken-moved, broken, moved)
+	t.Logf("%d connections through the gateways other than %s went on; the longest gap between two answers %v", n, killed, worst.Round(time.Millisecond))
 }
 
 // udpTalk is one UDP conversation from a pod to the echo server: a

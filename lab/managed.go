@@ -116,13 +116,18 @@ func (m Managed) Start(env GatewayEnv) error {
 	pid, err := startGatewayDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
 		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0",
 		"--state-file", StateFile(env.RunDir, env.Gateway.Name),
-		"--sync-key-file", key, "--sync-addr", netip.AddrPortFrom(env.Gateway.IP, 9108).String())
+		"--sync-key-file", key, "--sync-addr", netip.AddrPortFrom(env.Gateway.IP, 9108).String(),
+		"--flows-socket", FlowsSocket(env.RunDir, env.Gateway.Name))
 	if err != nil {
 		return err
 	}
 	hc := netip.AddrPortFrom(env.Gateway.IP, HealthPort).String()
 	return waitServing(env.NS, hc, pid, filepath.Join(env.RunDir, id+".log"), 15*time.Second)
 }
+
+// FlowsSocket is where gateway gw of a managed lab lists its flows
+// (`egret flows --socket`).
+func FlowsSocket(runDir, gw string) string { return filepath.Join(runDir, "flows-"+gw+".sock") }
 
 // waitServing waits until the gateway agent's health service in ns says
 // SERVING, i.e. its data plane runs with a configuration (and has removed

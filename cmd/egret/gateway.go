@@ -79,6 +79,7 @@ type gatewayFlags struct {
 	syncKeyFile      string
 	stateFile        string
 	pod, podNS       string
+	flowsSocket      string
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -114,6 +115,7 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
 	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
 	fs.StringVar(&f.podNS, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
+	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket on which \"egret flows\" lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -299,6 +301,14 @@ func runGateway(args []string) error {
 		return err
 	}
 	defer gm.close()
+	var cur atomic.Pointer[engine.Engine] // what --flows-socket lists
+	if f.flowsSocket != "" {
+		stop, err := serveFlows(f.flowsSocket, flowsHandler(engineFlows(&cur)), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	// Signals first: a SIGTERM during start-up must still clean up.
 	sigs := make(chan os.Signal, 4)
@@ -312,6 +322,7 @@ func runGateway(args []string) error {
 	resumeFlows(f.stateFile, eng, log)
 	eng.Start()
 	gm.attach(eng)
+	cur.Store(eng)
 	gm.setReady(func() error { return nil })
 	log.Info("gateway: running", "modes", eng.Modes(), "config", f.config)
 
@@ -425,6 +436,14 @@ func runGatewayAgent(f *gatewayFlags) error {
 		return err
 	}
 	defer gm.close()
+	var cur atomic.Pointer[engine.Engine] // what --flows-socket lists
+	if f.flowsSocket != "" {
+		stop, err := serveFlows(f.flowsSocket, flowsHandler(engineFlows(&cur)), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -489,6 +508,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 			resumeFlows(f.stateFile, e, log)
 			e.Start()
 			gm.attach(e)
+			cur.Store(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 			eng = e
 			if syncKey != nil {

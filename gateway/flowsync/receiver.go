@@ -207,8 +207,18 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 				s.forget(h, f.Orig)
 			}
 			if err := pipe.Adopt(f, rp, time.Duration(it.rem), now); err != nil {
-				s.c.adoptFailed.Add(1)
-				continue
+				// This gateway's own copy of the flow, with the same binding,
+				// left from when it hosted the IP (which moved to the peer) or
+				// resumed from a state file, holds the tuple and the port:
+				// the peer's copy is the current one and replaces it. A copy
+				// held for another peer is left alone.
+				if !s.heldElsewhere(peer, f.Orig) && pipe.Abandon(f) {
+					err = pipe.Adopt(f, rp, time.Duration(it.rem), now)
+				}
+				if err != nil {
+					s.c.adoptFailed.Add(1)
+					continue
+				}
 			}
 			h.flows[f.Orig] = heldFlow{nat: f.NATAddr, port: f.NATPort, gen: h.gen}
 			s.c.backup.Add(1)
@@ -216,6 +226,17 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 		}
 	}
 	return nil
+}
+
+// heldElsewhere reports whether the flow with tuple k is held for a peer
+// other than peer. Call with rmu held.
+func (s *Sync) heldElsewhere(peer string, k conntrack.Tuple) bool {
+	for p, h := range s.held {
+		if _, ok := h.flows[k]; ok && p != peer {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Sync) forget(h *heldSet, k conntrack.Tuple) {

@@ -309,3 +309,23 @@ func FuzzApply(f *testing.F) {
 		s.apply("peer", b, map[uint32]gateway.ReturnPath{})
 	})
 }
+
+// TestOwnLeftoverReplaced: the standby still holds its own copy of a flow
+// from when it hosted the egress IP (the IP moved to the peer, which now
+// sends the flow back to it): the peer's copy, in a later state, replaces
+// it instead of failing to adopt, so the standby is in step.
+func TestOwnLeftoverReplaced(t *testing.T) {
+	a, b := newPipeline(t, 1<<10, egress, egress6), newPipeline(t, 1<<10)
+	for i := range 10 {
+		adopt(t, b, flow(i, conntrack.StateEstablished)) // b's leftovers
+		adopt(t, a, flow(i, conntrack.StateFinWait))     // the connections went on closing at a
+	}
+	s, addr := standby(t, b)
+	sa := newSync(t, "primary", testKey, a, nil)
+	sa.SetPeers(map[netip.Addr]string{egress: addr, egress6: addr})
+	sa.Start()
+	waitMatch(t, a, b)
+	if st := s.Stats(); st.AdoptFailed != 0 || st.BackupFlows != 10 {
+		t.Fatalf("standby stats %+v: want the 10 flows held, none failed", st)
+	}
+}
