@@ -80,6 +80,7 @@ type gatewayFlags struct {
 	stateFile        string
 	pod, podNS       string
 	flowsSocket      string
+	drain            time.Duration
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -116,6 +117,7 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
 	fs.StringVar(&f.podNS, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
 	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket on which \"egret flows\" lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
+	fs.DurationVar(&f.drain, "drain-timeout", 5*time.Second, "agent mode with the flow sync on: on SIGTERM the agent reports NOT_SERVING, so that the controller moves its egress IPs to their standbys (which hold their flows), and forwards until they moved or this long has passed; 0: release them at once (docs/continuity.md)")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -151,6 +153,8 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 			return nil, fmt.Errorf("--fence-after %v: use 100ms–10m", f.fenceAfter)
 		case f.healthMaxConns < 1 || f.healthMaxConns > 4096:
 			return nil, fmt.Errorf("--health-max-conns %d: use 1–4096", f.healthMaxConns)
+		case f.drain < 0 || f.drain > time.Minute:
+			return nil, fmt.Errorf("--drain-timeout %v: use 0–1m, and keep it below the pod's termination grace period", f.drain)
 		}
 		if err := f.healthTLS.Check(); err != nil {
 			return nil, fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
@@ -498,7 +502,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	}
 	var eng *engine.Engine
 	var fs *flowsync.Sync
-	a := &gwagent.Agent{Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
+	a := &gwagent.Agent{Drain: f.drainFor(syncKey),Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
 		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
 			e, err := engine.New(s, f.engineOptions(log))
@@ -598,6 +602,16 @@ func runGatewayAgent(f *gatewayFlags) error {
 		logFinal(log, eng.Stats())
 	}
 	return err
+}
+
+// drainFor is Agent.Drain: only with the flow sync on (a key) do the
+// standbys hold the flows; without it an IP moved at a stop loses them, and
+// staying for the next process (--state-file) is the better bet.
+func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
+	if syncKey == nil {
+		return 0
+	}
+	return f.drain
 }
 
 // engineOptions are the engine's options from the flags.

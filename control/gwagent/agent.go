@@ -64,7 +64,13 @@ type Agent struct {
 	// by default) paces the contact checks; Resync (30 s) rebuilds without
 	// a change.
 	FenceAfter, CheckEvery, Resync time.Duration
-	Log                            *slog.Logger
+	// Drain, when positive, is how long a stopping agent waits for its
+	// egress IPs to move before it closes the data plane: it reports
+	// NOT_SERVING at once, so that the controller moves them to their
+	// standbys (which hold their flows), and forwards until the status
+	// places none here or Drain has passed. Zero: close at once.
+	Drain time.Duration
+	Log   *slog.Logger
 
 	mu      sync.Mutex
 	state   State
@@ -139,7 +145,8 @@ type loop struct {
 	retry       bool
 	lastErr     string
 	lastProblem string
-	heldBack    int // egress IPs the cache places here and the fresh list does not
+	heldBack    int  // egress IPs the cache places here and the fresh list does not
+	draining    bool // stopping: NOT_SERVING until the egress IPs moved (Agent.Drain)
 
 	standbys       map[netip.Addr]netip.Addr // as last given to OnStandbys
 	lastStandbyErr string
@@ -155,6 +162,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("the gateway agent needs a Source and a StartDataPlane")
 	}
 	a.setServing(false)
+	// The source outlives ctx by the drain, which needs its updates.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer scancel()
 	kick := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -165,7 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.rebuild = poke
 	a.mu.Unlock()
-	if err := a.Source.Start(ctx, func(k cluster.Kind) {
+	if err := a.Source.Start(sctx, func(k cluster.Kind) {
 		poke()
 		if k == cluster.KindNode && a.OnNode != nil {
 			a.OnNode()
@@ -179,7 +189,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		fresh   cluster.Statuses
 	)
 	lastOK.Store(time.Now().UnixNano()) // Start returned: the source was just listed
-	go a.checkLoop(ctx, func(st cluster.Statuses) {
+	go a.checkLoop(sctx, func(st cluster.Statuses) {
 		freshMu.Lock()
 		differ := !reflect.DeepEqual(fresh, st)
 		fresh = st
@@ -203,7 +213,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer tick.Stop()
 	resync := time.NewTicker(a.Resync)
 	defer resync.Stop()
-	var retry <-chan time.Time
+	var retry, drained <-chan time.Time
+	stopping := ctx.Done()
 	backoff := time.Duration(0)
 	dirty := true
 	for {
@@ -213,6 +224,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			freshMu.Unlock()
 			if err := a.reconcile(l, time.Unix(0, lastOK.Load()), f); err != nil {
 				return err
+			}
+			if l.draining && len(hostedOf(l.applied)) == 0 {
+				a.Log.Info("gateway agent: stopping: every egress IP moved elsewhere")
+				return nil
 			}
 			retry = nil
 			if l.retry {
@@ -224,7 +239,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		dirty = true
 		select {
-		case <-ctx.Done():
+		case <-stopping:
+			hosted := hostedOf(l.applied)
+			if a.Drain <= 0 || l.dp == nil || len(hosted) == 0 {
+				return nil
+			}
+			a.Log.Info("gateway agent: stopping: NOT_SERVING until the egress IPs moved", "hosted", hosted, "drain", a.Drain)
+			l.draining, stopping = true, nil
+			a.setServing(false)
+			drained = time.After(a.Drain)
+			dirty = false
+		case <-drained:
+			a.Log.Warn("gateway agent: stopping with egress IPs still placed here", "hosted", hostedOf(l.applied), "drain", a.Drain)
 			return nil
 		case <-kick:
 			time.Sleep(20 * time.Millisecond) // let a burst of changes settle into one pass
@@ -295,7 +321,7 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 		l.fenced = fenced
 		// Fenced and Serving change together, so no reader sees a fenced
 		// node that still reports SERVING.
-		serving := l.dp != nil && !fenced
+		serving := l.dp != nil && !fenced && !l.draining
 		a.mu.Lock()
 		a.state.Fenced = fenced
 		a.state.Serving = serving
@@ -331,7 +357,7 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 		cfg = Fenced(cfg)
 	}
 	defer func() {
-		a.setServing(l.dp != nil && !l.fenced)
+		a.setServing(l.dp != nil && !l.fenced && !l.draining)
 		a.publishStandbys(l, v)
 	}()
 	if l.dp != nil && !l.retry && reflect.DeepEqual(cfg, l.applied) {

@@ -304,3 +304,69 @@ func placedOnG1() *fakeSource {
 	src.place("g1", true, true)
 	return src
 }
+
+// TestAgentDrain: a stopping agent with Drain reports NOT_SERVING at once,
+// keeps the data plane (and its egress IP) until the status moves the IP
+// elsewhere, and only then closes it; with nothing moving it, it closes
+// once Drain has passed.
+func TestAgentDrain(t *testing.T) {
+	for _, moved := range []bool{true, false} {
+		src := placedOnG1()
+		hs, err := health.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prober := health.NewProber()
+		target := hs.Addr().String()
+		check := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return prober.Check(ctx, target)
+		}
+		dp := &fakeDP{}
+		drain := time.Hour // the moved case must end by the move, not the clock
+		if !moved {
+			drain = 200 * time.Millisecond
+		}
+		a := &Agent{Node: "g1", Base: base(), Source: src, Health: hs, Drain: drain, Log: testLog(t),
+			StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+				dp.Reload(s)
+				return dp, nil
+			}}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		ip := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
+		waitFor(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+		waitFor(t, "SERVING", 2*time.Second, func() bool { return check() == nil })
+
+		cancel()
+		waitFor(t, "NOT_SERVING once stopping", 2*time.Second, func() bool { return errors.Is(check(), health.ErrNotServing) })
+		if moved {
+			time.Sleep(100 * time.Millisecond)
+			dp.mu.Lock()
+			closed := dp.closed
+			dp.mu.Unlock()
+			if closed || !slices.Equal(dp.last(), ip) {
+				t.Fatalf("the data plane stopped hosting %v before the status moved it (closed %v, hosting %v)", ip, closed, dp.last())
+			}
+			src.place("g2", true, true)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("moved=%v: the agent did not stop", moved)
+		}
+		if !dp.closed {
+			t.Errorf("moved=%v: data plane not closed when the agent stopped", moved)
+		}
+		if moved && len(dp.last()) != 0 {
+			t.Errorf("the last configuration still hosted %v; the IP had moved", dp.last())
+		}
+		prober.Close()
+		hs.Stop()
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -137,12 +139,24 @@ func (s *Server) Stop() error {
 // it does not serve.
 var ErrNotServing = errors.New("the node's agent reports NOT_SERVING")
 
+// ErrRefused is returned by Probe when the node's kernel refused the
+// connection: the node is up but nothing listens on the health port, so its
+// gateway agent is not running.
+var ErrRefused = errors.New("the node refused the connection (its agent is not running)")
+
 // Prober checks the health service of many nodes, keeping one connection per
 // address so a probe is a single round trip. It is safe for concurrent use.
 type Prober struct {
 	creds credentials.TransportCredentials
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]*proberConn
+}
+
+// proberConn is the connection to one node and when a dial to it was last
+// refused (Unix nanoseconds, 0: never).
+type proberConn struct {
+	*grpc.ClientConn
+	refused atomic.Int64
 }
 
 // ProberOption adjusts a Prober.
@@ -161,7 +175,7 @@ func ProbeTLS(cfg *tls.Config) ProberOption {
 // NewProber returns a Prober with no connections yet, speaking plain gRPC
 // unless an option says otherwise.
 func NewProber(opts ...ProberOption) *Prober {
-	p := &Prober{creds: insecure.NewCredentials(), conns: map[string]*grpc.ClientConn{}}
+	p := &Prober{creds: insecure.NewCredentials(), conns: map[string]*proberConn{}}
 	for _, o := range opts {
 		o(p)
 	}
@@ -171,11 +185,19 @@ func NewProber(opts ...ProberOption) *Prober {
 // Target formats the health address of a node IP and port.
 func Target(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
 
-func (p *Prober) conn(target string) (*grpc.ClientConn, error) {
+func (p *Prober) conn(target string) (*proberConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.conns[target]; ok {
 		return c, nil
+	}
+	pc := &proberConn{}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			pc.refused.Store(time.Now().UnixNano())
+		}
+		return c, err
 	}
 	// Reconnect quickly: the default backoff grows to two minutes, which
 	// would keep a recovered node out long after it is back.
@@ -184,12 +206,14 @@ func (p *Prober) conn(target string) (*grpc.ClientConn, error) {
 	bc.MaxDelay = 500 * time.Millisecond
 	c, err := grpc.NewClient("passthrough:///"+target,
 		grpc.WithTransportCredentials(p.creds),
+		grpc.WithContextDialer(dial),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 200 * time.Millisecond}))
 	if err != nil {
 		return nil, fmt.Errorf("health client for %s: %w", target, err)
 	}
-	p.conns[target] = c
-	return c, nil
+	pc.ClientConn = c
+	p.conns[target] = pc
+	return pc, nil
 }
 
 // Check asks the node at target (host:port) once whether it serves; ctx
@@ -199,7 +223,7 @@ func (p *Prober) Check(ctx context.Context, target string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{Service: Service})
+	resp, err := healthpb.NewHealthClient(c.ClientConn).Check(ctx, &healthpb.HealthCheckRequest{Service: Service})
 	if err != nil {
 		return fmt.Errorf("health check of %s: %w", target, err)
 	}
@@ -212,17 +236,28 @@ func (p *Prober) Check(ctx context.Context, target string) error {
 // Probe is the reachability check with a total timeout, as
 // reachabilityTotalTimeoutSeconds defines it: it retries failed checks
 // until one succeeds or total has passed, so a single lost packet or a
-// reconnect in progress does not declare the node down.
+// reconnect in progress does not declare the node down. An answer is not a
+// lost packet, though: a node whose agent says NOT_SERVING (it is stopping,
+// or cannot forward) or whose kernel refuses the connection during this
+// probe (the agent is not running) is down at once (ErrNotServing,
+// ErrRefused), so that its egress IPs move without waiting out total.
 func (p *Prober) Probe(ctx context.Context, target string, total time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()
 	const retry = 100 * time.Millisecond
+	start := time.Now().UnixNano()
 	for {
 		// Wait for the connection while the budget lasts, rather than
 		// failing fast on a transport still reconnecting.
 		err := p.Check(ctx, target)
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, ErrNotServing) {
+			return err
+		}
+		if c, cerr := p.conn(target); cerr == nil && c.refused.Load() >= start {
+			return fmt.Errorf("health check of %s: %w", target, ErrRefused)
 		}
 		select {
 		case <-ctx.Done():
@@ -247,7 +282,7 @@ func (p *Prober) Forget(target string) {
 func (p *Prober) Close() {
 	p.mu.Lock()
 	conns := p.conns
-	p.conns = map[string]*grpc.ClientConn{}
+	p.conns = map[string]*proberConn{}
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.Close()

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -30,19 +31,21 @@ func TestServeProbeStopRestart(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	// The probe retries for its whole budget and then reports the node
-	// unreachable. Only the lower bound is a property of Probe (its
-	// deadline); how much later a loaded machine returns is not.
-	start := time.Now()
-	err = p.Probe(ctx, addr, 500*time.Millisecond)
-	if err == nil {
-		t.Fatal("probe of a stopped server succeeded")
+	// Nothing listens any more: the node's kernel refuses the connection,
+	// an answer that the agent is not running, so the probe says so at once
+	// instead of waiting out its budget (the budget is long here so that
+	// waiting it out would show).
+	if err := p.Probe(ctx, addr, time.Minute); !errors.Is(err, ErrRefused) {
+		t.Fatalf("probe of a stopped server: %v, want %v", err, ErrRefused)
 	}
-	if !strings.Contains(err.Error(), "unreachable within 500ms") {
-		t.Errorf("probe of a stopped server: %v, want it to give up at its total timeout", err)
+	// NOT_SERVING is an answer too.
+	ns, err := Listen("127.0.0.1:0", NotServing())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if took := time.Since(start); took < 500*time.Millisecond {
-		t.Errorf("probe gave up after %v, before its 500ms total timeout", took)
+	defer ns.Stop()
+	if err := p.Probe(ctx, ns.Addr().String(), time.Minute); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("probe of a NOT_SERVING server: %v, want %v", err, ErrNotServing)
 	}
 
 	// The node comes back on the same address: the same prober sees it
@@ -54,6 +57,40 @@ func TestServeProbeStopRestart(t *testing.T) {
 	defer s2.Stop()
 	if err := p.Probe(ctx, addr, 2*time.Second); err != nil {
 		t.Fatalf("probe after restart: %v", err)
+	}
+}
+
+// A node that answers nothing (a lost packet, a dead host: here a listener
+// that accepts and never speaks) is retried for the whole budget and then
+// reported unreachable. Only the lower bound is a property of Probe (its
+// deadline); how much later a loaded machine returns is not.
+func TestProbeSilentNodeUsesItsBudget(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	p := NewProber()
+	defer p.Close()
+	start := time.Now()
+	err = p.Probe(context.Background(), ln.Addr().String(), 500*time.Millisecond)
+	if err == nil {
+		t.Fatal("probe of a silent node succeeded")
+	}
+	if errors.Is(err, ErrRefused) || errors.Is(err, ErrNotServing) || !strings.Contains(err.Error(), "unreachable within 500ms") {
+		t.Errorf("probe of a silent node: %v, want it to give up at its total timeout", err)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("probe gave up after %v, before its 500ms total timeout", took)
 	}
 }
 
