@@ -502,7 +502,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	}
 	var eng *engine.Engine
 	var fs *flowsync.Sync
-	a := &gwagent.Agent{Drain: f.drainFor(syncKey),Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
+	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
 		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
 			e, err := engine.New(s, f.engineOptions(log))
