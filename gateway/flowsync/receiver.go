@@ -190,6 +190,8 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 			if hf, ok := h.flows[f.Orig]; ok {
 				pipe.Abandon(&conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
 				s.forget(h, f.Orig)
+			} else {
+				s.takeOver(peer, f)
 			}
 			s.c.recordsApplied.Add(1)
 		case itemUpsert:
@@ -205,6 +207,8 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 			if hf, ok := h.flows[f.Orig]; ok {
 				pipe.Abandon(&conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
 				s.forget(h, f.Orig)
+			} else {
+				s.takeOver(peer, f)
 			}
 			if err := pipe.Adopt(f, rp, time.Duration(it.rem), now); err != nil {
 				s.c.adoptFailed.Add(1)
@@ -216,6 +220,25 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 		}
 	}
 	return nil
+}
+
+// takeOver removes the copy of f (same original tuple and NAT binding)
+// this gateway holds other than for peer: one resumed from the state file
+// of the previous process on this node, or held for another peer (the
+// IP's primary before peer). Its egress IP is not hosted here (the caller
+// checked), so the copy answers nothing, and peer's record is the current
+// one: without this the copy kept the port, the record was not adopted
+// (counted adopt failure) and the copy never learned a state change,
+// refresh or removal (seen on the cluster: a gateway restarted by a
+// rollout resumed its flows, lost their IP to the standby, then stood by
+// for that IP). s.rmu is held.
+func (s *Sync) takeOver(peer string, f *conntrack.Flow) {
+	for p, h := range s.held {
+		if hf, ok := h.flows[f.Orig]; ok && p != peer && hf.nat == f.NATAddr && hf.port == f.NATPort {
+			s.forget(h, f.Orig)
+		}
+	}
+	s.cfg.Pipeline.Abandon(f)
 }
 
 func (s *Sync) forget(h *heldSet, k conntrack.Tuple) {
