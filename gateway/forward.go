@@ -157,6 +157,20 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 		}
 		retired := false
 		if l.Hit && !natCurrent(st, s, &l.Flow) {
+			if len(st.snap.policies[s.policy].ips[fam(pk.IPVer)]) == 0 {
+				// No egress IP of the pod's policy is hosted here: this
+				// is a standby whose backup flow's IP it does not host
+				// yet (the pod's node switched to it first), or a
+				// gateway whose IP moved to another, which holds the
+				// flow synced. Neither retired nor reset, which killed
+				// the connection in that window (seen on the cluster):
+				// the pod retransmits, through whichever gateway hosts
+				// the IP by then.
+				if fe != nil {
+					pr.frags.release(fe)
+				}
+				return pr.drop(DropNoEgressIP)
+			}
 			l.Hit, retired = pr.retire(st, s, l, now)
 		}
 		if !l.Hit {

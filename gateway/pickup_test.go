@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/egret-gw/egret/conntrack"
 
@@ -145,4 +146,46 @@ func TestPickUp(t *testing.T) {
 			t.Fatalf("%v %v to ifindex %d, %d flows; want an RST to the pod and no flow", r.Verdict, r.Reason, r.Ifindex, f.ct.Len())
 		}
 	})
+}
+
+// TestBackupFlowWaitsForItsIP: a pod's segment that reaches a gateway
+// holding its flow for an egress IP not hosted here, while no IP of the
+// pod's policy is (a standby the pod's node switched to before the
+// standby hosts the IP; seen on the cluster), is dropped: the flow is
+// neither retired nor answered with an RST, and once the IP is hosted the
+// pod's retransmission leaves on the flow's own port.
+func TestBackupFlowWaitsForItsIP(t *testing.T) {
+	out := make([]byte, 2048)
+	standby := testConfig()
+	standby.Policies[0].EgressIPs = nil
+	f := newFixture(t, 64, standby)
+	backup := conntrack.Flow{
+		Orig:    conntrack.Tuple{Src: pod1v4.As16(), Dst: server4.As16(), SrcPort: 40000, DstPort: 443, Proto: conntrack.ProtoTCP},
+		NATAddr: egress4.As16(), NATPort: 55555, State: conntrack.StateEstablished,
+	}
+	rp := ReturnPath{VTEP: node1VTEP, Tunnel: TunnelVNI{Tunnel: TunnelVXLAN, VNI: testVNI}}
+	if err := f.p.Adopt(&backup, rp, time.Hour, testNow); err != nil {
+		t.Fatal(err)
+	}
+	seg := pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 40000, dport: 443, flags: "A", seq: 5000, ack: 777, payload: make([]byte, 10)}
+	frame := tunnelFrame(t, podTun(), seg.build(t))
+	r := processOne(f.w, testNow, frame, out)
+	st := f.w.Stats()
+	if r.Verdict != VerdictDrop || r.Reason != DropNoEgressIP || st.Count(CounterTCPResetsSent) != 0 || st.Count(CounterFlowsMoved) != 0 || f.ct.Len() != 1 {
+		t.Fatalf("segment before the IP is hosted: %v %v, %d resets, %d moved, %d flows; want dropped no_egress_ip, no reset, the backup flow kept",
+			r.Verdict, r.Reason, st.Count(CounterTCPResetsSent), st.Count(CounterFlowsMoved), f.ct.Len())
+	}
+	s, err := NewSnapshot(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Swap(s); err != nil {
+		t.Fatal(err)
+	}
+	if r = processOne(f.w, testNow, frame, out); r.Verdict != VerdictTx || r.Ifindex != outHop.Ifindex {
+		t.Fatalf("retransmission once the IP is hosted: %v %v, want sent to the outside", r.Verdict, r.Reason)
+	}
+	if src, tcp := forwarded(t, out[:r.Len]); src != egress4 || tcp.SrcPort != 55555 {
+		t.Fatalf("left from %v:%d, want the backup flow's %v:55555", src, tcp.SrcPort, egress4)
+	}
 }
