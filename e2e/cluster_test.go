@@ -5,12 +5,15 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -95,6 +98,7 @@ type env struct {
 	kubectlBin string // the cached kubectl (hack/k8s-bins.sh)
 	version    string
 	overlay    string
+	ports      int // source ports syncedPair tried so far
 }
 
 func TestCluster(t *testing.T) {
@@ -145,7 +149,8 @@ func TestCluster(t *testing.T) {
 	e.push(image, plan.registry+"/egret-gw/egret:"+e.version)
 	// The tag stays the version while the tree changes: the nodes must pull
 	// this build, not run the one they cached from an earlier run.
-	e.forgetImages(plan.registry+"/egret-gw/egret:"+e.version, plan.registry+"/egret-gw/egret:"+e.version+"-e2e")
+	// The probe's tag stays too.
+	e.forgetImages(plan.registry+"/egret-gw/egret:"+e.version, plan.registry+"/egret-gw/egret:"+e.version+"-e2e", probeImage())
 	e.buildProbeImage()
 	for _, g := range gateways {
 		e.kubectl("label", "node", g, "k8s.ovn.org/egress-assignable=", "--overwrite")
@@ -156,6 +161,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	kust := e.kustomize()
+	e.flowSyncSecret()
 	kust.install()
 	e.waitEgretReady()
 	t.Logf("Egret (kustomize) Ready after %v", time.Since(start).Round(time.Second))
@@ -173,7 +179,7 @@ func TestCluster(t *testing.T) {
 		{name: "e2e-qa", labels: map[string]string{"env": "qa", "environment": "development"}, want: objs["egress-project1"]},
 		{name: "e2e-other", labels: map[string]string{"environment": "production"}, want: objs["egress-group2"]},
 		{name: "e2e-none", labels: map[string]string{"environment": "development"}},
-		{name: "e2e-move", labels: map[string]string{"e2e": "move", "environment": "development"}, want: []string{moveIP}, only: "w1"},
+		{name: "e2e-move", labels: map[string]string{"e2e": "move", "environment": "development"}, want: []string{moveIP}},
 	}
 	for _, ns := range nss {
 		e.createNamespace(ns)
@@ -190,7 +196,9 @@ func TestCluster(t *testing.T) {
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress checked after %v", time.Since(start).Round(time.Second))
 
-	// 4. the node hosting the single-IP object dies; the IP serves from the other gateway.
+	// 4. the node hosting the single-IP object dies; the IP serves from the
+	// other gateway, its standby, and two connections go on with their
+	// source address and port, one of them carried only by the synced flow.
 	e.failover(icmp, nss[len(nss)-1])
 
 	// 6. uninstall; every node is clean. (The pods stay: they are the
@@ -202,6 +210,7 @@ func TestCluster(t *testing.T) {
 	// §5: the Helm chart in place of kustomize, with the same checks; the
 	// gateway rollout to a new image tag is a helm upgrade.
 	hm := e.helm()
+	e.flowSyncSecret()
 	hm.install()
 	e.waitEgretReady()
 	t.Logf("Egret (helm) Ready after %v", time.Since(start).Round(time.Second))
@@ -211,12 +220,20 @@ func TestCluster(t *testing.T) {
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress through the Helm install checked at %v", time.Since(start).Round(time.Second))
 
-	// 5. a new image tag for the gateways; egress works afterwards, and a
-	// connection open through the whole rollout goes on: each gateway's
-	// restart moves its egress IPs to the other, which picks the
-	// connection up on its preserved port.
+	// 5. a new image tag for the gateways; egress works afterwards, and two
+	// connections open through the whole rollout go on with their source
+	// address and port, one of them on a port that was not preserved: when
+	// the gateway hosting moveIP restarts, the new process on its node
+	// resumes their flows from the state file, or its standby, which holds
+	// them synced, takes the IP over.
 	e.push(image, plan.registry+"/egret-gw/egret:"+e.version+"-e2e")
-	held := e.holdConnection(nss[len(nss)-1])
+	// An upgrade of a settled install: a DaemonSet's rollout replaces at
+	// once every old pod not yet available (Ready for minReadySeconds, 40 s),
+	// so started sooner after the install it restarted both gateways
+	// together, and moveIP had no gateway for the controller's hold-down
+	// (seen: both held connections timed out).
+	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=120s")
+	pair, host, _ := e.syncedThrough(nss[len(nss)-1])
 	hm.rollout(e.version + "-e2e")
 	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=180s")
 	if got := e.kubectl("-n", "egret-system", "get", "daemonset/egret-gateway", "-o", "jsonpath={.spec.template.spec.containers[0].image}"); got != plan.registry+"/egret-gw/egret:"+e.version+"-e2e" {
@@ -226,7 +243,7 @@ func TestCluster(t *testing.T) {
 	// down (30 s) before it hosts again; egress is checked on the settled state.
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress after the gateway rollout checked at %v", time.Since(start).Round(time.Second))
-	held()
+	e.endRollout(pair, host)
 
 	for _, ns := range nss {
 		e.kubectl("delete", "namespace", ns.name, "--wait=false")
@@ -236,48 +253,298 @@ func TestCluster(t *testing.T) {
 	t.Logf("total %v", time.Since(start).Round(time.Second))
 }
 
-// holdConnection opens one keep-alive HTTP connection from the first pod of
-// ns (whose object has one egress IP, moveIP) to the outside server, asking
-// every 200 ms (probe hold), and returns the function that ends it and
-// checks that every answer came over it from moveIP with one port (probe
-// hold fails on a broken connection or another source).
-func (e *env) holdConnection(ns testNS) func() {
+// flowSyncSecret makes the Secret that turns the gateways' flow sync on,
+// with the command docs/security.md gives users ("Flow sync"), in the
+// namespace made beforehand, so the gateways start with the key. The
+// namespace goes with the install (kubectl delete -k; after helm
+// uninstall, kubectl delete namespace), the Secret with it.
+func (e *env) flowSyncSecret() {
 	e.t.Helper()
-	p := e.pods(ns.name)[0]
-	uid := e.kubectl("get", "eip", "e2e-move", "-o", "jsonpath={.metadata.uid}")
-	cmd := exec.Command(e.kubectlBin, "--kubeconfig="+filepath.Join(stateDir, "admin.kubeconfig"),
-		"-n", ns.name, "exec", "-i", p.name, "--", "/bin/probe", "hold", net.JoinHostPort(plan.serverIP, "8080"))
-	stdin, err := cmd.StdinPipe()
+	e.kubectl("create", "namespace", "egret-system")
+	e.sh("sh", "-c", e.kubectlBin+` -n egret-system create secret generic egret-flow-sync \
+  --from-literal=key="$(head -c 48 /dev/urandom | base64 -w0)"`)
+}
+
+// heldConn is one keep-alive HTTP connection from a pod to the outside
+// server (probe hold): a request every 200 ms until end.
+type heldConn struct {
+	what   string // namespace/pod
+	seen   netip.AddrPort
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	errOut bytes.Buffer
+}
+
+// hold opens a connection from pod p of namespace ns, from source port
+// port (0: the kernel's choice), and returns once the server answered the
+// first request, with the source it saw.
+func (e *env) hold(ns string, p pod, port int) (*heldConn, error) {
+	args := []string{"--kubeconfig=" + filepath.Join(stateDir, "admin.kubeconfig"), "-n", ns, "exec", "-i", p.name, "--",
+		"/bin/probe", "hold", net.JoinHostPort(plan.serverIP, "8080")}
+	if port != 0 {
+		args = append(args, strconv.Itoa(port))
+	}
+	h := &heldConn{what: ns + "/" + p.name, cmd: exec.Command(e.kubectlBin, args...)}
+	h.cmd.Stderr = &h.errOut
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := h.cmd.StdoutPipe()
 	if err != nil {
-		e.t.Fatal(err)
+		return nil, err
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
+	if err := h.cmd.Start(); err != nil {
+		return nil, err
 	}
-	return func() {
-		e.t.Helper()
-		stdin.Close()
-		err := cmd.Wait()
-		f := strings.Fields(out.String())
-		if err != nil || len(f) != 2 {
-			e.t.Errorf("the connection held through the gateway rollout: %v: %s", err, out.String())
-			return
+	h.out = bufio.NewReader(stdout)
+	// The probe gives up on its own (5 s to connect, 15 s for an answer);
+	// this is for a kubectl exec that hangs.
+	stuck := time.AfterFunc(time.Minute, func() { h.cmd.Process.Kill() })
+	line, rerr := h.out.ReadString('\n')
+	stuck.Stop()
+	if rerr == nil {
+		h.seen, rerr = netip.ParseAddrPort(strings.TrimSpace(line))
+	}
+	if rerr != nil {
+		h.stdin.Close()
+		rest, _ := io.ReadAll(h.out)
+		werr := h.cmd.Wait()
+		return nil, fmt.Errorf("%s: probe hold: %v (%v): %s%s%s", h.what, rerr, werr, line, rest, h.errOut.String())
+	}
+	return h, nil
+}
+
+// end closes the probe's stdin: it asks once more, so its last answer
+// came after whatever happened meanwhile, and reports how many answers
+// came, every one from h.seen (else it fails).
+func (h *heldConn) end() (int, error) {
+	h.stdin.Close()
+	rest, _ := io.ReadAll(h.out)
+	if err := h.cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("%s, seen as %v: %v: %s%s", h.what, h.seen, err, rest, h.errOut.String())
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(rest)))
+	if err != nil {
+		return 0, fmt.Errorf("%s: probe hold ended with %q: %w", h.what, rest, err)
+	}
+	return n, nil
+}
+
+// syncedConns are two connections through moveIP to the outside server
+// from one source port of two pods: the server knows the first by that
+// port (preserved) and the second by another, since the egress IP's port
+// towards that server is the first's. When their gateway goes, the
+// pick-up on the IP's new owner could not carry the second (it would take
+// the pod's own port, which the server does not know for it): only a copy
+// of its flow can, synced to the standby or left in the state file.
+type syncedConns struct {
+	preserved, notPreserved *heldConn
+	port                    int
+}
+
+// syncedPair opens syncedConns from the pods of ns (one per worker, both
+// selected by e2e-move).
+func (e *env) syncedPair(ns testNS) syncedConns {
+	e.t.Helper()
+	ps := e.pods(ns.name)
+	if len(ps) < 2 {
+		e.t.Fatalf("%s has %d running pods; the synced connections need two", ns.name, len(ps))
+	}
+	for range 16 {
+		// Below the pods' ephemeral ports, and another each time: a flow
+		// of an earlier check on the same port may still be held.
+		e.ports++
+		port := 30000 + (os.Getpid()*7+e.ports*131)%2000
+		first, err := e.hold(ns.name, ps[0], port)
+		if err != nil {
+			e.t.Logf("port %d: %v", port, err)
+			continue
 		}
-		ap, perr := netip.ParseAddrPort(f[0])
-		if perr != nil || ap.Addr().String() != plan.moveIP {
-			e.t.Errorf("the connection held through the rollout was answered from %s, want %s", f[0], plan.moveIP)
+		if first.seen.Addr().String() != plan.moveIP || first.seen.Port() != uint16(port) {
+			e.t.Logf("port %d: %s seen as %v, not %s with its port; another", port, first.what, first.seen, plan.moveIP)
+			first.end()
+			continue
 		}
-		// The rollout replaced every gateway, so the one hosting moveIP
-		// restarted while the connection was open: its IP either moved to
-		// the other gateway (picked up there) or stayed with its restarted
-		// host (the other still held down after its own restart; picked up
-		// by the new process). The Events say which.
-		moves := strings.Count(e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid,
-			"-o", "custom-columns=REASON:.reason", "--no-headers"), "EgressIPMoved")
-		e.t.Logf("a connection from %s/%s went on through the gateway rollout (%s moved %d times): %s answers, all from %s", ns.name, p.name, plan.moveIP, moves, f[1], f[0])
+		second, err := e.hold(ns.name, ps[1], port)
+		if err != nil {
+			first.end()
+			e.t.Fatalf("the second connection from port %d: %v", port, err)
+		}
+		if second.seen.Addr().String() != plan.moveIP || second.seen.Port() == uint16(port) {
+			first.end()
+			second.end()
+			e.t.Fatalf("%s from port %d was seen as %v while %s holds %v: want %s on another port", second.what, port, second.seen, first.what, first.seen, plan.moveIP)
+		}
+		e.t.Logf("%s seen as %v (port %d not preserved: %s holds it as %v)", second.what, second.seen, port, first.what, first.seen)
+		return syncedConns{preserved: first, notPreserved: second, port: port}
 	}
+	e.t.Fatalf("16 source ports tried from %s: none was kept by %s", ps[0].name, plan.moveIP)
+	return syncedConns{}
+}
+
+// syncedThrough opens syncedConns once moveIP has a standby, and returns
+// them with the IP's gateway and standby once the standby holds their
+// flows.
+func (e *env) syncedThrough(ns testNS) (sc syncedConns, primary, standby string) {
+	e.t.Helper()
+	primary = e.eipStatus()[plan.moveIP]
+	if !slices.Contains(gateways, primary) {
+		e.t.Fatalf("%s is on %q, not a gateway", plan.moveIP, primary)
+	}
+	standby = e.waitStandby(primary)
+	applied0 := e.gatewayMetric(standby, "egret_gateway_sync_records_applied_total")
+	sc = e.syncedPair(ns)
+	e.checkSyncing(primary, standby, applied0)
+	return sc, primary, standby
+}
+
+// end ends both connections and fails the test unless each answered, to
+// its last request, from the address and port the server saw at first.
+func (sc syncedConns) end(t *testing.T, after string) {
+	t.Helper()
+	for _, h := range []*heldConn{sc.preserved, sc.notPreserved} {
+		n, err := h.end()
+		if err != nil {
+			t.Errorf("the connection held through %s: %v", after, err)
+			continue
+		}
+		kept := "its own port"
+		if h == sc.notPreserved {
+			kept = fmt.Sprintf("not its own port %d", sc.port)
+		}
+		t.Logf("a connection from %s went on through %s: %d answers, all from %v (%s)", h.what, after, n, h.seen, kept)
+	}
+}
+
+// endRollout ends the connections held through the gateway rollout and
+// says how they were carried: moveIP moved (to its standby, which held
+// their synced flows) or stayed with its restarted host. Either way the
+// new gateway on host, where moveIP was before the rollout, must have
+// resumed at least their two flows from the state file its predecessor
+// left on the node.
+func (e *env) endRollout(sc syncedConns, host string) {
+	e.t.Helper()
+	sc.end(e.t, "the gateway rollout")
+	uid := e.kubectl("get", "eip", "e2e-move", "-o", "jsonpath={.metadata.uid}")
+	moves := strings.Count(e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid,
+		"-o", "custom-columns=REASON:.reason", "--no-headers"), "EgressIPMoved")
+	e.t.Logf("%s moved %d times in the rollout, from %s to %s", plan.moveIP, moves, host, e.eipStatus()[plan.moveIP])
+	for _, g := range gateways {
+		p := e.gatewayPod(g)
+		var resumed struct {
+			Msg   string
+			Flows int
+		}
+		for _, l := range strings.Split(e.kubectl("-n", "egret-system", "logs", p), "\n") {
+			if strings.Contains(l, "of the previous process") {
+				json.Unmarshal([]byte(l), &resumed)
+				e.t.Logf("%s (%s): %s", g, p, l)
+			}
+		}
+		if g == host && (resumed.Msg != "gateway: resumed the flows of the previous process" || resumed.Flows < 2) {
+			e.t.Errorf("the new gateway on %s, which hosted %s before the rollout, did not resume the two connections' flows from the state file (%+v)", g, plan.moveIP, resumed)
+		}
+	}
+}
+
+// gatewayPod is the name of the gateway pod on node n.
+func (e *env) gatewayPod(n string) string {
+	e.t.Helper()
+	return strings.TrimSpace(e.kubectl("-n", "egret-system", "get", "pods", "-l", "app.kubernetes.io/name=egret-gateway",
+		"--field-selector=spec.nodeName="+n, "-o", "jsonpath={.items[0].metadata.name}"))
+}
+
+// waitStandby waits until the controller names a standby for moveIP, on
+// node host, and returns it: a gateway back from a restart is held down
+// (30 s) before it may host or stand by.
+func (e *env) waitStandby(host string) string {
+	e.t.Helper()
+	var ann string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		ann = e.kubectl("get", "eip", "e2e-move", "-o", `jsonpath={.metadata.annotations.egret\.io/standby}`)
+		var m map[string]string
+		if json.Unmarshal([]byte(ann), &m) == nil && slices.Contains(gateways, m[plan.moveIP]) && m[plan.moveIP] != host {
+			if st := e.eipStatus()[plan.moveIP]; st == host {
+				return m[plan.moveIP]
+			}
+		}
+	}
+	e.t.Fatalf("e2e-move names no standby for %s on %s after 90s (egret.io/standby %q)\n%s", plan.moveIP, host, ann,
+		e.kubectl("get", "events", "-A", "--field-selector=involvedObject.kind=EgressIP"))
+	return ""
+}
+
+// gatewayMetric reads one unlabelled metric from node n's gateway
+// (its metrics port, 9110 on the node's address).
+func (e *env) gatewayMetric(n, name string) float64 {
+	e.t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + net.JoinHostPort(plan.nodeIPs[n], "9110") + "/metrics")
+	if err != nil {
+		e.t.Fatalf("metrics of the gateway on %s: %v", n, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatalf("metrics of the gateway on %s: %v", n, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				e.t.Fatalf("%s of the gateway on %s: %q", name, n, l)
+			}
+			return f
+		}
+	}
+	e.t.Fatalf("the gateway on %s serves no %s (is the flow sync on?)", n, name)
+	return 0
+}
+
+// checkSyncing waits until the standby of moveIP holds what its primary
+// sent after applied0 (its records applied before the connections of
+// interest opened): at least two more records applied and two backup
+// flows. It also shows the primary's session to the standby is a TCP
+// connection between the two nodes' InternalIPs on port 9108.
+func (e *env) checkSyncing(primary, standby string, applied0 float64) {
+	e.t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		applied := e.gatewayMetric(standby, "egret_gateway_sync_records_applied_total")
+		backup := e.gatewayMetric(standby, "egret_gateway_sync_backup_flows")
+		if applied >= applied0+2 && backup >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the standby %s applied %v records (%v before the connections) and holds %v backup flows 15 s after the connections opened (%v adopt failures, %v owned, %v refused, %v malformed); primary %s sent %v records, %v connect failures, %v stalls",
+				standby, applied, applied0, backup, e.gatewayMetric(standby, "egret_gateway_sync_adopt_failures_total"),
+				e.gatewayMetric(standby, "egret_gateway_sync_records_owned_total"), e.gatewayMetric(standby, "egret_gateway_sync_refused_total"),
+				e.gatewayMetric(standby, "egret_gateway_sync_malformed_total"), primary, e.gatewayMetric(primary, "egret_gateway_sync_records_sent_total"),
+				e.gatewayMetric(primary, "egret_gateway_sync_connect_failures_total"), e.gatewayMetric(primary, "egret_gateway_sync_stalls_total"))
+		}
+	}
+	// A few scans more (one each 100 ms): every flow of the IP is there.
+	time.Sleep(500 * time.Millisecond)
+	out := e.sh("ip", "netns", "exec", "egretc-"+primary, "ss", "-Htn", "state", "established", "( dport = :9108 )")
+	want := net.JoinHostPort(plan.nodeIPs[standby], "9108")
+	var session string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 4 && f[3] == want {
+			if h, _, err := net.SplitHostPort(f[2]); err == nil && h == plan.nodeIPs[primary] {
+				session = f[2] + " → " + f[3]
+			}
+		}
+	}
+	if session == "" {
+		e.t.Errorf("no flow sync session from %s (%s) to %s on %s:\n%s", primary, plan.nodeIPs[primary], standby, want, out)
+	}
+	e.t.Logf("flow sync %s→%s over %s: primary sent %v records in %v batches (%v full resyncs); standby applied %v, holds %v backup flows, %v adopt failures, refused %v",
+		primary, standby, session,
+		e.gatewayMetric(primary, "egret_gateway_sync_records_sent_total"), e.gatewayMetric(primary, "egret_gateway_sync_batches_sent_total"),
+		e.gatewayMetric(primary, "egret_gateway_sync_full_resyncs_total"),
+		e.gatewayMetric(standby, "egret_gateway_sync_records_applied_total"), e.gatewayMetric(standby, "egret_gateway_sync_backup_flows"),
+		e.gatewayMetric(standby, "egret_gateway_sync_adopt_failures_total"), e.gatewayMetric(standby, "egret_gateway_sync_refused_total"))
 }
 
 // installer is one way a user installs Egret: kustomize (deploy/ under an
@@ -327,7 +594,9 @@ func (e *env) helm() installer {
 	})
 	return installer{
 		install: func() {
-			e.sh(hb, kc, "install", "egret", chart, "-n", "egret-system", "--create-namespace", "-f", values)
+			// The namespace is there already, made with the flow sync's
+			// Secret in it (flowSyncSecret): the chart leaves it unmanaged.
+			e.sh(hb, kc, "install", "egret", chart, "-n", "egret-system", "-f", values, "--set", "createNamespace=false")
 		},
 		rollout: func(tag string) {
 			e.sh(hb, kc, "upgrade", "egret", chart, "-n", "egret-system", "--reuse-values", "--set", "image.tag="+tag)
@@ -561,7 +830,6 @@ type testNS struct {
 	labels    map[string]string
 	podLabels map[string]string
 	want      []string // the egress IPs its pods may leave with; none: the node's IP
-	only      string   // one worker instead of each
 }
 
 func (e *env) createNamespace(ns testNS) {
@@ -571,9 +839,6 @@ func (e *env) createNamespace(ns testNS) {
 		"metadata": map[string]any{"name": ns.name, "labels": ns.labels},
 	}))
 	for _, w := range workers {
-		if ns.only != "" && w != ns.only {
-			continue
-		}
 		labels := map[string]string{"e2e": "client", "worker": w}
 		for k, v := range ns.podLabels {
 			labels[k] = v
@@ -859,14 +1124,9 @@ func (r *icmpRecorder) first(size int, after time.Time, wait time.Duration) (str
 func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	e.t.Helper()
 	moveIP := plan.moveIP
-	from := e.eipStatus()[moveIP]
-	if !slices.Contains(gateways, from) {
-		e.t.Fatalf("%s is on %q, not a gateway", moveIP, from)
-	}
-	to := gateways[0]
-	if to == from {
-		to = gateways[1]
-	}
+	// Two connections through moveIP, one whose port was not preserved,
+	// synced to the standby: the other gateway.
+	pair, from, to := e.syncedThrough(ns)
 	p := e.pods(ns.name)[0]
 	pid, err := os.ReadFile(filepath.Join(stateDir, "pids", "kubelet-"+from+".pid"))
 	if err != nil {
@@ -919,6 +1179,7 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	if !strings.Contains(ev, "EgressIPMoved") || !strings.Contains(ev, "from "+from+" to "+to) {
 		e.t.Errorf("no EgressIPMoved Event of e2e-move says from %s to %s:\n%s", from, to, ev)
 	}
+	pair.end(e.t, from+"'s failure")
 	e.reviveNode(from, string(pid))
 	e.kubectl("wait", "--for=condition=Ready", "node/"+from, "--timeout=60s")
 	<-pinging

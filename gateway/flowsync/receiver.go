@@ -190,6 +190,8 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 			if hf, ok := h.flows[f.Orig]; ok {
 				pipe.Abandon(&conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
 				s.forget(h, f.Orig)
+			} else {
+				s.takeOver(peer, f)
 			}
 			s.c.recordsApplied.Add(1)
 		case itemUpsert:
@@ -205,20 +207,12 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 			if hf, ok := h.flows[f.Orig]; ok {
 				pipe.Abandon(&conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
 				s.forget(h, f.Orig)
+			} else {
+				s.takeOver(peer, f)
 			}
 			if err := pipe.Adopt(f, rp, time.Duration(it.rem), now); err != nil {
-				// This gateway's own copy of the flow, with the same binding,
-				// left from when it hosted the IP (which moved to the peer) or
-				// resumed from a state file, holds the tuple and the port:
-				// the peer's copy is the current one and replaces it. A copy
-				// held for another peer is left alone.
-				if !s.heldElsewhere(peer, f.Orig) && pipe.Abandon(f) {
-					err = pipe.Adopt(f, rp, time.Duration(it.rem), now)
-				}
-				if err != nil {
-					s.c.adoptFailed.Add(1)
-					continue
-				}
+				s.c.adoptFailed.Add(1)
+				continue
 			}
 			h.flows[f.Orig] = heldFlow{nat: f.NATAddr, port: f.NATPort, gen: h.gen}
 			s.c.backup.Add(1)
@@ -228,15 +222,23 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 	return nil
 }
 
-// heldElsewhere reports whether the flow with tuple k is held for a peer
-// other than peer. Call with rmu held.
-func (s *Sync) heldElsewhere(peer string, k conntrack.Tuple) bool {
+// takeOver removes the copy of f (same original tuple and NAT binding)
+// this gateway holds other than for peer: one resumed from the state file
+// of the previous process on this node, or held for another peer (the
+// IP's primary before peer). Its egress IP is not hosted here (the caller
+// checked), so the copy answers nothing, and peer's record is the current
+// one: without this the copy kept the port, the record was not adopted
+// (counted adopt failure) and the copy never learned a state change,
+// refresh or removal (seen on the cluster: a gateway restarted by a
+// rollout resumed its flows, lost their IP to the standby, then stood by
+// for that IP). s.rmu is held.
+func (s *Sync) takeOver(peer string, f *conntrack.Flow) {
 	for p, h := range s.held {
-		if _, ok := h.flows[k]; ok && p != peer {
-			return true
+		if hf, ok := h.flows[f.Orig]; ok && p != peer && hf.nat == f.NATAddr && hf.port == f.NATPort {
+			s.forget(h, f.Orig)
 		}
 	}
-	return false
+	s.cfg.Pipeline.Abandon(f)
 }
 
 func (s *Sync) forget(h *heldSet, k conntrack.Tuple) {

@@ -66,3 +66,57 @@ func TestStateFileResumesFlows(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncTakesOverResumedFlows: a gateway that resumed flows from its
+// state file and then stands by for their egress IP (a rollout restarted
+// it and the IP moved to its standby meanwhile) holds the new primary's
+// copies: changed state, removal and all, none refused as a port taken.
+func TestSyncTakesOverResumedFlows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flows.state")
+	old := newPipeline(t, 1<<12, egress, egress6)
+	for i := range 100 {
+		adopt(t, old, flow(i, conntrack.StateEstablished))
+	}
+	if _, err := WriteState(path, old, clock()); err != nil {
+		t.Fatal(err)
+	}
+	b := newPipeline(t, 1<<12) // the restarted gateway: the IPs are not hosted here now
+	if n, _, err := LoadState(path, b, clock()); err != nil || n != 100 {
+		t.Fatalf("LoadState: %d, %v", n, err)
+	}
+	sb, addr := standby(t, b)
+
+	// The IPs' new owner: the same flows, 20 since closed and 30 moved on to FIN_WAIT.
+	a := newPipeline(t, 1<<12, egress, egress6)
+	for i := 20; i < 100; i++ {
+		st := conntrack.StateEstablished
+		if i < 50 {
+			st = conntrack.StateFinWait
+		}
+		adopt(t, a, flow(i, st))
+	}
+	sa := newSync(t, "primary", testKey, a, nil)
+	sa.SetPeers(peers(addr))
+	sa.Start()
+	waitFor(t, "the resync applied", func() bool { st := sb.Stats(); return st.RecordsApplied+st.AdoptFailed >= 80 })
+	// The resync's end drops nothing it did not hold for the primary: the
+	// 20 closed flows stay until the primary says so or they expire.
+	got := table(b, egress, egress6)
+	for i := 20; i < 100; i++ {
+		f := flow(i, conntrack.StateEstablished)
+		if i < 50 {
+			f.State = conntrack.StateFinWait
+		}
+		if g := got[f.Orig]; g != (binding{f.NATAddr, f.NATPort, f.State}) {
+			t.Fatalf("flow %d on the standby: %+v, want the primary's %v", i, g, f.State)
+		}
+	}
+	if st := sb.Stats(); st.AdoptFailed != 0 || st.BackupFlows != 80 {
+		t.Fatalf("standby stats %+v: want 80 backup flows and no adopt failure", st)
+	}
+
+	// A removal reaches the copy too.
+	f := flow(60, conntrack.StateEstablished)
+	a.Abandon(&f)
+	waitFor(t, "the removal applied", func() bool { _, held := table(b, egress, egress6)[f.Orig]; return !held })
+}

@@ -244,8 +244,10 @@ push_image "$BUSYBOX_IMAGE" "$img/busybox"
 
 # --- nodes --------------------------------------------------------------------
 # The CNI paths the product's DaemonSets write (hostPath) are each node's own:
-# mountpoints for them on the shared filesystem, removed by down.sh.
-for d in /opt/cni/bin /etc/cni/net.d; do
+# mountpoints for them on the shared filesystem, removed by down.sh. So is
+# /run/egret, where a stopping gateway leaves its flows for the next one on
+# its node: shared, a gateway could resume another node's flows.
+for d in /opt/cni/bin /etc/cni/net.d /run/egret; do
 	if [[ ! -d $d ]]; then
 		mkdir -p "$d"
 		echo "$d" >>"$STATE/created-dirs"
@@ -257,7 +259,7 @@ if ! mountpoint -q "$STATE/ns"; then
 fi
 for n in "${NODES[@]}"; do
 	d=$(node_dir "$n")
-	mkdir -p "$d"/{cni-bin,cni-conf,cni-ipam,containerd,kubelet,pod-logs,certs}
+	mkdir -p "$d"/{cni-bin,cni-conf,cni-ipam,containerd,kubelet,pod-logs,certs,run-egret}
 	cp -u "$CNI_BIN"/{bridge,host-local,loopback,portmap} "$d/cni-bin/"
 	cat >"$d/cni-conf/10-egretc.conflist" <<CNI
 {"cniVersion": "1.0.0", "name": "egretc", "plugins": [
@@ -272,7 +274,8 @@ CNI
 		unshare --mount="$mnt" --propagation private sh -c "
 			mount --make-rshared /
 			mount --bind '$d/cni-bin' /opt/cni/bin
-			mount --bind '$d/cni-conf' /etc/cni/net.d"
+			mount --bind '$d/cni-conf' /etc/cni/net.d
+			mount --bind '$d/run-egret' /run/egret"
 	fi
 	# cgroup v1 with the cgroupfs driver: each node under its own root.
 	for c in /sys/fs/cgroup/*/; do

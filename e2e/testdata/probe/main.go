@@ -3,10 +3,12 @@
 //
 //	probe http http://10.80.0.1:8080/   → prints "<ip>:<port>"
 //	probe udp 10.80.0.1:8081            → prints "<ip>:<port>"
-//	probe hold 10.80.0.1:8080           → one keep-alive HTTP connection, a
-//	                                       request every 200 ms until stdin
-//	                                       closes; prints "<ip>:<port> <n>"
-//	                                       and fails if an answer came from
+//	probe hold 10.80.0.1:8080 [PORT]    → one keep-alive HTTP connection (from
+//	                                       source port PORT if given), a request
+//	                                       every 200 ms until stdin closes, then
+//	                                       one more; prints "<ip>:<port>" at the
+//	                                       first answer and "<n>" answers at the
+//	                                       end, and fails if an answer came from
 //	                                       another source or the connection broke
 //
 // busybox has wget but no UDP client, hence this. Built static by the test.
@@ -19,13 +21,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: probe http URL | probe udp HOST:PORT | probe hold HOST:PORT")
+	if len(os.Args) != 3 && (len(os.Args) != 4 || os.Args[1] != "hold") {
+		fmt.Fprintln(os.Stderr, "usage: probe http URL | probe udp HOST:PORT | probe hold HOST:PORT [SOURCE-PORT]")
 		os.Exit(2)
 	}
 	var out string
@@ -36,7 +39,13 @@ func main() {
 	case "udp":
 		out, err = viaUDP(os.Args[2])
 	case "hold":
-		out, err = hold(os.Args[2])
+		port := 0
+		if len(os.Args) == 4 {
+			if port, err = strconv.Atoi(os.Args[3]); err != nil {
+				break
+			}
+		}
+		out, err = hold(os.Args[2], port)
 	default:
 		err = fmt.Errorf("unknown protocol %q", os.Args[1])
 	}
@@ -80,11 +89,16 @@ func viaUDP(addr string) (string, error) {
 	return "", fmt.Errorf("no answer from %s", addr)
 }
 
-// hold keeps one TCP connection to the echo server at addr and sends an
-// HTTP request on it every 200 ms until stdin closes. Every answer must
-// come through the same connection from the same source address and port.
-func hold(addr string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+// hold keeps one TCP connection to the echo server at addr, from source
+// port port (0: the kernel's choice), and sends an HTTP request on it
+// every 200 ms until stdin closes, then one more: the last answer comes
+// after whatever the caller did meanwhile. Every answer must come through
+// the same connection from the same source address and port. The first
+// answer is printed at once, so the caller learns the source the server
+// saw while the connection is open.
+func hold(addr string, port int) (string, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}, Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		return "", err
 	}
@@ -109,13 +123,14 @@ func hold(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("first request: %w", err)
 	}
+	fmt.Println(first)
 	done := make(chan struct{})
 	go func() { io.Copy(io.Discard, os.Stdin); close(done) }()
 	n := 1
-	for {
+	for last := false; !last; n++ {
 		select {
 		case <-done:
-			return fmt.Sprintf("%s %d", first, n), nil
+			last = true
 		case <-time.After(200 * time.Millisecond):
 		}
 		got, err := ask()
@@ -125,6 +140,6 @@ func hold(addr string) (string, error) {
 		if got != first {
 			return "", fmt.Errorf("request %d answered from %s, the first from %s", n+1, got, first)
 		}
-		n++
 	}
+	return strconv.Itoa(n), nil
 }
