@@ -161,11 +161,8 @@ func (x *Incremental) othersStand(dirty []string) bool {
 // full recomputes everything with Assign's own code and keeps its state.
 func (x *Incremental) full(objects []Object, nodes []Node, opts Options) (Result, Delta, error) {
 	x.a, x.objs = nil, nil
-	a, err := newAssigner(nodes, opts)
+	a, err := assignAll(objects, nodes, opts)
 	if err != nil {
-		return Result{}, Delta{}, err
-	}
-	if err := a.load(objects); err != nil {
 		return Result{}, Delta{}, err
 	}
 	r := a.result()
