@@ -136,7 +136,11 @@ type Controller struct {
 	nodeSel labels.Selector // cfg.NodeSelector
 	src     cluster.Source
 	log     *slog.Logger
-	queue   workqueue.TypedRateLimitingInterface[qkey]
+	queue   workqueue.TypedRateLimitingInterface[qkey] // status writes
+	// assignQ holds the assignment alone, run by its own goroutine so that
+	// the cycles the watch events of our own writes queue never take a
+	// status writer.
+	assignQ workqueue.TypedRateLimitingInterface[qkey]
 	metrics *Metrics // nil ignores
 	reach   *reachability
 	now     func() time.Time
@@ -208,8 +212,11 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[qkey](),
 		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
+	c.assignQ = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[qkey](),
+		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip-assign"})
 	reach, err := newReachability(time.Duration(*cfg.ReachabilityTotalTimeoutSeconds)*time.Second, cfg.ProbeInterval.Duration, cfg.HealthTLS, log,
-		func() { c.queue.Add(assignKey) })
+		func() { c.assignQ.Add(assignKey) })
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +235,7 @@ func (c *Controller) SetMetrics(m *Metrics) {
 // node, then assigns and writes statuses until ctx ends. A Controller runs once.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
+	defer c.assignQ.ShutDown()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -253,13 +261,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	// move IPs off nodes merely not probed yet.
 	c.judgeAll(ctx)
 
-	c.queue.Add(assignKey)
+	c.assignQ.Add(assignKey)
 	var wg sync.WaitGroup
-	for range c.cfg.Workers {
+	for i := range c.cfg.Workers + 1 {
+		q := c.queue
+		if i == 0 {
+			q = c.assignQ
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for c.processNext(ctx) {
+			for c.processNext(ctx, q) {
 			}
 		}()
 	}
@@ -267,6 +279,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		"healthPort", c.cfg.HealthPort, "holdDown", c.cfg.HoldDown.Duration, "drainCordoned", c.cfg.DrainCordoned)
 	<-ctx.Done()
 	c.queue.ShutDown()
+	c.assignQ.ShutDown()
 	wg.Wait()
 	return nil
 }
@@ -297,7 +310,7 @@ func (c *Controller) setReachability(seconds *int) {
 	c.log.Info("reachability check total timeout changed", "from", was, "to", total, "source", src)
 	if was != 0 || total == 0 {
 		c.reach.setTotal(total)
-		c.queue.Add(assignKey)
+		c.assignQ.Add(assignKey)
 		return
 	}
 	// Turning the check on: no assignment may see the nodes unjudged, or
@@ -306,7 +319,7 @@ func (c *Controller) setReachability(seconds *int) {
 	defer c.mu.Unlock()
 	c.reach.setTotal(total)
 	c.judgeAll(c.runCtx)
-	c.queue.Add(assignKey)
+	c.assignQ.Add(assignKey)
 }
 
 // changed queues an assignment when what it reads changed: EgressIPs and
@@ -314,19 +327,19 @@ func (c *Controller) setReachability(seconds *int) {
 func (c *Controller) changed(k cluster.Kind) {
 	switch k {
 	case cluster.KindEgressIP, cluster.KindNode:
-		c.queue.Add(assignKey)
+		c.assignQ.Add(assignKey)
 	}
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
+func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[qkey]) bool {
+	k, quit := q.Get()
 	if quit {
 		return false
 	}
-	defer c.queue.Done(k)
+	defer q.Done(k)
 	if k.assign {
 		c.assign()
-		c.queue.Forget(k)
+		q.Forget(k)
 		return true
 	}
 	c.writeStatus(ctx, k)
@@ -425,7 +438,7 @@ func (c *Controller) assign() {
 		}
 	}
 	if !nextHoldDownEnd.IsZero() {
-		c.queue.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
+		c.assignQ.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
 	}
 
 	c.statusMu.Lock()

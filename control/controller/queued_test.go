@@ -38,6 +38,7 @@ func TestQueuedStatusIsNotDecidedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.queue.ShutDown()
+	defer c.assignQ.ShutDown()
 	c.assign()
 	node := func(name string) string {
 		t.Helper()
