@@ -60,7 +60,6 @@ func benchAssignCycle(b *testing.B, nNodes, nObjs, ips int) {
 		b.Fatal(err)
 	}
 	defer c.queue.ShutDown()
-	defer c.assignQ.ShutDown()
 	c.assign()
 	assigned := 0
 	for _, d := range c.desired {

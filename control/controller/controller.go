@@ -136,11 +136,7 @@ type Controller struct {
 	nodeSel labels.Selector // cfg.NodeSelector
 	src     cluster.Source
 	log     *slog.Logger
-	queue   workqueue.TypedRateLimitingInterface[qkey] // status writes
-	// assignQ holds the assignment alone, run by its own goroutine so that
-	// the cycles the watch events of our own writes queue never take a
-	// status writer.
-	assignQ workqueue.TypedRateLimitingInterface[qkey]
+	queue   workqueue.TypedRateLimitingInterface[qkey]
 	metrics *Metrics // nil ignores
 	reach   *reachability
 	now     func() time.Time
@@ -212,11 +208,8 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[qkey](),
 		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip"})
-	c.assignQ = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[qkey](),
-		workqueue.TypedRateLimitingQueueConfig[qkey]{Name: "egressip-assign"})
 	reach, err := newReachability(time.Duration(*cfg.ReachabilityTotalTimeoutSeconds)*time.Second, cfg.ProbeInterval.Duration, cfg.HealthTLS, log,
-		func() { c.assignQ.Add(assignKey) })
+		func() { c.queue.Add(assignKey) })
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +228,6 @@ func (c *Controller) SetMetrics(m *Metrics) {
 // node, then assigns and writes statuses until ctx ends. A Controller runs once.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
-	defer c.assignQ.ShutDown()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -261,17 +253,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	// move IPs off nodes merely not probed yet.
 	c.judgeAll(ctx)
 
-	c.assignQ.Add(assignKey)
+	c.queue.Add(assignKey)
 	var wg sync.WaitGroup
-	for i := range c.cfg.Workers + 1 {
-		q := c.queue
-		if i == 0 {
-			q = c.assignQ
-		}
+	for range c.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for c.processNext(ctx, q) {
+			for c.processNext(ctx) {
 			}
 		}()
 	}
@@ -279,7 +267,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		"healthPort", c.cfg.HealthPort, "holdDown", c.cfg.HoldDown.Duration, "drainCordoned", c.cfg.DrainCordoned)
 	<-ctx.Done()
 	c.queue.ShutDown()
-	c.assignQ.ShutDown()
 	wg.Wait()
 	return nil
 }
@@ -310,7 +297,7 @@ func (c *Controller) setReachability(seconds *int) {
 	c.log.Info("reachability check total timeout changed", "from", was, "to", total, "source", src)
 	if was != 0 || total == 0 {
 		c.reach.setTotal(total)
-		c.assignQ.Add(assignKey)
+		c.queue.Add(assignKey)
 		return
 	}
 	// Turning the check on: no assignment may see the nodes unjudged, or
@@ -319,7 +306,7 @@ func (c *Controller) setReachability(seconds *int) {
 	defer c.mu.Unlock()
 	c.reach.setTotal(total)
 	c.judgeAll(c.runCtx)
-	c.assignQ.Add(assignKey)
+	c.queue.Add(assignKey)
 }
 
 // changed queues an assignment when what it reads changed: EgressIPs and
@@ -327,19 +314,19 @@ func (c *Controller) setReachability(seconds *int) {
 func (c *Controller) changed(k cluster.Kind) {
 	switch k {
 	case cluster.KindEgressIP, cluster.KindNode:
-		c.assignQ.Add(assignKey)
+		c.queue.Add(assignKey)
 	}
 }
 
-func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[qkey]) bool {
-	k, quit := q.Get()
+func (c *Controller) processNext(ctx context.Context) bool {
+	k, quit := c.queue.Get()
 	if quit {
 		return false
 	}
-	defer q.Done(k)
+	defer c.queue.Done(k)
 	if k.assign {
 		c.assign()
-		q.Forget(k)
+		c.queue.Forget(k)
 		return true
 	}
 	c.writeStatus(ctx, k)
@@ -438,7 +425,7 @@ func (c *Controller) assign() {
 		}
 	}
 	if !nextHoldDownEnd.IsZero() {
-		c.assignQ.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
+		c.queue.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
 	}
 
 	c.statusMu.Lock()

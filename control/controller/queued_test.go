@@ -38,7 +38,6 @@ func TestQueuedStatusIsNotDecidedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.queue.ShutDown()
-	defer c.assignQ.ShutDown()
 	c.assign()
 	node := func(name string) string {
 		t.Helper()
