@@ -430,11 +430,10 @@ func (c *Controller) assign() {
 
 	c.statusMu.Lock()
 	objects := make([]assign.Object, 0, len(eips))
-	byName := make(map[string]*egressv1.EgressIP, len(eips))
-	recorded := make(map[string]map[netip.Addr]string, len(eips)) // standbys before this assignment
+	index := make(map[string]int, len(eips)) // name → its place in eips and objects
 	pending := c.placedByObject()
 	for _, e := range eips {
-		byName[e.Name] = e
+		index[e.Name] = len(objects)
 		o := assign.Object{Name: e.Name, Created: e.CreationTimestamp.Time, EgressIPs: e.Spec.EgressIPs}
 		if w, ok := c.written[e.Name]; ok && w.fromRV == e.ResourceVersion {
 			o.Status, o.Standbys = w.items, w.standbys // our write is not in the cache yet
@@ -449,16 +448,15 @@ func (c *Controller) assign() {
 			o.Status, o.Standbys = c.stored(e)
 		}
 		o.Status = withPending(o.Status, pending[e.Name])
-		recorded[e.Name] = o.Standbys
 		objects = append(objects, o)
 	}
 	for name := range c.badStandby {
-		if _, ok := byName[name]; !ok {
+		if _, ok := index[name]; !ok {
 			delete(c.badStandby, name)
 		}
 	}
 	for name := range c.storedStatus {
-		if _, ok := byName[name]; !ok {
+		if _, ok := index[name]; !ok {
 			delete(c.storedStatus, name)
 		}
 	}
@@ -512,7 +510,8 @@ func (c *Controller) assign() {
 		}
 	}
 	for _, r := range results {
-		e := byName[r.Name]
+		i := index[r.Name]
+		e, recorded := eips[i], objects[i].Standbys // the standbys before this assignment
 		d := desired{rv: e.ResourceVersion}
 		standbys := map[netip.Addr]string{}
 		for _, a := range r.Status {
@@ -525,7 +524,7 @@ func (c *Controller) assign() {
 			c.placed[k] = a.Node
 			if prev, ok := prevPlaced[k]; ok && prev != a.Node {
 				c.metrics.Moved(prev, !eligible[prev])
-				toStandby := recorded[r.Name][a.Addr] == a.Node
+				toStandby := recorded[a.Addr] == a.Node
 				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node, "toStandby", toStandby)
 				// An admin asks `kubectl describe eip` why the source address
 				// changed; the log is on whichever replica led then.
@@ -558,7 +557,7 @@ func (c *Controller) assign() {
 		}
 	}
 	for name := range c.written {
-		if _, ok := byName[name]; !ok {
+		if _, ok := index[name]; !ok {
 			delete(c.written, name)
 		}
 	}
@@ -576,7 +575,7 @@ func (c *Controller) assign() {
 		}
 	}
 	for name := range c.specEvents {
-		if _, ok := byName[name]; !ok {
+		if _, ok := index[name]; !ok {
 			delete(c.specEvents, name)
 			changed = true
 		}
@@ -604,7 +603,7 @@ func (c *Controller) assign() {
 		if _, done := c.emitted[ev]; done {
 			continue
 		}
-		e := byName[ev.Object]
+		e := eips[index[ev.Object]]
 		c.event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
 			Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, ev)
 	}
