@@ -104,14 +104,14 @@ func (x *Incremental) Assign(objects []Object, nodes []Node, opts Options) (Resu
 		return x.last, Delta{}, nil // the same input gives the same result
 	}
 	slices.Sort(dirty)
-	if !x.othersStand(dirty) || !x.update(changed, dirty) {
+	if !x.othersStand(dirty) || len(dirty) > 0 && !x.update(changed, dirty) {
 		return x.full(objects, nodes, opts)
 	}
 	for _, o := range fedBack {
 		x.objs[o.Name].in = o
 	}
 	if len(dirty) == 0 {
-		return x.last, Delta{}, nil
+		return x.last, Delta{}, nil // only results fed back: the last result stands
 	}
 	return x.last, Delta{Objects: dirty}, nil
 }
