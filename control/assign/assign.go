@@ -12,15 +12,27 @@ import (
 // balancing new ones over the eligible nodes. It is deterministic: the order
 // of objects, nodes, IPs and status items does not matter. It fails only on
 // duplicate object or node names, which Kubernetes never produces.
+//
+// The controller runs it through Incremental, which returns the same result
+// and reuses the last one where it can.
 func Assign(objects []Object, nodes []Node, opts Options) (Result, error) {
-	a, err := newAssigner(nodes, opts)
+	a, err := assignAll(objects, nodes, opts)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := a.load(objects); err != nil {
-		return Result{}, err
-	}
 	return a.result(), nil
+}
+
+// assignAll is Assign up to its result, returning its working state.
+func assignAll(objects []Object, nodes []Node, opts Options) (*assigner, error) {
+	a, err := newAssigner(nodes, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.load(objects); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // assigner is the working state of one Assign call: the nodes and their

@@ -3,6 +3,7 @@ package assign
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -59,6 +60,31 @@ func BenchmarkAssign(b *testing.B) {
 		for b.Loop() {
 			if _, err := Assign(steady, nodes, Options{}); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("incremental-10000x500-one", func(b *testing.B) {
+		// One object's egress IP changes, then its status is written back:
+		// what the controller's two cycles per change compute.
+		var inc Incremental
+		objs := slices.Clone(steady)
+		if _, _, err := inc.Assign(objs, nodes, Options{}); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		k := 0
+		for b.Loop() {
+			k++
+			o := objs[0]
+			o.EgressIPs = []string{fmt.Sprintf("10.0.200.%d", 1+k%2)}
+			objs[0] = o
+			r, d, err := inc.Assign(objs, nodes, Options{})
+			if err != nil || d.Full {
+				b.Fatalf("delta %+v, err %v", d, err)
+			}
+			objs[0] = resultAsInput(objs[:1], Result{Objects: r.Objects[:1]})[0]
+			if _, d, err := inc.Assign(objs, nodes, Options{}); err != nil || d.Full || len(d.Objects) != 0 {
+				b.Fatalf("delta %+v, err %v", d, err)
 			}
 		}
 	})

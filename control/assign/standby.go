@@ -95,13 +95,22 @@ func (a *assigner) chooseStandbys() {
 			}
 		}
 	}
+	objs := make([]*objState, len(a.names))
+	for i, name := range a.names {
+		objs[i] = a.objs[name]
+	}
+	a.pickStandbys(objs)
+}
+
+// pickStandbys chooses a standby for every placed IP of objs (in name
+// order) that kept none, then evens the new choices out.
+func (a *assigner) pickStandbys(objs []*objState) {
 	type choice struct {
 		o *objState
 		p *placed
 	}
 	var fresh []choice
-	for _, name := range a.names {
-		o := a.objs[name]
+	for _, o := range objs {
 		for i := range o.placed {
 			p := &o.placed[i]
 			if p.standby >= 0 {

@@ -58,27 +58,44 @@ const (
 	ReasonStatusOwnedElsewhere = "StatusOwnedByAnotherController"
 )
 
-// specEvents reports, for each object, what makes part of it unusable.
-func specEvents(eips []*egressv1.EgressIP) []assign.Event {
+// specEvents reports what makes part of e unusable.
+func specEvents(e *egressv1.EgressIP) []assign.Event {
 	var out []assign.Event
-	for _, e := range eips {
-		// Bad egressIPs entries are InvalidEgressIP Events of the assignment.
-		var msgs []string
-		for _, err := range e.Problems() {
-			if _, entry := errors.AsType[*egressv1.EntryError](err); !entry {
-				msgs = append(msgs, err.Error())
-			}
-		}
-		if len(msgs) > 0 {
-			out = append(out, assign.Event{Object: e.Name, Reason: ReasonInvalidSpec,
-				Message: fmt.Sprintf("EgressIP %q is invalid: %s; the valid parts are still used, an invalid selector selects no pod", e.Name, strings.Join(msgs, "; "))})
-		}
-		if e.Spec.TrafficSelector != nil {
-			out = append(out, assign.Event{Object: e.Name, Reason: ReasonTrafficSelectorNotApplied,
-				Message: "spec.trafficSelector is not applied by Egret (EgressTrafficClass is not implemented): the egress IPs of this object serve every destination of the selected pods"})
+	// Bad egressIPs entries are InvalidEgressIP Events of the assignment.
+	var msgs []string
+	for _, err := range e.Problems() {
+		if _, entry := errors.AsType[*egressv1.EntryError](err); !entry {
+			msgs = append(msgs, err.Error())
 		}
 	}
+	if len(msgs) > 0 {
+		out = append(out, assign.Event{Object: e.Name, Reason: ReasonInvalidSpec,
+			Message: fmt.Sprintf("EgressIP %q is invalid: %s; the valid parts are still used, an invalid selector selects no pod", e.Name, strings.Join(msgs, "; "))})
+	}
+	if e.Spec.TrafficSelector != nil {
+		out = append(out, assign.Event{Object: e.Name, Reason: ReasonTrafficSelectorNotApplied,
+			Message: "spec.trafficSelector is not applied by Egret (EgressTrafficClass is not implemented): the egress IPs of this object serve every destination of the selected pods"})
+	}
 	return out
+}
+
+// objectEvents are the spec Events of one version of an object.
+type objectEvents struct {
+	obj    *egressv1.EgressIP
+	events []assign.Event
+}
+
+// storedStatus is the status of one version of an EgressIP object.
+type storedStatus struct {
+	obj      *egressv1.EgressIP
+	items    []assign.StatusItem
+	standbys map[netip.Addr]string
+}
+
+// nodeModel is assign's view of one version of a Node object.
+type nodeModel struct {
+	obj  *corev1.Node
+	node assign.Node
 }
 
 // desired is the status an object should have, computed from the object at
@@ -87,6 +104,11 @@ type desired struct {
 	rv      string
 	items   []egressv1.EgressIPStatusItem
 	standby string
+	// in and standbys are items and standby as the assignment reads them.
+	in       []assign.StatusItem
+	standbys map[netip.Addr]string
+	// queued: a write of this status for the object at rv is queued.
+	queued bool
 }
 
 // matches reports whether e already holds d's status and standby annotation.
@@ -125,12 +147,25 @@ type Controller struct {
 	reachMu       sync.Mutex // serialises setReachability
 	runCtx        context.Context
 
-	mu      sync.Mutex
-	desired map[string]desired
-	written map[string]written
+	// statusMu guards desired and written, which the status workers read
+	// and write: the assignment holds it only to read and apply them, not
+	// for its whole cycle, so writes go on while it computes.
+	statusMu sync.Mutex
+	desired  map[string]desired
+	written  map[string]written
+
+	mu      sync.Mutex // the assignment's own state below; held for a cycle
 	emitted map[assign.Event]struct{}
 	nodes   map[string]*nodeHealth
 	placed  map[string]string // "object/ip" → node, from the last assignment
+	// inc is the assignment with its memory: a cycle whose inputs did not
+	// change costs a comparison, one changed object costs that object.
+	inc        assign.Incremental
+	nodeModels map[string]nodeModel
+	specEvents map[string]objectEvents
+	// storedStatus caches the conversion of each object's stored status.
+	storedStatus map[string]storedStatus
+	foreign      map[string]assign.Event // by object: its status is another controller's
 	// badStandby is the malformed egret.io/standby value last reported per
 	// object, so it is logged once, not on every assignment.
 	badStandby map[string]string
@@ -162,6 +197,11 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 		emitted: map[assign.Event]struct{}{},
 		nodes:   map[string]*nodeHealth{},
 		placed:  map[string]string{},
+
+		nodeModels:   map[string]nodeModel{},
+		specEvents:   map[string]objectEvents{},
+		storedStatus: map[string]storedStatus{},
+		foreign:      map[string]assign.Event{},
 
 		badStandby: map[string]string{},
 	}
@@ -332,7 +372,7 @@ func (c *Controller) assign() {
 	// supported on a cluster provisioned on AWS.
 	onAWS := slices.ContainsFunc(kn, cluster.OnAWS)
 	for _, n := range kn {
-		an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
+		an := c.nodeModel(n)
 		switch {
 		case !an.Assignable:
 		case onAWS && cluster.ControlPlane(n):
@@ -379,36 +419,49 @@ func (c *Controller) assign() {
 			delete(c.nodes, name)
 		}
 	}
+	for name := range c.nodeModels {
+		if !seen[name] {
+			delete(c.nodeModels, name)
+		}
+	}
 	if !nextHoldDownEnd.IsZero() {
 		c.queue.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
 	}
 
+	c.statusMu.Lock()
 	objects := make([]assign.Object, 0, len(eips))
-	byName := make(map[string]*egressv1.EgressIP, len(eips))
-	recorded := make(map[string]map[netip.Addr]string, len(eips)) // standbys before this assignment
+	index := make(map[string]int, len(eips)) // name → its place in eips and objects
 	pending := c.placedByObject()
 	for _, e := range eips {
-		byName[e.Name] = e
+		index[e.Name] = len(objects)
 		o := assign.Object{Name: e.Name, Created: e.CreationTimestamp.Time, EgressIPs: e.Spec.EgressIPs}
 		if w, ok := c.written[e.Name]; ok && w.fromRV == e.ResourceVersion {
 			o.Status, o.Standbys = w.items, w.standbys // our write is not in the cache yet
+		} else if d, ok := c.desired[e.Name]; ok && d.rv == e.ResourceVersion && d.queued && c.cloud == nil {
+			// Our write is queued: the status is being written as decided
+			// from this very object. Deciding it again from the old status
+			// could place it differently and churn (and costs a full cycle).
+			delete(c.written, e.Name)
+			o.Status, o.Standbys = d.in, d.standbys
 		} else {
 			delete(c.written, e.Name)
-			for _, it := range e.Status.Items {
-				o.Status = append(o.Status, assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP})
-			}
-			o.Standbys = c.recordedStandbys(e)
+			o.Status, o.Standbys = c.stored(e)
 		}
 		o.Status = withPending(o.Status, pending[e.Name])
-		recorded[e.Name] = o.Standbys
 		objects = append(objects, o)
 	}
 	for name := range c.badStandby {
-		if _, ok := byName[name]; !ok {
+		if _, ok := index[name]; !ok {
 			delete(c.badStandby, name)
 		}
 	}
-	res, err := assign.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
+	for name := range c.storedStatus {
+		if _, ok := index[name]; !ok {
+			delete(c.storedStatus, name)
+		}
+	}
+	c.statusMu.Unlock()
+	res, delta, err := c.inc.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
 	if err != nil {
 		// Only duplicate names, which no source produces.
 		c.metrics.ReconcileError("assign")
@@ -425,27 +478,53 @@ func (c *Controller) assign() {
 		eligible[n.Name] = n.Assignable && n.AnnotationErr == nil && n.Ready && n.Reachable &&
 			!(c.cfg.DrainCordoned && n.Cordoned)
 	}
-	placed := map[string]string{}
-	var noStandby int
-	var foreign []assign.Event
-	nextDesired := make(map[string]desired, len(res.Objects))
-	for _, r := range res.Objects {
-		e := byName[r.Name]
+	// Only the objects the assignment recomputed can have a new result; the
+	// others keep theirs (and their place in c.placed).
+	results := res.Objects
+	if !delta.Full {
+		results = nil
+		for _, name := range delta.Objects {
+			if i, ok := slices.BinarySearchFunc(res.Objects, name, func(r assign.ObjectResult, n string) int {
+				return strings.Compare(r.Name, n)
+			}); ok {
+				results = append(results, res.Objects[i])
+			}
+		}
+	}
+	c.statusMu.Lock()
+	var prevPlaced map[string]string
+	refreshed := false
+	if delta.Full {
+		prevPlaced, c.placed, c.desired = c.placed, map[string]string{}, make(map[string]desired, len(res.Objects))
+		clear(c.foreign)
+	} else {
+		prevPlaced = map[string]string{}
+		for _, name := range delta.Objects {
+			for _, it := range c.desired[name].items {
+				k := name + "/" + it.EgressIP
+				prevPlaced[k] = c.placed[k]
+				delete(c.placed, k)
+			}
+			delete(c.desired, name)
+			delete(c.foreign, name)
+		}
+	}
+	for _, r := range results {
+		i := index[r.Name]
+		e, recorded := eips[i], objects[i].Standbys // the standbys before this assignment
 		d := desired{rv: e.ResourceVersion}
 		standbys := map[netip.Addr]string{}
 		for _, a := range r.Status {
 			d.items = append(d.items, egressv1.EgressIPStatusItem{Node: a.Node, EgressIP: a.EgressIP})
+			d.in = append(d.in, assign.StatusItem{Node: a.Node, EgressIP: a.EgressIP})
 			if a.Standby != "" {
 				standbys[a.Addr] = a.Standby
-			} else {
-				noStandby++
 			}
 			k := r.Name + "/" + a.EgressIP
-			placed[k] = a.Node
-			perNode[a.Node]++
-			if prev, ok := c.placed[k]; ok && prev != a.Node {
+			c.placed[k] = a.Node
+			if prev, ok := prevPlaced[k]; ok && prev != a.Node {
 				c.metrics.Moved(prev, !eligible[prev])
-				toStandby := recorded[r.Name][a.Addr] == a.Node
+				toStandby := recorded[a.Addr] == a.Node
 				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node, "toStandby", toStandby)
 				// An admin asks `kubectl describe eip` why the source address
 				// changed; the log is on whichever replica led then.
@@ -462,35 +541,69 @@ func (c *Controller) assign() {
 			}
 		}
 		if len(standbys) > 0 {
-			d.standby = egressv1.FormatStandbys(standbys)
+			d.standby, d.standbys = egressv1.FormatStandbys(standbys), standbys
 		}
-		nextDesired[r.Name] = d
-		if d.matches(e) {
-			continue
-		}
-		if m := cluster.ForeignStatusWriter(e); m != "" {
-			// Two writers would move the IP back and forth; yield.
-			foreign = append(foreign, assign.Event{Object: e.Name, Reason: ReasonStatusOwnedElsewhere,
-				Message: fmt.Sprintf("status is written by another controller (field manager %q, e.g. OVN-Kubernetes' cluster manager), so Egret does not write it and the egress IPs stay where that controller put them; to hand this EgressIP over to Egret, stop that controller and clear the status (kubectl patch egressip %s --type=merge -p '{\"status\":null}')", m, e.Name)})
-			continue
-		}
-		c.queue.Add(qkey{name: r.Name})
+		c.desired[r.Name] = c.queueStatus(e, d)
 	}
-	c.placed = placed
-	c.desired = nextDesired
-	c.cloudPlaced(placed)
+	if !delta.Full {
+		// An object whose result stands may still have changed (its
+		// metadata, or our own write seen back): its status is written
+		// from the object as it is now, if it differs.
+		for _, e := range eips {
+			if d, ok := c.desired[e.Name]; ok && d.rv != e.ResourceVersion {
+				c.desired[e.Name] = c.queueStatus(e, d)
+				refreshed = true
+			}
+		}
+	}
+	for name := range c.written {
+		if _, ok := index[name]; !ok {
+			delete(c.written, name)
+		}
+	}
+	c.statusMu.Unlock()
+	c.cloudPlaced(c.placed)
+	for _, node := range c.placed {
+		perNode[node]++
+	}
 
+	changed := delta.Full || len(delta.Objects) > 0 || refreshed
+	for _, e := range eips {
+		if s, ok := c.specEvents[e.Name]; !ok || s.obj != e {
+			c.specEvents[e.Name] = objectEvents{obj: e, events: specEvents(e)}
+			changed = changed || !slices.Equal(s.events, c.specEvents[e.Name].events)
+		}
+	}
+	for name := range c.specEvents {
+		if _, ok := index[name]; !ok {
+			delete(c.specEvents, name)
+			changed = true
+		}
+	}
 	var unassigned int64
-	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
-	for _, ev := range slices.Concat(res.Events, res.NoStandby, specEvents(eips), foreign) {
+	for _, ev := range res.Events {
 		if ev.Reason == assign.ReasonNoMatchingNodeFound {
 			unassigned++
 		}
+	}
+	c.metrics.ObserveAssignment(c.now().Sub(start), perNode, int(unassigned), len(res.NoStandby))
+	if !changed {
+		return // the same Events as the last cycle, all emitted
+	}
+	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
+	all := slices.Concat(res.Events, res.NoStandby)
+	for _, s := range c.specEvents {
+		all = append(all, s.events...)
+	}
+	for _, ev := range c.foreign {
+		all = append(all, ev)
+	}
+	for _, ev := range all {
 		current[ev] = struct{}{}
 		if _, done := c.emitted[ev]; done {
 			continue
 		}
-		e := byName[ev.Object]
+		e := eips[index[ev.Object]]
 		c.event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
 			Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, ev)
 	}
@@ -507,7 +620,51 @@ func (c *Controller) assign() {
 	}
 	// Forgetting what no longer applies lets it be reported again if it returns.
 	c.emitted = current
-	c.metrics.ObserveAssignment(c.now().Sub(start), perNode, int(unassigned), noStandby)
+}
+
+// queueStatus queues the status write of e when it does not already hold
+// d, which it returns with the object's resourceVersion; an object whose
+// status another controller writes gets an Event instead.
+func (c *Controller) queueStatus(e *egressv1.EgressIP, d desired) desired {
+	d.rv, d.queued = e.ResourceVersion, false
+	delete(c.foreign, e.Name)
+	if d.matches(e) {
+		return d
+	}
+	if m := cluster.ForeignStatusWriter(e); m != "" {
+		// Two writers would move the IP back and forth; yield.
+		c.foreign[e.Name] = assign.Event{Object: e.Name, Reason: ReasonStatusOwnedElsewhere,
+			Message: fmt.Sprintf("status is written by another controller (field manager %q, e.g. OVN-Kubernetes' cluster manager), so Egret does not write it and the egress IPs stay where that controller put them; to hand this EgressIP over to Egret, stop that controller and clear the status (kubectl patch egressip %s --type=merge -p '{\"status\":null}')", m, e.Name)}
+		return d
+	}
+	d.queued = true
+	c.queue.Add(qkey{name: e.Name})
+	return d
+}
+
+// stored is e's status and recorded standbys as the assignment reads them,
+// converted once per version of the object.
+func (c *Controller) stored(e *egressv1.EgressIP) ([]assign.StatusItem, map[netip.Addr]string) {
+	if s, ok := c.storedStatus[e.Name]; ok && s.obj == e {
+		return s.items, s.standbys
+	}
+	s := storedStatus{obj: e, standbys: c.recordedStandbys(e)}
+	for _, it := range e.Status.Items {
+		s.items = append(s.items, assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP})
+	}
+	c.storedStatus[e.Name] = s
+	return s.items, s.standbys
+}
+
+// nodeModel is assign's view of n's labels and annotations, parsed once
+// per version of the object.
+func (c *Controller) nodeModel(n *corev1.Node) assign.Node {
+	if m, ok := c.nodeModels[n.Name]; ok && m.obj == n {
+		return m.node
+	}
+	an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
+	c.nodeModels[n.Name] = nodeModel{obj: n, node: an}
+	return an
 }
 
 // recordedStandbys reads e's egret.io/standby annotation. A malformed one
@@ -538,9 +695,9 @@ func itemsEqual(a, b []egressv1.EgressIPStatusItem) bool {
 // writeStatus stores the desired status of one object, if it differs.
 func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	obj, ok := c.src.EgressIP(k.name)
-	c.mu.Lock()
+	c.statusMu.Lock()
 	d, known := c.desired[k.name]
-	c.mu.Unlock()
+	c.statusMu.Unlock()
 	d.items = c.cloudReady(d.items) // attach before claim
 	if !ok || !known || obj.ResourceVersion != d.rv || d.matches(obj) ||
 		cluster.ForeignStatusWriter(obj) != "" {
@@ -565,9 +722,9 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 			items[i] = assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP}
 		}
 		standbys, _ := egressv1.Standbys(cp) // written by FormatStandbys: valid
-		c.mu.Lock()
+		c.statusMu.Lock()
 		c.written[k.name] = written{fromRV: obj.ResourceVersion, items: items, standbys: standbys}
-		c.mu.Unlock()
+		c.statusMu.Unlock()
 		c.log.Info("status written", "egressip", k.name, "items", d.items, "standbys", d.standby)
 	case apierrors.IsConflict(err):
 		// The cache is behind: the newer object triggers a new assignment;
