@@ -187,12 +187,7 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 				s.c.recordsOwned.Add(1)
 				continue
 			}
-			if hf, ok := h.flows[f.Orig]; ok {
-				pipe.Abandon(&conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
-				s.forget(h, f.Orig)
-			} else {
-				s.takeOver(peer, f)
-			}
+			s.replaceCopy(peer, h, f)
 			s.c.recordsApplied.Add(1)
 		case itemUpsert:
 			f := &it.flow
@@ -204,12 +199,7 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 			if !ok {
 				return fmt.Errorf("%w: a flow names return path %d, never sent", errMalformed, f.Aux)
 			}
-			if hf, ok := h.flows[f.Orig]; ok {
-				pipe.Abandon(&conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
-				s.forget(h, f.Orig)
-			} else {
-				s.takeOver(peer, f)
-			}
+			s.replaceCopy(peer, h, f)
 			if err := pipe.Adopt(f, rp, time.Duration(it.rem), now); err != nil {
 				s.c.adoptFailed.Add(1)
 				continue
@@ -222,20 +212,26 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 	return nil
 }
 
-// takeOver removes the copy of f (same original tuple and NAT binding)
-// this gateway holds other than for peer: one resumed from the state file
-// of the previous process on this node, or held for another peer (the
-// IP's primary before peer). Its egress IP is not hosted here (the caller
-// checked), so the copy answers nothing, and peer's record is the current
-// one: without this the copy kept the port, the record was not adopted
-// (counted adopt failure) and the copy never learned a state change,
-// refresh or removal (seen on the cluster: a gateway restarted by a
-// rollout resumed its flows, lost their IP to the standby, then stood by
-// for that IP). s.rmu is held.
-func (s *Sync) takeOver(peer string, f *conntrack.Flow) {
-	for p, h := range s.held {
-		if hf, ok := h.flows[f.Orig]; ok && p != peer && hf.nat == f.NATAddr && hf.port == f.NATPort {
-			s.forget(h, f.Orig)
+// replaceCopy removes what this gateway holds of f's flow before peer's
+// record of it is applied: peer's own earlier copy (whatever its binding),
+// else a copy with f's tuple and NAT binding held other than for peer: one
+// resumed from the state file of the previous process on this node, or
+// held for another peer (the IP's primary before peer). Its egress IP is
+// not hosted here (the caller checked), so the copy answers nothing, and
+// peer's record is the current one: without this the copy kept the port,
+// the record was not adopted (counted adopt failure) and the copy never
+// learned a state change, refresh or removal (seen on the cluster: a
+// gateway restarted by a rollout resumed its flows, lost their IP to the
+// standby, then stood by for that IP). s.rmu is held.
+func (s *Sync) replaceCopy(peer string, h *heldSet, f *conntrack.Flow) {
+	if hf, ok := h.flows[f.Orig]; ok {
+		s.cfg.Pipeline.Abandon(&conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
+		s.forget(h, f.Orig)
+		return
+	}
+	for p, o := range s.held {
+		if hf, ok := o.flows[f.Orig]; ok && p != peer && hf.nat == f.NATAddr && hf.port == f.NATPort {
+			s.forget(o, f.Orig)
 		}
 	}
 	s.cfg.Pipeline.Abandon(f)
