@@ -79,23 +79,11 @@ func specEvents(e *egressv1.EgressIP) []assign.Event {
 	return out
 }
 
-// objectEvents are the spec Events of one version of an object.
-type objectEvents struct {
-	obj    *egressv1.EgressIP
-	events []assign.Event
-}
-
-// storedStatus is the status of one version of an EgressIP object.
+// storedStatus is an EgressIP's stored status and recorded standbys as
+// the assignment reads them.
 type storedStatus struct {
-	obj      *egressv1.EgressIP
 	items    []assign.StatusItem
 	standbys map[netip.Addr]string
-}
-
-// nodeModel is assign's view of one version of a Node object.
-type nodeModel struct {
-	obj  *corev1.Node
-	node assign.Node
 }
 
 // desired is the status an object should have, computed from the object at
@@ -160,11 +148,12 @@ type Controller struct {
 	placed  map[string]string // "object/ip" → node, from the last assignment
 	// inc is the assignment with its memory: a cycle whose inputs did not
 	// change costs a comparison, one changed object costs that object.
-	inc        assign.Incremental
-	nodeModels map[string]nodeModel
-	specEvents map[string]objectEvents
-	// storedStatus caches the conversion of each object's stored status.
-	storedStatus map[string]storedStatus
+	inc assign.Incremental
+	// Conversions of each object, made once per version: assign's view of
+	// a Node, an EgressIP's spec Events and its stored status.
+	nodeModels   perVersion[corev1.Node, assign.Node]
+	specEvents   perVersion[egressv1.EgressIP, []assign.Event]
+	storedStatus perVersion[egressv1.EgressIP, storedStatus]
 	foreign      map[string]assign.Event // by object: its status is another controller's
 	// badStandby is the malformed egret.io/standby value last reported per
 	// object, so it is logged once, not on every assignment.
@@ -198,10 +187,7 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 		nodes:   map[string]*nodeHealth{},
 		placed:  map[string]string{},
 
-		nodeModels:   map[string]nodeModel{},
-		specEvents:   map[string]objectEvents{},
-		storedStatus: map[string]storedStatus{},
-		foreign:      map[string]assign.Event{},
+		foreign: map[string]assign.Event{},
 
 		badStandby: map[string]string{},
 	}
@@ -419,11 +405,7 @@ func (c *Controller) assign() {
 			delete(c.nodes, name)
 		}
 	}
-	for name := range c.nodeModels {
-		if !seen[name] {
-			delete(c.nodeModels, name)
-		}
-	}
+	c.nodeModels.keep(func(name string) bool { return seen[name] })
 	if !nextHoldDownEnd.IsZero() {
 		c.queue.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
 	}
@@ -455,11 +437,8 @@ func (c *Controller) assign() {
 			delete(c.badStandby, name)
 		}
 	}
-	for name := range c.storedStatus {
-		if _, ok := index[name]; !ok {
-			delete(c.storedStatus, name)
-		}
-	}
+	live := func(name string) bool { _, ok := index[name]; return ok }
+	c.storedStatus.keep(live)
 	c.statusMu.Unlock()
 	res, delta, err := c.inc.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
 	if err != nil {
@@ -569,16 +548,12 @@ func (c *Controller) assign() {
 
 	changed := delta.Full || len(delta.Objects) > 0 || refreshed
 	for _, e := range eips {
-		if s, ok := c.specEvents[e.Name]; !ok || s.obj != e {
-			c.specEvents[e.Name] = objectEvents{obj: e, events: specEvents(e)}
-			changed = changed || !slices.Equal(s.events, c.specEvents[e.Name].events)
-		}
-	}
-	for name := range c.specEvents {
-		if _, ok := index[name]; !ok {
-			delete(c.specEvents, name)
+		if ev, old, computed := c.specEvents.get(e.Name, e, specEvents); computed && !slices.Equal(old, ev) {
 			changed = true
 		}
+	}
+	if c.specEvents.keep(live) > 0 {
+		changed = true
 	}
 	var unassigned int64
 	for _, ev := range res.Events {
@@ -592,8 +567,8 @@ func (c *Controller) assign() {
 	}
 	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
 	all := slices.Concat(res.Events, res.NoStandby)
-	for _, s := range c.specEvents {
-		all = append(all, s.events...)
+	for _, s := range c.specEvents.m {
+		all = append(all, s.v...)
 	}
 	for _, ev := range c.foreign {
 		all = append(all, ev)
@@ -645,25 +620,22 @@ func (c *Controller) queueStatus(e *egressv1.EgressIP, d desired) desired {
 // stored is e's status and recorded standbys as the assignment reads them,
 // converted once per version of the object.
 func (c *Controller) stored(e *egressv1.EgressIP) ([]assign.StatusItem, map[netip.Addr]string) {
-	if s, ok := c.storedStatus[e.Name]; ok && s.obj == e {
-		return s.items, s.standbys
-	}
-	s := storedStatus{obj: e, standbys: c.recordedStandbys(e)}
-	for _, it := range e.Status.Items {
-		s.items = append(s.items, assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP})
-	}
-	c.storedStatus[e.Name] = s
+	s, _, _ := c.storedStatus.get(e.Name, e, func(e *egressv1.EgressIP) storedStatus {
+		s := storedStatus{standbys: c.recordedStandbys(e)}
+		for _, it := range e.Status.Items {
+			s.items = append(s.items, assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP})
+		}
+		return s
+	})
 	return s.items, s.standbys
 }
 
 // nodeModel is assign's view of n's labels and annotations, parsed once
 // per version of the object.
 func (c *Controller) nodeModel(n *corev1.Node) assign.Node {
-	if m, ok := c.nodeModels[n.Name]; ok && m.obj == n {
-		return m.node
-	}
-	an := assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
-	c.nodeModels[n.Name] = nodeModel{obj: n, node: an}
+	an, _, _ := c.nodeModels.get(n.Name, n, func(n *corev1.Node) assign.Node {
+		return assign.NodeFromObject(n.Name, n.Labels, n.Annotations)
+	})
 	return an
 }
 
