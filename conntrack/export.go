@@ -152,33 +152,11 @@ const exportChunk = 256
 // outside the locks, so the data plane keeps running; flows inserted or
 // removed meanwhile may or may not be seen. fn must not keep f.
 func (t *Table) Range(now int64, fn func(f *Flow, remaining time.Duration)) {
-	var fs [exportChunk]Flow
-	var rem [exportChunk]time.Duration
-	for si := range t.shards {
-		s := &t.shards[si]
-		for start := uint32(0); ; start += exportChunk {
-			n := 0
-			s.mu.Lock()
-			end := min(start+exportChunk, s.bump)
-			for l := start; l < end; l++ {
-				e := &t.entries[s.base+l]
-				if e.state == uint8(StateNone) {
-					continue
-				}
-				e.toFlow(&fs[n])
-				rem[n] = untilDeadline(e.deadline, now)
-				n++
-			}
-			bump := s.bump
-			s.mu.Unlock()
-			for i := range n {
-				fn(&fs[i], rem[i])
-			}
-			if end >= bump {
-				break
-			}
+	t.RangeSlots(now, nil, func(_ uint32, f *Flow, rem time.Duration) {
+		if f != nil {
+			fn(f, rem)
 		}
-	}
+	})
 }
 
 // Export writes every flow as a stream of records to w, with remaining

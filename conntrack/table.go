@@ -75,6 +75,7 @@ type Table struct {
 	_         [64]byte
 	count     atomic.Int64 // flows in the table, bounded by maxFlows
 	_         [64]byte
+	changed   []atomic.Uint64 // change marks, a bit per slot (changes.go)
 }
 
 // ErrInvalidFlow means Insert was given a flow whose reply tuple equals its
@@ -220,6 +221,8 @@ func New(cfg Config) (*Table, error) {
 		int64(ns)*int64(unsafe.Sizeof(shard{})) + int64(unsafe.Sizeof(Table{}))
 	t.seqs = make([]tcpSeq, nEntries)
 	t.bytes += int64(nEntries) * int64(unsafe.Sizeof(tcpSeq{}))
+	t.changed = make([]atomic.Uint64, (nEntries+63)/64)
+	t.bytes += int64(len(t.changed)) * 8
 	for s := State(1); s < numStates; s++ {
 		t.to[s] = int64(timeoutFor(&to, s))
 	}
@@ -531,6 +534,9 @@ func (t *Table) apply(g uint32, dir Dir, sg *seg, now int64, out *Flow) bool {
 		return false
 	}
 	st := step(State(e.state), e.proto, &t.seqs[g], dir, sg)
+	if st != State(e.state) {
+		t.markChanged(g)
+	}
 	if d := now + t.to[st]; st != State(e.state) || !covers(e.deadline, d) {
 		e.state = uint8(st)
 		e.deadline = tickCeil(d + refreshSlack)
@@ -688,6 +694,7 @@ func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64, 
 	}
 	t.put(s1, h1, t.makeRef(s1i, local, Original))
 	t.put(s2, h2, t.makeRef(s1i, local, Reply))
+	t.markChanged(s1.base + local)
 	t.unlock2(s1i, s2i)
 	return nil
 }
@@ -725,6 +732,7 @@ func (t *Table) unlink(s1i, s2i uint32, g uint32, h1, h2 uint64, out *Flow) {
 	t.giveLimits(e)
 	e.toFlow(out)
 	*e = entry{aux: s1.free}
+	t.markChanged(g)
 	s1.free = local + 1
 	s1.used--
 	t.count.Add(-1)
