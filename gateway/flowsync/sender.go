@@ -28,35 +28,34 @@ type link struct {
 
 	// scan goroutine only
 	cur        *session
-	sent       uint64                    // bytes of batches sent in cur (the last batch's seq)
-	shadow     map[conntrack.Tuple]int32 // a flow's row in rows
-	rows       []shadow                  // the shadows; unused rows are on free
-	free       []int32
+	sent       uint64 // bytes of batches sent in cur (the last batch's seq)
+	rows       []shadow
+	free       []int32         // unused rows
+	bySlot     []int32         // a conntrack slot's row, plus one; 0: the standby was told of no flow in it
 	paths      map[uint32]bool // aux values whose return path cur has been told
 	resync     bool            // a full resync is under way: 'E' not sent yet
+	full       bool            // the next scan looks at every slot for this link, not only the changed ones
 	incomplete bool            // this scan left changes unsent (window full)
 	batch      []byte
 	rec        []byte
 }
 
-// shadow is what the standby was last told of one flow. The map holds
-// row numbers, not shadows, so that the scan's check of an unchanged flow
-// is one map lookup (its mark, gen, is set in the row), and finish walks a
-// slice instead of the map.
+// shadow is what the standby was last told of the flow in one slot of the
+// flow table. Slots, not tuples, key it: a scan that looks at a slot finds
+// its shadow by index, and a slot whose flow is gone still names what the
+// standby holds.
 type shadow struct {
 	key      conntrack.Tuple
 	deadline int64 // ns of the pipeline clock
 	nat      conntrack.Addr
 	port     uint16
 	state    conntrack.State
-	used     bool
-	gen      uint32 // the last scan that saw the flow
 }
 
-// remember records sh as what the standby was told of its flow.
-func (l *link) remember(sh shadow) {
-	if i, ok := l.shadow[sh.key]; ok {
-		l.rows[i] = sh
+// remember records sh as what the standby was told of the flow in slot.
+func (l *link) remember(slot uint32, sh shadow) {
+	if i := l.bySlot[slot]; i != 0 {
+		l.rows[i-1] = sh
 		return
 	}
 	var i int32
@@ -67,21 +66,23 @@ func (l *link) remember(sh shadow) {
 		i = int32(len(l.rows))
 		l.rows = append(l.rows, sh)
 	}
-	l.shadow[sh.key] = i
+	l.bySlot[slot] = i + 1
 }
 
-// forget removes row i.
-func (l *link) forget(i int32) {
-	delete(l.shadow, l.rows[i].key)
+// forget removes slot's shadow.
+func (l *link) forget(slot uint32) {
+	i := l.bySlot[slot] - 1
 	l.rows[i] = shadow{}
 	l.free = append(l.free, i)
+	l.bySlot[slot] = 0
 }
 
-// resetShadow empties the shadow for a new session (keep) or drops it.
-func (l *link) resetShadow(keep bool) {
-	l.shadow, l.rows, l.free = nil, nil, nil
+// resetShadow empties the shadow for a new session over a table of slots
+// slots (keep) or drops it.
+func (l *link) resetShadow(keep bool, slots int) {
+	l.rows, l.free, l.bySlot = nil, nil, nil
 	if keep {
-		l.shadow = map[conntrack.Tuple]int32{}
+		l.bySlot = make([]int32, slots)
 	}
 }
 
@@ -164,28 +165,36 @@ func (l *link) drop() {
 	l.mu.Unlock()
 }
 
+// sweepEvery is how long the scans take to look at every slot of the
+// flow table once, besides the slots that changed: what finds the timer
+// refreshes (which are not changes) that are due, far under the shortest
+// refresh step (a quarter of ICMP's 60 s timeout), and a flow a scan
+// could not place (one revived after its deadline).
+const sweepEvery = 5 * time.Second
+
 // scanLoop scans the flow table every Interval and sends each peer what
 // changed for it.
 func (s *Sync) scanLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	var gen uint32
 	for {
 		select {
 		case <-s.done:
 			return
 		case <-t.C:
 		}
-		gen++
-		s.scan(gen)
+		s.scan()
 	}
 }
 
 // scan is one pass: every link with a session gets the flows of its egress
 // IPs that are new or changed since it was last told, and the removal of
-// those gone.
-func (s *Sync) scan(gen uint32) {
+// those gone. It looks at the slots the flow table marked changed and at
+// the sweep's share of the rest; at every slot for a link that starts a
+// full resync, whose egress IPs changed or whose last scan could not send
+// everything.
+func (s *Sync) scan() {
 	s.mu.Lock()
 	byIP := s.byIP
 	links := make([]*link, 0, len(s.links))
@@ -193,42 +202,89 @@ func (s *Sync) scan(gen uint32) {
 		links = append(links, l)
 	}
 	s.mu.Unlock()
-	active := 0
+	ct := s.cfg.Pipeline.Conntrack()
+	slots := ct.Slots()
+	moved := !sameLinks(byIP, s.seen)
+	s.seen = byIP
+	active, full := links[:0], false
 	for _, l := range links {
-		if l.begin() {
-			active++
+		if l.begin(slots) {
+			l.full = l.full || moved
+			full = full || l.full
+			active = append(active, l)
 		}
 	}
-	if active == 0 {
+	if len(active) == 0 {
 		return
 	}
+	if words := (slots + 63) / 64; len(s.visit) != words {
+		s.visit = make([]uint64, words)
+	} else {
+		clear(s.visit)
+	}
+	ct.TakeChanged(s.visit)
+	s.markSweep(slots)
+	set := s.visit
+	if full {
+		set = nil
+	}
 	now := s.cfg.Clock()
-	ct := s.cfg.Pipeline.Conntrack()
-	ct.Range(now, func(f *conntrack.Flow, rem time.Duration) {
-		if l := byIP[f.NATAddr]; l != nil && l.cur != nil && rem > 0 {
-			l.visit(f, rem, now, gen, ct)
+	ct.RangeSlots(now, set, func(slot uint32, f *conntrack.Flow, rem time.Duration) {
+		marked := s.visit[slot>>6]&(1<<(slot&63)) != 0
+		for _, l := range active {
+			if l.cur != nil && (marked || l.full) {
+				l.visit(slot, f, rem, now, byIP, ct)
+			}
 		}
 	})
-	for _, l := range links {
-		if l.cur != nil {
-			l.finish(gen, byIP)
-		}
+	for _, l := range active {
+		l.finish()
 	}
 }
 
-// begin readies l for a scan: a new session starts a full resync, a peer
-// that stopped acknowledging is dropped. It reports whether l sends.
-func (l *link) begin() bool {
+// markSweep adds the sweep's share of the slots to this scan's set.
+func (s *Sync) markSweep(slots int) {
+	n := slots
+	if s.cfg.Interval < sweepEvery {
+		n = int((int64(slots)*int64(s.cfg.Interval) + int64(sweepEvery) - 1) / int64(sweepEvery))
+	}
+	for range n {
+		if s.sweepAt >= slots {
+			s.sweepAt = 0
+		}
+		s.visit[s.sweepAt>>6] |= 1 << (s.sweepAt & 63)
+		s.sweepAt++
+	}
+}
+
+// sameLinks reports whether a and b send the same egress IPs to the same
+// links.
+func sameLinks(a, b map[conntrack.Addr]*link) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for ip, l := range a {
+		if b[ip] != l {
+			return false
+		}
+	}
+	return true
+}
+
+// begin readies l for a scan over a table of slots slots: a new session
+// starts a full resync, a peer that stopped acknowledging is dropped. It
+// reports whether l sends.
+func (l *link) begin(slots int) bool {
 	sess := l.current()
 	if sess != l.cur {
 		l.cur, l.sent = sess, 0
-		l.resetShadow(false)
+		l.resetShadow(false, 0)
 		l.paths, l.resync = nil, false
 		if sess == nil {
 			return false
 		}
-		l.resetShadow(true)
-		l.paths, l.resync = map[uint32]bool{}, true
+		l.resetShadow(true, slots)
+		l.paths, l.resync, l.full = map[uint32]bool{}, true, true
 		l.s.c.fullResyncs.Add(1)
 		l.batch = append(l.batch[:0], itemBegin)
 	}
@@ -248,7 +304,7 @@ func (l *link) begin() bool {
 // fail ends the current session after a send error or a stall.
 func (l *link) fail() {
 	l.drop()
-	l.resetShadow(false)
+	l.resetShadow(false, 0)
 	l.cur, l.paths, l.batch = nil, nil, l.batch[:0]
 }
 
@@ -257,19 +313,32 @@ func (l *link) room() bool {
 	return l.cur != nil && l.sent-l.acked.Load() < uint64(l.s.cfg.Window)
 }
 
-// visit sends f if the standby does not know it as it is now. A refresh is
-// sent once the flow's deadline has moved a quarter of its timeout past
-// the one the standby holds, so a busy flow costs one record per quarter
-// timeout and the standby's copy never expires long before the flow.
-func (l *link) visit(f *conntrack.Flow, rem time.Duration, now int64, gen uint32, ct *conntrack.Table) {
-	deadline := now + int64(rem)
-	if i, ok := l.shadow[f.Orig]; ok {
-		sh := &l.rows[i]
-		sh.gen = gen
-		if sh.state == f.State && sh.nat == f.NATAddr && sh.port == f.NATPort &&
-			deadline-sh.deadline <= int64(ct.Timeout(f.State))/4 {
+// visit brings the standby up to date with slot, which holds f (nil: no
+// flow) with rem left. The flow the standby was told of in the slot, if
+// it is not f, is removed there first. f is sent if it is one of l's
+// egress IPs' and the standby does not know it as it is now: a refresh
+// once its deadline has moved a quarter of its timeout past the one the
+// standby holds, so a busy flow costs one record per quarter timeout and
+// the standby's copy never expires long before the flow.
+func (l *link) visit(slot uint32, f *conntrack.Flow, rem time.Duration, now int64, byIP map[conntrack.Addr]*link, ct *conntrack.Table) {
+	var sh *shadow
+	if i := l.bySlot[slot]; i != 0 {
+		sh = &l.rows[i-1]
+	}
+	mine := f != nil && rem > 0 && byIP[f.NATAddr] == l
+	if sh != nil && (!mine || sh.key != f.Orig) {
+		if !l.retire(slot, sh, f, byIP, ct) {
 			return
 		}
+		sh = nil
+	}
+	if !mine {
+		return
+	}
+	deadline := now + int64(rem)
+	if sh != nil && sh.state == f.State && sh.nat == f.NATAddr && sh.port == f.NATPort &&
+		deadline-sh.deadline <= int64(ct.Timeout(f.State))/4 {
+		return
 	}
 	if !l.room() {
 		l.incomplete = true
@@ -285,40 +354,46 @@ func (l *link) visit(f *conntrack.Flow, rem time.Duration, now int64, gen uint32
 	}
 	l.batch = append(l.batch, itemUpsert)
 	l.batch = conntrack.AppendRecord(l.batch, f, rem)
-	l.remember(shadow{key: f.Orig, deadline: deadline, nat: f.NATAddr, port: f.NATPort, state: f.State, used: true, gen: gen})
+	l.remember(slot, shadow{key: f.Orig, deadline: deadline, nat: f.NATAddr, port: f.NATPort, state: f.State})
 	l.s.c.recordsSent.Add(1)
 	l.flushIfFull()
 }
 
-// finish sends the removal of the flows of l's egress IPs that the scan
-// did not see, ends a full resync that the scan completed and sends what
-// is batched.
-func (l *link) finish(gen uint32, byIP map[conntrack.Addr]*link) {
-	for i := range l.rows {
-		sh := &l.rows[i]
-		if !sh.used || sh.gen == gen {
-			continue
-		}
-		if byIP[sh.nat] != l {
-			// Its egress IP is no longer ours to send (it moved, perhaps
-			// to this very standby): forget it without a word.
-			l.forget(int32(i))
-			continue
-		}
+// retire removes at the standby the flow sh says it holds from slot, which
+// now holds f (nil: none), and forgets sh; false if the window has no room.
+// Its egress IP no longer being l's, it is forgotten without a word (the
+// IP moved, perhaps to this very standby). Nor is a removal sent while the
+// table holds a flow of the same tuple in another slot (removed here and
+// made again): that slot is marked changed and sends it.
+func (l *link) retire(slot uint32, sh *shadow, f *conntrack.Flow, byIP map[conntrack.Addr]*link, ct *conntrack.Table) bool {
+	if byIP[sh.nat] == l && (f != nil && f.Orig == sh.key || !ct.Tracked(&sh.key)) {
 		if !l.room() {
 			l.incomplete = true
-			break
+			return false
 		}
-		f := conntrack.Flow{Orig: sh.key, NATAddr: sh.nat, NATPort: sh.port, State: sh.state}
+		d := conntrack.Flow{Orig: sh.key, NATAddr: sh.nat, NATPort: sh.port, State: sh.state}
 		l.batch = append(l.batch, itemDelete)
-		l.batch = conntrack.AppendRecord(l.batch, &f, 0)
-		l.forget(int32(i))
+		l.batch = conntrack.AppendRecord(l.batch, &d, 0)
 		l.s.c.recordsSent.Add(1)
 		l.flushIfFull()
 	}
-	if l.cur != nil && l.resync && !l.incomplete {
-		l.batch = append(l.batch, itemEnd)
-		l.resync = false
+	l.forget(slot)
+	return true
+}
+
+// finish ends a scan for l: a full look that sent everything ends the
+// full resync, if one is under way, and the need for one; then what is
+// batched is sent.
+func (l *link) finish() {
+	if l.cur != nil && l.full && !l.incomplete {
+		if l.resync {
+			l.batch = append(l.batch, itemEnd)
+			l.resync = false
+		}
+		l.full = false
+	}
+	if l.incomplete {
+		l.full = true
 	}
 	l.flush()
 }

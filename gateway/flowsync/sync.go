@@ -73,6 +73,11 @@ type Sync struct {
 	done  chan struct{}
 	wg    sync.WaitGroup
 	rmu   sync.Mutex // serialises applying peers' batches
+
+	// scan goroutine only (sender.go)
+	seen    map[conntrack.Addr]*link // byIP as the last scan saw it
+	visit   []uint64                 // the slots this scan looks at, a bit each
+	sweepAt int                      // the next slot the sweep looks at
 }
 
 // New checks cfg and returns a Sync; Start begins sending.

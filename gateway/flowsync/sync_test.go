@@ -329,3 +329,161 @@ func TestOwnLeftoverReplaced(t *testing.T) {
 		t.Fatalf("standby stats %+v: want the 10 flows held, none failed", st)
 	}
 }
+
+// scanning is a primary whose scans the test runs one at a time (no scan
+// loop), at the default interval's sweep pace, with its session to the
+// standby at addr up.
+func scanning(t *testing.T, a *gateway.Pipeline, peers map[netip.Addr]string) *Sync {
+	t.Helper()
+	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Interval = DefaultInterval })
+	sa.SetPeers(peers)
+	for _, l := range sa.links {
+		waitFor(t, "session", func() bool { return l.current() != nil })
+	}
+	return sa
+}
+
+// matchesSoon reports whether b holds exactly a's flows of the egress IPs
+// within a second (the standby applying what one scan sent).
+func matchesSoon(a, b *gateway.Pipeline, ips ...netip.Addr) bool {
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if equal(table(a, ips...), table(b, ips...)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRemadeFlowsFollowed: flows removed and made again with the same
+// tuples and other bindings between two scans land in other slots of the
+// table (some before their old slot, some after); one scan brings the
+// standby in step: the removal of a slot's old flow never removes the
+// tuple's new copy sent from another slot.
+func TestRemadeFlowsFollowed(t *testing.T) {
+	a, b := newPipeline(t, 1<<12, egress, egress6), newPipeline(t, 1<<12)
+	_, addr := standby(t, b)
+	cur := make([]conntrack.Flow, 300)
+	for i := range cur {
+		cur[i] = flow(i, conntrack.StateEstablished)
+		adopt(t, a, cur[i])
+	}
+	sa := scanning(t, a, peers(addr))
+	sa.scan()
+	if !matchesSoon(a, b, egress, egress6) {
+		t.Fatal("the standby is not in step after the first (full) scan")
+	}
+	for round := range 3 {
+		// Removed in order, made again in the same order: the shards' free
+		// lists hand the slots back in the reverse order.
+		for i := range cur {
+			if !a.Abandon(&cur[i]) {
+				t.Fatalf("round %d: flow %d not held", round, i)
+			}
+		}
+		for i := range cur {
+			cur[i].NATPort = uint16(20000 + 1000*round + i)
+			adopt(t, a, cur[i])
+		}
+		sa.scan()
+		if !matchesSoon(a, b, egress, egress6) {
+			t.Fatalf("round %d: after one scan the standby holds %d flows, the primary %d (or other bindings)",
+				round, len(table(b, egress, egress6)), len(table(a, egress, egress6)))
+		}
+	}
+}
+
+// TestRefreshesSwept: a flow's timer moved by traffic is not a change the
+// table marks; the sweep finds it within sweepEvery's worth of scans and
+// sends the refresh once it is due (a quarter of the timeout past what the
+// standby holds), one record.
+func TestRefreshesSwept(t *testing.T) {
+	a, b := newPipeline(t, 1<<12, egress), newPipeline(t, 1<<12)
+	_, addr := standby(t, b)
+	f := flow(0, conntrack.StateEstablished)
+	f.NATPort = 61000
+	if err := a.Adopt(&f, path, time.Hour, clock()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 { // other flows, so that the sweep has slots to walk
+		adopt(t, a, flow(2*i+2, conntrack.StateEstablished))
+	}
+	sa := scanning(t, a, map[netip.Addr]string{egress: addr})
+	sa.scan()
+	if !matchesSoon(a, b, egress) {
+		t.Fatal("the standby is not in step after the first (full) scan")
+	}
+	remaining := func(p *gateway.Pipeline) (rem time.Duration) {
+		p.Conntrack().Range(clock(), func(g *conntrack.Flow, r time.Duration) {
+			if g.Orig == f.Orig {
+				rem = r
+			}
+		})
+		return rem
+	}
+	if r := remaining(b); r > time.Hour+time.Second {
+		t.Fatalf("the standby's copy has %v left, want at most the hour the primary had", r)
+	}
+	// The server's segment refreshes the flow to the full established
+	// timeout (2 h 4 min): 64 minutes past the standby's copy.
+	w := a.NewProcessor(1)
+	if r := process(w, tcpFrame(t, server, egress, 443, 61000)); r.Verdict != gateway.VerdictTx {
+		t.Fatalf("the server's segment: %v (%v), want forwarded", r.Verdict, r.Reason)
+	}
+	if r := remaining(a); r < 2*time.Hour {
+		t.Fatalf("the primary's flow has %v left after the segment, want the established timeout", r)
+	}
+	sent := sa.Stats().RecordsSent
+	scans := int(sweepEvery/DefaultInterval) + 1
+	for i := 0; i < scans && remaining(b) < 2*time.Hour; i++ {
+		sa.scan()
+		matchesSoon(a, b, egress) // let the standby apply what was sent
+	}
+	if r := remaining(b); r < 2*time.Hour {
+		t.Fatalf("after %d scans (a whole sweep) the standby's copy has %v left, want the refreshed deadline", scans, r)
+	}
+	if n := sa.Stats().RecordsSent - sent; n != 1 {
+		t.Fatalf("the sweep sent %d records, want the one refresh", n)
+	}
+}
+
+// TestPeersChange: an egress IP added to a standby's link has its flows
+// sent though none of them changed; an IP taken off the link is forgotten
+// without a word (its flows stay at the old standby, which may be taking
+// the IP over) and its later changes are not sent, while the IP that
+// stays goes on being sent.
+func TestPeersChange(t *testing.T) {
+	a, b := newPipeline(t, 1<<12, egress, egress6), newPipeline(t, 1<<12)
+	_, addr := standby(t, b)
+	for i := range 100 {
+		adopt(t, a, flow(i, conntrack.StateEstablished)) // even i on egress, odd on egress6
+	}
+	sa := scanning(t, a, map[netip.Addr]string{egress: addr})
+	sa.scan()
+	if !matchesSoon(a, b, egress) || len(table(b, egress6)) != 0 {
+		t.Fatalf("with egress alone the standby holds %d and %d flows, want 50 and 0", len(table(b, egress)), len(table(b, egress6)))
+	}
+	sa.SetPeers(peers(addr))
+	sa.scan()
+	if !matchesSoon(a, b, egress, egress6) {
+		t.Fatalf("egress6 added: the standby holds %d of its 50 flows after a scan", len(table(b, egress6)))
+	}
+	sa.SetPeers(map[netip.Addr]string{egress6: addr})
+	sa.scan()
+	sent := sa.Stats().RecordsSent
+	for i := 0; i < 10; i += 2 { // flows of egress, no longer sent
+		f := flow(i, conntrack.StateEstablished)
+		a.Abandon(&f)
+	}
+	g := flow(1, conntrack.StateEstablished) // one of egress6, still sent
+	a.Abandon(&g)
+	sa.scan()
+	if !matchesSoon(a, b, egress6) {
+		t.Fatal("egress6's removal did not reach the standby")
+	}
+	if n := sa.Stats().RecordsSent - sent; n != 1 {
+		t.Fatalf("%d records sent, want 1 (the removal of egress6's flow)", n)
+	}
+	if n := len(table(b, egress)); n != 50 {
+		t.Fatalf("the standby holds %d flows of egress, want its 50 copies left alone", n)
+	}
+}
