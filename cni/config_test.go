@@ -573,3 +573,19 @@ func TestJSONErrorPosition(t *testing.T) {
 		t.Errorf("truncated: %v", err)
 	}
 }
+
+// The filter functions refuse namespace handle fd 0, which the nftables
+// library would take as the plugin's own namespace (the node's): a pod's
+// filter must never land there (a closed stdin once made the pod's handle
+// fd 0).
+func TestFilterRefusesFdZero(t *testing.T) {
+	for name, call := range map[string]func() error{
+		"install": func() error { return InstallFilter(0, "net1", "eth0", IPSettings{}) },
+		"remove":  func() error { return RemoveFilter(0, "net1") },
+		"count":   func() error { _, err := TableRuleCounts(0, "net1"); return err },
+	} {
+		if err := call(); err == nil || !strings.Contains(err.Error(), "fd 0") {
+			t.Errorf("%s with fd 0: %v, want a refusal naming fd 0", name, err)
+		}
+	}
+}

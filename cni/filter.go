@@ -172,12 +172,28 @@ func FilterRules(ifName string, dests []netip.Prefix) [][]expr.Any {
 	return append(rules, drop)
 }
 
+// podNFT opens nftables in the pod's network namespace, given by podFd. The
+// nftables library takes fd 0 for "the current namespace", so a handle
+// that ended up as fd 0 (stdin closed and the number reused) would put the
+// pod's filter in the node's namespace: refused, as is any other fd that
+// cannot be a namespace handle.
+func podNFT(podFd int) (*nftables.Conn, error) {
+	if podFd <= 0 {
+		return nil, fmt.Errorf("opening nftables in the pod: namespace handle fd %d cannot be the pod's (fd 0 would be this process's own namespace)", podFd)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(podFd))
+	if err != nil {
+		return nil, fmt.Errorf("opening nftables in the pod: %w", err)
+	}
+	return c, nil
+}
+
 // InstallFilter (re)creates FilterTable in the pod's namespace with TableRules; with
 // no rules there is no table.
 func InstallFilter(podFd int, ifName, clusterIf string, s IPSettings) error {
-	c, err := nftables.New(nftables.WithNetNSFd(podFd))
+	c, err := podNFT(podFd)
 	if err != nil {
-		return fmt.Errorf("opening nftables in the pod: %w", err)
+		return err
 	}
 	if err := RemoveFilter(podFd, ifName); err != nil {
 		return err
@@ -208,9 +224,9 @@ func InstallFilter(podFd int, ifName, clusterIf string, s IPSettings) error {
 
 // RemoveFilter deletes the filter table if it exists.
 func RemoveFilter(podFd int, ifName string) error {
-	c, err := nftables.New(nftables.WithNetNSFd(podFd))
+	c, err := podNFT(podFd)
 	if err != nil {
-		return fmt.Errorf("opening nftables in the pod: %w", err)
+		return err
 	}
 	t, err := findFilter(c, ifName)
 	if err != nil || t == nil {
@@ -226,9 +242,9 @@ func RemoveFilter(podFd int, ifName string) error {
 // TableRuleCounts returns how many rules each chain of FilterTable holds (chains
 // that do not exist are absent); nil when the table is absent.
 func TableRuleCounts(podFd int, ifName string) (map[string]int, error) {
-	c, err := nftables.New(nftables.WithNetNSFd(podFd))
+	c, err := podNFT(podFd)
 	if err != nil {
-		return nil, fmt.Errorf("opening nftables in the pod: %w", err)
+		return nil, err
 	}
 	t, err := findFilter(c, ifName)
 	if err != nil || t == nil {
