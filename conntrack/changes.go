@@ -41,14 +41,7 @@ func (t *Table) TakeChanged(set []uint64) {
 }
 
 // Tracked reports whether a flow with original tuple orig is in the table.
-func (t *Table) Tracked(orig *Tuple) bool {
-	h := t.h.hash(orig)
-	s := &t.shards[h&t.shardMask]
-	s.mu.Lock()
-	ref := t.find(s, h, orig, Original)
-	s.mu.Unlock()
-	return ref != 0
-}
+func (t *Table) Tracked(orig *Tuple) bool { return t.has(orig, Original) }
 
 // RangeSlots calls fn for each slot in set (every slot when set is nil)
 // that a flow has ever used: with the flow and its remaining lifetime

@@ -701,11 +701,15 @@ func (t *Table) finishInsert(f *Flow, ik *insertKeys, st State, deadline int64, 
 
 // ReplyInUse reports whether tuple k is tracked, as a reply tuple or as an
 // original one: either way a new flow with reply tuple k would be refused.
-func (t *Table) ReplyInUse(k *Tuple) bool {
+func (t *Table) ReplyInUse(k *Tuple) bool { return t.has(k, anyDir) }
+
+// has reports whether tuple k is in the index as a key of direction dir
+// (anyDir: either).
+func (t *Table) has(k *Tuple, dir Dir) bool {
 	h := t.h.hash(k)
 	s := &t.shards[h&t.shardMask]
 	s.mu.Lock()
-	ref := t.find(s, h, k, anyDir)
+	ref := t.find(s, h, k, dir)
 	s.mu.Unlock()
 	return ref != 0
 }
