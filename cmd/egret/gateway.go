@@ -295,24 +295,11 @@ func runGateway(args []string) error {
 		return err
 	}
 	set := cf.set
-	log, err := newLogger(cf.file.LogFormat, f.log.level)
-	if err != nil {
-		return err
-	}
-	slog.SetDefault(log)
-	gm, err := startGatewayMetrics(cf.file.MetricsAddr, log)
+	log, gm, err := startGatewayOutputs(f, cf)
 	if err != nil {
 		return err
 	}
 	defer gm.close()
-	var cur atomic.Pointer[engine.Engine] // what --flows-socket lists
-	if f.flowsSocket != "" {
-		stop, err := serveFlows(f.flowsSocket, flowsHandler(engineFlows(&cur)), log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 
 	// Signals first: a SIGTERM during start-up must still clean up.
 	sigs := make(chan os.Signal, 4)
@@ -326,7 +313,6 @@ func runGateway(args []string) error {
 	resumeFlows(f.stateFile, eng, log)
 	eng.Start()
 	gm.attach(eng)
-	cur.Store(eng)
 	gm.setReady(func() error { return nil })
 	log.Info("gateway: running", "modes", eng.Modes(), "config", f.config)
 
@@ -430,24 +416,11 @@ func runGatewayAgent(f *gatewayFlags) error {
 	}
 	base := cf.base
 	onBase := func(*engine.Spec) {} // a reload's interfaces, for the published subnets
-	log, err := newLogger(cf.file.LogFormat, f.log.level)
-	if err != nil {
-		return err
-	}
-	slog.SetDefault(log)
-	gm, err := startGatewayMetrics(cf.file.MetricsAddr, log)
+	log, gm, err := startGatewayOutputs(f, cf)
 	if err != nil {
 		return err
 	}
 	defer gm.close()
-	var cur atomic.Pointer[engine.Engine] // what --flows-socket lists
-	if f.flowsSocket != "" {
-		stop, err := serveFlows(f.flowsSocket, flowsHandler(engineFlows(&cur)), log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -512,7 +485,6 @@ func runGatewayAgent(f *gatewayFlags) error {
 			resumeFlows(f.stateFile, e, log)
 			e.Start()
 			gm.attach(e)
-			cur.Store(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 			eng = e
 			if syncKey != nil {
@@ -744,9 +716,33 @@ func (f *gatewayFlags) listenHealth() (*health.Server, error) {
 // for a usable configuration); until then /metrics has the build and
 // process series and /readyz answers 503.
 type gatewayMetrics struct {
-	reg *prometheus.Registry
-	srv *metrics.Server // nil when disabled
-	log *slog.Logger
+	reg       *prometheus.Registry
+	srv       *metrics.Server // nil when disabled
+	log       *slog.Logger
+	cur       atomic.Pointer[engine.Engine] // the engine attached last: what --flows-socket lists
+	stopFlows func()                        // nil without --flows-socket
+}
+
+// startGatewayOutputs starts what both gateway modes serve before their
+// engine runs: the logger (made the default), the metrics endpoint and,
+// with --flows-socket, the listing of the engine attach is given.
+func startGatewayOutputs(f *gatewayFlags, cf *configFile) (*slog.Logger, *gatewayMetrics, error) {
+	log, err := newLogger(cf.file.LogFormat, f.log.level)
+	if err != nil {
+		return nil, nil, err
+	}
+	slog.SetDefault(log)
+	gm, err := startGatewayMetrics(cf.file.MetricsAddr, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.flowsSocket != "" {
+		if gm.stopFlows, err = serveFlows(f.flowsSocket, flowsHandler(engineFlows(&gm.cur)), log); err != nil {
+			gm.close()
+			return nil, nil, err
+		}
+	}
+	return log, gm, nil
 }
 
 func startGatewayMetrics(addr string, log *slog.Logger) (*gatewayMetrics, error) {
@@ -773,6 +769,9 @@ func (gm *gatewayMetrics) setReady(fn func() error) {
 }
 
 func (gm *gatewayMetrics) close() {
+	if gm.stopFlows != nil {
+		gm.stopFlows()
+	}
 	if gm.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -780,8 +779,9 @@ func (gm *gatewayMetrics) close() {
 	}
 }
 
-// attach registers the data-plane collector over eng.
+// attach registers the data-plane collector over eng and lists its flows.
 func (gm *gatewayMetrics) attach(eng *engine.Engine) {
+	gm.cur.Store(eng)
 	if err := gm.reg.Register(metrics.NewGatewayCollector(engineSource(eng))); err != nil {
 		gm.log.Warn("gateway: data-plane metrics not registered", "err", err)
 	}
