@@ -2,18 +2,15 @@ package engine_test
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/egret-gw/egret/internal/xdptest"
 )
 
 // pinDir is where the XDP loader pins d0's link and counters.
@@ -23,45 +20,7 @@ func (tp *topo) pinDir(t *testing.T) string {
 	if err := unix.Fstat(int(tp.gw.Handle), &st); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(xdp.DefaultPinDir, fmt.Sprintf("ns%d-if%d", st.Ino, tp.d0.Index))
-}
-
-// pinnedLink is the ID of d0's pinned link, 0 if none.
-func pinnedLink(t *testing.T, dir string) link.ID {
-	t.Helper()
-	lk, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close()
-	info, err := lk.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.ID
-}
-
-// heldDrops reads the held-drop counter (STAT_HELD) the pinned program
-// keeps.
-func heldDrops(t *testing.T, dir string) uint64 {
-	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), nil)
-	if err != nil {
-		t.Fatalf("pinned counters: %v", err)
-	}
-	defer m.Close()
-	var per []uint64
-	if err := m.Lookup(uint32(4), &per); err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, v := range per {
-		n += v
-	}
-	return n
+	return xdptest.PinDir(xdp.DefaultPinDir, st.Ino, tp.d0.Index)
 }
 
 // TestGracefulStopHoldsXDP is the engine's side of a graceful restart with
@@ -86,23 +45,23 @@ func TestGracefulStopHoldsXDP(t *testing.T) {
 	if _, reply := tp.udpRoundTrip(t, 42100, "before the restart", 20); reply == nil {
 		t.Fatal("no round trip through the first engine")
 	}
-	id := pinnedLink(t, dir)
+	id := xdptest.LinkID(t, dir)
 	if err := first.CloseHeld(time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if !tp.xdpAttached(t) || pinnedLink(t, dir) != id || id == 0 {
-		t.Fatalf("after a held Close: attached %v, pinned link %d (was %d): want the program left in place", tp.xdpAttached(t), pinnedLink(t, dir), id)
+	if !tp.xdpAttached(t) || xdptest.LinkID(t, dir) != id || id == 0 {
+		t.Fatalf("after a held Close: attached %v, pinned link %d (was %d): want the program left in place", tp.xdpAttached(t), xdptest.LinkID(t, dir), id)
 	}
-	before := heldDrops(t, dir)
+	before := xdptest.Held(t, dir)
 	if tp.answered(t, syn, time.Second) {
 		t.Fatal("in the restart gap the kernel answered a SYN to the egress IP")
 	}
-	if after := heldDrops(t, dir); after <= before {
+	if after := xdptest.Held(t, dir); after <= before {
 		t.Fatalf("held drops %d -> %d: the SYN was not dropped in XDP", before, after)
 	}
 
 	second := startEngine(t, tp, cfg, defaultOptions())
-	if got := pinnedLink(t, dir); got != id {
+	if got := xdptest.LinkID(t, dir); got != id {
 		t.Fatalf("pinned link %d after the takeover, want %d, updated in place", got, id)
 	}
 	if _, reply := tp.udpRoundTrip(t, 42101, "after the restart", 20); reply == nil {

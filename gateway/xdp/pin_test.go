@@ -2,7 +2,6 @@ package xdp_test
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/egret-gw/egret/internal/xdptest"
 )
 
 // pinDir is where the loader pins gw0's link and counters (pin.go): the
@@ -27,44 +27,7 @@ func (l *lab) pinDir(t *testing.T) string {
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(xdp.DefaultPinDir, fmt.Sprintf("ns%d-if%d", st.Ino, l.gwEnd.Index))
-}
-
-// pinnedLinkID is the ID of the link pinned in dir, 0 if none.
-func pinnedLinkID(t *testing.T, dir string) link.ID {
-	t.Helper()
-	lk, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Close()
-	info, err := lk.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.ID
-}
-
-// pinnedHeld reads the held-drop counter from the pinned counters.
-func pinnedHeld(t *testing.T, dir string) uint64 {
-	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), nil)
-	if err != nil {
-		t.Fatalf("pinned counters: %v", err)
-	}
-	defer m.Close()
-	var per []uint64
-	if err := m.Lookup(uint32(4), &per); err != nil { // STAT_HELD
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, v := range per {
-		n += v
-	}
-	return n
+	return xdptest.PinDir(xdp.DefaultPinDir, st.Ino, l.gwEnd.Index)
 }
 
 // dialEgress opens a TCP connection from the peer to the egress IP, on a
@@ -113,7 +76,7 @@ func TestHoldAcrossRestart(t *testing.T) {
 	}
 	l.sendUDP(netip.AddrPortFrom(egress, 9), []byte("first-run"))
 	l.expectOnSocket([]byte("first-run"))
-	linkID := pinnedLinkID(t, dir)
+	linkID := xdptest.LinkID(t, dir)
 	if linkID == 0 {
 		t.Fatal("no link pinned after Attach")
 	}
@@ -129,12 +92,12 @@ func TestHoldAcrossRestart(t *testing.T) {
 	if on, _ := attached(t, l); !on {
 		t.Fatal("no program on gw0 after a held Close")
 	}
-	before := pinnedHeld(t, dir)
+	before := xdptest.Held(t, dir)
 	err = l.dialEgress(t, 500*time.Millisecond)
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatal("during the hold the kernel refused a connection to the egress IP: the SYN reached it")
 	}
-	if after := pinnedHeld(t, dir); after <= before {
+	if after := xdptest.Held(t, dir); after <= before {
 		t.Fatalf("held drops %d -> %d: the SYN was not dropped in XDP (dial: %v)", before, after, err)
 	}
 
@@ -150,7 +113,7 @@ func TestHoldAcrossRestart(t *testing.T) {
 	if err := p2.Attach(); err != nil {
 		t.Fatal(err)
 	}
-	if id := pinnedLinkID(t, dir); id != linkID {
+	if id := xdptest.LinkID(t, dir); id != linkID {
 		t.Fatalf("pinned link %d after the takeover, want the same link %d (updated in place, never detached)", id, linkID)
 	}
 	l.sendUDP(netip.AddrPortFrom(egress, 9), []byte("second-run"))
@@ -274,7 +237,7 @@ func TestStalePinReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := pinnedLinkID(t, dir)
+	id := xdptest.LinkID(t, dir)
 	legacy := filepath.Join(filepath.Dir(dir), "link-"+filepath.Base(dir))
 	if err := os.Rename(filepath.Join(dir, "link"), legacy); err != nil {
 		t.Fatal(err)
@@ -285,7 +248,7 @@ func TestStalePinReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Detach()
-	if got := pinnedLinkID(t, dir); got != id {
+	if got := xdptest.LinkID(t, dir); got != id {
 		t.Fatalf("link %d pinned after taking over the legacy pin, want %d", got, id)
 	}
 	if _, err := os.Stat(legacy); !errors.Is(err, os.ErrNotExist) {
