@@ -3,19 +3,15 @@ package gwagent
 import (
 	"context"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
-	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/internal/gcetest"
-	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
 	"google.golang.org/api/option"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // TestFactsPublishCloudGCP: on a GCE instance (the local metadata and
@@ -35,26 +31,9 @@ func TestFactsPublishCloudGCP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
-	applyShipped(t, env, "namespace.yaml", "gateway/rbac.yaml")
-	admin, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eipc, err := egressv1.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := eipc.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
-		Spec: egressv1.EgressIPSpec{EgressIPs: []string{"10.0.1.50"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().Nodes().Create(ctx, node("g1", "10.0.1.10", nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	env, admin := factsCluster(t, ctx, node("g1", "10.0.1.10", nil))
 	src, err := cluster.NewKube(asGateway(env, "g1"))
 	if err != nil {
 		t.Fatal(err)

@@ -43,31 +43,10 @@ func TestFactsPublishCloud(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
-	applyShipped(t, env, "namespace.yaml", "gateway/rbac.yaml")
-	admin, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eipc, err := egressv1.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// 10.0.1.50 is an egress IP (attached here by the controller): it does
-	// not use up capacity; 10.0.1.20 is some other secondary address.
-	if _, err := eipc.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
-		Spec: egressv1.EgressIPSpec{EgressIPs: []string{"10.0.1.50"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	foreign := `[{"interface":"eni-other","ifaddr":{"ipv4":"10.9.0.0/16"},"capacity":{"ipv4":3}}]`
-	for _, n := range []*corev1.Node{node("g1", "10.0.1.10", nil), node("g2", "10.0.1.11", map[string]string{cluster.AnnotationEgressIPConfig: foreign})} {
-		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	env, admin := factsCluster(t, ctx, node("g1", "10.0.1.10", nil), node("g2", "10.0.1.11", map[string]string{cluster.AnnotationEgressIPConfig: foreign}))
 	run := func(name string) *cluster.Kube {
 		src, err := cluster.NewKube(asGateway(env, name))
 		if err != nil {
@@ -119,4 +98,32 @@ func TestFactsPublishCloud(t *testing.T) {
 	if got := ann("g2"); got[cluster.AnnotationEgressIPConfig] != foreign || got[cluster.AnnotationEgretCloudPublisher] != "" {
 		t.Fatalf("g2's foreign egress-ipconfig was overwritten: %v", got)
 	}
+}
+
+// factsCluster is a real API server with the CRDs and the gateway's RBAC,
+// the given nodes and EgressIP e1 with 10.0.1.50: an egress IP (attached
+// to its node by the controller), which does not use up cloud capacity.
+func factsCluster(t *testing.T, ctx context.Context, nodes ...*corev1.Node) (*kubetest.Env, kubernetes.Interface) {
+	t.Helper()
+	env := kubetest.Start(t)
+	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
+	applyShipped(t, env, "namespace.yaml", "gateway/rbac.yaml")
+	admin, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eipc, err := egressv1.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eipc.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
+		Spec: egressv1.EgressIPSpec{EgressIPs: []string{"10.0.1.50"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env, admin
 }
