@@ -140,10 +140,18 @@ func kernelRules(s *Spec, gw string) string {
 // lab writes the file (GatewayConfig, documented in docs/lab.md).
 type Egret struct {
 	Binary string
-	// ConntrackMax, PodFlowLimit and EgressIPFlowLimit go into the
-	// gateway's file when set (the benchmark's one pod and one egress IP
-	// open millions of flows).
+	FlowLimits
+}
+
+// FlowLimits go into a gateway's file when set (the benchmark's one pod
+// and one egress IP open millions of flows).
+type FlowLimits struct {
 	ConntrackMax, PodFlowLimit, EgressIPFlowLimit int
+}
+
+// apply sets the limits that are set in c.
+func (fl FlowLimits) apply(c *engine.Config) {
+	c.ConntrackMax, c.PodFlowLimit, c.EgressIPFlowLimit = fl.ConntrackMax, fl.PodFlowLimit, fl.EgressIPFlowLimit
 }
 
 // Mode implements Impl.
@@ -169,7 +177,7 @@ func (e Egret) Start(env GatewayEnv) error {
 		return fmt.Errorf("%s has no gateway subcommand yet; use the kernel gateway mode", e.Binary)
 	}
 	cfg := NewGatewayConfig(env.Spec, env.Gateway.Name)
-	cfg.ConntrackMax, cfg.PodFlowLimit, cfg.EgressIPFlowLimit = e.ConntrackMax, e.PodFlowLimit, e.EgressIPFlowLimit
+	e.apply(&cfg)
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err

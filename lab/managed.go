@@ -52,6 +52,17 @@ type Managed struct {
 	// there; the controller inherits the AWS SDK's environment (endpoint,
 	// region, credentials) from this process.
 	Cloud func(controllerNS string) error
+	// FlowLimits, when set, go into each gateway agent's --config file.
+	FlowLimits
+	// SyncOff runs the gateway agents without the flow sync's key: no
+	// standby holds their flows (the benchmark's baseline for what the
+	// sync costs; with it, a failover breaks the connections whose port
+	// was not preserved).
+	SyncOff bool
+	// FenceAfter is the gateway agents' --fence-after (default: theirs,
+	// 3 s). The benchmark's overload trials starve the agent (its core's
+	// real-time NAPI thread runs above it) for longer than that.
+	FenceAfter time.Duration
 }
 
 // DualStackManifest is the manifest of deploy/examples/lab that only
@@ -109,15 +120,35 @@ func (m Managed) Start(env GatewayEnv) error {
 		return err
 	}
 	id := "gateway-" + env.Gateway.Name
-	key, err := syncKey(env.RunDir)
-	if err != nil {
-		return err
+	args := []string{"gateway", "--node", env.Gateway.Name, "--source", "dir:" + ObjectsDir(env.RunDir), "--iface", "eth0",
+		"--state-file", StateFile(env.RunDir, env.Gateway.Name), "--flows-socket", FlowsSocket(env.RunDir, env.Gateway.Name)}
+	if m.FenceAfter > 0 {
+		args = append(args, "--fence-after", m.FenceAfter.String())
 	}
-	pid, err := startGatewayDaemon(env.RunDir, id, env.NS, m.Binary, "gateway",
-		"--node", env.Gateway.Name, "--source", "dir:"+ObjectsDir(env.RunDir), "--iface", "eth0",
-		"--state-file", StateFile(env.RunDir, env.Gateway.Name),
-		"--sync-key-file", key, "--sync-addr", netip.AddrPortFrom(env.Gateway.IP, 9108).String(),
-		"--flows-socket", FlowsSocket(env.RunDir, env.Gateway.Name))
+	if !m.SyncOff {
+		key, err := syncKey(env.RunDir)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--sync-key-file", key, "--sync-addr", netip.AddrPortFrom(env.Gateway.IP, 9108).String())
+	}
+	if m.FlowLimits != (FlowLimits{}) {
+		cfg := "# written by egret lab up (managed mode); format in docs/gateway-agent.md\n"
+		for _, f := range []struct {
+			key string
+			v   int
+		}{{"conntrackMax", m.ConntrackMax}, {"podFlowLimit", m.PodFlowLimit}, {"egressIPFlowLimit", m.EgressIPFlowLimit}} {
+			if f.v != 0 {
+				cfg += fmt.Sprintf("%s: %d\n", f.key, f.v)
+			}
+		}
+		path := filepath.Join(env.RunDir, id+".yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			return err
+		}
+		args = append(args, "--config", path)
+	}
+	pid, err := startGatewayDaemon(env.RunDir, id, env.NS, m.Binary, args...)
 	if err != nil {
 		return err
 	}

@@ -37,39 +37,39 @@ const cpuNote = "The gateway's threads, the generator and the receiver run SCHED
 // for both sides alike: no queue there can overflow unseen. It
 // returns the pids that count as the gateway's tasks and a line saying what
 // it set up.
-func pinGateway(l *lab.Lab, mode string, genCPU int, gwCPUs []int) ([]int, string, error) {
+func pinGateway(l *lab.Lab, gw string, egret bool, genCPU int, gwCPUs []int) ([]int, string, error) {
 	s := l.Spec
 	// veth hands a frame to its peer's NAPI only when the sending side
 	// has no TSO (or the peer forwards UDP GRO, which would merge the
 	// flows): the bridge port towards the gateway.
-	if out, err := exec.Command("ip", "netns", "exec", s.NS("fabric"), "ethtool", "-K", "g1", "tso", "off").CombinedOutput(); err != nil {
-		return nil, "", fmt.Errorf("ethtool -K g1 tso off: %v: %s", err, out)
+	if out, err := exec.Command("ip", "netns", "exec", s.NS("fabric"), "ethtool", "-K", gw, "tso", "off").CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("ethtool -K %s tso off: %v: %s", gw, err, out)
 	}
-	gwNAPI, err := threadedNAPI(s.NS("g1"), "eth0", gwCPUs, prioNAPI)
+	gwNAPI, err := threadedNAPI(s.NS(gw), "eth0", gwCPUs, prioNAPI)
 	if err != nil {
-		return nil, "", fmt.Errorf("gateway g1: %w", err)
+		return nil, "", fmt.Errorf("gateway %s: %w", gw, err)
 	}
 	tasks := gwNAPI
 	xdp := "none"
-	if mode == lab.ModeEgret {
+	if egret {
 		st, err := l.Status()
 		if err != nil {
 			return nil, "", err
 		}
 		pid := 0
 		for _, g := range st.Gateways {
-			if g.Name == "g1" {
+			if g.Name == gw {
 				pid = g.PID
 			}
 		}
 		if pid == 0 {
-			return nil, "", fmt.Errorf("no pid for egret gateway g1")
+			return nil, "", fmt.Errorf("no pid for egret gateway %s", gw)
 		}
 		if err := pinProcess(pid, gwCPUs, prioGateway); err != nil {
 			return nil, "", err
 		}
 		tasks = append(tasks, pid)
-		out, _ := exec.Command("ip", "-n", s.NS("g1"), "-d", "link", "show", "eth0").CombinedOutput()
+		out, _ := exec.Command("ip", "-n", s.NS(gw), "-d", "link", "show", "eth0").CombinedOutput()
 		switch {
 		case bytes.Contains(out, []byte("xdpgeneric")):
 			xdp = "generic"

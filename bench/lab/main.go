@@ -87,9 +87,10 @@ func main() {
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
 	gwCPU2 := flag.Int("gw-cpu2", -1, "the second gateway queue's core in the two-queue scenario (default: -gw-cpu, the one core a 2-core machine has for the gateway)")
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
-	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios)")
+	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios; empty: neither, for a run of the -sync sides alone)")
+	syncs := flag.String("sync", "est-10k,est-1M", "scenarios that measure the flow sync's cost: the gateway agent as the DaemonSet runs it (the managed lab) without the flow sync ("+sideSyncOff+") and with it, to a standby ("+sideSyncOn+"), one lab each; empty: none")
 	flag.Parse()
-	cfg := config{hold: *hold, sides: strings.Split(*sides, ","), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, gwCPU2: *gwCPU2, bin: *bin, out: *out}
+	cfg := config{hold: *hold, sides: strings.FieldsFunc(*sides, func(r rune) bool { return r == ',' }), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, gwCPU2: *gwCPU2, bin: *bin, out: *out}
 	if cfg.gwCPU2 < 0 {
 		cfg.gwCPU2 = cfg.gwCPU
 	}
@@ -115,7 +116,8 @@ func main() {
 		}
 	}
 	if err != nil {
-	} else if cfg.scenarios, err = pick(*names, *extra); err == nil {
+	} else if cfg.scenarios, err = pick(*names, *extra); err != nil {
+	} else if cfg.syncScenarios, err = pickSync(*syncs); err == nil {
 		err = run(cfg)
 	}
 	if err != nil {
@@ -137,6 +139,7 @@ type config struct {
 	gwCPU2        int // the second queue's core (two-queue scenario)
 	bin, out      string
 	scenarios     []scenario
+	syncScenarios []scenario // run on the sync-off and sync-on sides
 	sides         []string
 	hold          float64
 }
@@ -227,6 +230,15 @@ func run(cfg config) error {
 			}
 		}
 	}
+	// The flow sync's cost: the same gateway agent without and with it.
+	for _, side := range []string{sideSyncOff, sideSyncOn} {
+		if len(cfg.syncScenarios) == 0 {
+			break
+		}
+		if err := runMode(cfg, rep, side, lab.UnderlayIPv4, 1, cfg.syncScenarios); err != nil {
+			return fmt.Errorf("%s side: %w", side, err)
+		}
+	}
 	rep.LoadAfter = dist.LoadAvg()
 	rep.print(os.Stdout)
 	return rep.write(cfg.out)
@@ -239,18 +251,33 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 		return err
 	}
 	spec.GatewayQueues = queues
-	impl, err := lab.NewImpl(mode, cfg.bin)
-	if err != nil {
-		return err
-	}
-	if e, ok := impl.(lab.Egret); ok {
-		// The connection-rate and 1M-flow scenarios come from one pod
-		// through one egress IP: the table's size is the limit, as the
-		// kernel's is, and when it is full both sides early-drop
-		// unanswered flows to admit new ones.
-		e.ConntrackMax = 1 << 22
-		e.PodFlowLimit, e.EgressIPFlowLimit = e.ConntrackMax, e.ConntrackMax
-		impl = e
+	// The connection-rate and 1M-flow scenarios come from one pod through
+	// one egress IP: the table's size is the limit, as the kernel's is, and
+	// when it is full both sides early-drop unanswered flows to admit new
+	// ones.
+	limits := lab.FlowLimits{ConntrackMax: 1 << 22, PodFlowLimit: 1 << 22, EgressIPFlowLimit: 1 << 22}
+	var impl lab.Impl
+	switch mode {
+	case sideSyncOff, sideSyncOn:
+		// An overload trial (the generator's ceiling, the search's upper
+		// bound) starves the gateway agent for seconds: its core's
+		// real-time NAPI thread runs above the gateway process. Its
+		// default 3 s without contact with the source would fence the
+		// gateway (egress IPs released, the controller told NOT_SERVING,
+		// the IP moved) in the middle of the search, and a missed second
+		// of the reachability check would move the IP too: the agent
+		// fences after 10 minutes and the controller's checks have the
+		// longest budget, 60 s.
+		impl = lab.Managed{Binary: cfg.bin, ReachabilityTotalTimeoutSeconds: 60, FenceAfter: 10 * time.Minute,
+			SyncOff: mode == sideSyncOff, FlowLimits: limits}
+	default:
+		if impl, err = lab.NewImpl(mode, cfg.bin); err != nil {
+			return err
+		}
+		if e, ok := impl.(lab.Egret); ok {
+			e.FlowLimits = limits
+			impl = e
+		}
 	}
 	fmt.Printf("\n== %s gateway, %s underlay, %d gateway queues: building the lab\n", mode, underlay, queues)
 	l := &lab.Lab{Spec: spec, Impl: impl, Binary: cfg.bin}
@@ -265,21 +292,48 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 	if queues > 1 {
 		gwCPUs = append(gwCPUs, cfg.gwCPU2)
 	}
-	gwTasks, note, err := pinGateway(l, mode, cfg.genCPU, gwCPUs)
+	var tg target
+	var standby string
+	if mode == sideSyncOff || mode == sideSyncOn {
+		tg, standby, err = managedTarget(l, mode == sideSyncOn)
+	} else {
+		tg, err = staticTarget(spec)
+	}
 	if err != nil {
 		return err
 	}
+	gwTasks, note, err := pinGateway(l, tg.gw.Name, mode != lab.ModeKernel, cfg.genCPU, gwCPUs)
+	if err != nil {
+		return err
+	}
+	if mode == sideSyncOn {
+		note += fmt.Sprintf("; egress IP %v on %s, its flows synced to the standby %s (unpinned: it shares the cores)", tg.egress, tg.gw.Name, standby)
+	}
 	fmt.Println("  " + note)
-	r, err := newRig(spec, cfg.genCPU, gwCPUs)
+	r, err := newRig(spec, tg, cfg.genCPU, gwCPUs)
 	if err != nil {
 		return err
 	}
 	defer r.close()
 	r.gwTasks = gwTasks
 	for _, sc := range scs {
-		res, err := runScenario(cfg, rep, r, mode, sc)
+		var res *result
+		run := func() (err error) {
+			res, err = runScenario(cfg, rep, r, mode, sc)
+			return err
+		}
+		var st *syncStats
+		if mode == sideSyncOn {
+			st, err = measureSync(spec, tg.gw.Name, standby, run)
+		} else {
+			err = run()
+		}
 		if err != nil {
 			return fmt.Errorf("scenario %s: %w", sc.Name, err)
+		}
+		if res.Sync = st; st != nil {
+			fmt.Printf("   flow sync %s → %s during the scenario: %d records (%d bytes) sent, %d full resyncs, %d stalls; at its end %d flows on %s, %d backup flows on %s\n",
+				st.Primary, st.Standby, st.RecordsSent, st.BytesSent, st.FullResyncs, st.Stalls, st.PrimaryFlows, st.Primary, st.StandbyBackupFlows, st.Standby)
 		}
 		res.Setup = note
 		rep.Results = append(rep.Results, res)

@@ -44,6 +44,8 @@ type result struct {
 	NDR          searchResult `json:"ndr"`
 	PDR          searchResult `json:"pdr"`
 	Latency      []latency    `json:"latency,omitempty"`
+	// Sync is, on the sync-on side, what the flow sync did meanwhile.
+	Sync *syncStats `json:"sync,omitempty"`
 }
 
 // latency is one trial's latency percentiles, in µs.
@@ -136,6 +138,7 @@ func (rep *report) tables() string {
 			r.NDR.Trial.TaskNsPerPacket, r.NDR.Trial.TaskCores, r.GeneratorPPS, kr, kp)
 	}
 	b.WriteString(rep.scaling())
+	b.WriteString(rep.syncCost())
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {
@@ -159,6 +162,30 @@ func (rep *report) scaling() string {
 		return ""
 	}
 	return "\nTwo gateway queues against one (est-10k-2q / est-10k): " + strings.Join(parts, "; ") + ".\n"
+}
+
+// syncCost is the table of what the flow sync costs the gateway, sync-on
+// over sync-off per scenario, when the run has both sides.
+func (rep *report) syncCost() string {
+	var b strings.Builder
+	for _, on := range rep.Results {
+		off := rep.find(sideSyncOff, on.Scenario.Name, on.Scenario.Underlay)
+		if on.Mode != sideSyncOn || off == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\nThe flow sync's cost: the gateway agent with its flows synced to the egress IP's standby (" + sideSyncOn +
+				") over the same agent without the sync (" + sideSyncOff + "), each on a managed lab of its own:\n\n" +
+				"| scenario | NDR on/off | PDR on/off | gateway ns/packet at NDR on/off | records sent during the scenario | flows on the primary / backup flows on the standby at its end | full resyncs, stalls |\n|---|---|---|---|---|---|---|\n")
+		}
+		sync := "| | |"
+		if s := on.Sync; s != nil {
+			sync = fmt.Sprintf("%d | %d / %d | %d, %d", s.RecordsSent, s.PrimaryFlows, s.StandbyBackupFlows, s.FullResyncs, s.Stalls)
+		}
+		fmt.Fprintf(&b, "| %s | %sx | %sx | %sx | %s |\n", on.Scenario.Name, ratio(on.NDR.Rate, off.NDR.Rate), ratio(on.PDR.Rate, off.PDR.Rate),
+			ratio(on.NDR.Trial.TaskNsPerPacket, off.NDR.Trial.TaskNsPerPacket), sync)
+	}
+	return b.String()
 }
 
 func (rep *report) print(w io.Writer) {

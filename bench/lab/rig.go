@@ -158,28 +158,44 @@ type rig struct {
 	gwCPUs   []int // the gateway's cores (two in the two-queue scenario, if given)
 	gwTasks  []int // pids whose CPU counts as the gateway's own
 	fabricNS string
+	gwPort   string // the fabric bridge's port towards the gateway (named after it)
 	seq      uint64
 	newBase  uint64 // next never-used flow of the connection-rate scenarios
 	zipf     []uint32
 	zipfN    int
 }
 
-func newRig(spec *lab.Spec, genCPU int, gwCPUs []int) (r *rig, err error) {
-	w1, g1 := spec.Workers[0], spec.Gateway("g1")
-	pod := w1.Pods[0]
+// target is the gateway the generator's traffic goes through and the
+// egress IP it leaves with there.
+type target struct {
+	gw       *lab.Gateway
+	egress   netip.Addr
+	innerMAC [6]byte // the inner destination MAC the gateway takes
+}
+
+// staticTarget is where the lab's spec steers pod w1-p1 (the kernel and
+// egret sides: the spec is their configuration).
+func staticTarget(spec *lab.Spec) (target, error) {
+	pod := spec.Workers[0].Pods[0]
 	egress, gw, ok := spec.Steering(pod)
-	if !ok || gw.Name != g1.Name {
-		return nil, fmt.Errorf("pod %s is not steered to g1 in this lab", pod.Name)
+	if !ok {
+		return target{}, fmt.Errorf("pod %s is steered nowhere in this lab", pod.Name)
 	}
-	r = &rig{egressIP: egress, genCPU: genCPU, gwCPUs: gwCPUs, newBase: 1 << 40, fabricNS: spec.NS("fabric")}
+	return target{gw: gw, egress: egress, innerMAC: gw.TunnelMAC}, nil
+}
+
+func newRig(spec *lab.Spec, tg target, genCPU int, gwCPUs []int) (r *rig, err error) {
+	w1, gw, egress := spec.Workers[0], tg.gw, tg.egress
+	pod := w1.Pods[0]
+	r = &rig{egressIP: egress, genCPU: genCPU, gwCPUs: gwCPUs, newBase: 1 << 40, fabricNS: spec.NS("fabric"), gwPort: gw.Name}
 	defer func() {
 		if err != nil {
 			r.close()
 		}
 	}()
-	r.w = wire{outerSrc: w1.IP, outerDst: g1.IP, vni: lab.VNI, port: lab.VXLANPort,
-		innerSrcMAC: w1.TunnelMAC, innerDstMAC: g1.TunnelMAC, pod: pod.IP, server: spec.Server.IP, podMTU: spec.PodMTU()}
-	if r.w.outerDstMAC, err = macOf(spec.NS(g1.Name), "eth0"); err != nil {
+	r.w = wire{outerSrc: w1.IP, outerDst: gw.IP, vni: lab.VNI, port: lab.VXLANPort,
+		innerSrcMAC: w1.TunnelMAC, innerDstMAC: tg.innerMAC, pod: pod.IP, server: spec.Server.IP, podMTU: spec.PodMTU()}
+	if r.w.outerDstMAC, err = macOf(spec.NS(gw.Name), "eth0"); err != nil {
 		return nil, err
 	}
 	if r.w.outerSrcMAC, err = r.fwd.openTx(spec.NS(w1.Name), "eth0"); err != nil {
@@ -354,13 +370,13 @@ func (r *rig) run(tr traffic, rate float64, d time.Duration) (trial, error) {
 			return t, err
 		}
 	}
-	in0 := txDrops(r.fabricNS, "g1")
+	in0 := txDrops(r.fabricNS, r.gwPort)
 	cpu0, tasks0 := coreTicks(r.gwCPUs), taskTicks(r.gwTasks)
 	sent, secs, err := r.send(tr, rate, base, total)
 	cpu1, tasks1 := coreTicks(r.gwCPUs), taskTicks(r.gwTasks)
 	// Frames still in flight arrive within milliseconds; late ones count as lost.
 	time.Sleep(200 * time.Millisecond)
-	t.InputDrops = txDrops(r.fabricNS, "g1") - in0
+	t.InputDrops = txDrops(r.fabricNS, r.gwPort) - in0
 	var lat histogram
 	for i, l := range legs {
 		ok1, wrong1, cerr := routerCounts(l.ns)
