@@ -30,12 +30,14 @@ type link struct {
 	cur        *session
 	sent       uint64 // bytes of batches sent in cur (the last batch's seq)
 	rows       []shadow
-	free       []int32         // unused rows
-	bySlot     []int32         // a conntrack slot's row, plus one; 0: the standby was told of no flow in it
+	free       []int32  // unused rows
+	bySlot     []int32  // a conntrack slot's row, plus one; 0: the standby was told of no flow in it
+	pending    []uint64 // slots whose changes the window had no room for, a bit each
+	anyPending bool
 	paths      map[uint32]bool // aux values whose return path cur has been told
 	resync     bool            // a full resync is under way: 'E' not sent yet
 	full       bool            // the next scan looks at every slot for this link, not only the changed ones
-	incomplete bool            // this scan left changes unsent (window full)
+	incomplete bool            // this scan left changes unsent (window full): pending has their slots
 	batch      []byte
 	rec        []byte
 }
@@ -80,10 +82,41 @@ func (l *link) forget(slot uint32) {
 // resetShadow empties the shadow for a new session over a table of slots
 // slots (keep) or drops it.
 func (l *link) resetShadow(keep bool, slots int) {
-	l.rows, l.free, l.bySlot = nil, nil, nil
+	l.rows, l.free, l.bySlot, l.pending, l.anyPending = nil, nil, nil, nil, false
 	if keep {
 		l.bySlot = make([]int32, slots)
+		l.pending = make([]uint64, (slots+63)/64)
 	}
+}
+
+// postpone leaves slot's change for a later scan: the window has no room.
+func (l *link) postpone(slot uint32) {
+	l.pending[slot>>6] |= 1 << (slot & 63)
+	l.anyPending, l.incomplete = true, true
+}
+
+// takePending adds the slots l left for later to set and clears them (the
+// scan over set leaves again those it cannot send).
+func (l *link) takePending(set []uint64) {
+	if !l.anyPending {
+		return
+	}
+	for i, w := range l.pending {
+		if w != 0 {
+			set[i] |= w
+			l.pending[i] = 0
+		}
+	}
+	l.anyPending = false
+}
+
+// keepPending adds set to the slots l left for later: the changes of a scan
+// l sat out.
+func (l *link) keepPending(set []uint64) {
+	for i, w := range set {
+		l.pending[i] |= w
+	}
+	l.anyPending = true
 }
 
 // connect keeps a session to the standby open until stop.
@@ -190,10 +223,12 @@ func (s *Sync) scanLoop() {
 
 // scan is one pass: every link with a session gets the flows of its egress
 // IPs that are new or changed since it was last told, and the removal of
-// those gone. It looks at the slots the flow table marked changed and at
-// the sweep's share of the rest; at every slot for a link that starts a
-// full resync, whose egress IPs changed or whose last scan could not send
-// everything.
+// those gone. It looks at the slots the flow table marked changed, at those
+// a link's window had no room for before, and at the sweep's share of the
+// rest; at every slot for a link that starts a full resync or whose egress
+// IPs changed. A link whose window is full sits the scan out and keeps its
+// slots for later: looking at flows it could not send would only burn the
+// CPU the workers need.
 func (s *Sync) scan() {
 	s.mu.Lock()
 	byIP := s.byIP
@@ -206,15 +241,21 @@ func (s *Sync) scan() {
 	slots := ct.Slots()
 	moved := !sameLinks(byIP, s.seen)
 	s.seen = byIP
-	active, full := links[:0], false
+	var active, waiting []*link
+	full := false
 	for _, l := range links {
-		if l.begin(slots) {
-			l.full = l.full || moved
-			full = full || l.full
-			active = append(active, l)
+		if !l.begin(slots) {
+			continue
 		}
+		l.full = l.full || moved
+		if !l.room() {
+			waiting = append(waiting, l)
+			continue
+		}
+		full = full || l.full
+		active = append(active, l)
 	}
-	if len(active) == 0 {
+	if len(active)+len(waiting) == 0 {
 		return
 	}
 	if words := (slots + 63) / 64; len(s.visit) != words {
@@ -224,6 +265,15 @@ func (s *Sync) scan() {
 	}
 	ct.TakeChanged(s.visit)
 	s.markSweep(slots)
+	for _, l := range waiting {
+		l.keepPending(s.visit)
+	}
+	if len(active) == 0 {
+		return
+	}
+	for _, l := range active {
+		l.takePending(s.visit)
+	}
 	set := s.visit
 	if full {
 		set = nil
@@ -341,7 +391,7 @@ func (l *link) visit(slot uint32, f *conntrack.Flow, rem time.Duration, now int6
 		return
 	}
 	if !l.room() {
-		l.incomplete = true
+		l.postpone(slot)
 		return
 	}
 	if !l.paths[f.Aux] {
@@ -368,7 +418,7 @@ func (l *link) visit(slot uint32, f *conntrack.Flow, rem time.Duration, now int6
 func (l *link) retire(slot uint32, sh *shadow, f *conntrack.Flow, byIP map[conntrack.Addr]*link, ct *conntrack.Table) bool {
 	if byIP[sh.nat] == l && (f != nil && f.Orig == sh.key || !ct.Tracked(&sh.key)) {
 		if !l.room() {
-			l.incomplete = true
+			l.postpone(slot)
 			return false
 		}
 		d := conntrack.Flow{Orig: sh.key, NATAddr: sh.nat, NATPort: sh.port, State: sh.state}
@@ -382,8 +432,9 @@ func (l *link) retire(slot uint32, sh *shadow, f *conntrack.Flow, byIP map[connt
 }
 
 // finish ends a scan for l: a full look that sent everything ends the
-// full resync, if one is under way, and the need for one; then what is
-// batched is sent.
+// full resync, if one is under way, and the need for one (one cut short
+// looks at everything again: its resync's end marker must follow every
+// flow); then what is batched is sent.
 func (l *link) finish() {
 	if l.cur != nil && l.full && !l.incomplete {
 		if l.resync {
@@ -391,9 +442,6 @@ func (l *link) finish() {
 			l.resync = false
 		}
 		l.full = false
-	}
-	if l.incomplete {
-		l.full = true
 	}
 	l.flush()
 }

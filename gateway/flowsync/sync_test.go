@@ -489,3 +489,46 @@ func TestPeersChange(t *testing.T) {
 		t.Fatalf("the standby holds %d flows of egress, want its 50 copies left alone", n)
 	}
 }
+
+// TestFullWindowKeepsChangesPending: changes that do not fit the window
+// wait, slot by slot, for the acknowledgements and follow without a look
+// at every flow and without a resync.
+func TestFullWindowKeepsChangesPending(t *testing.T) {
+	a, b := newPipeline(t, 1<<14, egress, egress6), newPipeline(t, 1<<14)
+	_, addr := standby(t, b)
+	for i := range 100 {
+		adopt(t, a, flow(i, conntrack.StateEstablished))
+	}
+	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Interval, c.Window = DefaultInterval, 4<<10 })
+	sa.SetPeers(peers(addr))
+	l := sa.links[addr]
+	waitFor(t, "session", func() bool { return l.current() != nil })
+	for i := 0; l.resync || i == 0; i++ { // the session's full resync, a window at a time
+		sa.scan()
+		time.Sleep(5 * time.Millisecond)
+		if i > 200 {
+			t.Fatal("the resync never ended")
+		}
+	}
+	if !matchesSoon(a, b, egress, egress6) {
+		t.Fatal("not in step after the resync")
+	}
+	for i := 100; i < 3000; i++ { // ~90 KB of records: some 20 windows
+		adopt(t, a, flow(i, conntrack.StateEstablished))
+	}
+	deferred := false
+	for i := 0; !equal(table(a, egress, egress6), table(b, egress, egress6)); i++ {
+		if i > 2000 {
+			t.Fatalf("the standby holds %d of the primary's %d flows after %d scans", len(table(b, egress, egress6)), len(table(a, egress, egress6)), i)
+		}
+		sa.scan()
+		if l.full {
+			t.Fatalf("scan %d: a full window made the next scan look at every flow", i)
+		}
+		deferred = deferred || l.anyPending
+		time.Sleep(2 * time.Millisecond)
+	}
+	if st := sa.Stats(); !deferred || st.FullResyncs != 1 || st.Stalls != 0 || st.RecordsSent != 3000 {
+		t.Fatalf("stats %+v (changes ever deferred: %v): want the 2900 new flows sent once each after the 100 of the resync, no second resync, no stall", st, deferred)
+	}
+}
