@@ -44,12 +44,13 @@ func (t *Table) TakeChanged(set []uint64) {
 func (t *Table) Tracked(orig *Tuple) bool { return t.has(orig, Original) }
 
 // RangeSlots calls fn for each slot in set (every slot when set is nil)
-// that a flow has ever used: with the flow and its remaining lifetime
-// relative to now (negative once past its deadline, until Expire removes
-// it), or with a nil flow when the slot is empty now. Slots no flow has
-// used yet are skipped. Locking is as in Range: a shard at most
-// exportChunk slots at a time, fn outside the locks; fn must not keep f.
-func (t *Table) RangeSlots(now int64, set []uint64, fn func(slot uint32, f *Flow, remaining time.Duration)) {
+// that a flow has ever used, in slot order: with the flow and its remaining
+// lifetime relative to now (negative once past its deadline, until Expire
+// removes it), or with a nil flow when the slot is empty now; it stops when
+// fn returns false. Slots no flow has used yet are skipped. Locking is as
+// in Range: a shard at most exportChunk slots at a time, fn outside the
+// locks; fn must not keep f.
+func (t *Table) RangeSlots(now int64, set []uint64, fn func(slot uint32, f *Flow, remaining time.Duration) bool) {
 	var fs [exportChunk]Flow
 	var rem [exportChunk]time.Duration
 	var slots [exportChunk]uint32
@@ -71,7 +72,7 @@ func (t *Table) RangeSlots(now int64, set []uint64, fn func(slot uint32, f *Flow
 				}
 				next = g + 1
 				e := &t.entries[g]
-				slots[n], live[n] = g, e.state != uint8(StateNone)
+				slots[n], live[n], rem[n] = g, e.state != uint8(StateNone), 0
 				if live[n] {
 					e.toFlow(&fs[n])
 					rem[n] = untilDeadline(e.deadline, now)
@@ -81,10 +82,12 @@ func (t *Table) RangeSlots(now int64, set []uint64, fn func(slot uint32, f *Flow
 			done := next >= end
 			s.mu.Unlock()
 			for i := range n {
-				if live[i] {
-					fn(slots[i], &fs[i], rem[i])
-				} else {
-					fn(slots[i], nil, 0)
+				f := &fs[i]
+				if !live[i] {
+					f = nil
+				}
+				if !fn(slots[i], f, rem[i]) {
+					return
 				}
 			}
 			if done {

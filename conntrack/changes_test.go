@@ -19,19 +19,21 @@ func TestChangeMarksKeepAMirror(t *testing.T) {
 	sync := func(step int) (looked int) {
 		clear(set)
 		tb.TakeChanged(set)
-		tb.RangeSlots(0, set, func(slot uint32, f *Flow, _ time.Duration) {
+		tb.RangeSlots(0, set, func(slot uint32, f *Flow, _ time.Duration) bool {
 			looked++
 			if f == nil {
 				delete(mirror, slot)
 			} else {
 				mirror[slot] = *f
 			}
+			return true
 		})
 		truth := map[uint32]Flow{}
-		tb.RangeSlots(0, nil, func(slot uint32, f *Flow, _ time.Duration) {
+		tb.RangeSlots(0, nil, func(slot uint32, f *Flow, _ time.Duration) bool {
 			if f != nil {
 				truth[slot] = *f
 			}
+			return true
 		})
 		if len(truth) != len(mirror) || len(truth) != tb.Len() {
 			t.Fatalf("step %d: mirror has %d flows, table %d (Len %d)", step, len(mirror), len(truth), tb.Len())
@@ -95,7 +97,7 @@ func TestRefreshIsNotAChange(t *testing.T) {
 		clear(set)
 		tb.TakeChanged(set)
 		n := 0
-		tb.RangeSlots(0, set, func(uint32, *Flow, time.Duration) { n++ })
+		tb.RangeSlots(0, set, func(uint32, *Flow, time.Duration) bool { n++; return true })
 		return n
 	}
 	f := flowN(1, ProtoUDP)
@@ -132,7 +134,7 @@ func TestRangeSlotsSet(t *testing.T) {
 		tb.Insert(&f, 0, 0)
 	}
 	used := map[uint32]bool{}
-	tb.RangeSlots(0, nil, func(slot uint32, _ *Flow, _ time.Duration) { used[slot] = true })
+	tb.RangeSlots(0, nil, func(slot uint32, _ *Flow, _ time.Duration) bool { used[slot] = true; return true })
 	if len(used) != 1500 {
 		t.Fatalf("a full range saw %d used slots, want 1500", len(used))
 	}
@@ -148,13 +150,27 @@ func TestRangeSlotsSet(t *testing.T) {
 			}
 		}
 		last, n := int64(-1), 0
-		tb.RangeSlots(0, set, func(slot uint32, _ *Flow, _ time.Duration) {
+		tb.RangeSlots(0, set, func(slot uint32, _ *Flow, _ time.Duration) bool {
 			if !want[slot] || int64(slot) <= last {
 				t.Fatalf("round %d: slot %d visited (in set and used: %v; previous %d)", round, slot, want[slot], last)
 			}
 			last = int64(slot)
 			n++
+			return true
 		})
+		// A walk stopped by fn goes no further.
+		stopAt, after := len(want)/2, 0
+		k := 0
+		tb.RangeSlots(0, set, func(uint32, *Flow, time.Duration) bool {
+			k++
+			if k > stopAt+1 {
+				after++
+			}
+			return k <= stopAt
+		})
+		if after != 0 || len(want) > 0 && k != stopAt+1 {
+			t.Fatalf("round %d: stopped after %d of %d slots, %d seen past the stop", round, k, len(want), after)
+		}
 		if n != len(want) {
 			t.Fatalf("round %d: %d slots visited, want %d", round, n, len(want))
 		}

@@ -152,10 +152,11 @@ const exportChunk = 256
 // outside the locks, so the data plane keeps running; flows inserted or
 // removed meanwhile may or may not be seen. fn must not keep f.
 func (t *Table) Range(now int64, fn func(f *Flow, remaining time.Duration)) {
-	t.RangeSlots(now, nil, func(_ uint32, f *Flow, rem time.Duration) {
+	t.RangeSlots(now, nil, func(_ uint32, f *Flow, rem time.Duration) bool {
 		if f != nil {
 			fn(f, rem)
 		}
+		return true
 	})
 }
 

@@ -17,6 +17,7 @@ var syncSeries = []struct {
 	{"egret_gateway_sync_batches_sent_total", "Flow sync batches (sealed messages) sent to standbys.", false, func(s *flowsync.Stats) uint64 { return s.BatchesSent }},
 	{"egret_gateway_sync_full_resyncs_total", "Full resyncs started: every new session with a standby starts one (after start-up, a lost session or a stall).", false, func(s *flowsync.Stats) uint64 { return s.FullResyncs }},
 	{"egret_gateway_sync_stalls_total", "Sessions dropped because the standby acknowledged nothing for the stall timeout while data waited.", false, func(s *flowsync.Stats) uint64 { return s.Stalls }},
+	{"egret_gateway_sync_slots_looked_total", "Flow table slots the sync's scans looked at for a standby (changed ones, the sweep's share, and every slot for a resync): what finding the changes costs.", false, func(s *flowsync.Stats) uint64 { return s.SlotsLooked }},
 	{"egret_gateway_sync_connect_failures_total", "Attempts to open a session with a standby that failed (unreachable, or it did not prove the key).", false, func(s *flowsync.Stats) uint64 { return s.ConnectFail }},
 	{"egret_gateway_sync_records_applied_total", "Flow records from primaries applied here (backup flows adopted, updated or removed).", false, func(s *flowsync.Stats) uint64 { return s.RecordsApplied }},
 	{"egret_gateway_sync_records_owned_total", "Flow records ignored because their egress IP is hosted here (the flow is live and this gateway's own).", false, func(s *flowsync.Stats) uint64 { return s.RecordsOwned }},

@@ -36,8 +36,10 @@ type link struct {
 	anyPending bool
 	paths      map[uint32]bool // aux values whose return path cur has been told
 	resync     bool            // a full resync is under way: 'E' not sent yet
-	full       bool            // the next scan looks at every slot for this link, not only the changed ones
-	incomplete bool            // this scan left changes unsent (window full): pending has their slots
+	full       bool            // a look at every slot is under way, from fullFrom on
+	fullFrom   uint32          // where the look at every slot goes on
+	stopped    bool            // this scan ran out of window at slot stopAt: the rest waits
+	stopAt     uint32
 	batch      []byte
 	rec        []byte
 }
@@ -89,11 +91,15 @@ func (l *link) resetShadow(keep bool, slots int) {
 	}
 }
 
-// postpone leaves slot's change for a later scan: the window has no room.
+// postpone leaves slot's change, and the rest of this scan, for a later
+// one: the window has no room.
 func (l *link) postpone(slot uint32) {
 	l.pending[slot>>6] |= 1 << (slot & 63)
-	l.anyPending, l.incomplete = true, true
+	l.anyPending, l.stopped, l.stopAt = true, true, slot
 }
+
+// lookFromStart starts a look at every slot.
+func (l *link) lookFromStart() { l.full, l.fullFrom = true, 0 }
 
 // takePending adds the slots l left for later to set and clears them (the
 // scan over set leaves again those it cannot send).
@@ -110,13 +116,27 @@ func (l *link) takePending(set []uint64) {
 	l.anyPending = false
 }
 
-// keepPending adds set to the slots l left for later: the changes of a scan
-// l sat out.
-func (l *link) keepPending(set []uint64) {
-	for i, w := range set {
-		l.pending[i] |= w
+// keepPending adds the slots of set from slot from on to those l left for
+// later: the changes of a scan l sat out (from 0) or stopped in.
+func (l *link) keepPending(set []uint64, from uint32) {
+	i := int(from >> 6)
+	if i >= len(set) {
+		return
+	}
+	l.pending[i] |= set[i] &^ (1<<(from&63) - 1)
+	for i++; i < len(set); i++ {
+		l.pending[i] |= set[i]
 	}
 	l.anyPending = true
+}
+
+// markRange adds slots [from, to) to set.
+func markRange(set []uint64, from, to uint32) {
+	for from < to {
+		k := min(64-from%64, to-from)
+		set[from>>6] |= ^uint64(0) >> (64 - k) << (from % 64)
+		from += k
+	}
 }
 
 // connect keeps a session to the standby open until stop.
@@ -226,9 +246,11 @@ func (s *Sync) scanLoop() {
 // those gone. It looks at the slots the flow table marked changed, at those
 // a link's window had no room for before, and at the sweep's share of the
 // rest; at every slot for a link that starts a full resync or whose egress
-// IPs changed. A link whose window is full sits the scan out and keeps its
-// slots for later: looking at flows it could not send would only burn the
-// CPU the workers need.
+// IPs changed. A link whose window fills stops there, keeps the slots it
+// did not get to for later and goes on from there, and one whose window is
+// full sits the scan out: looking at flows it cannot send would only burn
+// the CPU the workers need (a resync of a million flows through a slow
+// standby walked the whole table every scan).
 func (s *Sync) scan() {
 	s.mu.Lock()
 	byIP := s.byIP
@@ -247,7 +269,9 @@ func (s *Sync) scan() {
 		if !l.begin(slots) {
 			continue
 		}
-		l.full = l.full || moved
+		if moved {
+			l.lookFromStart()
+		}
 		if !l.room() {
 			waiting = append(waiting, l)
 			continue
@@ -266,7 +290,7 @@ func (s *Sync) scan() {
 	ct.TakeChanged(s.visit)
 	s.markSweep(slots)
 	for _, l := range waiting {
-		l.keepPending(s.visit)
+		l.keepPending(s.visit, 0)
 	}
 	if len(active) == 0 {
 		return
@@ -274,36 +298,55 @@ func (s *Sync) scan() {
 	for _, l := range active {
 		l.takePending(s.visit)
 	}
-	set := s.visit
+	walk := s.visit
 	if full {
-		set = nil
-	}
-	now := s.cfg.Clock()
-	ct.RangeSlots(now, set, func(slot uint32, f *conntrack.Flow, rem time.Duration) {
-		marked := s.visit[slot>>6]&(1<<(slot&63)) != 0
+		s.walk = append(s.walk[:0], s.visit...)
 		for _, l := range active {
-			if l.cur != nil && (marked || l.full) {
-				l.visit(slot, f, rem, now, byIP, ct)
+			if l.full {
+				markRange(s.walk, l.fullFrom, uint32(slots))
 			}
 		}
+		walk = s.walk
+	}
+	now := s.cfg.Clock()
+	looked := uint64(0)
+	ct.RangeSlots(now, walk, func(slot uint32, f *conntrack.Flow, rem time.Duration) bool {
+		marked := s.visit[slot>>6]&(1<<(slot&63)) != 0
+		more := false
+		for _, l := range active {
+			if l.cur == nil || l.stopped {
+				continue
+			}
+			if marked || l.full && slot >= l.fullFrom {
+				looked++
+				l.visit(slot, f, rem, now, byIP, ct)
+			}
+			more = more || l.cur != nil && !l.stopped
+		}
+		return more
 	})
+	s.c.slotsLooked.Add(looked)
 	for _, l := range active {
-		l.finish()
+		l.finish(s.visit)
 	}
 }
 
-// markSweep adds the sweep's share of the slots to this scan's set.
+// markSweep adds the sweep's share of the slots to this scan's set, the
+// slots after the last scan's share (wrapping at the end of the table).
 func (s *Sync) markSweep(slots int) {
 	n := slots
 	if s.cfg.Interval < sweepEvery {
 		n = int((int64(slots)*int64(s.cfg.Interval) + int64(sweepEvery) - 1) / int64(sweepEvery))
 	}
-	for range n {
+	for n > 0 {
 		if s.sweepAt >= slots {
 			s.sweepAt = 0
 		}
-		s.visit[s.sweepAt>>6] |= 1 << (s.sweepAt & 63)
-		s.sweepAt++
+		i := s.sweepAt
+		k := min(64-i%64, n, slots-i) // to the end of i's word, of the share or of the table
+		s.visit[i>>6] |= ^uint64(0) >> (64 - k) << (i % 64)
+		s.sweepAt += k
+		n -= k
 	}
 }
 
@@ -334,7 +377,8 @@ func (l *link) begin(slots int) bool {
 			return false
 		}
 		l.resetShadow(true, slots)
-		l.paths, l.resync, l.full = map[uint32]bool{}, true, true
+		l.paths, l.resync = map[uint32]bool{}, true
+		l.lookFromStart()
 		l.s.c.fullResyncs.Add(1)
 		l.batch = append(l.batch[:0], itemBegin)
 	}
@@ -347,7 +391,7 @@ func (l *link) begin(slots int) bool {
 		l.fail()
 		return false
 	}
-	l.incomplete = false
+	l.stopped = false
 	return true
 }
 
@@ -431,12 +475,20 @@ func (l *link) retire(slot uint32, sh *shadow, f *conntrack.Flow, byIP map[connt
 	return true
 }
 
-// finish ends a scan for l: a full look that sent everything ends the
-// full resync, if one is under way, and the need for one (one cut short
-// looks at everything again: its resync's end marker must follow every
-// flow); then what is batched is sent.
-func (l *link) finish() {
-	if l.cur != nil && l.full && !l.incomplete {
+// finish ends a scan for l, whose marked slots were in visit. One that ran
+// out of window keeps the marked slots it did not get to for later, and a
+// look at every slot goes on from where it stopped; a look at every slot
+// that reached the end ends the full resync, if one is under way (its end
+// marker follows every flow). Then what is batched is sent.
+func (l *link) finish(visit []uint64) {
+	switch {
+	case l.cur == nil:
+	case l.stopped:
+		l.keepPending(visit, l.stopAt+1)
+		if l.full && l.stopAt > l.fullFrom {
+			l.fullFrom = l.stopAt
+		}
+	case l.full:
 		if l.resync {
 			l.batch = append(l.batch, itemEnd)
 			l.resync = false

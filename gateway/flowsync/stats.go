@@ -12,6 +12,7 @@ type Stats struct {
 	FullResyncs uint64 // full resyncs started (each new session starts one)
 	Stalls      uint64 // sessions dropped because the peer stopped acknowledging (slow or gone)
 	ConnectFail uint64 // attempts to reach a standby that failed (unreachable or refused)
+	SlotsLooked uint64 // flow table slots the scans looked at for a standby: what finding the changes costs
 	// Receiving side.
 	RecordsApplied uint64 // flows adopted, updated or removed as the primary said
 	RecordsOwned   uint64 // records ignored: their egress IP is hosted here, so the flow is live and ours
@@ -22,14 +23,14 @@ type Stats struct {
 }
 
 type counters struct {
-	recordsSent, batchesSent, bytesSent, fullResyncs, stalls, connectFail atomic.Uint64
-	recordsApplied, recordsOwned, adoptFailed, refused, malformed         atomic.Uint64
-	backup                                                                atomic.Int64
+	recordsSent, batchesSent, bytesSent, fullResyncs, stalls, connectFail, slotsLooked atomic.Uint64
+	recordsApplied, recordsOwned, adoptFailed, refused, malformed                      atomic.Uint64
+	backup                                                                             atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{RecordsSent: c.recordsSent.Load(), BatchesSent: c.batchesSent.Load(), BytesSent: c.bytesSent.Load(),
-		FullResyncs: c.fullResyncs.Load(), Stalls: c.stalls.Load(), ConnectFail: c.connectFail.Load(),
+		FullResyncs: c.fullResyncs.Load(), Stalls: c.stalls.Load(), ConnectFail: c.connectFail.Load(), SlotsLooked: c.slotsLooked.Load(),
 		RecordsApplied: c.recordsApplied.Load(), RecordsOwned: c.recordsOwned.Load(), AdoptFailed: c.adoptFailed.Load(),
 		Refused: c.refused.Load(), Malformed: c.malformed.Load(), BackupFlows: uint64(max(c.backup.Load(), 0))}
 }

@@ -76,7 +76,8 @@ type Sync struct {
 
 	// scan goroutine only (sender.go)
 	seen    map[conntrack.Addr]*link // byIP as the last scan saw it
-	visit   []uint64                 // the slots this scan looks at, a bit each
+	visit   []uint64                 // the slots this scan looks at for every link, a bit each
+	walk    []uint64                 // visit and the slots of the looks at every slot under way
 	sweepAt int                      // the next slot the sweep looks at
 }
 

@@ -333,9 +333,14 @@ func TestOwnLeftoverReplaced(t *testing.T) {
 // scanning is a primary whose scans the test runs one at a time (no scan
 // loop), at the default interval's sweep pace, with its session to the
 // standby at addr up.
-func scanning(t *testing.T, a *gateway.Pipeline, peers map[netip.Addr]string) *Sync {
+func scanning(t *testing.T, a *gateway.Pipeline, peers map[netip.Addr]string, mods ...func(*Config)) *Sync {
 	t.Helper()
-	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Interval = DefaultInterval })
+	sa := newSync(t, "primary", testKey, a, func(c *Config) {
+		c.Interval = DefaultInterval
+		for _, m := range mods {
+			m(c)
+		}
+	})
 	sa.SetPeers(peers)
 	for _, l := range sa.links {
 		waitFor(t, "session", func() bool { return l.current() != nil })
@@ -491,44 +496,75 @@ func TestPeersChange(t *testing.T) {
 }
 
 // TestFullWindowKeepsChangesPending: changes that do not fit the window
-// wait, slot by slot, for the acknowledgements and follow without a look
-// at every flow and without a resync.
+// (the standby acknowledges nothing for a while) wait, slot by slot, and
+// follow once it does, without a look at every flow and without a resync.
 func TestFullWindowKeepsChangesPending(t *testing.T) {
 	a, b := newPipeline(t, 1<<14, egress, egress6), newPipeline(t, 1<<14)
 	_, addr := standby(t, b)
+	px := newProxy(t, addr)
 	for i := range 100 {
 		adopt(t, a, flow(i, conntrack.StateEstablished))
 	}
-	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Interval, c.Window = DefaultInterval, 4<<10 })
-	sa.SetPeers(peers(addr))
-	l := sa.links[addr]
-	waitFor(t, "session", func() bool { return l.current() != nil })
-	for i := 0; l.resync || i == 0; i++ { // the session's full resync, a window at a time
-		sa.scan()
-		time.Sleep(5 * time.Millisecond)
-		if i > 200 {
-			t.Fatal("the resync never ended")
-		}
-	}
-	if !matchesSoon(a, b, egress, egress6) {
+	sa := scanning(t, a, peers(px.addr()), func(c *Config) { c.Window = 4 << 10 })
+	l := sa.links[px.addr()]
+	sa.scan() // the session's full resync: 100 flows, one batch
+	if !matchesSoon(a, b, egress, egress6) || l.resync {
 		t.Fatal("not in step after the resync")
 	}
-	for i := 100; i < 3000; i++ { // ~90 KB of records: some 20 windows
+	px.pause()
+	for i := 100; i < 3000; i++ { // ~90 KB of records: over 20 windows
 		adopt(t, a, flow(i, conntrack.StateEstablished))
 	}
-	deferred := false
+	for range 3 {
+		sa.scan()
+	}
+	if !l.anyPending || l.full {
+		t.Fatalf("with no acknowledgement the changes did not wait (pending %v) or a look at every flow is due (%v)", l.anyPending, l.full)
+	}
+	px.unpause()
 	for i := 0; !equal(table(a, egress, egress6), table(b, egress, egress6)); i++ {
-		if i > 2000 {
+		if i > 30 { // a window's worth a scan: a few; the sweep alone would need 50
 			t.Fatalf("the standby holds %d of the primary's %d flows after %d scans", len(table(b, egress, egress6)), len(table(a, egress, egress6)), i)
 		}
 		sa.scan()
 		if l.full {
 			t.Fatalf("scan %d: a full window made the next scan look at every flow", i)
 		}
-		deferred = deferred || l.anyPending
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
-	if st := sa.Stats(); !deferred || st.FullResyncs != 1 || st.Stalls != 0 || st.RecordsSent != 3000 {
-		t.Fatalf("stats %+v (changes ever deferred: %v): want the 2900 new flows sent once each after the 100 of the resync, no second resync, no stall", st, deferred)
+	if st := sa.Stats(); st.FullResyncs != 1 || st.Stalls != 0 || st.RecordsSent != 3000 {
+		t.Fatalf("stats %+v: want the 2900 new flows sent once each after the 100 of the resync, no second resync, no stall", st)
 	}
+}
+
+// TestResyncGoesOnWhereItStopped: a full resync larger than the window
+// goes on, scan after scan, from the slot where the window stopped it: the
+// scans look at each flow about once, not at the whole table each time.
+func TestResyncGoesOnWhereItStopped(t *testing.T) {
+	const flows = 20000 // ~620 KB of records: about ten batches
+	a, b := newPipeline(t, 1<<15, egress, egress6), newPipeline(t, 1<<15)
+	_, addr := standby(t, b)
+	for i := range flows {
+		adopt(t, a, flow(i, conntrack.StateEstablished))
+	}
+	sa := scanning(t, a, peers(addr), func(c *Config) { c.Window = 16 << 10 })
+	l := sa.links[addr]
+	scans := 0
+	for l.resync || scans == 0 {
+		if scans++; scans > 500 {
+			t.Fatal("the resync never ended")
+		}
+		sa.scan()
+		time.Sleep(10 * time.Millisecond) // the acknowledgements
+	}
+	if !matchesSoon(a, b, egress, egress6) {
+		t.Fatal("not in step after the resync")
+	}
+	slots := a.Conntrack().Slots()
+	share := (slots*int(DefaultInterval/time.Millisecond) + int(sweepEvery/time.Millisecond) - 1) / int(sweepEvery/time.Millisecond)
+	st := sa.Stats()
+	if limit := uint64(flows + scans*(share+2)); scans < 3 || st.SlotsLooked > limit {
+		t.Fatalf("the resync took %d scans and looked at %d slots; want several scans and at most %d (each flow about once, the sweep's shares, the slot each scan stopped at)", scans, st.SlotsLooked, limit)
+	}
+	t.Logf("resync of %d flows in %d scans, %d slots looked at", flows, scans, st.SlotsLooked)
 }
