@@ -209,8 +209,16 @@ func run(cfg config) error {
 		return err
 	}
 	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
-	fmt.Printf("bench-lab: %d scenarios × {kernel, egret}, trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
-		len(cfg.scenarios), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
+	var names []string
+	for _, sc := range cfg.syncScenarios {
+		names = append(names, sc.Name)
+	}
+	n := len(cfg.scenarios)
+	if len(cfg.sides) == 0 {
+		n = 0
+	}
+	fmt.Printf("bench-lab: %d scenarios × {%s}, the flow sync's cost on {%s}; trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
+		n, strings.Join(cfg.sides, ", "), strings.Join(names, ", "), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
 	// One lab per underlay and gateway queue count, each side in turn.
 	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
 		for _, q := range []int{1, 2} {
