@@ -33,7 +33,7 @@ func TestFactsPublishCloudGCP(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, admin := factsCluster(t, ctx, node("g1", "10.0.1.10", nil))
+	env, admin := factsCluster(t, ctx, []string{"10.0.1.50"}, node("g1", "10.0.1.10", nil))
 	src, err := cluster.NewKube(asGateway(env, "g1"))
 	if err != nil {
 		t.Fatal(err)

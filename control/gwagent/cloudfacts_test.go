@@ -46,7 +46,7 @@ func TestFactsPublishCloud(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	foreign := `[{"interface":"eni-other","ifaddr":{"ipv4":"10.9.0.0/16"},"capacity":{"ipv4":3}}]`
-	env, admin := factsCluster(t, ctx, node("g1", "10.0.1.10", nil), node("g2", "10.0.1.11", map[string]string{cluster.AnnotationEgressIPConfig: foreign}))
+	env, admin := factsCluster(t, ctx, []string{"10.0.1.50"}, node("g1", "10.0.1.10", nil), node("g2", "10.0.1.11", map[string]string{cluster.AnnotationEgressIPConfig: foreign}))
 	run := func(name string) *cluster.Kube {
 		src, err := cluster.NewKube(asGateway(env, name))
 		if err != nil {
@@ -101,9 +101,10 @@ func TestFactsPublishCloud(t *testing.T) {
 }
 
 // factsCluster is a real API server with the CRDs and the gateway's RBAC,
-// the given nodes and EgressIP e1 with 10.0.1.50: an egress IP (attached
-// to its node by the controller), which does not use up cloud capacity.
-func factsCluster(t *testing.T, ctx context.Context, nodes ...*corev1.Node) (*kubetest.Env, kubernetes.Interface) {
+// the given nodes and, with egressIPs, EgressIP e1 with them (the cloud
+// tests' 10.0.1.50: an egress IP, attached to its node by the controller,
+// which does not use up cloud capacity).
+func factsCluster(t *testing.T, ctx context.Context, egressIPs []string, nodes ...*corev1.Node) (*kubetest.Env, kubernetes.Interface) {
 	t.Helper()
 	env := kubetest.Start(t)
 	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
@@ -112,13 +113,15 @@ func factsCluster(t *testing.T, ctx context.Context, nodes ...*corev1.Node) (*ku
 	if err != nil {
 		t.Fatal(err)
 	}
-	eipc, err := egressv1.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eipc.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
-		Spec: egressv1.EgressIPSpec{EgressIPs: []string{"10.0.1.50"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if len(egressIPs) > 0 {
+		eipc, err := egressv1.NewForConfig(env.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eipc.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
+			Spec: egressv1.EgressIPSpec{EgressIPs: egressIPs}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, n := range nodes {
 		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {

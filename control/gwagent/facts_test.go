@@ -13,7 +13,6 @@ import (
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/vishvananda/netlink"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,20 +73,9 @@ func TestFactsPublish(t *testing.T) {
 	nstest.Root(t)
 	gw, _ := nstest.Pair(t, "eth0", netip.MustParsePrefix("192.0.2.11/24"), "peer", netip.MustParsePrefix("192.0.2.1/24"))
 	gw.NS.AddAddr(t, "eth0", netip.MustParsePrefix("2001:db8:f::11/64"), netip.MustParsePrefix("192.0.2.200/32"))
-	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
-	applyShipped(t, env, "namespace.yaml", "gateway/rbac.yaml")
-	admin, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, n := range []*corev1.Node{node("g1", "192.0.2.11", nil), node("g2", "192.0.2.12", nil)} {
-		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	env, admin := factsCluster(t, ctx, nil, node("g1", "192.0.2.11", nil), node("g2", "192.0.2.12", nil))
 	gwCfg := asGateway(env, "g1")
 	src, err := cluster.NewKube(gwCfg)
 	if err != nil {
