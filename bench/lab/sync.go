@@ -15,7 +15,6 @@ import (
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/lab"
-	"github.com/egret-gw/egret/metrics"
 )
 
 // The sides that measure what the flow sync costs the gateway: the gateway
@@ -109,6 +108,11 @@ type syncStats struct {
 	StandbyBackupFlows uint64 `json:"standby_backup_flows"`
 }
 
+// gatewayMetricsAddr is where the lab's gateway agents serve /metrics, in
+// their namespaces: the default, metrics.DefaultGatewayAddr (only commands
+// import the metrics package).
+const gatewayMetricsAddr = "127.0.0.1:9110"
+
 // gatewayCounters reads the egret_gateway_* series without labels from
 // gateway gw's metrics endpoint, in its namespace.
 func gatewayCounters(spec *lab.Spec, gw string) (map[string]uint64, error) {
@@ -117,7 +121,7 @@ func gatewayCounters(spec *lab.Spec, gw string) (map[string]uint64, error) {
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return lab.DialContext(ctx, ns, network, addr)
 		}}}
-	resp, err := client.Get("http://" + metrics.DefaultGatewayAddr + "/metrics")
+	resp, err := client.Get("http://" + gatewayMetricsAddr + "/metrics")
 	if err != nil {
 		return nil, fmt.Errorf("metrics of %s: %w", gw, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/egret-gw/egret/lab"
+	"github.com/egret-gw/egret/metrics"
 )
 
 // The sync sides take single-queue IPv4 scenarios only (they run on one
@@ -52,5 +53,12 @@ func TestSyncCostTable(t *testing.T) {
 	}
 	if (&report{Results: rep.Results[:2]}).syncCost() != "" {
 		t.Fatal("a table without the sync-on side")
+	}
+}
+
+// The sync sides read the gateway agents' metrics where they serve them.
+func TestGatewayMetricsAddr(t *testing.T) {
+	if gatewayMetricsAddr != metrics.DefaultGatewayAddr {
+		t.Fatalf("bench/lab reads %s, the gateway serves %s", gatewayMetricsAddr, metrics.DefaultGatewayAddr)
 	}
 }
