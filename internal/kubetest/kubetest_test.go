@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -111,7 +112,15 @@ func TestControlPlane(t *testing.T) {
 	if _, err := admin.RbacV1().RoleBindings("kubetest").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pods, err := user.CoreV1().Pods("kubetest").List(ctx, metav1.ListOptions{})
+	// The authorizer learns of the binding from its informer, a moment after
+	// the create returns: forbidden until then (seen in CI), not after.
+	var pods *corev1.PodList
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pods, err = user.CoreV1().Pods("kubetest").List(ctx, metav1.ListOptions{})
+		if !apierrors.IsForbidden(err) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].Name != "p" {
 		t.Fatalf("listing pods as alice with RBAC: %v, %d pods", err, len(pods.Items))
 	}
