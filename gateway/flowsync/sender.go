@@ -342,9 +342,8 @@ func (s *Sync) markSweep(slots int) {
 		if s.sweepAt >= slots {
 			s.sweepAt = 0
 		}
-		i := s.sweepAt
-		k := min(64-i%64, n, slots-i) // to the end of i's word, of the share or of the table
-		s.visit[i>>6] |= ^uint64(0) >> (64 - k) << (i % 64)
+		k := min(n, slots-s.sweepAt)
+		markRange(s.visit, uint32(s.sweepAt), uint32(s.sweepAt+k))
 		s.sweepAt += k
 		n -= k
 	}
