@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,7 +46,8 @@ func pickSync(names string) ([]scenario, error) {
 // managedTarget is where the managed lab's controller put pod w1-p1's
 // traffic: the gateway that hosts the first (by address) of its object's
 // egress IPs, and that IP's standby. With sync, it waits until the standby
-// is named and holds the sync session (the gateway's log says so).
+// is named and the gateway has opened its sync session (a full resync
+// counted).
 func managedTarget(l *lab.Lab, sync bool) (target, string, error) {
 	spec := l.Spec
 	pod := spec.Workers[0].Pods[0]
@@ -71,7 +70,7 @@ func managedTarget(l *lab.Lab, sync bool) (target, string, error) {
 			if gw == nil {
 				return target{}, "", fmt.Errorf("egress IP %v is on %q, not a gateway of the lab", a.IP, a.Node)
 			}
-			if sync && !strings.Contains(readLog(l, gw.Name), "flow sync: sending to the standby") {
+			if sync && !sessionUp(spec, gw.Name) {
 				if time.Now().Before(deadline) {
 					time.Sleep(100 * time.Millisecond)
 					continue
@@ -87,10 +86,11 @@ func managedTarget(l *lab.Lab, sync bool) (target, string, error) {
 	}
 }
 
-// readLog is the log of gateway gw's process ("" if none).
-func readLog(l *lab.Lab, gw string) string {
-	b, _ := os.ReadFile(filepath.Join(l.RunDir(), "gateway-"+gw+".log"))
-	return string(b)
+// sessionUp reports whether gateway gw has opened a sync session to a
+// standby: every session starts with a full resync, counted.
+func sessionUp(spec *lab.Spec, gw string) bool {
+	m, err := gatewayCounters(spec, gw)
+	return err == nil && m["egret_gateway_sync_full_resyncs_total"] > 0
 }
 
 // syncStats is what the flow sync did during one scenario on the sync-on
