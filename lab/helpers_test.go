@@ -276,13 +276,21 @@ func startCapture(t testing.TB, ns, dev string) *capture {
 		defer close(c.done)
 		buf := make([]byte, 65536)
 		for {
+			// Once stopped, the frames already queued on the socket are
+			// still read (without waiting): the kernel queued them before
+			// whatever the caller checked, and a capture that lost them
+			// because this goroutine ran late would miss a frame that came.
+			flags := 0
 			select {
 			case <-c.stop:
-				return
+				flags = unix.MSG_DONTWAIT
 			default:
 			}
-			n, from, err := unix.Recvfrom(c.fd, buf, 0)
+			n, from, err := unix.Recvfrom(c.fd, buf, flags)
 			if err != nil {
+				if flags != 0 && err != unix.EINTR {
+					return
+				}
 				continue
 			}
 			if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
