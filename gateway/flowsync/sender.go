@@ -331,14 +331,19 @@ func (s *Sync) scan() {
 	}
 }
 
+// sweepShare is how many of a table's slots each scan sweeps, at one scan
+// per interval, so that the sweep looks at every slot within sweepEvery.
+func sweepShare(slots int, interval time.Duration) int {
+	if interval >= sweepEvery {
+		return slots
+	}
+	return int((int64(slots)*int64(interval) + int64(sweepEvery) - 1) / int64(sweepEvery))
+}
+
 // markSweep adds the sweep's share of the slots to this scan's set, the
 // slots after the last scan's share (wrapping at the end of the table).
 func (s *Sync) markSweep(slots int) {
-	n := slots
-	if s.cfg.Interval < sweepEvery {
-		n = int((int64(slots)*int64(s.cfg.Interval) + int64(sweepEvery) - 1) / int64(sweepEvery))
-	}
-	for n > 0 {
+	for n := sweepShare(slots, s.cfg.Interval); n > 0; {
 		if s.sweepAt >= slots {
 			s.sweepAt = 0
 		}

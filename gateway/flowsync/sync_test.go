@@ -561,7 +561,7 @@ func TestResyncGoesOnWhereItStopped(t *testing.T) {
 		t.Fatal("not in step after the resync")
 	}
 	slots := a.Conntrack().Slots()
-	share := (slots*int(DefaultInterval/time.Millisecond) + int(sweepEvery/time.Millisecond) - 1) / int(sweepEvery/time.Millisecond)
+	share := sweepShare(slots, DefaultInterval)
 	st := sa.Stats()
 	if limit := uint64(flows + scans*(share+2)); scans < 3 || st.SlotsLooked > limit {
 		t.Fatalf("the resync took %d scans and looked at %d slots; want several scans and at most %d (each flow about once, the sweep's shares, the slot each scan stopped at)", scans, st.SlotsLooked, limit)
