@@ -257,6 +257,22 @@ func inStep(l *Lab, ip netip.Addr, primary, standby string) (stepResult, error) 
 	return r, nil
 }
 
+// untilInStep compares primary's flows of ip with standby's backup flows
+// (inStep) until they are in step with at least one backup flow, or for
+// within; it returns the last comparison.
+func untilInStep(t *testing.T, l *Lab, ip netip.Addr, primary, standby string, within time.Duration) stepResult {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; {
+		r, err := inStep(l, ip, primary, standby)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (r.ok() && r.standby > 0) || time.Now().After(deadline) {
+			return r
+		}
+	}
+}
+
 // testGracefulRestartContinues: 100 long-lived connections through one
 // gateway go on through its SIGTERM (it writes its state file) and the
 // start of a new process, as in a rolling update: zero resets, every
@@ -389,6 +405,7 @@ type churn struct {
 func startChurn(t *testing.T, l *Lab, pods []PodStatus, rate int, dportBase uint16) *churn {
 	t.Helper()
 	ch := &churn{stop: make(chan struct{})}
+	t.Cleanup(func() { ch.end() })
 	server := l.Spec.Server.IP
 	for _, p := range pods {
 		pc, err := ListenPacket(p.Namespace, "ip4:17", "0.0.0.0")
@@ -484,6 +501,14 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	requireTools(t, "nft")
 	ip, gw, standby, st := pickBlue(t, l)
 	m := func(name string) float64 { return gatewayMetric(t, l.Spec, gw, "egret_gateway_sync_"+name) }
+	ch := startChurn(t, l, bluePods(st), 300, 20000)
+	// The cut must find a session that carries the churn's records: right
+	// after a failover the primary may not have reached its new standby
+	// yet, and a cut before that stalls nothing (it only fails to connect).
+	if r := untilInStep(t, l, ip, gw, standby, 20*time.Second); !r.ok() || r.standby == 0 {
+		t.Fatalf("the standby %s holds no backup flows of %v in step with %s 20 s after the churn began: %v", standby, ip, gw, r)
+	}
+	before := ch.sent.Load()
 	resyncs, stalls, fails := m("full_resyncs_total"), m("stalls_total"), m("connect_failures_total")
 	ns := l.Spec.NS(standby)
 	const table = "egret_labtest_cut"
@@ -502,7 +527,6 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	}
 	t.Cleanup(restore)
 	at := time.Now()
-	ch := startChurn(t, l, bluePods(st), 300, 20000)
 	// The session stalls StallAfter after the first unacknowledged batch;
 	// from then on nothing is sent.
 	time.Sleep(flowsync.DefaultStallAfter + 5*time.Second)
@@ -524,7 +548,7 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	if flatTo-flatFrom > 64<<10 {
 		t.Errorf("the primary %s sent %v bytes of sync from %v to 30 s into the cut, while the standby of %v acknowledged nothing", gw, flatTo-flatFrom, flowsync.DefaultStallAfter+5*time.Second, ip)
 	}
-	sent := ch.sent.Load()
+	sent := ch.sent.Load() - before
 	restore()
 	back := time.Now()
 	for deadline := time.Now().Add(15 * time.Second); m("full_resyncs_total") <= resyncs; time.Sleep(100 * time.Millisecond) {
@@ -533,16 +557,7 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 		}
 	}
 	resynced := time.Since(back)
-	var r stepResult
-	var err error
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if r, err = inStep(l, ip, gw, standby); err != nil {
-			t.Fatal(err)
-		}
-		if r.ok() || time.Now().After(deadline) {
-			break
-		}
-	}
+	r := untilInStep(t, l, ip, gw, standby, 15*time.Second)
 	if !r.ok() {
 		t.Fatalf("the standby %s is not in step with %s for %v 15 s after the resync: %v", standby, gw, ip, r)
 	}
