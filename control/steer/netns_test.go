@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -137,17 +136,22 @@ func parseFrame(b []byte) (frame, bool) {
 	return f, true
 }
 
-// capturer records every frame seen on one interface of a namespace.
+// capturer records every frame seen on one interface of a namespace. The
+// frames wait on its socket, whose buffer holds far more than a test sends
+// between two takes, until take reads them: no reader that could run late.
 type capturer struct {
+	t      testing.TB
+	ifname string
 	fd     int
-	mu     sync.Mutex
-	frames []frame
-	done   chan struct{}
 }
+
+// captureBuffer is the capture socket's receive buffer (SO_RCVBUFFORCE):
+// a few thousand frames of the size the tests send.
+const captureBuffer = 16 << 20
 
 func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 	t.Helper()
-	c := &capturer{done: make(chan struct{})}
+	c := &capturer{t: t, ifname: ifname, fd: -1}
 	err := nsenter.Do(ns, func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
@@ -158,8 +162,10 @@ func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 		if err != nil {
 			return err
 		}
-		tv := unix.Timeval{Usec: 50000}
-		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, captureBuffer); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("SO_RCVBUFFORCE: %w", err)
+		}
 		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 			unix.Close(fd)
 			return err
@@ -170,49 +176,48 @@ func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 	if err != nil {
 		t.Fatalf("capture on %s: %v", ifname, err)
 	}
-	go func() {
-		defer close(c.done)
-		buf := make([]byte, 65536)
-		for {
-			n, _, err := unix.Recvfrom(c.fd, buf, 0)
-			if err == unix.EAGAIN || err == unix.EINTR {
-				select {
-				case <-c.done:
-					return
-				default:
-				}
-				continue
-			}
-			if err != nil {
-				return
-			}
-			if f, ok := parseFrame(buf[:n]); ok {
-				c.mu.Lock()
-				c.frames = append(c.frames, f)
-				c.mu.Unlock()
-			}
-		}
-	}()
 	t.Cleanup(func() { c.stop() })
 	return c
 }
 
-// take returns and forgets the frames captured so far, after a short settle.
+// take returns the frames seen since the capture began or the last take.
+// It waits a moment for frames the kernel still has in flight, then reads
+// every frame queued on the socket without waiting; a frame the socket had
+// to drop (its buffer full) fails the test, since the count would be wrong.
 func (c *capturer) take() []frame {
+	c.t.Helper()
 	time.Sleep(150 * time.Millisecond)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.frames
-	c.frames = nil
+	var out []frame
+	buf := make([]byte, 65536)
+	for {
+		n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			c.t.Errorf("capture on %s: %v", c.ifname, err)
+			break
+		}
+		if f, ok := parseFrame(buf[:n]); ok {
+			out = append(out, f)
+		}
+	}
+	// Reading the statistics resets them: each take reports its own drops.
+	if st, err := unix.GetsockoptTpacketStats(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err != nil {
+		c.t.Errorf("capture on %s: reading its statistics: %v", c.ifname, err)
+	} else if st.Drops > 0 {
+		c.t.Errorf("capture on %s dropped %d frames (socket buffer full): the frames taken are incomplete", c.ifname, st.Drops)
+	}
 	return out
 }
 
 func (c *capturer) stop() {
-	if c.fd > 0 {
-		unix.Shutdown(c.fd, unix.SHUT_RDWR)
+	if c.fd >= 0 {
 		unix.Close(c.fd)
 		c.fd = -1
-		<-c.done
 	}
 }
 
