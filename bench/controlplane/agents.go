@@ -51,7 +51,7 @@ func agents(ctx context.Context, sc Scale, cfg *rest.Config, res *Result) error 
 		NoEgressIP: steer.NoEgressIPBlock,
 	}
 	start := time.Now()
-	st := steer.Desired(steer.InputsFrom(worker, v), p)
+	st := steer.DesiredFrom(v, worker, p)
 	build := time.Since(start).Seconds()
 	res.Steer = AgentResult{Node: worker, SyncSeconds: synced, BuildSeconds: build, Pods: len(st.Rules), Objects: len(st.Objects), Problems: len(st.Problems)}
 	fmt.Printf("  steer agent of %s: caches synced in %.2f s, desired state in %.0f ms (%d pod rules, %d objects, %d problems)\n",

@@ -11,7 +11,6 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/steer"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 	corev1 "k8s.io/api/core/v1"
@@ -204,14 +203,14 @@ func TestBuildBadInputs(t *testing.T) {
 	}
 	for _, want := range []string{
 		`EgressIP "a" appears twice`, "bad: namespaceSelector",
-		`status item "192.0.2.99" is not one of its`, `status item "not-an-ip":`,
-		"10.0.0.21 is this gateway's VTEP", `status item "169.254.1.1":`,
-		"EgressIP b: 192.0.2.10 is also placed here for EgressIP a",
+		`status item "192.0.2.99" on node "g1" is not one of its`, `status item "not-an-ip" on node "g1":`,
+		"10.0.0.21 is this gateway's VTEP", `status item "169.254.1.1" on node "g1":`,
+		"EgressIP b: 192.0.2.10 is also placed for EgressIP a",
 		"w1: annotation egret.io/tunnel-mac", "node w2: VTEP 10.0.0.11 is also node w1's",
-		"node self-vtep: VTEP 10.0.0.21 is this gateway's own",
-		"pod default/b: address 10.244.1.5 is also pod default/a's",
-		"pod default/a: address 0.0.0.0", "pod default/a: address 192.0.2.10 is an address of this gateway",
-		"pod default/c (EgressIP a): node w2 is unknown", "pod default/d (EgressIP a) runs on this gateway",
+		"node self-vtep: VTEP 10.0.0.21 is also node g1's",
+		"pod default/b (EgressIP a): address 10.244.1.5 does not use the egress IPs: it is also pod default/a's",
+		"pod default/a: address 0.0.0.0", "pod default/a (EgressIP a): address 192.0.2.10 does not use the egress IPs: it is an egress IP",
+		"pod default/c (EgressIP a): node w2 has no VTEP of this gateway's families", "pod default/d (EgressIP a) runs on this gateway",
 		"node ghost is unknown",
 	} {
 		if !hasProblem(r, want) {
@@ -295,44 +294,6 @@ func randomInputs(rng *rand.Rand, dupAddrs bool) inputs {
 		in.Pods = append(in.Pods, p)
 	}
 	return in
-}
-
-// TestBuildMatchesSteer checks, on random clusters, that every pod the
-// gateway accepts is steered by its node's steer agent with the same
-// object, and the other way round: both sides select identically.
-func TestBuildMatchesSteer(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	params := steer.Params{LocalVTEP: netip.MustParseAddr("10.0.0.100"), TableBase: 1000, TableCount: 1000}
-	for iter := range 200 {
-		in := randomInputs(rng, false)
-		r := build(base(), in)
-		if _, err := r.Spec.Settle(); err != nil {
-			t.Fatalf("iteration %d: %v", iter, err)
-		}
-		gw := podPolicies(r.Spec)
-		for w := range 5 {
-			name := fmt.Sprintf("w%d", w)
-			st := steer.Desired(steer.InputsFrom(name, in.view()), params)
-			table := map[uint32]string{}
-			for _, o := range st.Objects {
-				table[o.Table] = o.Name
-			}
-			steered := map[string]string{}
-			for _, rule := range st.Rules {
-				steered[name+"/"+rule.Src.String()] = table[rule.Table]
-			}
-			for k, v := range steered {
-				if gw[k] != v {
-					t.Fatalf("iteration %d: %s is steered with %q but the gateway has %q", iter, k, v, gw[k])
-				}
-			}
-			for k, v := range gw {
-				if strings.HasPrefix(k, name+"/") && steered[k] != v {
-					t.Fatalf("iteration %d: the gateway accepts %s for %q but the worker steers it with %q", iter, k, v, steered[k])
-				}
-			}
-		}
-	}
 }
 
 // TestBuildAlwaysValid: whatever the objects, the result validates.
@@ -449,7 +410,7 @@ func TestBuildNodeTrust(t *testing.T) {
 	if !hasProblem(r, "node w1: annotation "+cluster.AnnotationVTEP) || !hasProblem(r, "10.0.0.12") {
 		t.Errorf("refused VTEP annotation not reported: %v", r.Problems)
 	}
-	if !hasProblem(r, "pod prod/out: address 10.244.2.5 is outside node w1's pod networks") {
+	if !hasProblem(r, "pod prod/out (EgressIP blue): address 10.244.2.5 does not use the egress IPs: it is outside node w1's pod networks") {
 		t.Errorf("pod outside the pod CIDRs not reported: %v", r.Problems)
 	}
 	if _, err := r.Spec.Settle(); err != nil {

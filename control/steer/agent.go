@@ -4,47 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
-	corev1 "k8s.io/api/core/v1"
+	"github.com/egret-gw/egret/control/plan"
 )
 
-// InputsFrom converts a view of the cluster to the desired-state inputs of node.
-func InputsFrom(node string, o cluster.View) Inputs {
-	in := Inputs{Node: node, Namespaces: map[string]map[string]string{}, VTEPs: map[string][]netip.Addr{}, EgressIPs: o.EgressIPs}
-	for _, ns := range o.Namespaces {
-		in.Namespaces[ns.Name] = ns.Labels
-	}
-	for _, n := range o.Nodes {
-		vteps, err := cluster.NodeVTEPs(n)
-		if err != nil {
-			in.Problems = append(in.Problems, err)
-		}
-		in.VTEPs[n.Name] = vteps
-		if n.Name == node {
-			in.NodeKnown = true
-			in.NodePodCIDRs = n.Spec.PodCIDRs
-			if len(in.NodePodCIDRs) == 0 && n.Spec.PodCIDR != "" {
-				in.NodePodCIDRs = []string{n.Spec.PodCIDR}
-			}
-		}
-	}
-	for _, p := range o.Pods {
-		if p.Spec.NodeName != node {
-			continue
-		}
-		in.Pods = append(in.Pods, PodFrom(p))
-	}
-	return in
-}
-
-// PodFrom converts a Pod; unparsable addresses are left out.
-func PodFrom(p *corev1.Pod) Pod {
-	return Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Labels: p.Labels,
-		HostNetwork: p.Spec.HostNetwork, Done: cluster.PodDone(p), IPs: cluster.PodIPs(p)}
+// DesiredFrom is Desired over the egress plan of the view v.
+func DesiredFrom(v cluster.View, node string, p Params) State {
+	return Desired(plan.Build(v, plan.Options{TrustPodIPs: p.TrustPodIPs}), node, p)
 }
 
 // Agent keeps one node's kernel in line with the objects: it recomputes the
@@ -128,7 +97,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // ReconcileOnce computes the desired state from the source's current
 // objects and applies it.
 func (a *Agent) ReconcileOnce() (Changes, State, error) {
-	st := Desired(InputsFrom(a.Node, a.Source.View()), a.Kernel.Params())
+	st := DesiredFrom(a.Source.View(), a.Node, a.Kernel.Params())
 	a.logFailClosed(st)
 	ch, err := a.Kernel.Apply(st)
 	if a.Log != nil && !ch.Zero() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,42 +56,6 @@ func k8sPod(ns, name, node string, ips ...string) *corev1.Pod {
 		p.Status.PodIP = ips[0]
 	}
 	return p
-}
-
-func TestInputsFrom(t *testing.T) {
-	o := cluster.View{
-		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "blue", Labels: map[string]string{"team": "blue"}}}},
-		Nodes: []*corev1.Node{
-			{ObjectMeta: metav1.ObjectMeta{Name: "g1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
-				{Type: corev1.NodeExternalIP, Address: "203.0.113.1"}, {Type: corev1.NodeInternalIP, Address: "192.0.2.21"}}}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "g2", Annotations: map[string]string{cluster.AnnotationVTEP: "192.0.2.122, 2001:db8::22, junk"}},
-				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.22"},
-					{Type: corev1.NodeInternalIP, Address: "192.0.2.122"}, {Type: corev1.NodeInternalIP, Address: "2001:db8::22"}}}},
-			// The annotation names another node's address: refused.
-			{ObjectMeta: metav1.ObjectMeta{Name: "g3", Annotations: map[string]string{cluster.AnnotationVTEP: "192.0.2.21"}},
-				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.23"}}}},
-		},
-		Pods: []*corev1.Pod{k8sPod("blue", "a", "w1", "198.18.1.2", "fd00::2"), k8sPod("blue", "b", "w2", "198.18.2.2"), k8sPod("blue", "c", "w1", "bogus")},
-	}
-	o.Pods[0].Status.Phase = corev1.PodRunning
-	in := InputsFrom("w1", o)
-	if len(in.Pods) != 2 || len(in.Pods[0].IPs) != 2 || len(in.Pods[1].IPs) != 0 {
-		t.Fatalf("pods %+v", in.Pods)
-	}
-	if v := in.VTEPs["g1"]; len(v) != 1 || v[0] != addr("192.0.2.21") {
-		t.Fatalf("g1 VTEPs %v, want the InternalIP", v)
-	}
-	if v := in.VTEPs["g2"]; len(v) != 2 || v[0] != addr("192.0.2.122") {
-		t.Fatalf("g2 VTEPs %v, want the annotation's", v)
-	}
-	if v := in.VTEPs["g3"]; len(v) != 1 || v[0] != addr("192.0.2.23") || len(in.Problems) != 1 || !strings.Contains(in.Problems[0].Error(), "node g3") {
-		t.Fatalf("g3 VTEPs %v problems %v, want the InternalIP and the annotation refused", v, in.Problems)
-	}
-	done := k8sPod("blue", "d", "w1", "198.18.1.9")
-	done.Status.Phase = corev1.PodSucceeded
-	if !PodFrom(done).Done {
-		t.Fatal("succeeded pod not done")
-	}
 }
 
 // TestAgentInNetns runs the agent loop against a real namespace: a pod
@@ -178,10 +141,11 @@ func BenchmarkDesired(b *testing.B) {
 	}
 	p := params
 	p.LocalVTEP = addr("192.0.2.200")
+	v := in.view()
 	b.ReportAllocs()
 	var st State
 	for b.Loop() {
-		st = Desired(in, p)
+		st = DesiredFrom(v, in.Node, p)
 	}
 	if len(st.Rules) != 200 || len(st.Objects) != 10 {
 		b.Fatalf("%d rules, %d objects; want 200 and 10", len(st.Rules), len(st.Objects))

@@ -10,45 +10,8 @@ import (
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/control/plan"
 )
-
-// Pod is what the steer agent needs to know about a pod.
-type Pod struct {
-	Namespace, Name string
-	// Node is the node the pod is scheduled on (spec.nodeName).
-	Node   string
-	Labels map[string]string
-	// IPs are the pod's addresses (status.podIPs), at most one per family.
-	IPs []netip.Addr
-	// HostNetwork pods share the node's addresses and are never steered.
-	HostNetwork bool
-	// Done is true for pods in phase Succeeded or Failed: their IPs may
-	// already belong to another pod.
-	Done bool
-}
-
-// Inputs are the objects the desired state is computed from. Nothing in it is
-// modified.
-type Inputs struct {
-	// Node is the name of the node the agent runs on; only its pods are steered.
-	Node string
-	// Pods may include pods of other nodes; they are ignored.
-	Pods []Pod
-	// Namespaces maps a namespace name to its labels.
-	Namespaces map[string]map[string]string
-	// EgressIPs are the EgressIP objects, with their status.
-	EgressIPs []*egressv1.EgressIP
-	// VTEPs maps a node name to its tunnel endpoint addresses.
-	VTEPs map[string][]netip.Addr
-	// NodeKnown says the source holds this node's Node object;
-	// NodePodCIDRs are its spec.podCIDRs (spec.podCIDR when empty).
-	NodeKnown    bool
-	NodePodCIDRs []string
-	// Problems are inputs refused while converting the objects (a node's
-	// VTEP annotation naming an address that is not its own); Desired
-	// reports them with its own.
-	Problems []error
-}
 
 // RouteType says what a route in an object's table does.
 type RouteType uint8
@@ -184,138 +147,85 @@ type Params struct {
 	NoEgressIP string
 }
 
-// Desired computes the kernel state for in. It is a pure function: it reads
-// in and p and touches nothing else.
+// Desired computes the kernel state of node from the egress plan. It is a
+// pure function: it reads pl and p and touches nothing else.
 //
-// A pod selected by several EgressIP objects is steered by the one whose name
-// sorts first (byte order); the others are reported in Problems.
-func Desired(in Inputs, p Params) State {
+// Which pods leave as which EgressIP, through which gateways, is the plan's
+// (control/plan), the same value the gateway agents render; Desired only
+// turns this node's part of it into rules, routes and the filter.
+func Desired(pl *plan.Plan, node string, p Params) State {
 	var st State
 	problem := func(format string, a ...any) { st.Problems = append(st.Problems, fmt.Errorf(format, a...)) }
+	w := pl.Worker(node, p.LocalVTEP)
+	st.Problems = append(st.Problems, pl.Problems...)
+	st.Problems = append(st.Problems, w.Problems...)
 
 	type object struct {
-		eip      *egressv1.EgressIP
+		r        plan.Route
 		pods     []netip.Addr
 		fams     [2]bool
 		hops     [2][]NextHop
 		gateways []string
 	}
-	st.Problems = append(st.Problems, in.Problems...)
-	sel, problems := cluster.NewSelector(in.EgressIPs)
-	st.Problems = append(st.Problems, problems...)
-	objs := make([]*object, sel.Len())
-	for i := range objs {
-		objs[i] = &object{eip: sel.Object(i)}
+	podNets := podNetworks(w, p, &st, problem)
+
+	// Pods: the plan's owner steers each usable address; a refused one is
+	// kept in Selected so the filter holds its traffic in rather than let
+	// it leave unsteered.
+	objs := make(map[string]*object, len(w.Objects))
+	order := make([]*object, 0, len(w.Objects))
+	for _, r := range w.Objects {
+		o := &object{r: r}
+		objs[r.Name] = o
+		order = append(order, o)
 	}
-
-	podNets := podNetworks(in, p, &st, problem)
-	ownNets := knownPodNetworks(in, p)
-	// refused are selected addresses outside the node's pod networks: not
-	// steered (the kubelet writes its pods' status, and an address outside
-	// them is not one this node's pods can have), but kept in Selected so
-	// the filter holds their traffic in rather than let it leave unsteered.
-	var refused []netip.Addr
-
-	// Pods: the first object (by name) that selects a pod steers it.
 	selected := map[netip.Addr]bool{}
-	var unselected []netip.Addr
-	for _, pod := range in.Pods {
-		if pod.Node != in.Node || pod.HostNetwork || pod.Done || len(pod.IPs) == 0 {
+	var unselected, refused []netip.Addr
+	for _, pod := range w.Pods {
+		if pod.Owner == "" {
+			unselected = append(unselected, pod.IPs...)
 			continue
 		}
-		nsLabels, ok := in.Namespaces[pod.Namespace]
-		if !ok {
-			// Without its namespace's labels a pod cannot be matched; the
-			// namespace will arrive and trigger another pass.
-			continue
-		}
-		var owner *object
-		for _, i := range sel.Match(nsLabels, pod.Labels) {
-			if owner == nil {
-				owner = objs[i]
-			} else {
-				problem("pod %s/%s is selected by EgressIP %s and %s; steering it with %s (first by name)",
-					pod.Namespace, pod.Name, owner.eip.Name, objs[i].eip.Name, owner.eip.Name)
-			}
-		}
-		if owner == nil {
-			for _, ip := range pod.IPs {
-				if ip = ip.Unmap(); ip.IsValid() && !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsMulticast() {
-					unselected = append(unselected, ip)
-				}
-			}
-			continue
-		}
-		for _, ip := range pod.IPs {
-			ip = ip.Unmap()
-			if !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() {
-				problem("pod %s/%s: address %v cannot be steered", pod.Namespace, pod.Name, ip)
-				continue
-			}
-			if selected[ip] {
-				problem("pod %s/%s: address %v is used by another local pod; steering it once", pod.Namespace, pod.Name, ip)
-				continue
-			}
-			if !p.TrustPodIPs && !cluster.InPodCIDRs(ownNets, ip) {
-				problem("pod %s/%s: address %v is outside node %s's pod networks %v; not steered, its traffic is blocked", pod.Namespace, pod.Name, ip, in.Node, ownNets)
-				selected[ip] = true
-				refused = append(refused, ip)
-				continue
-			}
+		for _, ip := range pod.Refused {
 			selected[ip] = true
-			owner.pods = append(owner.pods, ip)
-			owner.fams[famIndex(ip)] = true
+			refused = append(refused, ip)
+		}
+		o := objs[pod.Owner]
+		for _, ip := range pod.IPs {
+			selected[ip] = true
+			o.pods = append(o.pods, ip)
+			o.fams[plan.Family(ip)] = true
 		}
 	}
 
-	// Gateways per object and family, from status.
+	// Gateways per object and family, from the plan.
 	neighs := map[netip.Addr][6]byte{}
 	fdb := map[[6]byte]netip.Addr{}
-	for _, o := range objs {
-		if len(o.pods) == 0 {
-			continue
-		}
-		inSpec := map[netip.Addr]bool{}
-		for _, s := range o.eip.Spec.EgressIPs {
-			if a, err := egressv1.ParseEgressIP(s); err == nil {
-				inSpec[a] = true
-			}
-		}
+	for _, o := range order {
 		gwSeen := map[string]bool{}
-		for _, item := range o.eip.Status.Items {
-			eip, err := egressv1.ParseEgressIP(item.EgressIP)
-			if err != nil || !inSpec[eip] {
-				problem("EgressIP %s: status item %q on node %q is not one of its egress IPs; ignored", o.eip.Name, item.EgressIP, item.Node)
-				continue
-			}
-			vtep, ok := pickVTEP(in.VTEPs[item.Node], p.LocalVTEP)
-			if !ok {
-				problem("EgressIP %s: node %q hosting %v has no VTEP of this node's underlay family; not used", o.eip.Name, item.Node, eip)
-				continue
-			}
-			f := famIndex(eip)
-			mac := cluster.VTEPMAC(vtep)
-			if prev, dup := fdb[mac]; dup && prev != vtep {
-				problem("EgressIP %s: gateway VTEPs %v and %v map to the same tunnel MAC; %v not used", o.eip.Name, prev, vtep, vtep)
-				continue
-			}
-			fdb[mac] = vtep
-			nh := NextHop{Addr: nextHopAddr(f, vtep, mac), MAC: mac, VTEP: vtep}
-			if !slices.ContainsFunc(o.hops[f], func(h NextHop) bool { return h.VTEP == vtep }) {
+		for f, hops := range o.r.Gateways {
+			for _, h := range hops {
+				mac := cluster.VTEPMAC(h.VTEP)
+				if prev, dup := fdb[mac]; dup && prev != h.VTEP {
+					problem("EgressIP %s: gateway VTEPs %v and %v map to the same tunnel MAC; %v not used", o.r.Name, prev, h.VTEP, h.VTEP)
+					continue
+				}
+				fdb[mac] = h.VTEP
+				nh := NextHop{Addr: nextHopAddr(f, h.VTEP, mac), MAC: mac, VTEP: h.VTEP}
 				o.hops[f] = append(o.hops[f], nh)
-			}
-			neighs[nh.Addr] = mac
-			if !gwSeen[item.Node] {
-				gwSeen[item.Node] = true
-				o.gateways = append(o.gateways, item.Node)
+				neighs[nh.Addr] = mac
+				if !gwSeen[h.Node] {
+					gwSeen[h.Node] = true
+					o.gateways = append(o.gateways, h.Node)
+				}
 			}
 		}
 	}
 
 	// A family without a usable gateway: blocked (a blackhole route), or
 	// with "node" released as if unselected, to the node's own routing.
-	for _, o := range objs {
-		if len(o.pods) == 0 || noEgressIP(o.eip, p.NoEgressIP, problem) != NoEgressIPNode {
+	for _, o := range order {
+		if len(o.pods) == 0 || noEgressIP(o.r.EgressIP, p.NoEgressIP, problem) != NoEgressIPNode {
 			continue
 		}
 		o.pods = slices.DeleteFunc(o.pods, func(ip netip.Addr) bool {
@@ -332,21 +242,19 @@ func Desired(in Inputs, p Params) State {
 
 	// Tables: a stable hash of the name, probing in name order on collision.
 	used := map[uint32]bool{}
-	for _, o := range objs {
+	for _, o := range order {
 		if len(o.pods) == 0 {
 			continue
 		}
-		t, ok := tableFor(o.eip.Name, p.TableBase, p.TableCount, used)
+		t, ok := tableFor(o.r.Name, p.TableBase, p.TableCount, used)
 		if !ok {
-			problem("EgressIP %s: all %d route tables of the agent are in use; not steered", o.eip.Name, p.TableCount)
-			for _, ip := range o.pods {
-				// Still selected: the filter keeps its traffic in.
-				st.Selected = append(st.Selected, ip)
-			}
+			problem("EgressIP %s: all %d route tables of the agent are in use; not steered", o.r.Name, p.TableCount)
+			// Still selected: the filter keeps its traffic in.
+			st.Selected = append(st.Selected, o.pods...)
 			continue
 		}
 		slices.SortFunc(o.gateways, cmp.Compare)
-		st.Objects = append(st.Objects, ObjectState{Name: o.eip.Name, Table: t, Pods: len(o.pods), Gateways: o.gateways})
+		st.Objects = append(st.Objects, ObjectState{Name: o.r.Name, Table: t, Pods: len(o.pods), Gateways: o.gateways})
 		for _, ip := range o.pods {
 			st.Selected = append(st.Selected, ip)
 			st.Rules = append(st.Rules, Rule{Src: ip, Table: t})
@@ -390,21 +298,7 @@ func Desired(in Inputs, p Params) State {
 	for m, v := range fdb {
 		st.FDB = append(st.FDB, FDB{MAC: m, VTEP: v})
 	}
-	// Every node hosting an egress IP of any object may send tunnel frames
-	// here, not only the gateways of this node's pods: a gateway still
-	// answers flows of a pod whose object or placement just changed, and a
-	// pod selected a moment ago is steered to a gateway the previous pass
-	// did not list. Nodes in no status stay out.
-	for _, e := range in.EgressIPs {
-		if e == nil {
-			continue
-		}
-		for _, item := range e.Status.Items {
-			if v, ok := pickVTEP(in.VTEPs[item.Node], p.LocalVTEP); ok && v != p.LocalVTEP {
-				st.TunnelPeers = append(st.TunnelPeers, v)
-			}
-		}
-	}
+	st.TunnelPeers = w.TunnelPeers
 	st.sort()
 	return st
 }
@@ -427,7 +321,7 @@ func noEgressIP(e *egressv1.EgressIP, def string, problem func(string, ...any)) 
 }
 
 // podNetworks decides the fail-closed mode and the node's pod networks.
-func podNetworks(in Inputs, p Params, st *State, problem func(string, ...any)) []netip.Prefix {
+func podNetworks(w plan.WorkerPart, p Params, st *State, problem func(string, ...any)) []netip.Prefix {
 	if p.FailClosed == FailClosedSelected {
 		st.FailClosed = FailClosedSelected
 		return nil
@@ -435,43 +329,20 @@ func podNetworks(in Inputs, p Params, st *State, problem func(string, ...any)) [
 	st.FailClosed = FailClosedPodCIDR
 	nets := p.PodCIDRs
 	if len(nets) == 0 {
-		if !in.NodeKnown {
+		if !w.Known {
 			st.KeepPodCIDRs = true
-			st.FailClosedWhy = fmt.Sprintf("Node %s not seen yet: the pod CIDRs in the kernel are kept", in.Node)
+			st.FailClosedWhy = fmt.Sprintf("Node %s not seen yet: the pod CIDRs in the kernel are kept", w.Node)
 			return nil
 		}
-		for _, s := range in.NodePodCIDRs {
-			n, err := netip.ParsePrefix(s)
-			if err != nil || n.Addr().Zone() != "" || n.Addr().Is4In6() {
-				problem("Node %s: spec.podCIDRs entry %q is not a network; ignored", in.Node, s)
-				continue
-			}
-			nets = append(nets, n)
-		}
+		nets = w.PodCIDRs
 	}
 	nets = normalizePrefixes(nets)
 	if len(nets) == 0 {
 		st.FailClosed = FailClosedSelected
-		st.FailClosedWhy = fmt.Sprintf("Node %s has no spec.podCIDRs and the config no podCIDRs: only pods the agent has seen selected are blocked, a new pod can leave with the node's address until then", in.Node)
+		st.FailClosedWhy = fmt.Sprintf("Node %s has no spec.podCIDRs and the config no podCIDRs: only pods the agent has seen selected are blocked, a new pod can leave with the node's address until then", w.Node)
 		return nil
 	}
 	st.PodCIDRs = nets
-	return nets
-}
-
-// knownPodNetworks are the node's pod networks whatever the fail-closed
-// mode: the configured ones, else the Node's spec.podCIDRs (entries that
-// are not networks are reported by podNetworks).
-func knownPodNetworks(in Inputs, p Params) []netip.Prefix {
-	if len(p.PodCIDRs) > 0 {
-		return p.PodCIDRs
-	}
-	var nets []netip.Prefix
-	for _, s := range in.NodePodCIDRs {
-		if n, err := netip.ParsePrefix(s); err == nil && n.Addr().Zone() == "" && !n.Addr().Is4In6() {
-			nets = append(nets, n.Masked())
-		}
-	}
 	return nets
 }
 
@@ -524,17 +395,6 @@ func famIndex(a netip.Addr) int {
 		return 0
 	}
 	return 1
-}
-
-// pickVTEP returns the VTEP of the same family as local.
-func pickVTEP(vteps []netip.Addr, local netip.Addr) (netip.Addr, bool) {
-	for _, v := range vteps {
-		v = v.Unmap()
-		if v.IsValid() && !v.IsUnspecified() && !v.IsMulticast() && v.Is4() == local.Unmap().Is4() {
-			return v, true
-		}
-	}
-	return netip.Addr{}, false
 }
 
 // nextHopAddr is the route next hop for a gateway: its IPv4 VTEP for IPv4

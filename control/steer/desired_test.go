@@ -72,7 +72,7 @@ func TestDesiredSelectors(t *testing.T) {
 		eip("web", match("env", "prod"), match("app", "web"), []string{"192.0.2.101", "192.0.2.102"},
 			"g1", "192.0.2.101", "g2", "192.0.2.102"),
 	}
-	st := Desired(in, params)
+	st := desired(in, params)
 	// Only prod/web on w1: not db (pod label), not dev/web (namespace), not
 	// the remote, host-network, finished or address-less pods.
 	want := []netip.Addr{addr("10.128.1.2"), addr("fd00:10::2")}
@@ -118,13 +118,13 @@ func TestDesiredMatchExpressions(t *testing.T) {
 	in.EgressIPs = []*egressv1.EgressIP{eip("group2", metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: "environment", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"development"}},
 	}}, metav1.LabelSelector{}, []string{"192.0.2.30"}, "g1", "192.0.2.30")}
-	st := Desired(in, params)
+	st := desired(in, params)
 	want := []netip.Addr{addr("10.128.1.2"), addr("10.128.1.3"), addr("fd00:10::2")}
 	if !slices.Equal(st.Selected, want) {
 		t.Fatalf("Selected = %v, want %v (prod pods, not dev)", st.Selected, want)
 	}
 	in.EgressIPs[0].Spec.NamespaceSelector.MatchExpressions[0].Operator = "Bogus"
-	st = Desired(in, params)
+	st = desired(in, params)
 	if len(st.Selected) != 0 || len(st.Problems) == 0 {
 		t.Fatalf("invalid selector: selected %v, problems %v; want nothing and a problem", st.Selected, st.Problems)
 	}
@@ -136,7 +136,7 @@ func TestDesiredSeveralObjectsFirstNameWins(t *testing.T) {
 		eip("zeta", match("env", "prod"), metav1.LabelSelector{}, []string{"192.0.2.120"}, "g2", "192.0.2.120"),
 		eip("alpha", match("env", "prod"), match("app", "web"), []string{"192.0.2.110"}, "g1", "192.0.2.110"),
 	}
-	st := Desired(in, params)
+	st := desired(in, params)
 	tables := map[netip.Addr]uint32{}
 	for _, r := range st.Rules {
 		tables[r.Src] = r.Table
@@ -162,7 +162,7 @@ func TestDesiredSeveralObjectsFirstNameWins(t *testing.T) {
 	}
 	// Input order does not matter.
 	slices.Reverse(in.EgressIPs)
-	if st2 := Desired(in, params); !st2.Equal(st) {
+	if st2 := desired(in, params); !st2.Equal(st) {
 		t.Fatalf("result depends on input order:\n%+v\n%+v", st, st2)
 	}
 }
@@ -171,7 +171,7 @@ func TestDesiredDualStack(t *testing.T) {
 	in := baseInputs()
 	in.EgressIPs = []*egressv1.EgressIP{eip("dual", match("env", "prod"), match("app", "web"),
 		[]string{"192.0.2.50", "2001:db8:1::50"}, "g2", "192.0.2.50", "g1", "2001:db8:1::50")}
-	st := Desired(in, params)
+	st := desired(in, params)
 	tbl := st.Objects[0].Table
 	d4, d6 := findRoute(t, st, tbl, "0.0.0.0/0"), findRoute(t, st, tbl, "::/0")
 	if d4.Type != RouteUnicast || len(d4.NextHops) != 1 || d4.NextHops[0].VTEP != addr("192.0.2.22") {
@@ -187,7 +187,7 @@ func TestDesiredDualStack(t *testing.T) {
 	}
 	// A gateway with only an IPv6 VTEP cannot be reached over this node's IPv4 underlay.
 	in.EgressIPs[0].Status.Items[1].Node = "g6"
-	st = Desired(in, params)
+	st = desired(in, params)
 	if d6 := findRoute(t, st, tbl, "::/0"); d6.Type != RouteBlackhole {
 		t.Fatalf("IPv6 default = %+v, want blackhole (gateway unreachable over the underlay)", d6)
 	}
@@ -202,7 +202,7 @@ func TestDesiredStatusEdgeCases(t *testing.T) {
 		"g1", "192.0.2.199", // not in spec
 		"nosuch", "192.0.2.101", // node without VTEP
 	)}
-	st := Desired(in, params)
+	st := desired(in, params)
 	if r := findRoute(t, st, st.Objects[0].Table, "0.0.0.0/0"); r.Type != RouteBlackhole {
 		t.Fatalf("default = %+v, want blackhole: no usable gateway", r)
 	}
@@ -214,14 +214,14 @@ func TestDesiredStatusEdgeCases(t *testing.T) {
 	in.EgressIPs = nil
 	sel := params
 	sel.FailClosed = FailClosedSelected
-	if st := Desired(in, sel); !st.Equal(State{}) {
+	if st := desired(in, sel); !st.Equal(State{}) {
 		t.Fatalf("no objects: %+v", st)
 	}
 	// Pod in a namespace the agent has not seen yet: not matched.
 	in = baseInputs()
 	delete(in.Namespaces, "prod")
 	in.EgressIPs = []*egressv1.EgressIP{eip("all", metav1.LabelSelector{}, metav1.LabelSelector{}, []string{"192.0.2.101"})}
-	if st := Desired(in, params); slices.Contains(st.Selected, addr("10.128.1.2")) {
+	if st := desired(in, params); slices.Contains(st.Selected, addr("10.128.1.2")) {
 		t.Fatal("pod of an unknown namespace selected")
 	}
 }
@@ -318,7 +318,7 @@ func TestDesiredPodOutsidePodCIDRs(t *testing.T) {
 	}
 	for _, p := range []Params{params, {Excluded: params.Excluded, LocalVTEP: params.LocalVTEP, TableBase: params.TableBase,
 		TableCount: params.TableCount, FailClosed: FailClosedSelected}} {
-		st := Desired(in, p)
+		st := desired(in, p)
 		var srcs []netip.Addr
 		for _, r := range st.Rules {
 			srcs = append(srcs, r.Src)
@@ -330,21 +330,22 @@ func TestDesiredPodOutsidePodCIDRs(t *testing.T) {
 			t.Errorf("%s: stray address not held in: selected %v allowed %v", st.FailClosed, st.Selected, st.Allowed)
 		}
 		if !slices.ContainsFunc(st.Problems, func(e error) bool {
-			return strings.Contains(e.Error(), "pod prod/stray: address 10.128.2.7 is outside node w1's pod networks")
+			return strings.Contains(e.Error(), "pod prod/stray (EgressIP web): address 10.128.2.7 does not use the egress IPs: it is outside node w1's pod networks")
 		}) {
 			t.Errorf("%s: not reported: %v", st.FailClosed, st.Problems)
 		}
 	}
-	// A configured pod network overrides the Node's.
+	// A configured pod network is the filter's, not the plan's: the
+	// gateways check the Node's, so the address is still not steered.
 	p := params
 	p.PodCIDRs = []netip.Prefix{pfx("10.128.0.0/16")}
-	if st := Desired(in, p); len(st.Rules) != 3 {
+	if st := desired(in, p); len(st.Rules) != 2 {
 		t.Errorf("config pod networks: rules %v", st.Rules)
 	}
 	// The admin's opt-out (trustPodIPs): steered as the API gives it.
 	p = params
 	p.TrustPodIPs = true
-	st := Desired(in, p)
+	st := desired(in, p)
 	if len(st.Rules) != 3 || slices.ContainsFunc(st.Problems, func(e error) bool { return strings.Contains(e.Error(), "outside node") }) {
 		t.Errorf("trustPodIPs: rules %v, problems %v; want the stray address steered", st.Rules, st.Problems)
 	}

@@ -36,7 +36,7 @@ func TestDesiredFailClosed(t *testing.T) {
 		Pod{Namespace: "qa", Name: "macvlan", Node: "w1", IPs: []netip.Addr{addr("10.200.0.5")}},
 		Pod{Namespace: "qa", Name: "dup", Node: "w1", IPs: []netip.Addr{addr("10.128.1.2")}},
 		Pod{Namespace: "unseen", Name: "x", Node: "w1", IPs: []netip.Addr{addr("10.128.1.7")}})
-	st := Desired(in, params)
+	st := desired(in, params)
 	if st.FailClosed != FailClosedPodCIDR || st.KeepPodCIDRs || st.FailClosedWhy != "" {
 		t.Fatalf("mode %q keep=%v why=%q, want podCIDR", st.FailClosed, st.KeepPodCIDRs, st.FailClosedWhy)
 	}
@@ -59,7 +59,7 @@ func TestDesiredFailClosed(t *testing.T) {
 	// The configuration's pod networks win over the Node's.
 	p := params
 	p.PodCIDRs = []netip.Prefix{pfx("10.128.0.0/16"), pfx("10.128.1.0/24")}
-	st = Desired(in, p)
+	st = desired(in, p)
 	if want := []netip.Prefix{pfx("10.128.0.0/16")}; !slices.Equal(st.PodCIDRs, want) {
 		t.Fatalf("config pod CIDRs %v, want %v (nested network folded)", st.PodCIDRs, want)
 	}
@@ -69,38 +69,22 @@ func TestDesiredFailClosed(t *testing.T) {
 
 	// Node without pod networks: fall back to selected, and say why.
 	in.NodePodCIDRs = nil
-	st = Desired(in, params)
+	st = desired(in, params)
 	if st.FailClosed != FailClosedSelected || !strings.Contains(st.FailClosedWhy, "no spec.podCIDRs") || len(st.Allowed)+len(st.PodCIDRs) != 0 || st.KeepPodCIDRs {
 		t.Fatalf("fallback: %+v", st)
 	}
 	// Node not seen: keep the kernel's networks, allow every unselected pod
 	// (Apply trims to the kernel's networks).
 	in.NodeKnown = false
-	st = Desired(in, params)
+	st = desired(in, params)
 	if !st.KeepPodCIDRs || st.FailClosed != FailClosedPodCIDR || !slices.Contains(st.Allowed, addr("10.200.0.5")) || slices.Contains(st.Allowed, addr("10.128.1.2")) {
 		t.Fatalf("node unknown: %+v", st)
 	}
 	// Configured selected: no networks, nothing allowed.
 	p.FailClosed = FailClosedSelected
-	st = Desired(in, p)
+	st = desired(in, p)
 	if st.FailClosed != FailClosedSelected || st.KeepPodCIDRs || len(st.Allowed)+len(st.PodCIDRs) != 0 || st.FailClosedWhy != "" {
 		t.Fatalf("failClosed selected: %+v", st)
-	}
-}
-
-func TestInputsFromPodCIDRs(t *testing.T) {
-	o := cluster.View{Nodes: []*corev1.Node{
-		{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: corev1.NodeSpec{PodCIDR: "10.128.1.0/24"}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "w2"}, Spec: corev1.NodeSpec{PodCIDR: "10.128.2.0/24", PodCIDRs: []string{"10.128.2.0/24", "fd00:10:2::/64"}}},
-	}}
-	if in := InputsFrom("w1", o); !in.NodeKnown || !slices.Equal(in.NodePodCIDRs, []string{"10.128.1.0/24"}) {
-		t.Fatalf("w1: %v %v", in.NodeKnown, in.NodePodCIDRs)
-	}
-	if in := InputsFrom("w2", o); !in.NodeKnown || len(in.NodePodCIDRs) != 2 {
-		t.Fatalf("w2: %v %v", in.NodeKnown, in.NodePodCIDRs)
-	}
-	if in := InputsFrom("w3", o); in.NodeKnown || in.NodePodCIDRs != nil {
-		t.Fatalf("w3: %v %v", in.NodeKnown, in.NodePodCIDRs)
 	}
 }
 
@@ -293,7 +277,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		// The agent knows the pod networks but no pod yet.
 		in := fcInputs(false)
 		in.Pods = nil
-		if _, err := k.Apply(Desired(in, k.Params())); err != nil {
+		if _, err := k.Apply(desired(in, k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		_, before, _ := k.DropsByReason()
@@ -314,7 +298,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 	})
 
 	t.Run("unselected leaves with the node address", func(t *testing.T) {
-		if _, err := k.Apply(Desired(fcInputs(false), k.Params())); err != nil {
+		if _, err := k.Apply(desired(fcInputs(false), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := k.Actual()
@@ -335,7 +319,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 	})
 
 	t.Run("selected goes into the tunnel", func(t *testing.T) {
-		if _, err := k.Apply(Desired(fcInputs(true, bothGateways...), k.Params())); err != nil {
+		if _, err := k.Apply(desired(fcInputs(true, bothGateways...), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := k.Actual()
@@ -424,12 +408,12 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		}()
 		for range 3 {
 			toSelected.Store(false)
-			if _, err := k.Apply(Desired(fcInputs(false, bothGateways...), k.Params())); err != nil {
+			if _, err := k.Apply(desired(fcInputs(false, bothGateways...), k.Params())); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(300 * time.Millisecond)
 			toSelected.Store(true)
-			if _, err := k.Apply(Desired(fcInputs(true, bothGateways...), k.Params())); err != nil {
+			if _, err := k.Apply(desired(fcInputs(true, bothGateways...), k.Params())); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(300 * time.Millisecond)
@@ -453,7 +437,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 
 	t.Run("restart keeps blocking", func(t *testing.T) {
 		// The pod is unselected, the other address unseen; the agent stops.
-		if _, err := k.Apply(Desired(fcInputs(false, bothGateways...), k.Params())); err != nil {
+		if _, err := k.Apply(desired(fcInputs(false, bothGateways...), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		uplink.take()
@@ -543,7 +527,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 			t.Fatalf("selected mode: the unseen address should leave: %+v", c)
 		}
 		// Back to podCIDR mode for the cleanup check.
-		if _, err := k.Apply(Desired(fcInputs(false), k.Params())); err != nil {
+		if _, err := k.Apply(desired(fcInputs(false), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -572,7 +556,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		if err := k4.Setup(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := k4.Apply(Desired(in, k4.Params())); err != nil {
+		if _, err := k4.Apply(desired(in, k4.Params())); err != nil {
 			t.Fatal(err)
 		}
 		sendUDPPort(t, l.podH, unseen4, addr("198.18.1.20"), ports(29000, 1), 6400)

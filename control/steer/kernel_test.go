@@ -164,7 +164,7 @@ func TestSteerInNetns(t *testing.T) {
 	t.Run("fail closed before routes", func(t *testing.T) {
 		// The pod is selected but only the filter is programmed (the
 		// first step of Apply): its traffic must be dropped.
-		full := Desired(testInputs(bothGateways...), k.Params())
+		full := desired(testInputs(bothGateways...), k.Params())
 		if _, err := k.Apply(State{Selected: full.Selected}); err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func TestSteerInNetns(t *testing.T) {
 	})
 
 	t.Run("fail closed without gateway", func(t *testing.T) {
-		st := Desired(testInputs(), k.Params())
+		st := desired(testInputs(), k.Params())
 		if _, err := k.Apply(st); err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestSteerInNetns(t *testing.T) {
 
 	var steered State
 	t.Run("spread over two gateways", func(t *testing.T) {
-		steered = Desired(testInputs(bothGateways...), k.Params())
+		steered = desired(testInputs(bothGateways...), k.Params())
 		if _, err := k.Apply(steered); err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +335,7 @@ func TestSteerInNetns(t *testing.T) {
 	})
 
 	t.Run("gateway move", func(t *testing.T) {
-		st := Desired(testInputs("g1", "192.0.2.101", "g1", "2001:db8:f::101"), k.Params())
+		st := desired(testInputs("g1", "192.0.2.101", "g1", "2001:db8:f::101"), k.Params())
 		if _, err := k.Apply(st); err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestSteerInNetns(t *testing.T) {
 	t.Run("removal removes everything", func(t *testing.T) {
 		in := testInputs()
 		in.EgressIPs = nil
-		if _, err := k.Apply(Desired(in, k.Params())); err != nil {
+		if _, err := k.Apply(desired(in, k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		got, err := k.Actual()
@@ -375,7 +375,7 @@ func TestSteerInNetns(t *testing.T) {
 	})
 
 	t.Run("cleanup", func(t *testing.T) {
-		if _, err := k.Apply(Desired(testInputs(bothGateways...), k.Params())); err != nil {
+		if _, err := k.Apply(desired(testInputs(bothGateways...), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		if err := k.Cleanup(); err != nil {

@@ -29,7 +29,7 @@ func TestDesiredNoEgressIP(t *testing.T) {
 		return slices.ContainsFunc(st.Routes, func(r Route) bool { return r.Type == RouteBlackhole && r.Dst.Addr().Is6() })
 	}
 
-	st := Desired(v4only("", "g1", "192.0.2.101"), p)
+	st := desired(v4only("", "g1", "192.0.2.101"), p)
 	if !slices.Equal(st.Selected, []netip.Addr{podIP4, podIP6}) || len(st.Allowed) != 0 || !hasBlackhole6(st) {
 		t.Fatalf("block (default): selected %v allowed %v routes %v", st.Selected, st.Allowed, st.Routes)
 	}
@@ -41,7 +41,7 @@ func TestDesiredNoEgressIP(t *testing.T) {
 		"annotation": {v4only(NoEgressIPNode, "g1", "192.0.2.101"), p},
 		"setting":    {v4only("", "g1", "192.0.2.101"), func() Params { q := p; q.NoEgressIP = NoEgressIPNode; return q }()},
 	} {
-		st := Desired(c.in, c.p)
+		st := desired(c.in, c.p)
 		if !slices.Equal(st.Selected, []netip.Addr{podIP4}) || !slices.Equal(st.Allowed, []netip.Addr{podIP6}) ||
 			hasBlackhole6(st) || !slices.Equal(st.Rules, []Rule{{Src: podIP4, Table: st.Rules[0].Table}}) {
 			t.Errorf("%s: selected %v allowed %v rules %v routes %v", name, st.Selected, st.Allowed, st.Rules, st.Routes)
@@ -51,15 +51,15 @@ func TestDesiredNoEgressIP(t *testing.T) {
 	// The annotation blocks even where the agent lets traffic out.
 	q := p
 	q.NoEgressIP = NoEgressIPNode
-	if st := Desired(v4only(NoEgressIPBlock, "g1", "192.0.2.101"), q); !hasBlackhole6(st) || len(st.Allowed) != 0 {
+	if st := desired(v4only(NoEgressIPBlock, "g1", "192.0.2.101"), q); !hasBlackhole6(st) || len(st.Allowed) != 0 {
 		t.Errorf("annotation block under setting node: allowed %v", st.Allowed)
 	}
 	// Nothing assigned: both families leave through the node.
-	if st := Desired(v4only(NoEgressIPNode), p); len(st.Selected)+len(st.Rules)+len(st.Objects) != 0 || len(st.Allowed) != 2 {
+	if st := desired(v4only(NoEgressIPNode), p); len(st.Selected)+len(st.Rules)+len(st.Objects) != 0 || len(st.Allowed) != 2 {
 		t.Errorf("none assigned: %+v", st)
 	}
 	// A bad annotation blocks and says why.
-	st = Desired(v4only("fallback", "g1", "192.0.2.101"), q)
+	st = desired(v4only("fallback", "g1", "192.0.2.101"), q)
 	if !hasBlackhole6(st) || !slices.ContainsFunc(st.Problems, func(e error) bool { return strings.Contains(e.Error(), `"fallback"`) }) {
 		t.Errorf("bad annotation: routes %v problems %v", st.Routes, st.Problems)
 	}
@@ -103,7 +103,7 @@ func TestNoEgressIPInNetns(t *testing.T) {
 	}
 
 	t.Run("block", func(t *testing.T) {
-		if _, err := k.Apply(Desired(in("", "g1", "192.0.2.101"), k.Params())); err != nil {
+		if _, err := k.Apply(desired(in("", "g1", "192.0.2.101"), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		send(7000)
@@ -117,7 +117,7 @@ func TestNoEgressIPInNetns(t *testing.T) {
 	})
 
 	t.Run("node by annotation", func(t *testing.T) {
-		if _, err := k.Apply(Desired(in(NoEgressIPNode, "g1", "192.0.2.101"), k.Params())); err != nil {
+		if _, err := k.Apply(desired(in(NoEgressIPNode, "g1", "192.0.2.101"), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		send(7100)
@@ -136,7 +136,7 @@ func TestNoEgressIPInNetns(t *testing.T) {
 		}
 		k.cfg.NoEgressIP = NoEgressIPNode // as the agent's config file would set it
 		defer func() { k.cfg.NoEgressIP = NoEgressIPBlock }()
-		if _, err := k.Apply(Desired(in(""), k.Params())); err != nil {
+		if _, err := k.Apply(desired(in(""), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		send(7200)

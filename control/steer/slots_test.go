@@ -145,7 +145,7 @@ func TestSurvivingGatewaysKeepTheirFlows(t *testing.T) {
 		t.Helper()
 		in.EgressIPs = []*egressv1.EgressIP{eip("blue", match("team", "blue"), metav1.LabelSelector{},
 			[]string{"192.0.2.101", "192.0.2.102", "192.0.2.103"}, status...)}
-		if _, err := k.Apply(Desired(in, k.Params())); err != nil {
+		if _, err := k.Apply(desired(in, k.Params())); err != nil {
 			t.Fatal(err)
 		}
 	}

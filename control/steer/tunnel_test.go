@@ -33,7 +33,7 @@ func TestTunnelFilterInNetns(t *testing.T) {
 	in := testInputs("g1", "192.0.2.101")
 	in.NodeKnown, in.NodePodCIDRs = true, cfg.PodCIDRs
 	in.EgressIPs = append(in.EgressIPs, eip("red", match("team", "red"), metav1.LabelSelector{}, []string{"192.0.2.111"}, "g2", "192.0.2.111"))
-	want := Desired(in, k.Params())
+	want := desired(in, k.Params())
 	peers := []netip.Addr{g1VTEP, g2VTEP}
 	if !slices.Equal(want.TunnelPeers, peers) || len(want.FDB) != 1 {
 		t.Fatalf("tunnel peers %v, FDB %v; want peers %v and only g1 in the FDB", want.TunnelPeers, want.FDB, peers)
@@ -168,7 +168,7 @@ func TestTunnelFilterInNetns(t *testing.T) {
 	})
 
 	t.Run("gateway leaves, cleanup removes the rules", func(t *testing.T) {
-		if _, err := k.Apply(Desired(testInputs(), k.Params())); err != nil {
+		if _, err := k.Apply(desired(testInputs(), k.Params())); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := k.Actual(); err != nil || len(got.TunnelPeers) != 0 {
