@@ -134,7 +134,8 @@ func draw(graph map[string][]string) string {
 }
 
 // rules returns every broken layering rule: no role imports another role, only
-// commands and the benchmark harness import the lab, only commands import metrics.
+// commands and the benchmark harness import the lab, only commands import metrics,
+// and the agents render the egress plan (control/plan).
 func rules(graph map[string][]string) []string {
 	var bad []string
 	for n, deps := range graph {
@@ -149,6 +150,13 @@ func rules(graph map[string][]string) []string {
 			if d == "metrics" && !strings.HasPrefix(n, "cmd/") {
 				bad = append(bad, fmt.Sprintf("%s imports metrics: only commands wire collectors", n))
 			}
+		}
+	}
+	// Who leaves as what is decided once, in the egress plan; the agents
+	// only render their node's part of it.
+	for _, r := range []string{"control/gwagent", "control/steer"} {
+		if deps, ok := graph[r]; ok && !slices.Contains(deps, "control/plan") {
+			bad = append(bad, fmt.Sprintf("%s does not import control/plan: it must render the egress plan, not decide ownership itself", r))
 		}
 	}
 	slices.Sort(bad)
