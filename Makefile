@@ -90,6 +90,14 @@ bpf:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./gateway/... ./conntrack/... ./nat/... ./control/...
 
+# The speed ratios that guard the data plane, in a few seconds (hack/benchguard/bounds.go:
+# TrackBatch vs a Go map, the pipeline vs copy_only, each pair from the same run); fails when
+# a ratio is past its bound. Run it before submitting any change to conntrack/, nat/ or
+# gateway/. Not part of make test: it times things.
+.PHONY: bench-guard
+bench-guard:
+	$(GO) run ./hack/benchguard
+
 # The benchmark harness (docs/benchmarks.md): the data plane through one gateway, Egret
 # against the kernel in one run (NDR/PDR, latency, connection rate), then the flow sync's
 # cost (the gateway agent with the sync on over off, est-10k and est-1M), after the other parts

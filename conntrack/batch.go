@@ -53,7 +53,7 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 		for i := range b {
 			refs[i] = refMiss
 			if b[i].Dir <= Reply {
-				refs[i] = t.probe(hs[i], b[i].Dir, b[i].HasSeq)
+				refs[i] = t.probe(hs[i], b[i].Dir, seqLikely(b[i].Dir, b[i].HasSeq, b[i].Flags))
 			}
 		}
 	}

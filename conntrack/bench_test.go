@@ -132,6 +132,7 @@ const (
 	modeUnbatched = iota // Track alone
 	modeBatch            // TrackBatch over lookupBatch keys
 	modeRefresh          // Track alone, every hit moves the timer (locked path)
+	modeBatchSeq         // TrackBatch with sequence numbers, as the gateway calls it
 )
 
 // BenchmarkLookup: a hit on a random flow, alternating original and reply
@@ -139,6 +140,10 @@ const (
 // table and the Go map baseline alike.
 //
 //	flows=N_batch      TrackBatch over a batch of 32 keys
+//	flows=N_batch_seq  the same with each segment's sequence numbers, as the
+//	                   gateway passes them: the pod's ACKs (every other
+//	                   lookup) read and move the flow's sequence state, a
+//	                   second line, prefetched with the entry
 //	flows=N_unbatched  Track alone
 //	flows=N_refresh    Track alone on original tuples, with the clock moving
 //	                   1 ms per lookup so every hit must write the timer
@@ -151,7 +156,7 @@ func BenchmarkLookup(b *testing.B) {
 	modes := []struct {
 		suffix string
 		mode   int
-	}{{"_batch", modeBatch}, {"_unbatched", modeUnbatched}, {"_refresh", modeRefresh}}
+	}{{"_batch", modeBatch}, {"_batch_seq", modeBatchSeq}, {"_unbatched", modeUnbatched}, {"_refresh", modeRefresh}}
 	for _, sz := range benchSizes {
 		for _, md := range modes {
 			b.Run("flows="+sz.name+md.suffix, func(b *testing.B) {
@@ -204,11 +209,16 @@ func benchLookup(b *testing.B, n, mode int) {
 	c := startCPU()
 	for i := 0; i < b.N; i += lookupBatch {
 		m := min(lookupBatch, b.N-i)
-		if mode == modeBatch {
+		if mode == modeBatch || mode == modeBatchSeq {
 			for j := 0; j < m; j++ {
 				l := &batch[j]
 				l.Key = keys[(i+j)%len(keys)]
 				l.Dir, l.Flags = Dir((i+j)&1), FlagACK
+				if mode == modeBatchSeq {
+					// The ACK grows with i: a flow's next ACK is usually
+					// a new highest one, which the lookup stores.
+					l.Seq, l.Ack, l.Len, l.HasSeq = uint32(i), uint32(i+j), 0, true
+				}
 			}
 			if tb.TrackBatch(batch[:m], now) != m {
 				b.Fatal("miss")

@@ -61,9 +61,10 @@ func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *
 // direction dir: it returns the ref findTag gives (and starts loading that
 // entry's line), refMiss if the index has no such key, or refUnknown
 // if a writer held or took the shard meanwhile. TrackBatch probes a whole
-// batch before finishing any lookup. With seq (a TCP segment with sequence
-// numbers) it starts loading the entry's sequence state too, in the same
-// call: a second prefetch call per packet cost as much as the state check.
+// batch before finishing any lookup. With seq (a segment that will likely
+// read the entry's sequence state: seqLikely) it starts loading that state
+// too, in the same call: a second prefetch call per packet cost as much as
+// the state check.
 func (t *Table) probe(h uint64, dir Dir, seq bool) uint32 {
 	s := &t.shards[h&t.shardMask]
 	v := s.mu.version()
@@ -118,8 +119,15 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, ou
 	if dir == Reply && expired(now, e.deadline) {
 		return false, true // expired: nothing inbound (as in trackLocked)
 	}
-	q := t.seqs[g]
+	// The sequence state is a second line (Table.seqs): read it only when
+	// this segment can use it (seqUsed), so that a lookup that cannot
+	// touches one line of the entry, as before sequence tracking.
+	var q tcpSeq
 	st := State(e.state)
+	useSeq := e.proto == ProtoTCP && seqUsed(st, dir, sg)
+	if useSeq {
+		q = t.seqs[g]
+	}
 	if !stepEstablishedACK(st, &q, dir, sg) {
 		st = step(st, e.proto, &q, dir, sg)
 	}
@@ -136,7 +144,7 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, ou
 		os.mu.Unlock()
 		return hit, true
 	}
-	if q != t.seqs[g] {
+	if useSeq && q != t.seqs[g] {
 		// Sequence numbers moved but nothing else: store them without the
 		// lock, as the reads here are without it (x86-TSO; race builds
 		// take the locked path). A store racing another packet of the flow

@@ -533,7 +533,13 @@ func (t *Table) apply(g uint32, dir Dir, sg *seg, now int64, out *Flow) bool {
 	if dir == Reply && expired(now, e.deadline) {
 		return false
 	}
-	st := step(State(e.state), e.proto, &t.seqs[g], dir, sg)
+	var st State
+	if e.proto == ProtoTCP && seqUsed(State(e.state), dir, sg) {
+		st = step(State(e.state), e.proto, &t.seqs[g], dir, sg)
+	} else {
+		var q tcpSeq // step leaves it alone (seqUsed): no line to load
+		st = step(State(e.state), e.proto, &q, dir, sg)
+	}
 	if st != State(e.state) {
 		t.markChanged(g)
 	}

@@ -108,3 +108,24 @@ func stepEstablishedACK(s State, q *tcpSeq, dir Dir, g *seg) bool {
 	}
 	return true
 }
+
+// seqUsed reports whether step may read or write the sequence state of a
+// TCP flow in state s for segment g from side dir. When it is false, step's
+// answer does not depend on the state and leaves it unchanged, so the
+// lookup need not load it (it is another cache line than the entry's):
+// a segment without sequence numbers (Track), or from outside, that is no
+// RST, on a flow not in CLOSE, and that does not take it out of SYN_SENT.
+// TestSeqUsed checks this against step for every state, side and flag
+// combination.
+func seqUsed(s State, dir Dir, g *seg) bool {
+	return (dir == Original && g.has) || g.flags&FlagRST != 0 || s == StateClose ||
+		(s == StateSynSent && tcpNext(s, dir, g.flags) != StateSynSent)
+}
+
+// seqLikely is seqUsed before the entry is read (TrackBatch's probe, which
+// decides whether to prefetch the sequence state with the entry): the
+// state is not known yet, so the rare SYN_SENT and CLOSE cases, which read
+// it without a prefetch, are left out.
+func seqLikely(dir Dir, has bool, flags uint8) bool {
+	return has && (dir == Original || flags&FlagRST != 0)
+}

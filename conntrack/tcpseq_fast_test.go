@@ -45,3 +45,50 @@ func TestStepEstablishedACK(t *testing.T) {
 		t.Errorf("mark %d after the pod's ACK 1001, %d answers", q.mark, answered)
 	}
 }
+
+// TestSeqUsed: where seqUsed says a segment leaves the sequence state
+// alone, step gives the same state whatever that sequence state holds and
+// changes none of it, for every state, side, flag combination and segment;
+// so a lookup that skips loading it (fast.go, apply) answers as step does.
+// And seqLikely, the batch's prefetch hint, never asks for a line that
+// seqUsed would not read.
+func TestSeqUsed(t *testing.T) {
+	qs := []tcpSeq{{}, {mark: 1000}, {mark: 1001, since: 1}, {mark: 0xfffffff0, since: 2}, {mark: 78, since: 3}}
+	skipped := 0
+	for s := State(0); s < numStates; s++ {
+		for _, dir := range []Dir{Original, Reply} {
+			for fl := 0; fl < 256; fl++ {
+				for _, has := range []bool{false, true} {
+					for _, ack := range []uint32{0, 999, 1000, 1001, 1002, 0xfffffff8} {
+						g := seg{flags: uint8(fl), has: has, seq: 1000, ack: ack, len: 10}
+						if seqLikely(dir, has, uint8(fl)) && !seqUsed(s, dir, &g) {
+							t.Fatalf("%v dir %d flags %#x has %v: seqLikely prefetches a state seqUsed never reads", s, dir, fl, has)
+						}
+						if seqUsed(s, dir, &g) {
+							continue
+						}
+						skipped++
+						want := State(0)
+						for i, q0 := range qs {
+							q := q0
+							got := step(s, ProtoTCP, &q, dir, &g)
+							if q != q0 {
+								t.Fatalf("%v dir %d flags %#x has %v ack %d: seqUsed is false, but step moved %+v to %+v", s, dir, fl, has, ack, q0, q)
+							}
+							if i == 0 {
+								want = got
+							} else if got != want {
+								t.Fatalf("%v dir %d flags %#x has %v ack %d: seqUsed is false, but step answers %v with %+v and %v with %+v", s, dir, fl, has, ack, want, qs[0], got, q0)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	// The segments it exists for: an established flow's ACKs from outside,
+	// and Track's, which has no sequence numbers.
+	if seqUsed(StateEstablished, Reply, &seg{flags: FlagACK, has: true}) || seqUsed(StateEstablished, Original, &seg{flags: FlagACK}) || skipped == 0 {
+		t.Errorf("seqUsed loads the sequence state for a plain ACK from outside or without sequence numbers (%d skipped)", skipped)
+	}
+}
