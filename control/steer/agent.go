@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // InputsFrom converts a view of the cluster to the desired-state inputs of node.
@@ -94,7 +96,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
-	backoff := time.Duration(0)
+	// 1 s, 2 s, 4 s ... up to 30 s between failed passes; a success starts over.
+	fresh := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt}
+	backoff := fresh
 	var lastProblems string
 	for {
 		_, st, err := a.ReconcileOnce()
@@ -107,11 +111,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		var retry <-chan time.Time
 		if err != nil {
-			backoff = min(max(backoff*2, time.Second), 30*time.Second)
-			log.Error("programming the kernel failed; retrying", "err", err, "in", backoff)
-			retry = time.After(backoff)
+			in := backoff.Step()
+			log.Error("programming the kernel failed; retrying", "err", err, "in", in)
+			retry = time.After(in)
 		} else {
-			backoff = 0
+			backoff = fresh
 		}
 		select {
 		case <-ctx.Done():
