@@ -45,27 +45,27 @@ func newEncapTemplate(f uint8, gwVTEP, vtep *[16]byte, gwMAC, nodeMAC *[6]byte) 
 	var u int
 	if f == 0 {
 		ip := header.IPv4(h).Fixed()
-		ip.SetHeaderLength(header.IPv4MinLen)
-		ip.SetFlagsFragmentOffset(header.IPv4FlagDontFragment, 0)
-		ip.SetTTL(64)
-		ip.SetProtocol(header.ProtoUDP)
-		ip.SetSrcAddr([4]byte(gwVTEP[12:]))
-		ip.SetDstAddr([4]byte(vtep[12:]))
+		ip.Encode(&header.IPv4Fields{
+			Flags:    header.IPv4FlagDontFragment,
+			TTL:      64,
+			Protocol: header.ProtoUDP,
+			SrcAddr:  [4]byte(gwVTEP[12:]),
+			DstAddr:  [4]byte(vtep[12:]),
+		})
 		t.sum = header.Checksum(ip, 0)
 		u = header.IPv4MinLen
 	} else {
-		ip := header.IPv6(h).Fixed()
-		ip.SetVersionTrafficClassFlowLabel(0, 0)
-		ip.SetNextHeader(header.ProtoUDP)
-		ip.SetHopLimit(64)
-		ip.SetSrcAddr(*gwVTEP)
-		ip.SetDstAddr(*vtep)
+		header.IPv6(h).Encode(&header.IPv6Fields{
+			NextHeader: header.ProtoUDP,
+			HopLimit:   64,
+			SrcAddr:    *gwVTEP,
+			DstAddr:    *vtep,
+		})
 		t.sum = header.PseudoHeaderChecksum(header.ProtoUDP, gwVTEP[:], vtep[:], 0)
 		u = header.IPv6Len
 	}
-	inner := header.Ethernet(h[u+header.UDPLen+header.VXLANLen:]).Fixed()
-	inner.SetDstMAC(*nodeMAC)
-	inner.SetSrcMAC(*gwMAC)
+	// The inner EtherType is the packet's: writeEncap sets it.
+	header.Ethernet(h[u+header.UDPLen+header.VXLANLen:]).Encode(&header.EthernetFields{DstMAC: *nodeMAC, SrcMAC: *gwMAC})
 	return t
 }
 

@@ -213,46 +213,37 @@ func writeICMPError(ip, quoted []byte, ver uint8, src, dst *[16]byte, kind, mtu 
 		h := header.IPv4(ip).Fixed()
 		ic := header.ICMPv4(ip[header.IPv4MinLen:])
 		copy(ic[icmpLen:], quoted)
-		h.SetHeaderLength(header.IPv4MinLen)
-		h.SetTOS(0)
-		h.SetTotalLength(uint16(len(ip)))
-		h.SetID(0)
-		h.SetFlagsFragmentOffset(0, 0)
-		h.SetTTL(64)
-		h.SetProtocol(header.ProtoICMPv4)
-		h.SetSrcAddr([4]byte(src[12:]))
-		h.SetDstAddr([4]byte(dst[12:]))
+		h.Encode(&header.IPv4Fields{
+			TotalLength: uint16(len(ip)),
+			TTL:         64,
+			Protocol:    header.ProtoICMPv4,
+			SrcAddr:     [4]byte(src[12:]),
+			DstAddr:     [4]byte(dst[12:]),
+		})
 		h.SetChecksum(h.CalculateChecksum())
-		ic.SetIdent(0) // unused, or unused and the next-hop MTU below
-		ic.SetSeq(0)
-		if kind == icmpTimeExceeded {
-			ic.SetType(header.ICMPv4TimeExceeded)
-			ic.SetCode(header.ICMPv4TTLExceeded)
-		} else {
-			ic.SetType(header.ICMPv4DstUnreachable)
-			ic.SetCode(header.ICMPv4FragNeeded)
-			ic.SetMTU(uint16(mtu))
+		f := header.ICMPFields{Type: header.ICMPv4TimeExceeded, Code: header.ICMPv4TTLExceeded}
+		if kind != icmpTimeExceeded {
+			// The next-hop MTU is the low half of the second word (RFC 1191).
+			f = header.ICMPFields{Type: header.ICMPv4DstUnreachable, Code: header.ICMPv4FragNeeded, Rest: uint32(uint16(mtu))}
 		}
+		ic.Encode(&f)
 		ic.SetChecksum(ic.CalculateChecksum())
 		return
 	}
 	h := header.IPv6(ip).Fixed()
 	ic := header.ICMPv6(ip[header.IPv6Len:])
 	copy(ic[icmpLen:], quoted)
-	h.SetVersionTrafficClassFlowLabel(0, 0)
-	h.SetPayloadLength(uint16(len(ic)))
-	h.SetNextHeader(header.ProtoICMPv6)
-	h.SetHopLimit(64)
-	h.SetSrcAddr(*src)
-	h.SetDstAddr(*dst)
-	ic.SetMTU(0) // unused, or the MTU below
-	if kind == icmpTimeExceeded {
-		ic.SetType(header.ICMPv6TimeExceeded)
-		ic.SetCode(header.ICMPv6HopLimitExceeded)
-	} else {
-		ic.SetType(header.ICMPv6PacketTooBig)
-		ic.SetCode(0)
-		ic.SetMTU(uint32(mtu))
+	h.Encode(&header.IPv6Fields{
+		PayloadLength: uint16(len(ic)),
+		NextHeader:    header.ProtoICMPv6,
+		HopLimit:      64,
+		SrcAddr:       *src,
+		DstAddr:       *dst,
+	})
+	f := header.ICMPFields{Type: header.ICMPv6TimeExceeded, Code: header.ICMPv6HopLimitExceeded}
+	if kind != icmpTimeExceeded {
+		f = header.ICMPFields{Type: header.ICMPv6PacketTooBig, Rest: uint32(mtu)}
 	}
+	ic.Encode(&f)
 	ic.SetChecksum(ic.CalculateChecksum(h.PseudoHeaderChecksum(header.ProtoICMPv6, uint16(len(ic)))))
 }

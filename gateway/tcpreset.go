@@ -102,35 +102,30 @@ func writeTCPReset(ip []byte, pk *Parsed) {
 	var pseudo uint32
 	if pk.IPVer == 4 {
 		h := header.IPv4(ip).Fixed()
-		h.SetHeaderLength(header.IPv4MinLen)
-		h.SetTOS(0)
-		h.SetTotalLength(uint16(len(ip)))
-		h.SetID(0)
-		h.SetFlagsFragmentOffset(header.IPv4FlagDontFragment, 0)
-		h.SetTTL(64)
-		h.SetProtocol(header.ProtoTCP)
-		h.SetSrcAddr([4]byte(pk.Dst[12:]))
-		h.SetDstAddr([4]byte(pk.Src[12:]))
+		h.Encode(&header.IPv4Fields{
+			TotalLength: uint16(len(ip)),
+			Flags:       header.IPv4FlagDontFragment,
+			TTL:         64,
+			Protocol:    header.ProtoTCP,
+			SrcAddr:     [4]byte(pk.Dst[12:]),
+			DstAddr:     [4]byte(pk.Src[12:]),
+		})
 		h.SetChecksum(h.CalculateChecksum())
 		pseudo = header.PseudoHeaderChecksum(header.ProtoTCP, pk.Dst[12:], pk.Src[12:], header.TCPMinLen)
 	} else {
 		ihl = header.IPv6Len
-		h := header.IPv6(ip).Fixed()
-		h.SetVersionTrafficClassFlowLabel(0, 0)
-		h.SetPayloadLength(header.TCPMinLen)
-		h.SetNextHeader(header.ProtoTCP)
-		h.SetHopLimit(64)
-		h.SetSrcAddr(pk.Dst)
-		h.SetDstAddr(pk.Src)
+		header.IPv6(ip).Encode(&header.IPv6Fields{
+			PayloadLength: header.TCPMinLen,
+			NextHeader:    header.ProtoTCP,
+			HopLimit:      64,
+			SrcAddr:       pk.Dst,
+			DstAddr:       pk.Src,
+		})
 		pseudo = header.PseudoHeaderChecksum(header.ProtoTCP, pk.Dst[:], pk.Src[:], header.TCPMinLen)
 	}
-	t := header.TCP(ip[ihl:]).Fixed()
-	t.SetSrcPort(pk.DstPort)
-	t.SetDstPort(pk.SrcPort)
+	f := header.TCPFields{SrcPort: pk.DstPort, DstPort: pk.SrcPort, DataOffset: header.TCPMinLen}
 	if pk.TCPFlags&header.TCPFlagACK != 0 {
-		t.SetSeq(pk.TCPAck)
-		t.SetAck(0)
-		t.SetFlags(header.TCPFlagRST)
+		f.Seq, f.Flags = pk.TCPAck, header.TCPFlagRST
 	} else {
 		segLen := uint32(pk.TCPLen)
 		if pk.TCPFlags&header.TCPFlagSYN != 0 {
@@ -139,13 +134,9 @@ func writeTCPReset(ip []byte, pk *Parsed) {
 		if pk.TCPFlags&header.TCPFlagFIN != 0 {
 			segLen++
 		}
-		t.SetSeq(0)
-		t.SetAck(pk.TCPSeq + segLen)
-		t.SetFlags(header.TCPFlagRST | header.TCPFlagACK)
+		f.Ack, f.Flags = pk.TCPSeq+segLen, header.TCPFlagRST|header.TCPFlagACK
 	}
-	t.SetDataOffset(header.TCPMinLen)
-	t.SetWindow(0)
-	t.SetChecksum(0)
-	t.SetUrgent(0)
+	t := header.TCP(ip[ihl:]).Fixed()
+	t.Encode(&f)
 	t.SetChecksum(header.ChecksumFold(header.Checksum(t, pseudo)))
 }

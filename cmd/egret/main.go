@@ -17,6 +17,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"k8s.io/klog/v2"
 )
 
 // command is one subcommand; each lives in its own file and registers itself.
@@ -164,7 +166,7 @@ func bindLogFlags(fs *flag.FlagSet) *logFlags {
 
 // newLogger is the logger of every subcommand: slog on stderr, in format
 // (text or json; "" is text) from level up (debug, info, warn or error; ""
-// is info).
+// is info). klog, which client-go logs through, writes into the same handler.
 func newLogger(format, level string) (*slog.Logger, error) {
 	var lv slog.Level // info
 	if level != "" {
@@ -173,11 +175,18 @@ func newLogger(format, level string) (*slog.Logger, error) {
 		}
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
 	switch format {
 	case "", "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		h = slog.NewTextHandler(os.Stderr, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	default:
+		return nil, fmt.Errorf("log format %q: use text or json", format)
 	}
-	return nil, fmt.Errorf("log format %q: use text or json", format)
+	log := slog.New(h)
+	// client-go logs through klog, which would otherwise write its own text
+	// lines to stderr: --log-format=json must give only JSON.
+	klog.SetSlogLogger(log)
+	return log, nil
 }

@@ -13,6 +13,7 @@ import (
 	compute "google.golang.org/api/compute/v1"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // gcpLimit is how many alias IP ranges, IPv4 and IPv6 together, GCP lets
@@ -212,21 +213,19 @@ func gceHolds(ni *compute.NetworkInterface, ip netip.Addr) (bool, error) {
 
 // call runs fn, retrying throttled answers (429 rateLimitExceeded, 403
 // userRateLimitExceeded) with exponential backoff: the Compute client does
-// not retry them itself.
+// not retry them itself. It returns fn's last error, or the context's if it
+// ended during a wait.
 func (g *GCP) call(ctx context.Context, fn func() error) error {
-	wait := g.backoff
-	for attempt := 1; ; attempt++ {
-		err := fn()
-		if err == nil || attempt == gcpAttempts || !gcpThrottled(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait *= 2
+	var err error
+	b := wait.Backoff{Duration: g.backoff, Factor: 2, Steps: gcpAttempts}
+	werr := wait.ExponentialBackoffWithContext(ctx, b, func(context.Context) (bool, error) {
+		err = fn()
+		return err == nil || !gcpThrottled(err), nil
+	})
+	if werr != nil && ctx.Err() != nil {
+		return werr
 	}
+	return err // nil, not throttled, or throttled gcpAttempts times
 }
 
 func gcpThrottled(err error) bool {

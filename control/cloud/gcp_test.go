@@ -130,9 +130,13 @@ func TestGCPThrottling(t *testing.T) {
 		}
 	}
 	srv.Throttle(100, false)
+	before := len(srv.Calls())
 	err := g.Attach(ctx, gceNIC(gceB), netip.MustParseAddr("10.0.1.55"), NIC{})
 	if ae, ok := errors.AsType[*APIError](err); !ok || ae.Code != "rateLimitExceeded" {
 		t.Fatalf("Attach while throttled = %v; want an APIError rateLimitExceeded", err)
+	}
+	if calls := srv.Calls()[before:]; len(calls) != gcpAttempts {
+		t.Fatalf("Attach while throttled made the calls %v; want %d tries", calls, gcpAttempts)
 	}
 	srv.Throttle(0, false)
 	if got := srv.Instance("egret-test", "europe-west1-b", "node-b").Aliases; len(got) != 0 {

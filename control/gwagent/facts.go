@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Defaults of Facts.
@@ -167,18 +169,20 @@ func (f *Facts) Run(ctx context.Context) error {
 	defer resync.Stop()
 	var debounce <-chan time.Time
 	var retry <-chan time.Time
-	backoff := time.Duration(0)
+	// 1 s, 2 s, 4 s ... up to a minute between tries; a success starts over.
+	fresh := wait.Backoff{Duration: time.Second, Factor: 2, Cap: time.Minute, Steps: math.MaxInt}
+	backoff := fresh
 	var st pubState
 	look := func() {
 		err := f.publish(ctx, h, &st)
 		retry = nil
 		if err != nil && ctx.Err() == nil {
-			backoff = min(max(2*backoff, time.Second), time.Minute)
-			retry = time.After(backoff)
-			f.Log.Warn("gateway agent: publishing the node's interface subnets failed; retrying", "err", err, "in", backoff)
+			in := backoff.Step()
+			retry = time.After(in)
+			f.Log.Warn("gateway agent: publishing the node's interface subnets failed; retrying", "err", err, "in", in)
 			return
 		}
-		backoff = 0
+		backoff = fresh
 	}
 	for {
 		select {

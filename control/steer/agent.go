@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // DesiredFrom is Desired over the egress plan of the view v.
@@ -63,7 +65,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
-	backoff := time.Duration(0)
+	// 1 s, 2 s, 4 s ... up to 30 s between failed passes; a success starts over.
+	fresh := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt}
+	backoff := fresh
 	var lastProblems string
 	for {
 		_, st, err := a.ReconcileOnce()
@@ -76,11 +80,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		var retry <-chan time.Time
 		if err != nil {
-			backoff = min(max(backoff*2, time.Second), 30*time.Second)
-			log.Error("programming the kernel failed; retrying", "err", err, "in", backoff)
-			retry = time.After(backoff)
+			in := backoff.Step()
+			log.Error("programming the kernel failed; retrying", "err", err, "in", in)
+			retry = time.After(in)
 		} else {
-			backoff = 0
+			backoff = fresh
 		}
 		select {
 		case <-ctx.Done():

@@ -63,6 +63,22 @@ type Ethernet []byte
 // checks (see IPv4.Fixed). It panics if b is shorter.
 func (b Ethernet) Fixed() Ethernet { return Ethernet((*[EthernetLen]byte)(b)[:]) }
 
+// EthernetFields is what Ethernet.Encode writes: an untagged header.
+type EthernetFields struct {
+	DstMAC [MACLen]byte
+	SrcMAC [MACLen]byte
+	Type   uint16 // EtherType
+}
+
+// Encode writes the header from f. It panics if b is shorter than
+// EthernetLen.
+func (b Ethernet) Encode(f *EthernetFields) {
+	h := (*[EthernetLen]byte)(b)
+	*(*[MACLen]byte)(h[ethDst:]) = f.DstMAC
+	*(*[MACLen]byte)(h[ethSrc:]) = f.SrcMAC
+	binary.BigEndian.PutUint16(h[ethType:], f.Type)
+}
+
 // EtherType returns the EtherType field right after the MAC addresses (a
 // VLAN TPID when the frame is tagged).
 func (b Ethernet) EtherType() uint16 { return binary.BigEndian.Uint16(b[ethType:]) }

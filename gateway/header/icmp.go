@@ -89,6 +89,33 @@ type ICMPv4 []byte
 // (see IPv4.Fixed). It panics if b is shorter.
 func (b ICMPv4) Fixed() ICMPv4 { return ICMPv4((*[ICMPv4MinLen]byte)(b)[:]) }
 
+// ICMPFields is what ICMPv4.Encode and ICMPv6.Encode write: the 8-byte
+// header the two share.
+type ICMPFields struct {
+	Type uint8
+	Code uint8
+	// Rest is the second word: an echo's identifier (high 16 bits) and
+	// sequence number, the next-hop MTU of an ICMPv4 fragmentation needed
+	// (low 16 bits, RFC 1191), the MTU of an ICMPv6 packet too big, or 0
+	// where the type leaves it unused.
+	Rest uint32
+}
+
+// encodeICMP writes f into the first ICMPv4MinLen (= ICMPv6MinLen) bytes of
+// b with a zero checksum.
+func encodeICMP(b []byte, f *ICMPFields) {
+	h := (*[ICMPv4MinLen]byte)(b)
+	h[icmpType] = f.Type
+	h[icmpCode] = f.Code
+	binary.BigEndian.PutUint16(h[icmpChecksum:], 0)
+	binary.BigEndian.PutUint32(h[icmpIdent:], f.Rest)
+}
+
+// Encode writes the header from f with a zero checksum, which covers the
+// message body and so is the caller's, last (CalculateChecksum). It panics
+// if b is shorter than ICMPv4MinLen.
+func (b ICMPv4) Encode(f *ICMPFields) { encodeICMP(b, f) }
+
 // Type returns the message type.
 func (b ICMPv4) Type() uint8 { return b[icmpType] }
 
@@ -101,23 +128,11 @@ func (b ICMPv4) Checksum() uint16 { return binary.BigEndian.Uint16(b[icmpChecksu
 // Ident returns the echo identifier.
 func (b ICMPv4) Ident() uint16 { return binary.BigEndian.Uint16(b[icmpIdent:]) }
 
-// SetType sets the message type.
-func (b ICMPv4) SetType(t uint8) { b[icmpType] = t }
-
-// SetCode sets the message code.
-func (b ICMPv4) SetCode(c uint8) { b[icmpCode] = c }
-
 // SetChecksum sets the checksum field.
 func (b ICMPv4) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[icmpChecksum:], c) }
 
 // SetIdent sets the echo identifier.
 func (b ICMPv4) SetIdent(v uint16) { binary.BigEndian.PutUint16(b[icmpIdent:], v) }
-
-// SetSeq sets the echo sequence number.
-func (b ICMPv4) SetSeq(v uint16) { binary.BigEndian.PutUint16(b[icmpSeq:], v) }
-
-// SetMTU sets the next-hop MTU of a fragmentation-needed message.
-func (b ICMPv4) SetMTU(v uint16) { binary.BigEndian.PutUint16(b[icmpV4MTU:], v) }
 
 // CalculateChecksum returns the checksum over all of b (ICMPv4 has no
 // pseudo-header), ignoring the current checksum field.
@@ -135,6 +150,11 @@ type ICMPv6 []byte
 // (see IPv4.Fixed). It panics if b is shorter.
 func (b ICMPv6) Fixed() ICMPv6 { return ICMPv6((*[ICMPv6MinLen]byte)(b)[:]) }
 
+// Encode writes the header from f with a zero checksum, which covers the
+// message body and the pseudo-header and so is the caller's, last
+// (CalculateChecksum). It panics if b is shorter than ICMPv6MinLen.
+func (b ICMPv6) Encode(f *ICMPFields) { encodeICMP(b, f) }
+
 // Type returns the message type.
 func (b ICMPv6) Type() uint8 { return b[icmpType] }
 
@@ -147,20 +167,11 @@ func (b ICMPv6) Checksum() uint16 { return binary.BigEndian.Uint16(b[icmpChecksu
 // Ident returns the echo identifier.
 func (b ICMPv6) Ident() uint16 { return binary.BigEndian.Uint16(b[icmpIdent:]) }
 
-// SetType sets the message type.
-func (b ICMPv6) SetType(t uint8) { b[icmpType] = t }
-
-// SetCode sets the message code.
-func (b ICMPv6) SetCode(c uint8) { b[icmpCode] = c }
-
 // SetChecksum sets the checksum field.
 func (b ICMPv6) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[icmpChecksum:], c) }
 
 // SetIdent sets the echo identifier.
 func (b ICMPv6) SetIdent(v uint16) { binary.BigEndian.PutUint16(b[icmpIdent:], v) }
-
-// SetMTU sets the MTU of a packet-too-big message.
-func (b ICMPv6) SetMTU(v uint32) { binary.BigEndian.PutUint32(b[icmpV6MTU:], v) }
 
 // CalculateChecksum returns the checksum over all of b given the IPv6
 // pseudo-header running sum (see IPv6.PseudoHeaderChecksum with

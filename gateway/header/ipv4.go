@@ -89,6 +89,37 @@ type IPv4 []byte
 // result has no options or payload (use b for those).
 func (b IPv4) Fixed() IPv4 { return IPv4((*[IPv4MinLen]byte)(b)[:]) }
 
+// IPv4Fields is what IPv4.Encode writes: an IPv4 header without options.
+type IPv4Fields struct {
+	TOS            uint8
+	TotalLength    uint16
+	ID             uint16
+	Flags          uint8  // IPv4FlagDontFragment, IPv4FlagMoreFragments
+	FragmentOffset uint16 // in bytes, a multiple of 8
+	TTL            uint8
+	Protocol       uint8
+	SrcAddr        [4]byte
+	DstAddr        [4]byte
+}
+
+// Encode writes the whole fixed header from f: version 4, IHL 5 (no
+// options) and a zero checksum, which the caller sets last
+// (CalculateChecksum, or a sum it keeps). It panics if b is shorter than
+// IPv4MinLen.
+func (b IPv4) Encode(f *IPv4Fields) {
+	h := (*[IPv4MinLen]byte)(b)
+	h[v4VerIHL] = IPv4Version<<4 | IPv4MinLen/4
+	h[v4TOS] = f.TOS
+	binary.BigEndian.PutUint16(h[v4TotalLen:], f.TotalLength)
+	binary.BigEndian.PutUint16(h[v4ID:], f.ID)
+	binary.BigEndian.PutUint16(h[v4FlagsFrag:], uint16(f.Flags&7)<<13|(f.FragmentOffset>>3)&0x1fff)
+	h[v4TTL] = f.TTL
+	h[v4Protocol] = f.Protocol
+	binary.BigEndian.PutUint16(h[v4Checksum:], 0)
+	*(*[4]byte)(h[v4Src:]) = f.SrcAddr
+	*(*[4]byte)(h[v4Dst:]) = f.DstAddr
+}
+
 // Version returns the version field.
 func (b IPv4) Version() uint8 { return b[v4VerIHL] >> 4 }
 
@@ -135,18 +166,12 @@ func (b IPv4) SrcAddr() [4]byte { return [4]byte(b[v4Src : v4Src+4]) }
 // DstAddr returns the destination address.
 func (b IPv4) DstAddr() [4]byte { return [4]byte(b[v4Dst : v4Dst+4]) }
 
-// SetTOS sets the type of service byte.
-func (b IPv4) SetTOS(v uint8) { b[v4TOS] = v }
-
 // SetHeaderLength sets IHL from a length in bytes (a multiple of 4, 20–60)
 // and the version to 4.
 func (b IPv4) SetHeaderLength(n int) { b[v4VerIHL] = IPv4Version<<4 | uint8(n/4)&0x0f }
 
 // SetTotalLength sets the total length.
 func (b IPv4) SetTotalLength(v uint16) { binary.BigEndian.PutUint16(b[v4TotalLen:], v) }
-
-// SetID sets the identification field.
-func (b IPv4) SetID(v uint16) { binary.BigEndian.PutUint16(b[v4ID:], v) }
 
 // SetFlagsFragmentOffset sets the 3 flag bits and the fragment offset given
 // in bytes (a multiple of 8).

@@ -48,6 +48,29 @@ type IPv6 []byte
 // (see IPv4.Fixed). It panics if b is shorter.
 func (b IPv6) Fixed() IPv6 { return IPv6((*[IPv6Len]byte)(b)[:]) }
 
+// IPv6Fields is what IPv6.Encode writes: the fixed IPv6 header.
+type IPv6Fields struct {
+	TrafficClass  uint8
+	FlowLabel     uint32 // the low 20 bits
+	PayloadLength uint16
+	NextHeader    uint8
+	HopLimit      uint8
+	SrcAddr       [16]byte
+	DstAddr       [16]byte
+}
+
+// Encode writes the whole fixed header from f, version 6. It panics if b is
+// shorter than IPv6Len.
+func (b IPv6) Encode(f *IPv6Fields) {
+	h := (*[IPv6Len]byte)(b)
+	binary.BigEndian.PutUint32(h[v6VerTCFlow:], IPv6Version<<28|uint32(f.TrafficClass)<<20|f.FlowLabel&0xfffff)
+	binary.BigEndian.PutUint16(h[v6PayLen:], f.PayloadLength)
+	h[v6NextHdr] = f.NextHeader
+	h[v6HopLimit] = f.HopLimit
+	*(*[16]byte)(h[v6Src:]) = f.SrcAddr
+	*(*[16]byte)(h[v6Dst:]) = f.DstAddr
+}
+
 // Version returns the version field.
 func (b IPv6) Version() uint8 { return b[v6VerTCFlow] >> 4 }
 

@@ -184,15 +184,10 @@ func TestICMPv4AgainstGopacket(t *testing.T) {
 		id := uint16(r.Uint32())
 		b.SetChecksum(ChecksumUpdate16(b.Checksum(), b.Ident(), id))
 		b.SetIdent(id)
-		b.SetSeq(9)
-		b.SetType(ICMPv4DstUnreachable)
-		b.SetCode(ICMPv4FragNeeded)
-		b.SetMTU(1400)
-		b.SetChecksum(b.CalculateChecksum())
 		if err := g.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
 			t.Fatal(err)
 		}
-		if g.TypeCode != layers.CreateICMPv4TypeCode(3, 4) || g.Id != id || g.Seq != 1400 {
+		if g.Id != id || g.Checksum != b.CalculateChecksum() {
 			t.Fatalf("setters not seen by gopacket: %+v", g)
 		}
 	}
@@ -243,8 +238,7 @@ func TestICMPv6AgainstGopacket(t *testing.T) {
 		if want := b.CalculateChecksum(ip6.PseudoHeaderChecksum(ProtoICMPv6, ip6.PayloadLength())); !equivalent(b.Checksum(), want) {
 			t.Fatalf("incremental ICMPv6 checksum %#x, recomputed %#x", b.Checksum(), want)
 		}
-		b.SetType(ICMPv6EchoReply)
-		b.SetCode(0)
+		b.Encode(&ICMPFields{Type: ICMPv6EchoReply})
 		b.SetIdent(77)
 		binary.BigEndian.PutUint16(b[6:], 78) // the sequence number
 		b.SetChecksum(b.CalculateChecksum(ip6.PseudoHeaderChecksum(ProtoICMPv6, ip6.PayloadLength())))
@@ -252,10 +246,6 @@ func TestICMPv6AgainstGopacket(t *testing.T) {
 		ge, ok := p.Layer(layers.LayerTypeICMPv6Echo).(*layers.ICMPv6Echo)
 		if !ok || ge.Identifier != 77 || ge.SeqNumber != 78 {
 			t.Fatalf("setters not seen by gopacket: %v", p)
-		}
-		b.SetMTU(1500)
-		if binary.BigEndian.Uint32(b[4:]) != 1500 || b.Ident() != 0 {
-			t.Fatal("SetMTU must write bytes 4–7")
 		}
 	}
 }
@@ -369,7 +359,7 @@ func TestHeaderAccessorsDoNotAllocate(t *testing.T) {
 		tc := TCP(ip[IPv6Len:]).Fixed()
 		sink += int(tc.DataOffset()) + int(tc.Flags())
 		ic := ICMPv6(ip[IPv6Len:]).Fixed()
-		ic.SetMTU(1280)
+		ic.Encode(&ICMPFields{Type: ICMPv6PacketTooBig, Rest: 1280})
 		sink += int(ic.Ident())
 		ic4 := ICMPv4(ip[IPv6Len:])
 		sink += int(ic4.Fixed().Ident()) + int(ic4.CalculateChecksum())

@@ -150,17 +150,12 @@ func TestIPv4AgainstGopacket(t *testing.T) {
 			t.Fatalf("CalculateChecksum %#x want %#x", c, g.Checksum)
 		}
 
-		// Setters, then a DecTTL, read back through gopacket.
+		// Encode, then a DecTTL, read back through gopacket.
 		id, ttl, tos := uint16(r.Uint32()), uint8(r.IntN(255)+1), uint8(r.Uint32())
 		flags, frag := uint8(r.IntN(8)), uint16(r.IntN(1<<13))*8
 		src, dst := [4]byte(randBytes(r, 4)), [4]byte(randBytes(r, 4))
-		b.SetID(id)
-		b.SetTTL(ttl)
-		b.SetTOS(tos)
-		b.SetFlagsFragmentOffset(flags, frag)
-		b.SetProtocol(ProtoTCP)
-		b.SetSrcAddr(src)
-		b.SetDstAddr(dst)
+		b.Encode(&IPv4Fields{TOS: tos, TotalLength: b.TotalLength(), ID: id, Flags: flags, FragmentOffset: frag,
+			TTL: ttl, Protocol: ProtoTCP, SrcAddr: src, DstAddr: dst})
 		b.SetChecksum(b.CalculateChecksum())
 		newTTL := b.DecTTL()
 		if !ipv4ChecksumOK(b) || newTTL != ttl-1 {

@@ -66,6 +66,34 @@ type TCP []byte
 // fields need no bounds checks (see IPv4.Fixed). It panics if b is shorter.
 func (b TCP) Fixed() TCP { return TCP((*[TCPMinLen]byte)(b)[:]) }
 
+// TCPFields is what TCP.Encode writes: a TCP header's fixed part.
+type TCPFields struct {
+	SrcPort    uint16
+	DstPort    uint16
+	Seq        uint32
+	Ack        uint32
+	DataOffset uint8 // header length in bytes, options included (a multiple of 4)
+	Flags      uint8 // TCPFlagFIN...TCPFlagCWR
+	Window     uint16
+	Urgent     uint16
+}
+
+// Encode writes the fixed part of the header from f with a zero checksum,
+// which covers the payload too and so is the caller's, last. It panics if b
+// is shorter than TCPMinLen.
+func (b TCP) Encode(f *TCPFields) {
+	h := (*[TCPMinLen]byte)(b)
+	binary.BigEndian.PutUint16(h[tcpSrcPort:], f.SrcPort)
+	binary.BigEndian.PutUint16(h[tcpDstPort:], f.DstPort)
+	binary.BigEndian.PutUint32(h[tcpSeq:], f.Seq)
+	binary.BigEndian.PutUint32(h[tcpAck:], f.Ack)
+	h[tcpDataOff] = f.DataOffset / 4 << 4
+	h[tcpFlags] = f.Flags
+	binary.BigEndian.PutUint16(h[tcpWindow:], f.Window)
+	binary.BigEndian.PutUint16(h[tcpChecksum:], 0)
+	binary.BigEndian.PutUint16(h[tcpUrgent:], f.Urgent)
+}
+
 // SrcPort returns the source port.
 func (b TCP) SrcPort() uint16 { return binary.BigEndian.Uint16(b[tcpSrcPort:]) }
 
@@ -95,22 +123,3 @@ func (b TCP) SetDstPort(p uint16) { binary.BigEndian.PutUint16(b[tcpDstPort:], p
 
 // SetChecksum sets the checksum field.
 func (b TCP) SetChecksum(c uint16) { binary.BigEndian.PutUint16(b[tcpChecksum:], c) }
-
-// SetSeq sets the sequence number.
-func (b TCP) SetSeq(v uint32) { binary.BigEndian.PutUint32(b[tcpSeq:], v) }
-
-// SetAck sets the acknowledgment number.
-func (b TCP) SetAck(v uint32) { binary.BigEndian.PutUint32(b[tcpAck:], v) }
-
-// SetDataOffset sets the header length in bytes (a multiple of 4, at most
-// TCPMaxLen), clearing the reserved bits.
-func (b TCP) SetDataOffset(n int) { b[tcpDataOff] = uint8(n/4) << 4 }
-
-// SetFlags sets the flags byte.
-func (b TCP) SetFlags(f uint8) { b[tcpFlags] = f }
-
-// SetWindow sets the window.
-func (b TCP) SetWindow(w uint16) { binary.BigEndian.PutUint16(b[tcpWindow:], w) }
-
-// SetUrgent sets the urgent pointer.
-func (b TCP) SetUrgent(p uint16) { binary.BigEndian.PutUint16(b[tcpUrgent:], p) }
