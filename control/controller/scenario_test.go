@@ -205,6 +205,7 @@ const holdDown = 2 * time.Second
 
 // runScenario is the behaviour both sources must show, step by step.
 func runScenario(t *testing.T, c backend) {
+	top := t // what a step starts for the steps after it lives as long as the scenario
 	port, hs := healthServers(t, 3)
 	names := []string{"egress-a", "egress-b", "egress-c"}
 	for i, n := range names {
@@ -257,7 +258,9 @@ func runScenario(t *testing.T, c backend) {
 	})
 
 	t.Run("recovered node gets work only after the hold-down", func(t *testing.T) {
-		hs[0].start(t)
+		// Not the step's t: its cleanup would stop egress-a's server
+		// again when this step ends, and the next step needs it.
+		hs[0].start(top)
 		eventually(t, 5*time.Second, "egress-a reachable again", func() (bool, string) {
 			n := unreachable(t, registries[ctrl])
 			return n == 0, fmt.Sprint(n, " unreachable")
