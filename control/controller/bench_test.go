@@ -62,7 +62,7 @@ func benchAssignCycle(b *testing.B, nNodes, nObjs, ips int) {
 	defer c.queue.ShutDown()
 	c.assign()
 	assigned := 0
-	for _, d := range c.desired {
+	for _, d := range c.mem.desired {
 		assigned += len(d.items)
 	}
 	if got := assigned; got != nObjs*ips {
@@ -72,8 +72,8 @@ func benchAssignCycle(b *testing.B, nNodes, nObjs, ips int) {
 	for i, e := range src.eips {
 		e = e.DeepCopy()
 		e.ResourceVersion = "2"
-		e.Status.Items = c.desired[e.Name].items
-		e.Annotations = map[string]string{egressv1.AnnotationStandby: c.desired[e.Name].standby}
+		e.Status.Items = c.mem.desired[e.Name].items
+		e.Annotations = map[string]string{egressv1.AnnotationStandby: c.mem.desired[e.Name].standby}
 		src.eips[i] = e
 	}
 	c.assign()
@@ -97,8 +97,8 @@ func benchAssignCycle(b *testing.B, nNodes, nObjs, ips int) {
 			c.assign()
 			e = e.DeepCopy()
 			e.ResourceVersion = fmt.Sprint(11 + 2*k)
-			e.Status.Items = c.desired[e.Name].items
-			e.Annotations[egressv1.AnnotationStandby] = c.desired[e.Name].standby
+			e.Status.Items = c.mem.desired[e.Name].items
+			e.Annotations[egressv1.AnnotationStandby] = c.mem.desired[e.Name].standby
 			src.eips[0] = e
 			c.assign()
 		}

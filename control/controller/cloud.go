@@ -150,7 +150,7 @@ func (c *Controller) placedByObject() map[string][]assign.StatusItem {
 		return nil
 	}
 	out := make(map[string][]assign.StatusItem)
-	for k, node := range c.placed {
+	for k, node := range c.mem.placed {
 		if name, ip, ok := strings.Cut(k, "/"); ok {
 			out[name] = append(out[name], assign.StatusItem{Node: node, EgressIP: ip})
 		}

@@ -135,17 +135,17 @@ type Controller struct {
 	reachMu       sync.Mutex // serialises setReachability
 	runCtx        context.Context
 
-	// statusMu guards desired and written, which the status workers read
-	// and write: the assignment holds it only to read and apply them, not
-	// for its whole cycle, so writes go on while it computes.
+	// statusMu guards mem.desired and written, which the status workers
+	// read and write: the assignment holds it only to read and apply them,
+	// not for its whole cycle, so writes go on while it computes.
 	statusMu sync.Mutex
-	desired  map[string]desired
 	written  map[string]written
 
-	mu      sync.Mutex // the assignment's own state below; held for a cycle
+	mu sync.Mutex // the assignment's own state below; held for a cycle
+	// mem is the last assignment's decisions (mem.desired also under statusMu).
+	mem     memory
 	emitted map[assign.Event]struct{}
-	nodes   map[string]*nodeHealth
-	placed  map[string]string // "object/ip" → node, from the last assignment
+	nodes   map[string]nodeHealth
 	// inc is the assignment with its memory: a cycle whose inputs did not
 	// change costs a comparison, one changed object costs that object.
 	inc assign.Incremental
@@ -154,7 +154,6 @@ type Controller struct {
 	nodeModels   perVersion[corev1.Node, assign.Node]
 	specEvents   perVersion[egressv1.EgressIP, []assign.Event]
 	storedStatus perVersion[egressv1.EgressIP, storedStatus]
-	foreign      map[string]assign.Event // by object: its status is another controller's
 	// badStandby is the malformed egret.io/standby value last reported per
 	// object, so it is logged once, not on every assignment.
 	badStandby map[string]string
@@ -181,13 +180,10 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 		src:     src,
 		log:     log,
 		now:     time.Now,
-		desired: map[string]desired{},
 		written: map[string]written{},
+		mem:     memory{desired: map[string]desired{}, placed: map[string]string{}, foreign: map[string]assign.Event{}},
 		emitted: map[assign.Event]struct{}{},
-		nodes:   map[string]*nodeHealth{},
-		placed:  map[string]string{},
-
-		foreign: map[string]assign.Event{},
+		nodes:   map[string]nodeHealth{},
 
 		badStandby: map[string]string{},
 	}
@@ -304,33 +300,38 @@ func (c *Controller) changed(k cluster.Kind) {
 	}
 }
 
+// processNext runs one work item; the queue owns the retries: an item that
+// fails is added back rate-limited, one that succeeds is forgotten.
 func (c *Controller) processNext(ctx context.Context) bool {
 	k, quit := c.queue.Get()
 	if quit {
 		return false
 	}
 	defer c.queue.Done(k)
+	var err error
 	if k.assign {
-		c.assign()
-		c.queue.Forget(k)
+		err = c.assign()
+	} else {
+		err = c.writeStatus(ctx, k.name)
+	}
+	if err != nil {
+		level := slog.LevelWarn
+		if apierrors.IsConflict(err) {
+			level = slog.LevelDebug // the cache is behind; the newer object is on its way
+		}
+		c.log.Log(ctx, level, "work item failed; retrying", "err", err)
+		c.queue.AddRateLimited(k)
 		return true
 	}
-	c.writeStatus(ctx, k)
+	c.queue.Forget(k)
 	return true
-}
-
-// candidate reports whether n may host egress IPs as far as labels go:
-// the assignable label and the configured nodeSelector.
-func (c *Controller) candidate(n *corev1.Node) bool {
-	_, ok := n.Labels[cluster.LabelEgressAssignable]
-	return ok && c.nodeSel.Matches(labels.Set(n.Labels))
 }
 
 // probeTargets lists the health address of every assignable node.
 func (c *Controller) probeTargets(nodes []*corev1.Node) map[string]string {
 	out := make(map[string]string, len(nodes))
 	for _, n := range nodes {
-		if !c.candidate(n) {
+		if !candidate(c.nodeSel, n) {
 			continue
 		}
 		if ip, ok := cluster.NodeAddress(n); ok {
@@ -340,9 +341,12 @@ func (c *Controller) probeTargets(nodes []*corev1.Node) map[string]string {
 	return out
 }
 
-// assign recomputes the whole assignment from the cached objects and queues
-// a status write for every object whose stored status differs.
-func (c *Controller) assign() {
+// assign is one cycle: it recomputes the whole assignment from the cached
+// objects with the phases of cycle.go, which emit nothing, then emits what
+// they decided: status writes queued for every object whose stored status
+// differs, moves and Warning Events, logs, metrics, cloud attachment. Its
+// error (the assignment refused its input) is the queue's to retry.
+func (c *Controller) assign() error {
 	start := c.now()
 	v := c.src.View()
 	kn, eips := v.Nodes, v.EgressIPs
@@ -351,202 +355,45 @@ func (c *Controller) assign() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	nodes := make([]assign.Node, 0, len(kn))
-	seen := make(map[string]bool, len(kn))
-	var nextHoldDownEnd time.Time
-	// The specification: egress IPs on control-plane nodes are not
-	// supported on a cluster provisioned on AWS.
-	onAWS := slices.ContainsFunc(kn, cluster.OnAWS)
-	for _, n := range kn {
-		an := c.nodeModel(n)
-		switch {
-		case !an.Assignable:
-		case onAWS && cluster.ControlPlane(n):
-			an.Excluded = "is a control-plane node of a cluster on AWS, where egress IPs on control-plane nodes are not supported"
-		case !c.nodeSel.Matches(labels.Set(n.Labels)):
-			an.Excluded = "does not match the controller's nodeSelector " + c.cfg.NodeSelector
-		}
-		an.Ready = cluster.NodeReady(n)
-		an.Cordoned = n.Spec.Unschedulable
-		reachable, known := c.reach.verdict(n.Name)
-		an.Reachable = reachable
-		if !c.candidate(n) {
-			// Not probed: the check only matters for nodes that host IPs.
-			an.Reachable, known = true, true
-		} else if _, hasAddr := cluster.NodeAddress(n); !hasAddr && !c.reach.disabled() {
-			c.log.Warn("assignable node has no InternalIP nor primary address to probe; it hosts no egress IP", "node", n.Name)
-		}
-		seen[n.Name] = true
-		h := c.nodes[n.Name]
-		if known {
-			usable := an.Ready && an.Reachable
-			switch {
-			case h == nil:
-				h = &nodeHealth{usable: usable}
-				c.nodes[n.Name] = h
-			case usable && !h.usable && c.cfg.HoldDown.Duration > 0:
-				h.holdUntil = now.Add(c.cfg.HoldDown.Duration)
-				c.log.Info("node recovered; held down before it gets egress IPs again", "node", n.Name, "until", h.holdUntil)
-				h.usable = true
-			default:
-				h.usable = usable
-			}
-		}
-		if h != nil && now.Before(h.holdUntil) {
-			an.HoldDownUntil = h.holdUntil
-			if nextHoldDownEnd.IsZero() || h.holdUntil.Before(nextHoldDownEnd) {
-				nextHoldDownEnd = h.holdUntil
-			}
-		}
-		nodes = append(nodes, an)
+	jn := nodeJudge{now: now, holdDown: c.cfg.HoldDown.Duration, drainCordoned: c.cfg.DrainCordoned,
+		sel: c.nodeSel, selector: c.cfg.NodeSelector, probing: !c.reach.disabled(),
+		model: c.nodeModel, verdict: c.reach.verdict}.judge(kn, c.nodes)
+	c.nodes = jn.health
+	c.nodeModels.keep(func(name string) bool { _, ok := jn.eligible[name]; return ok })
+	for _, name := range jn.noAddress {
+		c.log.Warn("assignable node has no InternalIP nor primary address to probe; it hosts no egress IP", "node", name)
 	}
-	for name := range c.nodes {
-		if !seen[name] {
-			delete(c.nodes, name)
-		}
+	for _, name := range jn.recovered {
+		c.log.Info("node recovered; held down before it gets egress IPs again", "node", name, "until", jn.health[name].holdUntil)
 	}
-	c.nodeModels.keep(func(name string) bool { return seen[name] })
-	if !nextHoldDownEnd.IsZero() {
-		c.queue.AddAfter(assignKey, nextHoldDownEnd.Sub(now)+time.Millisecond)
+	if !jn.holdDownEnd.IsZero() {
+		c.queue.AddAfter(assignKey, jn.holdDownEnd.Sub(now)+time.Millisecond)
 	}
 
 	c.statusMu.Lock()
-	objects := make([]assign.Object, 0, len(eips))
-	index := make(map[string]int, len(eips)) // name → its place in eips and objects
-	pending := c.placedByObject()
-	for _, e := range eips {
-		index[e.Name] = len(objects)
-		o := assign.Object{Name: e.Name, Created: e.CreationTimestamp.Time, EgressIPs: e.Spec.EgressIPs}
-		if w, ok := c.written[e.Name]; ok && w.fromRV == e.ResourceVersion {
-			o.Status, o.Standbys = w.items, w.standbys // our write is not in the cache yet
-		} else if d, ok := c.desired[e.Name]; ok && d.rv == e.ResourceVersion && d.queued && c.cloud == nil {
-			// Our write is queued: the status is being written as decided
-			// from this very object. Deciding it again from the old status
-			// could place it differently and churn (and costs a full cycle).
-			delete(c.written, e.Name)
-			o.Status, o.Standbys = d.in, d.standbys
-		} else {
-			delete(c.written, e.Name)
-			o.Status, o.Standbys = c.stored(e)
-		}
-		o.Status = withPending(o.Status, pending[e.Name])
-		objects = append(objects, o)
+	in := inputs(eips, c.written, c.mem.desired, c.cloud != nil, c.placedByObject(), c.stored)
+	for _, name := range in.stale {
+		delete(c.written, name)
 	}
+	live := func(name string) bool { _, ok := in.index[name]; return ok }
 	for name := range c.badStandby {
-		if _, ok := index[name]; !ok {
+		if !live(name) {
 			delete(c.badStandby, name)
 		}
 	}
-	live := func(name string) bool { _, ok := index[name]; return ok }
 	c.storedStatus.keep(live)
 	c.statusMu.Unlock()
-	res, delta, err := c.inc.Assign(objects, nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
+	res, delta, err := c.inc.Assign(in.objects, jn.nodes, assign.Options{AvoidCordoned: c.cfg.DrainCordoned, Now: now})
 	if err != nil {
 		// Only duplicate names, which no source produces.
 		c.metrics.ReconcileError("assign")
-		c.log.Error("assignment failed", "err", err)
-		return
-	}
-
-	eligible := map[string]bool{}
-	perNode := map[string]int{}
-	for _, n := range nodes {
-		if n.Assignable {
-			perNode[n.Name] = 0 // a series at 0, not absent, for every egress node
-		}
-		eligible[n.Name] = n.Assignable && n.AnnotationErr == nil && n.Ready && n.Reachable &&
-			!(c.cfg.DrainCordoned && n.Cordoned)
-	}
-	// Only the objects the assignment recomputed can have a new result; the
-	// others keep theirs (and their place in c.placed).
-	results := res.Objects
-	if !delta.Full {
-		results = nil
-		for _, name := range delta.Objects {
-			if i, ok := slices.BinarySearchFunc(res.Objects, name, func(r assign.ObjectResult, n string) int {
-				return strings.Compare(r.Name, n)
-			}); ok {
-				results = append(results, res.Objects[i])
-			}
-		}
+		return fmt.Errorf("assigning the egress IPs: %w", err)
 	}
 	c.statusMu.Lock()
-	var prevPlaced map[string]string
-	refreshed := false
-	if delta.Full {
-		prevPlaced, c.placed, c.desired = c.placed, map[string]string{}, make(map[string]desired, len(res.Objects))
-		clear(c.foreign)
-	} else {
-		prevPlaced = map[string]string{}
-		for _, name := range delta.Objects {
-			for _, it := range c.desired[name].items {
-				k := name + "/" + it.EgressIP
-				prevPlaced[k] = c.placed[k]
-				delete(c.placed, k)
-			}
-			delete(c.desired, name)
-			delete(c.foreign, name)
-		}
-	}
-	for _, r := range results {
-		i := index[r.Name]
-		e, recorded := eips[i], objects[i].Standbys // the standbys before this assignment
-		d := desired{rv: e.ResourceVersion}
-		standbys := map[netip.Addr]string{}
-		for _, a := range r.Status {
-			d.items = append(d.items, egressv1.EgressIPStatusItem{Node: a.Node, EgressIP: a.EgressIP})
-			d.in = append(d.in, assign.StatusItem{Node: a.Node, EgressIP: a.EgressIP})
-			if a.Standby != "" {
-				standbys[a.Addr] = a.Standby
-			}
-			k := r.Name + "/" + a.EgressIP
-			c.placed[k] = a.Node
-			if prev, ok := prevPlaced[k]; ok && prev != a.Node {
-				c.metrics.Moved(prev, !eligible[prev])
-				toStandby := recorded[a.Addr] == a.Node
-				c.log.Info("egress IP moved", "egressip", r.Name, "ip", a.EgressIP, "from", prev, "to", a.Node, "toStandby", toStandby)
-				// An admin asks `kubectl describe eip` why the source address
-				// changed; the log is on whichever replica led then.
-				why := ""
-				if !eligible[prev] {
-					why = ": " + prev + " can no longer host egress IPs (not Ready, unreachable, unlabelled or cordoned)"
-				}
-				if toStandby {
-					why += "; " + a.Node + " was its standby, which holds its connections' state"
-				}
-				c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
-					Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, corev1.EventTypeNormal, ReasonEgressIPMoved,
-					fmt.Sprintf("egress IP %s moved from %s to %s%s", a.EgressIP, prev, a.Node, why))
-			}
-		}
-		if len(standbys) > 0 {
-			d.standby, d.standbys = egressv1.FormatStandbys(standbys), standbys
-		}
-		c.desired[r.Name] = c.queueStatus(e, d)
-	}
-	if !delta.Full {
-		// An object whose result stands may still have changed (its
-		// metadata, or our own write seen back): its status is written
-		// from the object as it is now, if it differs.
-		for _, e := range eips {
-			if d, ok := c.desired[e.Name]; ok && d.rv != e.ResourceVersion {
-				c.desired[e.Name] = c.queueStatus(e, d)
-				refreshed = true
-			}
-		}
-	}
-	for name := range c.written {
-		if _, ok := index[name]; !ok {
-			delete(c.written, name)
-		}
-	}
+	dec := c.mem.decide(res, delta, eips, in, jn.eligible)
 	c.statusMu.Unlock()
-	c.cloudPlaced(c.placed)
-	for _, node := range c.placed {
-		perNode[node]++
-	}
 
-	changed := delta.Full || len(delta.Objects) > 0 || refreshed
+	changed := delta.Full || len(delta.Objects) > 0 || dec.refreshed
 	for _, e := range eips {
 		if ev, old, computed := c.specEvents.get(e.Name, e, specEvents); computed && !slices.Equal(old, ev) {
 			changed = true
@@ -561,60 +408,65 @@ func (c *Controller) assign() {
 			unassigned++
 		}
 	}
-	c.metrics.ObserveAssignment(c.now().Sub(start), perNode, int(unassigned), len(res.NoStandby))
+	perNode, heldDown := map[string]int{}, map[string]bool{}
+	for _, n := range jn.nodes {
+		if n.Assignable {
+			perNode[n.Name] = 0 // a series at 0, not absent, for every egress node
+		}
+		if !n.HoldDownUntil.IsZero() {
+			heldDown[n.Name] = true
+		}
+	}
+	for _, node := range c.mem.placed {
+		perNode[node]++
+	}
+
+	// Emitting.
+	for _, mv := range dec.moves {
+		c.metrics.Moved(mv.from, mv.failover)
+		c.log.Info("egress IP moved", "egressip", mv.object.Name, "ip", mv.ip, "from", mv.from, "to", mv.to, "toStandby", mv.toStandby)
+		c.src.Event(eipRef(mv.object, true), corev1.EventTypeNormal, ReasonEgressIPMoved, mv.message())
+	}
+	for _, name := range dec.writes {
+		c.queue.Add(qkey{name: name})
+	}
+	c.cloudPlaced(c.mem.placed)
+	c.metrics.ObserveAssignment(c.now().Sub(start), perNode, heldDown, int(unassigned), len(res.NoStandby))
 	if !changed {
-		return // the same Events as the last cycle, all emitted
+		return nil // the same Events as the last cycle, all reported
 	}
-	current := make(map[assign.Event]struct{}, len(res.Events)+len(res.NodeProblems))
-	all := slices.Concat(res.Events, res.NoStandby)
+	objEvents := slices.Concat(res.Events, res.NoStandby)
 	for _, s := range c.specEvents.m {
-		all = append(all, s.v...)
+		objEvents = append(objEvents, s.v...)
 	}
-	for _, ev := range c.foreign {
-		all = append(all, ev)
+	for _, ev := range c.mem.foreign {
+		objEvents = append(objEvents, ev)
 	}
-	for _, ev := range all {
-		current[ev] = struct{}{}
-		if _, done := c.emitted[ev]; done {
-			continue
+	report, current := toReport(c.emitted, objEvents, res.NodeProblems)
+	c.emitted = current
+	for _, ev := range report[0] {
+		if i, ok := in.index[ev.Object]; ok {
+			c.event(eipRef(eips[i], true), ev)
 		}
-		e := eips[index[ev.Object]]
-		c.event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
-			Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion}, ev)
 	}
-	for _, ev := range res.NodeProblems {
-		current[ev] = struct{}{}
-		if _, done := c.emitted[ev]; done {
-			continue
-		}
+	for _, ev := range report[1] {
 		for _, n := range kn {
 			if n.Name == ev.Object {
 				c.event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}, ev)
 			}
 		}
 	}
-	// Forgetting what no longer applies lets it be reported again if it returns.
-	c.emitted = current
+	return nil
 }
 
-// queueStatus queues the status write of e when it does not already hold
-// d, which it returns with the object's resourceVersion; an object whose
-// status another controller writes gets an Event instead.
-func (c *Controller) queueStatus(e *egressv1.EgressIP, d desired) desired {
-	d.rv, d.queued = e.ResourceVersion, false
-	delete(c.foreign, e.Name)
-	if d.matches(e) {
-		return d
+// eipRef is the reference an Event about e names, with the version of e
+// it is about if withRV.
+func eipRef(e *egressv1.EgressIP, withRV bool) *corev1.ObjectReference {
+	ref := &corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind, Name: e.Name, UID: e.UID}
+	if withRV {
+		ref.ResourceVersion = e.ResourceVersion
 	}
-	if m := cluster.ForeignStatusWriter(e); m != "" {
-		// Two writers would move the IP back and forth; yield.
-		c.foreign[e.Name] = assign.Event{Object: e.Name, Reason: ReasonStatusOwnedElsewhere,
-			Message: fmt.Sprintf("status is written by another controller (field manager %q, e.g. OVN-Kubernetes' cluster manager), so Egret does not write it and the egress IPs stay where that controller put them; to hand this EgressIP over to Egret, stop that controller and clear the status (kubectl patch egressip %s --type=merge -p '{\"status\":null}')", m, e.Name)}
-		return d
-	}
-	d.queued = true
-	c.queue.Add(qkey{name: e.Name})
-	return d
+	return ref
 }
 
 // stored is e's status and recorded standbys as the assignment reads them,
@@ -664,11 +516,13 @@ func itemsEqual(a, b []egressv1.EgressIPStatusItem) bool {
 	return slices.Equal(a, b)
 }
 
-// writeStatus stores the desired status of one object, if it differs.
-func (c *Controller) writeStatus(ctx context.Context, k qkey) {
-	obj, ok := c.src.EgressIP(k.name)
+// writeStatus stores the desired status of the EgressIP name, if it
+// differs. Its error is worth a retry; a status the API server refuses is
+// reported with an Event instead, since the same content cannot succeed.
+func (c *Controller) writeStatus(ctx context.Context, name string) error {
+	obj, ok := c.src.EgressIP(name)
 	c.statusMu.Lock()
-	d, known := c.desired[k.name]
+	d, known := c.mem.desired[name]
 	c.statusMu.Unlock()
 	d.items = c.cloudReady(d.items) // attach before claim
 	if !ok || !known || obj.ResourceVersion != d.rv || d.matches(obj) ||
@@ -676,8 +530,7 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 		// Gone, or changed since the assignment (which is queued again
 		// by that change), or already right, or another controller's
 		// since this item was queued (the assignment reports it).
-		c.queue.Forget(k)
-		return
+		return nil
 	}
 	cp := obj.DeepCopy() // never modify the cache's copy
 	cp.Status.Items = slices.Clone(d.items)
@@ -688,33 +541,29 @@ func (c *Controller) writeStatus(ctx context.Context, k qkey) {
 	switch {
 	case err == nil:
 		c.metrics.StatusWritten(false)
-		c.queue.Forget(k)
 		items := make([]assign.StatusItem, len(d.items))
 		for i, it := range d.items {
 			items[i] = assign.StatusItem{Node: it.Node, EgressIP: it.EgressIP}
 		}
 		standbys, _ := egressv1.Standbys(cp) // written by FormatStandbys: valid
 		c.statusMu.Lock()
-		c.written[k.name] = written{fromRV: obj.ResourceVersion, items: items, standbys: standbys}
+		c.written[name] = written{fromRV: obj.ResourceVersion, items: items, standbys: standbys}
 		c.statusMu.Unlock()
-		c.log.Info("status written", "egressip", k.name, "items", d.items, "standbys", d.standby)
+		c.log.Info("status written", "egressip", name, "items", d.items, "standbys", d.standby)
+		return nil
 	case apierrors.IsConflict(err):
 		// The cache is behind: the newer object triggers a new assignment;
 		// retry this one too in case it does not.
 		c.metrics.StatusWritten(true)
-		c.queue.AddRateLimited(k)
 	case apierrors.IsNotFound(err):
-		c.queue.Forget(k)
+		return nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		// Retrying the same content cannot succeed: report and stop.
 		c.metrics.ReconcileError("status")
-		c.queue.Forget(k)
-		c.log.Error("status refused by the API server", "egressip", k.name, "err", err)
-		c.src.Event(&corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind,
-			Name: obj.Name, UID: obj.UID}, corev1.EventTypeWarning, "StatusUpdateFailed", err.Error())
+		c.log.Error("status refused by the API server", "egressip", name, "err", err)
+		c.src.Event(eipRef(obj, false), corev1.EventTypeWarning, "StatusUpdateFailed", err.Error())
+		return nil
 	default:
 		c.metrics.ReconcileError("status")
-		c.log.Warn("status write failed; retrying", "egressip", k.name, "err", err)
-		c.queue.AddRateLimited(k)
 	}
+	return fmt.Errorf("writing the status of EgressIP %s: %w", name, err)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
@@ -112,75 +113,92 @@ func runMem(t *testing.T, m *memSource) *controller.Controller {
 	return startController(t, m, controller.Config{ReachabilityTotalTimeoutSeconds: &off})
 }
 
+// settle, in a synctest bubble, runs the fake clock a minute on (past any
+// retry the rate limiter schedules after a few failures: 5 ms doubling)
+// and returns once every goroutine of the bubble is durably blocked: the
+// queue is drained and no retry is pending, so what the controller would
+// still do is done. A check after it that nothing else happened is a check
+// on that signal, not on a wait.
+func settle() {
+	time.Sleep(time.Minute) // the bubble's fake clock: nothing real is waited for
+	synctest.Wait()
+}
+
 func TestStatusRetriesConflictsAndNeverMutatesTheCache(t *testing.T) {
-	e := egressIP("g", "192.168.126.11", "192.168.126.12")
-	orig := e.DeepCopy()
-	m := newMem(e)
-	m.failNext = []error{
-		apierrors.NewConflict(egressv1.GroupVersionResource.GroupResource(), "g", fmt.Errorf("stale")),
-		apierrors.NewServiceUnavailable("apiserver restarting"),
-	}
-	c := runMem(t, m)
-	eventually(t, 10*time.Second, "status written after a conflict and an error", func() (bool, string) {
-		cur, _ := m.EgressIP("g")
-		return len(cur.Status.Items) == 2, fmt.Sprint(cur.Status.Items)
+	synctest.Test(t, func(t *testing.T) {
+		e := egressIP("g", "192.168.126.11", "192.168.126.12")
+		orig := e.DeepCopy()
+		m := newMem(e)
+		m.failNext = []error{
+			apierrors.NewConflict(egressv1.GroupVersionResource.GroupResource(), "g", fmt.Errorf("stale")),
+			apierrors.NewServiceUnavailable("apiserver restarting"),
+		}
+		c := runMem(t, m)
+		eventually(t, 10*time.Second, "status written after a conflict and an error", func() (bool, string) {
+			cur, _ := m.EgressIP("g")
+			return len(cur.Status.Items) == 2, fmt.Sprint(cur.Status.Items)
+		})
+		orig.ResourceVersion = e.ResourceVersion
+		if !reflect.DeepEqual(e, orig) {
+			t.Errorf("the cached object was modified:\n%+v\nwas\n%+v", e, orig)
+		}
+		reg := registries[c]
+		conflicts, _ := gathered(t, reg, "egret_controller_status_conflicts_total", "")
+		errs, _ := gatheredBy(t, reg, "egret_controller_reconcile_errors_total", "kind", "status")
+		writes, _ := gathered(t, reg, "egret_controller_status_writes_total", "")
+		if conflicts != 1 || errs != 1 || writes != 1 {
+			t.Errorf("conflicts %v errors %v writes %v, want 1 1 1", conflicts, errs, writes)
+		}
+		// Steady state: nothing more is written.
+		settle()
+		if n, _ := m.snapshot(); n != 3 {
+			t.Errorf("%d update calls, want 3 (conflict, error, success)", n)
+		}
 	})
-	orig.ResourceVersion = e.ResourceVersion
-	if !reflect.DeepEqual(e, orig) {
-		t.Errorf("the cached object was modified:\n%+v\nwas\n%+v", e, orig)
-	}
-	reg := registries[c]
-	conflicts, _ := gathered(t, reg, "egret_controller_status_conflicts_total", "")
-	errs, _ := gatheredBy(t, reg, "egret_controller_reconcile_errors_total", "kind", "status")
-	writes, _ := gathered(t, reg, "egret_controller_status_writes_total", "")
-	if conflicts != 1 || errs != 1 || writes != 1 {
-		t.Errorf("conflicts %v errors %v writes %v, want 1 1 1", conflicts, errs, writes)
-	}
-	// Steady state: nothing more is written.
-	time.Sleep(300 * time.Millisecond)
-	if n, _ := m.snapshot(); n != 3 {
-		t.Errorf("%d update calls, want 3 (conflict, error, success)", n)
-	}
 }
 
 func TestRefusedStatusIsReportedNotRetried(t *testing.T) {
-	m := newMem(egressIP("g", "192.168.126.11"))
-	m.failNext = []error{apierrors.NewInvalid(egressv1.GroupVersionKind.GroupKind(), "g",
-		field.ErrorList{field.Invalid(field.NewPath("status", "items"), "x", "refused")})}
-	runMem(t, m)
-	eventually(t, 5*time.Second, "StatusUpdateFailed Event", func() (bool, string) {
-		_, evs := m.snapshot()
-		for _, e := range evs {
-			if e.reason == "StatusUpdateFailed" && e.name == "g" {
-				return true, ""
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem(egressIP("g", "192.168.126.11"))
+		m.failNext = []error{apierrors.NewInvalid(egressv1.GroupVersionKind.GroupKind(), "g",
+			field.ErrorList{field.Invalid(field.NewPath("status", "items"), "x", "refused")})}
+		runMem(t, m)
+		eventually(t, 5*time.Second, "StatusUpdateFailed Event", func() (bool, string) {
+			_, evs := m.snapshot()
+			for _, e := range evs {
+				if e.reason == "StatusUpdateFailed" && e.name == "g" {
+					return true, ""
+				}
 			}
+			return false, fmt.Sprint(evs)
+		})
+		settle()
+		if n, _ := m.snapshot(); n != 1 {
+			t.Errorf("%d update calls for a refused status, want 1", n)
 		}
-		return false, fmt.Sprint(evs)
 	})
-	time.Sleep(500 * time.Millisecond)
-	if n, _ := m.snapshot(); n != 1 {
-		t.Errorf("%d update calls for a refused status, want 1", n)
-	}
 }
 
 func TestEventsAreNotRepeated(t *testing.T) {
-	m := newMem(egressIP("bad", "not-an-ip", "192.168.126.11"), egressIP("other", "192.168.126.11"))
-	c := runMem(t, m)
-	eventually(t, 5*time.Second, "events", func() (bool, string) {
-		_, evs := m.snapshot()
-		return len(evs) == 3, fmt.Sprint(evs) // InvalidEgressIP + a conflict on each object
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem(egressIP("bad", "not-an-ip", "192.168.126.11"), egressIP("other", "192.168.126.11"))
+		c := runMem(t, m)
+		eventually(t, 5*time.Second, "events", func() (bool, string) {
+			_, evs := m.snapshot()
+			return len(evs) == 3, fmt.Sprint(evs) // InvalidEgressIP + a conflict on each object
+		})
+		// Unrelated changes re-run the assignment but report nothing new.
+		for range 5 {
+			m.changed(cluster.KindNode)
+		}
+		settle()
+		if _, evs := m.snapshot(); len(evs) != 3 {
+			t.Errorf("events repeated: %v", evs)
+		}
+		if n, _ := gathered(t, registries[c], "egret_controller_assignment_duration_seconds", ""); n < 2 {
+			t.Error("node changes did not re-run the assignment")
+		}
 	})
-	// Unrelated changes re-run the assignment but report nothing new.
-	for range 5 {
-		m.changed(cluster.KindNode)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if _, evs := m.snapshot(); len(evs) != 3 {
-		t.Errorf("events repeated: %v", evs)
-	}
-	if n, _ := gathered(t, registries[c], "egret_controller_assignment_duration_seconds", ""); n < 2 {
-		t.Error("node changes did not re-run the assignment")
-	}
 }
 
 func TestMoveIsAnEvent(t *testing.T) {

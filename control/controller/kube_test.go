@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -188,13 +189,24 @@ func TestLeaderElection(t *testing.T) {
 		ok, h := holder()
 		return ok && h == "replica-1", h
 	})
+	started2 := time.Now()
 	_, secondDone := start("replica-2")
 	eventually(t, 10*time.Second, "le1 assigned by the leader", statusIs(t, k, "le1", map[string]string{"192.168.126.11": "le-a"}))
-	// replica-2 must not take over while replica-1 renews.
-	time.Sleep(cfg.LeaderElection.LeaseDuration.Duration + time.Second)
-	if _, h := holder(); h != "replica-1" {
-		t.Fatalf("lease holder %q while replica-1 is alive", h)
-	}
+	// replica-2 must not take over while replica-1 renews: the Lease
+	// stays replica-1's until replica-1 has renewed it a lease duration
+	// and a retry period after replica-2 started, by when replica-2 would
+	// have found it expired had replica-1 not renewed.
+	eventually(t, 15*time.Second, "replica-1 renews past a lease duration", func() (bool, string) {
+		l, err := cs.CoordinationV1().Leases("egret-system").Get(context.Background(), "egret-controller", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+			return false, fmt.Sprint(err)
+		}
+		if h := *l.Spec.HolderIdentity; h != "replica-1" {
+			t.Fatalf("lease holder %q while replica-1 is alive", h)
+		}
+		past := started2.Add(cfg.LeaderElection.LeaseDuration.Duration + cfg.LeaderElection.RetryPeriod.Duration)
+		return l.Spec.RenewTime.Time.After(past), fmt.Sprint("renewed ", l.Spec.RenewTime.Time, ", waiting past ", past)
+	})
 
 	stopFirst()
 	select {

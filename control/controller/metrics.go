@@ -21,6 +21,7 @@ type Metrics struct {
 	probeSeconds    *prometheus.HistogramVec
 	probeFailures   *prometheus.CounterVec
 	reachable       *prometheus.GaugeVec
+	heldDown        *prometheus.GaugeVec
 	reconcileErrors *prometheus.CounterVec
 	statusWrites    prometheus.Counter
 	statusConflicts prometheus.Counter
@@ -54,6 +55,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Reachability probes that failed, by node.", "node"),
 		reachable: newGaugeVec("egret_controller_node_reachable",
 			"1 if the egress-assignable node passes the reachability check, 0 if not.", "node"),
+		heldDown: newGaugeVec("egret_controller_node_held_down",
+			"1 while the egress-assignable node, usable again after a failure, is held down and gets no new egress IPs, else 0.", "node"),
 		reconcileErrors: newCounterVec("egret_controller_reconcile_errors_total",
 			"Reconcile attempts that failed, by what was being done ("+strings.Join(ReconcileKinds, ", ")+").", "kind"),
 		statusWrites: newCounter("egret_controller_status_writes_total",
@@ -64,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"1 while this replica holds the leader lease, else 0."),
 	}
 	reg.MustRegister(c.assigned, c.unassigned, c.noStandby, c.assignSeconds, c.moves, c.failovers, c.probeSeconds,
-		c.probeFailures, c.reachable, c.reconcileErrors, c.statusWrites, c.statusConflicts, c.leader)
+		c.probeFailures, c.reachable, c.heldDown, c.reconcileErrors, c.statusWrites, c.statusConflicts, c.leader)
 	// Present from the start so dashboards and alerts see 0, not "no data".
 	for _, k := range ReconcileKinds {
 		c.reconcileErrors.WithLabelValues(k)
@@ -77,17 +80,19 @@ var ReconcileKinds = []string{"assign", "status", "event", "node"}
 
 // ObserveAssignment records one assignment computation: how long it took,
 // how many IPs each node now hosts (nodes absent from perNode host none and
-// their series is removed), how many valid IPs have no node and how many
-// assigned ones have no standby. Each node in perNode also gets its
-// failover counter, at 0 until it fails.
-func (c *Metrics) ObserveAssignment(d time.Duration, perNode map[string]int, unassigned, noStandby int) {
+// their series is removed), which of them are held down, how many valid IPs
+// have no node and how many assigned ones have no standby. Each node in
+// perNode also gets its failover counter, at 0 until it fails.
+func (c *Metrics) ObserveAssignment(d time.Duration, perNode map[string]int, heldDown map[string]bool, unassigned, noStandby int) {
 	if c == nil {
 		return
 	}
 	c.assignSeconds.Observe(d.Seconds())
 	c.assigned.Reset()
+	c.heldDown.Reset()
 	for n, k := range perNode {
 		c.assigned.WithLabelValues(n).Set(float64(k))
+		c.heldDown.WithLabelValues(n).Set(b2f(heldDown[n]))
 		// A node's failover counter exists at 0 from its first assignment:
 		// increase() over a series that appears at 1 shows nothing.
 		c.failovers.WithLabelValues(n)
@@ -137,6 +142,7 @@ func (c *Metrics) ForgetNode(node string) {
 	c.probeSeconds.DeleteLabelValues(node)
 	c.probeFailures.DeleteLabelValues(node)
 	c.assigned.DeleteLabelValues(node)
+	c.heldDown.DeleteLabelValues(node)
 }
 
 // ReconcileError counts a failed reconcile step of the given kind (one of ReconcileKinds).

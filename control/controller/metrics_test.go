@@ -11,8 +11,8 @@ import (
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	c := NewMetrics(reg)
-	c.ObserveAssignment(3*time.Millisecond, map[string]int{"gw1": 2, "gw2": 1}, 1, 2)
-	c.ObserveAssignment(1*time.Millisecond, map[string]int{"gw1": 3}, 0, 1)
+	c.ObserveAssignment(3*time.Millisecond, map[string]int{"gw1": 2, "gw2": 1}, map[string]bool{"gw2": true}, 1, 2)
+	c.ObserveAssignment(1*time.Millisecond, map[string]int{"gw1": 3, "gw3": 0}, map[string]bool{"gw3": true}, 0, 1)
 	c.Moved("gw2", true)
 	c.Moved("gw1", false)
 	c.ObserveProbe("gw1", time.Millisecond, false)
@@ -41,6 +41,8 @@ func TestMetrics(t *testing.T) {
 		{"egret_controller_probe_duration_seconds", []string{"node=gw2"}, 1},
 		{"egret_controller_probe_failures_total", []string{"node=gw1"}, 0},
 		{"egret_controller_probe_failures_total", []string{"node=gw2"}, 1},
+		{"egret_controller_node_held_down", []string{"node=gw1"}, 0},
+		{"egret_controller_node_held_down", []string{"node=gw3"}, 1},
 		{"egret_controller_node_reachable", []string{"node=gw2"}, 0},
 		{"egret_controller_node_reachable", []string{"node=gw1"}, 1},
 		{"egret_controller_reconcile_errors_total", []string{"kind=status"}, 1},
@@ -67,7 +69,7 @@ func TestMetrics(t *testing.T) {
 	}
 	// A nil *Metrics is a no-op, so components may run without metrics.
 	var nilc *Metrics
-	nilc.ObserveAssignment(time.Second, nil, 0, 0)
+	nilc.ObserveAssignment(time.Second, nil, nil, 0, 0)
 	nilc.Moved("x", true)
 	nilc.ObserveProbe("x", 0, true)
 	nilc.SetReachable("x", true)

@@ -41,7 +41,7 @@ func TestQueuedStatusIsNotDecidedAgain(t *testing.T) {
 	c.assign()
 	node := func(name string) string {
 		t.Helper()
-		d := c.desired[name]
+		d := c.mem.desired[name]
 		if len(d.items) != 1 {
 			t.Fatalf("%s: desired %+v, want one item", name, d.items)
 		}

@@ -56,6 +56,8 @@ func (h *nodeHealth) start(t *testing.T) {
 			t.Cleanup(func() { h.srv.Stop() })
 			return
 		}
+		// A real socket: the port the stopped server held can take a
+		// moment to be free again, and nothing signals when it is.
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("restarting the health server of %s: %v", h.addr, err)
@@ -131,7 +133,10 @@ func egressIP(name string, ips ...string) *egressv1.EgressIP {
 	}
 }
 
-// eventually polls cond every 20 ms until it holds or timeout passes.
+// eventually polls cond every 20 ms until it holds or timeout passes. What
+// it polls is state the test cannot be notified of (a real API server, a
+// directory, a Prometheus registry); in a synctest bubble its Sleep runs
+// the fake clock instead.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -200,6 +205,7 @@ const holdDown = 2 * time.Second
 
 // runScenario is the behaviour both sources must show, step by step.
 func runScenario(t *testing.T, c backend) {
+	top := t // what a step starts for the steps after it lives as long as the scenario
 	port, hs := healthServers(t, 3)
 	names := []string{"egress-a", "egress-b", "egress-c"}
 	for i, n := range names {
@@ -252,12 +258,21 @@ func runScenario(t *testing.T, c backend) {
 	})
 
 	t.Run("recovered node gets work only after the hold-down", func(t *testing.T) {
-		hs[0].start(t)
+		// Not the step's t: its cleanup would stop egress-a's server
+		// again when this step ends, and the next step needs it.
+		hs[0].start(top)
 		eventually(t, 5*time.Second, "egress-a reachable again", func() (bool, string) {
 			n := unreachable(t, registries[ctrl])
 			return n == 0, fmt.Sprint(n, " unreachable")
 		})
 		recovered := time.Now()
+		heldDown := func(want float64) func() (bool, string) {
+			return func() (bool, string) {
+				v, ok := gathered(t, registries[ctrl], "egret_controller_node_held_down", "egress-a")
+				return ok && v == want, fmt.Sprint("held down: ", v, " (present ", ok, ")")
+			}
+		}
+		eventually(t, 5*time.Second, "egress-a held down", heldDown(1))
 		// Loads: a 0, b 1, c 1. Balance would pick egress-a, but it is held down.
 		c.applyEgressIP(t, egressIP("group2", "192.168.126.50"))
 		eventually(t, 5*time.Second, "group2 avoids the held-down node", statusIs(t, c, "group2",
@@ -265,8 +280,10 @@ func runScenario(t *testing.T, c backend) {
 		if time.Since(recovered) >= holdDown {
 			t.Skip("the machine is too slow to observe the hold-down window")
 		}
-		// A valid assignment never moves: group1's IP stays on egress-c.
-		time.Sleep(time.Until(recovered.Add(holdDown)) + 200*time.Millisecond)
+		// The hold-down ends with a cycle of its own; from then on the
+		// node gets new work. A valid assignment never moves: group1's IP
+		// stays on egress-c.
+		eventually(t, holdDown+5*time.Second, "egress-a's hold-down over", heldDown(0))
 		c.applyEgressIP(t, egressIP("group3", "192.168.126.60"))
 		eventually(t, 5*time.Second, "group3 lands on the recovered node", statusIs(t, c, "group3",
 			map[string]string{"192.168.126.60": "egress-a"}))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
@@ -176,31 +177,33 @@ func TestStandbyKube(t *testing.T) {
 // (never a crash), the standby goes in the status's update, and unrelated
 // re-assignments write nothing.
 func TestStandbyWrittenOnlyWhenChanged(t *testing.T) {
-	x := egressIP("x", "192.168.126.10")
-	x.Annotations = map[string]string{egressv1.AnnotationStandby: `{"192.168.126.10":""}`}
-	x.Status.Items = []egressv1.EgressIPStatusItem{{Node: "n1", EgressIP: "192.168.126.10"}}
-	m := newMem(x)
-	c := runMem(t, m)
-	eventually(t, 5*time.Second, "malformed standby replaced", func() (bool, string) {
-		e, _ := m.EgressIP("x")
-		return e.Annotations[egressv1.AnnotationStandby] == `{"192.168.126.10":"n2"}`, fmt.Sprint(e.Annotations, e.Status.Items)
+	synctest.Test(t, func(t *testing.T) {
+		x := egressIP("x", "192.168.126.10")
+		x.Annotations = map[string]string{egressv1.AnnotationStandby: `{"192.168.126.10":""}`}
+		x.Status.Items = []egressv1.EgressIPStatusItem{{Node: "n1", EgressIP: "192.168.126.10"}}
+		m := newMem(x)
+		c := runMem(t, m)
+		eventually(t, 5*time.Second, "malformed standby replaced", func() (bool, string) {
+			e, _ := m.EgressIP("x")
+			return e.Annotations[egressv1.AnnotationStandby] == `{"192.168.126.10":"n2"}`, fmt.Sprint(e.Annotations, e.Status.Items)
+		})
+		if e, _ := m.EgressIP("x"); len(e.Status.Items) != 1 || e.Status.Items[0].Node != "n1" {
+			t.Errorf("status %v, want x kept on n1", e.Status.Items)
+		}
+		n, _ := m.snapshot()
+		if n != 1 {
+			t.Errorf("%d updates to replace the standby annotation, want 1", n)
+		}
+		for range 5 {
+			m.changed(cluster.KindNode)
+		}
+		eventually(t, 5*time.Second, "re-assignments", func() (bool, string) {
+			v, _ := gathered(t, registries[c], "egret_controller_assignment_duration_seconds", "")
+			return v >= 3, fmt.Sprint(v)
+		})
+		settle()
+		if again, _ := m.snapshot(); again != n {
+			t.Errorf("%d updates after unrelated re-assignments, want none (was %d)", again-n, n)
+		}
 	})
-	if e, _ := m.EgressIP("x"); len(e.Status.Items) != 1 || e.Status.Items[0].Node != "n1" {
-		t.Errorf("status %v, want x kept on n1", e.Status.Items)
-	}
-	n, _ := m.snapshot()
-	if n != 1 {
-		t.Errorf("%d updates to replace the standby annotation, want 1", n)
-	}
-	for range 5 {
-		m.changed(cluster.KindNode)
-	}
-	eventually(t, 5*time.Second, "re-assignments", func() (bool, string) {
-		v, _ := gathered(t, registries[c], "egret_controller_assignment_duration_seconds", "")
-		return v >= 3, fmt.Sprint(v)
-	})
-	time.Sleep(300 * time.Millisecond)
-	if again, _ := m.snapshot(); again != n {
-		t.Errorf("%d updates after unrelated re-assignments, want none (was %d)", again-n, n)
-	}
 }
