@@ -17,8 +17,7 @@ import (
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
-	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/config"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -27,7 +26,7 @@ type Result struct {
 	// Spec is base with Nodes and Policies filled (and VTEPs and InnerMAC
 	// defaulted from this node's Node object when base has none): typed
 	// values the engine settles as they are, without parsing them again.
-	Spec engine.Spec
+	Spec config.Spec
 	// Hosted are the egress IPs hosted here, sorted.
 	Hosted []netip.Addr
 	// Problems are inputs that were skipped; the rest is still built.
@@ -51,7 +50,7 @@ type Options struct {
 // whose namespaceSelector matches its namespace's labels and whose
 // podSelector matches its labels; when several do, the one whose name sorts
 // first owns it, and the worker steers it to that object's gateways.
-func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
+func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	var r Result
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Errorf(format, a...)) }
 	c := base
@@ -108,7 +107,7 @@ func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 				inSpec[a] = true
 			}
 		}
-		p := gateway.Policy{Name: eip.Name}
+		p := config.Policy{Name: eip.Name}
 		var ips []netip.Addr
 		for _, item := range eip.Status.Items {
 			if item.Node != node {
@@ -147,7 +146,7 @@ func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 
 	// Worker nodes: every other node with a VTEP of a family the gateway has.
 	type workerNode struct {
-		node     gateway.Node
+		node     config.Node
 		pods     []netip.Addr
 		podCIDRs []netip.Prefix
 	}
@@ -182,7 +181,7 @@ func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 		if err != nil {
 			problem("node %s: %v; using %v", n.Name, err, net.HardwareAddr(mac[:]))
 		}
-		workers[n.Name] = &workerNode{node: gateway.Node{Name: n.Name, VTEP: vtep, InnerMAC: mac}, podCIDRs: cluster.NodePodCIDRs(n)}
+		workers[n.Name] = &workerNode{node: config.Node{Name: n.Name, VTEP: vtep, InnerMAC: mac}, podCIDRs: cluster.NodePodCIDRs(n)}
 	}
 
 	// Pods: the selected ones, under their node, each address once.
@@ -243,12 +242,12 @@ func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 			}
 			podOwner[ip] = key
 			w.pods = append(w.pods, ip)
-			w.node.Pods = append(w.node.Pods, gateway.Pod{Addr: ip, Policy: owner})
+			w.node.Pods = append(w.node.Pods, config.Pod{Addr: ip, Policy: owner})
 		}
 	}
 	for _, n := range nodes {
 		if w := workers[n.Name]; w != nil {
-			slices.SortFunc(w.node.Pods, func(a, b gateway.Pod) int { return a.Addr.Compare(b.Addr) })
+			slices.SortFunc(w.node.Pods, func(a, b config.Pod) int { return a.Addr.Compare(b.Addr) })
 			c.Nodes = append(c.Nodes, w.node)
 			delete(workers, n.Name)
 		}
@@ -287,11 +286,11 @@ func nodeNetworks(nodes []*corev1.Node) []netip.Prefix {
 
 // Fenced returns s with no egress IP hosted: the data plane keeps its nodes,
 // pods and policies (and flows) but answers for no address.
-func Fenced(s engine.Spec) engine.Spec {
+func Fenced(s config.Spec) config.Spec {
 	out := s
-	out.Policies = make([]gateway.Policy, len(s.Policies))
+	out.Policies = make([]config.Policy, len(s.Policies))
 	for i, p := range s.Policies {
-		out.Policies[i] = gateway.Policy{Name: p.Name}
+		out.Policies[i] = config.Policy{Name: p.Name}
 	}
 	return out
 }
