@@ -14,7 +14,6 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
@@ -27,7 +26,7 @@ func TestFlowsSocket(t *testing.T) {
 	hosted, other := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.99")
 	pod, server := netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("198.51.100.20")
 	vtep, node := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	tunnel := gateway.TunnelVNI{Tunnel: config.TunnelVXLAN, VNI: 4096}
+	tunnel := gateway.TunnelVNI{Tunnel: gateway.TunnelVXLAN, VNI: 4096}
 	ct, err := conntrack.New(conntrack.Config{MaxFlows: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -39,9 +38,9 @@ func TestFlowsSocket(t *testing.T) {
 	}
 	snap, err := gateway.NewSnapshot(gateway.Config{
 		VTEPs: []netip.Addr{vtep}, InnerMAC: [6]byte{2, 0, 0, 0, 0xee, 1}, Tunnels: []gateway.TunnelVNI{tunnel},
-		Nodes: []config.Node{{Name: "node1", VTEP: node, InnerMAC: [6]byte{2, 0, 0, 0, 1, 1},
-			Pods: []config.Pod{{Addr: pod, Policy: "web"}}}},
-		Policies: []config.Policy{{Name: "web", EgressIPs: []netip.Addr{hosted}}},
+		Nodes: []gateway.Node{{Name: "node1", VTEP: node, InnerMAC: [6]byte{2, 0, 0, 0, 1, 1},
+			Pods: []gateway.Pod{{Addr: pod, Policy: "web"}}}},
+		Policies: []gateway.Policy{{Name: "web", EgressIPs: []netip.Addr{hosted}}},
 		Routes:   route.NewStatic(route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: route.Hop{Ifindex: 7, MTU: 1500}}),
 	})
 	if err != nil {
