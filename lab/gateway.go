@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/config"
 )
 
 // Impl starts one gateway implementation in a gateway namespace. The lab has
@@ -150,7 +150,7 @@ type FlowLimits struct {
 }
 
 // apply sets the limits that are set in c.
-func (fl FlowLimits) apply(c *engine.Config) {
+func (fl FlowLimits) apply(c *config.Config) {
 	c.ConntrackMax, c.PodFlowLimit, c.EgressIPFlowLimit = fl.ConntrackMax, fl.PodFlowLimit, fl.EgressIPFlowLimit
 }
 
@@ -226,7 +226,7 @@ func offloadsOff(ns, dev string) error {
 // instead of answered with an RST that would kill the server's end of a
 // connection the next process is about to pick up. ARP still answers, as
 // the lab's router needs it.
-func muteEgressIPs(ns string, cfg engine.Config) error {
+func muteEgressIPs(ns string, cfg config.Config) error {
 	var v4, v6 []string
 	for _, p := range cfg.Policies {
 		for _, ip := range p.EgressIPs {
@@ -254,9 +254,9 @@ func muteEgressIPs(ns string, cfg engine.Config) error {
 // NewGatewayConfig builds the file `egret gateway --config` reads for
 // gateway gw. The hosted egress IPs are on its interface already (the lab
 // puts them there as /32), so the gateway must not claim or release them.
-func NewGatewayConfig(s *Spec, gw string) engine.Config {
+func NewGatewayConfig(s *Spec, gw string) config.Config {
 	g := s.Gateway(gw)
-	c := engine.Config{
+	c := config.Config{
 		Node: g.Name, Interfaces: []string{"eth0"}, VTEPs: []string{g.IP.String()},
 		InnerMAC: mac(g.TunnelMAC), RouterV4: g.TunnelIP.String(),
 		Tunnel: "vxlan", VNI: VNI, Port: VXLANPort, EgressIPsClaimed: true,
@@ -265,14 +265,14 @@ func NewGatewayConfig(s *Spec, gw string) engine.Config {
 		c.RouterV4, c.RouterV6 = "", g.TunnelIP.String()
 	}
 	for _, w := range s.Workers {
-		n := engine.Node{Name: w.Name, VTEP: w.IP.String(), InnerMAC: mac(w.TunnelMAC)}
+		n := config.NodeEntry{Name: w.Name, VTEP: w.IP.String(), InnerMAC: mac(w.TunnelMAC)}
 		for _, p := range w.Pods {
-			n.Pods = append(n.Pods, engine.Pod{Addr: p.IP.String(), Policy: p.Policy})
+			n.Pods = append(n.Pods, config.PodEntry{Addr: p.IP.String(), Policy: p.Policy})
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	for _, p := range s.Policies {
-		cp := engine.Policy{Name: p.Name, EgressIPs: []string{}}
+		cp := config.PolicyEntry{Name: p.Name, EgressIPs: []string{}}
 		for i, h := range p.Hosts {
 			if h == gw {
 				cp.EgressIPs = append(cp.EgressIPs, p.EgressIPs[i].String())

@@ -53,7 +53,7 @@ func TestIPv6Spec(t *testing.T) {
 	if c.VTEPs[0] != "2001:db8:2::21" || c.RouterV4 != "" || c.RouterV6 != "2001:db8:19::21" || c.Nodes[0].VTEP != "2001:db8:2::11" {
 		t.Errorf("gateway config %+v: want IPv6 VTEPs and routerV6 only", c)
 	}
-	if _, err := c.Validate(); err != nil {
+	if _, err := c.Settle(); err != nil {
 		t.Errorf("the IPv6 gateway config does not pass the gateway's validation: %v", err)
 	}
 	for what, brk := range map[string]func(s *Spec){

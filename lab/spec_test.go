@@ -17,7 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/config"
 )
 
 func TestDefaultSpec(t *testing.T) {
@@ -127,11 +127,11 @@ func TestGatewayConfigYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c engine.Config
+	var c config.Config
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {
 		t.Fatalf("round trip: %v\n%s", err, b)
 	}
-	if _, err := c.Validate(); err != nil {
+	if _, err := c.Settle(); err != nil {
 		t.Errorf("the gateway rejects the lab's config: %v\n%s", err, b)
 	}
 	if c.Node != "g2" || c.VTEPs[0] != "192.0.2.22" || c.InnerMAC != "02:65:67:00:00:16" || c.VNI != VNI || c.Port != VXLANPort || !c.EgressIPsClaimed {

@@ -9,8 +9,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/gwagent"
 	"github.com/egret-gw/egret/control/steer"
-	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/config"
 	"k8s.io/client-go/rest"
 )
 
@@ -76,7 +75,7 @@ func agents(ctx context.Context, sc Scale, cfg *rest.Config, res *Result) error 
 			gw, most = n, c
 		}
 	}
-	base := engine.Spec{Interfaces: []string{"eth0"}, Tunnel: gateway.TunnelVXLAN, VNI: 100}
+	base := config.Spec{Interfaces: []string{"eth0"}, Tunnel: config.TunnelVXLAN, VNI: 100}
 	start = time.Now()
 	r := gwagent.Build(base, gw, v, gwagent.Options{})
 	built := time.Since(start)

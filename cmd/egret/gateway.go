@@ -24,6 +24,7 @@ import (
 	"github.com/egret-gw/egret/control/gwagent"
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/gateway/flowsync"
 	"github.com/egret-gw/egret/gateway/nic"
@@ -172,9 +173,9 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 // keys (logFormat, metricsAddr) in file, and the engine's configuration,
 // settled for the static gateway (set) or parsed only for agent mode (base).
 type configFile struct {
-	file *engine.Config
-	set  *engine.Settled
-	base *engine.Spec
+	file *config.Config
+	set  *config.Settled
+	base *config.Spec
 }
 
 // load reads the config file (if any), applies the flags that were set and
@@ -184,7 +185,7 @@ func (f *gatewayFlags) load() (*configFile, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := c.Validate()
+	s, err := c.Settle()
 	if err != nil {
 		if f.config != "" {
 			return nil, nil, fmt.Errorf("%s: %w", f.config, err)
@@ -225,15 +226,15 @@ func (f *gatewayFlags) loadBase() (*configFile, []byte, error) {
 }
 
 // loadRaw reads the config file (if any) and applies the flags that were set.
-func (f *gatewayFlags) loadRaw() (*engine.Config, []byte, error) {
-	c := &engine.Config{}
+func (f *gatewayFlags) loadRaw() (*config.Config, []byte, error) {
+	c := &config.Config{}
 	var raw []byte
 	if f.config != "" {
 		var err error
 		if raw, err = os.ReadFile(f.config); err != nil {
 			return nil, nil, fmt.Errorf("read config: %w", err)
 		}
-		if c, err = engine.ParseConfig(raw); err != nil {
+		if c, err = config.ParseConfig(raw); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", f.config, err)
 		}
 	}
@@ -415,7 +416,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 		return err
 	}
 	base := cf.base
-	onBase := func(*engine.Spec) {} // a reload's interfaces, for the published subnets
+	onBase := func(*config.Spec) {} // a reload's interfaces, for the published subnets
 	log, gm, err := startGatewayOutputs(f, cf)
 	if err != nil {
 		return err
@@ -466,7 +467,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 			}
 			facts = gwagent.NewFacts(gwagent.Facts{Node: f.node, Source: src, Annotate: kube.AnnotateNode, Log: log,
 				Interfaces: func() []string { return *ifaces.Load() }, Cloud: p})
-			onBase = func(s *engine.Spec) { ifaces.Store(&s.Interfaces) }
+			onBase = func(s *config.Spec) { ifaces.Store(&s.Interfaces) }
 		}
 	}
 	syncKey, err := f.loadSyncKey(log)
@@ -477,7 +478,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	var fs *flowsync.Sync
 	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
-		StartDataPlane: func(s *engine.Settled) (gwagent.DataPlane, error) {
+		StartDataPlane: func(s *config.Settled) (gwagent.DataPlane, error) {
 			e, err := engine.New(s, f.engineOptions(log))
 			if err != nil {
 				return nil, err

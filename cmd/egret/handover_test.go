@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/internal/nstest"
 )
@@ -19,10 +20,10 @@ import (
 func TestHandoverRestartOrUninstall(t *testing.T) {
 	d0, _ := nstest.Pair(t, "d0", netip.MustParsePrefix("10.77.0.1/24"), "p0", netip.MustParsePrefix("10.77.0.2/24"))
 	d0.NS.Enter(t)
-	cfg := &engine.Config{Node: "gw-test", Interfaces: []string{"d0"}, VTEPs: []string{"10.77.0.1"},
+	cfg := &config.Config{Node: "gw-test", Interfaces: []string{"d0"}, VTEPs: []string{"10.77.0.1"},
 		InnerMAC: "02:65:67:00:00:01", RouterV4: "169.254.77.1", Tunnel: "vxlan", VNI: 100, Port: 4789,
 		EgressIPsClaimed: true}
-	set, err := cfg.Validate()
+	set, err := cfg.Settle()
 	if err != nil {
 		t.Fatal(err)
 	}

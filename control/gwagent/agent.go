@@ -15,7 +15,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/health"
-	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/config"
 )
 
 // DefaultFenceAfter is how long the agent may go without contact with its
@@ -28,7 +28,7 @@ const DefaultFenceAfter = 3 * time.Second
 
 // DataPlane is the running engine as the agent drives it.
 type DataPlane interface {
-	Reload(*engine.Settled) error
+	Reload(*config.Settled) error
 	Close() error
 }
 
@@ -40,14 +40,14 @@ type Agent struct {
 	Node string
 	// Base is the static part of the configuration (interfaces, VTEPs,
 	// tunnel...); Nodes and Policies come from the source.
-	Base engine.Spec
+	Base config.Spec
 	// Source supplies the objects and the contact check: a cluster.Kube,
 	// or a cluster.Dir reader that follows the status files a controller
 	// in another process writes.
 	Source cluster.Source
 	// StartDataPlane builds and starts the data plane for the first usable
 	// configuration (engine.New + Start in the real command).
-	StartDataPlane func(*engine.Settled) (DataPlane, error)
+	StartDataPlane func(*config.Settled) (DataPlane, error)
 	// Health, if set, reports SERVING only while the data plane runs and
 	// the agent is not fenced.
 	Health *health.Server
@@ -74,13 +74,13 @@ type Agent struct {
 
 	mu      sync.Mutex
 	state   State
-	base    *engine.Spec // set by SetBase, replaces Base
+	base    *config.Spec // set by SetBase, replaces Base
 	rebuild func()       // asks the running loop for a pass
 }
 
 // SetBase replaces the static part of the configuration while the agent
 // runs (the command's SIGHUP); the next pass applies it.
-func (a *Agent) SetBase(c engine.Spec) {
+func (a *Agent) SetBase(c config.Spec) {
 	a.mu.Lock()
 	a.base = &c
 	kick := a.rebuild
@@ -90,7 +90,7 @@ func (a *Agent) SetBase(c engine.Spec) {
 	}
 }
 
-func (a *Agent) currentBase() engine.Spec {
+func (a *Agent) currentBase() config.Spec {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.base != nil {
@@ -140,7 +140,7 @@ func (a *Agent) defaults() {
 // loop holds the state of Run that only its goroutine touches.
 type loop struct {
 	dp          DataPlane
-	applied     engine.Spec
+	applied     config.Spec
 	fenced      bool
 	retry       bool
 	lastErr     string
@@ -412,7 +412,7 @@ func (a *Agent) setServing(ok bool) {
 	}
 }
 
-func hostedOf(c engine.Spec) []netip.Addr {
+func hostedOf(c config.Spec) []netip.Addr {
 	var out []netip.Addr
 	for _, p := range c.Policies {
 		out = append(out, p.EgressIPs...)

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/gateway/config"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/health"
-	"github.com/egret-gw/egret/gateway/engine"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -85,7 +85,7 @@ type fakeDP struct {
 	closed bool
 }
 
-func (d *fakeDP) Reload(s *engine.Settled) error {
+func (d *fakeDP) Reload(s *config.Settled) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.hosted = append(d.hosted, append([]netip.Addr{}, s.Hosted...))
@@ -139,7 +139,7 @@ func TestAgentFencing(t *testing.T) {
 	dp := &fakeDP{}
 	const fence = 300 * time.Millisecond
 	a := &Agent{Node: "g1", Base: base(), Source: src, Health: hs, FenceAfter: fence, Log: testLog(t),
-		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+		StartDataPlane: func(s *config.Settled) (DataPlane, error) {
 			dp.Reload(s)
 			return dp, nil
 		}}
@@ -208,7 +208,7 @@ func TestAgentWaitsForUsableConfig(t *testing.T) {
 	b.VTEPs = nil
 	started := make(chan struct{})
 	a := &Agent{Node: "g1", Base: b, Source: src, FenceAfter: time.Second, Log: testLog(t),
-		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+		StartDataPlane: func(s *config.Settled) (DataPlane, error) {
 			close(started)
 			return &fakeDP{}, nil
 		}}
@@ -239,7 +239,7 @@ func TestAgentWaitsForUsableConfig(t *testing.T) {
 
 func TestAgentStartErrors(t *testing.T) {
 	a := &Agent{Node: "g1", Base: base(), Source: &fakeSource{}, Log: testLog(t),
-		StartDataPlane: func(*engine.Settled) (DataPlane, error) { return nil, errors.New("no such interface") }}
+		StartDataPlane: func(*config.Settled) (DataPlane, error) { return nil, errors.New("no such interface") }}
 	if err := a.Run(context.Background()); err == nil {
 		t.Fatal("a data plane that cannot start must end Run with an error")
 	}
@@ -265,7 +265,7 @@ func TestAgentStalledWatch(t *testing.T) {
 	src := placedOnG1()
 	dp := &fakeDP{}
 	a := &Agent{Node: "g1", Base: base(), Source: src, FenceAfter: 300 * time.Millisecond, Log: testLog(t),
-		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+		StartDataPlane: func(s *config.Settled) (DataPlane, error) {
 			dp.Reload(s)
 			return dp, nil
 		}}
@@ -329,7 +329,7 @@ func TestAgentDrain(t *testing.T) {
 			drain = 200 * time.Millisecond
 		}
 		a := &Agent{Node: "g1", Base: base(), Source: src, Health: hs, Drain: drain, Log: testLog(t),
-			StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+			StartDataPlane: func(s *config.Settled) (DataPlane, error) {
 				dp.Reload(s)
 				return dp, nil
 			}}

@@ -16,8 +16,7 @@ import (
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
-	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/config"
 )
 
 // Result is the built configuration with what was left out and why.
@@ -25,7 +24,7 @@ type Result struct {
 	// Spec is base with Nodes and Policies filled (and VTEPs and InnerMAC
 	// defaulted from this node's Node object when base has none): typed
 	// values the engine settles as they are, without parsing them again.
-	Spec engine.Spec
+	Spec config.Spec
 	// Hosted are the egress IPs hosted here, sorted.
 	Hosted []netip.Addr
 	// Problems are inputs that were skipped; the rest is still built.
@@ -47,7 +46,7 @@ type Options struct {
 // Who leaves as what is the egress plan's (control/plan), the same value
 // the steer agents render: Build only turns the gateway's part of it into
 // the engine's Spec.
-func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
+func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	var r Result
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Errorf(format, a...)) }
 	pl := plan.Build(in, plan.Options{TrustPodIPs: opt.TrustPodIPs})
@@ -84,7 +83,7 @@ func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 	part := pl.Gateway(node, gwVTEPs)
 	r.Problems = append(r.Problems, part.Problems...)
 	for _, p := range part.Policies {
-		c.Policies = append(c.Policies, gateway.Policy{Name: p.Name, EgressIPs: p.Hosted})
+		c.Policies = append(c.Policies, config.Policy{Name: p.Name, EgressIPs: p.Hosted})
 	}
 	r.Hosted = part.Hosted
 	for _, w := range part.Workers {
@@ -92,9 +91,9 @@ func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 		if err != nil {
 			problem("node %s: %v; using %v", w.Name, err, net.HardwareAddr(mac[:]))
 		}
-		n := gateway.Node{Name: w.Name, VTEP: w.VTEP, InnerMAC: mac}
+		n := config.Node{Name: w.Name, VTEP: w.VTEP, InnerMAC: mac}
 		for _, p := range w.Pods {
-			n.Pods = append(n.Pods, gateway.Pod{Addr: p.Addr, Policy: p.Owner})
+			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -105,11 +104,11 @@ func Build(base engine.Spec, node string, in cluster.View, opt Options) Result {
 
 // Fenced returns s with no egress IP hosted: the data plane keeps its nodes,
 // pods and policies (and flows) but answers for no address.
-func Fenced(s engine.Spec) engine.Spec {
+func Fenced(s config.Spec) config.Spec {
 	out := s
-	out.Policies = make([]gateway.Policy, len(s.Policies))
+	out.Policies = make([]config.Policy, len(s.Policies))
 	for i, p := range s.Policies {
-		out.Policies[i] = gateway.Policy{Name: p.Name}
+		out.Policies[i] = config.Policy{Name: p.Name}
 	}
 	return out
 }

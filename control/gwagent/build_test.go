@@ -9,10 +9,9 @@ import (
 	"testing"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/gateway/config"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/engine"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -53,8 +52,8 @@ func pod(namespace, name, nodeName string, l map[string]string, ips ...string) *
 	return p
 }
 
-func base() engine.Spec {
-	return engine.Spec{Interfaces: []string{"eth0"}, VTEPs: []netip.Addr{addr("10.0.0.21")}, Tunnel: gateway.TunnelVXLAN, VNI: 100}
+func base() config.Spec {
+	return config.Spec{Interfaces: []string{"eth0"}, VTEPs: []netip.Addr{addr("10.0.0.21")}, Tunnel: config.TunnelVXLAN, VNI: 100}
 }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -62,7 +61,7 @@ func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 func macOf(v string) [6]byte { return cluster.VTEPMAC(addr(v)) }
 
 // podPolicies flattens the built nodes into "node/addr" → policy.
-func podPolicies(c engine.Spec) map[string]string {
+func podPolicies(c config.Spec) map[string]string {
 	out := map[string]string{}
 	for _, n := range c.Nodes {
 		for _, p := range n.Pods {
@@ -118,16 +117,16 @@ func TestBuild(t *testing.T) {
 	if !slices.Equal(r.Hosted, wantHosted) {
 		t.Errorf("hosted %v, want %v", r.Hosted, wantHosted)
 	}
-	wantPol := []gateway.Policy{{Name: "blue", EgressIPs: []netip.Addr{addr("192.0.2.10")}},
+	wantPol := []config.Policy{{Name: "blue", EgressIPs: []netip.Addr{addr("192.0.2.10")}},
 		{Name: "green", EgressIPs: []netip.Addr{addr("192.0.2.20"), addr("2001:db8::20")}}, {Name: "red"}}
 	if fmt.Sprint(c.Policies) != fmt.Sprint(wantPol) {
 		t.Errorf("policies %v, want %v", c.Policies, wantPol)
 	}
-	wantNodes := []gateway.Node{
+	wantNodes := []config.Node{
 		{Name: "g2", VTEP: addr("10.0.0.22"), InnerMAC: macOf("10.0.0.22"), Pods: nil},
-		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []gateway.Pod{
+		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []config.Pod{
 			{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("10.244.1.6"), Policy: "red"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}},
-		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: [6]byte{2, 0x65, 0x67, 0, 0, 0x12}, Pods: []gateway.Pod{{Addr: addr("10.244.2.5"), Policy: "blue"}}},
+		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: [6]byte{2, 0x65, 0x67, 0, 0, 0x12}, Pods: []config.Pod{{Addr: addr("10.244.2.5"), Policy: "blue"}}},
 	}
 	if fmt.Sprint(c.Nodes) != fmt.Sprint(wantNodes) {
 		t.Errorf("nodes\n got %v\nwant %v", c.Nodes, wantNodes)
@@ -229,9 +228,9 @@ func TestBuildBadInputs(t *testing.T) {
 func TestFenced(t *testing.T) {
 	c := base()
 	c.InnerMAC = [6]byte{2, 0, 0, 0, 0, 1}
-	c.Policies = []gateway.Policy{{Name: "a", EgressIPs: []netip.Addr{addr("192.0.2.1")}}, {Name: "b"}}
-	c.Nodes = []gateway.Node{{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: [6]byte{2, 0, 0, 0, 0, 2},
-		Pods: []gateway.Pod{{Addr: addr("10.244.1.1"), Policy: "a"}}}}
+	c.Policies = []config.Policy{{Name: "a", EgressIPs: []netip.Addr{addr("192.0.2.1")}}, {Name: "b"}}
+	c.Nodes = []config.Node{{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: [6]byte{2, 0, 0, 0, 0, 2},
+		Pods: []config.Pod{{Addr: addr("10.244.1.1"), Policy: "a"}}}}
 	f := Fenced(c)
 	if len(hostedOf(f)) != 0 || len(f.Policies) != 2 || f.Policies[0].Name != "a" || len(f.Nodes) != 1 {
 		t.Fatalf("fenced %+v", f)
@@ -378,7 +377,7 @@ func (in inputs) view() cluster.View {
 }
 
 // build is Build for in.Node.
-func build(base engine.Spec, in inputs) Result { return Build(base, in.Node, in.view(), Options{}) }
+func build(base config.Spec, in inputs) Result { return Build(base, in.Node, in.view(), Options{}) }
 
 // TestBuildNodeTrust: a worker cannot point the gateway at a VTEP that is
 // not its own InternalIP through its node-writable annotation, nor have a
@@ -399,10 +398,10 @@ func TestBuildNodeTrust(t *testing.T) {
 		},
 	}
 	r := build(base(), in)
-	wantNodes := []gateway.Node{
-		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []gateway.Pod{
+	wantNodes := []config.Node{
+		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []config.Pod{
 			{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}},
-		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: macOf("10.0.0.12"), Pods: []gateway.Pod{{Addr: addr("10.244.2.6"), Policy: "blue"}}},
+		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: macOf("10.0.0.12"), Pods: []config.Pod{{Addr: addr("10.244.2.6"), Policy: "blue"}}},
 	}
 	if fmt.Sprint(r.Spec.Nodes) != fmt.Sprint(wantNodes) {
 		t.Errorf("nodes\n got %v\nwant %v", r.Spec.Nodes, wantNodes)
@@ -419,7 +418,7 @@ func TestBuildNodeTrust(t *testing.T) {
 
 	// The admin's opt-out (--trust-pod-ips): the address is taken as the API gives it.
 	r = Build(base(), in.Node, in.view(), Options{TrustPodIPs: true})
-	wantNodes[0].Pods = []gateway.Pod{{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("10.244.2.5"), Policy: "blue"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}
+	wantNodes[0].Pods = []config.Pod{{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("10.244.2.5"), Policy: "blue"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}
 	if fmt.Sprint(r.Spec.Nodes) != fmt.Sprint(wantNodes) {
 		t.Errorf("with TrustPodIPs, nodes\n got %v\nwant %v", r.Spec.Nodes, wantNodes)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/gateway/config"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -19,7 +20,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/egret-gw/egret/control/health"
-	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/internal/nstest"
 )
@@ -264,8 +264,8 @@ var nsHealthAddr = netip.AddrPortFrom(nsGwPrefix.Addr(), health.DefaultPort).Str
 // function stops it (also called by t.Cleanup).
 func startAgent(t *testing.T, tp *nsTopo, src cluster.Source, fence time.Duration) (*Agent, func()) {
 	a := &Agent{Node: "g1", Source: src, FenceAfter: fence, Log: testLog(t),
-		Base: engine.Spec{Interfaces: []string{"d0"}, Mode: "afxdp", Tunnel: gateway.TunnelVXLAN, VNI: nsVNI, RouterV4: netip.MustParseAddr("169.254.78.1")},
-		StartDataPlane: func(s *engine.Settled) (DataPlane, error) {
+		Base: config.Spec{Interfaces: []string{"d0"}, Mode: "afxdp", Tunnel: config.TunnelVXLAN, VNI: nsVNI, RouterV4: netip.MustParseAddr("169.254.78.1")},
+		StartDataPlane: func(s *config.Settled) (DataPlane, error) {
 			e, err := engine.New(s, engine.Options{Logger: testLog(t), Announcements: 3, AnnounceInterval: 50 * time.Millisecond})
 			if err != nil {
 				return nil, err

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/egret-gw/egret/gateway/config"
 	"net"
 	"net/netip"
 	"testing"
@@ -72,7 +73,7 @@ func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
 		tb.Fatal(err)
 	}
 	w := &queueLoop{gw: p.NewProcessor(1), pool: a.Pool(), ports: []nic.Queue{a}, ifindex: []int{1}, kernelRx: []bool{false},
-		batch: DefaultBatch, wait: time.Millisecond, now: nanotime, expireEvery: int64(time.Second), expireBudget: 64,
+		batch: config.DefaultBatch, wait: time.Millisecond, now: nanotime, expireEvery: int64(time.Second), expireBudget: 64,
 		tx: make([]nic.Batch, 1)}
 	return w, b
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"errors"
+	"github.com/egret-gw/egret/gateway/config"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,8 +15,6 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/egret-gw/egret/gateway/engine"
 )
 
 var (
@@ -133,7 +132,7 @@ func (g *gatewayProc) stop(t *testing.T, sig syscall.Signal) error {
 	return nil
 }
 
-func writeConfig(t *testing.T, path string, c *engine.Config) {
+func writeConfig(t *testing.T, path string, c *config.Config) {
 	t.Helper()
 	data, err := yaml.Marshal(c)
 	if err != nil {

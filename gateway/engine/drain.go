@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/egret-gw/egret/gateway/config"
 	"net/netip"
 	"time"
 
@@ -17,7 +18,7 @@ const drainEvery = time.Second
 // tables (up to 768 KiB) until its last flow ends; without this every
 // egress IP ever hosted would keep them. An IP hosted again is no longer
 // retired. e.mu must be held.
-func (e *Engine) retire(old, set *Settled) {
+func (e *Engine) retire(old, set *config.Settled) {
 	for _, a := range set.Hosted {
 		delete(e.retired, a)
 	}

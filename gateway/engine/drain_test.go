@@ -41,7 +41,7 @@ func TestRetiredEgressIPForgotten(t *testing.T) {
 	cfg = tp.config()
 	cfg.Mode = "afxdp"
 	cfg.Policies[0].EgressIPs = nil
-	set, err := cfg.Validate()
+	set, err := cfg.Settle()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/egret-gw/egret/gateway/config"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -80,7 +81,7 @@ type Engine struct {
 	packet  bool // some interface runs on AF_PACKET: kernel drops in NFTable
 
 	mu      sync.Mutex // guards the fields below (reload, close)
-	set     *Settled
+	set     *config.Settled
 	steered map[netip.Addr]bool // egress IPs in the XDP maps
 	vteps   map[netip.Addr]bool // VTEPs in the XDP maps
 	claimed map[netip.Addr]string
@@ -98,7 +99,7 @@ type Engine struct {
 // thread: flow table, kernel route cache, XDP program and sockets on every
 // interface, egress IPs claimed. Nothing is forwarded until Start. On error
 // everything done so far is undone.
-func New(set *Settled, opt Options) (_ *Engine, err error) {
+func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	if set == nil {
 		return nil, errors.New("engine: no configuration")
 	}
@@ -225,8 +226,8 @@ func New(set *Settled, opt Options) (_ *Engine, err error) {
 }
 
 // swap builds a snapshot of set on the kernel's next-hop table and installs it.
-func (e *Engine) swap(set *Settled) error {
-	g := set.gatewayConfig()
+func (e *Engine) swap(set *config.Settled) error {
+	g := gatewayConfig(set)
 	g.Routes = e.cache
 	snap, err := gateway.NewSnapshot(g)
 	if err != nil {
@@ -262,7 +263,7 @@ func (e *Engine) Start() {
 // maps and egress IP claims updated to match. Settings that need new
 // sockets (interfaces, mode, queues, batch, flow table size) keep their
 // running values and are reported in the log.
-func (e *Engine) Reload(set *Settled) error {
+func (e *Engine) Reload(set *config.Settled) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {

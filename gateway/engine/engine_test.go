@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"bytes"
+	"github.com/egret-gw/egret/gateway/config"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -25,9 +26,9 @@ func testLogger() *slog.Logger {
 func defaultOptions() engine.Options { return engine.Options{} }
 
 // startEngine runs the engine in-process inside the gateway namespace.
-func startEngine(t *testing.T, tp *topo, cfg *engine.Config, opt engine.Options) *engine.Engine {
+func startEngine(t *testing.T, tp *topo, cfg *config.Config, opt engine.Options) *engine.Engine {
 	t.Helper()
-	set, err := cfg.Validate()
+	set, err := cfg.Settle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func testEngine(t *testing.T, mode string) {
 		cfg := tp.config()
 		cfg.Policies[0].EgressIPs = append(cfg.Policies[0].EgressIPs, second.String())
 		cfg.Mode = mode
-		set, err := cfg.Validate()
+		set, err := cfg.Settle()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +283,7 @@ func testEngine(t *testing.T, mode string) {
 		}
 		cfg = tp.config()
 		cfg.Mode = mode
-		set, _ = cfg.Validate()
+		set, _ = cfg.Settle()
 		if err := eng.Reload(set); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"github.com/egret-gw/egret/gateway/config"
 	"net"
 	"net/netip"
 	"testing"
@@ -9,7 +10,6 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
-	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/internal/nstest"
 )
 
@@ -48,17 +48,17 @@ func newTopo(t *testing.T) *topo {
 }
 
 // config is the gateway's configuration in the lab's format.
-func (tp *topo) config() *engine.Config {
-	return &engine.Config{
+func (tp *topo) config() *config.Config {
+	return &config.Config{
 		Node:       "gw-test",
 		Interfaces: []string{"d0"},
 		VTEPs:      []string{gwVTEP.String()},
 		InnerMAC:   gwInnerMAC.String(),
 		RouterV4:   "169.254.77.1",
 		Tunnel:     "vxlan", VNI: int(testVNI), Port: 4789,
-		Nodes: []engine.Node{{Name: "w1", VTEP: nodeVTEP.String(), InnerMAC: nodeMAC.String(),
-			Pods: []engine.Pod{{Addr: podIP.String(), Policy: "blue"}, {Addr: podUnsel.String()}}}},
-		Policies: []engine.Policy{{Name: "blue", EgressIPs: []string{egressIP.String()}}},
+		Nodes: []config.NodeEntry{{Name: "w1", VTEP: nodeVTEP.String(), InnerMAC: nodeMAC.String(),
+			Pods: []config.PodEntry{{Addr: podIP.String(), Policy: "blue"}, {Addr: podUnsel.String()}}}},
+		Policies: []config.PolicyEntry{{Name: "blue", EgressIPs: []string{egressIP.String()}}},
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/egret-gw/egret/gateway/config"
 	"net"
 	"time"
 	"unsafe"
@@ -56,7 +57,7 @@ func rxQueues(ifname string) int {
 
 // sizeQueues settles the queue count (the first interface's RX queues when
 // not given) and a frame size that holds the largest MTU plus encapsulation.
-func (e *Engine) sizeQueues(set *Settled) (queues, frameSize int, err error) {
+func (e *Engine) sizeQueues(set *config.Settled) (queues, frameSize int, err error) {
 	queues, frameSize = set.Queues, 2048
 	for i, name := range set.Interfaces {
 		l, err := e.nl.LinkByName(name)
@@ -79,7 +80,7 @@ func (e *Engine) sizeQueues(set *Settled) (queues, frameSize int, err error) {
 
 // buildQueueLoops makes one queue loop per pool, with that queue's socket
 // on every interface.
-func (e *Engine) buildQueueLoops(set *Settled) {
+func (e *Engine) buildQueueLoops(set *config.Settled) {
 	for q, pool := range e.pools {
 		l := &queueLoop{q: q, gw: e.pipe.NewProcessor(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
 			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
@@ -111,7 +112,7 @@ const xskBusyWait = 5 * time.Second
 // program is attached only once its sockets are registered and its maps
 // hold set's addresses, so that when it replaces the program a previous run
 // left attached (xdp.Program.Attach) it steers from its first frame.
-func (e *Engine) openInterface(name string, set *Settled) (*nic.Interface, error) {
+func (e *Engine) openInterface(name string, set *config.Settled) (*nic.Interface, error) {
 	cfg := nic.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
 		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log}
 	if cfg.Packet {

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/egret-gw/egret/gateway/xdp"
 	"net/netip"
 
 	"github.com/google/nftables"
@@ -39,7 +40,7 @@ func steerDrops(vteps, hosted []netip.Addr) [][]expr.Any {
 		rules = append(rules, append(daddr(a), drop...))
 	}
 	for _, v := range vteps {
-		for _, p := range []uint16{DefaultVXLANPort, DefaultGenevePort} {
+		for _, p := range []uint16{xdp.PortVXLAN, xdp.PortGeneve} {
 			port := make([]byte, 2)
 			binary.BigEndian.PutUint16(port, p)
 			r := append(daddr(v),

@@ -3,17 +3,17 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/egret-gw/egret/gateway/config"
 	"net"
 	"net/netip"
 
-	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/vishvananda/netlink"
 )
 
 // program puts the VTEPs and hosted egress IPs into every XDP program's maps
 // and claims the egress IPs, diffing against what is there.
-func (e *Engine) program(set *Settled) error {
+func (e *Engine) program(set *config.Settled) error {
 	wantV, wantE := addrSet(set.VTEPs), addrSet(set.Hosted)
 	var errs []error
 	for _, ifc := range e.ifcs {
@@ -62,9 +62,9 @@ func (e *Engine) program(set *Settled) error {
 // steerMaps brings one program's maps from what they hold (haveV, haveE)
 // to what set wants: its tunnel, VTEPs and hosted egress IPs. Adds come
 // before removals, so an address in both is never missing.
-func steerMaps(p *xdp.Program, set *Settled, wantV, haveV, wantE, haveE map[netip.Addr]bool) []error {
+func steerMaps(p *xdp.Program, set *config.Settled, wantV, haveV, wantE, haveE map[netip.Addr]bool) []error {
 	port := uint16(xdp.PortVXLAN)
-	if set.Tunnel == gateway.TunnelGeneve {
+	if set.Tunnel == config.TunnelGeneve {
 		port = xdp.PortGeneve
 	}
 	errs := []error{p.SetTunnels([]xdp.TunnelKey{{Port: port, VNI: set.VNI}})}
@@ -101,7 +101,7 @@ func addrSet(as []netip.Addr) map[netip.Addr]bool {
 
 // claimInterface picks the served interface whose subnet holds a (longest
 // prefix wins), or the first interface.
-func (e *Engine) claimInterface(set *Settled, a netip.Addr) string {
+func (e *Engine) claimInterface(set *config.Settled, a netip.Addr) string {
 	best, bits := set.Interfaces[0], -1
 	for _, name := range set.Interfaces {
 		l, err := e.nl.LinkByName(name)
@@ -136,7 +136,7 @@ func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
 
 // checkVTEPs warns about VTEPs that no interface of the namespace carries:
 // nodes could not resolve them.
-func (e *Engine) checkVTEPs(set *Settled) {
+func (e *Engine) checkVTEPs(set *config.Settled) {
 	addrs, err := e.nl.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return

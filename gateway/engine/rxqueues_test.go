@@ -45,7 +45,7 @@ func TestRefusesUnservedRxQueues(t *testing.T) {
 	start := func(mode string, queues int) (*engine.Engine, error) {
 		cfg := tp.config()
 		cfg.Mode, cfg.Queues = mode, queues
-		set, err := cfg.Validate()
+		set, err := cfg.Settle()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/vishvananda/netlink"
 )
@@ -44,8 +45,8 @@ func sharedTunnelPort(t gateway.Tunnel) ([]sharedDev, error) {
 // gets them anyway, and the pipeline counts them as tunnel_mismatch). One
 // with the gateway's own VNI loses its packets to this node's VTEP to the
 // gateway, which is worth more than a warning to know about.
-func (e *Engine) warnSharedTunnelPort(set *Settled) {
-	devs, err := sharedTunnelPort(set.Tunnel)
+func (e *Engine) warnSharedTunnelPort(set *config.Settled) {
+	devs, err := sharedTunnelPort(tunnelOf(set.Tunnel))
 	if err != nil {
 		e.log.Warn("engine: could not list the kernel's tunnel devices to check for one sharing the tunnel port", "err", err)
 		return

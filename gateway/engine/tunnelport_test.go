@@ -2,11 +2,11 @@ package engine
 
 import (
 	"bytes"
+	"github.com/egret-gw/egret/gateway/config"
 	"log/slog"
 	"strings"
 	"testing"
 
-	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/vishvananda/netlink"
 )
@@ -28,7 +28,7 @@ func TestWarnSharedTunnelPort(t *testing.T) {
 	ns.Enter(t)
 	var buf bytes.Buffer
 	e := &Engine{log: slog.New(slog.NewTextHandler(&buf, nil))}
-	e.warnSharedTunnelPort(&Settled{Spec: Spec{Tunnel: gateway.TunnelVXLAN, VNI: 100}})
+	e.warnSharedTunnelPort(&config.Settled{Spec: config.Spec{Tunnel: config.TunnelVXLAN, VNI: 100}})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	find := func(dev string) string {
 		for _, l := range lines {
@@ -49,7 +49,7 @@ func TestWarnSharedTunnelPort(t *testing.T) {
 	}
 	// Geneve: the same device list, looked at with the other type.
 	buf.Reset()
-	e.warnSharedTunnelPort(&Settled{Spec: Spec{Tunnel: gateway.TunnelGeneve, VNI: 100}})
+	e.warnSharedTunnelPort(&config.Settled{Spec: config.Spec{Tunnel: config.TunnelGeneve, VNI: 100}})
 	if buf.Len() != 0 {
 		t.Errorf("warned about VXLAN devices for a Geneve gateway: %s", buf.String())
 	}

@@ -134,12 +134,20 @@ func draw(graph map[string][]string) string {
 }
 
 // rules returns every broken layering rule: no role imports another role, only
-// commands and the benchmark harness import the lab, only commands import metrics,
-// and the agents render the egress plan (control/plan).
+// commands and the benchmark harness import the lab or run the engine (the
+// gateway agent and the lab write its configuration, gateway/config, which
+// imports nothing of ours), only commands import metrics, and the agents
+// render the egress plan (control/plan).
 func rules(graph map[string][]string) []string {
 	var bad []string
 	for n, deps := range graph {
+		if n == "gateway/config" && len(deps) > 0 {
+			bad = append(bad, fmt.Sprintf("gateway/config imports %s: the configuration is plain data and imports nothing of ours", strings.Join(deps, ", ")))
+		}
 		for _, d := range deps {
+			if d == "gateway/engine" && !strings.HasPrefix(n, "cmd/") && !strings.HasPrefix(n, "bench/") {
+				bad = append(bad, fmt.Sprintf("%s imports gateway/engine: only commands and bench/ run the engine; write a gateway/config.Spec", n))
+			}
 			if slices.Contains(roles, n) && slices.Contains(roles, d) {
 				bad = append(bad, fmt.Sprintf("role %s imports role %s; share through the cluster model, wire in cmd/", n, d))
 			}

@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"fmt"
@@ -8,23 +8,22 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/xdp"
 )
 
-// Defaults of the config-file keys that Spec does not have.
+// Defaults of the config-file keys that Spec does not have. The ports are
+// the ones the XDP program steers (gateway/xdp's PortVXLAN, PortGeneve; a
+// test of the engine holds them equal).
 const (
 	DefaultTunnel     = "vxlan"
-	DefaultVXLANPort  = xdp.PortVXLAN
-	DefaultGenevePort = xdp.PortGeneve
+	DefaultVXLANPort  = 4789
+	DefaultGenevePort = 6081
 )
 
 // Config is the file `egret gateway --config` reads (YAML; the JSON names
 // are the keys): the topology (the lab writes it from this type, docs/lab.md)
 // plus the run-time settings that flags may also give. It is the file's
-// schema only: Spec parses it into the engine's typed Spec, and Validate
-// settles that.
+// schema only: Spec parses it into the typed Spec, and Settle settles
+// that.
 type Config struct {
 	// Node is this gateway's node name (for logs).
 	Node string `json:"node,omitempty"`
@@ -65,9 +64,9 @@ type Config struct {
 	Port   int    `json:"port,omitempty"`
 
 	// Nodes are the worker nodes allowed to send tunnel traffic.
-	Nodes []Node `json:"nodes"`
+	Nodes []NodeEntry `json:"nodes"`
 	// Policies are the egress policies; EgressIPs lists only those hosted here.
-	Policies []Policy `json:"policies"`
+	Policies []PolicyEntry `json:"policies"`
 	// EgressIPsClaimed says the hosted egress IPs are already on the
 	// interface (put there by someone else): the gateway neither claims nor
 	// releases them.
@@ -81,24 +80,24 @@ type Config struct {
 	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
 }
 
-// Node is a worker node as a config file lists it.
-type Node struct {
-	Name     string `json:"name"`
-	VTEP     string `json:"vtep"`
-	InnerMAC string `json:"innerMAC"`
-	Pods     []Pod  `json:"pods"`
+// NodeEntry is a worker node as a config file lists it.
+type NodeEntry struct {
+	Name     string     `json:"name"`
+	VTEP     string     `json:"vtep"`
+	InnerMAC string     `json:"innerMAC"`
+	Pods     []PodEntry `json:"pods"`
 }
 
-// Pod is a pod of a node as a config file lists it; Policy is "" when no
-// policy selects it.
-type Pod struct {
+// PodEntry is a pod of a node as a config file lists it; Policy is "" when
+// no policy selects it.
+type PodEntry struct {
 	Addr   string `json:"addr"`
 	Policy string `json:"policy,omitempty"`
 }
 
-// Policy is an egress policy as a config file lists it, with the egress
-// IPs of it hosted here.
-type Policy struct {
+// PolicyEntry is an egress policy as a config file lists it, with the
+// egress IPs of it hosted here.
+type PolicyEntry struct {
 	Name      string   `json:"name"`
 	EgressIPs []string `json:"egressIPs"`
 }
@@ -130,7 +129,7 @@ func parseMAC(field, s string) ([6]byte, error) {
 	return m, nil
 }
 
-// Spec parses the file's values into the engine's typed Spec; each error
+// Spec parses the file's values into the typed Spec; each error
 // names the key at fault. Absent addresses and MACs stay zero, so a partial
 // file (the gateway agent's static part) parses too; Settle checks the rest.
 func (c *Config) Spec() (*Spec, error) {
@@ -144,9 +143,9 @@ func (c *Config) Spec() (*Spec, error) {
 	var port int
 	switch tun {
 	case "vxlan":
-		s.Tunnel, port = gateway.TunnelVXLAN, DefaultVXLANPort
+		s.Tunnel, port = TunnelVXLAN, DefaultVXLANPort
 	case "geneve":
-		s.Tunnel, port = gateway.TunnelGeneve, DefaultGenevePort
+		s.Tunnel, port = TunnelGeneve, DefaultGenevePort
 	default:
 		return nil, fieldErr("tunnel", "%q: use vxlan or geneve", c.Tunnel)
 	}
@@ -194,7 +193,7 @@ func (c *Config) Spec() (*Spec, error) {
 		}
 	}
 	for i, p := range c.Policies {
-		gp := gateway.Policy{Name: p.Name}
+		gp := Policy{Name: p.Name}
 		for j, e := range p.EgressIPs {
 			a, err := parseAddr(fmt.Sprintf("policies[%d].egressIPs[%d]", i, j), e)
 			if err != nil {
@@ -206,7 +205,7 @@ func (c *Config) Spec() (*Spec, error) {
 	}
 	for i, n := range c.Nodes {
 		f := fmt.Sprintf("nodes[%d]", i)
-		gn := gateway.Node{Name: n.Name}
+		gn := Node{Name: n.Name}
 		if gn.VTEP, err = parseAddr(f+".vtep", n.VTEP); err != nil {
 			return nil, err
 		}
@@ -218,16 +217,17 @@ func (c *Config) Spec() (*Spec, error) {
 			if err != nil {
 				return nil, err
 			}
-			gn.Pods = append(gn.Pods, gateway.Pod{Addr: a, Policy: p.Policy})
+			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy})
 		}
 		s.Nodes = append(s.Nodes, gn)
 	}
 	return s, nil
 }
 
-// Validate checks the whole file: the command's own keys (logFormat,
-// metricsAddr) and the engine's, parsed by Spec and settled by Settle.
-func (c *Config) Validate() (*Settled, error) {
+// Settle checks the whole file: the command's own keys (logFormat,
+// metricsAddr) and the engine's, parsed by Spec and settled by
+// Spec.Settle.
+func (c *Config) Settle() (*Settled, error) {
 	switch c.LogFormat {
 	case "", "text", "json":
 	default:

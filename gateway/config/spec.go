@@ -1,14 +1,16 @@
-package engine
+// Package config is the gateway's configuration as plain data: the file
+// `egret gateway --config` reads (Config), its typed form (Spec), which the
+// gateway agent builds from the cluster, and Settled, a Spec checked and
+// normalised by Settle, which the engine (gateway/engine) runs. It imports
+// no data-plane package, so that the gateway agent and the lab, which only
+// write configurations, do not depend on the engine.
+package config
 
 import (
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
-
-	"github.com/egret-gw/egret/conntrack"
-	"github.com/egret-gw/egret/gateway"
-	"github.com/egret-gw/egret/gateway/route"
 )
 
 // Defaults of the fields a Spec (or a config file) may leave out.
@@ -21,10 +23,44 @@ const (
 	DefaultVNI = 100
 )
 
+// Tunnel is the encapsulation the gateway accepts.
+type Tunnel uint8
+
+const (
+	// TunnelNone takes the default, TunnelVXLAN.
+	TunnelNone Tunnel = iota
+	// TunnelVXLAN is VXLAN (RFC 7348) on UDP port 4789.
+	TunnelVXLAN
+	// TunnelGeneve is Geneve (RFC 8926) on UDP port 6081.
+	TunnelGeneve
+)
+
+// Node is a worker node allowed to send tunnel traffic: its VTEP, its MAC
+// inside the tunnel and its pods.
+type Node struct {
+	Name     string
+	VTEP     netip.Addr
+	InnerMAC [6]byte
+	Pods     []Pod
+}
+
+// Pod is a pod address of a node and the policy that selects it ("" for
+// none: its packets are dropped as not selected).
+type Pod struct {
+	Addr   netip.Addr
+	Policy string
+}
+
+// Policy is an egress policy with the egress IPs of it hosted here.
+type Policy struct {
+	Name      string
+	EgressIPs []netip.Addr
+}
+
 // Spec is the engine's configuration in typed form. The gateway agent
 // builds it from the cluster; a config file becomes one through
-// Config.Spec. Settle validates it, once, into what New and Reload take.
-// Zero fields take the defaults their comments give.
+// Config.Spec. Settle validates it, once, into what the engine's New and
+// Reload take. Zero fields take the defaults their comments give.
 type Spec struct {
 	// Node is this gateway's node name (for logs).
 	Node string
@@ -47,7 +83,7 @@ type Spec struct {
 	// EgressIPFlowLimit those on one egress IP, so that no pod or egress
 	// IP can fill the flow table for the others (drops pod_flow_limit,
 	// egressip_flow_limit). 0 takes conntrack.DefaultLimits: a sixteenth
-	// and a half of ConntrackMax.
+	// and a half of ConntrackMax (the flow table's conntrack.DefaultLimits).
 	PodFlowLimit      int
 	EgressIPFlowLimit int
 	// EgressIPsClaimed says the hosted egress IPs are already on the
@@ -55,10 +91,10 @@ type Spec struct {
 	// releases them.
 	EgressIPsClaimed bool
 
-	// Tunnel is the only encapsulation accepted (gateway.TunnelVXLAN when
+	// Tunnel is the only encapsulation accepted (TunnelVXLAN when
 	// TunnelNone), VNI its VNI (DefaultVNI when 0): the XDP program and the
 	// pipeline drop and count tunnel packets of the other type or another VNI.
-	Tunnel gateway.Tunnel
+	Tunnel Tunnel
 	VNI    uint32
 	// VTEPs are the gateway's tunnel addresses, at most one per family.
 	VTEPs []netip.Addr
@@ -68,19 +104,19 @@ type Spec struct {
 	// to pods (optional).
 	RouterV4, RouterV6 netip.Addr
 	// Nodes are the worker nodes allowed to send tunnel traffic, with their pods.
-	Nodes []gateway.Node
+	Nodes []Node
 	// Policies are the egress policies, each with the egress IPs of it
 	// hosted here.
-	Policies []gateway.Policy
+	Policies []Policy
 	// DeniedDestinations are destinations pods may not reach through the
-	// gateway besides gateway.DefaultDeniedDestinations (always denied):
+	// gateway besides the pipeline's built-in deny-list (always denied):
 	// the cluster's node networks (the gateway agent adds every node's
 	// InternalIPs and host-cidrs). AllowedDestinations override both.
 	DeniedDestinations, AllowedDestinations []netip.Prefix
 }
 
 // Settled is a Spec that Settle validated, with defaults applied and
-// addresses unmapped: what New and Reload take. Nothing in it may be
+// addresses unmapped: what the engine's New and Reload take. Nothing in it may be
 // modified.
 type Settled struct {
 	Spec
@@ -114,6 +150,12 @@ func (s Spec) Settle() (*Settled, error) {
 	sp := &set.Spec
 	sp.DeniedDestinations = slices.Clone(s.DeniedDestinations)
 	sp.AllowedDestinations = slices.Clone(s.AllowedDestinations)
+	if err := checkPrefixes("deniedDestinations", s.DeniedDestinations); err != nil {
+		return nil, err
+	}
+	if err := checkPrefixes("allowedDestinations", s.AllowedDestinations); err != nil {
+		return nil, err
+	}
 	if len(s.Interfaces) == 0 {
 		return nil, fieldErr("interfaces", "no interface given; name at least one (or pass --iface)")
 	}
@@ -151,7 +193,7 @@ func (s Spec) Settle() (*Settled, error) {
 	case sp.ConntrackMax < 1024 || sp.ConntrackMax > 1<<27:
 		return nil, fieldErr("conntrackMax", "%d: use 1024–134217728 flows", s.ConntrackMax)
 	}
-	defPod, defIP := conntrack.DefaultLimits(sp.ConntrackMax)
+	defPod, defIP := DefaultFlowLimits(sp.ConntrackMax)
 	for _, l := range []struct {
 		key string
 		v   *int
@@ -165,9 +207,9 @@ func (s Spec) Settle() (*Settled, error) {
 		}
 	}
 	switch sp.Tunnel {
-	case gateway.TunnelNone:
-		sp.Tunnel = gateway.TunnelVXLAN
-	case gateway.TunnelVXLAN, gateway.TunnelGeneve:
+	case TunnelNone:
+		sp.Tunnel = TunnelVXLAN
+	case TunnelVXLAN, TunnelGeneve:
 	default:
 		return nil, fieldErr("tunnel", "%d: use vxlan or geneve", s.Tunnel)
 	}
@@ -231,7 +273,7 @@ func (s Spec) Settle() (*Settled, error) {
 			return nil, fieldErr(f+".name", "policy %q is listed twice", p.Name)
 		}
 		policies[p.Name] = true
-		gp := gateway.Policy{Name: p.Name}
+		gp := Policy{Name: p.Name}
 		for j, e := range p.EgressIPs {
 			ff := fmt.Sprintf("%s.egressIPs[%d]", f, j)
 			a, err := plainAddr(ff, e)
@@ -258,6 +300,7 @@ func (s Spec) Settle() (*Settled, error) {
 
 	sp.Nodes = nil
 	nodeNames := map[string]bool{}
+	vtepNode := map[netip.Addr]string{}
 	podNode := map[netip.Addr]string{}
 	for i, n := range s.Nodes {
 		f := fmt.Sprintf("nodes[%d]", i)
@@ -268,10 +311,17 @@ func (s Spec) Settle() (*Settled, error) {
 			return nil, fieldErr(f+".name", "node %q is listed twice", n.Name)
 		}
 		nodeNames[n.Name] = true
-		gn := gateway.Node{Name: n.Name, InnerMAC: n.InnerMAC}
+		gn := Node{Name: n.Name, InnerMAC: n.InnerMAC}
 		if gn.VTEP, err = plainAddr(f+".vtep", n.VTEP); err != nil {
 			return nil, err
 		}
+		if !unicast(gn.VTEP) {
+			return nil, fieldErr(f+".vtep", "%v is not a unicast address", gn.VTEP)
+		}
+		if other, dup := vtepNode[gn.VTEP]; dup {
+			return nil, fieldErr(f+".vtep", "%v is also the VTEP of node %q", gn.VTEP, other)
+		}
+		vtepNode[gn.VTEP] = n.Name
 		fam := false
 		for _, v := range sp.VTEPs {
 			fam = fam || v.Is4() == gn.VTEP.Is4()
@@ -279,12 +329,15 @@ func (s Spec) Settle() (*Settled, error) {
 		if !fam {
 			return nil, fieldErr(f+".vtep", "%v: the gateway has no VTEP of that family (see vteps)", gn.VTEP)
 		}
-		gn.Pods = make([]gateway.Pod, 0, len(n.Pods))
+		gn.Pods = make([]Pod, 0, len(n.Pods))
 		for j, p := range n.Pods {
 			ff := fmt.Sprintf("%s.pods[%d]", f, j)
 			a, err := plainAddr(ff+".addr", p.Addr)
 			if err != nil {
 				return nil, err
+			}
+			if !unicast(a) {
+				return nil, fieldErr(ff+".addr", "%v is not a unicast address", a)
 			}
 			if other, dup := podNode[a]; dup {
 				return nil, fieldErr(ff+".addr", "%v is also a pod of node %q", a, other)
@@ -293,22 +346,33 @@ func (s Spec) Settle() (*Settled, error) {
 			if p.Policy != "" && !policies[p.Policy] {
 				return nil, fieldErr(ff+".policy", "%q is not in policies", p.Policy)
 			}
-			gn.Pods = append(gn.Pods, gateway.Pod{Addr: a, Policy: p.Policy})
+			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy})
 		}
 		sp.Nodes = append(sp.Nodes, gn)
-	}
-	// The pipeline's own checks (the same ones a reload meets).
-	g := set.gatewayConfig()
-	g.Routes = route.NewStatic()
-	if _, err := gateway.NewSnapshot(g); err != nil {
-		return nil, err
 	}
 	return set, nil
 }
 
-// gatewayConfig is the data-plane part of s, without Routes.
-func (s *Settled) gatewayConfig() gateway.Config {
-	return gateway.Config{VTEPs: s.VTEPs, InnerMAC: s.InnerMAC, RouterV4: s.RouterV4, RouterV6: s.RouterV6,
-		Tunnels: []gateway.TunnelVNI{{Tunnel: s.Tunnel, VNI: s.VNI}}, Nodes: s.Nodes, Policies: s.Policies,
-		DeniedDestinations: s.DeniedDestinations, AllowedDestinations: s.AllowedDestinations}
+// unicast reports whether a is an address a packet may come from.
+func unicast(a netip.Addr) bool {
+	return !a.IsUnspecified() && !a.IsMulticast()
+}
+
+// checkPrefixes checks a destination list built in code (a file's are
+// parsed plain and masked by Config.Spec).
+func checkPrefixes(key string, l []netip.Prefix) error {
+	for i, p := range l {
+		if !p.IsValid() || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+			return fieldErr(fmt.Sprintf("%s[%d]", key, i), "%v is not a plain IPv4 or IPv6 prefix", p)
+		}
+	}
+	return nil
+}
+
+// DefaultFlowLimits are the per-pod and per-egress-IP flow limits for a
+// table of maxFlows flows: a sixteenth and a half of it, as the flow
+// table's conntrack.DefaultLimits says (a test of the engine holds them
+// equal).
+func DefaultFlowLimits(maxFlows int) (pod, egressIP int) {
+	return max(1, maxFlows/16), max(1, maxFlows/2)
 }

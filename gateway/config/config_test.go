@@ -1,0 +1,212 @@
+package config_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/egret-gw/egret/gateway/config"
+)
+
+// labConfig is a file as `egret lab up` writes it for gateway g1 (docs/lab.md).
+const labConfig = `# written by egret lab up; format in docs/lab.md
+egressIPsClaimed: true
+innerMAC: 02:65:67:00:00:15
+interfaces:
+- eth0
+node: g1
+nodes:
+- innerMAC: 02:65:67:00:00:0b
+  name: w1
+  pods:
+  - addr: 198.18.1.2
+    policy: blue
+  - addr: 198.18.1.3
+    policy: green
+  vtep: 192.0.2.11
+- innerMAC: 02:65:67:00:00:0c
+  name: w2
+  pods:
+  - addr: 198.18.2.2
+    policy: blue
+  - addr: 198.18.2.3
+  vtep: 192.0.2.12
+policies:
+- egressIPs:
+  - 192.0.2.101
+  name: blue
+- egressIPs: []
+  name: green
+port: 4789
+routerV4: 198.19.0.21
+tunnel: vxlan
+vni: 100
+vteps:
+- 192.0.2.21
+`
+
+func TestLabConfig(t *testing.T) {
+	c, err := config.ParseConfig([]byte(labConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.EgressIPsClaimed {
+		t.Error("egressIPsClaimed: true must turn claiming off")
+	}
+	if s.Mode != "auto" || s.Batch != config.DefaultBatch || s.ConntrackMax != config.DefaultConntrackMax {
+		t.Errorf("defaults not applied: %+v", s)
+	}
+	if len(s.Hosted) != 1 || s.Hosted[0] != netip.MustParseAddr("192.0.2.101") {
+		t.Errorf("hosted %v, want [192.0.2.101]", s.Hosted)
+	}
+	if len(s.VTEPs) != 1 || s.VTEPs[0] != netip.MustParseAddr("192.0.2.21") {
+		t.Errorf("vteps %v", s.VTEPs)
+	}
+	if s.Tunnel != config.TunnelVXLAN || s.VNI != 100 {
+		t.Errorf("tunnel %v VNI %d, want VXLAN 100", s.Tunnel, s.VNI)
+	}
+	g := s
+	if len(g.Nodes) != 2 || len(g.Nodes[1].Pods) != 2 || g.Nodes[1].Pods[1].Policy != "" || g.Nodes[0].Pods[1].Policy != "green" {
+		t.Errorf("nodes not carried over: %+v", g.Nodes)
+	}
+	if g.InnerMAC != [6]byte{2, 0x65, 0x67, 0, 0, 0x15} || g.RouterV4 != netip.MustParseAddr("198.19.0.21") {
+		t.Errorf("innerMAC %x routerV4 %v", g.InnerMAC, g.RouterV4)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	base := func() *config.Config {
+		c, err := config.ParseConfig([]byte(labConfig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		field string
+		edit  func(c *config.Config)
+	}{
+		{"interfaces", func(c *config.Config) { c.Interfaces = nil }},
+		{"interfaces[1]", func(c *config.Config) { c.Interfaces = []string{"eth0", "eth0"} }},
+		{"interfaces[0]", func(c *config.Config) { c.Interfaces = []string{"a/b"} }},
+		{"mode", func(c *config.Config) { c.Mode = "dpdk" }},
+		{"queues", func(c *config.Config) { c.Queues = -1 }},
+		{"batch", func(c *config.Config) { c.Batch = 16 }},
+		{"batch", func(c *config.Config) { c.Batch = 65 }},
+		{"logFormat", func(c *config.Config) { c.LogFormat = "xml" }},
+		{"metricsAddr", func(c *config.Config) { c.MetricsAddr = "9090" }},
+		{"conntrackMax", func(c *config.Config) { c.ConntrackMax = 10 }},
+		{"podFlowLimit", func(c *config.Config) { c.PodFlowLimit = -1 }},
+		{"podFlowLimit", func(c *config.Config) { c.ConntrackMax, c.PodFlowLimit = 4096, 4097 }},
+		{"egressIPFlowLimit", func(c *config.Config) { c.EgressIPFlowLimit = -5 }},
+		{"egressIPFlowLimit", func(c *config.Config) { c.EgressIPFlowLimit = config.DefaultConntrackMax + 1 }},
+		{"tunnel", func(c *config.Config) { c.Tunnel = "gre" }},
+		{"port", func(c *config.Config) { c.Port = 8472 }},
+		{"port", func(c *config.Config) { c.Tunnel = "geneve" }}, // port 4789 stays
+		{"vni", func(c *config.Config) { c.VNI = 1 << 24 }},
+		{"vteps", func(c *config.Config) { c.VTEPs = nil }},
+		{"vteps[0]", func(c *config.Config) { c.VTEPs = []string{"192.0.2"} }},
+		{"vteps[0]", func(c *config.Config) { c.VTEPs = []string{"224.0.0.1"} }},
+		{"vteps[1]", func(c *config.Config) { c.VTEPs = append(c.VTEPs, "192.0.2.22") }},
+		{"innerMAC", func(c *config.Config) { c.InnerMAC = "" }},
+		{"routerV4", func(c *config.Config) { c.RouterV4 = "fd00::1" }},
+		{"routerV6", func(c *config.Config) { c.RouterV6 = "10.0.0.1" }},
+		{"policies[1].name", func(c *config.Config) { c.Policies[1].Name = "blue" }},
+		{"policies[0].name", func(c *config.Config) { c.Policies[0].Name = "" }},
+		{"policies[0].egressIPs[0]", func(c *config.Config) { c.Policies[0].EgressIPs[0] = "x" }},
+		{"policies[0].egressIPs[0]", func(c *config.Config) { c.Policies[0].EgressIPs[0] = "127.0.0.1" }},
+		{"policies[1].egressIPs[0]", func(c *config.Config) { c.Policies[1].EgressIPs = []string{"192.0.2.101"} }},
+		{"policies[0].egressIPs[0]", func(c *config.Config) { c.Policies[0].EgressIPs[0] = "192.0.2.21" }},
+		{"nodes[0].name", func(c *config.Config) { c.Nodes[0].Name = "" }},
+		{"nodes[1].name", func(c *config.Config) { c.Nodes[1].Name = "w1" }},
+		{"nodes[0].vtep", func(c *config.Config) { c.Nodes[0].VTEP = "192.0.2.300" }},
+		{"nodes[0].vtep", func(c *config.Config) { c.Nodes[0].VTEP = "fd00::11" }},
+		{"nodes[1].innerMAC", func(c *config.Config) { c.Nodes[1].InnerMAC = "02:65" }},
+		{"nodes[1].pods[0].addr", func(c *config.Config) { c.Nodes[1].Pods[0].Addr = "198.18.1.2" }},
+		{"nodes[0].pods[1].addr", func(c *config.Config) { c.Nodes[0].Pods[1].Addr = "" }},
+		{"nodes[0].pods[0].policy", func(c *config.Config) { c.Nodes[0].Pods[0].Policy = "red" }},
+	} {
+		c := base()
+		tc.edit(c)
+		_, err := c.Settle()
+		if err == nil {
+			t.Errorf("%s: invalid config accepted", tc.field)
+			continue
+		}
+		if !strings.Contains(err.Error(), "config field "+tc.field+":") {
+			t.Errorf("%s: error %q does not name the field", tc.field, err)
+		}
+	}
+}
+
+func TestParseConfigRejects(t *testing.T) {
+	for _, in := range []string{
+		"interfaces: [eth0]\nvtep: 10.0.0.1\n", // unknown key (typo)
+		"interfaces: eth0: x\n",                // not YAML
+		"nodes: {name: w1}\n",                  // wrong shape
+		"batch: lots\n",                        // wrong type
+	} {
+		if _, err := config.ParseConfig([]byte(in)); err == nil {
+			t.Errorf("%q parsed without error", in)
+		}
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add([]byte(labConfig))
+	f.Add([]byte("interfaces: [eth0]\nvteps: ['::1']\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := config.ParseConfig(data)
+		if err != nil {
+			return
+		}
+		c.Settle() // errors are fine; panics are not
+	})
+}
+
+// The flow limits default to a sixteenth (pod) and a half (egress IP) of
+// the table, follow conntrackMax, and keep what the file sets.
+func TestFlowLimitDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		yaml          string
+		max, pod, eip int
+	}{
+		{"", config.DefaultConntrackMax, 65536, 524288},
+		{"conntrackMax: 4096\n", 4096, 256, 2048},
+		{"conntrackMax: 4096\npodFlowLimit: 100\negressIPFlowLimit: 4096\n", 4096, 100, 4096},
+	} {
+		c, err := config.ParseConfig([]byte(labConfig + tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := c.Settle()
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if set.ConntrackMax != tc.max || set.PodFlowLimit != tc.pod || set.EgressIPFlowLimit != tc.eip {
+			t.Errorf("%q: conntrackMax %d podFlowLimit %d egressIPFlowLimit %d, want %d %d %d",
+				tc.yaml, set.ConntrackMax, set.PodFlowLimit, set.EgressIPFlowLimit, tc.max, tc.pod, tc.eip)
+		}
+	}
+}
+
+func TestConfigDestinationLists(t *testing.T) {
+	c := config.Config{Interfaces: []string{"eth0"}, VTEPs: []string{"10.0.0.1"}, InnerMAC: "02:00:00:00:00:01",
+		DeniedDestinations: []string{"10.0.0.0/16"}, AllowedDestinations: []string{"10.0.5.7/32"}}
+	s, err := c.Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.DeniedDestinations) != 1 || s.DeniedDestinations[0] != netip.MustParsePrefix("10.0.0.0/16") ||
+		len(s.AllowedDestinations) != 1 {
+		t.Fatalf("lists %v %v", s.DeniedDestinations, s.AllowedDestinations)
+	}
+	c.DeniedDestinations = []string{"10.0.0.1"}
+	if _, err := c.Settle(); err == nil || !strings.Contains(err.Error(), "deniedDestinations[0]") {
+		t.Fatalf("a bare address was accepted or the error does not name the field: %v", err)
+	}
+}

@@ -1,0 +1,33 @@
+package engine
+
+import (
+	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/config"
+)
+
+// tunnelOf is the pipeline's tunnel type for a settled (never TunnelNone)
+// configuration's.
+func tunnelOf(t config.Tunnel) gateway.Tunnel {
+	if t == config.TunnelGeneve {
+		return gateway.TunnelGeneve
+	}
+	return gateway.TunnelVXLAN
+}
+
+// gatewayConfig is the data-plane part of set, without Routes.
+func gatewayConfig(set *config.Settled) gateway.Config {
+	nodes := make([]gateway.Node, len(set.Nodes))
+	for i, n := range set.Nodes {
+		nodes[i] = gateway.Node{Name: n.Name, VTEP: n.VTEP, InnerMAC: n.InnerMAC, Pods: make([]gateway.Pod, len(n.Pods))}
+		for j, p := range n.Pods {
+			nodes[i].Pods[j] = gateway.Pod{Addr: p.Addr, Policy: p.Policy}
+		}
+	}
+	policies := make([]gateway.Policy, len(set.Policies))
+	for i, p := range set.Policies {
+		policies[i] = gateway.Policy{Name: p.Name, EgressIPs: p.EgressIPs}
+	}
+	return gateway.Config{VTEPs: set.VTEPs, InnerMAC: set.InnerMAC, RouterV4: set.RouterV4, RouterV6: set.RouterV6,
+		Tunnels: []gateway.TunnelVNI{{Tunnel: tunnelOf(set.Tunnel), VNI: set.VNI}}, Nodes: nodes, Policies: policies,
+		DeniedDestinations: set.DeniedDestinations, AllowedDestinations: set.AllowedDestinations}
+}
