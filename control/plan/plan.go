@@ -44,8 +44,6 @@ type Plan struct {
 	// Problems are the inputs that were refused or could only be used in
 	// part, each as one sentence; the rest of the plan is still built.
 	Problems []error
-
-	byName map[string]int
 }
 
 // Object is a usable EgressIP object.
@@ -97,15 +95,6 @@ type Pod struct {
 // Key is the pod's namespace/name.
 func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
 
-// Object returns the object called name.
-func (p *Plan) Object(name string) (*Object, bool) {
-	i, ok := p.byName[name]
-	if !ok {
-		return nil, false
-	}
-	return &p.Objects[i], true
-}
-
 // Build computes the plan of the cluster in v. It is a pure function: it
 // reads v and modifies nothing in it.
 //
@@ -113,7 +102,7 @@ func (p *Plan) Object(name string) (*Object, bool) {
 // namespace's labels and whose podSelector matches its labels; when
 // several do, the one whose name sorts first owns it (cluster.Selector).
 func Build(v cluster.View, opt Options) *Plan {
-	p := &Plan{Nodes: map[string]*Node{}, byName: map[string]int{}}
+	p := &Plan{Nodes: map[string]*Node{}}
 	p.buildNodes(v.Nodes)
 	sel := p.buildObjects(v.EgressIPs)
 	p.buildPods(v, sel, opt)
@@ -220,7 +209,6 @@ func (p *Plan) buildObjects(eips []*egressv1.EgressIP) *cluster.Selector {
 			p.Problems = append(p.Problems, err)
 		}
 		o.Standbys = sb
-		p.byName[e.Name] = len(p.Objects)
 		p.Objects = append(p.Objects, o)
 	}
 	return sel
