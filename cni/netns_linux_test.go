@@ -1,19 +1,17 @@
 package cni
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,21 +59,18 @@ var (
 	buildErr  error
 )
 
-// pluginDir builds cmd/egress-router once and installs it under both type names.
+// pluginDir installs cmd/egress-router (built once) under both type names.
 func pluginDir(t *testing.T) string {
 	t.Helper()
+	bin := testbin.Build(t, "egress-router")
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "egress-router-bin-")
 		if buildErr != nil {
 			return
 		}
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		out, err := exec.Command(goBin, "build", "-o", filepath.Join(binDir, TypeEgressRouter), "../cmd/egress-router").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building the plugin: %v\n%s", err, out)
+		// A hard link, not a symlink: the plugin finds its settings next to
+		// the file it runs from.
+		if buildErr = os.Link(bin, filepath.Join(binDir, TypeEgressRouter)); buildErr != nil {
 			return
 		}
 		if buildErr = os.Symlink(TypeEgressRouter, filepath.Join(binDir, TypeOpenshiftEgress)); buildErr != nil {
@@ -119,6 +114,7 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	testbin.Remove()
 	os.Exit(code)
 }
 

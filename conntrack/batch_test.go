@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TrackBatch gives exactly the answers of Track called once per packet in
@@ -192,12 +194,10 @@ func TestOptimisticLookupsConsistent(t *testing.T) {
 	}
 	// At least 700 ms and 200 slow rewrites (a busy machine starves the
 	// writers), at most 5 s.
-	for start := time.Now(); time.Since(start) < 5*time.Second && !stop.Load(); {
-		time.Sleep(50 * time.Millisecond)
-		if time.Since(start) >= 700*time.Millisecond && rewrites.Load() >= 200 {
-			break
-		}
-	}
+	start := time.Now()
+	nstest.Soon(5*time.Second, func() bool {
+		return stop.Load() || time.Since(start) >= 700*time.Millisecond && rewrites.Load() >= 200
+	})
 	stop.Store(true)
 	wg.Wait()
 	if s := bad.Load(); s != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/egret-gw/egret/internal/testbin"
 )
 
 // downward holds plausible values for the downward-API fields the manifests
@@ -86,16 +88,12 @@ func shippedManifests(t *testing.T) ([]manifest, []string) {
 	return out, k.Resources
 }
 
-// buildBinaries builds the shipped binaries of this tree.
+// buildBinaries is the directory of the shipped binaries of this tree,
+// built once per test process.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/egret", "./cmd/egress-router")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return dir
+	testbin.Build(t, "egress-router")
+	return filepath.Dir(testbin.Build(t, "egret"))
 }
 
 // TestShippedArgsValidate runs every egret container of every DaemonSet and

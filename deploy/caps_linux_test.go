@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 )
 
 // gatewayCaps reads the capabilities the gateway DaemonSet adds.
@@ -36,15 +37,7 @@ func gatewayCaps(t *testing.T) []string {
 	return caps
 }
 
-func buildEgret(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "egret")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/egret").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/egret: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildEgret(t *testing.T) string { return testbin.Build(t, "egret") }
 
 // TestGatewayCapabilities runs the real `egret gateway` in AF_XDP mode in a
 // throwaway namespace with exactly the DaemonSet's capabilities (bounding

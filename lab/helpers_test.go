@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 )
 
 // requireRoot skips without root, except under CI=true where it fails.
@@ -46,36 +49,8 @@ func requireTools(t testing.TB, names ...string) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	binDir    string
-)
-
-// egretBinary builds cmd/egret once per test process.
-func egretBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "egret-lab-test-")
-		if buildErr != nil {
-			return
-		}
-		gobin := "/usr/local/go/bin/go"
-		if p, err := exec.LookPath("go"); err == nil {
-			gobin = p
-		}
-		builtBin = filepath.Join(binDir, "egret")
-		out, err := exec.Command(gobin, "build", "-o", builtBin, "github.com/egret-gw/egret/cmd/egret").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/egret: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
+// egretBinary is cmd/egret, built once per test process.
+func egretBinary(t testing.TB) string { return testbin.Build(t, "egret") }
 
 // testLabName is unique per test process ("elt" + kind + pid in base 36)
 // so that concurrent test runs on one machine never share a lab.
@@ -108,9 +83,7 @@ func removeStaleTestLabs() {
 func TestMain(m *testing.M) {
 	removeStaleTestLabs()
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testbin.Remove()
 	os.Exit(code)
 }
 
@@ -260,12 +233,12 @@ func startCapture(t testing.TB, ns, dev string) *capture {
 		if err != nil {
 			return err
 		}
-		proto := int(htons(unix.ETH_P_ALL))
+		proto := int(nstest.Htons(unix.ETH_P_ALL))
 		c.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 		if err != nil {
 			return err
 		}
-		return unix.Bind(c.fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index})
+		return unix.Bind(c.fd, &unix.SockaddrLinklayer{Protocol: nstest.Htons(unix.ETH_P_ALL), Ifindex: ifi.Index})
 	})
 	if err != nil {
 		t.Fatalf("capture on %s in %s: %v", dev, ns, err)
@@ -318,8 +291,6 @@ func (c *capture) Stop() [][]byte {
 	defer c.mu.Unlock()
 	return c.frames
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // ipv4 returns the IPv4 packet inside an Ethernet frame, or nil.
 func ipv4(frame []byte) []byte {

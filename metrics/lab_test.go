@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 	"github.com/egret-gw/egret/lab"
 )
 
@@ -148,10 +150,7 @@ func TestPrometheusLab(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "egret")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/egret").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/egret: %v\n%s", err, out)
-	}
+	bin := testbin.Build(t, "egret")
 	// "elt" + kind + pid: the lab tests' scheme, so a crashed run's lab is
 	// removed by the next lab test.
 	name := "eltp" + strconv.FormatInt(int64(os.Getpid()), 36)
@@ -235,16 +234,12 @@ func TestPrometheusLab(t *testing.T) {
 	t.Cleanup(stopTraffic)
 
 	// Every process is scraped: 3 gateways, the controller, 2 steer agents.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		r, err := api.query(`count_over_time(up[10s]) >= 5 and up == 1`)
-		if err == nil && len(r.Result) == len(targets) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Prometheus does not scrape all %d lab processes: %v %+v", len(targets), err, r)
-		}
-		time.Sleep(500 * time.Millisecond)
+	var r *vecResult
+	if !nstest.Soon(60*time.Second, func() bool {
+		r, err = api.query(`count_over_time(up[10s]) >= 5 and up == 1`)
+		return err == nil && len(r.Result) == len(targets)
+	}) {
+		t.Fatalf("Prometheus does not scrape all %d lab processes: %v %+v", len(targets), err, r)
 	}
 
 	// A failover: kill the gateway hosting the first egress IP, wait for

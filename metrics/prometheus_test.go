@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 const (
@@ -157,8 +159,8 @@ func checkRules(t *testing.T, api promAPI) {
 		LastEvaluation string `json:"lastEvaluation"`
 		State          string `json:"state"`
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var seen, pending []string
+	if !nstest.Soon(30*time.Second, func() bool {
 		data, err := api.get("/api/v1/rules", url.Values{"type": {"alert"}})
 		if err != nil {
 			t.Fatal(err)
@@ -171,7 +173,7 @@ func checkRules(t *testing.T, api promAPI) {
 		if err := json.Unmarshal(data, &rs); err != nil {
 			t.Fatal(err)
 		}
-		var seen, pending []string
+		seen, pending = nil, nil
 		bad := false
 		for _, g := range rs.Groups {
 			for _, r := range g.Rules {
@@ -189,13 +191,9 @@ func checkRules(t *testing.T, api promAPI) {
 		if len(seen) != len(want) {
 			t.Fatalf("Prometheus loaded alerts %v, the rule file has %d", seen, len(want))
 		}
-		if len(pending) == 0 || bad {
-			t.Logf("%d alert rules evaluated without error", len(seen))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("alerts never evaluated: %v", pending)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return len(pending) == 0 || bad
+	}) {
+		t.Fatalf("alerts never evaluated: %v", pending)
 	}
+	t.Logf("%d alert rules evaluated without error", len(seen))
 }

@@ -72,14 +72,12 @@ func TestReadXDPRingStats(t *testing.T) {
 	fd, ifc := droppingXSK(t, n)
 	var st XDPRingStats
 	var err error
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	nstest.Soon(3*time.Second, func() bool {
 		if st, err = ReadXDPRingStats(fd); err != nil {
 			t.Fatal(err)
 		}
-		if st.RxDropped+st.RxRingFull > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return st.RxDropped+st.RxRingFull > 0
+	})
 	t.Logf("after %d frames: %+v", n, st)
 	if st.RxDropped+st.RxRingFull == 0 || st.RxDropped+st.RxRingFull > n {
 		t.Fatalf("%d frames steered to a socket with %d buffers: XDP_STATISTICS says %+v", n, xskBuffers, st)

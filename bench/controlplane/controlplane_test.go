@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/egret-gw/egret/control/assign"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/internal/kubetest"
+	"github.com/egret-gw/egret/internal/testbin"
 )
 
 // The generated cluster is what the measurement assumes: each pod selected
@@ -141,12 +141,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "egret")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/egret")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/egret: %v\n%s", err, out)
-	}
+	bin := testbin.Build(t, "egret")
 	t.Chdir(root) // deploy/crd
 	out := t.TempDir()
 	if err := run(options{out: out, scale: 0.002, egret: bin, changes: 5, losses: 1, workers: 4}); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/internal/nstest"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -108,18 +109,6 @@ func (d *fakeDP) last() []netip.Addr {
 	return d.hosted[len(d.hosted)-1]
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func TestAgentFencing(t *testing.T) {
 	src := placedOnG1()
 	hs, err := health.Listen("127.0.0.1:0")
@@ -154,31 +143,31 @@ func TestAgentFencing(t *testing.T) {
 	isHosted := func() bool { return slices.Equal(dp.last(), ip) }
 	notHosted := func() bool { d := dp.last(); return d != nil && len(d) == 0 }
 
-	waitFor(t, "egress IP hosted at start", 2*time.Second, isHosted)
-	waitFor(t, "SERVING", 2*time.Second, serving)
+	nstest.Eventually(t, "egress IP hosted at start", 2*time.Second, isHosted)
+	nstest.Eventually(t, "SERVING", 2*time.Second, serving)
 
 	// The assignment moves away and comes back.
 	src.place("g2", true, true)
-	waitFor(t, "released when moved away", time.Second, notHosted)
+	nstest.Eventually(t, "released when moved away", time.Second, notHosted)
 	src.place("g1", true, true)
-	waitFor(t, "claimed again", time.Second, isHosted)
+	nstest.Eventually(t, "claimed again", time.Second, isHosted)
 
 	// Contact lost: released within the fence time (plus a check period).
 	src.setDown(true)
 	lost := time.Now()
-	waitFor(t, "fenced", 2*time.Second, notHosted)
+	nstest.Eventually(t, "fenced", 2*time.Second, notHosted)
 	if el := time.Since(lost); el < fence-a.CheckEvery || el > fence+2*a.CheckEvery+100*time.Millisecond {
 		t.Errorf("released %v after contact was lost; fence-after is %v", el, fence)
 	}
 	if st := a.State(); !st.Fenced || st.Serving {
 		t.Errorf("state while fenced: %+v", st)
 	}
-	waitFor(t, "NOT_SERVING while fenced", time.Second, func() bool { return !serving() })
+	nstest.Eventually(t, "NOT_SERVING while fenced", time.Second, func() bool { return !serving() })
 
 	// While out of contact the IP moved to g2; the cache has not caught up.
 	src.place("g2", false, true)
 	src.setDown(false)
-	waitFor(t, "unfenced", 2*time.Second, func() bool { return !a.State().Fenced })
+	nstest.Eventually(t, "unfenced", 2*time.Second, func() bool { return !a.State().Fenced })
 	time.Sleep(3 * a.CheckEvery)
 	if isHosted() {
 		t.Fatal("claimed an IP only the stale cache places here")
@@ -186,8 +175,8 @@ func TestAgentFencing(t *testing.T) {
 	src.place("g2", true, false)
 	// Status says g1 again, in both: claimed again and SERVING.
 	src.place("g1", true, true)
-	waitFor(t, "claimed after contact returned", 2*time.Second, isHosted)
-	waitFor(t, "SERVING again", time.Second, serving)
+	nstest.Eventually(t, "claimed after contact returned", 2*time.Second, isHosted)
+	nstest.Eventually(t, "SERVING again", time.Second, serving)
 
 	cancel()
 	if err := <-done; err != nil {
@@ -234,7 +223,7 @@ func TestAgentWaitsForUsableConfig(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("data plane not started once the Node arrived")
 	}
-	waitFor(t, "serving", time.Second, func() bool { return a.State().Serving })
+	nstest.Eventually(t, "serving", time.Second, func() bool { return a.State().Serving })
 }
 
 func TestAgentStartErrors(t *testing.T) {
@@ -277,12 +266,12 @@ func TestAgentStalledWatch(t *testing.T) {
 		<-done
 	}()
 	ip := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
-	waitFor(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+	nstest.Eventually(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
 	// Well past any settling after start.
 	time.Sleep(2 * a.FenceAfter)
 
 	src.place("g2", false, true) // the watch delivers nothing
-	waitFor(t, "released though only the fresh list moved it", 2*time.Second, func() bool {
+	nstest.Eventually(t, "released though only the fresh list moved it", 2*time.Second, func() bool {
 		d := dp.last()
 		return d != nil && len(d) == 0
 	})
@@ -290,7 +279,7 @@ func TestAgentStalledWatch(t *testing.T) {
 		t.Error("fenced although List worked throughout")
 	}
 	src.place("g1", false, true)
-	waitFor(t, "hosted again when the fresh list places it here", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+	nstest.Eventually(t, "hosted again when the fresh list places it here", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
 }
 
 // placedOnG1 is a source with gateway g1, worker w1 with pod p, and the
@@ -337,11 +326,11 @@ func TestAgentDrain(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- a.Run(ctx) }()
 		ip := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
-		waitFor(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
-		waitFor(t, "SERVING", 2*time.Second, func() bool { return check() == nil })
+		nstest.Eventually(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+		nstest.Eventually(t, "SERVING", 2*time.Second, func() bool { return check() == nil })
 
 		cancel()
-		waitFor(t, "NOT_SERVING once stopping", 2*time.Second, func() bool { return errors.Is(check(), health.ErrNotServing) })
+		nstest.Eventually(t, "NOT_SERVING once stopping", 2*time.Second, func() bool { return errors.Is(check(), health.ErrNotServing) })
 		if moved {
 			time.Sleep(100 * time.Millisecond)
 			dp.mu.Lock()

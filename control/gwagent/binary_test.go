@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +12,9 @@ import (
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 )
 
 // syncBuf is a bytes.Buffer safe for the process' writes and the test's reads.
@@ -33,18 +35,7 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-func buildEgret(t *testing.T) string {
-	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "egret")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/egret-gw/egret/cmd/egret").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/egret: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildEgret(t *testing.T) string { return testbin.Build(t, "egret") }
 
 // TestGatewayAgentBinary runs `egret gateway` in agent mode (file source)
 // in the gateway namespace: the flags reach the agent (announcement count,
@@ -92,11 +83,11 @@ func TestGatewayAgentBinary(t *testing.T) {
 			t.Logf("egret gateway log:\n%s", log.String())
 		}
 	})
-	waitFor(t, "agent running", 15*time.Second, func() bool { return strings.Contains(log.String(), "gateway: running") })
-	waitFor(t, "SERVING", 3*time.Second, func() bool { return healthOf(t, tp, nsHealthAddr) == healthpb.HealthCheckResponse_SERVING })
+	nstest.Eventually(t, "agent running", 15*time.Second, func() bool { return strings.Contains(log.String(), "gateway: running") })
+	nstest.Eventually(t, "SERVING", 3*time.Second, func() bool { return healthOf(t, tp, nsHealthAddr) == healthpb.HealthCheckResponse_SERVING })
 
 	writeStatus(t, objs, "g1")
-	waitFor(t, "egress IP claimed", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	nstest.Eventually(t, "egress IP claimed", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 	if n := tp.countGARPs(nsEgressIP, tp.d0.MAC, time.Second); n != 2 {
 		t.Errorf("captured %d gratuitous ARPs, want 2 (--announce-count 2)", n)
 	}

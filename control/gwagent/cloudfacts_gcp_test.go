@@ -50,7 +50,7 @@ func TestFactsPublishCloudGCP(t *testing.T) {
 	go f.Run(ctx)
 	want := `[{"interface":"nic0","ifaddr":{"ipv4":"10.0.1.0/24"},"capacity":{"ip":98}}]`
 	var got string
-	waitFor(t, "g1's egress-ipconfig", 20*time.Second, func() bool {
+	nstest.Eventually(t, "g1's egress-ipconfig", 20*time.Second, func() bool {
 		n, err := admin.CoreV1().Nodes().Get(ctx, "g1", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)

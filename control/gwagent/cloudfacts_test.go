@@ -74,7 +74,7 @@ func TestFactsPublishCloud(t *testing.T) {
 	}
 	// Capacity: IPv4 10 - 2 in use (10.0.1.50 is an egress IP), IPv6 10 - 1.
 	want := `[{"interface":"eni-g1","ifaddr":{"ipv4":"10.0.1.0/24","ipv6":"2600:1f18::/64"},"capacity":{"ipv4":8,"ipv6":9}}]`
-	waitFor(t, "g1's egress-ipconfig", 20*time.Second, func() bool { return ann("g1")[cluster.AnnotationEgressIPConfig] == want })
+	nstest.Eventually(t, "g1's egress-ipconfig", 20*time.Second, func() bool { return ann("g1")[cluster.AnnotationEgressIPConfig] == want })
 	if got, err := cluster.ParseEgressIPConfig(ann("g1")[cluster.AnnotationEgressIPConfig]); err != nil || got.Interface != "eni-g1" || got.Capacity.IPv4 != 8 {
 		t.Fatalf("the controller's parser reads %+v, %v", got, err)
 	}
@@ -90,11 +90,11 @@ func TestFactsPublishCloud(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = `[{"interface":"eni-g1","ifaddr":{"ipv4":"10.0.1.0/24","ipv6":"2600:1f18::/64"},"capacity":{"ipv4":7,"ipv6":9}}]`
-	waitFor(t, "g1's capacity down by one", 20*time.Second, func() bool { return ann("g1")[cluster.AnnotationEgressIPConfig] == want })
+	nstest.Eventually(t, "g1's capacity down by one", 20*time.Second, func() bool { return ann("g1")[cluster.AnnotationEgressIPConfig] == want })
 
 	// g2's annotation is another component's: left as it is.
 	run("g2")
-	waitFor(t, "g2's interface subnets", 20*time.Second, func() bool { return ann("g2")[cluster.AnnotationEgretHostCIDRs] != "" })
+	nstest.Eventually(t, "g2's interface subnets", 20*time.Second, func() bool { return ann("g2")[cluster.AnnotationEgretHostCIDRs] != "" })
 	if got := ann("g2"); got[cluster.AnnotationEgressIPConfig] != foreign || got[cluster.AnnotationEgretCloudPublisher] != "" {
 		t.Fatalf("g2's foreign egress-ipconfig was overwritten: %v", got)
 	}

@@ -107,7 +107,7 @@ func TestFactsPublish(t *testing.T) {
 	}
 	wantHost := func(want string) {
 		t.Helper()
-		waitFor(t, "host-cidrs "+want, 10*time.Second, func() bool { return ann()[cluster.AnnotationEgretHostCIDRs] == want })
+		nstest.Eventually(t, "host-cidrs "+want, 10*time.Second, func() bool { return ann()[cluster.AnnotationEgretHostCIDRs] == want })
 	}
 	wantHost(`["192.0.2.11/24","2001:db8:f::11/64"]`)
 	if got := ann()[cluster.AnnotationEgretPrimaryIfAddr]; got != `{"ipv4":"192.0.2.11/24","ipv6":"2001:db8:f::11/64"}` {

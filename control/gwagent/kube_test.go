@@ -15,6 +15,7 @@ import (
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/internal/kubetest"
+	"github.com/egret-gw/egret/internal/nstest"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -174,26 +175,26 @@ func TestAgentKube(t *testing.T) {
 	const fence = time.Second
 	a, _ := startAgent(t, tp, src, fence)
 
-	el := waitFor(t, "egress IP claimed from the API server's status", 20*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	el := nstest.Eventually(t, "egress IP claimed from the API server's status", 20*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 	t.Logf("claimed %v after start", el)
 	if from, reply := tp.roundTrip(t, seen, 41001); from.Addr() != nsEgressIP || reply == nil {
 		t.Fatalf("server saw %v (reply %v); want the egress IP", from, reply != nil)
 	}
 
 	place("g2")
-	el = waitFor(t, "released when the status moves it", 3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
+	el = nstest.Eventually(t, "released when the status moves it", 3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
 	t.Logf("released %v after the status update", el)
 	place("g1")
-	waitFor(t, "claimed again", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	nstest.Eventually(t, "claimed again", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 
 	proxy.Cut()
-	el = waitFor(t, "fenced when the API server is unreachable", fence+3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
+	el = nstest.Eventually(t, "fenced when the API server is unreachable", fence+3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
 	t.Logf("fenced %v after the API server became unreachable (fence-after %v)", el, fence)
 	if !a.State().Fenced || a.State().Serving {
 		t.Errorf("state while fenced: %+v", a.State())
 	}
 	proxy.Restore(t)
-	el = waitFor(t, "claimed when the API server is back", 10*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	el = nstest.Eventually(t, "claimed when the API server is back", 10*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 	t.Logf("claimed again %v after the API server came back", el)
 	if a.State().Fenced {
 		t.Error("still fenced")

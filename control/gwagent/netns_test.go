@@ -324,7 +324,7 @@ func TestAgentNetns(t *testing.T) {
 	a, stop := startAgent(t, tp, src, fence)
 	healthAddr, d0, gw := nsHealthAddr, tp.d0, tp.gw
 
-	waitFor(t, "data plane running", 10*time.Second, func() bool { return a.State().Running })
+	nstest.Eventually(t, "data plane running", 10*time.Second, func() bool { return a.State().Running })
 	if got := healthOf(t, tp, healthAddr); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health %v with the data plane up", got)
 	}
@@ -334,7 +334,7 @@ func TestAgentNetns(t *testing.T) {
 
 	// The controller places the IP here: claimed, announced 3 times, SNAT to it.
 	writeStatus(t, objs, "g1")
-	el := waitFor(t, "egress IP claimed", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	el := nstest.Eventually(t, "egress IP claimed", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 	t.Logf("claimed %v after the status changed", el)
 	if n := tp.countGARPs(nsEgressIP, d0.MAC, time.Second); n != 3 {
 		t.Errorf("captured %d gratuitous ARPs for %v, want 3", n, nsEgressIP)
@@ -349,17 +349,17 @@ func TestAgentNetns(t *testing.T) {
 
 	// The assignment moves to g2: released at once.
 	writeStatus(t, objs, "g2")
-	el = waitFor(t, "egress IP released", 3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
+	el = nstest.Eventually(t, "egress IP released", 3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
 	t.Logf("released %v after the status changed", el)
 
 	// Back here, then the source becomes unreachable: fenced.
 	writeStatus(t, objs, "g1")
-	waitFor(t, "egress IP claimed again", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	nstest.Eventually(t, "egress IP claimed again", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 	hidden := filepath.Join(dir, "hidden")
 	if err := os.Rename(objs, hidden); err != nil {
 		t.Fatal(err)
 	}
-	el = waitFor(t, "fenced: egress IP released", fence+2*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
+	el = nstest.Eventually(t, "fenced: egress IP released", fence+2*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
 	t.Logf("released %v after the directory became unreadable (fence-after %v)", el, fence)
 	if el > fence+a.CheckEvery+500*time.Millisecond {
 		t.Errorf("fencing took %v; fence-after is %v", el, fence)
@@ -371,8 +371,8 @@ func TestAgentNetns(t *testing.T) {
 	if err := os.Rename(hidden, objs); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "claimed after contact returned", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
-	waitFor(t, "SERVING after contact returned", 2*time.Second, func() bool {
+	nstest.Eventually(t, "claimed after contact returned", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+	nstest.Eventually(t, "SERVING after contact returned", 2*time.Second, func() bool {
 		return healthOf(t, tp, healthAddr) == healthpb.HealthCheckResponse_SERVING
 	})
 	if from, _ := tp.roundTrip(t, seen, 40002); from.Addr() != nsEgressIP {

@@ -11,6 +11,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/internal/nstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -87,12 +88,9 @@ func TestAgentInNetns(t *testing.T) {
 	waitFor := func(what string, ok func(State) bool) {
 		t.Helper()
 		var st State
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if st, err = k.Actual(); err == nil && ok(st) {
-				return
-			}
+		if !nstest.Soon(5*time.Second, func() bool { st, err = k.Actual(); return err == nil && ok(st) }) {
+			t.Fatalf("%s: kernel state %+v (%v)", what, st, err)
 		}
-		t.Fatalf("%s: kernel state %+v (%v)", what, st, err)
 	}
 	src.set(func(o *cluster.View) { o.Pods = []*corev1.Pod{k8sPod("blue", "p1", "w1", podIP4.String())} })
 	waitFor("pod selected, no gateway", func(st State) bool {

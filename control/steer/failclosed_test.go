@@ -19,6 +19,7 @@ import (
 	"github.com/egret-gw/egret/internal/nsenter"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -612,12 +613,9 @@ func waitKernel(t *testing.T, k *Kernel, what string, ok func(State) bool) {
 	t.Helper()
 	var st State
 	var err error
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if st, err = k.Actual(); err == nil && ok(st) {
-			return
-		}
+	if !nstest.Soon(5*time.Second, func() bool { st, err = k.Actual(); return err == nil && ok(st) }) {
+		t.Fatalf("%s: kernel state %+v (%v)", what, st, err)
 	}
-	t.Fatalf("%s: kernel state %+v (%v)", what, st, err)
 }
 
 // TestPodNetworksInKernel: the interval sets hold what Apply writes, read

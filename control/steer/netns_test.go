@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/internal/nsenter"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // requirePrivileged skips outside CI when the test cannot build namespaces,
@@ -157,7 +158,7 @@ func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 		if err != nil {
 			return err
 		}
-		proto := int(htons(unix.ETH_P_ALL))
+		proto := int(nstest.Htons(unix.ETH_P_ALL))
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 		if err != nil {
 			return err
@@ -166,7 +167,7 @@ func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 			unix.Close(fd)
 			return fmt.Errorf("SO_RCVBUFFORCE: %w", err)
 		}
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: nstest.Htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 			unix.Close(fd)
 			return err
 		}
@@ -220,8 +221,6 @@ func (c *capturer) stop() {
 		c.fd = -1
 	}
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // writeUDP sends payload n times from src (the zero AddrPort: any) to dst,
 // in the calling thread's namespace.

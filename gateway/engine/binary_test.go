@@ -3,50 +3,24 @@ package engine_test
 import (
 	"bytes"
 	"errors"
-	"github.com/egret-gw/egret/gateway/config"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/egret-gw/egret/gateway/config"
+	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// egretBinary builds cmd/egret once per test binary run.
-func egretBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "egret-engine-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		builtBin = filepath.Join(dir, "egret")
-		out, err := exec.Command(gobin, "build", "-o", builtBin, "github.com/egret-gw/egret/cmd/egret").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New("go build ./cmd/egret: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
+// egretBinary is cmd/egret, built once per test process.
+func egretBinary(t *testing.T) string { return testbin.Build(t, "egret") }
 
 // gatewayProc is `egret gateway` running in the gateway namespace.
 type gatewayProc struct {
@@ -101,20 +75,17 @@ func (tp *topo) startGateway(t *testing.T, bin string, args ...string) *gatewayP
 // egress IP, failing if the process exits first.
 func (tp *topo) waitReady(t *testing.T, g *gatewayProc) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	if !nstest.Soon(15*time.Second, func() bool {
 		select {
 		case err := <-g.done:
 			g.done <- err
 			t.Fatalf("egret gateway exited during start: %v\n%s", err, g.output())
 		default:
 		}
-		if tp.xdpAttached(t) && tp.hasAddr(t, egressIP) && bytes.Contains([]byte(g.output()), []byte("gateway: running")) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		return tp.xdpAttached(t) && tp.hasAddr(t, egressIP) && bytes.Contains([]byte(g.output()), []byte("gateway: running"))
+	}) {
+		t.Fatalf("egret gateway not ready after 15s:\n%s", g.output())
 	}
-	t.Fatalf("egret gateway not ready after 15s:\n%s", g.output())
 }
 
 func (g *gatewayProc) stop(t *testing.T, sig syscall.Signal) error {
@@ -170,12 +141,8 @@ func TestGatewayBinary(t *testing.T) {
 	second := netip.MustParseAddr("10.77.0.101")
 	cfg.Policies[0].EgressIPs = append(cfg.Policies[0].EgressIPs, second.String())
 	writeConfig(t, cfgPath, cfg)
-	deadline := time.Now().Add(5 * time.Second)
-	for !tp.hasAddr(t, second) {
-		if time.Now().After(deadline) {
-			t.Fatalf("config file change not applied: %v not claimed\n%s", second, g.output())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !nstest.Soon(5*time.Second, func() bool { return tp.hasAddr(t, second) }) {
+		t.Fatalf("config file change not applied: %v not claimed\n%s", second, g.output())
 	}
 	if err := g.stop(t, syscall.SIGTERM); err != nil {
 		t.Fatalf("egret gateway exited with %v after SIGTERM\n%s", err, g.output())

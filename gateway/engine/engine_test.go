@@ -17,6 +17,7 @@ import (
 
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 func testLogger() *slog.Logger {
@@ -48,17 +49,11 @@ func startEngine(t *testing.T, tp *topo, cfg *config.Config, opt engine.Options)
 // waitStat polls the engine's counters until cond holds or a second passes.
 func waitStat(t *testing.T, eng *engine.Engine, what string, cond func(engine.Stats) bool) engine.Stats {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		s := eng.Stats()
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached; stats %+v", what, s)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var s engine.Stats
+	if !nstest.Soon(2*time.Second, func() bool { s = eng.Stats(); return cond(s) }) {
+		t.Fatalf("%s: not reached; stats %+v", what, s)
 	}
+	return s
 }
 
 // TestEngine runs the engine in-process on a veth pair, on AF_XDP and on

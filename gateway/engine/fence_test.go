@@ -14,6 +14,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/egret-gw/egret/gateway/claim"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // probe is what the peer sends to an egress IP, and what would betray a
@@ -147,16 +148,15 @@ func TestKilledGatewayLeavesIPsMute(t *testing.T) {
 // whatever mode (waitReady also wants XDP).
 func (tp *topo) waitRunning(t *testing.T, g *gatewayProc) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	if !nstest.Soon(15*time.Second, func() bool {
 		select {
 		case err := <-g.done:
 			g.done <- err
 			t.Fatalf("egret gateway exited during start: %v\n%s", err, g.output())
 		default:
 		}
-		if tp.hasAddr(t, egressIP) && bytes.Contains([]byte(g.output()), []byte("gateway: running")) {
-			return
-		}
+		return tp.hasAddr(t, egressIP) && bytes.Contains([]byte(g.output()), []byte("gateway: running"))
+	}) {
+		t.Fatalf("egret gateway not running after 15s:\n%s", g.output())
 	}
-	t.Fatalf("egret gateway not running after 15s:\n%s", g.output())
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // benchFlows is the size of the primary's table in the benchmarks.
@@ -31,8 +32,8 @@ func benchFlow(k int) (conntrack.Flow, netip.Addr) {
 // had (the sender's count first: the standby's cannot pass it).
 func waitSynced(b *testing.B, sa, sb *Sync, sentBefore, appliedBefore, want uint64) {
 	b.Helper()
-	waitFor(b, "records sent", func() bool { return sa.Stats().RecordsSent-sentBefore >= want })
-	waitFor(b, "records applied", func() bool { return sb.Stats().RecordsApplied-appliedBefore >= want })
+	nstest.Eventually(b, "records sent", syncWait, func() bool { return sa.Stats().RecordsSent-sentBefore >= want })
+	nstest.Eventually(b, "records applied", syncWait, func() bool { return sb.Stats().RecordsApplied-appliedBefore >= want })
 }
 
 // BenchmarkSyncForwarding is the cost of flow sync to the data path. One
@@ -206,7 +207,7 @@ func BenchmarkSyncScan(b *testing.B) {
 	sa := newSync(b, "primary", testKey, a, func(c *Config) { c.Interval = DefaultInterval })
 	sa.SetPeers(map[netip.Addr]string{egress: addr})
 	l := sa.links[addr]
-	waitFor(b, "session", func() bool { return l.current() != nil })
+	nstest.Eventually(b, "session", syncWait, func() bool { return l.current() != nil })
 	sa.scan()
 	waitSynced(b, sa, sb, 0, 0, benchFlows)
 	for _, full := range []bool{false, true} {

@@ -11,6 +11,7 @@ import (
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/route"
+	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/egret-gw/egret/nat"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -160,22 +161,14 @@ func equal(a, b map[conntrack.Tuple]binding) bool {
 	return true
 }
 
-// waitFor polls cond until it holds; the test's own timeout bounds it.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		if t.Failed() {
-			t.FailNow()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	_ = what
-}
+// syncWait bounds a wait for the sync's sessions over loopback: generous,
+// since only a failure waits that long on a busy machine.
+const syncWait = 20 * time.Second
 
 // waitMatch waits until b holds exactly a's flows of the egress IPs.
 func waitMatch(t testing.TB, a, b *gateway.Pipeline) {
 	t.Helper()
-	waitFor(t, "standby matches", func() bool { return equal(table(a, egress, egress6), table(b, egress, egress6)) })
+	nstest.Eventually(t, "standby matches", syncWait, func() bool { return equal(table(a, egress, egress6), table(b, egress, egress6)) })
 }
 
 // proxy forwards TCP connections to target and can cut them or stop

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TestStateFileResumesFlows: the flows a gateway writes on its way out are
@@ -98,7 +99,7 @@ func TestSyncTakesOverResumedFlows(t *testing.T) {
 	sa := newSync(t, "primary", testKey, a, nil)
 	sa.SetPeers(peers(addr))
 	sa.Start()
-	waitFor(t, "the resync applied", func() bool { st := sb.Stats(); return st.RecordsApplied+st.AdoptFailed >= 80 })
+	nstest.Eventually(t, "the resync applied", syncWait, func() bool { st := sb.Stats(); return st.RecordsApplied+st.AdoptFailed >= 80 })
 	// The resync's end drops nothing it did not hold for the primary: the
 	// 20 closed flows stay until the primary says so or they expire.
 	got := table(b, egress, egress6)
@@ -118,5 +119,5 @@ func TestSyncTakesOverResumedFlows(t *testing.T) {
 	// A removal reaches the copy too.
 	f := flow(60, conntrack.StateEstablished)
 	a.Abandon(&f)
-	waitFor(t, "the removal applied", func() bool { _, held := table(b, egress, egress6)[f.Orig]; return !held })
+	nstest.Eventually(t, "the removal applied", syncWait, func() bool { _, held := table(b, egress, egress6)[f.Orig]; return !held })
 }

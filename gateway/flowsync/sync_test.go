@@ -8,6 +8,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -115,7 +116,7 @@ func TestResyncAfterLoss(t *testing.T) {
 		a.Abandon(&f)
 		adopt(t, a, flow(500+i, conntrack.StateEstablished))
 	}
-	waitFor(t, "a failed attempt", func() bool { return sa.Stats().ConnectFail >= 1 })
+	nstest.Eventually(t, "a failed attempt", syncWait, func() bool { return sa.Stats().ConnectFail >= 1 })
 	ln, err := net.Listen("tcp", px.addr())
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestResyncAfterLoss(t *testing.T) {
 	px2 := &proxy{ln: ln, target: addr, resume: make(chan struct{})}
 	t.Cleanup(func() { ln.Close(); px2.cut() })
 	go acceptInto(px2)
-	waitFor(t, "second resync", func() bool { return sa.Stats().FullResyncs >= 2 })
+	nstest.Eventually(t, "second resync", syncWait, func() bool { return sa.Stats().FullResyncs >= 2 })
 	waitMatch(t, a, b)
 }
 
@@ -159,12 +160,12 @@ func TestSlowPeerBounded(t *testing.T) {
 	sa := newSync(t, "primary", testKey, a, func(c *Config) { c.Window, c.StallAfter = window, 300*time.Millisecond })
 	sa.SetPeers(peers(px.addr()))
 	sa.Start()
-	waitFor(t, "session", func() bool { return sa.Stats().FullResyncs == 1 })
+	nstest.Eventually(t, "session", syncWait, func() bool { return sa.Stats().FullResyncs == 1 })
 	px.pause()
 	for i := range 20000 { // ~0.8 MB of records, 12× the window
 		adopt(t, a, flow(i, conntrack.StateEstablished))
 	}
-	waitFor(t, "stall", func() bool { return sa.Stats().Stalls >= 1 })
+	nstest.Eventually(t, "stall", syncWait, func() bool { return sa.Stats().Stalls >= 1 })
 	if st := sa.Stats(); st.BytesSent > window+batchBytes+msgHeader {
 		t.Fatalf("sent %d bytes to a peer that acknowledged nothing; the window is %d", st.BytesSent, window)
 	}
@@ -186,14 +187,14 @@ func TestWrongKeyRefused(t *testing.T) {
 	sa := newSync(t, "intruder", otherKey, a, nil)
 	sa.SetPeers(map[netip.Addr]string{egress: addr})
 	sa.Start()
-	waitFor(t, "refusals", func() bool { return sb.Stats().Refused >= 2 && sa.Stats().ConnectFail >= 2 })
+	nstest.Eventually(t, "refusals", syncWait, func() bool { return sb.Stats().Refused >= 2 && sa.Stats().ConnectFail >= 2 })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789012345678901234567890123456789"))
 	before := sb.Stats().Refused
-	waitFor(t, "refused garbage", func() bool { return sb.Stats().Refused > before })
+	nstest.Eventually(t, "refused garbage", syncWait, func() bool { return sb.Stats().Refused > before })
 	c.Close()
 	if n := len(table(b, egress)); n != 0 || sb.Stats().BackupFlows != 0 {
 		t.Fatalf("the standby holds %d flows sent without the key", n)
@@ -209,7 +210,7 @@ func TestWrongKeyRefused(t *testing.T) {
 	sa2 := newSync(t, "primary", testKey, a, nil)
 	sa2.SetPeers(map[netip.Addr]string{egress: fake.Addr().String()})
 	sa2.Start()
-	waitFor(t, "refused by the primary", func() bool { return sa2.Stats().ConnectFail >= 1 })
+	nstest.Eventually(t, "refused by the primary", syncWait, func() bool { return sa2.Stats().ConnectFail >= 1 })
 	if st := sa2.Stats(); st.BytesSent != 0 {
 		t.Fatalf("the primary sent %d bytes to a standby without the key", st.BytesSent)
 	}
@@ -242,7 +243,7 @@ func TestMalformedCounted(t *testing.T) {
 		}
 		before := sb.Stats().Malformed
 		send(t, s, msgBatch, 20, items)
-		waitFor(t, "malformed counted", func() bool { return sb.Stats().Malformed == before+1 })
+		nstest.Eventually(t, "malformed counted", syncWait, func() bool { return sb.Stats().Malformed == before+1 })
 		s.c.Close()
 	}
 	for i, m := range []struct {
@@ -254,7 +255,7 @@ func TestMalformedCounted(t *testing.T) {
 		recvAck(t, s)
 		before := sb.Stats().Malformed
 		send(t, s, m.typ, m.seq, nil)
-		waitFor(t, "malformed counted", func() bool { return sb.Stats().Malformed == before+1 })
+		nstest.Eventually(t, "malformed counted", syncWait, func() bool { return sb.Stats().Malformed == before+1 })
 		s.c.Close()
 		_ = i
 	}
@@ -343,7 +344,7 @@ func scanning(t *testing.T, a *gateway.Pipeline, peers map[netip.Addr]string, mo
 	})
 	sa.SetPeers(peers)
 	for _, l := range sa.links {
-		waitFor(t, "session", func() bool { return l.current() != nil })
+		nstest.Eventually(t, "session", syncWait, func() bool { return l.current() != nil })
 	}
 	return sa
 }
@@ -351,12 +352,7 @@ func scanning(t *testing.T, a *gateway.Pipeline, peers map[netip.Addr]string, mo
 // matchesSoon reports whether b holds exactly a's flows of the egress IPs
 // within a second (the standby applying what one scan sent).
 func matchesSoon(a, b *gateway.Pipeline, ips ...netip.Addr) bool {
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if equal(table(a, ips...), table(b, ips...)) {
-			return true
-		}
-	}
-	return false
+	return nstest.Soon(time.Second, func() bool { return equal(table(a, ips...), table(b, ips...)) })
 }
 
 // TestRemadeFlowsFollowed: flows removed and made again with the same
@@ -442,9 +438,7 @@ func TestRefreshesSwept(t *testing.T) {
 	for i := 0; i < scans && sa.Stats().RecordsSent == sent; i++ {
 		sa.scan()
 	}
-	for end := time.Now().Add(time.Second); remaining(b) < 2*time.Hour && time.Now().Before(end); {
-		time.Sleep(5 * time.Millisecond) // the standby applying it
-	}
+	nstest.Soon(time.Second, func() bool { return remaining(b) >= 2*time.Hour }) // the standby applying it
 	if r := remaining(b); r < 2*time.Hour {
 		t.Fatalf("after %d scans (a whole sweep) the standby's copy has %v left, want the refreshed deadline", scans, r)
 	}
@@ -522,7 +516,12 @@ func TestFullWindowKeepsChangesPending(t *testing.T) {
 		t.Fatalf("with no acknowledgement the changes did not wait (pending %v) or a look at every flow is due (%v)", l.anyPending, l.full)
 	}
 	px.unpause()
-	for i := 0; !equal(table(a, egress, egress6), table(b, egress, egress6)); i++ {
+	// Each scan sends what the acknowledgements that came in since allow.
+	i := 0
+	nstest.Eventually(t, "the standby in step", syncWait, func() bool {
+		if equal(table(a, egress, egress6), table(b, egress, egress6)) {
+			return true
+		}
 		if i > 30 { // a window's worth a scan: a few; the sweep alone would need 50
 			t.Fatalf("the standby holds %d of the primary's %d flows after %d scans", len(table(b, egress, egress6)), len(table(a, egress, egress6)), i)
 		}
@@ -530,8 +529,9 @@ func TestFullWindowKeepsChangesPending(t *testing.T) {
 		if l.full {
 			t.Fatalf("scan %d: a full window made the next scan look at every flow", i)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		i++
+		return false
+	})
 	if st := sa.Stats(); st.FullResyncs != 1 || st.Stalls != 0 || st.RecordsSent != 3000 {
 		t.Fatalf("stats %+v: want the 2900 new flows sent once each after the 100 of the resync, no second resync, no stall", st)
 	}
@@ -549,14 +549,18 @@ func TestResyncGoesOnWhereItStopped(t *testing.T) {
 	}
 	sa := scanning(t, a, peers(addr), func(c *Config) { c.Window = 16 << 10 })
 	l := sa.links[addr]
+	// Each scan sends what the acknowledgements that came in since allow.
 	scans := 0
-	for l.resync || scans == 0 {
+	nstest.Eventually(t, "the resync's end", syncWait, func() bool {
+		if !l.resync && scans > 0 {
+			return true
+		}
 		if scans++; scans > 500 {
 			t.Fatal("the resync never ended")
 		}
 		sa.scan()
-		time.Sleep(10 * time.Millisecond) // the acknowledgements
-	}
+		return false
+	})
 	if !matchesSoon(a, b, egress, egress6) {
 		t.Fatal("not in step after the resync")
 	}

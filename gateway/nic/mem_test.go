@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/egret-gw/egret/gateway/nic"
@@ -99,26 +100,28 @@ func TestMemReceiveTimesOut(t *testing.T) {
 }
 
 func TestMemWakesWaitingReceiver(t *testing.T) {
-	a, b, _ := nic.NewMemPair(256, 2048, 0, 64)
-	done := make(chan int)
-	go func() {
-		var rx nic.Batch
-		b.Receive(&rx, 5*time.Second)
-		done <- rx.N
-		rx.Release()
-	}()
-	time.Sleep(20 * time.Millisecond)
-	var tx nic.Batch
-	fill(t, a, &tx, 3, 2)
-	a.Transmit(&tx)
-	select {
-	case n := <-done:
-		if n != 3 {
-			t.Fatalf("woke with %d frames, want 3", n)
+	synctest.Test(t, func(t *testing.T) {
+		a, b, _ := nic.NewMemPair(256, 2048, 0, 64)
+		done := make(chan int)
+		go func() {
+			var rx nic.Batch
+			b.Receive(&rx, 5*time.Second)
+			done <- rx.N
+			rx.Release()
+		}()
+		synctest.Wait() // the receiver waits in Receive
+		var tx nic.Batch
+		fill(t, a, &tx, 3, 2)
+		a.Transmit(&tx)
+		select {
+		case n := <-done:
+			if n != 3 {
+				t.Fatalf("woke with %d frames, want 3", n)
+			}
+		case <-time.After(2 * time.Second): // bubble time: passes only if the receiver stays blocked
+			t.Fatal("receiver not woken by Transmit")
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("receiver not woken by Transmit")
-	}
+	})
 }
 
 func TestBatchTakeAndBounds(t *testing.T) {

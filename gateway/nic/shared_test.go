@@ -86,9 +86,7 @@ func TestAFXDPSharedUmemForward(t *testing.T) {
 	// Every transmitted buffer comes back through d1's completion ring
 	// into the shared pool.
 	x := out.Queues[0].(*nic.XSK)
-	for deadline := time.Now().Add(2 * time.Second); x.InFlight() > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		x.Flush()
-	}
+	nstest.Soon(2*time.Second, func() bool { x.Flush(); return x.InFlight() == 0 })
 	if x.InFlight() != 0 {
 		t.Fatalf("%d transmitted buffers never completed", x.InFlight())
 	}

@@ -57,8 +57,8 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 
 	peer, router := pe0.Addr(), r0.Addr()
 	far := netip.MustParseAddr("192.0.2.77")
-	eventually(t, "the peer to resolve", func() bool { _, v := lookup(c, peer); return v == route.Found })
-	eventually(t, "the router to resolve", func() bool { _, v := lookup(c, far); return v == route.Found })
+	nstest.Eventually(t, "the peer to resolve", 3*time.Second, func() bool { _, v := lookup(c, peer); return v == route.Found })
+	nstest.Eventually(t, "the router to resolve", 3*time.Second, func() bool { _, v := lookup(c, far); return v == route.Found })
 	misses := c.Stats().NoNeighbour
 
 	// Traffic to the peer only, for several reachable times.
@@ -131,11 +131,11 @@ func TestRoutersResolvedAhead(t *testing.T) {
 	defer c.Close()
 	// No lookup until the kernel has resolved the router on its own: no
 	// packet asked for it.
-	eventually(t, "the router to resolve without traffic", func() bool {
+	nstest.Eventually(t, "the router to resolve without traffic", 3*time.Second, func() bool {
 		return neighState(t, tp.GW, tp.GW1.Index, router) == netlink.NUD_REACHABLE
 	})
 	far := netip.MustParseAddr("192.0.2.77")
-	eventually(t, "the cache to see the router", func() bool {
+	nstest.Eventually(t, "the cache to see the router", 3*time.Second, func() bool {
 		hop, v := lookup(c, far)
 		return v == route.Found && hop.DstMAC == mac6(tp.R0.MAC)
 	})

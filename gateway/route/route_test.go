@@ -21,16 +21,6 @@ var (
 // the router.
 func newTopo(t *testing.T) *nstest.Routed { return nstest.NewRouted(t) }
 
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if f() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func mac6(m net.HardwareAddr) (a [6]byte) { copy(a[:], m); return }
 
 // lookup asks c for a's next hop.
@@ -59,20 +49,20 @@ func TestCacheFollowsKernel(t *testing.T) {
 	if c.Stats().NoNeighbour != 1 {
 		t.Fatalf("miss not counted: %+v", c.Stats())
 	}
-	eventually(t, "the kernel to resolve "+peer.String(), func() bool { nh, v = lookup(c, peer); return v == route.Found })
+	nstest.Eventually(t, "the kernel to resolve "+peer.String(), 3*time.Second, func() bool { nh, v = lookup(c, peer); return v == route.Found })
 	if nh.DstMAC != mac6(tp.PE0.MAC) || nh.SrcMAC != mac6(tp.GW0.MAC) || nh.Ifindex != tp.GW0.Index {
 		t.Fatalf("next hop %+v; want %s → %s on gw0", nh, tp.GW0.MAC, tp.PE0.MAC)
 	}
 
 	// Via a router: the next hop is the router's MAC on gw1.
 	dst := netip.MustParseAddr("192.0.2.77")
-	eventually(t, "the router's MAC", func() bool { nh, v = lookup(c, dst); return v == route.Found })
+	nstest.Eventually(t, "the router's MAC", 3*time.Second, func() bool { nh, v = lookup(c, dst); return v == route.Found })
 	if nh.DstMAC != mac6(tp.R0.MAC) || nh.Ifindex != tp.GW1.Index {
 		t.Fatalf("next hop for %s = %+v; want %s (%s) on gw1", dst, nh, r0.Addr(), tp.R0.MAC)
 	}
 
 	// IPv6 neighbour discovery.
-	eventually(t, "IPv6 neighbour", func() bool { nh, v = lookup(c, pe06.Addr()); return v == route.Found })
+	nstest.Eventually(t, "IPv6 neighbour", 3*time.Second, func() bool { nh, v = lookup(c, pe06.Addr()); return v == route.Found })
 	if nh.DstMAC != mac6(tp.PE0.MAC) {
 		t.Fatalf("v6 next hop %+v", nh)
 	}
@@ -83,14 +73,14 @@ func TestCacheFollowsKernel(t *testing.T) {
 		t.Fatalf("lookup of %s before its route: %v", in, v)
 	}
 	r := tp.GW.AddRoute(t, "gw0", later, pe0.Addr())
-	eventually(t, "new route", func() bool { nh, v = lookup(c, in); return v == route.Found && nh.Ifindex == tp.GW0.Index })
+	nstest.Eventually(t, "new route", 3*time.Second, func() bool { nh, v = lookup(c, in); return v == route.Found && nh.Ifindex == tp.GW0.Index })
 	if err := tp.GW.NL.RouteDel(r); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "route removal", func() bool { _, v = lookup(c, in); return v == route.NoRoute })
+	nstest.Eventually(t, "route removal", 3*time.Second, func() bool { _, v = lookup(c, in); return v == route.NoRoute })
 
 	// Neighbour changes show up.
 	fake := net.HardwareAddr{0x02, 0xee, 0, 0, 0, 1}
 	tp.GW.AddNeigh(t, "gw0", peer, fake)
-	eventually(t, "neighbour change", func() bool { nh, _ = lookup(c, peer); return nh.DstMAC == mac6(fake) })
+	nstest.Eventually(t, "neighbour change", 3*time.Second, func() bool { nh, _ = lookup(c, peer); return nh.DstMAC == mac6(fake) })
 }

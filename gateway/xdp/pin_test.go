@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/egret-gw/egret/internal/xdptest"
 )
 
@@ -218,13 +219,11 @@ func TestStalePinReplaced(t *testing.T) {
 		}
 		if lx := lo.Attrs().Index; c.ifindex == lx {
 			// Unpinned, the link is freed asynchronously.
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if x, _ := l.gw.NL.LinkByIndex(lx); x.Attrs().Xdp == nil || !x.Attrs().Xdp.Attached {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: the stale link still runs on lo 5 s after it was dropped", c.name)
-				}
+			if !nstest.Soon(5*time.Second, func() bool {
+				x, _ := l.gw.NL.LinkByIndex(lx)
+				return x.Attrs().Xdp == nil || !x.Attrs().Xdp.Attached
+			}) {
+				t.Fatalf("%s: the stale link still runs on lo 5 s after it was dropped", c.name)
 			}
 		}
 		if err := p.Detach(); err != nil {
@@ -295,14 +294,9 @@ func TestUnattachedDetachDropsHeldProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kernel frees an unpinned link asynchronously.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		on, id := attached(t, l)
-		if !on {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("program %d still on gw0 5 s after the new run gave up", id)
-		}
+	var id uint32
+	if !nstest.Soon(5*time.Second, func() bool { var on bool; on, id = attached(t, l); return !on }) {
+		t.Fatalf("program %d still on gw0 5 s after the new run gave up", id)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("pin directory %s left: %v", dir, err)

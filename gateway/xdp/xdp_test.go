@@ -518,12 +518,11 @@ func TestOtherVNIReachesKernel(t *testing.T) {
 	// local experimental EtherType (no inner IP header for it to check).
 	inner := []byte{0x02, 0, 0, 0, 0x77, 1, 0x02, 0, 0, 0, 0x77, 2, 0x88, 0xb5}
 	inner = append(inner, "cni-traffic"...)
-	deadline := time.Now().Add(3 * time.Second)
-	for rx() == before && time.Now().Before(deadline) {
+	// Sent again on each poll: the first may meet the device still coming up.
+	if !nstest.Soon(3*time.Second, func() bool {
 		l.sendUDP(netip.AddrPortFrom(gwIP.Addr(), xdp.PortVXLAN), tunnelPayload(101, string(inner)))
-		time.Sleep(100 * time.Millisecond)
-	}
-	if rx() == before {
+		return rx() != before
+	}) {
 		st, _ := p.Stats()
 		d, _ := l.gw.NL.LinkByName("cnivx")
 		t.Fatalf("the kernel's VXLAN device of VNI 101 received nothing (device counters %+v); XDP counters %+v", *d.Attrs().Statistics, st)

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 func TestBinDir(t *testing.T) {
@@ -115,12 +117,10 @@ func TestControlPlane(t *testing.T) {
 	// The authorizer learns of the binding from its informer, a moment after
 	// the create returns: forbidden until then (seen in CI), not after.
 	var pods *corev1.PodList
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	nstest.Soon(10*time.Second, func() bool {
 		pods, err = user.CoreV1().Pods("kubetest").List(ctx, metav1.ListOptions{})
-		if !apierrors.IsForbidden(err) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return !apierrors.IsForbidden(err)
+	})
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].Name != "p" {
 		t.Fatalf("listing pods as alice with RBAC: %v, %d pods", err, len(pods.Items))
 	}

@@ -23,12 +23,12 @@ func (ns *NS) OpenRaw(t testing.TB, name string) *Raw {
 		if err != nil {
 			return err
 		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(Htons(unix.ETH_P_ALL)))
 		if err != nil {
 			return err
 		}
 		r = &Raw{fd: fd, ifindex: l.Attrs().Index}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: r.ifindex})
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: Htons(unix.ETH_P_ALL), Ifindex: r.ifindex})
 	})
 	if err != nil {
 		t.Fatalf("raw socket on %s: %v", name, err)
@@ -36,8 +36,6 @@ func (ns *NS) OpenRaw(t testing.TB, name string) *Raw {
 	t.Cleanup(func() { unix.Close(r.fd) })
 	return r
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // Send transmits one whole Ethernet frame.
 func (r *Raw) Send(frame []byte) error {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -332,3 +333,45 @@ func NewRouted(t testing.TB) *Routed {
 	r.GW.AddRoute(t, "gw1", RoutedFar, RoutedR0.Addr())
 	return r
 }
+
+// Eventually polls cond until it holds and returns how long that took; it
+// fails the test when cond still does not hold after within, or as soon as
+// the test has failed elsewhere (a goroutine's t.Error). With Soon, it is
+// the one place the tests poll: for state only the kernel or another
+// process holds (links, routes, sockets, a child's output or metrics),
+// where there is no event to wait on. In-process state should signal
+// instead (a channel, a counter the test waits on, or testing/synctest).
+func Eventually(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if !poll(t, within, cond) {
+		t.Fatalf("%s: not within %v", what, within)
+	}
+	return time.Since(start)
+}
+
+// Soon reports whether cond holds within d, polling it as Eventually does,
+// for a test that states its own failure.
+func Soon(within time.Duration, cond func() bool) bool { return poll(nil, within, cond) }
+
+func poll(t testing.TB, within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if t != nil && t.Failed() {
+			t.FailNow()
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollEvery)
+	}
+	return true
+}
+
+// pollEvery is Eventually's interval: short against the waits it bounds
+// (100 ms and up), long enough not to load the shared test machine.
+const pollEvery = 10 * time.Millisecond
+
+// Htons converts a 16-bit value to network byte order, as AF_PACKET's
+// protocol fields want it.
+func Htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/internal/kubetest"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 const (
@@ -272,17 +273,15 @@ func testInformer(t *testing.T, c *v1.Client) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if o, ok, _ := inf.GetStore().GetByKey("watched"); ok {
-			if got := o.(*v1.EgressIP).Spec.EgressIPs; !slices.Equal(got, []string{"192.0.2.60"}) {
-				t.Fatalf("informer has egressIPs %v", got)
-			}
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	var o any
+	nstest.Eventually(t, "the informer seeing the created EgressIP through Watch", 30*time.Second, func() bool {
+		var ok bool
+		o, ok, _ = inf.GetStore().GetByKey("watched")
+		return ok
+	})
+	if got := o.(*v1.EgressIP).Spec.EgressIPs; !slices.Equal(got, []string{"192.0.2.60"}) {
+		t.Fatalf("informer has egressIPs %v", got)
 	}
-	t.Fatal("informer never saw the created EgressIP through Watch")
 }
 
 // table asks the apiserver for the server-side table kubectl prints.
