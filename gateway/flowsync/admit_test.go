@@ -1,6 +1,7 @@
 package flowsync
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"runtime"
@@ -162,43 +163,53 @@ func TestPeerFlowCap(t *testing.T) {
 func TestSyncListenerHostile(t *testing.T) {
 	a := newPipeline(t, 1<<10, egress, egress6)
 	b := newPipeline(t, 1<<10)
-	_, addr := standby(t, b)
+	sb, addr := standby(t, b)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	t.Cleanup(func() { close(stop); <-done })
 	go func() {
 		defer close(done)
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-		var conns []net.Conn
+		conns := make([]net.Conn, 150)
 		defer func() {
 			for _, c := range conns {
-				c.Close()
+				if c != nil {
+					c.Close()
+				}
 			}
 		}()
-		closed := make(chan int, 150)
-		for i := range 150 {
-			c, err := d.Dial("tcp", addr)
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-			go func() { c.Read(make([]byte, 1<<10)); closed <- i }()
-		}
+		closed := make(chan int, len(conns))
+		// Every 10 ms, reopen each connection the standby closed.
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
 		for {
+			for i, c := range conns {
+				if c != nil {
+					continue
+				}
+				if c, err := d.Dial("tcp", addr); err == nil {
+					conns[i] = c
+					go func() { io.Copy(io.Discard, c); closed <- i }()
+				}
+			}
 			select {
 			case <-stop:
 				return
-			case i := <-closed:
-				c, err := d.Dial("tcp", addr)
-				if err != nil {
-					return
+			case <-tick.C:
+			}
+			for more := true; more; {
+				select {
+				case i := <-closed:
+					conns[i].Close()
+					conns[i] = nil
+				default:
+					more = false
 				}
-				conns[i].Close()
-				conns[i] = c
-				go func() { c.Read(make([]byte, 1<<10)); closed <- i }()
 			}
 		}
 	}()
+	// The attack is on: the listener has refused what it will not hold.
+	waitFor(t, "attack refused", func() bool { return sb.Stats().Refused >= 100 })
 	for i := range 4 {
 		f := flow(i, conntrack.StateEstablished)
 		adopt(t, a, f)
