@@ -51,10 +51,9 @@ type Server struct {
 type Option func(*options)
 
 type options struct {
-	notServing   bool
-	maxConns     int
-	maxPerSource int
-	tls          *tls.Config
+	notServing bool
+	maxConns   int
+	tls        *tls.Config
 }
 
 // HandshakeTimeout bounds how long a new connection may take to finish its
@@ -77,10 +76,6 @@ func NotServing() Option { return func(o *options) { o.notServing = true } }
 // those beyond are closed at once and counted (Refused).
 func MaxConns(n int) Option { return func(o *options) { o.maxConns = n } }
 
-// MaxPerSource caps the connections one source address holds at once
-// (default DefaultMaxPerSource; 0 or less: no cap per source).
-func MaxPerSource(n int) Option { return func(o *options) { o.maxPerSource = n } }
-
 // TLS makes the server speak TLS with cfg (ServerTLS: mutual TLS).
 func TLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 
@@ -98,7 +93,7 @@ func Listen(addr string, opts ...Option) (*Server, error) {
 
 // Serve serves the health service on lis (which it then owns).
 func Serve(lis net.Listener, opts ...Option) *Server {
-	o := options{maxConns: DefaultMaxConns, maxPerSource: DefaultMaxPerSource}
+	o := options{maxConns: DefaultMaxConns}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -113,7 +108,7 @@ func Serve(lis net.Listener, opts ...Option) *Server {
 	s := &Server{
 		grpc:   grpc.NewServer(gopts...),
 		health: grpchealth.NewServer(),
-		lis:    LimitPerSource(lis, o.maxConns, o.maxPerSource),
+		lis:    LimitPerSource(lis, o.maxConns, DefaultMaxPerSource),
 		done:   make(chan struct{}),
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -138,7 +138,7 @@ func TestHandshakeTimeout(t *testing.T) {
 // connections accepted, then closed) is not ErrRefused nor ErrNotServing,
 // which would fail the node at once: only its budget runs out.
 func TestCapRefusalIsNotDown(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", MaxConns(2), MaxPerSource(0))
+	s, err := Listen("127.0.0.1:0", MaxConns(2))
 	if err != nil {
 		t.Fatal(err)
 	}
