@@ -33,6 +33,26 @@ const (
 // beyond are closed at once and counted.
 const MaxConns = 16
 
+// MaxPerSource caps the connections one source address holds on a metrics
+// endpoint: a scraper keeps one or two, so a host (or every pod behind one
+// node address) holding more is refused rather than filling MaxConns.
+const MaxPerSource = 4
+
+// Timeouts of every HTTP server here. A connection that sends no complete
+// request header within readHeaderTimeout, or sits idle between requests
+// longer than idleTimeout (above the usual scrape intervals), is closed, so
+// a client holding connections open keeps its slots only while it works.
+// probeTimeout bounds a /healthz or /readyz answer: a readiness check that
+// blocks answers 503 after it instead of holding the connection (and its
+// slot) until the check returns.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 90 * time.Second
+	probeTimeout      = 2 * time.Second
+)
+
 // RegisterRefused registers egret_listener_refused_connections_total for
 // one listener ("metrics", "health"): refused reports its count.
 func RegisterRefused(reg prometheus.Registerer, listener string, refused func() uint64) error {
@@ -83,12 +103,18 @@ func revision() string {
 	return rev
 }
 
-// Server serves /metrics, /healthz and /readyz.
+// Server serves /metrics, /healthz and /readyz, and with ServeProbes
+// /healthz and /readyz alone on a second address.
 type Server struct {
 	srv   *http.Server
 	ln    net.Listener
 	ready atomic.Pointer[func() error]
 	done  chan error
+
+	mu     sync.Mutex
+	probes *http.Server // nil until ServeProbes
+	pln    net.Listener
+	pdone  chan error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -106,7 +132,7 @@ func Serve(addr string, reg *prometheus.Registry, ready func() error) (*Server, 
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %q: %w", addr, err)
 	}
-	ln := health.Limit(l, MaxConns)
+	ln := health.LimitPerSource(l, MaxConns, MaxPerSource)
 	if err := RegisterRefused(reg, "metrics", ln.Refused); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -120,14 +146,58 @@ func Serve(addr string, reg *prometheus.Registry, ready func() error) (*Server, 
 		MaxRequestsInFlight: 4,
 		Timeout:             10 * time.Second,
 	}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", s.serveReady)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.probeRoutes(mux)
+	s.srv = newHTTPServer(mux)
 	go func() { s.done <- s.srv.Serve(ln) }()
 	return s, nil
+}
+
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
+}
+
+// probeRoutes adds /healthz and /readyz to mux, each answering within
+// probeTimeout.
+func (s *Server) probeRoutes(mux *http.ServeMux) {
+	mux.Handle("/healthz", http.TimeoutHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	}), probeTimeout, "health check timed out\n"))
+	mux.Handle("/readyz", http.TimeoutHandler(http.HandlerFunc(s.serveReady), probeTimeout, "readiness check timed out\n"))
+}
+
+// ServeProbes serves /healthz and /readyz (the same answers as on the
+// metrics address) on addr too, in the background until Close: a
+// loopback address, where the kubelet of a host-network pod reaches them
+// and pods do not, so no connection to the metrics port can fail the
+// probes. It holds at most MaxConns connections; call it once.
+func (s *Server) ServeProbes(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("probe listener on %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	s.probeRoutes(mux)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probes != nil {
+		l.Close()
+		return errors.New("the probe listener is already served")
+	}
+	s.probes, s.pln, s.pdone = newHTTPServer(mux), health.Limit(l, MaxConns), make(chan error, 1)
+	go func() { s.pdone <- s.probes.Serve(s.pln) }()
+	return nil
+}
+
+// ProbeAddr is the address ServeProbes listens on ("" before it).
+func (s *Server) ProbeAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pln == nil {
+		return ""
+	}
+	return s.pln.Addr().String()
 }
 
 func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
@@ -155,6 +225,17 @@ func (s *Server) Close(ctx context.Context) error {
 		err := s.srv.Shutdown(ctx)
 		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 			err = serr
+		}
+		s.mu.Lock()
+		probes, pdone := s.probes, s.pdone
+		s.mu.Unlock()
+		if probes != nil {
+			if perr := probes.Shutdown(ctx); perr != nil && err == nil {
+				err = perr
+			}
+			if serr := <-pdone; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+				err = serr
+			}
 		}
 		s.closeErr = err
 	})

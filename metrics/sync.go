@@ -43,5 +43,14 @@ func RegisterSync(reg prometheus.Registerer, stats func() flowsync.Stats) error 
 			return err
 		}
 	}
+	for r := range flowsync.NumRefusals {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egret_gateway_sync_refusals_total",
+			Help:        "Flow records (and, for reason peer_address, sessions) of key holders that the cluster does not back, refused: the egress IP is not stood by here, its host is another node, the VTEP or pod source is no known node's, the peer holds its maximum of flows, or the peer connects from another address than its node's.",
+			ConstLabels: prometheus.Labels{"reason": r.String()}},
+			func() float64 { return float64(stats().RecordsRefused[r]) })
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
 	return nil
 }

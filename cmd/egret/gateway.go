@@ -59,6 +59,7 @@ type gatewayFlags struct {
 	batch       int
 	log         *logFlags
 	metricsAddr string
+	probeAddr   string
 	watch       time.Duration
 
 	// Agent mode (--source or --kubeconfig): the configuration is built
@@ -96,6 +97,7 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.IntVar(&f.queues, "queues", 0, "receive queues, one worker each (default: the first interface's RX queue count)")
 	fs.IntVar(&f.batch, "batch", 0, "frames per Process/Transmit call, 32–64 (default 64)")
 	f.log = bindLogFlags(fs)
+	fs.StringVar(&f.probeAddr, "probe-addr", "", "host:port serving /healthz and /readyz alone, for the kubelet (deploy/ uses 127.0.0.1:9113, which pods cannot reach); empty: none (they are on --metrics-addr too)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port serving /metrics, /healthz and /readyz (default "+metrics.DefaultGatewayAddr+"; \"off\" disables)")
 	fs.DurationVar(&f.watch, "watch", time.Second, "how often to check the config file for changes (0 disables; SIGHUP still reloads)")
 	fs.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "agent mode: this node's name; status items for it are hosted here (default $NODE_NAME)")
@@ -474,6 +476,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	if err != nil {
 		return err
 	}
+	src, admit := syncAdmission(src, f.node)
 	var eng *engine.Engine
 	var fs *flowsync.Sync
 	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
@@ -489,7 +492,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 			eng = e
 			if syncKey != nil {
-				if fs, err = startFlowSync(f, syncKey, e, gm, log); err != nil {
+				if fs, err = startFlowSync(f, syncKey, admit, e, gm, log); err != nil {
 					e.Close()
 					return nil, err
 				}
@@ -658,8 +661,8 @@ func (f *gatewayFlags) loadSyncKey(log *slog.Logger) ([]byte, error) {
 
 // startFlowSync starts sending the flows of the egress IPs e hosts to their
 // standbys and holding those of the IPs this node stands by for.
-func startFlowSync(f *gatewayFlags, key []byte, e *engine.Engine, gm *gatewayMetrics, log *slog.Logger) (*flowsync.Sync, error) {
-	cfg := flowsync.Config{Node: f.node, Key: key, Pipeline: e.Pipeline(), Clock: e.Now, Log: log}
+func startFlowSync(f *gatewayFlags, key []byte, admit func() *flowsync.Admission, e *engine.Engine, gm *gatewayMetrics, log *slog.Logger) (*flowsync.Sync, error) {
+	cfg := flowsync.Config{Node: f.node, Key: key, Pipeline: e.Pipeline(), Clock: e.Now, Admission: admit, Log: log}
 	if host, _, err := net.SplitHostPort(f.syncAddr); err == nil {
 		cfg.Source, _ = netip.ParseAddr(host) // the node's address when --sync-addr names one
 	}
@@ -737,6 +740,10 @@ func startGatewayOutputs(f *gatewayFlags, cf *configFile) (*slog.Logger, *gatewa
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := gm.serveProbes(f.probeAddr); err != nil {
+		gm.close()
+		return nil, nil, err
+	}
 	if f.flowsSocket != "" {
 		if gm.stopFlows, err = serveFlows(f.flowsSocket, flowsHandler(engineFlows(&gm.cur)), log); err != nil {
 			gm.close()
@@ -761,6 +768,19 @@ func startGatewayMetrics(addr string, log *slog.Logger) (*gatewayMetrics, error)
 	gm.srv = srv
 	log.Info("gateway: metrics served", "addr", srv.Addr())
 	return gm, nil
+}
+
+// serveProbes serves the kubelet's probes on addr too (--probe-addr;
+// nothing when "" or the metrics are off).
+func (gm *gatewayMetrics) serveProbes(addr string) error {
+	if addr == "" || gm.srv == nil {
+		return nil
+	}
+	if err := gm.srv.ServeProbes(addr); err != nil {
+		return err
+	}
+	gm.log.Info("gateway: probes served", "addr", gm.srv.ProbeAddr())
+	return nil
 }
 
 func (gm *gatewayMetrics) setReady(fn func() error) {

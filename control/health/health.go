@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 )
 
 // DefaultPort is the health port of OVN-Kubernetes' EgressIP node check.
@@ -54,6 +55,17 @@ type options struct {
 	maxConns   int
 	tls        *tls.Config
 }
+
+// HandshakeTimeout bounds how long a new connection may take to finish its
+// TLS and HTTP/2 handshake: one that sends nothing (or only a preface)
+// gives its slot back after this, not when its peer likes.
+const HandshakeTimeout = 2 * time.Second
+
+// MaxIdle is how long a connection with no call in flight is kept: the
+// controller probes every few seconds, so only a connection nobody uses
+// reaches it (and is closed with a GOAWAY, which a real client survives by
+// reconnecting).
+const MaxIdle = time.Minute
 
 // NotServing makes the server report NOT_SERVING from its first answer
 // until SetServing(true): an agent whose data plane is not up yet must not
@@ -85,14 +97,18 @@ func Serve(lis net.Listener, opts ...Option) *Server {
 	for _, f := range opts {
 		f(&o)
 	}
-	var gopts []grpc.ServerOption
+	gopts := []grpc.ServerOption{
+		grpc.ConnectionTimeout(HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: MaxIdle}),
+		grpc.MaxConcurrentStreams(16),
+	}
 	if o.tls != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.tls)))
 	}
 	s := &Server{
 		grpc:   grpc.NewServer(gopts...),
 		health: grpchealth.NewServer(),
-		lis:    Limit(lis, o.maxConns),
+		lis:    LimitPerSource(lis, o.maxConns, DefaultMaxPerSource),
 		done:   make(chan struct{}),
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -240,7 +256,10 @@ func (p *Prober) Check(ctx context.Context, target string) error {
 // lost packet, though: a node whose agent says NOT_SERVING (it is stopping,
 // or cannot forward) or whose kernel refuses the connection during this
 // probe (the agent is not running) is down at once (ErrNotServing,
-// ErrRefused), so that its egress IPs move without waiting out total.
+// ErrRefused), so that its egress IPs move without waiting out total. A
+// connection the agent's listener accepts and then closes because it holds
+// its maximum (LimitListener) is neither: the kernel accepted it, so it is
+// not ErrRefused, and it is retried like a lost packet until total.
 func (p *Prober) Probe(ctx context.Context, target string, total time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()

@@ -59,3 +59,98 @@ func TestConnectionCap(t *testing.T) {
 
 // isReset reports a connection reset: a close with unread data may send RST.
 func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+// attack opens n connections from the source address src to addr, each
+// sending what send holds (nothing: idle), and closes them at the test's end.
+func attack(t *testing.T, src, addr string, n int, send []byte) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	for range n {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("attacker connection: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if len(send) > 0 {
+			c.Write(send)
+		}
+	}
+}
+
+// TestHostileClients holds 150 connections from one source (127.0.0.2:
+// the whole of 127/8 is this host's) to a real health server with its
+// default caps, half idle and half having sent only the start of an HTTP/2
+// preface: the controller's probe from another address still gets its
+// answer, and what was refused is counted. Without the per-source cap the
+// attacker took every slot and the probe failed.
+func TestHostileClients(t *testing.T) {
+	s, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	addr := s.Addr().String()
+	attack(t, "127.0.0.2", addr, 75, nil)
+	attack(t, "127.0.0.2", addr, 75, []byte("PRI * HTTP/2.0\r\n"))
+	p := NewProber()
+	defer p.Close()
+	if err := p.Probe(context.Background(), addr, 5*time.Second); err != nil {
+		t.Fatalf("the controller's probe under attack: %v", err)
+	}
+	// Every attacker connection beyond the per-source cap was refused; the
+	// refusals may still be under way while the probe answered.
+	want := uint64(150 - DefaultMaxPerSource)
+	for deadline := time.Now().Add(10 * time.Second); s.Refused() < want && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // polls the counter
+	}
+	if got := s.Refused(); got < want {
+		t.Errorf("Refused() = %d, want at least %d", got, want)
+	}
+}
+
+// TestHandshakeTimeout: a connection that never finishes its HTTP/2
+// handshake is closed after HandshakeTimeout, giving its slot back
+// (gRPC's own default waits two minutes).
+func TestHandshakeTimeout(t *testing.T) {
+	s, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(HandshakeTimeout + 20*time.Second))
+	buf := make([]byte, 512)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			if err != io.EOF && !isReset(err) {
+				t.Fatalf("the idle connection was not closed by the server: %v", err)
+			}
+			return
+		}
+	}
+}
+
+// TestCapRefusalIsNotDown: a probe that finds the listener full (its
+// connections accepted, then closed) is not ErrRefused nor ErrNotServing,
+// which would fail the node at once: only its budget runs out.
+func TestCapRefusalIsNotDown(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", MaxConns(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	attack(t, "127.0.0.2", s.Addr().String(), 2, nil)
+	p := NewProber()
+	defer p.Close()
+	err = p.Probe(context.Background(), s.Addr().String(), 500*time.Millisecond)
+	if err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrNotServing) {
+		t.Fatalf("probe of a full listener: %v; want a plain unreachable error", err)
+	}
+	if s.Refused() == 0 {
+		t.Error("the probe's connections were not refused by the cap")
+	}
+}

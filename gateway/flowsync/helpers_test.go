@@ -86,7 +86,8 @@ func host(t testing.TB, p *gateway.Pipeline, hosted ...netip.Addr) {
 
 func newSync(t testing.TB, node string, key []byte, p *gateway.Pipeline, mod func(*Config)) *Sync {
 	t.Helper()
-	cfg := Config{Node: node, Key: key, Pipeline: p, Clock: clock, Interval: 10 * time.Millisecond}
+	cfg := Config{Node: node, Key: key, Pipeline: p, Clock: clock, Interval: 10 * time.Millisecond,
+		Admission: func() *Admission { return testAdmission() }}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -96,6 +97,17 @@ func newSync(t testing.TB, node string, key []byte, p *gateway.Pipeline, mod fun
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// testAdmission is the cluster the tests' gateways see: "primary"
+// (connecting from 127.0.0.1) hosts egress and egress6, this node stands
+// by for them, and node1 (VTEP nodeVTEP) has the pods' ranges.
+func testAdmission() *Admission {
+	return NewAdmission(map[netip.Addr]string{egress: "primary", egress6: "primary"}, map[string]AdmitNode{
+		"primary": {Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
+		"node1": {VTEPs: []netip.Addr{nodeVTEP},
+			Pods: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd10:1::/64")}},
+	})
 }
 
 // standby is a receiving gateway listening on loopback.

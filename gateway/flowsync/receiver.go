@@ -77,33 +77,94 @@ func (s *Sync) accept(ln net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		src := remoteAddr(c)
 		s.mu.Lock()
-		if len(s.conns) >= DefaultMaxConns {
+		if s.pending >= DefaultMaxPending || s.pendingBy[src] >= DefaultMaxPendingPerSource {
 			s.mu.Unlock()
 			s.c.refused.Add(1)
 			c.Close()
 			continue
 		}
+		s.pending++
+		s.pendingBy[src]++
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serve(c)
+		go s.serve(c, src)
 	}
 }
 
+// remoteAddr is c's peer address.
+func remoteAddr(c net.Conn) netip.Addr {
+	ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	return ap.Addr().Unmap()
+}
+
+// authenticated moves c from the handshake's slots to a session's: false
+// (and c gets none) when the sessions are at their maximum.
+func (s *Sync) authenticated(src netip.Addr, ok bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	if s.pendingBy[src]--; s.pendingBy[src] <= 0 {
+		delete(s.pendingBy, src)
+	}
+	if !ok || s.sessions >= DefaultMaxConns {
+		return false
+	}
+	s.sessions++
+	return true
+}
+
+// refuse counts a refusal for reason and logs it, at most once every
+// refusalLogEvery for the whole receiver (a flood of forged records must
+// not flood the log).
+func (s *Sync) refuse(r Refusal, peer string, ip netip.Addr) {
+	s.c.refusals[r].Add(1)
+	s.mu.Lock()
+	now := time.Now()
+	log := now.Sub(s.lastWarn) >= refusalLogEvery
+	if log {
+		s.lastWarn = now
+	}
+	s.mu.Unlock()
+	if log {
+		st := s.c.snapshot()
+		s.cfg.Log.Warn("flow sync: refused what the cluster does not back (more are counted, not logged, for a while)",
+			"peer", peer, "reason", r.String(), "egress_ip", ip, "refused_by_reason", st.RecordsRefused)
+	}
+}
+
+// refusalLogEvery paces the log of refused records and sessions.
+const refusalLogEvery = 10 * time.Second
+
 // serve applies one peer's batches in order and acknowledges each.
-func (s *Sync) serve(c net.Conn) {
+func (s *Sync) serve(c net.Conn, src netip.Addr) {
+	session := false
 	defer func() {
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
+		if session {
+			s.sessions--
+		}
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	sess, err := serverHandshake(c, s.cfg.Key)
-	if err != nil {
+	sess, err := serverHandshake(c, s.cfg.Key, pendingFor)
+	if session = s.authenticated(src, err == nil); !session {
 		s.c.refused.Add(1)
-		s.cfg.Log.Warn("flow sync: refused a connection without the key", "remote", c.RemoteAddr().String(), "err", err)
+		if err == nil {
+			err = fmt.Errorf("%d sessions are open already", DefaultMaxConns)
+		}
+		s.cfg.Log.Debug("flow sync: refused a connection", "remote", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	// The peer's name is its own claim, proved only by the shared key:
+	// bind it to the address the cluster gives that node, so that one key
+	// holder cannot speak as another gateway.
+	if adm := s.admission(); adm == nil || !adm.peerAt(sess.peer, src) {
+		s.refuse(RefusedPeerAddress, sess.peer, netip.Addr{})
 		return
 	}
 	s.cfg.Log.Info("flow sync: holding flows for a peer", "peer", sess.peer, "remote", c.RemoteAddr().String())
@@ -130,7 +191,7 @@ func (s *Sync) serve(c net.Conn) {
 			err = fmt.Errorf("%w: message type %d, sequence %d after %d", errMalformed, typ, seq, last)
 		}
 		if err == nil {
-			err = s.apply(sess.peer, body, paths)
+			err = s.apply(sess.peer, s.admission(), body, paths)
 		}
 		if err != nil {
 			s.c.malformed.Add(1)
@@ -145,8 +206,33 @@ func (s *Sync) serve(c net.Conn) {
 	}
 }
 
-// apply carries out one batch's items for peer.
-func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath) error {
+// admission is Config.Admission's answer, nil without one.
+func (s *Sync) admission() *Admission {
+	if s.cfg.Admission == nil {
+		return nil
+	}
+	return s.cfg.Admission()
+}
+
+// admit checks f, a record of peer's naming return path rp (checkPath:
+// an upsert, which makes state), against adm, counting a refusal.
+func (s *Sync) admit(adm *Admission, peer string, f *conntrack.Flow, rp gateway.ReturnPath, checkPath bool) bool {
+	ip := netip.AddrFrom16(f.NATAddr).Unmap()
+	if adm == nil {
+		s.refuse(RefusedUnknownIP, peer, ip)
+		return false
+	}
+	if r, ok := adm.record(peer, ip, rp.VTEP, netip.AddrFrom16(f.Orig.Src), checkPath); !ok {
+		s.refuse(r, peer, ip)
+		return false
+	}
+	return true
+}
+
+// apply carries out one batch's items for peer, admitting each record by
+// adm: no state (a port table, a VTEP, a flow) is made for an egress IP or
+// node the cluster does not back.
+func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gateway.ReturnPath) error {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	h := s.held[peer]
@@ -187,6 +273,9 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 				s.c.recordsOwned.Add(1)
 				continue
 			}
+			if !s.admit(adm, peer, f, gateway.ReturnPath{}, false) {
+				continue
+			}
 			s.replaceCopy(peer, h, f)
 			s.c.recordsApplied.Add(1)
 		case itemUpsert:
@@ -198,6 +287,13 @@ func (s *Sync) apply(peer string, b []byte, paths map[uint32]gateway.ReturnPath)
 			rp, ok := paths[f.Aux]
 			if !ok {
 				return fmt.Errorf("%w: a flow names return path %d, never sent", errMalformed, f.Aux)
+			}
+			if !s.admit(adm, peer, f, rp, true) {
+				continue
+			}
+			if _, had := h.flows[f.Orig]; !had && len(h.flows) >= s.cfg.MaxPeerFlows {
+				s.refuse(RefusedPeerFull, peer, netip.AddrFrom16(f.NATAddr).Unmap())
+				continue
 			}
 			s.replaceCopy(peer, h, f)
 			if err := pipe.Adopt(f, rp, time.Duration(it.rem), now); err != nil {

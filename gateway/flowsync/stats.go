@@ -17,20 +17,29 @@ type Stats struct {
 	RecordsApplied uint64 // flows adopted, updated or removed as the primary said
 	RecordsOwned   uint64 // records ignored: their egress IP is hosted here, so the flow is live and ours
 	AdoptFailed    uint64 // flows that could not be held (table full, port taken, return path unknown)
-	Refused        uint64 // connections or messages without the key, dropped
+	Refused        uint64 // connections or messages without the key, or over the listener's caps, dropped
 	Malformed      uint64 // authenticated messages that did not parse (session dropped)
 	BackupFlows    uint64 // flows held for peers now (gauge)
+	// RecordsRefused counts, by reason, the records (and, for
+	// RefusedPeerAddress, the sessions) of key holders that the cluster
+	// does not back (Admission).
+	RecordsRefused [NumRefusals]uint64
 }
 
 type counters struct {
 	recordsSent, batchesSent, bytesSent, fullResyncs, stalls, connectFail, slotsLooked atomic.Uint64
 	recordsApplied, recordsOwned, adoptFailed, refused, malformed                      atomic.Uint64
 	backup                                                                             atomic.Int64
+	refusals                                                                           [NumRefusals]atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
-	return Stats{RecordsSent: c.recordsSent.Load(), BatchesSent: c.batchesSent.Load(), BytesSent: c.bytesSent.Load(),
+	st := Stats{RecordsSent: c.recordsSent.Load(), BatchesSent: c.batchesSent.Load(), BytesSent: c.bytesSent.Load(),
 		FullResyncs: c.fullResyncs.Load(), Stalls: c.stalls.Load(), ConnectFail: c.connectFail.Load(), SlotsLooked: c.slotsLooked.Load(),
 		RecordsApplied: c.recordsApplied.Load(), RecordsOwned: c.recordsOwned.Load(), AdoptFailed: c.adoptFailed.Load(),
 		Refused: c.refused.Load(), Malformed: c.malformed.Load(), BackupFlows: uint64(max(c.backup.Load(), 0))}
+	for i := range st.RecordsRefused {
+		st.RecordsRefused[i] = c.refusals[i].Load()
+	}
+	return st
 }

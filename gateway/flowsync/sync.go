@@ -18,10 +18,21 @@ const (
 	DefaultInterval   = 100 * time.Millisecond
 	DefaultWindow     = 4 << 20
 	DefaultStallAfter = 5 * time.Second
-	// DefaultMaxConns bounds the connections the listener holds at once
-	// (authenticated or not); more are closed at once and counted refused.
+	// DefaultMaxConns bounds the authenticated sessions the listener
+	// holds at once; more are closed and counted refused.
 	DefaultMaxConns = 64
+	// DefaultMaxPending bounds the connections still in their handshake,
+	// and DefaultMaxPendingPerSource those of one source address: a host
+	// without the key holds at most this many, each for at most
+	// pendingFor, and never an authenticated session's slot.
+	DefaultMaxPending          = 16
+	DefaultMaxPendingPerSource = 2
+	// DefaultMaxPeerFlows bounds the flows held for one peer.
+	DefaultMaxPeerFlows = 1 << 20
 )
+
+// pendingFor is how long a connection may take to prove the key.
+const pendingFor = 2 * time.Second
 
 // batchBytes is the size at which a batch is sealed and sent.
 const batchBytes = 60 << 10
@@ -55,7 +66,15 @@ type Config struct {
 	// data waits (DefaultStallAfter) is dropped and gets a full resync
 	// once it is back.
 	StallAfter time.Duration
-	Log        *slog.Logger
+	// Admission returns what the cluster allows peers to send here now
+	// (the gateway agent builds it from its view; see Admission). It is
+	// asked at each handshake and batch, so it must be cheap; nil or a nil
+	// result refuses every session.
+	Admission func() *Admission
+	// MaxPeerFlows bounds the flows held for one peer
+	// (DefaultMaxPeerFlows); its records beyond are refused and counted.
+	MaxPeerFlows int
+	Log          *slog.Logger
 }
 
 // Sync sends the flows of the egress IPs this gateway hosts to each IP's
@@ -70,9 +89,15 @@ type Sync struct {
 	held  map[string]*heldSet      // flows held for each peer node (receiver.go)
 	ln    net.Listener             // nil until Listen
 	conns map[net.Conn]struct{}    // the listener's open connections
-	done  chan struct{}
-	wg    sync.WaitGroup
-	rmu   sync.Mutex // serialises applying peers' batches
+	// the listener's connections in their handshake, in all and by source
+	// address, and its authenticated sessions (receiver.go)
+	pending   int
+	pendingBy map[netip.Addr]int
+	sessions  int
+	lastWarn  time.Time // of the last refusal logged (rate limit)
+	done      chan struct{}
+	wg        sync.WaitGroup
+	rmu       sync.Mutex // serialises applying peers' batches
 
 	// scan goroutine only (sender.go)
 	seen    map[conntrack.Addr]*link // byIP as the last scan saw it
@@ -100,11 +125,14 @@ func New(cfg Config) (*Sync, error) {
 	if cfg.StallAfter <= 0 {
 		cfg.StallAfter = DefaultStallAfter
 	}
+	if cfg.MaxPeerFlows <= 0 {
+		cfg.MaxPeerFlows = DefaultMaxPeerFlows
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Sync{cfg: cfg, links: map[string]*link{}, byIP: map[conntrack.Addr]*link{},
-		held: map[string]*heldSet{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}, nil
+		held: map[string]*heldSet{}, conns: map[net.Conn]struct{}{}, pendingBy: map[netip.Addr]int{}, done: make(chan struct{})}, nil
 }
 
 // Stats returns the counters.

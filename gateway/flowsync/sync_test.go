@@ -270,7 +270,7 @@ func dial(t *testing.T, addr string) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := clientHandshake(c, testKey, "tester")
+	s, err := clientHandshake(c, testKey, "primary")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func FuzzApply(f *testing.F) {
 	p := newPipeline(f, 1<<10)
 	s := newSync(f, "fuzz", testKey, p, nil)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s.apply("peer", b, map[uint32]gateway.ReturnPath{})
+		s.apply("primary", testAdmission(), b, map[uint32]gateway.ReturnPath{})
 	})
 }
 

@@ -150,9 +150,9 @@ func clientHandshake(c net.Conn, key []byte, node string) (*session, error) {
 }
 
 // serverHandshake checks that the client at c holds the key and proves it
-// back.
-func serverHandshake(c net.Conn, key []byte) (*session, error) {
-	c.SetDeadline(time.Now().Add(handshakeFor))
+// back, all within d.
+func serverHandshake(c net.Conn, key []byte, d time.Duration) (*session, error) {
+	c.SetDeadline(time.Now().Add(d))
 	defer c.SetDeadline(time.Time{})
 	s := &session{c: c, r: bufio.NewReaderSize(c, 64<<10)}
 	ns := make([]byte, nonceLen)
