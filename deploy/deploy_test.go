@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,8 +125,14 @@ func TestKustomizeBuild(t *testing.T) {
 	if nsCount != 1 {
 		t.Errorf("%d Namespace objects, want 1", nsCount)
 	}
-	find(t, objs, "CustomResourceDefinition", "egressips.k8s.ovn.org")
-	find(t, objs, "CustomResourceDefinition", "cloudprivateipconfigs.cloud.network.openshift.io")
+	// The agents need the privileged PodSecurity level: on a cluster whose
+	// default is baseline or restricted, the namespace's label admits them.
+	ns := find(t, objs, "Namespace", "egret-system")
+	for _, mode := range []string{"enforce", "audit", "warn"} {
+		if l := str(ns, "metadata", "labels", "pod-security.kubernetes.io/"+mode); l != "privileged" {
+			t.Errorf("Namespace egret-system: label pod-security.kubernetes.io/%s=%q, want privileged", mode, l)
+		}
+	}
 
 	// Every workload runs as a ServiceAccount the build creates.
 	for _, o := range objs {
@@ -195,6 +202,33 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 }
 
+// TestCRDsApart: the CRDs are deploy/crd/'s kustomization and nothing else's
+// that users apply and delete: `kubectl delete -k` of deploy/ or of the
+// cluster's overlays would delete a CRD with every object of it.
+func TestCRDsApart(t *testing.T) {
+	kc := kubectl(t)
+	_, crds := build(t, kc, "crd")
+	var names []string
+	for _, o := range crds {
+		if o.kind() != "CustomResourceDefinition" {
+			t.Errorf("deploy/crd/ builds %s %s; it holds only CRDs", o.kind(), o.name())
+		}
+		names = append(names, o.name())
+	}
+	sort.Strings(names)
+	if want := []string{"cloudprivateipconfigs.cloud.network.openshift.io", "egressips.k8s.ovn.org"}; !slices.Equal(names, want) {
+		t.Errorf("deploy/crd/ builds %v, want %v", names, want)
+	}
+	for _, dir := range []string{".", "monitoring", "../hack/cluster/overlay", "../hack/cluster/overlay-ipv6"} {
+		_, objs := build(t, kc, dir)
+		for _, o := range objs {
+			if o.kind() == "CustomResourceDefinition" {
+				t.Errorf("%s builds CRD %s: kubectl delete -k %s would delete it and every object of it", dir, o.name(), dir)
+			}
+		}
+	}
+}
+
 func TestMonitoringBuild(t *testing.T) {
 	kc := kubectl(t)
 	_, objs := build(t, kc, "monitoring")
@@ -231,6 +265,11 @@ func TestMonitoringBuild(t *testing.T) {
 		if p := str(pm, "spec", "podMetricsEndpoints", 0, "port"); p != "metrics" {
 			t.Errorf("PodMonitor %s scrapes port %q, want metrics", name, p)
 		}
+		// An overlay may move the PodMonitors to Prometheus' namespace: they
+		// name the pods' own.
+		if m := fmt.Sprint(get(pm, "spec", "namespaceSelector", "matchNames")); m != "[egret-system]" {
+			t.Errorf("PodMonitor %s selects pods in namespaces %s, want [egret-system]", name, m)
+		}
 	}
 }
 
@@ -259,8 +298,14 @@ func TestApply(t *testing.T) {
 	k := func(stdin []byte, args ...string) []byte {
 		return run(t, stdin, kc, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
 	}
+	crds, _ := build(t, kc, "crd")
 	core, coreObjs := build(t, kc, ".")
 	mon, _ := build(t, kc, "monitoring")
+
+	// The CRDs first, as docs/operations.md says: once, apart from deploy/.
+	k(crds, "apply", "--server-side", "--dry-run=server", "-f", "-")
+	k(crds, "apply", "--server-side", "-f", "-")
+	k(nil, "wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org", "crd/cloudprivateipconfigs.cloud.network.openshift.io")
 
 	// Cluster-scoped objects and the namespace dry-run on an empty cluster;
 	// namespaced ones need the namespace, so the whole set dry-runs after
@@ -274,7 +319,6 @@ func TestApply(t *testing.T) {
 	}
 	k(first, "apply", "--server-side", "--dry-run=server", "-f", "-")
 	k(first, "apply", "--server-side", "-f", "-")
-	k(nil, "wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org")
 	k(core, "apply", "--server-side", "--dry-run=server", "-f", "-")
 	out := k(core, "apply", "--server-side", "-f", "-")
 	t.Logf("apply deploy/:\n%s", out)
@@ -339,5 +383,72 @@ func TestApply(t *testing.T) {
 	k(core, "apply", "--server-side", "-f", "-")
 	if after := gens(); after != before || !strings.Contains(before, "egret-gateway=1") {
 		t.Errorf("workload generations %q before a second apply, %q after", before, after)
+	}
+
+	checkPodSecurity(t, kc, env.Kubeconfig, coreObjs)
+
+	// Uninstalling deploy/ keeps the CRDs, and with them users' EgressIPs.
+	eip := []byte(`{"apiVersion": "k8s.ovn.org/v1", "kind": "EgressIP", "metadata": {"name": "kept"},
+"spec": {"egressIPs": ["192.0.2.10"], "namespaceSelector": {"matchLabels": {"env": "prod"}}}}`)
+	k(eip, "apply", "--server-side", "-f", "-")
+	// No namespace controller here: the namespace stays Terminating, so no wait.
+	k(core, "delete", "--wait=false", "-f", "-")
+	if got := string(k(nil, "get", "eip", "kept", "-o", "jsonpath={.spec.egressIPs} {.spec.namespaceSelector.matchLabels}")); got != `["192.0.2.10"] {"env":"prod"}` {
+		t.Errorf("after deleting deploy/, EgressIP kept reads %q", got)
+	}
+	k(nil, "get", "crd", "egressips.k8s.ovn.org", "cloudprivateipconfigs.cloud.network.openshift.io", "-o", "name")
+}
+
+// checkPodSecurity shows the PodSecurity labels of deploy/'s namespace are
+// what admits its pods, and needed: the pod of every workload's template,
+// created (server-side dry run) in egret-system, is admitted; in a namespace
+// enforcing baseline, as a cluster-wide default does (make cluster-up's
+// does, and e2e/ installs under it), the host-network agents are refused.
+func checkPodSecurity(t *testing.T, kc, kubeconfig string, objs []obj) {
+	t.Helper()
+	k := func(stdin []byte, args ...string) ([]byte, error) {
+		cmd := exec.Command(kc, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		return cmd.CombinedOutput()
+	}
+	if out, err := k([]byte(`{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "baseline",
+"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}`), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("namespace baseline: %v\n%s", err, out)
+	}
+	refused := 0
+	for _, o := range objs {
+		if o.kind() != "DaemonSet" && o.kind() != "Deployment" {
+			continue
+		}
+		tmpl, _ := get(o, "spec", "template").(map[string]any)
+		spec, _ := tmpl["spec"].(map[string]any)
+		// The ServiceAccount admission wants the account to exist, which it
+		// does only in egret-system.
+		spec = maps.Clone(spec)
+		delete(spec, "serviceAccountName")
+		for _, ns := range []string{"egret-system", "baseline"} {
+			pod, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
+				"metadata": map[string]any{"name": o.name() + "-pss", "namespace": ns, "labels": get(tmpl, "metadata", "labels")},
+				"spec":     spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := k(pod, "create", "--dry-run=server", "-f", "-")
+			switch {
+			case ns == "egret-system" && err != nil:
+				t.Errorf("%s %s: its pod is refused in egret-system: %v\n%s", o.kind(), o.name(), err, out)
+			case ns == "baseline" && err == nil && get(spec, "hostNetwork") == true:
+				t.Errorf("%s %s: its host-network pod is admitted under PodSecurity baseline; the test shows nothing", o.kind(), o.name())
+			case ns == "baseline" && err != nil:
+				if !strings.Contains(string(out), "violates PodSecurity") {
+					t.Errorf("%s %s in namespace baseline: refused for another reason: %s", o.kind(), o.name(), out)
+				}
+				refused++
+			}
+		}
+	}
+	// gateway, steer and the CNI installer: host network, hostPath, NET_ADMIN.
+	if refused < 3 {
+		t.Errorf("%d workloads refused under baseline, want at least the 3 host-level agents", refused)
 	}
 }

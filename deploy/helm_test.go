@@ -174,7 +174,10 @@ func TestHelmMatchesKustomize(t *testing.T) {
 	if err := yaml.Unmarshal(b, &appVersion); err != nil || appVersion.AppVersion == "" {
 		t.Fatalf("%s/Chart.yaml: no appVersion (%v)", chart, err)
 	}
+	// The chart's crds/ are deploy/crd/'s kustomization (--include-crds).
 	_, core := build(t, kc, ".")
+	_, crds := build(t, kc, "crd")
+	core = append(core, crds...)
 	_, mon := build(t, kc, "monitoring")
 	t.Run("defaults", func(t *testing.T) {
 		sameObjects(t, helmTemplate(t, hb), core, appVersion.AppVersion)
@@ -217,14 +220,10 @@ func sameObjects(t *testing.T, chartObjs []manifest, kust []obj, appVersion stri
 		if !ok {
 			continue
 		}
-		// The chart adds Helm's labels; it must keep every one of kustomize's,
-		// but on the CRD, which Helm installs verbatim from crds/ (kustomize
-		// adds only part-of to it).
+		// The chart adds Helm's labels; it must keep every one of kustomize's
+		// (the CRDs, verbatim in both, have none).
 		gl, _ := get(g, "metadata", "labels").(map[string]any)
 		wl, _ := get(w, "metadata", "labels").(map[string]any)
-		if g.kind() == "CustomResourceDefinition" {
-			wl = nil
-		}
 		for l, v := range wl {
 			if gl[l] != v {
 				t.Errorf("%s: label %s=%v, want %v as kustomize", k, l, gl[l], v)
@@ -305,6 +304,15 @@ var otherValues = []string{
 	"--set", "gateway.health.host=$(POD_IP),gateway.health.port=9207,gateway.publishInterfaces=false",
 	"--set", "trustPodIPs=true,steer.procSysNet=,steer.noEgressIP=node",
 	"--set", "controller.egressNodeSelector=node-restriction.kubernetes.io/egress-gateway=true",
+	"--set", "controller.priorityClassName=,gateway.priorityClassName=egret-gateways,priorityQuota.create=true",
+	"--set", "monitoring.namespace=monitoring,monitoring.labels.release=kube-prometheus-stack",
+}
+
+// monitoringKinds are the objects monitoring.namespace moves.
+var monitoringKinds = map[string]bool{"PodMonitor": true, "PrometheusRule": true, "ConfigMap/egret-dashboard": true}
+
+func isMonitoring(o obj) bool {
+	return monitoringKinds[o.kind()] || monitoringKinds[o.kind()+"/"+o.name()]
 }
 
 // tlsValues turn on mutual TLS for the reachability probe. They are not in
@@ -387,7 +395,11 @@ func TestHelmValues(t *testing.T) {
 	objs := map[string]obj{}
 	for _, m := range ms {
 		objs[m.o.kind()+"/"+m.o.name()] = m.o
-		if m.o.ns() != "" && m.o.ns() != "egress" {
+		if isMonitoring(m.o) {
+			if m.o.ns() != "monitoring" {
+				t.Errorf("%s: namespace %s, want monitoring.namespace's, monitoring", objKey(m.o), m.o.ns())
+			}
+		} else if m.o.ns() != "" && m.o.ns() != "egress" {
 			t.Errorf("%s: namespace %s, want the release's, egress", objKey(m.o), m.o.ns())
 		}
 		if m.o.kind() == "Namespace" {
@@ -512,6 +524,20 @@ func TestHelmValues(t *testing.T) {
 	}
 
 	eq("steer PodMonitor interval", get(must("PodMonitor/egret-steer"), "spec", "podMetricsEndpoints", 0, "interval"), "1m")
+	for _, key := range []string{"PodMonitor/egret-gateway", "PodMonitor/egret-controller", "PodMonitor/egret-steer", "PrometheusRule/egret"} {
+		eq(key+" release label", get(must(key), "metadata", "labels", "release"), "kube-prometheus-stack")
+	}
+	for _, key := range []string{"PodMonitor/egret-gateway", "PodMonitor/egret-controller", "PodMonitor/egret-steer"} {
+		eq(key+" namespaceSelector", get(must(key), "spec", "namespaceSelector"), map[string]any{"matchNames": []string{"egress"}})
+	}
+
+	// Priority classes: a value per role, and the quota admitting the
+	// critical ones still in use (steer and the CNI installer keep theirs).
+	eq("controller priorityClassName", get(ctl, "spec", "template", "spec", "priorityClassName"), nil)
+	eq("gateway priorityClassName", get(gwD, "spec", "template", "spec", "priorityClassName"), "egret-gateways")
+	eq("steer priorityClassName", get(stD, "spec", "template", "spec", "priorityClassName"), "system-node-critical")
+	eq("ResourceQuota scope", get(must("ResourceQuota/egret-critical-pods"), "spec", "scopeSelector"),
+		map[string]any{"matchExpressions": []map[string]any{{"scopeName": "PriorityClass", "operator": "In", "values": []string{"system-node-critical"}}}})
 	eq("dashboard ConfigMap label", get(must("ConfigMap/egret-dashboard"), "metadata", "labels", "grafana_dashboard"), "1")
 
 	// Probe mutual TLS: each side mounts its Secret and names the files in it.
@@ -650,6 +676,11 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		{"cloud.provider=openstack", "provider"},
 		// The gateway agent refuses --cloud-provider without it.
 		{"cloud.provider=gcp,gateway.publishInterfaces=false", "publishInterfaces"},
+		{"gateway.priorityClassName=Node Critical", "priorityClassName"},
+		{"monitoring.namespace=Monitoring", "namespace"},
+		{"monitoring.labels.release=null,monitoring.labels.team=1", "team"},
+		// A quota that admits no class the chart uses is a mistake.
+		{"priorityQuota.create=true,controller.priorityClassName=,gateway.priorityClassName=,steer.priorityClassName=,cni.priorityClassName=", "priorityQuota"},
 	} {
 		out, err := execOut(hb, "template", "egret", chart, "--set", tc.set)
 		if err == nil {
@@ -701,7 +732,13 @@ func TestHelmInstall(t *testing.T) {
 		return run(t, nil, kc, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
 	}
 	t.Logf("install:\n%s", h("install", "egret", chart, "-n", "egret-system", "--create-namespace",
-		"--set", "interfaces.gateway={eth1},interfaces.underlay=eth0,image.tag=0.0.1-test"))
+		"--set", "interfaces.gateway={eth1},interfaces.underlay=eth0,image.tag=0.0.1-test,priorityQuota.create=true"))
+	if got := string(k("get", "namespace", "egret-system", "-o", `jsonpath={.metadata.labels.pod-security\.kubernetes\.io/enforce}`)); got != "privileged" {
+		t.Errorf("the release namespace's pod-security.kubernetes.io/enforce label after install: %q, want privileged", got)
+	}
+	if got := string(k("-n", "egret-system", "get", "resourcequota", "egret-critical-pods", "-o", "jsonpath={.spec.scopeSelector.matchExpressions[0].values}")); got != `["system-cluster-critical","system-node-critical"]` {
+		t.Errorf("ResourceQuota egret-critical-pods admits %s", got)
+	}
 	for _, m := range helmTemplate(t, hb) {
 		args := []string{"get", strings.ToLower(m.o.kind()), m.o.name(), "-o", "name"}
 		if m.o.ns() != "" {
@@ -729,12 +766,18 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("steer ConfigMap after upgrade:\n%s", got)
 	}
 
+	run(t, []byte(`{"apiVersion": "k8s.ovn.org/v1", "kind": "EgressIP", "metadata": {"name": "kept"},
+"spec": {"egressIPs": ["192.0.2.10"], "namespaceSelector": {"matchLabels": {"env": "prod"}}}}`),
+		kc, "--kubeconfig", env.Kubeconfig, "apply", "--server-side", "-f", "-")
 	h("uninstall", "egret", "-n", "egret-system")
 	if out, err := execOut(kc, "--kubeconfig", env.Kubeconfig, "-n", "egret-system", "get", "deployment", "egret-controller"); err == nil {
 		t.Errorf("the controller Deployment survived helm uninstall:\n%s", out)
 	}
 	// Helm never deletes a CRD it installed from crds/: EgressIPs outlive the release.
-	k("get", "crd", "egressips.k8s.ovn.org", "-o", "name")
+	k("get", "crd", "egressips.k8s.ovn.org", "cloudprivateipconfigs.cloud.network.openshift.io", "-o", "name")
+	if got := string(k("get", "eip", "kept", "-o", "jsonpath={.spec.egressIPs} {.spec.namespaceSelector.matchLabels}")); got != `["192.0.2.10"] {"env":"prod"}` {
+		t.Errorf("after helm uninstall, EgressIP kept reads %q", got)
+	}
 }
 
 // TestHelmHealthHost: the health host goes in brackets (an IPv6 InternalIP

@@ -160,11 +160,18 @@ func TestCluster(t *testing.T) {
 			e.kubectlErr("label", "node", g, "k8s.ovn.org/egress-assignable-")
 		}
 	})
+	// The CRDs once, apart from either install (docs/operations.md): no
+	// uninstall below removes them.
+	e.installCRDs()
 	kust := e.kustomize()
 	e.flowSyncSecret()
 	kust.install()
 	e.waitEgretReady()
 	t.Logf("Egret (kustomize) Ready after %v", time.Since(start).Round(time.Second))
+	// The API server enforces PodSecurity baseline on every namespace without
+	// a label of its own (make cluster-up): Egret's pods ran only through
+	// deploy/namespace.yaml's label.
+	e.checkPodSecurity()
 
 	// 2. the spec's EgressIP examples, their addresses moved into the nodes' subnet.
 	objs := e.applyExamples()
@@ -202,10 +209,12 @@ func TestCluster(t *testing.T) {
 	e.failover(icmp, nss[len(nss)-1])
 
 	// 6. uninstall; every node is clean. (The pods stay: they are the
-	// cluster's, not Egret's.)
+	// cluster's, not Egret's, and so do the EgressIPs: the users'.)
+	eips := e.eipSpecs()
 	kust.uninstall()
 	e.checkAllClean()
-	t.Logf("kustomize install removed, nodes clean, at %v", time.Since(start).Round(time.Second))
+	e.checkEIPsKept(eips, "kubectl delete -k")
+	t.Logf("kustomize install removed, nodes clean, EgressIPs kept, at %v", time.Since(start).Round(time.Second))
 
 	// §5: the Helm chart in place of kustomize, with the same checks; the
 	// gateway rollout to a new image tag is a helm upgrade.
@@ -214,9 +223,8 @@ func TestCluster(t *testing.T) {
 	hm.install()
 	e.waitEgretReady()
 	t.Logf("Egret (helm) Ready after %v", time.Since(start).Round(time.Second))
-	// kubectl delete -k removed the CRD and with it every EgressIP; helm
-	// installed the CRD again.
-	e.applyExamples()
+	// The EgressIPs the kustomize install served, kept through its
+	// uninstall, are served again as they are.
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress through the Helm install checked at %v", time.Since(start).Round(time.Second))
 
@@ -250,7 +258,83 @@ func TestCluster(t *testing.T) {
 	}
 	hm.uninstall()
 	e.checkAllClean()
+	e.checkEIPsKept(eips, "helm uninstall")
 	t.Logf("total %v", time.Since(start).Round(time.Second))
+}
+
+// installCRDs applies deploy/crd/, as docs/operations.md says: once, before
+// Egret, and never removed with it. The test removes them at its end.
+func (e *env) installCRDs() {
+	e.t.Helper()
+	crds := filepath.Join(e.repo, "deploy/crd")
+	e.kubectl("apply", "--server-side", "-k", crds)
+	e.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org", "crd/cloudprivateipconfigs.cloud.network.openshift.io")
+	e.t.Cleanup(func() { e.kubectlErr("delete", "-k", crds, "--ignore-not-found") })
+}
+
+// eipSpecs is every EgressIP's spec, as JSON, by name.
+func (e *env) eipSpecs() map[string]string {
+	e.t.Helper()
+	var l struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Spec     json.RawMessage
+		}
+	}
+	if err := json.Unmarshal([]byte(e.kubectl("get", "eip", "-o", "json")), &l); err != nil {
+		e.t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, it := range l.Items {
+		m[it.Metadata.Name] = string(it.Spec)
+	}
+	return m
+}
+
+// checkEIPsKept fails the test unless every EgressIP of before is still
+// there after an uninstall, with the same spec.
+func (e *env) checkEIPsKept(before map[string]string, after string) {
+	e.t.Helper()
+	if len(before) == 0 {
+		e.t.Fatal("no EgressIP to keep: the check shows nothing")
+	}
+	now := e.eipSpecs()
+	for name, spec := range before {
+		switch got, ok := now[name]; {
+		case !ok:
+			e.t.Errorf("EgressIP %s is gone after %s", name, after)
+		case got != spec:
+			e.t.Errorf("EgressIP %s's spec after %s is %s, was %s", name, after, got, spec)
+		}
+	}
+	e.t.Logf("%d EgressIPs kept, spec unchanged, after %s", len(before), after)
+}
+
+// checkPodSecurity shows the cluster enforces PodSecurity baseline by
+// default, so Egret's pods (host network, NET_ADMIN) were admitted only by
+// their namespace's label: a host-network pod in the unlabelled namespace
+// default is refused (a server-side dry run, nothing is created).
+func (e *env) checkPodSecurity() {
+	e.t.Helper()
+	if l := e.kubectl("get", "namespace", "egret-system", "-o", `jsonpath={.metadata.labels.pod-security\.kubernetes\.io/enforce}`); l != "privileged" {
+		e.t.Errorf("namespace egret-system: pod-security.kubernetes.io/enforce=%q, want privileged", l)
+	}
+	pod := yamlDoc(map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": "e2e-host-network", "namespace": "default"},
+		"spec": map[string]any{
+			"hostNetwork": true,
+			"containers":  []any{map[string]any{"name": "c", "image": probeImage(), "command": []string{"/bin/sleep", "1"}}},
+		},
+	})
+	cmd := exec.Command(e.kubectlBin, "--kubeconfig="+filepath.Join(stateDir, "admin.kubeconfig"), "create", "--dry-run=server", "-f", "-")
+	cmd.Stdin = strings.NewReader(pod)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `violates PodSecurity "baseline`) {
+		e.t.Errorf("a host-network pod in namespace default: %v\n%s\nwant it refused by the cluster's PodSecurity default, baseline (hack/cluster/up.sh)", err, out)
+		return
+	}
+	e.t.Logf("the cluster's PodSecurity default refuses a host-network pod: %s", strings.TrimSpace(string(out)))
 }
 
 // flowSyncSecret makes the Secret that turns the gateways' flow sync on,
@@ -589,13 +673,14 @@ func (e *env) helm() installer {
 			e.run(hb, kc, "uninstall", "egret", "-n", "egret-system", "--wait", "--timeout=90s")
 			e.kubectlErr("delete", "namespace", "egret-system", "--ignore-not-found", "--wait=true", "--timeout=60s")
 		}
-		// Helm keeps the CRD of crds/ (and so the EgressIPs) after uninstall.
-		e.kubectlErr("delete", "crd", "egressips.k8s.ovn.org", "--ignore-not-found")
 	})
 	return installer{
 		install: func() {
 			// The namespace is there already, made with the flow sync's
-			// Secret in it (flowSyncSecret): the chart leaves it unmanaged.
+			// Secret in it (flowSyncSecret): the chart leaves it unmanaged,
+			// so it gets its PodSecurity labels as docs/operations.md says.
+			e.kubectl("label", "namespace", "egret-system", "--overwrite", "pod-security.kubernetes.io/enforce=privileged",
+				"pod-security.kubernetes.io/audit=privileged", "pod-security.kubernetes.io/warn=privileged")
 			e.sh(hb, kc, "install", "egret", chart, "-n", "egret-system", "-f", values, "--set", "createNamespace=false")
 		},
 		rollout: func(tag string) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # up.sh: a real Kubernetes cluster on this one machine (make cluster-up).
 #
-#   host:       etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+#   host:       etcd, kube-apiserver (PodSecurity: baseline unless a namespace
+#               says otherwise), kube-controller-manager, kube-scheduler,
 #               a registry (docker-registry) on the node network's bridge
 #   nodes:      w1 w2 (workers), gw1 gw2 (gateway-capable), each in its own
 #               network and mount namespace with its own containerd, runc,
@@ -161,6 +162,26 @@ for n in "${NODES[@]}"; do
 done
 
 # --- control plane ------------------------------------------------------------
+# PodSecurity as a restricted cluster has it: every namespace without a level
+# of its own enforces baseline, so Egret's host-network NET_ADMIN pods run only
+# through their namespace's label (deploy/namespace.yaml); e2e/ checks both.
+cat >"$STATE/admission.yaml" <<AC
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: baseline
+      enforce-version: latest
+      audit: baseline
+      audit-version: latest
+      warn: baseline
+      warn-version: latest
+    exemptions: {usernames: [], runtimeClasses: [], namespaces: []}
+AC
 start_daemon etcd "$STATE/logs/etcd.log" "$TOOLS/etcd" --name=egretc --data-dir="$STATE/etcd" \
 	--listen-client-urls=http://127.0.0.1:23790 --advertise-client-urls=http://127.0.0.1:23790 \
 	--listen-peer-urls=http://127.0.0.1:23800 --initial-advertise-peer-urls=http://127.0.0.1:23800 \
@@ -174,6 +195,7 @@ start_daemon kube-apiserver "$STATE/logs/kube-apiserver.log" "$TOOLS/kube-apiser
 	--service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
 	--service-cluster-ip-range="$SVC_NET" --authorization-mode=Node,RBAC \
 	--enable-admission-plugins=NodeRestriction --allow-privileged=true \
+	--admission-control-config-file="$STATE/admission.yaml" \
 	--kubelet-preferred-address-types=InternalIP --profiling=false
 for i in $(seq 120); do
 	kubectl_ get --raw /readyz >/dev/null 2>&1 && break

@@ -25,7 +25,8 @@ import (
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // ReadObjects decodes every YAML or JSON document in the named files (a
-// directory means its *.yaml, *.yml and *.json files, sorted).
+// directory means its *.yaml, *.yml and *.json files, sorted, but for a
+// kustomization.yaml: kustomize's list of the others, not an object).
 func ReadObjects(paths ...string) ([]*unstructured.Unstructured, error) {
 	var files []string
 	for _, p := range paths {
@@ -43,6 +44,9 @@ func ReadObjects(paths ...string) ([]*unstructured.Unstructured, error) {
 		}
 		var inDir []string
 		for _, e := range entries {
+			if e.Name() == "kustomization.yaml" {
+				continue
+			}
 			switch filepath.Ext(e.Name()) {
 			case ".yaml", ".yml", ".json":
 				inDir = append(inDir, filepath.Join(p, e.Name()))

@@ -12,6 +12,16 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | tr
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
+{{/* egret.podSecurityLabels are the release namespace's PodSecurity labels, as
+deploy/namespace.yaml's: the agents (host network, NET_ADMIN, hostPath) need
+the privileged level. With createNamespace=false, label the namespace with them
+(docs/operations.md, "Restricted clusters"). */}}
+{{- define "egret.podSecurityLabels" -}}
+pod-security.kubernetes.io/enforce: privileged
+pod-security.kubernetes.io/audit: privileged
+pod-security.kubernetes.io/warn: privileged
+{{- end }}
+
 {{/* egret.logArgs are the logging flags every Egret process takes. */}}
 {{- define "egret.logArgs" -}}
 - --log-format={{ .Values.log.format }}
@@ -22,6 +32,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* egret.scheduling is the pod placement every role sets from its values: dict "root" $ "role" .Values.<role>. */}}
 {{- define "egret.scheduling" -}}
+{{- with .role.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 {{- with .role.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
