@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // dialAs opens a session to addr from the source address src, naming
@@ -209,7 +210,7 @@ func TestSyncListenerHostile(t *testing.T) {
 		}
 	}()
 	// The attack is on: the listener has refused what it will not hold.
-	waitFor(t, "attack refused", func() bool { return sb.Stats().Refused >= 100 })
+	nstest.Eventually(t, "attack refused", syncWait, func() bool { return sb.Stats().Refused >= 100 })
 	for i := range 4 {
 		f := flow(i, conntrack.StateEstablished)
 		adopt(t, a, f)
