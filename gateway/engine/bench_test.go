@@ -14,6 +14,7 @@ import (
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/route"
+	"github.com/egret-gw/egret/internal/nictest"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -45,7 +46,7 @@ func benchFrame(tb testing.TB, sport uint16) []byte {
 
 // newBenchLoop is a queue loop on one in-memory port (ifindex 1) and
 // the peer port that feeds it and drains what it sends.
-func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
+func newBenchLoop(tb testing.TB) (*queueLoop, *nictest.Mem) {
 	ct, err := conntrack.New(conntrack.Config{MaxFlows: 1 << 16})
 	if err != nil {
 		tb.Fatal(err)
@@ -68,7 +69,7 @@ func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
 	if err := p.Swap(snap); err != nil {
 		tb.Fatal(err)
 	}
-	a, b, err := nic.NewMemPair(1024, 2048, 0, 256)
+	a, b, err := nictest.NewMemPair(1024, 2048, 0, 256)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func newBenchLoop(tb testing.TB) (*queueLoop, *nic.Mem) {
 }
 
 // feed puts a batch of frames on the peer side for the loop to receive.
-func feed(b *nic.Mem, frames [][]byte) {
+func feed(b *nictest.Mem, frames [][]byte) {
 	var bt nic.Batch
 	b.Pool().Alloc(&bt, len(frames))
 	for i, f := range frames {

@@ -1,21 +1,27 @@
-package nic
+// Package nictest is an in-memory nic.Queue for tests of the pipeline and the
+// engine: a pair of connected ports that need no kernel. It uses only nic's
+// exported API, so production code carries none of it.
+package nictest
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/egret-gw/egret/gateway/nic"
 )
 
 // Mem is one end of an in-memory link made by NewMemPair: what one end
-// transmits the other receives. It exists for tests of the pipeline and
-// needs no kernel.
+// transmits the other receives.
 type Mem struct {
 	name   string
-	pool   *Pool
+	pool   *nic.Pool
 	in     *memQueue
 	out    *memQueue
 	timer  *time.Timer
-	closed bool
-	cnt    counters
+	closed atomic.Bool
+
+	rx, tx, txDrops, rxBytes, txBytes atomic.Uint64
 }
 
 // memQueue is a bounded FIFO of frame copies between two goroutines.
@@ -39,11 +45,11 @@ func newMemQueue(depth, frameSize int) *memQueue {
 // NewMemPair returns two connected in-memory ports; each has a pool of
 // frames buffers and each direction queues up to depth frames.
 func NewMemPair(frames, frameSize, headroom, depth int) (*Mem, *Mem, error) {
-	pa, err := NewPool(frames, frameSize, headroom)
+	pa, err := nic.NewPool(frames, frameSize, headroom)
 	if err != nil {
 		return nil, nil, err
 	}
-	pb, _ := NewPool(frames, frameSize, headroom)
+	pb, _ := nic.NewPool(frames, frameSize, headroom)
 	ab, ba := newMemQueue(depth, frameSize), newMemQueue(depth, frameSize)
 	a := &Mem{name: "mem:a", pool: pa, in: ba, out: ab, timer: stoppedTimer()}
 	b := &Mem{name: "mem:b", pool: pb, in: ab, out: ba, timer: stoppedTimer()}
@@ -56,19 +62,22 @@ func stoppedTimer() *time.Timer {
 	return t
 }
 
-// Name implements Port.
+// Name implements nic.Queue.
 func (m *Mem) Name() string { return m.name }
 
-// Pool implements Port.
-func (m *Mem) Pool() *Pool { return m.pool }
+// Pool implements nic.Queue.
+func (m *Mem) Pool() *nic.Pool { return m.pool }
 
-// Stats implements Port.
-func (m *Mem) Stats() Stats { return m.cnt.stats() }
+// Stats implements nic.Queue.
+func (m *Mem) Stats() nic.Stats {
+	return nic.Stats{RxFrames: m.rx.Load(), TxFrames: m.tx.Load(), RxBytes: m.rxBytes.Load(),
+		TxBytes: m.txBytes.Load(), TxDrops: m.txDrops.Load()}
+}
 
-// Receive implements Port.
-func (m *Mem) Receive(b *Batch, timeout time.Duration) error {
-	if m.closed {
-		return ErrClosed
+// Receive implements nic.Queue.
+func (m *Mem) Receive(b *nic.Batch, timeout time.Duration) error {
+	if m.closed.Load() {
+		return nic.ErrClosed
 	}
 	b.Release()
 	if m.pull(b) == 0 && timeout > 0 {
@@ -80,29 +89,25 @@ func (m *Mem) Receive(b *Batch, timeout time.Duration) error {
 		m.timer.Stop()
 		m.pull(b)
 	}
-	m.cnt.rx.Add(uint64(b.N))
+	m.rx.Add(uint64(b.N))
 	bytes := 0
 	for i := 0; i < b.N; i++ {
 		bytes += b.Len[i]
 	}
-	m.cnt.rxBytes.Add(uint64(bytes))
+	m.rxBytes.Add(uint64(bytes))
 	return nil
 }
 
-func (m *Mem) pull(b *Batch) int {
+// pull moves queued frames into b's empty tail, copying each into a buffer
+// of this end's pool.
+func (m *Mem) pull(b *nic.Batch) int {
 	q := m.in
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b.pool = m.pool
-	for q.n > 0 && b.N < MaxBatch {
-		base, ok := m.pool.get()
-		if !ok {
-			break
-		}
-		l := q.lens[q.head]
-		copy(m.pool.buf(base)[m.pool.headroom:], q.slots[q.head][:l])
-		b.set(b.N, base, m.pool.headroom, l)
-		b.N++
+	for q.n > 0 && m.pool.Alloc(b, 1) == 1 {
+		i := b.N - 1
+		l := copy(b.Buf[i][b.Off[i]:], q.slots[q.head][:q.lens[q.head]])
+		b.SetFrame(i, b.Off[i], l)
 		q.head = (q.head + 1) % len(q.slots)
 		q.n--
 	}
@@ -115,9 +120,9 @@ func (m *Mem) pull(b *Batch) int {
 	return b.N
 }
 
-// Transmit implements Port.
-func (m *Mem) Transmit(b *Batch) {
-	if m.closed {
+// Transmit implements nic.Queue.
+func (m *Mem) Transmit(b *nic.Batch) {
+	if m.closed.Load() {
 		b.Release()
 		return
 	}
@@ -125,7 +130,7 @@ func (m *Mem) Transmit(b *Batch) {
 	sent, drops, bytes := 0, 0, 0
 	q.mu.Lock()
 	for i := 0; i < b.N; i++ {
-		if b.base[i] == gone {
+		if b.Buf[i] == nil { // moved to another batch by Take
 			continue
 		}
 		f := b.Frame(i)
@@ -147,13 +152,13 @@ func (m *Mem) Transmit(b *Batch) {
 		default:
 		}
 	}
-	m.cnt.tx.Add(uint64(sent))
-	m.cnt.txBytes.Add(uint64(bytes))
-	m.cnt.txDrops.Add(uint64(drops))
+	m.tx.Add(uint64(sent))
+	m.txBytes.Add(uint64(bytes))
+	m.txDrops.Add(uint64(drops))
 }
 
-// Close implements Port.
+// Close implements nic.Queue.
 func (m *Mem) Close() error {
-	m.closed = true
+	m.closed.Store(true)
 	return nil
 }

@@ -1,4 +1,4 @@
-package nic_test
+package nictest_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/gateway/nic"
+	"github.com/egret-gw/egret/internal/nictest"
 )
 
 func fill(t *testing.T, p nic.Queue, b *nic.Batch, n int, tag uint32) {
@@ -29,7 +30,7 @@ func fill(t *testing.T, p nic.Queue, b *nic.Batch, n int, tag uint32) {
 }
 
 func TestMemPairMovesBatches(t *testing.T) {
-	a, b, err := nic.NewMemPair(256, 2048, 128, 256)
+	a, b, err := nictest.NewMemPair(256, 2048, 128, 256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestMemPairMovesBatches(t *testing.T) {
 }
 
 func TestMemQueueFullCountsDrops(t *testing.T) {
-	a, b, _ := nic.NewMemPair(256, 2048, 0, 16)
+	a, b, _ := nictest.NewMemPair(256, 2048, 0, 16)
 	var tx, rx nic.Batch
 	fill(t, a, &tx, 64, 1)
 	a.Transmit(&tx)
@@ -84,7 +85,7 @@ func TestMemQueueFullCountsDrops(t *testing.T) {
 }
 
 func TestMemReceiveTimesOut(t *testing.T) {
-	_, b, _ := nic.NewMemPair(256, 2048, 0, 16)
+	_, b, _ := nictest.NewMemPair(256, 2048, 0, 16)
 	var rx nic.Batch
 	start := time.Now()
 	if err := b.Receive(&rx, 30*time.Millisecond); err != nil {
@@ -101,7 +102,7 @@ func TestMemReceiveTimesOut(t *testing.T) {
 
 func TestMemWakesWaitingReceiver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b, _ := nic.NewMemPair(256, 2048, 0, 64)
+		a, b, _ := nictest.NewMemPair(256, 2048, 0, 64)
 		done := make(chan int)
 		go func() {
 			var rx nic.Batch
@@ -125,7 +126,7 @@ func TestMemWakesWaitingReceiver(t *testing.T) {
 }
 
 func TestBatchTakeAndBounds(t *testing.T) {
-	a, _, _ := nic.NewMemPair(256, 2048, 64, 64)
+	a, _, _ := nictest.NewMemPair(256, 2048, 64, 64)
 	var rx, out, other nic.Batch
 	fill(t, a, &rx, 8, 3)
 	want := append([]byte(nil), rx.Frame(5)...)
@@ -138,7 +139,7 @@ func TestBatchTakeAndBounds(t *testing.T) {
 	if out.Take(&rx, 8) || out.Take(&rx, -1) {
 		t.Fatal("Take accepted an index out of range")
 	}
-	b2, _, _ := nic.NewMemPair(256, 2048, 0, 64)
+	b2, _, _ := nictest.NewMemPair(256, 2048, 0, 64)
 	b2.Pool().Alloc(&other, 1)
 	if out.Take(&other, 0) {
 		t.Fatal("Take mixed frames of two pools in one batch")
@@ -170,7 +171,7 @@ func TestPoolRejectsBadSizes(t *testing.T) {
 }
 
 func TestMemNoAllocs(t *testing.T) {
-	a, b, _ := nic.NewMemPair(256, 2048, 0, 256)
+	a, b, _ := nictest.NewMemPair(256, 2048, 0, 256)
 	var tx, rx nic.Batch
 	allocs := testing.AllocsPerRun(100, func() {
 		a.Pool().Alloc(&tx, 64)
