@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/packetsock"
 )
 
 // ARPAnnouncement builds a gratuitous ARP request (RFC 5227 announcement): sender and
@@ -58,18 +60,17 @@ func Announce(ifIndex int, mac net.HardwareAddr, addrs []netip.Prefix) error {
 	return nil
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
 func sendARP(ifIndex int, mac net.HardwareAddr, ip netip.Addr) error {
 	if len(mac) != 6 {
 		return fmt.Errorf("interface has no Ethernet address (%v)", mac)
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
+	fd, err := packetsock.Open(unix.SOCK_DGRAM, unix.ETH_P_ARP)
 	if err != nil {
 		return fmt.Errorf("opening a packet socket: %w", err)
 	}
 	defer unix.Close(fd)
-	to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifIndex, Halen: 6}
+	to := packetsock.Addr(unix.ETH_P_ARP, ifIndex)
+	to.Halen = 6
 	copy(to.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	return unix.Sendto(fd, ARPAnnouncement(mac, ip), 0, to)
 }
@@ -137,15 +138,16 @@ func ProbeIPv4(ifIndex int, mac net.HardwareAddr, addrs []netip.Prefix) error {
 	if len(ips) == 0 || err != nil {
 		return err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
+	fd, err := packetsock.Open(unix.SOCK_DGRAM, unix.ETH_P_ARP)
 	if err != nil {
 		return fmt.Errorf("opening a packet socket: %w", err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifIndex}); err != nil {
+	if err := unix.Bind(fd, packetsock.Addr(unix.ETH_P_ARP, ifIndex)); err != nil {
 		return fmt.Errorf("binding the packet socket: %w", err)
 	}
-	to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifIndex, Halen: 6}
+	to := packetsock.Addr(unix.ETH_P_ARP, ifIndex)
+	to.Halen = 6
 	copy(to.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	tv := unix.NsecToTimeval(int64(10 * time.Millisecond))
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
@@ -268,7 +270,7 @@ func ProbeIPv6(ifIndex int, mac net.HardwareAddr, addrs []netip.Prefix) error {
 	buf := make([]byte, 256)
 	for i := range probeCount {
 		for _, ip := range ips {
-			to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IPV6), Ifindex: ifIndex}
+			to := packetsock.Addr(unix.ETH_P_IPV6, ifIndex)
 			if err := unix.Sendto(out, DADSolicitation(mac, ip), 0, to); err != nil {
 				return fmt.Errorf("probing %s: %w", ip, err)
 			}

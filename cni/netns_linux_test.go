@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/packetsock"
 	"github.com/egret-gw/egret/internal/testbin"
 
 	"golang.org/x/sys/unix"
@@ -170,11 +171,11 @@ func newSniffer(t *testing.T, n *nstest.NS, link string) *sniffer {
 	}
 	var fd int
 	if err := n.Do(func() (err error) {
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		fd, err = packetsock.Open(unix.SOCK_RAW, unix.ETH_P_ALL)
 		if err != nil {
 			return err
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index})
+		return unix.Bind(fd, packetsock.Addr(unix.ETH_P_ALL, l.Attrs().Index))
 	}); err != nil {
 		t.Fatal(err)
 	}

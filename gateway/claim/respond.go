@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/packetsock"
 )
 
 // responder answers ARP requests and neighbour solicitations for the
@@ -54,22 +56,22 @@ func openResponder() (_ *responder, err error) {
 			r.closeSockets()
 		}
 	}()
-	if r.arp, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP))); err != nil {
+	if r.arp, err = packetsock.Open(unix.SOCK_RAW, unix.ETH_P_ARP); err != nil {
 		return nil, err
 	}
 	// The filter goes on before the protocol is bound, so no unfiltered
 	// IPv6 frame is ever queued on the socket.
-	if r.nd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+	if r.nd, err = packetsock.Open(unix.SOCK_RAW, 0); err != nil {
 		return nil, err
 	}
 	prog := unix.SockFprog{Len: uint16(len(ndFilter)), Filter: (*unix.SockFilter)(unsafe.Pointer(&ndFilter[0]))}
 	if err = unix.SetsockoptSockFprog(r.nd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
 		return nil, err
 	}
-	if err = unix.Bind(r.nd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IPV6)}); err != nil {
+	if err = unix.Bind(r.nd, packetsock.Addr(unix.ETH_P_IPV6, 0)); err != nil {
 		return nil, err
 	}
-	if r.send, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+	if r.send, err = packetsock.Open(unix.SOCK_RAW, 0); err != nil {
 		return nil, err
 	}
 	tv := unix.NsecToTimeval((200 * time.Millisecond).Nanoseconds()) // how late Close is noticed
@@ -87,8 +89,6 @@ func openResponder() (_ *responder, err error) {
 	}
 	return r, nil
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 func (r *responder) closeSockets() {
 	for _, fd := range []*int{&r.arp, &r.nd, &r.send} {

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/packetsock"
 )
 
 // PacketOptions tune an AF_PACKET port; the zero value is usable.
@@ -32,12 +34,10 @@ type Packet struct {
 	cnt     counters
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
 // OpenPacket opens an AF_PACKET port on the interface, with its receive
 // buffers in pool.
 func OpenPacket(pool *Pool, ifname string, ifindex int, opt PacketOptions) (*Packet, error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	fd, err := packetsock.Open(unix.SOCK_RAW, unix.ETH_P_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("nic: AF_PACKET socket on %s: %w", ifname, err)
 	}
@@ -54,7 +54,7 @@ func OpenPacket(pool *Pool, ifname string, ifindex int, opt PacketOptions) (*Pac
 		return fail("qdisc bypass", err)
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
+	if err := unix.Bind(fd, packetsock.Addr(unix.ETH_P_ALL, ifindex)); err != nil {
 		return fail("bind", err)
 	}
 	if opt.FanoutGroup != 0 {
