@@ -27,6 +27,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+
+	"github.com/egret-gw/egret/internal/faulttest"
 )
 
 // Token is the access token the identity endpoint gives out and ARM
@@ -61,13 +63,11 @@ type Server struct {
 	subnets    map[string][]string // address prefixes by lower-case subnet ID
 	old        map[string]NIC      // before the last change, for stale reads
 	stale      int
-	throttle   int
-	fail       map[string][]apiErr // by method
+	faults     faulttest.Faults[apiErr] // calls received, throttling, failures by method
 	opFail     []apiErr
 	polls      int // InProgress answers before an operation is done
 	ops        map[string]*operation
 	nextOp     int
-	calls      []string
 	IfMatch    []string // the If-Match header of every PUT, in order
 	retryAfter string
 }
@@ -92,7 +92,7 @@ func Start(nics ...NIC) *Server {
 
 // StartOn is Start on listener l (nil: a new loopback listener).
 func StartOn(l net.Listener, nics ...NIC) *Server {
-	s := &Server{nics: map[string]*NIC{}, subnets: map[string][]string{}, fail: map[string][]apiErr{}, ops: map[string]*operation{}, retryAfter: "1"}
+	s := &Server{nics: map[string]*NIC{}, subnets: map[string][]string{}, ops: map[string]*operation{}, retryAfter: "1"}
 	for _, n := range nics {
 		n := n
 		n.IPConfigs = slices.Clone(n.IPConfigs)
@@ -150,7 +150,7 @@ func (s *Server) Subnet(id string, prefixes ...string) {
 // Throttle makes the next n requests answer 429 with Retry-After.
 func (s *Server) Throttle(n int) {
 	s.mu.Lock()
-	s.throttle = n
+	s.faults.Throttle(n, apiErr{http.StatusTooManyRequests, "SubscriptionRequestsThrottled", "Number of requests for subscription exceeded the limit. Please try again after some time."})
 	s.mu.Unlock()
 }
 
@@ -175,10 +175,7 @@ func (s *Server) Polls(n int) {
 func (s *Server) Fail(method string, status int, code, message string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fail[method] = nil
-	for range n {
-		s.fail[method] = append(s.fail[method], apiErr{status, code, message})
-	}
+	s.faults.Fail(method, apiErr{status, code, message}, n)
 }
 
 // FailOperation makes the next n long-running operations end Failed with
@@ -203,7 +200,7 @@ func (s *Server) Touch(id string) {
 func (s *Server) Calls() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.calls)
+	return s.faults.Calls()
 }
 
 const nicPath = "/providers/microsoft.network/networkinterfaces"
@@ -236,16 +233,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, method)
-	if s.throttle > 0 {
-		s.throttle--
-		w.Header().Set("Retry-After", s.retryAfter)
-		writeErr(w, apiErr{http.StatusTooManyRequests, "SubscriptionRequestsThrottled", "Number of requests for subscription exceeded the limit. Please try again after some time."})
-		return
-	}
-	if l := s.fail[method]; len(l) > 0 {
-		s.fail[method] = l[1:]
-		writeErr(w, l[0])
+	if e, fault := s.faults.Next(method); fault != faulttest.None {
+		if fault == faulttest.Throttled {
+			w.Header().Set("Retry-After", s.retryAfter)
+		}
+		writeErr(w, e)
 		return
 	}
 	switch method {

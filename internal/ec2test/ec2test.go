@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/egret-gw/egret/internal/faulttest"
 )
 
 // Credentials the server accepts; tests export them as AWS_ACCESS_KEY_ID
@@ -51,15 +53,13 @@ type Server struct {
 	URL string
 	srv *httptest.Server
 
-	mu       sync.Mutex
-	enis     map[string]*ENI
-	old      map[string]ENI // the state before the last change, for stale reads
-	stale    int
-	throttle int
-	fail     map[string][]apiErr // by Action: answers to give first
-	calls    []string
-	types    map[string][2]int // instance type → IPv4, IPv6 per interface
-	region   string            // of the last signed request
+	mu     sync.Mutex
+	enis   map[string]*ENI
+	old    map[string]ENI // the state before the last change, for stale reads
+	stale  int
+	faults faulttest.Faults[apiErr] // calls received, throttling, failures by Action
+	types  map[string][2]int        // instance type → IPv4, IPv6 per interface
+	region string                   // of the last signed request
 
 	eips map[string]*Address // Elastic IPs by allocation ID
 }
@@ -78,7 +78,7 @@ func Start(enis ...ENI) *Server {
 // StartOn is Start on listener l (nil: a new loopback listener), e.g. one
 // opened inside a network namespace.
 func StartOn(l net.Listener, enis ...ENI) *Server {
-	s := &Server{enis: map[string]*ENI{}, fail: map[string][]apiErr{}, types: map[string][2]int{}}
+	s := &Server{enis: map[string]*ENI{}, types: map[string][2]int{}}
 	for _, e := range enis {
 		e := e
 		s.enis[e.ID] = &e
@@ -108,7 +108,7 @@ func (s *Server) ENI(id string) ENI {
 // Throttle makes the next n requests answer RequestLimitExceeded (HTTP 503).
 func (s *Server) Throttle(n int) {
 	s.mu.Lock()
-	s.throttle = n
+	s.faults.Throttle(n, apiErr{http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded."})
 	s.mu.Unlock()
 }
 
@@ -125,17 +125,14 @@ func (s *Server) Stale(n int) {
 func (s *Server) Fail(action, code, message string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fail[action] = nil
-	for range n {
-		s.fail[action] = append(s.fail[action], apiErr{http.StatusBadRequest, code, message})
-	}
+	s.faults.Fail(action, apiErr{http.StatusBadRequest, code, message}, n)
 }
 
 // Calls returns the Actions received so far (signed correctly), in order.
 func (s *Server) Calls() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.calls)
+	return s.faults.Calls()
 }
 
 // SignedRegion is the region the last request was signed for.
@@ -175,16 +172,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, action)
 	s.region = region
-	if s.throttle > 0 {
-		s.throttle--
-		writeErr(w, apiErr{http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded."})
-		return
-	}
-	if l := s.fail[action]; len(l) > 0 {
-		s.fail[action] = l[1:]
-		writeErr(w, l[0])
+	if e, fault := s.faults.Next(action); fault != faulttest.None {
+		writeErr(w, e)
 		return
 	}
 	var resp any

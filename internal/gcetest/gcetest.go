@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/egret-gw/egret/internal/faulttest"
 )
 
 // Token is the access token the metadata server gives out and the API
@@ -51,18 +53,15 @@ type Server struct {
 	Endpoint string
 	srv      *httptest.Server
 
-	mu          sync.Mutex
-	inst        map[string]*Instance
-	old         map[string]Instance // before the last change, for stale reads
-	stale       int
-	throttle    int
-	throttle403 bool
-	fail        map[string][]apiErr // by method: answers to give first
-	opFail      map[string][]string // by method: operation error codes to give first
-	ops         map[string]*operation
-	nextOp      int
-	running     int
-	calls       []string
+	mu      sync.Mutex
+	inst    map[string]*Instance
+	old     map[string]Instance // before the last change, for stale reads
+	stale   int
+	faults  faulttest.Faults[apiErr] // calls received, throttling, failures by method
+	opFail  map[string][]string      // by method: operation error codes to give first
+	ops     map[string]*operation
+	nextOp  int
+	running int
 }
 
 type apiErr struct {
@@ -85,7 +84,7 @@ func Start(instances ...Instance) *Server {
 
 // StartOn is Start on listener l (nil: a new loopback listener).
 func StartOn(l net.Listener, instances ...Instance) *Server {
-	s := &Server{inst: map[string]*Instance{}, fail: map[string][]apiErr{}, opFail: map[string][]string{}, ops: map[string]*operation{}}
+	s := &Server{inst: map[string]*Instance{}, opFail: map[string][]string{}, ops: map[string]*operation{}}
 	for _, i := range instances {
 		i := i
 		s.inst[i.key()] = &i
@@ -115,8 +114,12 @@ func (s *Server) Instance(project, zone, name string) Instance {
 // Throttle makes the next n requests answer 429 rateLimitExceeded, or 403
 // userRateLimitExceeded when perUser.
 func (s *Server) Throttle(n int, perUser bool) {
+	e := apiErr{http.StatusTooManyRequests, "rateLimitExceeded", "Rate Limit Exceeded"}
+	if perUser {
+		e = apiErr{http.StatusForbidden, "userRateLimitExceeded", "Quota exceeded for quota metric 'Queries' and limit 'Queries per user per minute'."}
+	}
 	s.mu.Lock()
-	s.throttle, s.throttle403 = n, perUser
+	s.faults.Throttle(n, e)
 	s.mu.Unlock()
 }
 
@@ -133,10 +136,7 @@ func (s *Server) Stale(n int) {
 func (s *Server) Fail(method string, code int, reason, message string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fail[method] = nil
-	for range n {
-		s.fail[method] = append(s.fail[method], apiErr{code, reason, message})
-	}
+	s.faults.Fail(method, apiErr{code, reason, message}, n)
 }
 
 // FailOperation makes the operations of the next n calls of method end
@@ -170,7 +170,7 @@ func (s *Server) BumpFingerprint(project, zone, name string) {
 func (s *Server) Calls() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.calls)
+	return s.faults.Calls()
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -202,19 +202,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, method)
-	if s.throttle > 0 {
-		s.throttle--
-		if s.throttle403 {
-			writeErr(w, apiErr{http.StatusForbidden, "userRateLimitExceeded", "Quota exceeded for quota metric 'Queries' and limit 'Queries per user per minute'."})
-		} else {
-			writeErr(w, apiErr{http.StatusTooManyRequests, "rateLimitExceeded", "Rate Limit Exceeded"})
-		}
-		return
-	}
-	if l := s.fail[method]; len(l) > 0 {
-		s.fail[method] = l[1:]
-		writeErr(w, l[0])
+	if e, fault := s.faults.Next(method); fault != faulttest.None {
+		writeErr(w, e)
 		return
 	}
 	switch method {
