@@ -3,12 +3,12 @@ package cluster
 import (
 	"context"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/internal/kubetest"
+	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -18,8 +18,7 @@ import (
 // out of the View, PodsOn keeps only the pods bound to one node.
 func TestKubeWatchesWhatItIsAsked(t *testing.T) {
 	env := kubetest.Start(t)
-	_, file, _, _ := runtime.Caller(0)
-	env.InstallCRDs(t, filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crd"))
+	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

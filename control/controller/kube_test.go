@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/internal/kubetest"
+	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,16 +25,11 @@ import (
 // controller with its rights only, so missing RBAC rules fail them.
 const controllerUser = "system:serviceaccount:egret-system:egret-controller"
 
-func repoRoot(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 // startAPI runs a real kube-apiserver with the EgressIP CRD and the
 // controller's RBAC, and returns the admin clients and the controller's config.
 func startAPI(t *testing.T) (*kubetest.Env, kubernetes.Interface, *egressv1.Client, *rest.Config) {
 	env := kubetest.Start(t)
-	root := repoRoot(t)
+	root := testbin.Root(t)
 	env.InstallCRDs(t, filepath.Join(root, "deploy", "crd"))
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/egret-gw/egret/internal/ec2test"
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,7 +108,7 @@ func TestFactsPublishCloud(t *testing.T) {
 func factsCluster(t *testing.T, ctx context.Context, egressIPs []string, nodes ...*corev1.Node) (*kubetest.Env, kubernetes.Interface) {
 	t.Helper()
 	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
+	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
 	applyShipped(t, env, "namespace.yaml", "gateway/rbac.yaml")
 	admin, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {

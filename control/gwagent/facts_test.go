@@ -12,6 +12,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,7 +27,7 @@ func applyShipped(t *testing.T, env *kubetest.Env, paths ...string) {
 	t.Helper()
 	var full []string
 	for _, p := range paths {
-		full = append(full, filepath.Join(repoRoot(), "deploy", p))
+		full = append(full, filepath.Join(testbin.Root(t), "deploy", p))
 	}
 	objs, err := kubetest.ReadObjects(full...)
 	if err != nil {

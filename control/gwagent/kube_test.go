@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,11 +95,6 @@ func (p *cutProxy) Restore(t *testing.T) {
 	p.serve(lis)
 }
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 // TestAgentKube runs the agent against a real kube-apiserver through
 // KubeSource, with read-only RBAC: an EgressIP whose status places its IP
 // on this node is claimed, a move releases it, and losing the API server
@@ -107,7 +102,7 @@ func repoRoot() string {
 func TestAgentKube(t *testing.T) {
 	tp, seen := newNsTopo(t) // first: needs root, fails under CI=true without it
 	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crd"))
+	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -95,3 +95,22 @@ func build(name string) (string, error) {
 	}
 	return bin, nil
 }
+
+// Root is the repository's top directory, found from the test's working
+// directory (its package's): the go.mod above it. Source paths from
+// runtime.Caller cannot serve, since the tests build with -trimpath.
+func Root(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no go.mod above %s", dir)
+		}
+	}
+}
