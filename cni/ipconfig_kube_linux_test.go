@@ -255,7 +255,7 @@ func TestCheckWithAPIServerDown(t *testing.T) {
 
 	apiDown()
 	// Down for real: an ADD, which must read the ConfigMap, is told to try again later.
-	out, err := runPluginFrom(t, l, dir, nstest.New(t).Path(), "ADD", conf, args)
+	out, err := runPluginFrom(t, l, dir, nstest.Named(t).Path(), "ADD", conf, args)
 	if e := cniError(t, out); err == nil || e.Code != types.ErrTryAgainLater {
 		t.Fatalf("ADD with the API server down: %v %s, want code %d", err, out, types.ErrTryAgainLater)
 	}

@@ -36,7 +36,7 @@ const (
 func newLab(t *testing.T, podDefault bool) *lab {
 	t.Helper()
 	ext, extp := nstest.Pair(t, "ext0", prefix(nodeExt4+"/24"), "ext0p", prefix(outGW4+"/24"))
-	l := &lab{Node: ext.NS, Pod: nstest.New(t), Out: extp.NS}
+	l := &lab{Node: ext.NS, Pod: nstest.Named(t), Out: extp.NS}
 	l.Node.AddAddr(t, "ext0", prefix(nodeExt6+"/64"))
 	l.Out.AddAddr(t, "ext0p", prefix(outGW6+"/64"))
 	l.Out.AddAddr(t, "lo", prefix(allowed4+"/32"), prefix(denied4+"/32"), prefix(allowed6+"/128"), prefix(denied6+"/128"))

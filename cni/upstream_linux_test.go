@@ -29,7 +29,7 @@ const (
 func newUpstreamLab(t *testing.T) *lab {
 	t.Helper()
 	ext, extp := nstest.Pair(t, "eth1", prefix(upNode1+"/24"), "eth1p", prefix(upGW1+"/24"))
-	l := &lab{Node: ext.NS, Pod: nstest.New(t), Out: extp.NS}
+	l := &lab{Node: ext.NS, Pod: nstest.Named(t), Out: extp.NS}
 	l.Node.AddAddr(t, "eth1", prefix(upNode3+"/24"))
 	l.Out.AddAddr(t, "eth1p", prefix(upGW3+"/24"))
 	l.Out.AddAddr(t, "lo", prefix(upTarget+"/32"), prefix(denied4+"/32"))

@@ -56,7 +56,8 @@ func TestGatewayCapabilities(t *testing.T) {
 		t.Fatal("setpriv (util-linux) is missing")
 	}
 	bin := buildEgret(t)
-	cap0, _ := nstest.Pair(t, "cap0", netip.MustParsePrefix("10.98.0.1/24"), "cap1", netip.MustParsePrefix("10.98.0.2/24"))
+	// ip netns exec needs the device namespace by name.
+	cap0, _ := nstest.VethPair(t, nstest.Named(t), "cap0", netip.MustParsePrefix("10.98.0.1/24"), nstest.New(t), "cap1", netip.MustParsePrefix("10.98.0.2/24"))
 	dut := cap0.NS
 	egress := netip.MustParseAddr("10.98.0.50")
 	cfg := filepath.Join(t.TempDir(), "gateway.yaml")

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/packetsock"
 	"github.com/egret-gw/egret/internal/testbin"
 )
 
@@ -233,12 +233,11 @@ func startCapture(t testing.TB, ns, dev string) *capture {
 		if err != nil {
 			return err
 		}
-		proto := int(nstest.Htons(unix.ETH_P_ALL))
-		c.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+		c.fd, err = packetsock.Open(unix.SOCK_RAW, unix.ETH_P_ALL)
 		if err != nil {
 			return err
 		}
-		return unix.Bind(c.fd, &unix.SockaddrLinklayer{Protocol: nstest.Htons(unix.ETH_P_ALL), Ifindex: ifi.Index})
+		return unix.Bind(c.fd, packetsock.Addr(unix.ETH_P_ALL, ifi.Index))
 	})
 	if err != nil {
 		t.Fatalf("capture on %s in %s: %v", dev, ns, err)

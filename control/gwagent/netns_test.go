@@ -241,7 +241,8 @@ func healthOf(t *testing.T, tp *nsTopo, addr string) healthpb.HealthCheckRespons
 
 // newNsTopo builds the two namespaces, the veth pair and the echo server.
 func newNsTopo(t *testing.T) (*nsTopo, <-chan netip.AddrPort) {
-	d0, p0 := nstest.Pair(t, "d0", nsGwPrefix, "p0", nsPeerPrefix)
+	// Named: binary_test runs the gateway in it through ip netns exec.
+	d0, p0 := nstest.VethPair(t, nstest.Named(t), "d0", nsGwPrefix, nstest.New(t), "p0", nsPeerPrefix)
 	peer := p0.NS
 	peer.AddAddr(t, "p0", netip.PrefixFrom(nsServer, 24))
 	tp := &nsTopo{gw: d0.NS, peer: peer, d0: d0, p0: p0, raw: peer.OpenRaw(t, "p0")}

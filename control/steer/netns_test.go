@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/internal/nsenter"
-	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/egret-gw/egret/internal/packetsock"
 )
 
 // requirePrivileged skips outside CI when the test cannot build namespaces,
@@ -158,8 +158,7 @@ func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 		if err != nil {
 			return err
 		}
-		proto := int(nstest.Htons(unix.ETH_P_ALL))
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+		fd, err := packetsock.Open(unix.SOCK_RAW, unix.ETH_P_ALL)
 		if err != nil {
 			return err
 		}
@@ -167,7 +166,7 @@ func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 			unix.Close(fd)
 			return fmt.Errorf("SO_RCVBUFFORCE: %w", err)
 		}
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: nstest.Htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+		if err := unix.Bind(fd, packetsock.Addr(unix.ETH_P_ALL, ifi.Index)); err != nil {
 			unix.Close(fd)
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/egret-gw/egret/internal/packetsock"
 )
 
 // Raw is an AF_PACKET socket on one interface of a test namespace, to send
@@ -23,12 +25,12 @@ func (ns *NS) OpenRaw(t testing.TB, name string) *Raw {
 		if err != nil {
 			return err
 		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(Htons(unix.ETH_P_ALL)))
+		fd, err := packetsock.Open(unix.SOCK_RAW, unix.ETH_P_ALL)
 		if err != nil {
 			return err
 		}
 		r = &Raw{fd: fd, ifindex: l.Attrs().Index}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: Htons(unix.ETH_P_ALL), Ifindex: r.ifindex})
+		return unix.Bind(fd, packetsock.Addr(unix.ETH_P_ALL, r.ifindex))
 	})
 	if err != nil {
 		t.Fatalf("raw socket on %s: %v", name, err)

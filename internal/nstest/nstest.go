@@ -66,32 +66,50 @@ func Root(t testing.TB) {
 
 // NS is a network namespace created for one test.
 type NS struct {
-	Name   string
+	Name   string // the bind mount's name under /var/run/netns; for an anonymous namespace only a label for messages
 	Handle netns.NsHandle
 	NL     *netlink.Handle
+	named  bool
 }
 
-// New creates a namespace with loopback up.
-func New(t testing.TB) *NS {
+// New creates an anonymous namespace with loopback up: it exists only while
+// the test holds its handle, so a test that dies leaves nothing behind. Use
+// Named where a tool needs a name (ip netns exec) or a CNI runtime's path.
+func New(t testing.TB) *NS { return create(t, false) }
+
+// Named creates a namespace with loopback up, bind-mounted at
+// /var/run/netns/<Name> (egt-<pid>-<n>; the next test process sweeps those of
+// dead processes).
+func Named(t testing.TB) *NS { return create(t, true) }
+
+func create(t testing.TB, named bool) *NS {
 	t.Helper()
 	Root(t)
-	sweepOne.Do(sweep)
 	name := fmt.Sprintf("egt-%d-%d", os.Getpid(), seq.Add(1))
-	h, err := create(name)
+	if named {
+		sweepOne.Do(sweep)
+	} else {
+		name = "anon-" + name
+	}
+	h, err := enterNew(name, named)
 	if err != nil {
 		t.Fatalf("create netns %s: %v", name, err)
 	}
+	drop := func() {
+		h.Close()
+		if named {
+			netns.DeleteNamed(name)
+		}
+	}
 	nl, err := netlink.NewHandleAt(h)
 	if err != nil {
-		h.Close()
-		netns.DeleteNamed(name)
+		drop()
 		t.Fatalf("netlink handle in %s: %v", name, err)
 	}
-	ns := &NS{Name: name, Handle: h, NL: nl}
+	ns := &NS{Name: name, Handle: h, NL: nl, named: named}
 	t.Cleanup(func() {
 		nl.Close()
-		h.Close()
-		netns.DeleteNamed(name)
+		drop()
 	})
 	lo, err := nl.LinkByName("lo")
 	if err == nil {
@@ -103,11 +121,12 @@ func New(t testing.TB) *NS {
 	return ns
 }
 
-// create makes the named namespace. netns.NewNamed moves the calling thread
-// into it; nsenter.Do brings the thread back to the host namespace (where
-// every unlocked thread is) afterwards. Discarding the thread instead would
-// kill the children it started with Pdeathsig, like kubetest's etcd.
-func create(name string) (netns.NsHandle, error) {
+// enterNew makes a namespace, bind-mounted under name if named.
+// netns.New(Named) moves the calling thread into it; nsenter.Do brings the
+// thread back to the host namespace (where every unlocked thread is)
+// afterwards. Discarding the thread instead would kill the children it
+// started with Pdeathsig, like kubetest's etcd.
+func enterNew(name string, named bool) (netns.NsHandle, error) {
 	host, err := netns.Get()
 	if err != nil {
 		return netns.None(), err
@@ -116,14 +135,24 @@ func create(name string) (netns.NsHandle, error) {
 	var h netns.NsHandle
 	err = nsenter.Do(host, func() error {
 		var err error
-		h, err = netns.NewNamed(name)
+		if named {
+			h, err = netns.NewNamed(name)
+		} else {
+			h, err = netns.New()
+		}
 		return err
 	})
 	return h, err
 }
 
-// Path is the namespace's bind mount, as CNI runtimes pass it.
-func (ns *NS) Path() string { return "/var/run/netns/" + ns.Name }
+// Path is the namespace's bind mount, as CNI runtimes pass it; for an
+// anonymous namespace, its handle under /proc (valid while the test runs).
+func (ns *NS) Path() string {
+	if ns.named {
+		return "/var/run/netns/" + ns.Name
+	}
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(ns.Handle))
+}
 
 // Do runs fn on a thread switched into the namespace (see nsenter.Do).
 func (ns *NS) Do(fn func() error) error { return nsenter.Do(ns.Handle, fn) }
@@ -371,7 +400,3 @@ func poll(t testing.TB, within time.Duration, cond func() bool) bool {
 // pollEvery is Eventually's interval: short against the waits it bounds
 // (100 ms and up), long enough not to load the shared test machine.
 const pollEvery = 10 * time.Millisecond
-
-// Htons converts a 16-bit value to network byte order, as AF_PACKET's
-// protocol fields want it.
-func Htons(v uint16) uint16 { return v<<8 | v>>8 }
