@@ -1,11 +1,13 @@
 package cni
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -228,14 +230,26 @@ func (e *ec2EIP) address(ctx context.Context, a EIPArgs) (ec2types.Address, erro
 // holds reports whether eni has ip as a secondary address. Its primary
 // address is the node's and never the pod's.
 func (e *ec2EIP) holds(ctx context.Context, eni string, ip netip.Addr) (bool, error) {
+	ni, err := e.describe(ctx, eni)
+	if err != nil {
+		return false, err
+	}
+	return heldBy(ni, eni, ip)
+}
+
+func (e *ec2EIP) describe(ctx context.Context, eni string) (ec2types.NetworkInterface, error) {
 	out, err := e.ec2.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{eni}})
 	if err != nil {
-		return false, ec2Err("DescribeNetworkInterfaces", err)
+		return ec2types.NetworkInterface{}, ec2Err("DescribeNetworkInterfaces", err)
 	}
 	if len(out.NetworkInterfaces) != 1 {
-		return false, fmt.Errorf("DescribeNetworkInterfaces returned %d interfaces for %s; want exactly 1", len(out.NetworkInterfaces), eni)
+		return ec2types.NetworkInterface{}, fmt.Errorf("DescribeNetworkInterfaces returned %d interfaces for %s; want exactly 1", len(out.NetworkInterfaces), eni)
 	}
-	for _, p := range out.NetworkInterfaces[0].PrivateIpAddresses {
+	return out.NetworkInterfaces[0], nil
+}
+
+func heldBy(ni ec2types.NetworkInterface, eni string, ip netip.Addr) (bool, error) {
+	for _, p := range ni.PrivateIpAddresses {
 		if a, err := netip.ParseAddr(aws.ToString(p.PrivateIpAddress)); err == nil && a == ip {
 			if aws.ToBool(p.Primary) {
 				return false, fieldErr("addresses", "%s is the primary address of %s, the node's own; give the pod another address of the subnet", ip, eni)
@@ -251,7 +265,19 @@ func (e *ec2EIP) holds(ctx context.Context, eni string, ip netip.Addr) (bool, er
 // Each step pushes its undo on u. It takes nothing over: an Elastic IP
 // associated anywhere, or an address the ENI already holds, is refused;
 // an address another ENI holds is refused by EC2 (no reassignment).
-func (e *ec2EIP) attach(ctx context.Context, a EIPArgs, eni string, ip netip.Addr, path string, u *undo) error {
+//
+// The ENI must be the master's (its MAC address the master's): the
+// NetworkAttachmentDefinition's author names it, and the node's role could
+// otherwise put the address on any interface of the account, another
+// instance's included.
+func (e *ec2EIP) attach(ctx context.Context, a EIPArgs, eni string, master net.HardwareAddr, ip netip.Addr, path string, u *undo) error {
+	ni, err := e.describe(ctx, eni)
+	if err != nil {
+		return err
+	}
+	if mac, err := net.ParseMAC(aws.ToString(ni.MacAddress)); err != nil || !bytes.Equal(mac, master) {
+		return fieldErr("interfaceArgs.networkInterfaceId", "%s (MAC address %q) is not the master interface's ENI (MAC address %s); a network may only use its node's own interface", eni, aws.ToString(ni.MacAddress), master)
+	}
 	addr, err := e.address(ctx, a)
 	if err != nil {
 		return err
@@ -260,7 +286,7 @@ func (e *ec2EIP) attach(ctx context.Context, a EIPArgs, eni string, ip netip.Add
 		return fieldErr("interfaceArgs", "Elastic IP %s (%s) is associated with %s on %s already (%s); the plugin does not take it over: disassociate it first",
 			aws.ToString(addr.PublicIp), aws.ToString(addr.AllocationId), aws.ToString(addr.PrivateIpAddress), aws.ToString(addr.NetworkInterfaceId), aws.ToString(addr.AssociationId))
 	}
-	held, err := e.holds(ctx, eni, ip)
+	held, err := heldBy(ni, eni, ip)
 	if err != nil {
 		return err
 	}
@@ -400,17 +426,17 @@ func attachEIP(host *netlink.Handle, c *Config, pl *Plan, args *skel.CmdArgs, hc
 	if err != nil {
 		return err
 	}
+	m, err := host.LinkByName(pl.Master.Name)
+	if err != nil {
+		return fieldErr("interfaceArgs.master", "host interface %s not found: %v", pl.Master.Name, err)
+	}
 	eni := c.EIP.ENI
 	if eni == "" {
-		m, err := host.LinkByName(pl.Master.Name)
-		if err != nil {
-			return fieldErr("interfaceArgs.master", "host interface %s not found: %v", pl.Master.Name, err)
-		}
 		if eni, err = e.interfaceOf(ctx, m.Attrs().HardwareAddr.String()); err != nil {
 			return err
 		}
 	}
-	return e.attach(ctx, *c.EIP, eni, pl.IP.Addresses[0].Addr(), path, u)
+	return e.attach(ctx, *c.EIP, eni, m.Attrs().HardwareAddr, pl.IP.Addresses[0].Addr(), path, u)
 }
 
 // refuseEIP refuses an Elastic IP the node's settings do not list; code is

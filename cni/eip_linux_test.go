@@ -22,16 +22,20 @@ import (
 const (
 	eniNode  = "eni-0a1b2c3d4e5f60001"
 	eniOther = "eni-0a1b2c3d4e5f60002"
+	otherMAC = "0e:49:61:0f:c3:22" // eniOther's, on another instance
 	eipFree  = "eipalloc-0a1b2c3d4e5f60001"
 	eipTaken = "eipalloc-0a1b2c3d4e5f60002"
 	eipPub   = "203.0.113.10"
 	podPriv  = "192.0.2.99" // the pod's private address on the ENI's subnet (the lab's ext0 subnet)
 )
 
+// nodeMAC is the master's MAC address: eniNode's.
+var nodeMAC, _ = net.ParseMAC(ec2test.IMDSMAC)
+
 func startEC2(l net.Listener) *ec2test.Server {
 	srv := ec2test.StartOn(l,
-		ec2test.ENI{ID: eniNode, Primary: "192.0.2.2"},
-		ec2test.ENI{ID: eniOther, Primary: "192.0.2.3", IPv4: []string{"192.0.2.77"}},
+		ec2test.ENI{ID: eniNode, MAC: ec2test.IMDSMAC, Primary: "192.0.2.2"},
+		ec2test.ENI{ID: eniOther, MAC: otherMAC, Primary: "192.0.2.3", IPv4: []string{"192.0.2.77"}},
 	)
 	srv.AddAddress(ec2test.Address{AllocationID: eipFree, PublicIP: eipPub})
 	srv.AddAddress(ec2test.Address{AllocationID: eipTaken, PublicIP: "203.0.113.11", AssociationID: "eipassoc-0000000000000000a", ENI: eniOther, PrivateIP: "192.0.2.77"})
@@ -115,7 +119,7 @@ func TestEIPAttachCheckRelease(t *testing.T) {
 	path, _ := eipRecordPath(dir, args.ContainerID, args.IfName)
 
 	var u undo
-	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eni, addr(podPriv), path, &u); err != nil {
+	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eni, nodeMAC, addr(podPriv), path, &u); err != nil {
 		t.Fatalf("attach: %v", err)
 	}
 	if got := srv.ENI(eniNode).IPv4; !slices.Equal(got, []string{podPriv}) {
@@ -137,7 +141,7 @@ func TestEIPAttachCheckRelease(t *testing.T) {
 	}
 	// A second ADD of the same attachment is refused before any change.
 	var u2 undo
-	if err := e.attach(ctx, EIPArgs{PublicIP: addr(eipPub)}, eni, addr(podPriv), path, &u2); err == nil || !strings.Contains(err.Error(), "does not take it over") {
+	if err := e.attach(ctx, EIPArgs{PublicIP: addr(eipPub)}, eni, nodeMAC, addr(podPriv), path, &u2); err == nil || !strings.Contains(err.Error(), "does not take it over") {
 		t.Errorf("attach of an associated Elastic IP: %v", err)
 	}
 
@@ -172,6 +176,24 @@ func TestEIPAttachCheckRelease(t *testing.T) {
 	}
 }
 
+// TestEIPAttachRefusesAnotherENI: a networkInterfaceId that is not the
+// master's (here another instance's ENI) is refused before EC2 changes.
+func TestEIPAttachRefusesAnotherENI(t *testing.T) {
+	e, srv := eipCloud(t)
+	path := filepath.Join(t.TempDir(), "rec.json")
+	var u undo
+	err := e.attach(context.Background(), EIPArgs{AllocationID: eipFree}, eniOther, nodeMAC, addr(podPriv), path, &u)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "interfaceArgs.networkInterfaceId" {
+		t.Fatalf("attach to another ENI: %v; want a refusal of interfaceArgs.networkInterfaceId", err)
+	}
+	if calls := srv.Calls(); !slices.Equal(calls, []string{"DescribeNetworkInterfaces"}) {
+		t.Errorf("EC2 calls %v; want only the describe that found the ENI's MAC address", calls)
+	}
+	u.run()
+	assertEIPClean(t, srv, path)
+}
+
 // TestEIPRollback injects failures after each EC2 change and checks the
 // rollback leaves EC2 as it was.
 func TestEIPRollback(t *testing.T) {
@@ -182,7 +204,7 @@ func TestEIPRollback(t *testing.T) {
 	// AssociateAddress fails after the assignment: the address is unassigned.
 	srv.Fail("AssociateAddress", "InvalidParameterValue", "injected", 1)
 	var u undo
-	err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, addr(podPriv), path, &u)
+	err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, nodeMAC, addr(podPriv), path, &u)
 	if err == nil || !strings.Contains(err.Error(), "AssociateAddress answered InvalidParameterValue") {
 		t.Fatalf("attach with a failing AssociateAddress: %v", err)
 	}
@@ -194,7 +216,7 @@ func TestEIPRollback(t *testing.T) {
 
 	// A step after the association fails (as link creation does): both undone.
 	u = nil
-	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, addr(podPriv), path, &u); err != nil {
+	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, nodeMAC, addr(podPriv), path, &u); err != nil {
 		t.Fatal(err)
 	}
 	u.run()
@@ -202,7 +224,7 @@ func TestEIPRollback(t *testing.T) {
 
 	// A rollback that cannot reach EC2 keeps the record for DEL.
 	u = nil
-	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, addr(podPriv), path, &u); err != nil {
+	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, nodeMAC, addr(podPriv), path, &u); err != nil {
 		t.Fatal(err)
 	}
 	srv.Fail("DisassociateAddress", "InternalError", "injected", 10)
@@ -223,7 +245,7 @@ func TestEIPRollback(t *testing.T) {
 	// The ENI of another instance holds the address: EC2 refuses (no
 	// reassignment), and nothing stays behind.
 	u = nil
-	err = e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, addr("192.0.2.77"), path, &u)
+	err = e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, nodeMAC, addr("192.0.2.77"), path, &u)
 	if err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("attach of an address another ENI holds: %v", err)
 	}
@@ -268,7 +290,7 @@ func TestEIPRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := len(srv.Calls())
 			var u undo
-			err := e.attach(ctx, tc.a, eniNode, addr(tc.ip), path, &u)
+			err := e.attach(ctx, tc.a, eniNode, nodeMAC, addr(tc.ip), path, &u)
 			var fe *FieldError
 			if err == nil || !strings.Contains(err.Error(), tc.words) || errors.As(err, &fe) != tc.field {
 				t.Errorf("attach: %v; want an error mentioning %q (field error: %v)", err, tc.words, tc.field)
@@ -283,7 +305,7 @@ func TestEIPRefusals(t *testing.T) {
 		})
 	}
 	// An address the node's ENI holds already (an egress IP, another pod's).
-	srv2 := ec2test.Start(ec2test.ENI{ID: eniNode, Primary: "192.0.2.2", IPv4: []string{podPriv}})
+	srv2 := ec2test.Start(ec2test.ENI{ID: eniNode, MAC: ec2test.IMDSMAC, Primary: "192.0.2.2", IPv4: []string{podPriv}})
 	defer srv2.Close()
 	t.Setenv("AWS_ENDPOINT_URL_EC2", srv2.URL)
 	srv2.AddAddress(ec2test.Address{AllocationID: eipFree, PublicIP: eipPub})
@@ -292,7 +314,7 @@ func TestEIPRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	var u undo
-	if err := e2.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, addr(podPriv), path, &u); err == nil || !strings.Contains(err.Error(), "secondary address of "+eniNode+" already") {
+	if err := e2.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, nodeMAC, addr(podPriv), path, &u); err == nil || !strings.Contains(err.Error(), "secondary address of "+eniNode+" already") {
 		t.Errorf("attach of an address the ENI holds: %v", err)
 	}
 	u.run()
@@ -314,7 +336,7 @@ func TestEIPThrottledAndUnreachable(t *testing.T) {
 
 	srv.Throttle(2)
 	var u undo
-	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, addr(podPriv), path, &u); err != nil {
+	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, nodeMAC, addr(podPriv), path, &u); err != nil {
 		t.Fatalf("attach after 2 throttled answers: %v", err)
 	}
 	srv.Throttle(100)
@@ -355,7 +377,7 @@ func TestEIPReleaseAfterInterruptedAdd(t *testing.T) {
 	ctx := context.Background()
 	var u undo
 	path := filepath.Join(t.TempDir(), "rec.json")
-	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, addr(podPriv), path, &u); err != nil {
+	if err := e.attach(ctx, EIPArgs{AllocationID: eipFree}, eniNode, nodeMAC, addr(podPriv), path, &u); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := loadEIPRecord(path)

@@ -31,6 +31,14 @@ func newEIPLab(t *testing.T) *eipLab {
 	t.Helper()
 	nstest.Root(t)
 	l := newLab(t, true)
+	// The master is eniNode's interface: its MAC address is that ENI's.
+	ext0, err := l.Node.NL.LinkByName("ext0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Node.NL.LinkSetHardwareAddr(ext0, nodeMAC); err != nil {
+		t.Fatal(err)
+	}
 	var ln net.Listener
 	if err := l.Node.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
 		t.Fatal(err)

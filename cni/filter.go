@@ -25,7 +25,8 @@ type tableChain struct {
 
 // tableChains are the chains of FilterTable. The filter chains hold the same rules for
 // traffic the pod sends itself (output) and traffic it routes or NATs on behalf of
-// others (forward), which is what a redirect is; the nat chains do the redirects.
+// others (forward), which is what a redirect is; forward also keeps the egress network
+// from routing into the cluster through the pod; the nat chains do the redirects.
 var tableChains = []tableChain{
 	{"output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityFilter},
 	{"forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter},
@@ -42,6 +43,9 @@ func TableRules(ifName, clusterIf string, s IPSettings) map[string][][]expr.Any 
 	if allowed := s.Allowed(); len(allowed) > 0 {
 		rules := FilterRules(ifName, allowed)
 		out["output"], out["forward"] = rules, rules
+	}
+	if len(s.Redirects) > 0 {
+		out["forward"] = append(slices.Clone(out["forward"]), inboundRules(ifName)...)
 	}
 	var snat []netip.Addr
 	for _, r := range s.Redirects {
@@ -112,6 +116,29 @@ func snatRule(ifName string, egress netip.Addr) []expr.Any {
 		&expr.Immediate{Register: 1, Data: egress.AsSlice()},
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(fam), RegAddrMin: 1},
 	}
+}
+
+// inboundRules are the forward chain's rules for what comes in through
+// ifName. Redirects turn forwarding on in the pod, which would let any host
+// of the egress network route through the pod into the cluster network:
+// only packets of connections already tracked (the redirected connections'
+// answers) are forwarded from ifName, the rest is dropped and counted.
+func inboundRules(ifName string) [][]expr.Any {
+	iif := func() []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifNameData(ifName)},
+		}
+	}
+	tracked := append(iif(),
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Verdict{Kind: expr.VerdictAccept})
+	drop := append(iif(), &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+	return [][]expr.Any{tracked, drop}
 }
 
 // FilterRules builds the chain's rules for traffic leaving through ifName: replies of

@@ -12,6 +12,8 @@ import (
 	"github.com/egret-gw/egret/internal/nstest"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 )
 
@@ -283,6 +285,10 @@ func TestRedirect(t *testing.T) {
 		t.Errorf("%s is in no destinations entry but got through", denied4)
 	}
 
+	// The pod forwards for its redirects, but a host of the egress network that
+	// routes through it toward the cluster gets nowhere: dropped and counted.
+	assertNoInbound(t, l, client)
+
 	// CHECK passes, and fails once a route of the pod network recorded at ADD is gone.
 	if out, err := runPlugin(t, l, "CHECK", withPrevResult(t, upstreamRedirect, res), ""); err != nil {
 		t.Errorf("CHECK: %v %s", err, out)
@@ -435,4 +441,80 @@ func firstBytes(ns interface{ Do(func() error) error }, addr string) (string, er
 		return err
 	})
 	return reply, err
+}
+
+// assertNoInbound sends UDP from the egress network (Out, through a route via
+// the pod's net1 address) to a cluster client: the pod must drop it in its
+// forward chain (the counter of FilterTable's inbound drop rises) and the
+// client must receive nothing.
+func assertNoInbound(t *testing.T, l *lab, client *nstest.NS) {
+	t.Helper()
+	var cl *net.UDPConn
+	if err := client.Do(func() (err error) {
+		cl, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(clusterClient+":7778")))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	l.Out.AddRoute(t, "eth1p", prefix("10.129.0.0/24"), addr("192.168.3.10"))
+	var oc *net.UDPConn
+	if err := l.Out.Do(func() (err error) {
+		oc, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(clusterClient+":7778")))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close()
+	got := make(chan netip.AddrPort, 1)
+	go func() {
+		b := make([]byte, 64)
+		if _, from, err := cl.ReadFromUDPAddrPort(b); err == nil {
+			got <- from
+		}
+	}()
+	before := inboundDrops(t, l)
+	for end := deadline(reachable); ; {
+		_, _ = oc.Write([]byte("from the egress network"))
+		select {
+		case from := <-got:
+			t.Fatalf("a host of the egress network reached the cluster client through the pod (from %v)", from)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if inboundDrops(t, l) > before {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the pod neither forwarded nor counted a drop of the inbound packets")
+		}
+	}
+}
+
+// inboundDrops is the packet count of the forward chain's drop rule for what
+// comes in through net1.
+func inboundDrops(t *testing.T, l *lab) uint64 {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(l.Pod.Handle)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &nftables.Table{Family: nftables.TableFamilyINet, Name: FilterTable("net1")}
+	rules, err := c.GetRules(tb, &nftables.Chain{Name: "forward", Table: tb})
+	if err != nil {
+		t.Fatalf("reading the pod's forward chain: %v", err)
+	}
+	for _, r := range rules {
+		iif := false
+		for _, e := range r.Exprs {
+			switch e := e.(type) {
+			case *expr.Meta:
+				iif = iif || e.Key == expr.MetaKeyIIFNAME
+			case *expr.Counter:
+				if iif {
+					return e.Packets
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -145,6 +145,8 @@ func TestKustomizeBuild(t *testing.T) {
 		}
 	}
 
+	checkContainersConfined(t, objs)
+
 	ctl := find(t, objs, "Deployment", "egret-controller")
 	if r, _ := get(ctl, "spec", "replicas").(float64); r != 2 {
 		t.Errorf("controller replicas %v, want 2", get(ctl, "spec", "replicas"))
@@ -450,5 +452,46 @@ func checkPodSecurity(t *testing.T, kc, kubeconfig string, objs []obj) {
 	// gateway, steer and the CNI installer: host network, hostPath, NET_ADMIN.
 	if refused < 3 {
 		t.Errorf("%d workloads refused under baseline, want at least the 3 host-level agents", refused)
+	}
+}
+
+// checkContainersConfined: every container of every workload drops every
+// capability it does not add back, runs under the runtime's default seccomp
+// profile (its own or its pod's), cannot gain privileges and is not
+// privileged. The CNI installer once ran with the runtime's default
+// capabilities and no seccomp profile (issue 33).
+func checkContainersConfined(t *testing.T, objs []obj) {
+	t.Helper()
+	for _, o := range objs {
+		if o.kind() != "Deployment" && o.kind() != "DaemonSet" {
+			continue
+		}
+		pod := get(o, "spec", "template", "spec")
+		var containers []any
+		for _, key := range []string{"initContainers", "containers"} {
+			if l, ok := get(pod, key).([]any); ok {
+				containers = append(containers, l...)
+			}
+		}
+		for _, c := range containers {
+			where := fmt.Sprintf("%s %s container %s", o.kind(), o.name(), str(c, "name"))
+			sc := get(c, "securityContext")
+			if d := fmt.Sprint(get(sc, "capabilities", "drop")); d != "[ALL]" {
+				t.Errorf("%s: capabilities.drop %s, want [ALL]", where, d)
+			}
+			if get(sc, "allowPrivilegeEscalation") != false {
+				t.Errorf("%s: allowPrivilegeEscalation is not false", where)
+			}
+			if get(sc, "privileged") == true {
+				t.Errorf("%s: privileged", where)
+			}
+			profile := str(sc, "seccompProfile", "type")
+			if profile == "" {
+				profile = str(pod, "securityContext", "seccompProfile", "type")
+			}
+			if profile != "RuntimeDefault" {
+				t.Errorf("%s: seccomp profile %q, want RuntimeDefault", where, profile)
+			}
+		}
 	}
 }

@@ -43,6 +43,7 @@ const xmlns = "http://ec2.amazonaws.com/doc/2016-11-15/"
 // ENI is one network interface of the fake cloud.
 type ENI struct {
 	ID      string
+	MAC     string   // the interface's MAC address, as DescribeNetworkInterfaces gives it
 	Primary string   // primary private IPv4 address
 	IPv4    []string // secondary private IPv4 addresses
 	IPv6    []string
@@ -358,6 +359,7 @@ type v6IP struct {
 
 type niXML struct {
 	ID      string   `xml:"networkInterfaceId"`
+	MAC     string   `xml:"macAddress,omitempty"`
 	Status  string   `xml:"status"`
 	Private string   `xml:"privateIpAddress"`
 	IPs     []privIP `xml:"privateIpAddressesSet>item"`
@@ -416,7 +418,7 @@ func (s *Server) describe(form url.Values) (any, *apiErr) {
 		if want4 != nil && !slices.ContainsFunc(append([]string{e.Primary}, e.IPv4...), func(a string) bool { return slices.Contains(want4, a) }) {
 			continue
 		}
-		ni := niXML{ID: e.ID, Status: "in-use", Private: e.Primary, IPs: []privIP{{e.Primary, true}}}
+		ni := niXML{ID: e.ID, MAC: e.MAC, Status: "in-use", Private: e.Primary, IPs: []privIP{{e.Primary, true}}}
 		for _, ip := range e.IPv4 {
 			ni.IPs = append(ni.IPs, privIP{IP: ip})
 		}
