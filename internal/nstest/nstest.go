@@ -336,15 +336,32 @@ func NewRouted(t testing.TB) *Routed {
 
 // Eventually polls cond until it holds and returns how long that took; it
 // fails the test when cond still does not hold after within, or as soon as
-// the test has failed elsewhere (a goroutine's t.Error). With Soon, it is
-// the one place the tests poll: for state only the kernel or another
-// process holds (links, routes, sockets, a child's output or metrics),
-// where there is no event to wait on. In-process state should signal
-// instead (a channel, a counter the test waits on, or testing/synctest).
+// the test has failed elsewhere (a goroutine's t.Error). With Until and
+// Soon, it is the one place the tests poll: for state only the kernel or
+// another process holds (links, routes, sockets, a child's output or
+// metrics, an API server), where there is no event to wait on. In-process
+// state should signal instead (a channel, a counter the test waits on, or
+// testing/synctest). In a synctest bubble the polling sleeps run the
+// bubble's fake clock.
 func Eventually(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
 	t.Helper()
+	return Until(t, what, within, func() (bool, string) { return cond(), "" })
+}
+
+// Until is Eventually for a condition that also describes the state it
+// saw: the failure reports the last description.
+func Until(t testing.TB, what string, within time.Duration, cond func() (bool, string)) time.Duration {
+	t.Helper()
 	start := time.Now()
-	if !poll(t, within, cond) {
+	var last string
+	if !poll(t, within, func() bool {
+		var ok bool
+		ok, last = cond()
+		return ok
+	}) {
+		if last != "" {
+			t.Fatalf("%s: not within %v; last state: %s", what, within, last)
+		}
 		t.Fatalf("%s: not within %v", what, within)
 	}
 	return time.Since(start)
