@@ -336,8 +336,8 @@ func NewRouted(t testing.TB) *Routed {
 
 // Eventually polls cond until it holds and returns how long that took; it
 // fails the test when cond still does not hold after within, or as soon as
-// the test has failed elsewhere (a goroutine's t.Error). With Until and
-// Soon, it is the one place the tests poll: for state only the kernel or
+// the test has failed elsewhere (a goroutine's t.Error). With Until, Soon
+// and Poll, it is the one place the tests poll: for state only the kernel or
 // another process holds (links, routes, sockets, a child's output or
 // metrics, an API server), where there is no event to wait on. In-process
 // state should signal instead (a channel, a counter the test waits on, or
@@ -354,7 +354,7 @@ func Until(t testing.TB, what string, within time.Duration, cond func() (bool, s
 	t.Helper()
 	start := time.Now()
 	var last string
-	if !poll(t, within, func() bool {
+	if !poll(t, within, pollEvery, func() bool {
 		var ok bool
 		ok, last = cond()
 		return ok
@@ -369,9 +369,16 @@ func Until(t testing.TB, what string, within time.Duration, cond func() (bool, s
 
 // Soon reports whether cond holds within d, polling it as Eventually does,
 // for a test that states its own failure.
-func Soon(within time.Duration, cond func() bool) bool { return poll(nil, within, cond) }
+func Soon(within time.Duration, cond func() bool) bool { return poll(nil, within, pollEvery, cond) }
 
-func poll(t testing.TB, within time.Duration, cond func() bool) bool {
+// Poll is Soon with a longer interval, for a condition that is costly to
+// read (a kubectl run against a real cluster) or that is sampled on
+// purpose (state that must stay unchanged for a few looks in a row).
+func Poll(within, every time.Duration, cond func() bool) bool {
+	return poll(nil, within, max(every, pollEvery), cond)
+}
+
+func poll(t testing.TB, within time.Duration, every time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if t != nil && t.Failed() {
@@ -380,7 +387,7 @@ func poll(t testing.TB, within time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(pollEvery)
+		time.Sleep(every)
 	}
 	return true
 }
