@@ -193,7 +193,7 @@ func testReclaim6(t *testing.T, l *Lab, p PodStatus) {
 		return !strings.Contains(out, v6.IP.String()+"/128")
 	})
 	// Held back: the selected pod's IPv6 never leaves with the node's address.
-	// sleep: the steer agent process reads the manifest on its poll; a pod held back changes nothing to wait on
+	// sleep: the steer agent process reads the manifest on its own poll; this test reads nothing that shows it has
 	time.Sleep(300 * time.Millisecond)
 	if got, err := s.ProbeSource(p.Namespace, ProbeUDP6, time.Second); err == nil {
 		t.Errorf("w1-p3's IPv6 left as %v while EgressIP dual had no IPv6 address; want it held back", got)
