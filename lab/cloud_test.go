@@ -116,13 +116,13 @@ func TestManagedCloud(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(objs, "refused.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	nstest.Eventually(t, "a CloudAttachFailed Event for the refused IP in events.log", 30*time.Second, func() bool {
-		return hasEventLine(t, objs, "refused", "CloudAttachFailed")
+	nstest.UntilEvery(t, "a CloudAttachFailed Event for the refused IP in events.log", 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		return hasEventLine(t, objs, "refused", "CloudAttachFailed"), ""
 	})
 	// Several attach attempts, each refused.
 	attempts := func() int { return countCalls(srv.Calls(), "AssignPrivateIpAddresses") }
 	n := attempts()
-	nstest.Eventually(t, "more attach attempts after the first refusal", 30*time.Second, func() bool { return attempts() >= n+2 })
+	nstest.UntilEvery(t, "more attach attempts after the first refusal", 30*time.Second, 100*time.Millisecond, func() (bool, string) { return attempts() >= n+2, "" })
 	st, _ = l.Status()
 	for _, a := range st.Assignment {
 		if a.IP.String() == "192.0.2.120" && a.Node != "" {

@@ -48,7 +48,7 @@ func pickBlue(t *testing.T, l *Lab) (netip.Addr, string, string, *Status) {
 	t.Helper()
 	var ready []AssignmentStatus
 	var st *Status
-	nstest.Until(t, "blue's egress IPs both assigned with a standby on running gateways", 20*time.Second, func() (bool, string) {
+	nstest.UntilEvery(t, "blue's egress IPs both assigned with a standby on running gateways", 20*time.Second, 200*time.Millisecond, func() (bool, string) {
 		var err error
 		if st, err = l.Status(); err != nil {
 			t.Fatal(err)
@@ -139,7 +139,7 @@ func listFlows(l *Lab, gw string, ip netip.Addr) (flowTable, error) {
 func waitHeld(t *testing.T, l *Lab, standby string, ip netip.Addr, ll *longLived) {
 	t.Helper()
 	server := netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort)
-	nstest.Until(t, fmt.Sprintf("the standby %s of %v holding a backup flow (with the port the server saw) for each connection", standby, ip), 10*time.Second, func() (bool, string) {
+	nstest.UntilEvery(t, fmt.Sprintf("the standby %s of %v holding a backup flow (with the port the server saw) for each connection", standby, ip), 10*time.Second, 200*time.Millisecond, func() (bool, string) {
 		ft, err := listFlows(l, standby, ip)
 		if err != nil {
 			t.Fatal(err)
@@ -354,7 +354,7 @@ func testLabelRemovedContinues(t *testing.T, l *Lab) {
 	setAssignable(t, l, gw, false)
 	t.Cleanup(func() { setAssignable(t, l, gw, true) })
 	var now *Status
-	if !nstest.Soon(10*time.Second, func() bool {
+	if !nstest.Poll(10*time.Second, 50*time.Millisecond, func() bool {
 		var err error
 		now, err = l.Status()
 		return err == nil && nodeOf(now, ip) != gw && nodeOf(now, ip) != ""
@@ -515,7 +515,7 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	at := time.Now()
 	// The session stalls StallAfter after the first unacknowledged batch;
 	// from then on nothing is sent.
-	nstest.Eventually(t, "the session to the cut-off standby "+standby+" dropped", flowsync.DefaultStallAfter+15*time.Second, func() bool { return m("stalls_total") > stalls })
+	nstest.UntilEvery(t, "the session to the cut-off standby "+standby+" dropped", flowsync.DefaultStallAfter+15*time.Second, 100*time.Millisecond, func() (bool, string) { return m("stalls_total") > stalls, "" })
 	flatFrom, flatAt := m("sent_bytes_total"), time.Now()
 	// sleep: "nothing is sent" is a rate over a length of time, up to 30 s into the cut
 	time.Sleep(time.Until(at.Add(30 * time.Second)))
@@ -538,7 +538,7 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	sent := ch.sent.Load() - before
 	restore()
 	back := time.Now()
-	nstest.Eventually(t, fmt.Sprintf("a full resync once %s is reachable again (before the cut: %v)", standby, resyncs), 15*time.Second, func() bool { return m("full_resyncs_total") > resyncs })
+	nstest.UntilEvery(t, fmt.Sprintf("a full resync once %s is reachable again (before the cut: %v)", standby, resyncs), 15*time.Second, 100*time.Millisecond, func() (bool, string) { return m("full_resyncs_total") > resyncs, "" })
 	resynced := time.Since(back)
 	r := untilInStep(t, l, ip, gw, standby, 15*time.Second)
 	if !r.ok() {
@@ -566,8 +566,9 @@ func testStandbyInStepUnderLoad(t *testing.T, l *Lab) {
 	ch := startChurn(t, l, blue, 5000, 21000)
 	// The load builds up: the gateway has made two seconds' worth of the
 	// churn's flows (5000 a second).
-	nstest.Eventually(t, "the churn's first 10000 flows on "+gw, 30*time.Second, func() bool {
-		return gatewayMetric(t, l.Spec, gw, "egret_gateway_flows_created_total") >= created+10000
+	nstest.UntilEvery(t, "the churn's first 10000 flows on "+gw, 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		n := gatewayMetric(t, l.Spec, gw, "egret_gateway_flows_created_total") - created
+		return n >= 10000, fmt.Sprint(n)
 	})
 	for i := range 3 {
 		r, err := inStep(l, ip, gw, standby)

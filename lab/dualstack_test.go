@@ -188,9 +188,9 @@ func testReclaim6(t *testing.T, l *Lab, p PodStatus) {
 	if err := os.WriteFile(path, v4only, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	nstest.Eventually(t, fmt.Sprintf("%s releasing %v once it left the manifest", v6.Node, v6.IP), 5*time.Second, func() bool {
+	nstest.UntilEvery(t, fmt.Sprintf("%s releasing %v once it left the manifest", v6.Node, v6.IP), 5*time.Second, 50*time.Millisecond, func() (bool, string) {
 		out, _ := run("ip", "-n", s.NS(v6.Node), "-6", "-o", "addr", "show", "dev", "eth0")
-		return !strings.Contains(out, v6.IP.String()+"/128")
+		return !strings.Contains(out, v6.IP.String()+"/128"), out
 	})
 	// Held back: the selected pod's IPv6 never leaves with the node's address.
 	// sleep: the steer agent process reads the manifest on its own poll; this test reads nothing that shows it has

@@ -69,14 +69,15 @@ func startSynced(t *testing.T, l *Lab, st *Status, gw string) *syncedConn {
 		}
 		t.Cleanup(func() { first.Close(); second.Close() })
 		sc := &syncedConn{conn: second, blocker: first, seen: seen, held: held, ip: ip, standby: third}
-		nstest.Eventually(t, fmt.Sprintf("the standby %s of %v holding 2 backup flows", third, ip), 15*time.Second, func() bool {
-			return gatewayMetric(t, l.Spec, third, "egret_gateway_sync_backup_flows") >= 2
+		nstest.UntilEvery(t, fmt.Sprintf("the standby %s of %v holding 2 backup flows", third, ip), 15*time.Second, 100*time.Millisecond, func() (bool, string) {
+			n := gatewayMetric(t, l.Spec, third, "egret_gateway_sync_backup_flows")
+			return n >= 2, fmt.Sprint(n)
 		})
 		// A few scans more of gw's sync: every flow of the IP is there.
 		for range 3 {
 			looked := gatewayMetric(t, l.Spec, gw, "egret_gateway_sync_slots_looked_total")
-			nstest.Eventually(t, "a scan of "+gw+"'s flow sync", 10*time.Second, func() bool {
-				return gatewayMetric(t, l.Spec, gw, "egret_gateway_sync_slots_looked_total") > looked
+			nstest.UntilEvery(t, "a scan of "+gw+"'s flow sync", 10*time.Second, 100*time.Millisecond, func() (bool, string) {
+				return gatewayMetric(t, l.Spec, gw, "egret_gateway_sync_slots_looked_total") > looked, ""
 			})
 		}
 		t.Logf("connection from %s seen as %v (port %d not preserved: %s holds it as %v); %s stands by for %v",

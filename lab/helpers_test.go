@@ -312,7 +312,7 @@ func ipL4(p []byte) []byte      { return p[int(p[0]&15)*4:] }
 // waitPort waits until a TCP port answers from inside ns.
 func waitPort(t testing.TB, ns, addr string) {
 	t.Helper()
-	nstest.Until(t, addr+" answering in "+ns, 10*time.Second, func() (bool, string) {
+	nstest.UntilEvery(t, addr+" answering in "+ns, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		c, err := DialContext(ctx, ns, "tcp", addr)
 		cancel()

@@ -141,7 +141,7 @@ func (w *ndWatch) check(t *testing.T, l *Lab, moved []AssignmentStatus) {
 		// The router may still be probing the old entry; new traffic has
 		// gone through (Failover saw it), so the entry must have moved.
 		var out string
-		nstest.Soon(3*time.Second, func() bool {
+		nstest.Poll(3*time.Second, 100*time.Millisecond, func() bool {
 			out, _ = run("ip", "-n", s.NS(s.Router.Name), "-6", "neigh", "show", m.IP.String())
 			return strings.Contains(out, "lladdr "+net.HardwareAddr(mac).String())
 		})
@@ -193,7 +193,7 @@ func testTunnelFromStranger6(t *testing.T, l *Lab) {
 	conn.Close()
 	// The filter's counter says the frames were judged; only then is the
 	// pod's capture complete.
-	nstest.Soon(3*time.Second, func() bool { return steerDrops6(t, s.NS(w.Name)) >= before+3 })
+	nstest.Poll(3*time.Second, 100*time.Millisecond, func() bool { return steerDrops6(t, s.NS(w.Name)) >= before+3 })
 	for _, f := range c.Stop() {
 		if bytes.Contains(f, marker) {
 			t.Fatalf("pod %s received a tunnel frame sent by %v, which is no gateway", pod.Name, s.Controller.IP)

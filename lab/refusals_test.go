@@ -44,7 +44,7 @@ func gatewayMetric(t *testing.T, s *Spec, gw, sample string) float64 {
 	t.Helper()
 	var body []byte
 	var err error
-	nstest.Soon(5*time.Second, func() bool { // the server may be starting
+	nstest.Poll(5*time.Second, 100*time.Millisecond, func() bool { // the server may be starting
 		var resp *http.Response
 		if resp, err = podClient(s.NS(gw)).Get("http://127.0.0.1:9110/metrics"); err != nil {
 			return false

@@ -336,8 +336,8 @@ func NewRouted(t testing.TB) *Routed {
 
 // Eventually polls cond until it holds and returns how long that took; it
 // fails the test when cond still does not hold after within, or as soon as
-// the test has failed elsewhere (a goroutine's t.Error). With Until, Soon
-// and Poll, it is the one place the tests poll: for state only the kernel or
+// the test has failed elsewhere (a goroutine's t.Error). With Until,
+// UntilEvery, Soon and Poll, it is the one place the tests poll: for state only the kernel or
 // another process holds (links, routes, sockets, a child's output or
 // metrics, an API server), where there is no event to wait on. In-process
 // state should signal instead (a channel, a counter the test waits on, or
@@ -352,9 +352,16 @@ func Eventually(t testing.TB, what string, within time.Duration, cond func() boo
 // saw: the failure reports the last description.
 func Until(t testing.TB, what string, within time.Duration, cond func() (bool, string)) time.Duration {
 	t.Helper()
+	return UntilEvery(t, what, within, pollEvery, cond)
+}
+
+// UntilEvery is Until polling every every, for a condition that is costly
+// to read (it runs a command, or lists a flow table).
+func UntilEvery(t testing.TB, what string, within, every time.Duration, cond func() (bool, string)) time.Duration {
+	t.Helper()
 	start := time.Now()
 	var last string
-	if !poll(t, within, pollEvery, func() bool {
+	if !poll(t, within, max(every, pollEvery), func() bool {
 		var ok bool
 		ok, last = cond()
 		return ok
