@@ -29,6 +29,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/egret-gw/egret/internal/kubetest"
+	"github.com/egret-gw/egret/internal/nstest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -545,15 +546,17 @@ func (e *env) gatewayPod(n string) string {
 // (30 s) before it may host or stand by.
 func (e *env) waitStandby(host string) string {
 	e.t.Helper()
-	var ann string
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+	var ann, standby string
+	if nstest.Poll(90*time.Second, time.Second, func() bool {
 		ann = e.kubectl("get", "eip", "e2e-move", "-o", `jsonpath={.metadata.annotations.egret\.io/standby}`)
 		var m map[string]string
 		if json.Unmarshal([]byte(ann), &m) == nil && slices.Contains(gateways, m[plan.moveIP]) && m[plan.moveIP] != host {
-			if st := e.eipStatus()[plan.moveIP]; st == host {
-				return m[plan.moveIP]
-			}
+			standby = m[plan.moveIP]
+			return e.eipStatus()[plan.moveIP] == host
 		}
+		return false
+	}) {
+		return standby
 	}
 	e.t.Fatalf("e2e-move names no standby for %s on %s after 90s (egret.io/standby %q)\n%s", plan.moveIP, host, ann,
 		e.kubectl("get", "events", "-A", "--field-selector=involvedObject.kind=EgressIP"))
@@ -594,22 +597,27 @@ func (e *env) gatewayMetric(n, name string) float64 {
 // connection between the two nodes' InternalIPs on port 9108.
 func (e *env) checkSyncing(primary, standby string, applied0 float64) {
 	e.t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		applied := e.gatewayMetric(standby, "egret_gateway_sync_records_applied_total")
-		backup := e.gatewayMetric(standby, "egret_gateway_sync_backup_flows")
-		if applied >= applied0+2 && backup >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the standby %s applied %v records (%v before the connections) and holds %v backup flows 15 s after the connections opened (%v adopt failures, %v owned, %v refused, %v malformed); primary %s sent %v records, %v connect failures, %v stalls",
-				standby, applied, applied0, backup, e.gatewayMetric(standby, "egret_gateway_sync_adopt_failures_total"),
-				e.gatewayMetric(standby, "egret_gateway_sync_records_owned_total"), e.gatewayMetric(standby, "egret_gateway_sync_refused_total"),
-				e.gatewayMetric(standby, "egret_gateway_sync_malformed_total"), primary, e.gatewayMetric(primary, "egret_gateway_sync_records_sent_total"),
-				e.gatewayMetric(primary, "egret_gateway_sync_connect_failures_total"), e.gatewayMetric(primary, "egret_gateway_sync_stalls_total"))
+	var applied, backup float64
+	if !nstest.Poll(15*time.Second, 100*time.Millisecond, func() bool {
+		applied = e.gatewayMetric(standby, "egret_gateway_sync_records_applied_total")
+		backup = e.gatewayMetric(standby, "egret_gateway_sync_backup_flows")
+		return applied >= applied0+2 && backup >= 2
+	}) {
+		e.t.Fatalf("the standby %s applied %v records (%v before the connections) and holds %v backup flows 15 s after the connections opened (%v adopt failures, %v owned, %v refused, %v malformed); primary %s sent %v records, %v connect failures, %v stalls",
+			standby, applied, applied0, backup, e.gatewayMetric(standby, "egret_gateway_sync_adopt_failures_total"),
+			e.gatewayMetric(standby, "egret_gateway_sync_records_owned_total"), e.gatewayMetric(standby, "egret_gateway_sync_refused_total"),
+			e.gatewayMetric(standby, "egret_gateway_sync_malformed_total"), primary, e.gatewayMetric(primary, "egret_gateway_sync_records_sent_total"),
+			e.gatewayMetric(primary, "egret_gateway_sync_connect_failures_total"), e.gatewayMetric(primary, "egret_gateway_sync_stalls_total"))
+	}
+	// A few scans more of the primary's sync: every flow of the IP is there.
+	for range 3 {
+		looked := e.gatewayMetric(primary, "egret_gateway_sync_slots_looked_total")
+		if !nstest.Poll(10*time.Second, 100*time.Millisecond, func() bool {
+			return e.gatewayMetric(primary, "egret_gateway_sync_slots_looked_total") > looked
+		}) {
+			e.t.Fatalf("the flow sync of %s scanned nothing for 10 s", primary)
 		}
 	}
-	// A few scans more (one each 100 ms): every flow of the IP is there.
-	time.Sleep(500 * time.Millisecond)
 	out := e.sh("ip", "netns", "exec", "egretc-"+primary, "ss", "-Htn", "state", "established", "( dport = :9108 )")
 	want := net.JoinHostPort(plan.nodeIPs[standby], "9108")
 	var session string
@@ -813,11 +821,11 @@ func (e *env) waitEgretReady() {
 	e.t.Helper()
 	want := []string{"DaemonSet/egret-gateway", "DaemonSet/egret-steer", "DaemonSet/egress-router-cni", "Deployment/egret-controller"}
 	var last string
-	for deadline := time.Now().Add(180 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+	if nstest.Poll(180*time.Second, time.Second, func() bool {
 		out, err := e.kubectlErr("-n", "egret-system", "get", "daemonsets,deployments", "-o", "json")
 		if err != nil {
 			last = out
-			continue
+			return false
 		}
 		var l struct {
 			Items []struct {
@@ -848,9 +856,9 @@ func (e *env) waitEgretReady() {
 			fmt.Fprintf(&b, "%s/%s %+v\n", it.Kind, it.Metadata.Name, st)
 		}
 		last = b.String()
-		if !slices.ContainsFunc(want, func(w string) bool { return !ready[w] }) {
-			return
-		}
+		return !slices.ContainsFunc(want, func(w string) bool { return !ready[w] })
+	}) {
+		return
 	}
 	e.t.Fatalf("Egret not Ready after 180s:\n%s\n%s", last, e.kubectl("-n", "egret-system", "get", "pods", "-o", "wide"))
 }
@@ -995,10 +1003,10 @@ func (e *env) eipStatus() map[string]string {
 // waitAssigned waits until every IP of the named objects is on a gateway.
 func (e *env) waitAssigned(names []string) {
 	e.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var missing []string
+	if nstest.Poll(90*time.Second, 500*time.Millisecond, func() bool {
 		st := e.eipStatus()
-		var missing []string
+		missing = nil
 		for _, n := range names {
 			var o struct{ Spec struct{ EgressIPs []string } }
 			if err := json.Unmarshal([]byte(e.kubectl("get", "eip", n, "-o", "json")), &o); err != nil {
@@ -1010,15 +1018,12 @@ func (e *env) waitAssigned(names []string) {
 				}
 			}
 		}
-		if len(missing) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("egress IPs not assigned to a gateway after 90s: %v\n%s\nevents:\n%s", missing,
-				e.kubectl("get", "eip", "-o", "wide"), e.kubectl("get", "events", "-A", "--field-selector=involvedObject.kind=EgressIP"))
-		}
-		time.Sleep(500 * time.Millisecond)
+		return len(missing) == 0
+	}) {
+		return
 	}
+	e.t.Fatalf("egress IPs not assigned to a gateway after 90s: %v\n%s\nevents:\n%s", missing,
+		e.kubectl("get", "eip", "-o", "wide"), e.kubectl("get", "events", "-A", "--field-selector=involvedObject.kind=EgressIP"))
 }
 
 // waitSteerSettled waits until every selected pod has its steer rule on its
@@ -1056,17 +1061,18 @@ func (e *env) waitSteerSettled(nss []testNS) {
 		}
 		return b.String()
 	}
-	prev, stable := snapshot(), 0
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(500 * time.Millisecond)
+	// Sampled every 500 ms: settled once four samples in a row match.
+	prev, stable := "", 0
+	if nstest.Poll(30*time.Second, 500*time.Millisecond, func() bool {
 		cur := snapshot()
 		if cur == prev && !strings.Contains(cur, "blackhole") && !strings.Contains(cur, "missing rule") {
-			if stable++; stable == 4 {
-				return
-			}
-			continue
+			stable++
+			return stable == 4
 		}
 		prev, stable = cur, 0
+		return false
+	}) {
+		return
 	}
 	e.t.Fatalf("the steer agents' routes kept changing for 30s:\n%s", prev)
 }
@@ -1254,12 +1260,10 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	// earlier run's of the same name.
 	uid := e.kubectl("get", "eip", "e2e-move", "-o", "jsonpath={.metadata.uid}")
 	var ev string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	nstest.Poll(10*time.Second, 500*time.Millisecond, func() bool {
 		ev = e.kubectl("get", "events", "-A", "--field-selector=involvedObject.uid="+uid, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
-		if strings.Contains(ev, "EgressIPMoved") && strings.Contains(ev, "from "+from+" to "+to) {
-			break
-		}
-	}
+		return strings.Contains(ev, "EgressIPMoved") && strings.Contains(ev, "from "+from+" to "+to)
+	})
 	e.t.Logf("events of the move:\n%s", ev)
 	if !strings.Contains(ev, "EgressIPMoved") || !strings.Contains(ev, "from "+from+" to "+to) {
 		e.t.Errorf("no EgressIPMoved Event of e2e-move says from %s to %s:\n%s", from, to, ev)
@@ -1279,13 +1283,11 @@ func (e *env) reviveNode(n, pid string) {
 // waitGone waits for every pod of Egret to be gone.
 func (e *env) waitGone() {
 	e.t.Helper()
-	deadline := time.Now().Add(120 * time.Second)
-	for time.Now().Before(deadline) {
+	if nstest.Poll(120*time.Second, time.Second, func() bool {
 		out, _ := e.kubectlErr("get", "pods", "-A", "-l", "app.kubernetes.io/part-of=egret", "-o", "name")
-		if strings.TrimSpace(out) == "" {
-			return
-		}
-		time.Sleep(time.Second)
+		return strings.TrimSpace(out) == ""
+	}) {
+		return
 	}
 	e.t.Fatal("Egret pods still present 120s after kubectl delete -k")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/internal/ec2test"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TestManagedCloud runs the managed lab with the gateway nodes as AWS
@@ -115,14 +116,13 @@ func TestManagedCloud(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(objs, "refused.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !hasEventLine(t, objs, "refused", "CloudAttachFailed") {
-		if time.Now().After(deadline) {
-			t.Fatal("no CloudAttachFailed Event for the refused IP in events.log")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(time.Second) // several attach attempts
+	nstest.UntilEvery(t, "a CloudAttachFailed Event for the refused IP in events.log", 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		return hasEventLine(t, objs, "refused", "CloudAttachFailed"), ""
+	})
+	// Several attach attempts, each refused.
+	attempts := func() int { return countCalls(srv.Calls(), "AssignPrivateIpAddresses") }
+	n := attempts()
+	nstest.UntilEvery(t, "more attach attempts after the first refusal", 30*time.Second, 100*time.Millisecond, func() (bool, string) { return attempts() >= n+2, "" })
 	st, _ = l.Status()
 	for _, a := range st.Assignment {
 		if a.IP.String() == "192.0.2.120" && a.Node != "" {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TestCommandLifecycle drives `egret lab up|status|down` through the built
@@ -106,10 +108,7 @@ func TestCommandLifecycle(t *testing.T) {
 	if left := Namespaces(name); len(left) > 0 {
 		t.Errorf("namespaces left after down: %v", left)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for alive(st.Server.PID) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	nstest.Soon(2*time.Second, func() bool { return !alive(st.Server.PID) })
 	if alive(st.Server.PID) {
 		t.Errorf("echo server %d survived down", st.Server.PID)
 	}

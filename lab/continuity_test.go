@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/gateway/flowsync"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // testContinuity runs, on the managed lab testManaged leaves (every
@@ -45,26 +46,23 @@ const syncLag = 100*time.Millisecond + flowsync.DefaultInterval
 // standby.
 func pickBlue(t *testing.T, l *Lab) (netip.Addr, string, string, *Status) {
 	t.Helper()
-	var last []AssignmentStatus
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		st, err := l.Status()
-		if err != nil {
+	var ready []AssignmentStatus
+	var st *Status
+	nstest.UntilEvery(t, "blue's egress IPs both assigned with a standby on running gateways", 20*time.Second, 200*time.Millisecond, func() (bool, string) {
+		var err error
+		if st, err = l.Status(); err != nil {
 			t.Fatal(err)
 		}
-		last = st.Assignment
-		var ready []AssignmentStatus
+		ready = ready[:0]
 		for _, a := range st.Assignment {
 			if a.EgressIP == "blue" && a.Node != "" && a.Standby != "" && gatewayRunning(l, a.Node) && gatewayRunning(l, a.Standby) {
 				ready = append(ready, a)
 			}
 		}
-		if len(ready) == 2 {
-			slices.SortFunc(ready, func(a, b AssignmentStatus) int { return a.IP.Compare(b.IP) })
-			return ready[0].IP, ready[0].Node, ready[0].Standby, st
-		}
-	}
-	t.Fatalf("blue's egress IPs are not both assigned with a standby on running gateways after 20 s: %v", last)
-	return netip.Addr{}, "", "", nil
+		return len(ready) == 2, fmt.Sprint(st.Assignment)
+	})
+	slices.SortFunc(ready, func(a, b AssignmentStatus) int { return a.IP.Compare(b.IP) })
+	return ready[0].IP, ready[0].Node, ready[0].Standby, st
 }
 
 func gatewayRunning(l *Lab, gw string) bool {
@@ -141,24 +139,20 @@ func listFlows(l *Lab, gw string, ip netip.Addr) (flowTable, error) {
 func waitHeld(t *testing.T, l *Lab, standby string, ip netip.Addr, ll *longLived) {
 	t.Helper()
 	server := netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort)
-	missing := 0
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	nstest.UntilEvery(t, fmt.Sprintf("the standby %s of %v holding a backup flow (with the port the server saw) for each connection", standby, ip), 10*time.Second, 200*time.Millisecond, func() (bool, string) {
 		ft, err := listFlows(l, standby, ip)
 		if err != nil {
 			t.Fatal(err)
 		}
-		missing = 0
+		missing := 0
 		for _, c := range ll.conns {
 			f, ok := ft.flows[flowKey{"tcp", c.from, server}]
 			if c.src.Addr() == ip && (!ok || !f.Backup || f.EgressPort != c.src.Port()) {
 				missing++
 			}
 		}
-		if missing == 0 {
-			return
-		}
-	}
-	t.Fatalf("after 10 s the standby %s of %v holds no backup flow (with the port the server saw) for %d of the %d connections", standby, ip, missing, len(ll.conns))
+		return missing == 0, fmt.Sprintf("%d of the %d connections missing", missing, len(ll.conns))
+	})
 }
 
 // stepResult compares a standby's backup flows of an egress IP with its
@@ -207,6 +201,7 @@ func inStep(l *Lab, ip netip.Addr, primary, standby string) (stepResult, error) 
 	if err != nil {
 		return r, err
 	}
+	// sleep: the comparison's budget is a length of time (syncLag), the sync's allowed lag, not an event
 	time.Sleep(time.Until(early.end.Add(syncLag)))
 	var now, sb flowTable
 	var nowErr, sbErr error
@@ -286,14 +281,7 @@ func testGracefulRestartContinues(t *testing.T, l *Lab) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("egret gateway on %s (pid %d) did not exit 20 s after SIGTERM", gw, pid)
-		}
-	}
+	nstest.Eventually(t, fmt.Sprintf("egret gateway on %s (pid %d) exiting after SIGTERM", gw, pid), 20*time.Second, func() bool { return gone(pid) })
 	stopped := time.Since(at)
 	if _, err := os.Stat(StateFile(l.RunDir(), gw)); err != nil {
 		t.Errorf("the stopped gateway left no state file: %v", err)
@@ -366,15 +354,13 @@ func testLabelRemovedContinues(t *testing.T, l *Lab) {
 	setAssignable(t, l, gw, false)
 	t.Cleanup(func() { setAssignable(t, l, gw, true) })
 	var now *Status
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	if !nstest.Poll(10*time.Second, 50*time.Millisecond, func() bool {
 		var err error
-		if now, err = l.Status(); err == nil && nodeOf(now, ip) != gw && nodeOf(now, ip) != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			lived.end()
-			t.Fatalf("%v is still on %s (or unassigned) 10 s after its label was removed", ip, gw)
-		}
+		now, err = l.Status()
+		return err == nil && nodeOf(now, ip) != gw && nodeOf(now, ip) != ""
+	}) {
+		lived.end()
+		t.Fatalf("%v is still on %s (or unassigned) 10 s after its label was removed", ip, gw)
 	}
 	moved := time.Since(at)
 	lived.checkContinued(t, ip, "the removal of "+gw+"'s egress-assignable label", at)
@@ -529,8 +515,9 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	at := time.Now()
 	// The session stalls StallAfter after the first unacknowledged batch;
 	// from then on nothing is sent.
-	time.Sleep(flowsync.DefaultStallAfter + 5*time.Second)
-	flatFrom := m("sent_bytes_total")
+	nstest.UntilEvery(t, "the session to the cut-off standby "+standby+" dropped", flowsync.DefaultStallAfter+15*time.Second, 100*time.Millisecond, func() (bool, string) { return m("stalls_total") > stalls, "" })
+	flatFrom, flatAt := m("sent_bytes_total"), time.Now()
+	// sleep: "nothing is sent" is a rate over a length of time, up to 30 s into the cut
 	time.Sleep(time.Until(at.Add(30 * time.Second)))
 	flatTo := m("sent_bytes_total")
 	if err := ch.end(); err != nil {
@@ -546,16 +533,12 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	// its other egress IPs (idle here) may send a few records meanwhile
 	// (an expiry); the IP's own changes, thousands of records, may not.
 	if flatTo-flatFrom > 64<<10 {
-		t.Errorf("the primary %s sent %v bytes of sync from %v to 30 s into the cut, while the standby of %v acknowledged nothing", gw, flatTo-flatFrom, flowsync.DefaultStallAfter+5*time.Second, ip)
+		t.Errorf("the primary %s sent %v bytes of sync from %v to 30 s into the cut, while the standby of %v acknowledged nothing", gw, flatTo-flatFrom, flatAt.Sub(at).Round(time.Millisecond), ip)
 	}
 	sent := ch.sent.Load() - before
 	restore()
 	back := time.Now()
-	for deadline := time.Now().Add(15 * time.Second); m("full_resyncs_total") <= resyncs; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("full resyncs %v 15 s after %s became reachable again, want more than before the cut", resyncs, standby)
-		}
-	}
+	nstest.UntilEvery(t, fmt.Sprintf("a full resync once %s is reachable again (before the cut: %v)", standby, resyncs), 15*time.Second, 100*time.Millisecond, func() (bool, string) { return m("full_resyncs_total") > resyncs, "" })
 	resynced := time.Since(back)
 	r := untilInStep(t, l, ip, gw, standby, 15*time.Second)
 	if !r.ok() {
@@ -581,7 +564,12 @@ func testStandbyInStepUnderLoad(t *testing.T, l *Lab) {
 	created := gatewayMetric(t, l.Spec, gw, "egret_gateway_flows_created_total")
 	start := time.Now()
 	ch := startChurn(t, l, blue, 5000, 21000)
-	time.Sleep(2 * time.Second) // the load builds up
+	// The load builds up: the gateway has made two seconds' worth of the
+	// churn's flows (5000 a second).
+	nstest.UntilEvery(t, "the churn's first 10000 flows on "+gw, 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		n := gatewayMetric(t, l.Spec, gw, "egret_gateway_flows_created_total") - created
+		return n >= 10000, fmt.Sprint(n)
+	})
 	for i := range 3 {
 		r, err := inStep(l, ip, gw, standby)
 		if now, _ := l.Status(); nodeOf(now, ip) != gw {

@@ -242,6 +242,7 @@ func checkUnsolicited(t *testing.T, s *Spec, name, ns string, server, eip netip.
 	// proves the captures see what reaches the pods.
 	good := "SOLICITED-" + fam + "-" + hex.EncodeToString(tag[:])
 	udpEcho(t, uc, good)
+	// sleep: an unsolicited packet that must not reach a pod raises no event; frames in flight get this long
 	time.Sleep(300 * time.Millisecond)
 	sawGood := false
 	for i, c := range caps {

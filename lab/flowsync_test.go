@@ -2,11 +2,14 @@ package lab
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // syncedConn is a connection through the gateway the managed test kills
@@ -66,12 +69,17 @@ func startSynced(t *testing.T, l *Lab, st *Status, gw string) *syncedConn {
 		}
 		t.Cleanup(func() { first.Close(); second.Close() })
 		sc := &syncedConn{conn: second, blocker: first, seen: seen, held: held, ip: ip, standby: third}
-		for deadline := time.Now().Add(15 * time.Second); gatewayMetric(t, l.Spec, third, "egret_gateway_sync_backup_flows") < 2; time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the standby %s of %v holds fewer than 2 backup flows 15 s after the connections opened", third, ip)
-			}
+		nstest.UntilEvery(t, fmt.Sprintf("the standby %s of %v holding 2 backup flows", third, ip), 15*time.Second, 100*time.Millisecond, func() (bool, string) {
+			n := gatewayMetric(t, l.Spec, third, "egret_gateway_sync_backup_flows")
+			return n >= 2, fmt.Sprint(n)
+		})
+		// A few scans more of gw's sync: every flow of the IP is there.
+		for range 3 {
+			looked := gatewayMetric(t, l.Spec, gw, "egret_gateway_sync_slots_looked_total")
+			nstest.UntilEvery(t, "a scan of "+gw+"'s flow sync", 10*time.Second, 100*time.Millisecond, func() (bool, string) {
+				return gatewayMetric(t, l.Spec, gw, "egret_gateway_sync_slots_looked_total") > looked, ""
+			})
 		}
-		time.Sleep(500 * time.Millisecond) // a few scans more: every flow of the IP is there
 		t.Logf("connection from %s seen as %v (port %d not preserved: %s holds it as %v); %s stands by for %v",
 			blue[1].Name, seen, port, blue[0].Name, held, third, ip)
 		return sc

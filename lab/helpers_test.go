@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -310,18 +311,31 @@ func ipL4(p []byte) []byte      { return p[int(p[0]&15)*4:] }
 // waitPort waits until a TCP port answers from inside ns.
 func waitPort(t testing.TB, ns, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	nstest.UntilEvery(t, addr+" answering in "+ns, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		c, err := DialContext(ctx, ns, "tcp", addr)
 		cancel()
-		if err == nil {
-			c.Close()
-			return
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not answer in %s: %v", addr, ns, err)
+		c.Close()
+		return true, ""
+	})
+}
+
+// gone reports whether process pid has exited and been reaped.
+func gone(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// countCalls counts action among the calls a fake cloud API received.
+func countCalls(calls []string, action string) int {
+	n := 0
+	for _, c := range calls {
+		if c == action {
+			n++
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return n
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // testIPv6Only checks what only the IPv6-only lab has: the workers' tunnel
@@ -112,6 +114,7 @@ func (w *ndWatch) check(t *testing.T, l *Lab, moved []AssignmentStatus) {
 			c.Close()
 		}
 	}
+	// sleep: an advertisement the killed gateway must not send raises no event; frames in flight get this long
 	time.Sleep(300 * time.Millisecond)
 	frames := w.c.Stop()
 	for _, m := range moved {
@@ -138,12 +141,10 @@ func (w *ndWatch) check(t *testing.T, l *Lab, moved []AssignmentStatus) {
 		// The router may still be probing the old entry; new traffic has
 		// gone through (Failover saw it), so the entry must have moved.
 		var out string
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		nstest.Poll(3*time.Second, 100*time.Millisecond, func() bool {
 			out, _ = run("ip", "-n", s.NS(s.Router.Name), "-6", "neigh", "show", m.IP.String())
-			if strings.Contains(out, "lladdr "+net.HardwareAddr(mac).String()) || time.Now().After(deadline) {
-				break
-			}
-		}
+			return strings.Contains(out, "lladdr "+net.HardwareAddr(mac).String())
+		})
 		if !strings.Contains(out, "lladdr "+net.HardwareAddr(mac).String()) {
 			t.Errorf("the router's neighbour entry for %v is %q, want %s's MAC %s", m.IP, strings.TrimSpace(out), m.Node, net.HardwareAddr(mac))
 		}
@@ -190,7 +191,9 @@ func testTunnelFromStranger6(t *testing.T, l *Lab) {
 		conn.Write(vx)
 	}
 	conn.Close()
-	time.Sleep(300 * time.Millisecond)
+	// The filter's counter says the frames were judged; only then is the
+	// pod's capture complete.
+	nstest.Poll(3*time.Second, 100*time.Millisecond, func() bool { return steerDrops6(t, s.NS(w.Name)) >= before+3 })
 	for _, f := range c.Stop() {
 		if bytes.Contains(f, marker) {
 			t.Fatalf("pod %s received a tunnel frame sent by %v, which is no gateway", pod.Name, s.Controller.IP)

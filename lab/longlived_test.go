@@ -7,8 +7,11 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // liveConn is one long-lived HTTP/1.1 connection from a pod to the outside
@@ -186,17 +189,17 @@ func (ll *longLived) end() {
 // answeredSince waits until every connection has been answered after
 // since or has ended, for at most limit.
 func (ll *longLived) answeredSince(since time.Time, limit time.Duration) {
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		waiting := false
+	nstest.Soon(limit, func() bool {
 		for _, c := range ll.conns {
 			c.mu.Lock()
-			waiting = waiting || (c.err == nil && !c.last.After(since))
+			waiting := c.err == nil && !c.last.After(since)
 			c.mu.Unlock()
+			if waiting {
+				return false
+			}
 		}
-		if !waiting {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // maxStall is the longest a connection may go without an answer across a
@@ -213,7 +216,9 @@ const maxStall = 2 * time.Second
 func (ll *longLived) checkContinued(t *testing.T, via netip.Addr, what string, at time.Time) {
 	t.Helper()
 	ll.answeredSince(at, 15*time.Second)
-	time.Sleep(500 * time.Millisecond) // a few answers more on each
+	for range 3 { // a few answers more on each
+		ll.answeredSince(time.Now(), 5*time.Second)
+	}
 	ll.end()
 	n, notKept, answers := 0, 0, 0
 	var worst time.Duration
@@ -286,6 +291,8 @@ type udpTalk struct {
 	done  chan struct{}
 	srcs  []netip.AddrPort
 	times []time.Time
+	// answers counts srcs for readers while the conversation runs.
+	answers atomic.Int64
 }
 
 func startUDPTalk(t *testing.T, l *Lab, p PodStatus) *udpTalk {
@@ -310,6 +317,7 @@ func startUDPTalk(t *testing.T, l *Lab, p PodStatus) *udpTalk {
 		head, _, _ := strings.Cut(string(buf[:n]), "\n")
 		if ap, err := netip.ParseAddrPort(strings.Fields(head + " ")[0]); err == nil {
 			u.srcs, u.times = append(u.srcs, ap), append(u.times, time.Now())
+			u.answers.Add(1)
 		}
 	}
 	// The first answer before returning: the caller wants to know the
@@ -352,7 +360,10 @@ func (u *udpTalk) end() {
 // made anew on the IP's new owner with the pod's preserved port).
 func (u *udpTalk) checkKeptPort(t *testing.T, failedOver time.Time) {
 	t.Helper()
-	time.Sleep(time.Second)
+	// A few answers more (ten exchanges take a second); if they do not
+	// come, the checks below say what is missing.
+	n := u.answers.Load()
+	nstest.Soon(10*time.Second, func() bool { return u.answers.Load() >= n+5 })
 	u.end()
 	if len(u.srcs) == 0 {
 		t.Fatalf("%s's UDP conversation got no answer", u.pod)

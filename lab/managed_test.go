@@ -10,6 +10,7 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/internal/nstest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -209,7 +210,12 @@ func testManaged(t *testing.T, l *Lab) {
 			t.Fatalf("32 UDP conversations of blue's pods, none through %s", gw)
 		}
 	}
-	time.Sleep(time.Second) // ten exchanges on each before the kill
+	// Ten exchanges on each before the kill.
+	n := talk.answers.Load()
+	nstest.Eventually(t, "ten UDP exchanges before the kill", 10*time.Second, func() bool { return talk.answers.Load() >= n+10 })
+	for range 10 {
+		lived.answeredSince(time.Now(), 5*time.Second)
+	}
 	// The standby holds every one of them: what the kill tests is the
 	// takeover, not a race with the sync.
 	waitHeld(t, l, synced.standby, synced.ip, lived)
@@ -269,6 +275,7 @@ func testManaged(t *testing.T, l *Lab) {
 	// The returned agent must not hold on to what it had claimed before it
 	// was killed: those IPs live on other nodes now.
 	checkClaims(t, l, st, "")
+	// sleep: the controller process's hold-down runs out on its clock; that nothing moves after it has no event
 	time.Sleep(time.Until(back.Add(m.holdDown() + 500*time.Millisecond)))
 	// (Standbys may change: the returned node now stands by for the IPs
 	// that had none.)

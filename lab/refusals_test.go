@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TestLabEgretRefusals runs, with the real `egret gateway` in the lab, what
@@ -42,17 +44,15 @@ func gatewayMetric(t *testing.T, s *Spec, gw, sample string) float64 {
 	t.Helper()
 	var body []byte
 	var err error
-	for try := 0; try < 50; try++ { // the server may be starting
+	nstest.Poll(5*time.Second, 100*time.Millisecond, func() bool { // the server may be starting
 		var resp *http.Response
-		if resp, err = podClient(s.NS(gw)).Get("http://127.0.0.1:9110/metrics"); err == nil {
-			body, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(body), "egret_gateway_dropped_packets_total") {
-				break
-			}
+		if resp, err = podClient(s.NS(gw)).Get("http://127.0.0.1:9110/metrics"); err != nil {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(body), "egret_gateway_dropped_packets_total")
+	})
 	if err != nil {
 		t.Fatalf("metrics of gateway %s: %v", gw, err)
 	}
@@ -217,14 +217,7 @@ func testPickUpAfterGatewayRestart(t *testing.T, l *Lab) {
 	}
 	// KillGateway returns once the process is a zombie; its other threads
 	// may still hold its sockets (the metrics port) until it is reaped.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("egret gateway on %s (pid %d) not reaped 5 s after SIGKILL", gw.Name, pid)
-		}
-	}
+	nstest.Eventually(t, fmt.Sprintf("egret gateway on %s (pid %d) reaped after SIGKILL", gw.Name, pid), 5*time.Second, func() bool { return gone(pid) })
 	if err := l.StartGateway(gw.Name); err != nil {
 		t.Fatal(err)
 	}
@@ -293,14 +286,7 @@ func testResumedAfterGracefulRestart(t *testing.T, l *Lab) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("egret gateway on %s (pid %d) did not exit 10 s after SIGTERM", gw.Name, pid)
-		}
-	}
+	nstest.Eventually(t, fmt.Sprintf("egret gateway on %s (pid %d) exiting after SIGTERM", gw.Name, pid), 10*time.Second, func() bool { return gone(pid) })
 	if _, err := os.Stat(StateFile(l.RunDir(), gw.Name)); err != nil {
 		t.Fatalf("the stopped gateway left no state file: %v", err)
 	}

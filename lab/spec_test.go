@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/egret-gw/egret/gateway/config"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 func TestDefaultSpec(t *testing.T) {
@@ -243,22 +244,22 @@ func TestEchoServerUDP(t *testing.T) {
 	}
 	defer c.Close()
 	var got netip.AddrPort
-	for deadline := time.Now().Add(3 * time.Second); !got.IsValid() && time.Now().Before(deadline); {
+	// Refused until the server listens: try again shortly.
+	nstest.Soon(3*time.Second, func() bool {
 		c.Write([]byte("ping"))
 		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		buf := make([]byte, 100)
 		n, err := c.Read(buf)
 		if err != nil {
-			// Refused until the server listens: try again shortly.
-			time.Sleep(20 * time.Millisecond)
-			continue
+			return false
 		}
 		head, body, _ := strings.Cut(string(buf[:n]), "\n")
 		if body != "ping" {
 			t.Fatalf("UDP reply %q", buf[:n])
 		}
 		got = parseSource(t, head)
-	}
+		return true
+	})
 	if got.String() != c.LocalAddr().String() {
 		t.Fatalf("UDP echo reported %v, the client is %v", got, c.LocalAddr())
 	}

@@ -3,7 +3,6 @@ package metrics
 import (
 	"net"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,19 +145,13 @@ type harness struct {
 	p       *gateway.Pipeline
 	workers []*hWorker
 	ifs     map[int]*ifCounters
-	stop    atomic.Bool
-
-	churnFrames [][]byte
-	churnNext   int
 	// speed makes the pipeline's clock run faster than real time, so flows
 	// expire within a short test (0 or 1: real time).
 	speed int64
-	wg    sync.WaitGroup
 }
 
 type hWorker struct {
 	gw     *gateway.Processor
-	churn  func(elapsed time.Duration) int // new flows per round; nil for a steady worker
 	sport  uint16
 	frames [][]byte // input frames, batch-sized
 	rxIf   []int    // interface each frame arrives on
@@ -252,68 +245,6 @@ var epochH = time.Now()
 
 func (h *harness) now() int64 {
 	return int64(time.Since(epochH)) * max(h.speed, 1)
-}
-
-// addChurn adds a worker that opens perRound(elapsed) new flows a round
-// (UDP from both pods with fresh source ports) and expires idle ones, so
-// flow counts, port use and creation and expiry rates move.
-func (h *harness) addChurn(t testing.TB, perRound func(elapsed time.Duration) int) {
-	w := &hWorker{gw: h.p.NewProcessor(uint64(len(h.workers) + 1)), churn: perRound, sport: 1024}
-	h.workers = append(h.workers, w)
-	// Frames are built up front: the churn loop only picks them.
-	h.churnFrames = make([][]byte, 0, churnPool)
-	for k := 0; k < churnPool; k++ {
-		h.churnFrames = append(h.churnFrames, podFrame(t, k%2, uint16(1024+k), 32, hNodeVTEP[k%2]))
-	}
-}
-
-const (
-	churnPool = 60000 // distinct source ports cycled through
-)
-
-func (h *harness) churnRound(w *hWorker, elapsed time.Duration) {
-	n := min(w.churn(elapsed), 64)
-	w.frames, w.rxIf = w.frames[:0], w.rxIf[:0]
-	for i := 0; i < n; i++ {
-		w.frames = append(w.frames, h.churnFrames[h.churnNext%churnPool])
-		w.rxIf = append(w.rxIf, ifUnderlay)
-		h.churnNext++
-	}
-	for len(w.out) < n {
-		w.out = append(w.out, make([]byte, 2048))
-	}
-	if len(w.res) < n {
-		w.res = make([]gateway.Result, n)
-	}
-	h.round(w)
-	w.gw.Expire(h.now(), 4096)
-}
-
-// start runs every worker in its own goroutine until Stop, pausing pause
-// between rounds (0: flat out).
-func (h *harness) start(pause time.Duration) {
-	t0 := time.Now()
-	for _, w := range h.workers {
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			for !h.stop.Load() {
-				if w.churn != nil {
-					h.churnRound(w, time.Since(t0))
-				} else {
-					h.round(w)
-				}
-				if pause > 0 {
-					time.Sleep(pause)
-				}
-			}
-		}()
-	}
-}
-
-func (h *harness) Stop() {
-	h.stop.Store(true)
-	h.wg.Wait()
 }
 
 // source is the GatewaySource the engine would give.

@@ -259,8 +259,17 @@ func TestPrometheusLab(t *testing.T) {
 	}
 
 	// Rates over the dashboard's 5 s window need the restarted gateway
-	// scraped a few times, and the run long enough to draw.
-	time.Sleep(max(8*time.Second, time.Until(promStart.Add(35*time.Second))))
+	// scraped a few times (every scrape of the last 6 s up), and the run
+	// long enough to draw.
+	scraped := fmt.Sprintf(`count_over_time(up{instance=%q}[6s]) >= 5 and min_over_time(up{instance=%q}[6s]) == 1`, victim, victim)
+	if !nstest.Soon(30*time.Second, func() bool {
+		r, err = api.query(scraped)
+		return err == nil && len(r.Result) == 1
+	}) {
+		t.Fatalf("Prometheus does not scrape the restarted %s: %v %+v", victim, err, r)
+	}
+	// sleep: the dashboard's image spans the run, 35 s of samples at least: a length of time, not an event
+	time.Sleep(time.Until(promStart.Add(35 * time.Second)))
 	d := loadDashboard(t)
 	n := 0
 	for _, pn := range d.Panels {

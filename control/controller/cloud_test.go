@@ -13,6 +13,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/internal/ec2test"
+	"github.com/egret-gw/egret/internal/nstest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -85,8 +86,8 @@ func TestCloudAttachKube(t *testing.T) {
 	})
 	k.applyEgressIP(t, egressIP("cloud1", "10.0.1.50"))
 
-	eventually(t, 30*time.Second, "a CloudAttachFailed Event on the EgressIP", hasEvent(t, k, "EgressIP", "cloud1", controller.ReasonCloudAttachFailed, "PrivateIpAddressLimitExceeded"))
-	eventually(t, 10*time.Second, "the same Event on the CloudPrivateIPConfig", hasEvent(t, k, cluster.CloudPrivateIPConfigKind, "10.0.1.50", controller.ReasonCloudAttachFailed, "not in status"))
+	nstest.Until(t, "a CloudAttachFailed Event on the EgressIP", 30*time.Second, hasEvent(t, k, "EgressIP", "cloud1", controller.ReasonCloudAttachFailed, "PrivateIpAddressLimitExceeded"))
+	nstest.Until(t, "the same Event on the CloudPrivateIPConfig", 10*time.Second, hasEvent(t, k, cluster.CloudPrivateIPConfigKind, "10.0.1.50", controller.ReasonCloudAttachFailed, "not in status"))
 	if _, _, assigned, found := cpic(); !found || assigned != "False" {
 		t.Fatalf("CloudPrivateIPConfig 10.0.1.50 found=%v Assigned=%q; want False", found, assigned)
 	}
@@ -97,7 +98,7 @@ func TestCloudAttachKube(t *testing.T) {
 	// The cloud accepts: attached first, then in status.
 	srv.Fail("AssignPrivateIpAddresses", "", "", 0)
 	var owner string
-	eventually(t, 60*time.Second, "cloud1 in status, on a node whose ENI holds it", func() (bool, string) {
+	nstest.Until(t, "cloud1 in status, on a node whose ENI holds it", 60*time.Second, func() (bool, string) {
 		items := k.status(t, "cloud1")
 		if len(items) == 0 {
 			return false, "no status"
@@ -129,7 +130,7 @@ func TestCloudAttachKube(t *testing.T) {
 		t.Fatalf("standby of 10.0.1.50 is %q (owner %s)", other, owner)
 	}
 	hs[slices.Index(names, owner)].stop(t)
-	eventually(t, 30*time.Second, "cloud1 moved to "+other, func() (bool, string) {
+	nstest.Until(t, "cloud1 moved to "+other, 30*time.Second, func() (bool, string) {
 		items := k.status(t, "cloud1")
 		if len(items) == 0 || items[0].Node != other {
 			return false, fmt.Sprint(items)
@@ -155,7 +156,7 @@ func TestCloudAttachKube(t *testing.T) {
 	if err := eip.Delete(context.Background(), "cloud1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "10.0.1.50 detached and its CloudPrivateIPConfig deleted", func() (bool, string) {
+	nstest.Until(t, "10.0.1.50 detached and its CloudPrivateIPConfig deleted", 30*time.Second, func() (bool, string) {
 		_, _, _, found := cpic()
 		got := srv.ENI(enis[other]).IPv4
 		return !found && len(got) == 0, fmt.Sprintf("object found=%v, %s holds %v", found, enis[other], got)

@@ -14,6 +14,7 @@ import (
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/internal/azuretest"
 	"github.com/egret-gw/egret/internal/gcetest"
+	"github.com/egret-gw/egret/internal/nstest"
 	"google.golang.org/api/option"
 )
 
@@ -144,7 +145,7 @@ func testCloudMove(t *testing.T, p cloud.Provider, vms map[string]cloudVM) {
 	t.Cleanup(runController(t, c.Run))
 
 	var from string
-	eventually(t, 20*time.Second, "attached and in status", func() (bool, string) {
+	nstest.Until(t, "attached and in status", 20*time.Second, func() (bool, string) {
 		cur, _ := m.EgressIP("g")
 		if len(cur.Status.Items) != 1 {
 			return false, fmt.Sprint(cur.Status.Items)
@@ -161,7 +162,7 @@ func testCloudMove(t *testing.T, p cloud.Provider, vms map[string]cloudVM) {
 	cloudNode(from, false) // no longer Ready: the IP moves
 	m.mu.Unlock()
 	m.changed(cluster.KindNode)
-	eventually(t, 30*time.Second, "moved to "+to, func() (bool, string) {
+	nstest.Until(t, "moved to "+to, 30*time.Second, func() (bool, string) {
 		cur, _ := m.EgressIP("g")
 		ok := len(cur.Status.Items) == 1 && cur.Status.Items[0].Node == to
 		return ok, fmt.Sprint(cur.Status.Items, " ", from, vms[from].holds(), " ", to, vms[to].holds())

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/internal/nstest"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/controller"
@@ -120,7 +121,8 @@ func runMem(t *testing.T, m *memSource) *controller.Controller {
 // still do is done. A check after it that nothing else happened is a check
 // on that signal, not on a wait.
 func settle() {
-	time.Sleep(time.Minute) // the bubble's fake clock: nothing real is waited for
+	// sleep: runs the bubble's fake clock past every pending retry; nothing real is waited for
+	time.Sleep(time.Minute)
 	synctest.Wait()
 }
 
@@ -134,7 +136,7 @@ func TestStatusRetriesConflictsAndNeverMutatesTheCache(t *testing.T) {
 			apierrors.NewServiceUnavailable("apiserver restarting"),
 		}
 		c := runMem(t, m)
-		eventually(t, 10*time.Second, "status written after a conflict and an error", func() (bool, string) {
+		nstest.Until(t, "status written after a conflict and an error", 10*time.Second, func() (bool, string) {
 			cur, _ := m.EgressIP("g")
 			return len(cur.Status.Items) == 2, fmt.Sprint(cur.Status.Items)
 		})
@@ -163,7 +165,7 @@ func TestRefusedStatusIsReportedNotRetried(t *testing.T) {
 		m.failNext = []error{apierrors.NewInvalid(egressv1.GroupVersionKind.GroupKind(), "g",
 			field.ErrorList{field.Invalid(field.NewPath("status", "items"), "x", "refused")})}
 		runMem(t, m)
-		eventually(t, 5*time.Second, "StatusUpdateFailed Event", func() (bool, string) {
+		nstest.Until(t, "StatusUpdateFailed Event", 5*time.Second, func() (bool, string) {
 			_, evs := m.snapshot()
 			for _, e := range evs {
 				if e.reason == "StatusUpdateFailed" && e.name == "g" {
@@ -183,7 +185,7 @@ func TestEventsAreNotRepeated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newMem(egressIP("bad", "not-an-ip", "192.168.126.11"), egressIP("other", "192.168.126.11"))
 		c := runMem(t, m)
-		eventually(t, 5*time.Second, "events", func() (bool, string) {
+		nstest.Until(t, "events", 5*time.Second, func() (bool, string) {
 			_, evs := m.snapshot()
 			return len(evs) == 3, fmt.Sprint(evs) // InvalidEgressIP + a conflict on each object
 		})
@@ -205,7 +207,7 @@ func TestMoveIsAnEvent(t *testing.T) {
 	m := newMem(egressIP("g", "192.168.126.11"))
 	runMem(t, m)
 	var from string
-	eventually(t, 5*time.Second, "assigned", func() (bool, string) {
+	nstest.Until(t, "assigned", 5*time.Second, func() (bool, string) {
 		cur, _ := m.EgressIP("g")
 		if len(cur.Status.Items) == 1 {
 			from = cur.Status.Items[0].Node
@@ -226,7 +228,7 @@ func TestMoveIsAnEvent(t *testing.T) {
 	m.mu.Unlock()
 	m.changed(cluster.KindNode)
 	want := "egress IP 192.168.126.11 moved from " + from + " to " + to + ": " + from + " can no longer host egress IPs"
-	eventually(t, 5*time.Second, "EgressIPMoved Event", func() (bool, string) {
+	nstest.Until(t, "EgressIPMoved Event", 5*time.Second, func() (bool, string) {
 		_, evs := m.snapshot()
 		for _, e := range evs {
 			// With two nodes the other one is the standby the IP moves to.
@@ -253,7 +255,7 @@ func TestControlPlaneOffAWS(t *testing.T) {
 		e, _ := m.EgressIP(name)
 		return e.Status.Items
 	}
-	eventually(t, 5*time.Second, "both control-plane nodes host an IP", func() (bool, string) {
+	nstest.Until(t, "both control-plane nodes host an IP", 5*time.Second, func() (bool, string) {
 		a, b := nodeOf(status("e1"), "192.168.126.10"), nodeOf(status("e2"), "192.168.126.11")
 		return a != "" && b != "" && a != b, a + " " + b
 	})
@@ -265,7 +267,7 @@ func TestControlPlaneOffAWS(t *testing.T) {
 	changed := m.changed
 	m.mu.Unlock()
 	changed(cluster.KindNode)
-	eventually(t, 5*time.Second, "on AWS they host none", func() (bool, string) {
+	nstest.Until(t, "on AWS they host none", 5*time.Second, func() (bool, string) {
 		a, b := status("e1"), status("e2")
 		return len(a)+len(b) == 0, fmt.Sprint(a, b)
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TestEgretAnnotatedNodeKube: on a cluster without OVN-Kubernetes the
@@ -36,9 +37,9 @@ func TestEgretAnnotatedNodeKube(t *testing.T) {
 
 	timeout := 1
 	k.run(t, controller.Config{ReachabilityTotalTimeoutSeconds: &timeout, HealthPort: port, LeaderElection: controller.LeaderElection{Disabled: true}})
-	eventually(t, 10*time.Second, "IP on the Egret-annotated node's primary subnet", statusIs(t, k, "primary", map[string]string{"192.168.127.11": "egret-annotated"}))
-	eventually(t, 10*time.Second, "IP on its other interface subnet", statusIs(t, k, "secondary", map[string]string{"198.51.100.9": "egret-annotated"}))
-	eventually(t, 10*time.Second, "an Event naming the unannotated node", func() (bool, string) {
+	nstest.Until(t, "IP on the Egret-annotated node's primary subnet", 10*time.Second, statusIs(t, k, "primary", map[string]string{"192.168.127.11": "egret-annotated"}))
+	nstest.Until(t, "IP on its other interface subnet", 10*time.Second, statusIs(t, k, "secondary", map[string]string{"198.51.100.9": "egret-annotated"}))
+	nstest.Until(t, "an Event naming the unannotated node", 10*time.Second, func() (bool, string) {
 		var msgs []string
 		for _, e := range k.events(t) {
 			if e.name == "elsewhere" {
@@ -71,15 +72,15 @@ func TestNodeSelectorKube(t *testing.T) {
 	k.run(t, controller.Config{ReachabilityTotalTimeoutSeconds: &timeout, HealthPort: port,
 		NodeSelector:   "node-restriction.kubernetes.io/egress-gateway=true",
 		LeaderElection: controller.LeaderElection{Disabled: true}})
-	eventually(t, 10*time.Second, "one on the admin-labelled node", statusIs(t, k, "one", map[string]string{"192.168.128.11": "b-admin-labelled"}))
-	eventually(t, 10*time.Second, "two on the admin-labelled node", statusIs(t, k, "two", map[string]string{"192.168.128.12": "b-admin-labelled"}))
+	nstest.Until(t, "one on the admin-labelled node", 10*time.Second, statusIs(t, k, "one", map[string]string{"192.168.128.11": "b-admin-labelled"}))
+	nstest.Until(t, "two on the admin-labelled node", 10*time.Second, statusIs(t, k, "two", map[string]string{"192.168.128.12": "b-admin-labelled"}))
 
 	// The admin-labelled node goes away: the self-labelled one still gets nothing, and the Event says why.
 	if err := cs.CoreV1().Nodes().Delete(context.Background(), admin.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "no node for one", statusIs(t, k, "one", map[string]string{}))
-	eventually(t, 10*time.Second, "an Event naming the nodeSelector", func() (bool, string) {
+	nstest.Until(t, "no node for one", 10*time.Second, statusIs(t, k, "one", map[string]string{}))
+	nstest.Until(t, "an Event naming the nodeSelector", 10*time.Second, func() (bool, string) {
 		var msgs []string
 		for _, e := range k.events(t) {
 			if e.name == "one" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/internal/nstest"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/controller"
@@ -180,18 +181,18 @@ func TestLeaderElection(t *testing.T) {
 		return true, *l.Spec.HolderIdentity
 	}
 	stopFirst, firstDone := start("replica-1")
-	eventually(t, 15*time.Second, "replica-1 leads", func() (bool, string) {
+	nstest.Until(t, "replica-1 leads", 15*time.Second, func() (bool, string) {
 		ok, h := holder()
 		return ok && h == "replica-1", h
 	})
 	started2 := time.Now()
 	_, secondDone := start("replica-2")
-	eventually(t, 10*time.Second, "le1 assigned by the leader", statusIs(t, k, "le1", map[string]string{"192.168.126.11": "le-a"}))
+	nstest.Until(t, "le1 assigned by the leader", 10*time.Second, statusIs(t, k, "le1", map[string]string{"192.168.126.11": "le-a"}))
 	// replica-2 must not take over while replica-1 renews: the Lease
 	// stays replica-1's until replica-1 has renewed it a lease duration
 	// and a retry period after replica-2 started, by when replica-2 would
 	// have found it expired had replica-1 not renewed.
-	eventually(t, 15*time.Second, "replica-1 renews past a lease duration", func() (bool, string) {
+	nstest.Until(t, "replica-1 renews past a lease duration", 15*time.Second, func() (bool, string) {
 		l, err := cs.CoordinationV1().Leases("egret-system").Get(context.Background(), "egret-controller", metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
 			return false, fmt.Sprint(err)
@@ -212,13 +213,13 @@ func TestLeaderElection(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("replica-1 did not stop")
 	}
-	took := eventually(t, 15*time.Second, "replica-2 takes over", func() (bool, string) {
+	took := nstest.Until(t, "replica-2 takes over", 15*time.Second, func() (bool, string) {
 		ok, h := holder()
 		return ok && h == "replica-2", h
 	})
 	t.Logf("replica-2 leads %v after replica-1 stopped", took.Round(time.Millisecond))
 	k.applyEgressIP(t, egressIP("le2", "192.168.126.12"))
-	eventually(t, 10*time.Second, "le2 assigned by the new leader", statusIs(t, k, "le2", map[string]string{"192.168.126.12": "le-b"}))
+	nstest.Until(t, "le2 assigned by the new leader", 10*time.Second, statusIs(t, k, "le2", map[string]string{"192.168.126.12": "le-b"}))
 	select {
 	case err := <-secondDone:
 		t.Fatalf("replica-2 ended early: %v", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/controller"
+	"github.com/egret-gw/egret/internal/nstest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -40,7 +41,7 @@ func TestOpenShiftNetworkReachabilityKube(t *testing.T) {
 	unassigned := statusIs(t, k, "e1", map[string]string{})
 
 	stop := run()
-	eventually(t, 15*time.Second, "no OpenShift API: Egret's 0 applies, the node keeps the IP", assigned)
+	nstest.Until(t, "no OpenShift API: Egret's 0 applies, the node keeps the IP", 15*time.Second, assigned)
 	stop()
 
 	env.InstallCRDs(t, filepath.Join("testdata", "networks.operator.openshift.io.yaml"))
@@ -48,7 +49,7 @@ func TestOpenShiftNetworkReachabilityKube(t *testing.T) {
 		t.Fatalf("applying the Network: %v\n%s", err, out)
 	}
 	run()
-	eventually(t, 30*time.Second, "Network says 5: the check runs and the node loses the IP", unassigned)
+	nstest.Until(t, "Network says 5: the check runs and the node loses the IP", 30*time.Second, unassigned)
 	setTimeout := func(v string) {
 		t.Helper()
 		p := `{"spec":{"defaultNetwork":{"ovnKubernetesConfig":{"egressIPConfig":{"reachabilityTotalTimeoutSeconds":` + v + `}}}}}`
@@ -57,11 +58,11 @@ func TestOpenShiftNetworkReachabilityKube(t *testing.T) {
 		}
 	}
 	setTimeout("0")
-	eventually(t, 15*time.Second, "Network says 0: the check is off, the IP returns", assigned)
+	nstest.Until(t, "Network says 0: the check is off, the IP returns", 15*time.Second, assigned)
 	setTimeout("1")
-	eventually(t, 15*time.Second, "Network says 1: the IP leaves again", unassigned)
+	nstest.Until(t, "Network says 1: the IP leaves again", 15*time.Second, unassigned)
 	if out, err := env.Kubectl(t, "delete", "networks.operator.openshift.io", "cluster"); err != nil {
 		t.Fatalf("deleting the Network: %v\n%s", err, out)
 	}
-	eventually(t, 15*time.Second, "no Network object: Egret's 0 applies again", assigned)
+	nstest.Until(t, "no Network object: Egret's 0 applies again", 15*time.Second, assigned)
 }

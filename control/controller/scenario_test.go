@@ -17,6 +17,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,17 +51,14 @@ type nodeHealth struct {
 
 func (h *nodeHealth) start(t *testing.T) {
 	t.Helper()
+	// A real socket: the port the stopped server held can take a moment
+	// to be free again, and nothing signals when it is.
 	var err error
-	for range 50 {
-		if h.srv, err = health.Listen(health.Target(h.addr, h.port)); err == nil {
-			t.Cleanup(func() { h.srv.Stop() })
-			return
-		}
-		// A real socket: the port the stopped server held can take a
-		// moment to be free again, and nothing signals when it is.
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("restarting the health server of %s: %v", h.addr, err)
+	nstest.Until(t, "restarting the health server of "+h.addr, 5*time.Second, func() (bool, string) {
+		h.srv, err = health.Listen(health.Target(h.addr, h.port))
+		return err == nil, fmt.Sprint(err)
+	})
+	t.Cleanup(func() { h.srv.Stop() })
 }
 
 func (h *nodeHealth) stop(t *testing.T) {
@@ -133,27 +131,6 @@ func egressIP(name string, ips ...string) *egressv1.EgressIP {
 	}
 }
 
-// eventually polls cond every 20 ms until it holds or timeout passes. What
-// it polls is state the test cannot be notified of (a real API server, a
-// directory, a Prometheus registry); in a synctest bubble its Sleep runs
-// the fake clock instead.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return time.Since(start)
-		}
-		last = state
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not after %v; last state: %s", what, timeout, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func nodeOf(items []egressv1.EgressIPStatusItem, ip string) string {
 	for _, it := range items {
 		if it.EgressIP == ip {
@@ -222,12 +199,12 @@ func runScenario(t *testing.T, c backend) {
 
 	// Two IPs of one object: balanced, one per node, ties by node name.
 	c.applyEgressIP(t, egressIP("group1", "192.168.126.11", "192.168.126.102"))
-	eventually(t, 10*time.Second, "group1 assigned", statusIs(t, c, "group1",
+	nstest.Until(t, "group1 assigned", 10*time.Second, statusIs(t, c, "group1",
 		map[string]string{"192.168.126.11": "egress-a", "192.168.126.102": "egress-b"}))
 
 	t.Run("unreachable node loses its IP", func(t *testing.T) {
 		hs[0].stop(t)
-		took := eventually(t, limit, "192.168.126.11 moves off egress-a", statusIs(t, c, "group1",
+		took := nstest.Until(t, "192.168.126.11 moves off egress-a", limit, statusIs(t, c, "group1",
 			map[string]string{"192.168.126.11": "egress-c", "192.168.126.102": "egress-b"}))
 		t.Logf("failover after the health server stopped: %v (limit %v)", took.Round(time.Millisecond), limit)
 		if n := unreachable(t, registries[ctrl]); n != 1 {
@@ -261,7 +238,7 @@ func runScenario(t *testing.T, c backend) {
 		// Not the step's t: its cleanup would stop egress-a's server
 		// again when this step ends, and the next step needs it.
 		hs[0].start(top)
-		eventually(t, 5*time.Second, "egress-a reachable again", func() (bool, string) {
+		nstest.Until(t, "egress-a reachable again", 5*time.Second, func() (bool, string) {
 			n := unreachable(t, registries[ctrl])
 			return n == 0, fmt.Sprint(n, " unreachable")
 		})
@@ -272,10 +249,10 @@ func runScenario(t *testing.T, c backend) {
 				return ok && v == want, fmt.Sprint("held down: ", v, " (present ", ok, ")")
 			}
 		}
-		eventually(t, 5*time.Second, "egress-a held down", heldDown(1))
+		nstest.Until(t, "egress-a held down", 5*time.Second, heldDown(1))
 		// Loads: a 0, b 1, c 1. Balance would pick egress-a, but it is held down.
 		c.applyEgressIP(t, egressIP("group2", "192.168.126.50"))
-		eventually(t, 5*time.Second, "group2 avoids the held-down node", statusIs(t, c, "group2",
+		nstest.Until(t, "group2 avoids the held-down node", 5*time.Second, statusIs(t, c, "group2",
 			map[string]string{"192.168.126.50": "egress-b"}))
 		if time.Since(recovered) >= holdDown {
 			t.Skip("the machine is too slow to observe the hold-down window")
@@ -283,11 +260,11 @@ func runScenario(t *testing.T, c backend) {
 		// The hold-down ends with a cycle of its own; from then on the
 		// node gets new work. A valid assignment never moves: group1's IP
 		// stays on egress-c.
-		eventually(t, holdDown+5*time.Second, "egress-a's hold-down over", heldDown(0))
+		nstest.Until(t, "egress-a's hold-down over", holdDown+5*time.Second, heldDown(0))
 		c.applyEgressIP(t, egressIP("group3", "192.168.126.60"))
-		eventually(t, 5*time.Second, "group3 lands on the recovered node", statusIs(t, c, "group3",
+		nstest.Until(t, "group3 lands on the recovered node", 5*time.Second, statusIs(t, c, "group3",
 			map[string]string{"192.168.126.60": "egress-a"}))
-		eventually(t, time.Second, "group1 unchanged", statusIs(t, c, "group1",
+		nstest.Until(t, "group1 unchanged", time.Second, statusIs(t, c, "group1",
 			map[string]string{"192.168.126.11": "egress-c", "192.168.126.102": "egress-b"}))
 	})
 
@@ -295,7 +272,7 @@ func runScenario(t *testing.T, c backend) {
 		start := time.Now()
 		c.applyNode(t, egressNode("egress-c", hs[2].addr, "192.168.126.4/24", false))
 		// egress-a holds group3 and egress-b group1's other IP: .11 can only go to a.
-		took := eventually(t, limit, "192.168.126.11 moves off the NotReady node", statusIs(t, c, "group1",
+		took := nstest.Until(t, "192.168.126.11 moves off the NotReady node", limit, statusIs(t, c, "group1",
 			map[string]string{"192.168.126.11": "egress-a", "192.168.126.102": "egress-b"}))
 		t.Logf("failover after NotReady: %v (from the node update: %v)", took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		c.applyNode(t, egressNode("egress-c", hs[2].addr, "192.168.126.4/24", true))
@@ -305,7 +282,7 @@ func runScenario(t *testing.T, c backend) {
 		n := egressNode("egress-b", hs[1].addr, "192.168.126.3/24", true)
 		n.Spec.Unschedulable = true
 		c.applyNode(t, n)
-		eventually(t, limit, "egress-b drained", func() (bool, string) {
+		nstest.Until(t, "egress-b drained", limit, func() (bool, string) {
 			for _, name := range []string{"group1", "group2", "group3"} {
 				for _, it := range c.status(t, name) {
 					if it.Node == "egress-b" {
@@ -320,10 +297,10 @@ func runScenario(t *testing.T, c backend) {
 
 	t.Run("conflict is an Event on both objects", func(t *testing.T) {
 		c.applyEgressIP(t, egressIP("group4", "192.168.126.60", "192.168.126.70"))
-		eventually(t, 5*time.Second, "conflict on group3", hasEvent(t, c, egressv1.Kind, "group3", string(assign.ReasonEgressIPConflict), "192.168.126.60"))
-		eventually(t, 5*time.Second, "conflict on group4", hasEvent(t, c, egressv1.Kind, "group4", string(assign.ReasonEgressIPConflict), "192.168.126.60"))
+		nstest.Until(t, "conflict on group3", 5*time.Second, hasEvent(t, c, egressv1.Kind, "group3", string(assign.ReasonEgressIPConflict), "192.168.126.60"))
+		nstest.Until(t, "conflict on group4", 5*time.Second, hasEvent(t, c, egressv1.Kind, "group4", string(assign.ReasonEgressIPConflict), "192.168.126.60"))
 		// The older object keeps the IP; the newer one still gets its other IP.
-		eventually(t, 5*time.Second, "group4 keeps only its free IP", func() (bool, string) {
+		nstest.Until(t, "group4 keeps only its free IP", 5*time.Second, func() (bool, string) {
 			items := c.status(t, "group4")
 			return len(items) == 1 && items[0].EgressIP == "192.168.126.70", fmt.Sprint(items)
 		})
@@ -335,8 +312,8 @@ func runScenario(t *testing.T, c backend) {
 	t.Run("invalid IP is an Event, the valid one is assigned", func(t *testing.T) {
 		// Multicast passes the CRD's isIP() but can never be a source.
 		c.applyEgressIP(t, egressIP("group5", "224.0.0.5", "192.168.126.80"))
-		eventually(t, 5*time.Second, "InvalidEgressIP on group5", hasEvent(t, c, egressv1.Kind, "group5", string(assign.ReasonInvalidEgressIP), "224.0.0.5"))
-		eventually(t, 5*time.Second, "group5's valid IP assigned", func() (bool, string) {
+		nstest.Until(t, "InvalidEgressIP on group5", 5*time.Second, hasEvent(t, c, egressv1.Kind, "group5", string(assign.ReasonInvalidEgressIP), "224.0.0.5"))
+		nstest.Until(t, "group5's valid IP assigned", 5*time.Second, func() (bool, string) {
 			items := c.status(t, "group5")
 			return len(items) == 1 && items[0].EgressIP == "192.168.126.80", fmt.Sprint(items)
 		})
@@ -344,7 +321,7 @@ func runScenario(t *testing.T, c backend) {
 
 	t.Run("IP with no node is explained", func(t *testing.T) {
 		c.applyEgressIP(t, egressIP("group6", "10.99.0.1"))
-		eventually(t, 5*time.Second, "NoMatchingNodeFound on group6", hasEvent(t, c, egressv1.Kind, "group6", string(assign.ReasonNoMatchingNodeFound), "10.99.0.1"))
+		nstest.Until(t, "NoMatchingNodeFound on group6", 5*time.Second, hasEvent(t, c, egressv1.Kind, "group6", string(assign.ReasonNoMatchingNodeFound), "10.99.0.1"))
 		if items := c.status(t, "group6"); len(items) != 0 {
 			t.Errorf("group6 status %v, want none", items)
 		}

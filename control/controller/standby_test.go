@@ -13,6 +13,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
+	"github.com/egret-gw/egret/internal/nstest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
@@ -87,20 +88,20 @@ func runStandby(t *testing.T, c standbyBackend) *controller.Controller {
 
 	// x: a (fewest IPs), standby b (no standbys yet, fewest IPs, first name).
 	c.applyEgressIP(t, egressIP("x", "192.168.126.10"))
-	eventually(t, wait, "x assigned", statusIs(t, c, "x", map[string]string{"192.168.126.10": "egress-a"}))
-	eventually(t, wait, "x's standby", standbysAre(t, c, "x", map[string]string{"192.168.126.10": "egress-b"}))
+	nstest.Until(t, "x assigned", wait, statusIs(t, c, "x", map[string]string{"192.168.126.10": "egress-a"}))
+	nstest.Until(t, "x's standby", wait, standbysAre(t, c, "x", map[string]string{"192.168.126.10": "egress-b"}))
 	// y: b (fewest IPs, first name), standby c (no standby, fewer IPs than a).
 	c.applyEgressIP(t, egressIP("y", "192.168.126.20"))
-	eventually(t, wait, "y assigned", statusIs(t, c, "y", map[string]string{"192.168.126.20": "egress-b"}))
-	eventually(t, wait, "y's standby", standbysAre(t, c, "y", map[string]string{"192.168.126.20": "egress-c"}))
+	nstest.Until(t, "y assigned", wait, statusIs(t, c, "y", map[string]string{"192.168.126.20": "egress-b"}))
+	nstest.Until(t, "y's standby", wait, standbysAre(t, c, "y", map[string]string{"192.168.126.20": "egress-c"}))
 
 	t.Run("stable across unrelated changes", func(t *testing.T) {
 		// A new, empty node and a new object: z goes to c (no IP, first
 		// name), its standby to d (no standby, no IP).
 		c.applyNode(t, egressNode("egress-d", "192.0.2.4", "192.168.126.5/24", true))
 		c.applyEgressIP(t, egressIP("z", "192.168.126.30"))
-		eventually(t, wait, "z assigned", statusIs(t, c, "z", map[string]string{"192.168.126.30": "egress-c"}))
-		eventually(t, wait, "z's standby", standbysAre(t, c, "z", map[string]string{"192.168.126.30": "egress-d"}))
+		nstest.Until(t, "z assigned", wait, statusIs(t, c, "z", map[string]string{"192.168.126.30": "egress-c"}))
+		nstest.Until(t, "z's standby", wait, standbysAre(t, c, "z", map[string]string{"192.168.126.30": "egress-d"}))
 		for name, want := range map[string]map[string]string{"x": {"192.168.126.10": "egress-b"}, "y": {"192.168.126.20": "egress-c"}} {
 			if ok, raw := standbysAre(t, c, name, want)(); !ok {
 				t.Errorf("%s's standby changed to %s after an unrelated object was added", name, raw)
@@ -112,11 +113,11 @@ func runStandby(t *testing.T, c standbyBackend) *controller.Controller {
 		// Balance alone would move x to egress-d, which hosts nothing; its
 		// standby b holds x's flows and takes it.
 		c.applyNode(t, egressNode("egress-a", "192.0.2.1", "192.168.126.2/24", false))
-		eventually(t, wait, "x on its standby", statusIs(t, c, "x", map[string]string{"192.168.126.10": "egress-b"}))
+		nstest.Until(t, "x on its standby", wait, statusIs(t, c, "x", map[string]string{"192.168.126.10": "egress-b"}))
 		// x's new standby: not b (owner), not a (NotReady); c and d stand
 		// by for one IP each, d hosts none.
-		eventually(t, wait, "x's new standby", standbysAre(t, c, "x", map[string]string{"192.168.126.10": "egress-d"}))
-		eventually(t, wait, "y and z unchanged", func() (bool, string) {
+		nstest.Until(t, "x's new standby", wait, standbysAre(t, c, "x", map[string]string{"192.168.126.10": "egress-d"}))
+		nstest.Until(t, "y and z unchanged", wait, func() (bool, string) {
 			ok1, s1 := standbysAre(t, c, "y", map[string]string{"192.168.126.20": "egress-c"})()
 			ok2, s2 := standbysAre(t, c, "z", map[string]string{"192.168.126.30": "egress-d"})()
 			ok3, s3 := statusIs(t, c, "z", map[string]string{"192.168.126.30": "egress-c"})()
@@ -129,10 +130,10 @@ func runStandby(t *testing.T, c standbyBackend) *controller.Controller {
 		c.applyNode(t, egressNode("egress-c", "192.0.2.3", "192.168.126.4/24", false))
 		// Everything on b; no other node is eligible.
 		for _, name := range []string{"x", "y", "z"} {
-			eventually(t, wait, name+" without standby", standbysAre(t, c, name, nil))
+			nstest.Until(t, name+" without standby", wait, standbysAre(t, c, name, nil))
 		}
-		eventually(t, wait, "NoStandbyNode on x", hasEvent(t, c, egressv1.Kind, "x", "NoStandbyNode", "has no standby"))
-		eventually(t, wait, "gauge of IPs without standby", func() (bool, string) {
+		nstest.Until(t, "NoStandbyNode on x", wait, hasEvent(t, c, egressv1.Kind, "x", "NoStandbyNode", "has no standby"))
+		nstest.Until(t, "gauge of IPs without standby", wait, func() (bool, string) {
 			v, ok := gathered(t, registries[ctrl], "egret_controller_egress_ips_without_standby", "")
 			return ok && v == 3, fmt.Sprint(v, ok)
 		})
@@ -169,8 +170,8 @@ func TestStandbyKube(t *testing.T) {
 	}
 	// y on b; a came back (no hold-down): its standby is a, the only other
 	// eligible node (c and d are NotReady).
-	eventually(t, 10*time.Second, "malformed standby replaced", standbysAre(t, k, "y", map[string]string{"192.168.126.20": "egress-a"}))
-	eventually(t, time.Second, "y's status kept", statusIs(t, k, "y", map[string]string{"192.168.126.20": "egress-b"}))
+	nstest.Until(t, "malformed standby replaced", 10*time.Second, standbysAre(t, k, "y", map[string]string{"192.168.126.20": "egress-a"}))
+	nstest.Until(t, "y's status kept", time.Second, statusIs(t, k, "y", map[string]string{"192.168.126.20": "egress-b"}))
 }
 
 // TestStandbyWrittenOnlyWhenChanged: a malformed annotation is replaced
@@ -183,7 +184,7 @@ func TestStandbyWrittenOnlyWhenChanged(t *testing.T) {
 		x.Status.Items = []egressv1.EgressIPStatusItem{{Node: "n1", EgressIP: "192.168.126.10"}}
 		m := newMem(x)
 		c := runMem(t, m)
-		eventually(t, 5*time.Second, "malformed standby replaced", func() (bool, string) {
+		nstest.Until(t, "malformed standby replaced", 5*time.Second, func() (bool, string) {
 			e, _ := m.EgressIP("x")
 			return e.Annotations[egressv1.AnnotationStandby] == `{"192.168.126.10":"n2"}`, fmt.Sprint(e.Annotations, e.Status.Items)
 		})
@@ -197,7 +198,7 @@ func TestStandbyWrittenOnlyWhenChanged(t *testing.T) {
 		for range 5 {
 			m.changed(cluster.KindNode)
 		}
-		eventually(t, 5*time.Second, "re-assignments", func() (bool, string) {
+		nstest.Until(t, "re-assignments", 5*time.Second, func() (bool, string) {
 			v, _ := gathered(t, registries[c], "egret_controller_assignment_duration_seconds", "")
 			return v >= 3, fmt.Sprint(v)
 		})

@@ -10,6 +10,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/controller"
+	"github.com/egret-gw/egret/internal/nstest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -19,7 +20,7 @@ import (
 // message holds every one of parts.
 func eventWith(t *testing.T, k *kubeCluster, name, reason string, parts ...string) {
 	t.Helper()
-	eventually(t, 15*time.Second, reason+" Event on "+name, func() (bool, string) {
+	nstest.Until(t, reason+" Event on "+name, 15*time.Second, func() (bool, string) {
 		var msgs []string
 		for _, e := range k.events(t) {
 			if e.name != name || e.reason != reason {
@@ -89,7 +90,7 @@ func TestUpstreamObjectsKube(t *testing.T) {
 			t.Fatalf("trafficSelector stored as %+v, want matchLabels traffic-group: mgmt", ts)
 		}
 		eventWith(t, k, "egressip-mgmt", controller.ReasonTrafficSelectorNotApplied, "every destination")
-		eventually(t, 10*time.Second, "egressip-mgmt assigned all the same", func() (bool, string) {
+		nstest.Until(t, "egressip-mgmt assigned all the same", 10*time.Second, func() (bool, string) {
 			items := k.status(t, "egressip-mgmt")
 			return len(items) == 1, ""
 		})
@@ -103,7 +104,7 @@ func TestUpstreamObjectsKube(t *testing.T) {
 	t.Run("status written by another controller", func(t *testing.T) {
 		// Applied with the specification's status (node1, node3): kubectl
 		// is a person, not a controller, so Egret writes its own.
-		eventually(t, 10*time.Second, "Egret's status replaces the manifest's", func() (bool, string) {
+		nstest.Until(t, "Egret's status replaces the manifest's", 10*time.Second, func() (bool, string) {
 			items := k.status(t, "egressips-prod")
 			ok := len(items) == 2
 			for _, it := range items {
@@ -132,7 +133,7 @@ func TestUpstreamObjectsKube(t *testing.T) {
 		if out, err := env.Kubectl(t, "patch", "egressip", "egressips-prod", "--type=merge", "-p", `{"status":null}`); err != nil {
 			t.Fatalf("clearing status: %v\n%s", err, out)
 		}
-		eventually(t, 10*time.Second, "Egret writes status after the hand-over", func() (bool, string) {
+		nstest.Until(t, "Egret writes status after the hand-over", 10*time.Second, func() (bool, string) {
 			items := k.status(t, "egressips-prod")
 			ok := len(items) == 2
 			for _, it := range items {
@@ -143,7 +144,7 @@ func TestUpstreamObjectsKube(t *testing.T) {
 	})
 
 	t.Run("AWS control-plane nodes", func(t *testing.T) {
-		eventually(t, 10*time.Second, "one AWS IP on the worker", func() (bool, string) {
+		nstest.Until(t, "one AWS IP on the worker", 10*time.Second, func() (bool, string) {
 			items := k.status(t, "aws-eips")
 			return len(items) == 1 && items[0].Node == "aws-worker", ""
 		})
@@ -154,7 +155,7 @@ func TestUpstreamObjectsKube(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 10*time.Second, "no AWS IP assigned", statusIs(t, k, "aws-eips", map[string]string{}))
+		nstest.Until(t, "no AWS IP assigned", 10*time.Second, statusIs(t, k, "aws-eips", map[string]string{}))
 		eventWith(t, k, "aws-eips", "NoMatchingNodeFound", "aws-cp is a control-plane node of a cluster on AWS", "aws-master is a control-plane node")
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
@@ -29,6 +30,7 @@ type fakeSource struct {
 	backend        cluster.Statuses // what Check returns
 	down           bool
 	changed        func(cluster.Kind)
+	views          int // View calls: one per pass of the agent's loop
 }
 
 func (s *fakeSource) Start(_ context.Context, changed func(cluster.Kind)) error {
@@ -41,7 +43,33 @@ func (s *fakeSource) Start(_ context.Context, changed func(cluster.Kind)) error 
 func (s *fakeSource) View() cluster.View {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.views++
 	return s.cache
+}
+
+// passes asks the agent's loop for a pass, as a change would, and waits
+// for it to begin, n times in a row. The loop reads the source once per
+// pass (reconcile's View), one pass at a time: once a pass begins, the one
+// before it has ended. So after passes(t, 3), a pass that began after the
+// call (and read whatever the test had set before it) has ended: what it
+// would do is done, and a check that nothing else happened is a check on
+// that signal, not on a wait. Before Run starts the source, Run's own first
+// pass is the one waited for.
+func (s *fakeSource) passes(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		s.mu.Lock()
+		seen, changed := s.views, s.changed
+		s.mu.Unlock()
+		if changed != nil { // else Run has not started the source: its first pass comes anyway
+			changed(cluster.KindEgressIP)
+		}
+		nstest.Eventually(t, "a pass of the agent's loop", 2*time.Second, func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.views > seen
+		})
+	}
 }
 
 func (s *fakeSource) Check(context.Context) (cluster.Statuses, error) {
@@ -168,7 +196,8 @@ func TestAgentFencing(t *testing.T) {
 	src.place("g2", false, true)
 	src.setDown(false)
 	nstest.Eventually(t, "unfenced", 2*time.Second, func() bool { return !a.State().Fenced })
-	time.Sleep(3 * a.CheckEvery)
+	// Every pass from now on reads the fresh list that ended the fence.
+	src.passes(t, 3)
 	if isHosted() {
 		t.Fatal("claimed an IP only the stale cache places here")
 	}
@@ -205,10 +234,11 @@ func TestAgentWaitsForUsableConfig(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
+	src.passes(t, 3)
 	select {
 	case <-started:
 		t.Fatal("data plane started without a VTEP")
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if a.State().Serving {
 		t.Fatal("SERVING without a data plane")
@@ -250,36 +280,39 @@ func testLog(t *testing.T) *slog.Logger {
 // here) while List keeps working and the controller moves the IP away.
 // Contact never breaks, so the agent is never fenced; it must still stop
 // hosting the IP, and host it again once the fresh list places it here.
+// It runs in a synctest bubble: "never fenced" does not depend on how
+// busy the machine is.
 func TestAgentStalledWatch(t *testing.T) {
-	src := placedOnG1()
-	dp := &fakeDP{}
-	a := &Agent{Node: "g1", Base: base(), Source: src, FenceAfter: 300 * time.Millisecond, Log: testLog(t),
-		StartDataPlane: func(s *config.Settled) (DataPlane, error) {
-			dp.Reload(s)
-			return dp, nil
-		}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	ip := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
-	nstest.Eventually(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
-	// Well past any settling after start.
-	time.Sleep(2 * a.FenceAfter)
+	synctest.Test(t, func(t *testing.T) {
+		src := placedOnG1()
+		dp := &fakeDP{}
+		a := &Agent{Node: "g1", Base: base(), Source: src, FenceAfter: 300 * time.Millisecond, Log: testLog(t),
+			StartDataPlane: func(s *config.Settled) (DataPlane, error) {
+				dp.Reload(s)
+				return dp, nil
+			}}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		ip := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
+		nstest.Eventually(t, "egress IP hosted at start", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
+		src.passes(t, 3) // the start has settled
 
-	src.place("g2", false, true) // the watch delivers nothing
-	nstest.Eventually(t, "released though only the fresh list moved it", 2*time.Second, func() bool {
-		d := dp.last()
-		return d != nil && len(d) == 0
+		src.place("g2", false, true) // the watch delivers nothing
+		nstest.Eventually(t, "released though only the fresh list moved it", 2*time.Second, func() bool {
+			d := dp.last()
+			return d != nil && len(d) == 0
+		})
+		if a.State().Fenced {
+			t.Error("fenced although List worked throughout")
+		}
+		src.place("g1", false, true)
+		nstest.Eventually(t, "hosted again when the fresh list places it here", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
 	})
-	if a.State().Fenced {
-		t.Error("fenced although List worked throughout")
-	}
-	src.place("g1", false, true)
-	nstest.Eventually(t, "hosted again when the fresh list places it here", 2*time.Second, func() bool { return slices.Equal(dp.last(), ip) })
 }
 
 // placedOnG1 is a source with gateway g1, worker w1 with pod p, and the
@@ -332,7 +365,7 @@ func TestAgentDrain(t *testing.T) {
 		cancel()
 		nstest.Eventually(t, "NOT_SERVING once stopping", 2*time.Second, func() bool { return errors.Is(check(), health.ErrNotServing) })
 		if moved {
-			time.Sleep(100 * time.Millisecond)
+			src.passes(t, 3) // passes while draining, each of which could close
 			dp.mu.Lock()
 			closed := dp.closed
 			dp.mu.Unlock()

@@ -83,7 +83,8 @@ func TestFactsPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	var patches atomic.Int32
-	f := NewFacts(Facts{Node: "g1", Source: src, NS: gw.NS.Handle, Debounce: 50 * time.Millisecond,
+	looks := &lookCounter{Source: src}
+	f := NewFacts(Facts{Node: "g1", Source: looks, NS: gw.NS.Handle, Debounce: 50 * time.Millisecond,
 		Interfaces: func() []string { return []string{"eth0"} },
 		Annotate: func(ctx context.Context, n string, set map[string]*string) error {
 			patches.Add(1)
@@ -132,17 +133,18 @@ func TestFactsPublish(t *testing.T) {
 	wantHost(`["192.0.2.11/24","2001:db8:f::11/64"]`)
 
 	// Nothing changes: node updates and interface events that change no
-	// subnet patch nothing.
-	time.Sleep(300 * time.Millisecond)
+	// subnet patch nothing. (The patch that wantHost saw was counted
+	// before it was sent.)
 	before := patches.Load()
 	for range 5 {
-		f.NodeChanged()
-		time.Sleep(20 * time.Millisecond)
+		looks.after(t, f.NodeChanged)
 	}
-	if err := gw.NS.NL.LinkSetMTU(l, 1400); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
+	looks.after(t, func() {
+		if err := gw.NS.NL.LinkSetMTU(l, 1400); err != nil {
+			t.Fatal(err)
+		}
+	})
+	looks.settle(t, f)
 	if n := patches.Load(); n != before {
 		t.Errorf("%d patches without a change of subnets; want none", n-before)
 	}
@@ -152,10 +154,18 @@ func TestFactsPublish(t *testing.T) {
 		[]byte(`{"metadata":{"annotations":{"k8s.ovn.org/host-cidrs":"[\"192.0.2.11/24\"]"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	nstest.Eventually(t, "OVN-Kubernetes' annotation in the agent's cache", 10*time.Second, func() bool {
+		for _, n := range src.View().Nodes {
+			if n.Name == "g1" {
+				return cluster.OVNPublishesInterfaces(n.Annotations)
+			}
+		}
+		return false
+	})
+	looks.settle(t, f) // a look that saw it has ended
 	before = patches.Load()
-	gw.NS.AddAddr(t, "eth0", netip.MustParsePrefix("198.51.100.5/26"))
-	time.Sleep(500 * time.Millisecond)
+	looks.after(t, func() { gw.NS.AddAddr(t, "eth0", netip.MustParsePrefix("198.51.100.5/26")) })
+	looks.settle(t, f)
 	if n := patches.Load(); n != before || strings.Contains(ann()[cluster.AnnotationEgretHostCIDRs], "198.51.100.5") {
 		t.Errorf("wrote %d patches while OVN-Kubernetes publishes the node's subnets", n-before)
 	}
@@ -178,6 +188,35 @@ func TestFactsPublish(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// lookCounter is the Facts' real source, counting the looks: publish reads
+// the source's view once per look, and Run looks one at a time.
+type lookCounter struct {
+	cluster.Source
+	n atomic.Int32
+}
+
+func (c *lookCounter) View() cluster.View {
+	c.n.Add(1)
+	return c.Source.View()
+}
+
+// after runs change and waits for a look that begins after it: the one
+// the change causes (an interface event, a Node update), or a later one.
+func (c *lookCounter) after(t *testing.T, change func()) {
+	t.Helper()
+	seen := c.n.Load()
+	change()
+	nstest.Eventually(t, "a look after the change", 10*time.Second, func() bool { return c.n.Load() > seen })
+}
+
+// settle asks for two looks in a row and waits for each to begin: once
+// the second begins, the first, and every look before it, has ended.
+func (c *lookCounter) settle(t *testing.T, f *Facts) {
+	t.Helper()
+	c.after(t, f.NodeChanged)
+	c.after(t, f.NodeChanged)
+}
 
 // A Facts without NS works in the agent's own namespace: the zero handle
 // (fd 0) must not be taken for a namespace to setns into, which needs

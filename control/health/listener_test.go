@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // TestConnectionCap holds MaxConns connections open to a real health
@@ -100,9 +102,7 @@ func TestHostileClients(t *testing.T) {
 	// Every attacker connection beyond the per-source cap was refused; the
 	// refusals may still be under way while the probe answered.
 	want := uint64(150 - DefaultMaxPerSource)
-	for deadline := time.Now().Add(10 * time.Second); s.Refused() < want && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond) // polls the counter
-	}
+	nstest.Soon(10*time.Second, func() bool { return s.Refused() >= want })
 	if got := s.Refused(); got < want {
 		t.Errorf("Refused() = %d, want at least %d", got, want)
 	}

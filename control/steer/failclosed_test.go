@@ -362,6 +362,9 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 				return nil
 			})
 		}
+		stop := make(chan struct{})
+		var sent atomic.Int64
+		var rounds atomic.Int64 // the sender's loop iterations, each reading the flag once
 		k.afterStep = func(stage string) {
 			switch {
 			case toSelected.Load() && stage == "filter":
@@ -371,16 +374,18 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 				probe()
 			case stage == "unsteered":
 				probe()
+				// sleep: datagrams still in the kernel (veth backlog, routing) have no event to wait on
 				time.Sleep(100 * time.Millisecond)
 				selected.Store(false)
-				time.Sleep(100 * time.Millisecond)
+				// The sender may have read the flag just before: once a
+				// round that began after the store has ended, it sends 6000.
+				seen := rounds.Load()
+				nstest.Eventually(t, "the sender sees the pod unselected", 5*time.Second, func() bool { return rounds.Load() > seen+1 })
 			default:
 				probe()
 			}
 		}
 		defer func() { k.afterStep = nil }()
-		stop := make(chan struct{})
-		var sent atomic.Int64
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -403,21 +408,28 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 					if sendOne(src, uint16(24000+i%30000), dst, dport) == nil {
 						sent.Add(1)
 					}
+					rounds.Add(1)
+					// sleep: paces the sender (about 1000 datagrams/s); it waits for nothing
 					time.Sleep(time.Millisecond)
 				}
 			})
 		}()
+		// Each state holds for 100 datagrams of the sender.
+		traffic := func(state string) {
+			n := sent.Load()
+			nstest.Eventually(t, "100 datagrams while "+state, 10*time.Second, func() bool { return sent.Load() >= n+100 })
+		}
 		for range 3 {
 			toSelected.Store(false)
 			if _, err := k.Apply(desired(fcInputs(false, bothGateways...), k.Params())); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond)
+			traffic("unselected")
 			toSelected.Store(true)
 			if _, err := k.Apply(desired(fcInputs(true, bothGateways...), k.Params())); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond)
+			traffic("selected")
 		}
 		close(stop)
 		wg.Wait()
@@ -468,6 +480,7 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 						src, dst = unseen6, outside6
 					}
 					sendOne(src, uint16(25000+i), dst, 6101)
+					// sleep: paces the sender (about 500 datagrams/s); it waits for nothing
 					time.Sleep(2 * time.Millisecond)
 				}
 			})
@@ -478,7 +491,12 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- a.Run(ctx) }()
 		waitKernel(t, k2, "agent up", func(st State) bool { return slices.Equal(st.Allowed, []netip.Addr{podIP4, podIP6}) })
-		time.Sleep(200 * time.Millisecond)
+		// The unseen address's traffic runs on into the running agent's
+		// rules: the kernel counts it blocked.
+		nstest.Eventually(t, "the running agent blocks the unseen address", 10*time.Second, func() bool {
+			_, after, _ := k2.DropsByReason()
+			return after >= 20
+		})
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)

@@ -186,6 +186,7 @@ func capture(t *testing.T, ns netns.NsHandle, ifname string) *capturer {
 // to drop (its buffer full) fails the test, since the count would be wrong.
 func (c *capturer) take() []frame {
 	c.t.Helper()
+	// sleep: frames the kernel still has in flight raise no event, and a dropped one never arrives to be waited for
 	time.Sleep(150 * time.Millisecond)
 	var out []frame
 	buf := make([]byte, 65536)

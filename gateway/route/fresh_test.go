@@ -65,6 +65,7 @@ func TestInUseNeighboursStayFresh(t *testing.T) {
 	states := map[int]int{}
 	var routerStale bool
 	rstates := map[int]int{}
+	// sleep: samples the kernel's neighbour states while its reachable timers run out (2.5 s); they raise no event
 	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if _, v := lookup(c, peer); v != route.Found {
 			t.Fatalf("lookup of the in-use peer: %v", v)

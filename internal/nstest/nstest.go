@@ -365,15 +365,39 @@ func NewRouted(t testing.TB) *Routed {
 
 // Eventually polls cond until it holds and returns how long that took; it
 // fails the test when cond still does not hold after within, or as soon as
-// the test has failed elsewhere (a goroutine's t.Error). With Soon, it is
-// the one place the tests poll: for state only the kernel or another
-// process holds (links, routes, sockets, a child's output or metrics),
-// where there is no event to wait on. In-process state should signal
-// instead (a channel, a counter the test waits on, or testing/synctest).
+// the test has failed elsewhere (a goroutine's t.Error). With Until,
+// UntilEvery, Soon and Poll, it is the one place the tests poll: for state only the kernel or
+// another process holds (links, routes, sockets, a child's output or
+// metrics, an API server), where there is no event to wait on. In-process
+// state should signal instead (a channel, a counter the test waits on, or
+// testing/synctest). In a synctest bubble the polling sleeps run the
+// bubble's fake clock.
 func Eventually(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
 	t.Helper()
+	return Until(t, what, within, func() (bool, string) { return cond(), "" })
+}
+
+// Until is Eventually for a condition that also describes the state it
+// saw: the failure reports the last description.
+func Until(t testing.TB, what string, within time.Duration, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	return UntilEvery(t, what, within, pollEvery, cond)
+}
+
+// UntilEvery is Until polling every every, for a condition that is costly
+// to read (it runs a command, or lists a flow table).
+func UntilEvery(t testing.TB, what string, within, every time.Duration, cond func() (bool, string)) time.Duration {
+	t.Helper()
 	start := time.Now()
-	if !poll(t, within, cond) {
+	var last string
+	if !poll(t, within, max(every, pollEvery), func() bool {
+		var ok bool
+		ok, last = cond()
+		return ok
+	}) {
+		if last != "" {
+			t.Fatalf("%s: not within %v; last state: %s", what, within, last)
+		}
 		t.Fatalf("%s: not within %v", what, within)
 	}
 	return time.Since(start)
@@ -381,9 +405,16 @@ func Eventually(t testing.TB, what string, within time.Duration, cond func() boo
 
 // Soon reports whether cond holds within d, polling it as Eventually does,
 // for a test that states its own failure.
-func Soon(within time.Duration, cond func() bool) bool { return poll(nil, within, cond) }
+func Soon(within time.Duration, cond func() bool) bool { return poll(nil, within, pollEvery, cond) }
 
-func poll(t testing.TB, within time.Duration, cond func() bool) bool {
+// Poll is Soon with a longer interval, for a condition that is costly to
+// read (a kubectl run against a real cluster) or that is sampled on
+// purpose (state that must stay unchanged for a few looks in a row).
+func Poll(within, every time.Duration, cond func() bool) bool {
+	return poll(nil, within, max(every, pollEvery), cond)
+}
+
+func poll(t testing.TB, within time.Duration, every time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if t != nil && t.Failed() {
@@ -392,7 +423,7 @@ func poll(t testing.TB, within time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(pollEvery)
+		time.Sleep(every)
 	}
 	return true
 }
