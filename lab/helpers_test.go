@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/egret-gw/egret/internal/packetsock"
 	"github.com/egret-gw/egret/internal/testbin"
 )
