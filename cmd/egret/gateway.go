@@ -451,7 +451,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 		src = kube
 		if f.pod != "" && f.podNS != "" {
 			final = func() bool {
-				gone, err := uninstalling(restCfg, f.podNS, f.pod, "gateway", log)
+				gone, err := cluster.Uninstalling(restCfg, f.podNS, f.pod, "gateway", log)
 				if err != nil {
 					log.Warn("gateway: XDP program kept for a next pod", "err", err.Error())
 				} else if gone {

@@ -191,10 +191,10 @@ func checkSteerConfig(cfg steer.Config, configPath, source, node string, cleanup
 }
 
 // cleanupIfUninstalled runs when the agent stops: after an uninstall (its
-// DaemonSet gone, uninstalling) it removes the device, rules, routes and
+// DaemonSet gone, cluster.Uninstalling) it removes the device, rules, routes and
 // filter, which a restart keeps.
 func cleanupIfUninstalled(restCfg *rest.Config, namespace, pod string, k *steer.Kernel, log *slog.Logger) {
-	gone, err := uninstalling(restCfg, namespace, pod, "steer", log)
+	gone, err := cluster.Uninstalling(restCfg, namespace, pod, "steer", log)
 	if err != nil {
 		log.Warn("steer: kernel state kept", "err", err.Error())
 		return
