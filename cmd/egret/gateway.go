@@ -313,7 +313,7 @@ func runGateway(args []string) error {
 	if err != nil {
 		return err
 	}
-	resumeFlows(f.stateFile, eng, log)
+	eng.ResumeFlows(f.stateFile)
 	eng.Start()
 	gm.attach(eng)
 	gm.setReady(func() error { return nil })
@@ -335,7 +335,7 @@ func runGateway(args []string) error {
 			}
 			log.Info("gateway: shutting down", "signal", sig.String())
 			st := eng.Stats()
-			err := handover{Engine: eng, state: f.stateFile, log: log}.Close()
+			err := engine.Handover{Engine: eng, State: f.stateFile, Log: log}.Close()
 			logFinal(log, st)
 			return err
 		case <-w.tick:
@@ -486,7 +486,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 			if err != nil {
 				return nil, err
 			}
-			resumeFlows(f.stateFile, e, log)
+			e.ResumeFlows(f.stateFile)
 			e.Start()
 			gm.attach(e)
 			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
@@ -497,7 +497,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 					return nil, err
 				}
 			}
-			return handover{Engine: e, sync: fs, state: f.stateFile, final: final, log: log}, nil
+			return engine.Handover{Engine: e, Sync: fs, State: f.stateFile, Final: final, Log: log}, nil
 		},
 		OnStandbys: func(m map[netip.Addr]netip.Addr) {
 			if fs == nil {
@@ -593,55 +593,6 @@ func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
 // engineOptions are the engine's options from the flags.
 func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
 	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval}
-}
-
-// handover is the data plane with what hands its flows over when it
-// stops: the flow sync (nil without a key), closed first since it reads
-// the flow table, and the state file (none if ""), written once the
-// workers have stopped so that it holds every flow as it ended. With a
-// state file a stop is a restart: the XDP programs stay attached, held for
-// as long as the next process may still resume the flows
-// (engine.CloseHeld), unless final (nil: never) says at the stop that it
-// is an uninstall; then, as without a state file, they are detached.
-type handover struct {
-	*engine.Engine
-	sync  *flowsync.Sync
-	state string
-	final func() bool
-	log   *slog.Logger
-}
-
-func (h handover) Close() error {
-	if h.sync != nil {
-		h.sync.Close()
-	}
-	if h.state == "" || (h.final != nil && h.final()) {
-		return h.Engine.Close()
-	}
-	err := h.Engine.CloseHeld(flowsync.MaxStateAge)
-	if n, werr := flowsync.WriteState(h.state, h.Pipeline(), h.Now()); werr != nil {
-		h.log.Error("gateway: flows not left for the next process", "err", werr)
-	} else {
-		h.log.Info("gateway: flows left for the next process", "flows", n, "file", h.state)
-	}
-	return err
-}
-
-// resumeFlows adopts the flows a previous process on this node left in
-// the state file, before the workers start: no packet of theirs meets an
-// empty table.
-func resumeFlows(path string, e *engine.Engine, log *slog.Logger) {
-	if path == "" {
-		return
-	}
-	n, failed, err := flowsync.LoadState(path, e.Pipeline(), e.Now())
-	if err != nil {
-		log.Warn("gateway: flows of the previous process not resumed", "err", err, "resumed", n)
-		return
-	}
-	if n+failed > 0 {
-		log.Info("gateway: resumed the flows of the previous process", "flows", n, "not_resumed", failed, "file", path)
-	}
 }
 
 // loadSyncKey reads --sync-key-file: nil (flow sync off) without the flag
