@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -320,7 +319,7 @@ func runGateway(args []string) error {
 	log.Info("gateway: running", "modes", eng.Modes(), "config", f.config)
 
 	w := f.watchConfig(raw)
-	defer w.stop()
+	defer w.Stop()
 	reload := reloader(log, f.load, func(c *configFile, why string) {
 		if err := eng.Reload(c.set); err != nil {
 			log.Error("gateway: reload incomplete", "why", why, "err", err)
@@ -338,53 +337,23 @@ func runGateway(args []string) error {
 			err := engine.Handover{Engine: eng, State: f.stateFile, Log: log}.Close()
 			logFinal(log, st)
 			return err
-		case <-w.tick:
-			if w.changed() {
+		case <-w.C:
+			if w.Changed() {
 				reload("config file changed")
 			}
 		}
 	}
 }
 
-// configWatch polls the config file for changes every --watch; without a
-// file or with --watch 0 its tick never fires.
-type configWatch struct {
-	path   string
-	raw    []byte // the file's content when last loaded or seen
-	tick   <-chan time.Time
-	ticker *time.Ticker
+// watchConfig polls --config every --watch (config.Watch).
+func (f *gatewayFlags) watchConfig(raw []byte) *config.Watch {
+	return config.NewWatch(f.config, raw, f.watch)
 }
 
-func (f *gatewayFlags) watchConfig(raw []byte) *configWatch {
-	w := &configWatch{path: f.config, raw: raw}
-	if f.config != "" && f.watch > 0 {
-		w.ticker = time.NewTicker(f.watch)
-		w.tick = w.ticker.C
-	}
-	return w
-}
-
-// changed reports whether the file's content differs from what was last
-// seen. The new content counts as seen even if it fails to load, so a
-// broken file is reported once, not every tick.
-func (w *configWatch) changed() bool {
-	data, err := os.ReadFile(w.path)
-	if err != nil || bytes.Equal(data, w.raw) {
-		return false
-	}
-	w.raw = data
-	return true
-}
-
-func (w *configWatch) stop() {
-	if w.ticker != nil {
-		w.ticker.Stop()
-	}
-}
-
-// reloader returns the reload both gateway modes share: load reads the
+// reloader returns the static gateway's reload: load reads the
 // configuration again, and apply takes it only if it loaded; a file that
-// fails to load keeps the running configuration.
+// fails to load keeps the running configuration (as gwagent.FollowBase in
+// agent mode).
 func reloader[T any](log *slog.Logger, load func() (T, []byte, error), apply func(c T, why string)) func(why string) {
 	return func(why string) {
 		c, _, err := load()
@@ -499,27 +468,12 @@ func runGatewayAgent(f *gatewayFlags) error {
 			}
 			return engine.Handover{Engine: e, Sync: fs, State: f.stateFile, Final: final, Log: log}, nil
 		},
+		ReleaseStale: engine.ReleaseStaleClaims,
 		OnStandbys: func(m map[netip.Addr]netip.Addr) {
-			if fs == nil {
-				return
+			if fs != nil {
+				fs.SetPeers(gwagent.SyncPeers(m, f.syncAddr, flowsync.DefaultPort))
 			}
-			port := strconv.Itoa(flowsync.DefaultPort)
-			if _, p, err := net.SplitHostPort(f.syncAddr); err == nil && p != "0" {
-				port = p
-			}
-			peers := make(map[netip.Addr]string, len(m))
-			for ip, sb := range m {
-				peers[ip] = net.JoinHostPort(sb.String(), port)
-			}
-			fs.SetPeers(peers)
 		}}
-	// Until its first configuration this run hosts nothing: what a killed
-	// predecessor claimed goes before anything can probe this node.
-	if gone, err := engine.ReleaseStaleClaims(base.Interfaces); err != nil {
-		log.Warn("gateway agent: removing stale egress IPs", "err", err)
-	} else if len(gone) > 0 {
-		log.Info("gateway agent: removed egress IPs a previous run left claimed", "ips", gone)
-	}
 	if f.healthAddr != "" {
 		hs, err := f.listenHealth()
 		if err != nil {
@@ -532,26 +486,15 @@ func runGatewayAgent(f *gatewayFlags) error {
 		log.Info("gateway agent: serving health checks", "addr", hs.Addr().String(), "mtls", f.healthTLS.Enabled(), "max_conns", f.healthMaxConns)
 		a.Health = hs
 	}
-	go func() {
-		w := f.watchConfig(raw)
-		defer w.stop()
-		reload := reloader(log, f.loadBase, func(c *configFile, _ string) {
-			onBase(c.base)
-			a.SetBase(*c.base)
-		})
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				reload("SIGHUP")
-			case <-w.tick:
-				if w.changed() {
-					reload("config file changed")
-				}
-			}
+	w := f.watchConfig(raw)
+	defer w.Stop()
+	go a.FollowBase(ctx, w, hup, func() (*config.Spec, error) {
+		c, _, err := f.loadBase()
+		if err != nil {
+			return nil, err
 		}
-	}()
+		return c.base, nil
+	}, onBase)
 	// Ready while the data plane runs and is not fenced: what the health
 	// service reports to the controller.
 	gm.setReady(func() error {
