@@ -23,41 +23,7 @@ import (
 // state, the egress IP filter, the backup flag of a flow whose egress IP is
 // not hosted, the socket's mode, and the errors a user sees.
 func TestFlowsSocket(t *testing.T) {
-	hosted, other := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.99")
-	pod, server := netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("198.51.100.20")
-	vtep, node := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	tunnel := gateway.TunnelVNI{Tunnel: gateway.TunnelVXLAN, VNI: 4096}
-	ct, err := conntrack.New(conntrack.Config{MaxFlows: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ct.Close)
-	p, err := gateway.NewPipeline(ct, nat.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := gateway.NewSnapshot(gateway.Config{
-		VTEPs: []netip.Addr{vtep}, InnerMAC: [6]byte{2, 0, 0, 0, 0xee, 1}, Tunnels: []gateway.TunnelVNI{tunnel},
-		Nodes: []gateway.Node{{Name: "node1", VTEP: node, InnerMAC: [6]byte{2, 0, 0, 0, 1, 1},
-			Pods: []gateway.Pod{{Addr: pod, Policy: "web"}}}},
-		Policies: []gateway.Policy{{Name: "web", EgressIPs: []netip.Addr{hosted}}},
-		Routes:   route.NewStatic(route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: route.Hop{Ifindex: 7, MTU: 1500}}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Swap(snap); err != nil {
-		t.Fatal(err)
-	}
-	epoch := time.Now()
-	now := func() int64 { return int64(time.Since(epoch)) }
-	for i, ip := range []netip.Addr{hosted, other} {
-		f := conntrack.Flow{Orig: conntrack.Tuple{Src: pod.As16(), Dst: server.As16(), SrcPort: uint16(1000 + i), DstPort: 443, Proto: conntrack.ProtoTCP},
-			NATAddr: ip.As16(), NATPort: uint16(2000 + i), State: conntrack.StateEstablished}
-		if err := p.Adopt(&f, gateway.ReturnPath{VTEP: node, Tunnel: tunnel}, time.Minute, now()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p, now := flowTable(t)
 	sock := filepath.Join(t.TempDir(), "flows.sock")
 	var running atomic.Pointer[gateway.Pipeline] // nil: the data plane has not started
 	stop, err := serveFlows(sock, flowsHandler(func() (*gateway.Pipeline, int64) { return running.Load(), now() }), slog.New(slog.DiscardHandler))
@@ -92,19 +58,19 @@ func TestFlowsSocket(t *testing.T) {
 	}
 	for _, e := range got {
 		i := int(e.Pod.Port()) - 1000
-		want := flowEntry{Proto: "tcp", Pod: netip.AddrPortFrom(pod, uint16(1000+i)), Server: netip.AddrPortFrom(server, 443),
-			EgressIP: []netip.Addr{hosted, other}[i], EgressPort: uint16(2000 + i), State: "ESTABLISHED", Backup: i == 1}
+		want := flowEntry{Proto: "tcp", Pod: netip.AddrPortFrom(flowsPod, uint16(1000+i)), Server: netip.AddrPortFrom(flowsServer, 443),
+			EgressIP: []netip.Addr{flowsHosted, flowsOther}[i], EgressPort: uint16(2000 + i), State: "ESTABLISHED", Backup: i == 1}
 		e.ExpiresIn, want.ExpiresIn = 0, 0
 		if e != want {
 			t.Errorf("listed %+v, want %+v", e, want)
 		}
 	}
 	out.Reset()
-	if err := listFlows(&out, sock, "?egressIP="+other.String(), false); err != nil {
+	if err := listFlows(&out, sock, "?egressIP="+flowsOther.String(), false); err != nil {
 		t.Fatal(err)
 	}
-	if s := out.String(); strings.Count(s, "\n") != 2 || !strings.Contains(s, "192.0.2.99:2001") || !strings.Contains(s, "backup") || strings.Contains(s, hosted.String()) {
-		t.Errorf("table of the flows of %v:\n%s", other, s)
+	if s := out.String(); strings.Count(s, "\n") != 2 || !strings.Contains(s, "192.0.2.99:2001") || !strings.Contains(s, "backup") || strings.Contains(s, flowsHosted.String()) {
+		t.Errorf("table of the flows of %v:\n%s", flowsOther, s)
 	}
 	if err := listFlows(&out, sock, "?egressIP=bogus", false); err == nil || !strings.Contains(err.Error(), "not an IP address") {
 		t.Errorf("a bad egressIP: %v", err)
@@ -112,4 +78,52 @@ func TestFlowsSocket(t *testing.T) {
 	if err := listFlows(&out, filepath.Join(t.TempDir(), "none.sock"), "", false); err == nil || !strings.Contains(err.Error(), "--flows-socket") {
 		t.Errorf("no gateway: %v, want the flag named", err)
 	}
+}
+
+// The addresses of flowTable's flows.
+var (
+	flowsHosted, flowsOther = netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.99")
+	flowsPod, flowsServer   = netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("198.51.100.20")
+)
+
+// flowTable is a real pipeline whose policy gives flowsPod the egress IP
+// flowsHosted, holding two established flows of flowsPod to flowsServer:
+// one as flowsHosted (port 1000 → 2000) and one as flowsOther (1001 →
+// 2001), an IP it does not host.
+// now is the pipeline's clock.
+func flowTable(t *testing.T) (*gateway.Pipeline, func() int64) {
+	vtep, node := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	tunnel := gateway.TunnelVNI{Tunnel: gateway.TunnelVXLAN, VNI: 4096}
+	ct, err := conntrack.New(conntrack.Config{MaxFlows: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ct.Close)
+	p, err := gateway.NewPipeline(ct, nat.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := gateway.NewSnapshot(gateway.Config{
+		VTEPs: []netip.Addr{vtep}, InnerMAC: [6]byte{2, 0, 0, 0, 0xee, 1}, Tunnels: []gateway.TunnelVNI{tunnel},
+		Nodes: []gateway.Node{{Name: "node1", VTEP: node, InnerMAC: [6]byte{2, 0, 0, 0, 1, 1},
+			Pods: []gateway.Pod{{Addr: flowsPod, Policy: "web"}}}},
+		Policies: []gateway.Policy{{Name: "web", EgressIPs: []netip.Addr{flowsHosted}}},
+		Routes:   route.NewStatic(route.Static{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Hop: route.Hop{Ifindex: 7, MTU: 1500}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Swap(snap); err != nil {
+		t.Fatal(err)
+	}
+	epoch := time.Now()
+	now := func() int64 { return int64(time.Since(epoch)) }
+	for i, ip := range []netip.Addr{flowsHosted, flowsOther} {
+		f := conntrack.Flow{Orig: conntrack.Tuple{Src: flowsPod.As16(), Dst: flowsServer.As16(), SrcPort: uint16(1000 + i), DstPort: 443, Proto: conntrack.ProtoTCP},
+			NATAddr: ip.As16(), NATPort: uint16(2000 + i), State: conntrack.StateEstablished}
+		if err := p.Adopt(&f, gateway.ReturnPath{VTEP: node, Tunnel: tunnel}, time.Minute, now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, now
 }

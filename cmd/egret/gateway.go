@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -88,8 +87,23 @@ type gatewayFlags struct {
 // agent reports whether the command runs as the gateway agent.
 func (f *gatewayFlags) agent() bool { return f.source != "" || f.kubeconfig != "" }
 
+// parseGatewayFlags parses and checks the command line.
 func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	f := &gatewayFlags{fs: newFlagSet("gateway")}
+	f.bindDataPlane()
+	f.bindAgent()
+	if err := parseFlags(f.fs, args); err != nil {
+		return nil, err
+	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// bindDataPlane binds the flags of both modes: the data plane, its
+// outputs and what a stop leaves for the next process.
+func (f *gatewayFlags) bindDataPlane() {
 	fs := f.fs
 	fs.StringVar(&f.config, "config", "", "YAML config file (docs/gateway.md); SIGHUP or a change of the file reloads it")
 	fs.Var(&f.ifaces, "iface", "interface to serve; repeat or comma-separate for several (overrides interfaces)")
@@ -100,6 +114,16 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.probeAddr, "probe-addr", "", "host:port serving /healthz and /readyz alone, for the kubelet (deploy/ uses 127.0.0.1:9113, which pods cannot reach); empty: none (they are on --metrics-addr too)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port serving /metrics, /healthz and /readyz (default "+metrics.DefaultGatewayAddr+"; \"off\" disables)")
 	fs.DurationVar(&f.watch, "watch", time.Second, "how often to check the config file for changes (0 disables; SIGHUP still reloads)")
+	fs.IntVar(&f.announceCount, "announce-count", 3, "gratuitous ARPs / unsolicited NAs sent per claimed egress IP (1–20)")
+	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
+	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
+	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket on which \"egret flows\" lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
+}
+
+// bindAgent binds the flags of agent mode (docs/gateway-agent.md).
+func (f *gatewayFlags) bindAgent() {
+	fs := f.fs
 	fs.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "agent mode: this node's name; status items for it are hosted here (default $NODE_NAME)")
 	fs.StringVar(&f.source, "source", "", "agent mode: dir:/path (a directory of YAML objects and the controller's status/), or kube (in-cluster, else $KUBECONFIG)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "agent mode: kubeconfig file of the API server to watch")
@@ -109,66 +133,63 @@ func parseGatewayFlags(args []string) (*gatewayFlags, error) {
 	fs.StringVar(&f.healthTLS.Key, "health-tls-key", "", "agent mode: mutual TLS: the certificate's private key")
 	fs.StringVar(&f.healthTLS.CA, "health-tls-client-ca", "", "agent mode: mutual TLS: the CA the controller's client certificate must chain to")
 	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
-	fs.IntVar(&f.announceCount, "announce-count", 3, "gratuitous ARPs / unsolicited NAs sent per claimed egress IP (1–20)")
-	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
 	fs.BoolVar(&f.publishIfaces, "publish-interfaces", true, "agent mode with the Kubernetes API: write the served interfaces' subnets on this Node (egret.io/node-primary-ifaddr, egret.io/host-cidrs) unless OVN-Kubernetes publishes its own; needs the right to patch nodes")
 	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
 	fs.StringVar(&f.cloud.Provider, "cloud-provider", "", `agent mode with the Kubernetes API and --publish-interfaces: this node is an instance of this cloud ("aws", "gcp", "azure"); also write its cloud.network.openshift.io/egress-ipconfig (interface, subnets, capacity) unless another component owns it (docs/cloud.md)`)
 	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
-	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
 	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
 	fs.StringVar(&f.podNS, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
-	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket on which \"egret flows\" lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
 	fs.DurationVar(&f.drain, "drain-timeout", 5*time.Second, "agent mode with the flow sync on: on SIGTERM the agent reports NOT_SERVING, so that the controller moves its egress IPs to their standbys (which hold their flows), and forwards until they moved or this long has passed; 0: release them at once (docs/continuity.md)")
-	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
+}
+
+// check refuses values out of range and combinations that do not go
+// together.
+func (f *gatewayFlags) check() error {
 	if err := f.cloud.Validate(); err != nil {
-		return nil, fmt.Errorf("--cloud-provider: %w", err)
+		return fmt.Errorf("--cloud-provider: %w", err)
 	}
 	if f.cloud.Provider != "" && (!f.agent() || strings.HasPrefix(f.source, "dir:") || !f.publishIfaces) {
-		return nil, errors.New("--cloud-provider publishes the node's egress-ipconfig: it needs agent mode with the Kubernetes API and --publish-interfaces")
+		return errors.New("--cloud-provider publishes the node's egress-ipconfig: it needs agent mode with the Kubernetes API and --publish-interfaces")
 	}
 	if f.announceCount < 1 || f.announceCount > 20 {
-		return nil, fmt.Errorf("--announce-count %d: use 1–20", f.announceCount)
+		return fmt.Errorf("--announce-count %d: use 1–20", f.announceCount)
 	}
 	if f.announceInterval < time.Millisecond || f.announceInterval > 5*time.Second {
-		return nil, fmt.Errorf("--announce-interval %v: use 1ms–5s", f.announceInterval)
+		return fmt.Errorf("--announce-interval %v: use 1ms–5s", f.announceInterval)
 	}
 	if f.agent() && f.healthAddr != "" {
 		if err := checkListenAddr("--health-addr", f.healthAddr); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if f.agent() {
 		switch {
 		case f.node == "":
-			return nil, errors.New("--node: agent mode needs this node's name (or NODE_NAME)")
+			return errors.New("--node: agent mode needs this node's name (or NODE_NAME)")
 		case f.source != "" && f.source != "kube" && !strings.HasPrefix(f.source, "dir:"):
-			return nil, fmt.Errorf("--source %q: use dir:/path or kube", f.source)
+			return fmt.Errorf("--source %q: use dir:/path or kube", f.source)
 		case strings.HasPrefix(f.source, "dir:") && f.kubeconfig != "":
-			return nil, errors.New("--kubeconfig and --source dir: exclude each other")
+			return errors.New("--kubeconfig and --source dir: exclude each other")
 		case f.source == "dir:":
-			return nil, errors.New("--source dir: needs a directory (dir:/path)")
+			return errors.New("--source dir: needs a directory (dir:/path)")
 		case f.fenceAfter < 100*time.Millisecond || f.fenceAfter > 10*time.Minute:
-			return nil, fmt.Errorf("--fence-after %v: use 100ms–10m", f.fenceAfter)
+			return fmt.Errorf("--fence-after %v: use 100ms–10m", f.fenceAfter)
 		case f.healthMaxConns < 1 || f.healthMaxConns > 4096:
-			return nil, fmt.Errorf("--health-max-conns %d: use 1–4096", f.healthMaxConns)
+			return fmt.Errorf("--health-max-conns %d: use 1–4096", f.healthMaxConns)
 		case f.drain < 0 || f.drain > time.Minute:
-			return nil, fmt.Errorf("--drain-timeout %v: use 0–1m, and keep it below the pod's termination grace period", f.drain)
+			return fmt.Errorf("--drain-timeout %v: use 0–1m, and keep it below the pod's termination grace period", f.drain)
 		}
 		if err := f.healthTLS.Check(); err != nil {
-			return nil, fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
+			return fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
 		}
 		if f.syncKeyFile != "" {
 			if err := checkListenAddr("--sync-addr", f.syncAddr); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	return f, nil
+	return nil
 }
 
 // configFile is the config file with the flags applied: the command's own
@@ -264,35 +285,48 @@ func (f *gatewayFlags) loadRaw() (*config.Config, []byte, error) {
 	return c, raw, nil
 }
 
+// runGateway is `egret gateway`.
 func runGateway(args []string) error {
 	f, err := parseGatewayFlags(args)
 	if err != nil {
 		return err
 	}
-	if f.checkConfig {
-		load := f.load
-		if f.agent() {
-			load = f.loadBase
-		}
-		if _, _, err := load(); err != nil {
-			return err
-		}
-		if f.agent() && f.healthTLS.Enabled() {
-			if _, err := health.ServerTLS(f.healthTLS); err != nil {
-				return err
-			}
-		}
-		if f.agent() {
-			if _, err := f.loadSyncKey(slog.New(slog.DiscardHandler)); err != nil {
-				return err
-			}
-		}
-		fmt.Println("gateway: configuration valid")
-		return nil
-	}
-	if f.agent() {
+	switch {
+	case f.checkConfig:
+		return f.checkFiles()
+	case f.agent():
 		return runGatewayAgent(f)
 	}
+	return runStaticGateway(f)
+}
+
+// checkFiles is --check-config: the config file and, in agent mode, the
+// health service's TLS files and the sync key load.
+func (f *gatewayFlags) checkFiles() error {
+	load := f.load
+	if f.agent() {
+		load = f.loadBase
+	}
+	if _, _, err := load(); err != nil {
+		return err
+	}
+	if f.agent() && f.healthTLS.Enabled() {
+		if _, err := health.ServerTLS(f.healthTLS); err != nil {
+			return err
+		}
+	}
+	if f.agent() {
+		if _, err := f.loadSyncKey(slog.New(slog.DiscardHandler)); err != nil {
+			return err
+		}
+	}
+	fmt.Println("gateway: configuration valid")
+	return nil
+}
+
+// runStaticGateway is the gateway without agent mode: the config file is
+// the whole configuration, reloaded on SIGHUP or when it changes.
+func runStaticGateway(f *gatewayFlags) error {
 	cf, raw, err := f.load()
 	if err != nil {
 		return err
@@ -313,14 +347,14 @@ func runGateway(args []string) error {
 	if err != nil {
 		return err
 	}
-	resumeFlows(f.stateFile, eng, log)
+	eng.ResumeFlows(f.stateFile)
 	eng.Start()
 	gm.attach(eng)
 	gm.setReady(func() error { return nil })
 	log.Info("gateway: running", "modes", eng.Modes(), "config", f.config)
 
 	w := f.watchConfig(raw)
-	defer w.stop()
+	defer w.Stop()
 	reload := reloader(log, f.load, func(c *configFile, why string) {
 		if err := eng.Reload(c.set); err != nil {
 			log.Error("gateway: reload incomplete", "why", why, "err", err)
@@ -335,56 +369,26 @@ func runGateway(args []string) error {
 			}
 			log.Info("gateway: shutting down", "signal", sig.String())
 			st := eng.Stats()
-			err := handover{Engine: eng, state: f.stateFile, log: log}.Close()
+			err := engine.Handover{Engine: eng, State: f.stateFile, Log: log}.Close()
 			logFinal(log, st)
 			return err
-		case <-w.tick:
-			if w.changed() {
+		case <-w.C:
+			if w.Changed() {
 				reload("config file changed")
 			}
 		}
 	}
 }
 
-// configWatch polls the config file for changes every --watch; without a
-// file or with --watch 0 its tick never fires.
-type configWatch struct {
-	path   string
-	raw    []byte // the file's content when last loaded or seen
-	tick   <-chan time.Time
-	ticker *time.Ticker
+// watchConfig polls --config every --watch (config.Watch).
+func (f *gatewayFlags) watchConfig(raw []byte) *config.Watch {
+	return config.NewWatch(f.config, raw, f.watch)
 }
 
-func (f *gatewayFlags) watchConfig(raw []byte) *configWatch {
-	w := &configWatch{path: f.config, raw: raw}
-	if f.config != "" && f.watch > 0 {
-		w.ticker = time.NewTicker(f.watch)
-		w.tick = w.ticker.C
-	}
-	return w
-}
-
-// changed reports whether the file's content differs from what was last
-// seen. The new content counts as seen even if it fails to load, so a
-// broken file is reported once, not every tick.
-func (w *configWatch) changed() bool {
-	data, err := os.ReadFile(w.path)
-	if err != nil || bytes.Equal(data, w.raw) {
-		return false
-	}
-	w.raw = data
-	return true
-}
-
-func (w *configWatch) stop() {
-	if w.ticker != nil {
-		w.ticker.Stop()
-	}
-}
-
-// reloader returns the reload both gateway modes share: load reads the
+// reloader returns the static gateway's reload: load reads the
 // configuration again, and apply takes it only if it loaded; a file that
-// fails to load keeps the running configuration.
+// fails to load keeps the running configuration (as gwagent.FollowBase in
+// agent mode).
 func reloader[T any](log *slog.Logger, load func() (T, []byte, error), apply func(c T, why string)) func(why string) {
 	return func(why string) {
 		c, _, err := load()
@@ -417,8 +421,6 @@ func runGatewayAgent(f *gatewayFlags) error {
 	if err != nil {
 		return err
 	}
-	base := cf.base
-	onBase := func(*config.Spec) {} // a reload's interfaces, for the published subnets
 	log, gm, err := startGatewayOutputs(f, cf)
 	if err != nil {
 		return err
@@ -431,142 +433,40 @@ func runGatewayAgent(f *gatewayFlags) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	var src cluster.Source
-	var facts *gwagent.Facts
-	var final func() bool // whether a stop is an uninstall (handover)
-	if dir, ok := strings.CutPrefix(f.source, "dir:"); ok {
-		// A reader: the status files are the controller's.
-		if src, err = cluster.NewDirReader(dir, 0, log); err != nil {
-			return err
-		}
-	} else {
-		restCfg, err := kubeRESTConfig(f.kubeconfig)
-		if err != nil {
-			return err
-		}
-		kube, err := cluster.NewKube(restCfg)
-		if err != nil {
-			return err
-		}
-		src = kube
-		if f.pod != "" && f.podNS != "" {
-			final = func() bool {
-				gone, err := uninstalling(restCfg, f.podNS, f.pod, "gateway", log)
-				if err != nil {
-					log.Warn("gateway: XDP program kept for a next pod", "err", err.Error())
-				} else if gone {
-					log.Info("gateway: DaemonSet gone (uninstall): detaching XDP, leaving no state file")
-				}
-				return gone
-			}
-		}
-		if f.publishIfaces {
-			var ifaces atomic.Pointer[[]string]
-			ifaces.Store(&base.Interfaces)
-			p, err := cloud.New(ctx, f.cloud)
-			if err != nil {
-				return err
-			}
-			facts = gwagent.NewFacts(gwagent.Facts{Node: f.node, Source: src, Annotate: kube.AnnotateNode, Log: log,
-				Interfaces: func() []string { return *ifaces.Load() }, Cloud: p})
-			onBase = func(s *config.Spec) { ifaces.Store(&s.Interfaces) }
-		}
+	in, err := f.agentInputs(ctx, cf.base, log)
+	if err != nil {
+		return err
 	}
 	syncKey, err := f.loadSyncKey(log)
 	if err != nil {
 		return err
 	}
-	src, admit := syncAdmission(src, f.node)
-	var eng *engine.Engine
-	var fs *flowsync.Sync
-	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *base, Source: src, FenceAfter: f.fenceAfter, Log: log,
-		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs},
-		StartDataPlane: func(s *config.Settled) (gwagent.DataPlane, error) {
-			e, err := engine.New(s, f.engineOptions(log))
-			if err != nil {
-				return nil, err
-			}
-			resumeFlows(f.stateFile, e, log)
-			e.Start()
-			gm.attach(e)
-			log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
-			eng = e
-			if syncKey != nil {
-				if fs, err = startFlowSync(f, syncKey, admit, e, gm, log); err != nil {
-					e.Close()
-					return nil, err
-				}
-			}
-			return handover{Engine: e, sync: fs, state: f.stateFile, final: final, log: log}, nil
-		},
-		OnStandbys: func(m map[netip.Addr]netip.Addr) {
-			if fs == nil {
-				return
-			}
-			port := strconv.Itoa(flowsync.DefaultPort)
-			if _, p, err := net.SplitHostPort(f.syncAddr); err == nil && p != "0" {
-				port = p
-			}
-			peers := make(map[netip.Addr]string, len(m))
-			for ip, sb := range m {
-				peers[ip] = net.JoinHostPort(sb.String(), port)
-			}
-			fs.SetPeers(peers)
-		}}
-	// Until its first configuration this run hosts nothing: what a killed
-	// predecessor claimed goes before anything can probe this node.
-	if gone, err := engine.ReleaseStaleClaims(base.Interfaces); err != nil {
-		log.Warn("gateway agent: removing stale egress IPs", "err", err)
-	} else if len(gone) > 0 {
-		log.Info("gateway agent: removed egress IPs a previous run left claimed", "ips", gone)
-	}
+	dp := &agentDataPlane{f: f, gm: gm, log: log, syncKey: syncKey, final: in.final}
+	var src cluster.Source
+	src, dp.admit = syncAdmission(in.src, f.node)
+	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *cf.base, Source: src, FenceAfter: f.fenceAfter, Log: log,
+		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs}, StartDataPlane: dp.start,
+		ReleaseStale: engine.ReleaseStaleClaims, OnStandbys: dp.setStandbys}
 	if f.healthAddr != "" {
-		hs, err := f.listenHealth()
-		if err != nil {
+		if a.Health, err = f.startHealth(gm, log); err != nil {
 			return err
 		}
-		defer hs.Stop()
-		if err := metrics.RegisterRefused(gm.reg, "health", hs.Refused); err != nil {
-			log.Warn("gateway agent: health listener metric not registered", "err", err)
-		}
-		log.Info("gateway agent: serving health checks", "addr", hs.Addr().String(), "mtls", f.healthTLS.Enabled(), "max_conns", f.healthMaxConns)
-		a.Health = hs
+		defer a.Health.Stop()
 	}
-	go func() {
-		w := f.watchConfig(raw)
-		defer w.stop()
-		reload := reloader(log, f.loadBase, func(c *configFile, _ string) {
-			onBase(c.base)
-			a.SetBase(*c.base)
-		})
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				reload("SIGHUP")
-			case <-w.tick:
-				if w.changed() {
-					reload("config file changed")
-				}
-			}
+	w := f.watchConfig(raw)
+	defer w.Stop()
+	go a.FollowBase(ctx, w, hup, func() (*config.Spec, error) {
+		c, _, err := f.loadBase()
+		if err != nil {
+			return nil, err
 		}
-	}()
-	// Ready while the data plane runs and is not fenced: what the health
-	// service reports to the controller.
-	gm.setReady(func() error {
-		switch st := a.State(); {
-		case !st.Running:
-			return errors.New("data plane not running yet (waiting for a usable configuration)")
-		case st.Fenced:
-			return errors.New("fenced: no contact with the source, every egress IP released")
-		}
-		return nil
-	})
-	if facts != nil {
-		a.OnNode = facts.NodeChanged
+		return c.base, nil
+	}, in.onBase)
+	gm.setReady(func() error { return agentReady(a.State()) })
+	if in.facts != nil {
+		a.OnNode = in.facts.NodeChanged
 		go func() {
-			if err := facts.Run(ctx); err != nil {
+			if err := in.facts.Run(ctx); err != nil {
 				log.Error("gateway agent: not publishing the node's interface subnets", "err", err)
 			}
 		}()
@@ -574,10 +474,127 @@ func runGatewayAgent(f *gatewayFlags) error {
 	log.Info("gateway agent: starting", "node", f.node, "source", f.source, "kubeconfig", f.kubeconfig,
 		"health", f.healthAddr, "fence_after", f.fenceAfter)
 	err = a.Run(ctx)
-	if eng != nil {
-		logFinal(log, eng.Stats())
+	if dp.eng != nil {
+		logFinal(log, dp.eng.Stats())
 	}
 	return err
+}
+
+// agentReady is the agent's readiness, what the health service reports to
+// the controller: ready while the data plane runs and is not fenced.
+func agentReady(st gwagent.State) error {
+	switch {
+	case !st.Running:
+		return errors.New("data plane not running yet (waiting for a usable configuration)")
+	case st.Fenced:
+		return errors.New("fenced: no contact with the source, every egress IP released")
+	}
+	return nil
+}
+
+// agentInputs is what agent mode reads the cluster with.
+type agentInputs struct {
+	src    cluster.Source
+	facts  *gwagent.Facts     // nil: the node's subnets are not published
+	final  func() bool        // whether a stop is an uninstall (engine.Handover); nil: never
+	onBase func(*config.Spec) // a reload's interfaces, for the published subnets
+}
+
+// agentInputs opens the source the flags name and, with the Kubernetes API,
+// the uninstall check of --pod and the node facts of --publish-interfaces.
+func (f *gatewayFlags) agentInputs(ctx context.Context, base *config.Spec, log *slog.Logger) (*agentInputs, error) {
+	in := &agentInputs{onBase: func(*config.Spec) {}}
+	if dir, ok := strings.CutPrefix(f.source, "dir:"); ok {
+		// A reader: the status files are the controller's.
+		var err error
+		in.src, err = cluster.NewDirReader(dir, 0, log)
+		return in, err
+	}
+	restCfg, err := kubeRESTConfig(f.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := cluster.NewKube(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	in.src = kube
+	if f.pod != "" && f.podNS != "" {
+		in.final = func() bool {
+			gone, err := cluster.Uninstalling(restCfg, f.podNS, f.pod, "gateway", log)
+			if err != nil {
+				log.Warn("gateway: XDP program kept for a next pod", "err", err.Error())
+			} else if gone {
+				log.Info("gateway: DaemonSet gone (uninstall): detaching XDP, leaving no state file")
+			}
+			return gone
+		}
+	}
+	if f.publishIfaces {
+		var ifaces atomic.Pointer[[]string]
+		ifaces.Store(&base.Interfaces)
+		p, err := cloud.New(ctx, f.cloud)
+		if err != nil {
+			return nil, err
+		}
+		in.facts = gwagent.NewFacts(gwagent.Facts{Node: f.node, Source: kube, Annotate: kube.AnnotateNode, Log: log,
+			Interfaces: func() []string { return *ifaces.Load() }, Cloud: p})
+		in.onBase = func(s *config.Spec) { ifaces.Store(&s.Interfaces) }
+	}
+	return in, nil
+}
+
+// agentDataPlane starts the engine for the agent's first usable
+// configuration (gwagent.Agent.StartDataPlane), with the flow sync when
+// there is a key, and points the sync at the standbys the agent names.
+type agentDataPlane struct {
+	f       *gatewayFlags
+	gm      *gatewayMetrics
+	log     *slog.Logger
+	syncKey []byte
+	admit   func() *flowsync.Admission
+	final   func() bool
+	eng     *engine.Engine // set once running
+	sync    *flowsync.Sync // set once running with a key
+}
+
+func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
+	f, log := d.f, d.log
+	e, err := engine.New(s, f.engineOptions(log))
+	if err != nil {
+		return nil, err
+	}
+	e.ResumeFlows(f.stateFile)
+	e.Start()
+	d.gm.attach(e)
+	log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
+	d.eng = e
+	if d.syncKey != nil {
+		if d.sync, err = startFlowSync(f, d.syncKey, d.admit, e, d.gm, log); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	return engine.Handover{Engine: e, Sync: d.sync, State: f.stateFile, Final: d.final, Log: log}, nil
+}
+
+func (d *agentDataPlane) setStandbys(m map[netip.Addr]netip.Addr) {
+	if d.sync != nil {
+		d.sync.SetPeers(gwagent.SyncPeers(m, d.f.syncAddr, flowsync.DefaultPort))
+	}
+}
+
+// startHealth starts the health service (listenHealth) with its metric.
+func (f *gatewayFlags) startHealth(gm *gatewayMetrics, log *slog.Logger) (*health.Server, error) {
+	hs, err := f.listenHealth()
+	if err != nil {
+		return nil, err
+	}
+	if err := metrics.RegisterRefused(gm.reg, "health", hs.Refused); err != nil {
+		log.Warn("gateway agent: health listener metric not registered", "err", err)
+	}
+	log.Info("gateway agent: serving health checks", "addr", hs.Addr().String(), "mtls", f.healthTLS.Enabled(), "max_conns", f.healthMaxConns)
+	return hs, nil
 }
 
 // drainFor is Agent.Drain: only with the flow sync on (a key) do the
@@ -593,55 +610,6 @@ func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
 // engineOptions are the engine's options from the flags.
 func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
 	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval}
-}
-
-// handover is the data plane with what hands its flows over when it
-// stops: the flow sync (nil without a key), closed first since it reads
-// the flow table, and the state file (none if ""), written once the
-// workers have stopped so that it holds every flow as it ended. With a
-// state file a stop is a restart: the XDP programs stay attached, held for
-// as long as the next process may still resume the flows
-// (engine.CloseHeld), unless final (nil: never) says at the stop that it
-// is an uninstall; then, as without a state file, they are detached.
-type handover struct {
-	*engine.Engine
-	sync  *flowsync.Sync
-	state string
-	final func() bool
-	log   *slog.Logger
-}
-
-func (h handover) Close() error {
-	if h.sync != nil {
-		h.sync.Close()
-	}
-	if h.state == "" || (h.final != nil && h.final()) {
-		return h.Engine.Close()
-	}
-	err := h.Engine.CloseHeld(flowsync.MaxStateAge)
-	if n, werr := flowsync.WriteState(h.state, h.Pipeline(), h.Now()); werr != nil {
-		h.log.Error("gateway: flows not left for the next process", "err", werr)
-	} else {
-		h.log.Info("gateway: flows left for the next process", "flows", n, "file", h.state)
-	}
-	return err
-}
-
-// resumeFlows adopts the flows a previous process on this node left in
-// the state file, before the workers start: no packet of theirs meets an
-// empty table.
-func resumeFlows(path string, e *engine.Engine, log *slog.Logger) {
-	if path == "" {
-		return
-	}
-	n, failed, err := flowsync.LoadState(path, e.Pipeline(), e.Now())
-	if err != nil {
-		log.Warn("gateway: flows of the previous process not resumed", "err", err, "resumed", n)
-		return
-	}
-	if n+failed > 0 {
-		log.Info("gateway: resumed the flows of the previous process", "flows", n, "not_resumed", failed, "file", path)
-	}
 }
 
 // loadSyncKey reads --sync-key-file: nil (flow sync off) without the flag

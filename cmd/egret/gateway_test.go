@@ -6,48 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-func TestConfigWatchChanged(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "gw.yaml")
-	if err := os.WriteFile(path, []byte("a: 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f := &gatewayFlags{config: path, watch: time.Hour}
-	w := f.watchConfig([]byte("a: 1\n"))
-	defer w.stop()
-	if w.tick == nil {
-		t.Fatal("a watched file must have a ticking channel")
-	}
-	if w.changed() {
-		t.Fatal("unchanged file reported as changed")
-	}
-	if err := os.WriteFile(path, []byte("a: 2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if !w.changed() {
-		t.Fatal("changed file not reported")
-	}
-	if w.changed() {
-		t.Fatal("the same change reported twice")
-	}
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if w.changed() {
-		t.Fatal("an unreadable file must not count as a change")
-	}
-
-	off := (&gatewayFlags{config: path, watch: 0}).watchConfig(nil)
-	defer off.stop()
-	if off.tick != nil {
-		t.Fatal("--watch 0 must not tick")
-	}
-}
 
 func TestReloaderKeepsRunningConfigOnError(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

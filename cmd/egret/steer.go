@@ -22,13 +22,26 @@ func init() {
 	register("steer", "on every node: steer selected pods' external traffic into the tunnel to the gateways", runSteer)
 }
 
-func runSteer(args []string) error {
+// steerFlags are the steer agent's command line; cfg is the config file
+// with the flags that override it applied.
+type steerFlags struct {
+	node, source, kubeconfig, configPath, nsName string
+	metricsAddr, podName, podNamespace           string
+	once, cleanup, checkConfig                   bool
+	logLevel                                     string
+	cfg                                          steer.Config
+}
+
+// parseSteerFlags parses the command line, reads the config file, applies
+// the flags over it and validates the result.
+func parseSteerFlags(args []string) (*steerFlags, error) {
+	f := &steerFlags{}
 	fs := newFlagSet("steer")
-	node := fs.String("node", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
-	source := fs.String("source", "", "dir:/path reads objects from a directory of YAML files (clusterless); default the Kubernetes API")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
-	configPath := fs.String("config", "", "YAML configuration file (see docs/steer.md)")
-	nsName := fs.String("netns", "", "program this named network namespace instead of the agent's own (lab)")
+	fs.StringVar(&f.node, "node", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
+	fs.StringVar(&f.source, "source", "", "dir:/path reads objects from a directory of YAML files (clusterless); default the Kubernetes API")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&f.configPath, "config", "", "YAML configuration file (see docs/steer.md)")
+	fs.StringVar(&f.nsName, "netns", "", "program this named network namespace instead of the agent's own (lab)")
 	underlay := fs.String("underlay", "", "underlay interface (overrides the config)")
 	vtep := fs.String("vtep", "", "this node's VTEP address (overrides the config)")
 	procSysNet := fs.String("proc-sys-net", "", "directory of the node's net sysctls, where a container mounts the node's /proc/sys/net (overrides procSysNet; default /proc/sys/net)")
@@ -36,25 +49,25 @@ func runSteer(args []string) error {
 	failClosed := fs.String("fail-closed", "", "podCIDR (block pod addresses until classified; the default) or selected (block selected pods only); overrides the config")
 	trustPodIPs := fs.Bool("trust-pod-ips", false, "steer selected pods' addresses as the API gives them, even outside this node's pod networks (CNIs whose IPAM ignores spec.podCIDRs); overrides trustPodIPs")
 	podCIDRs := fs.String("pod-cidrs", "", "this node's pod networks, comma-separated (overrides the config and the Node's spec.podCIDRs)")
-	once := fs.Bool("once", false, "reconcile once and exit")
-	metricsAddr := fs.String("metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
-	cleanup := fs.Bool("cleanup", false, "remove everything the agent programmed (device, rules, routes, filter) and exit")
-	podName := fs.String("pod", os.Getenv("POD_NAME"), "this agent's pod (default $POD_NAME): on exit, if its DaemonSet is gone (uninstall), remove what the agent programmed")
-	podNamespace := fs.String("pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
-	checkConfig := fs.Bool("check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the kernel nor the API")
+	fs.BoolVar(&f.once, "once", false, "reconcile once and exit")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", metrics.DefaultSteerAddr, `host:port serving /metrics, /healthz and /readyz ("off" disables)`)
+	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything the agent programmed (device, rules, routes, filter) and exit")
+	fs.StringVar(&f.podName, "pod", os.Getenv("POD_NAME"), "this agent's pod (default $POD_NAME): on exit, if its DaemonSet is gone (uninstall), remove what the agent programmed")
+	fs.StringVar(&f.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the kernel nor the API")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	if *metricsAddr != "off" {
-		if err := checkListenAddr("--metrics-addr", *metricsAddr); err != nil {
-			return err
+	if f.metricsAddr != "off" {
+		if err := checkListenAddr("--metrics-addr", f.metricsAddr); err != nil {
+			return nil, err
 		}
 	}
-	var cfg steer.Config
-	if *configPath != "" {
+	cfg := &f.cfg
+	if f.configPath != "" {
 		var err error
-		if cfg, err = steer.LoadConfig(*configPath); err != nil {
-			return err
+		if *cfg, err = steer.LoadConfig(f.configPath); err != nil {
+			return nil, err
 		}
 	}
 	for flagVal, field := range map[string]*string{*underlay: &cfg.Underlay, *vtep: &cfg.VTEP, *procSysNet: &cfg.ProcSysNet, lf.format: &cfg.LogFormat} {
@@ -73,24 +86,33 @@ func runSteer(args []string) error {
 	if *podCIDRs != "" {
 		cfg.PodCIDRs = strings.Split(*podCIDRs, ",")
 	}
-	cfg = cfg.WithDefaults()
-	if err := checkSteerConfig(cfg, *configPath, *source, *node, *cleanup); err != nil {
+	*cfg = cfg.WithDefaults()
+	f.logLevel = lf.level
+	return f, checkSteerConfig(*cfg, f.configPath, f.source, f.node, f.cleanup)
+}
+
+// runSteer is `egret steer`: the flags wire a steer.Agent to this node's
+// kernel and the source they name.
+func runSteer(args []string) error {
+	f, err := parseSteerFlags(args)
+	if err != nil {
 		return err
 	}
-	if *checkConfig {
+	cfg := f.cfg
+	if f.checkConfig {
 		fmt.Printf("steer: configuration valid (underlay %q, vtep %q, %d excluded networks)\n", cfg.Underlay, cfg.VTEP, len(cfg.ClusterCIDRs)+len(cfg.ServiceCIDRs)+len(cfg.NodeCIDRs))
 		return nil
 	}
-	log, err := newLogger(cfg.LogFormat, lf.level)
+	log, err := newLogger(cfg.LogFormat, f.logLevel)
 	if err != nil {
 		return err
 	}
 
 	ns := netns.None()
-	if *nsName != "" {
-		h, err := netns.GetFromName(*nsName)
+	if f.nsName != "" {
+		h, err := netns.GetFromName(f.nsName)
 		if err != nil {
-			return fmt.Errorf("--netns %s: %w", *nsName, err)
+			return fmt.Errorf("--netns %s: %w", f.nsName, err)
 		}
 		defer h.Close()
 		ns = h
@@ -100,62 +122,67 @@ func runSteer(args []string) error {
 		return err
 	}
 	defer k.Close()
-	if *cleanup {
+	if f.cleanup {
 		return k.Cleanup()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := &steer.Agent{Node: *node, Kernel: k, Log: log, Resync: cfg.Resync.Duration}
-	switch {
-	case strings.HasPrefix(*source, "dir:"):
-		if *kubeconfig != "" {
-			return errors.New("--kubeconfig and --source dir: exclude each other")
-		}
-		// A reader: the status files are the controller's.
-		if a.Source, err = cluster.NewDirReader(strings.TrimPrefix(*source, "dir:"), 0, log); err != nil {
-			return err
-		}
-	case *source != "":
-		return fmt.Errorf("--source %q: use dir:/path, or leave it out for the Kubernetes API", *source)
-	default:
-		restCfg, err := kubeRESTConfig(*kubeconfig)
-		if err != nil {
-			return err
-		}
-		// Only this node's pods are steered here (steer.InputsFrom).
-		if a.Source, err = cluster.NewKube(restCfg, cluster.PodsOn(a.Node)); err != nil {
-			return err
-		}
-		if *podName != "" && *podNamespace != "" && !*once {
-			defer cleanupIfUninstalled(restCfg, *podNamespace, *podName, k, log)
-		}
+	a := &steer.Agent{Node: f.node, Kernel: k, Log: log, Resync: cfg.Resync.Duration}
+	var restCfg *rest.Config // nil with --source dir:
+	if a.Source, restCfg, err = f.openSource(log); err != nil {
+		return err
 	}
-	if !*once && *metricsAddr != "off" {
-		reg := metrics.NewRegistry(version)
-		a.Metrics = steer.NewMetrics(reg, k.Drops)
-		a.Metrics.RegisterTunnelDrops(reg, k.TunnelDrops)
-		srv, err := metrics.Serve(*metricsAddr, reg, nil)
+	if restCfg != nil && f.podName != "" && f.podNamespace != "" && !f.once {
+		defer k.CleanupIfUninstalled(func() (bool, error) {
+			return cluster.Uninstalling(restCfg, f.podNamespace, f.podName, "steer", log)
+		}, log)
+	}
+	if f.once {
+		return a.RunOnce(ctx)
+	}
+	if f.metricsAddr != "off" {
+		srv, err := serveSteerMetrics(f.metricsAddr, a, k)
 		if err != nil {
 			return err
 		}
 		defer srv.Close(context.Background())
 		log.Info("steer: metrics served", "addr", srv.Addr())
 	}
-	if *once {
-		if err := k.Setup(); err != nil {
-			return err
-		}
-		if err := a.Source.Start(ctx, func(cluster.Kind) {}); err != nil {
-			return err
-		}
-		ch, st, err := a.ReconcileOnce()
-		for _, p := range st.Problems {
-			log.Warn("input skipped", "problem", p.Error())
-		}
-		log.Info("reconciled once", "changes", ch.String())
-		return err
-	}
 	return a.Run(ctx)
+}
+
+// openSource opens the source --source names: a directory reader, or the
+// Kubernetes API (then also its REST config, for the uninstall check).
+func (f *steerFlags) openSource(log *slog.Logger) (cluster.Source, *rest.Config, error) {
+	switch {
+	case strings.HasPrefix(f.source, "dir:"):
+		if f.kubeconfig != "" {
+			return nil, nil, errors.New("--kubeconfig and --source dir: exclude each other")
+		}
+		// A reader: the status files are the controller's.
+		src, err := cluster.NewDirReader(strings.TrimPrefix(f.source, "dir:"), 0, log)
+		return src, nil, err
+	case f.source != "":
+		return nil, nil, fmt.Errorf("--source %q: use dir:/path, or leave it out for the Kubernetes API", f.source)
+	}
+	restCfg, err := kubeRESTConfig(f.kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Only this node's pods are steered here (steer.InputsFrom).
+	src, err := cluster.NewKube(restCfg, cluster.PodsOn(f.node))
+	if err != nil {
+		return nil, nil, err
+	}
+	return src, restCfg, nil
+}
+
+// serveSteerMetrics registers the agent's metrics (set on a) and serves them.
+func serveSteerMetrics(addr string, a *steer.Agent, k *steer.Kernel) (*metrics.Server, error) {
+	reg := metrics.NewRegistry(version)
+	a.Metrics = steer.NewMetrics(reg, k.Drops)
+	a.Metrics.RegisterTunnelDrops(reg, k.TunnelDrops)
+	return metrics.Serve(addr, reg, nil)
 }
 
 // checkSteerConfig validates the settled configuration and says where each
@@ -188,24 +215,4 @@ func checkSteerConfig(cfg steer.Config, configPath, source, node string, cleanup
 		return fmt.Errorf("steer configuration (%s, flags override it) is invalid: %w", where, err)
 	}
 	return nil
-}
-
-// cleanupIfUninstalled runs when the agent stops: after an uninstall (its
-// DaemonSet gone, uninstalling) it removes the device, rules, routes and
-// filter, which a restart keeps.
-func cleanupIfUninstalled(restCfg *rest.Config, namespace, pod string, k *steer.Kernel, log *slog.Logger) {
-	gone, err := uninstalling(restCfg, namespace, pod, "steer", log)
-	if err != nil {
-		log.Warn("steer: kernel state kept", "err", err.Error())
-		return
-	}
-	if !gone {
-		log.Info("steer: DaemonSet still there, kernel state kept for the next agent")
-		return
-	}
-	if err := k.Cleanup(); err != nil {
-		log.Error("steer: uninstall cleanup failed", "err", err.Error())
-		return
-	}
-	log.Info("steer: DaemonSet gone (uninstall): removed the device, rules, routes and filter")
 }

@@ -64,6 +64,12 @@ type Agent struct {
 	// by default) paces the contact checks; Resync (30 s) rebuilds without
 	// a change.
 	FenceAfter, CheckEvery, Resync time.Duration
+	// ReleaseStale, if set, is called once as Run starts, before the
+	// source, with the base configuration's interfaces: it removes the
+	// egress IPs a killed predecessor left claimed and returns them
+	// (engine.ReleaseStaleClaims). Until its first configuration this run
+	// hosts nothing, so what was claimed goes before the data plane starts.
+	ReleaseStale func(interfaces []string) ([]netip.Addr, error)
 	// Drain, when positive, is how long a stopping agent waits for its
 	// egress IPs to move before it closes the data plane: it reports
 	// NOT_SERVING at once, so that the controller moves them to their
@@ -137,6 +143,19 @@ func (a *Agent) defaults() {
 	}
 }
 
+// releaseStale runs ReleaseStale, if set; a failure is logged, not fatal:
+// the data plane's start removes what its configuration does not host.
+func (a *Agent) releaseStale() {
+	if a.ReleaseStale == nil {
+		return
+	}
+	if gone, err := a.ReleaseStale(a.currentBase().Interfaces); err != nil {
+		a.Log.Warn("gateway agent: removing stale egress IPs", "err", err)
+	} else if len(gone) > 0 {
+		a.Log.Info("gateway agent: removed egress IPs a previous run left claimed", "ips", gone)
+	}
+}
+
 // loop holds the state of Run that only its goroutine touches.
 type loop struct {
 	dp          DataPlane
@@ -161,6 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.StartDataPlane == nil || a.Source == nil {
 		return errors.New("the gateway agent needs a Source and a StartDataPlane")
 	}
+	a.releaseStale()
 	a.setServing(false)
 	// The source outlives ctx by the drain, which needs its updates.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))

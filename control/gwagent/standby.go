@@ -3,8 +3,10 @@ package gwagent
 import (
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
@@ -73,4 +75,20 @@ func (a *Agent) publishStandbys(l *loop, v cluster.View) {
 	}
 	l.standbys = m
 	a.OnStandbys(maps.Clone(m))
+}
+
+// SyncPeers is where the flow sync sends the flows of each egress IP: its
+// standby (Standbys) at the port of syncAddr, this node's own sync address,
+// since every gateway listens on the same port; defaultPort where syncAddr
+// names none or port 0.
+func SyncPeers(standbys map[netip.Addr]netip.Addr, syncAddr string, defaultPort int) map[netip.Addr]string {
+	port := strconv.Itoa(defaultPort)
+	if _, p, err := net.SplitHostPort(syncAddr); err == nil && p != "0" {
+		port = p
+	}
+	peers := make(map[netip.Addr]string, len(standbys))
+	for ip, sb := range standbys {
+		peers[ip] = net.JoinHostPort(sb.String(), port)
+	}
+	return peers
 }

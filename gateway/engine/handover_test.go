@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/egret-gw/egret/gateway/config"
-	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/internal/nstest"
 )
 
@@ -38,13 +37,13 @@ func TestHandoverRestartOrUninstall(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	for _, uninstall := range []bool{false, true} {
 		os.Remove(state)
-		e, err := engine.New(set, engine.Options{Logger: log})
+		e, err := New(set, Options{Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.Start()
 		asked := false
-		h := handover{Engine: e, state: state, log: log, final: func() bool { asked = true; return uninstall }}
+		h := Handover{Engine: e, State: state, Log: log, Final: func() bool { asked = true; return uninstall }}
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}

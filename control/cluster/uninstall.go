@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -65,13 +65,14 @@ func daemonSetGone(ctx context.Context, cs kubernetes.Interface, namespace, pod 
 	return false, nil
 }
 
-// uninstalling asks daemonSetGone for the agent's pod as it stops. Each try
+// Uninstalling reports whether a node agent's stop is an uninstall: it asks
+// daemonSetGone for the agent's pod (namespace/pod) as it stops. Each try
 // opens a connection of its own: the informers' connection may be one the
 // network dropped (a node whose link went down and came back holds a TCP
 // connection that stays silent for many seconds), and reusing it would time
 // out and keep the state of an uninstalled agent. Four tries, 4 s each, fit
 // the pod's default 30 s grace period. who prefixes the log lines.
-func uninstalling(restCfg *rest.Config, namespace, pod, who string, log *slog.Logger) (bool, error) {
+func Uninstalling(restCfg *rest.Config, namespace, pod, who string, log *slog.Logger) (bool, error) {
 	var gone bool
 	var err error
 	for try := 1; try <= 4; try++ {
