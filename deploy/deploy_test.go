@@ -183,12 +183,12 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 	bpffs := false
 	for _, v := range get(spec, "volumes").([]any) {
-		if str(v, "hostPath", "path") == "/sys/fs/bpf" {
+		if str(v, "hostPath", "path") == "/sys/fs/bpf/egret" {
 			bpffs = true
 		}
 	}
 	if !bpffs {
-		t.Error("gateway does not mount the bpffs")
+		t.Error("gateway does not mount its directory of the host's bpffs (/sys/fs/bpf/egret)")
 	}
 	steer := find(t, objs, "DaemonSet", "egret-steer")
 	if c := fmt.Sprint(get(steer, "spec", "template", "spec", "containers", 0, "securityContext", "capabilities", "add")); c != "[NET_ADMIN]" {

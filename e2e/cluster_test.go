@@ -173,6 +173,7 @@ func TestCluster(t *testing.T) {
 	// a label of its own (make cluster-up): Egret's pods ran only through
 	// deploy/namespace.yaml's label.
 	e.checkPodSecurity()
+	e.checkPinned()
 
 	// 2. the spec's EgressIP examples, their addresses moved into the nodes' subnet.
 	objs := e.applyExamples()
@@ -1333,6 +1334,23 @@ func (e *env) checkClean(n string) {
 	for _, pattern := range []string{"ns%d-if*", "link-ns%d-*"} {
 		if pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/"+pattern, st.Ino)); len(pins) > 0 {
 			e.t.Errorf("%s: XDP pins left: %v", n, pins)
+		}
+	}
+}
+
+// checkPinned: each gateway attached its XDP program and pinned the link in
+// the host's /sys/fs/bpf/egret, the one directory of the bpffs the
+// DaemonSet mounts (--pin-dir): in AF_XDP mode, not fallen back to
+// AF_PACKET because it could not pin.
+func (e *env) checkPinned() {
+	e.t.Helper()
+	for _, n := range gateways {
+		var st syscall.Stat_t
+		if err := syscall.Stat("/run/netns/egretc-"+n, &st); err != nil {
+			e.t.Fatal(err)
+		}
+		if links, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/ns%d-if*/link", st.Ino)); len(links) == 0 {
+			e.t.Errorf("%s: no XDP link pinned in /sys/fs/bpf/egret (the gateway's --pin-dir mount)", n)
 		}
 	}
 }

@@ -60,6 +60,7 @@ type gatewayFlags struct {
 	metricsAddr string
 	probeAddr   string
 	watch       time.Duration
+	pinDir      string
 
 	// Agent mode (--source or --kubeconfig): the configuration is built
 	// from the cluster's objects; docs/gateway-agent.md.
@@ -118,6 +119,7 @@ func (f *gatewayFlags) bindDataPlane() {
 	fs.DurationVar(&f.announceInterval, "announce-interval", 100*time.Millisecond, "spacing of those announcements (1ms–5s)")
 	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
 	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket on which \"egret flows\" lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
+	fs.StringVar(&f.pinDir, "pin-dir", "", "where the XDP links and counters are pinned, so that the next process takes them over: a bpffs or a directory of one mounted there (default /sys/fs/bpf/egret; deploy/ mounts only the host's /sys/fs/bpf/egret, at /run/egret-bpf)")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 }
 
@@ -609,7 +611,7 @@ func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
 
 // engineOptions are the engine's options from the flags.
 func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
-	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval}
+	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval, PinDir: f.pinDir}
 }
 
 // loadSyncKey reads --sync-key-file: nil (flow sync off) without the flag

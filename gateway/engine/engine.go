@@ -38,7 +38,8 @@ import (
 // Options tune an Engine; the zero value is usable.
 type Options struct {
 	Logger *slog.Logger
-	// PinDir is where XDP links are pinned (xdp.DefaultPinDir).
+	// PinDir is where XDP links are pinned (xdp.DefaultPinDir unless set):
+	// a bpffs, or a directory of one bind-mounted there.
 	PinDir string
 	// Wait bounds one blocking receive (default 50ms): how late a worker
 	// notices shutdown or an expiry tick when idle.

@@ -101,7 +101,7 @@ func Load(ifindex int, opts Options) (*Program, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("xdp: raise memlock limit: %w", err)
 	}
-	if err := ensureBPFFS(filepath.Dir(opts.PinDir)); err != nil {
+	if err := ensurePinDir(opts.PinDir); err != nil {
 		return nil, err
 	}
 	ps, err := pinsFor(opts.PinDir, ifindex)
@@ -416,6 +416,19 @@ func (p *Program) Close() error {
 	}
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
+}
+
+// ensurePinDir makes sure the pin directory is on a bpffs. It is when a
+// bpffs, or a directory of one, is mounted there: deploy/ mounts only the
+// host's /sys/fs/bpf/egret into the gateway's container, which then sees
+// no other pin of the host. Else a bpffs is mounted on its parent unless
+// one is there already.
+func ensurePinDir(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	return ensureBPFFS(filepath.Dir(dir))
 }
 
 // ensureBPFFS mounts bpffs at dir if nothing is mounted there yet.

@@ -2,6 +2,7 @@ package xdp_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -300,5 +301,52 @@ func TestUnattachedDetachDropsHeldProgram(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("pin directory %s left: %v", dir, err)
+	}
+}
+
+// TestPinDirMountedDirectory is the DaemonSet's shape: only the host's
+// /sys/fs/bpf/egret is mounted into the container, elsewhere (--pin-dir).
+// The loader pins there, into the host's bpffs, and mounts none of its own
+// (it cannot in the pod, without SYS_ADMIN).
+func TestPinDirMountedDirectory(t *testing.T) {
+	l := newLab(t)
+	host := filepath.Join("/sys/fs/bpf", fmt.Sprintf("egret-pindir-test-%d", os.Getpid()))
+	if err := os.Mkdir(host, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(host) })
+	mnt := filepath.Join(t.TempDir(), "egret-bpf")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(host, mnt, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mount %s: %v", host, err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	parent := filepath.Dir(mnt)
+	t.Cleanup(func() {
+		var fs unix.Statfs_t
+		if unix.Statfs(parent, &fs) == nil && fs.Type == unix.BPF_FS_MAGIC {
+			unix.Unmount(parent, unix.MNT_DETACH)
+		}
+	})
+
+	p, err := attach(l.gwEnd.Index, xdp.Options{PinDir: mnt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(xdptest.PinDir(host, st.Ino, l.gwEnd.Index), "link")); err != nil {
+		t.Errorf("the link is not pinned in the host's directory: %v", err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(parent, &fs); err == nil && fs.Type == unix.BPF_FS_MAGIC {
+		t.Errorf("the loader mounted a bpffs of its own on %s", parent)
+	}
+	if err := p.Detach(); err != nil {
+		t.Fatal(err)
 	}
 }
