@@ -5,11 +5,18 @@ package conntrack
 const MaxBatch = 64
 
 // Lookup is one packet's lookup in a TrackBatch call. The caller fills Key,
-// Dir and Flags; TrackBatch sets Hit, and Flow is valid iff Hit.
+// Dir, Flags and Related; TrackBatch sets Hit, and Flow is valid iff Hit.
 type Lookup struct {
 	Key   Tuple
 	Dir   Dir   // Original or Reply; anything else is a miss
 	Flags uint8 // the packet's TCP flags (0 for UDP and ICMP)
+	// Related marks a packet that is about the flow but not of it: an
+	// ICMP error quoting one of its packets (RFC 5508). A hit copies the
+	// flow and changes neither its state nor its timer, as Linux
+	// conntrack's RELATED packets confirm nothing: otherwise errors from
+	// any host on the path would make an unanswered flow answered and
+	// keep it alive. Flags and sequence numbers are ignored.
+	Related bool
 	// Seq, Ack and Len (payload bytes) are the TCP segment's; valid iff
 	// HasSeq. They validate outside RSTs (tcpseq.go).
 	Seq, Ack uint32
@@ -20,7 +27,8 @@ type Lookup struct {
 }
 
 // TrackBatch does Track(l.Dir, &l.Key, l.Flags, now, &l.Flow) for every l in
-// b, in order (with l's sequence numbers where it has them), and returns the number of hits. Results are exactly those of
+// b, in order (with l's sequence numbers where it has them; for a Related
+// l, only the lookup), and returns the number of hits. Results are exactly those of
 // the Track calls one after the other; the difference is speed: it hashes
 // each key once and walks the batch in three passes (start loading every
 // key's index line; probe each index and start loading each entry; finish
@@ -61,7 +69,7 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 	for i := range b {
 		l := &b[i]
 		hit, decided := false, false
-		g := seg{flags: l.Flags, has: l.HasSeq, len: l.Len, seq: l.Seq, ack: l.Ack}
+		g := seg{flags: l.Flags, has: l.HasSeq, len: l.Len, seq: l.Seq, ack: l.Ack, related: l.Related}
 		if optimisticReads {
 			hit, decided = t.trackRef(refs[i], l.Dir, &l.Key, &g, now, &l.Flow)
 		}

@@ -119,6 +119,10 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, ou
 	if dir == Reply && expired(now, e.deadline) {
 		return false, true // expired: nothing inbound (as in trackLocked)
 	}
+	if sg.related {
+		e.toFlow(out) // no state to step, no timer to move: no write
+		return true, true
+	}
 	// The sequence state is a second line (Table.seqs): read it only when
 	// this segment can use it (seqUsed), so that a lookup that cannot
 	// touches one line of the entry, as before sequence tracking.

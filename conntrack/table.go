@@ -527,11 +527,15 @@ func (t *Table) trackLocked(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out
 
 // apply is a hit's work on entry g (its shard locked): a reply to an expired
 // flow is a miss; otherwise advance the state, move the timer if it is due
-// and copy the flow to out.
+// (neither for a related packet) and copy the flow to out.
 func (t *Table) apply(g uint32, dir Dir, sg *seg, now int64, out *Flow) bool {
 	e := &t.entries[g]
 	if dir == Reply && expired(now, e.deadline) {
 		return false
+	}
+	if sg.related {
+		e.toFlow(out)
+		return true
 	}
 	var st State
 	if e.proto == ProtoTCP && seqUsed(State(e.state), dir, sg) {

@@ -41,6 +41,7 @@ type tcpSeq struct {
 type seg struct {
 	flags    uint8
 	has      bool
+	related  bool // Lookup.Related: look up only, change nothing
 	len      uint16
 	seq, ack uint32
 }

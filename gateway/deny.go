@@ -18,24 +18,26 @@ import (
 
 // DefaultDeniedDestinations are the destinations every snapshot denies
 // besides Config.DeniedDestinations and the nodes' and the gateway's own
-// VTEPs: link-local (with the metadata address), loopback, multicast,
-// broadcast and the RFC 6890 special-purpose ranges that are never a
-// pod's egress destination. Config.AllowedDestinations overrides them.
+// VTEPs: link-local (with the metadata address), the clouds' metadata
+// services outside it, loopback, multicast, broadcast and the RFC 6890
+// special-purpose ranges that are never a pod's egress destination.
+// Config.AllowedDestinations overrides them.
 func DefaultDeniedDestinations() []netip.Prefix {
 	return []netip.Prefix{
-		netip.MustParsePrefix("0.0.0.0/8"),         // "this network" (RFC 6890)
-		netip.MustParsePrefix("127.0.0.0/8"),       // loopback
-		netip.MustParsePrefix("169.254.0.0/16"),    // link-local, 169.254.169.254 metadata
-		netip.MustParsePrefix("192.0.0.0/24"),      // IETF protocol assignments (RFC 6890)
-		netip.MustParsePrefix("224.0.0.0/4"),       // multicast
-		netip.MustParsePrefix("240.0.0.0/4"),       // reserved, and 255.255.255.255 broadcast
-		netip.MustParsePrefix("::/128"),            // unspecified
-		netip.MustParsePrefix("::1/128"),           // loopback
-		netip.MustParsePrefix("::ffff:0:0/96"),     // IPv4-mapped
-		netip.MustParsePrefix("fe80::/10"),         // link-local
-		netip.MustParsePrefix("fd00:ec2::254/128"), // AWS metadata over IPv6
-		netip.MustParsePrefix("ff00::/8"),          // multicast
-		netip.MustParsePrefix("100::/64"),          // discard-only (RFC 6666)
+		netip.MustParsePrefix("0.0.0.0/8"),          // "this network" (RFC 6890)
+		netip.MustParsePrefix("127.0.0.0/8"),        // loopback
+		netip.MustParsePrefix("169.254.0.0/16"),     // link-local, 169.254.169.254 metadata
+		netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud metadata
+		netip.MustParsePrefix("192.0.0.0/24"),       // IETF protocol assignments (RFC 6890)
+		netip.MustParsePrefix("224.0.0.0/4"),        // multicast
+		netip.MustParsePrefix("240.0.0.0/4"),        // reserved, and 255.255.255.255 broadcast
+		netip.MustParsePrefix("::/128"),             // unspecified
+		netip.MustParsePrefix("::1/128"),            // loopback
+		netip.MustParsePrefix("::ffff:0:0/96"),      // IPv4-mapped
+		netip.MustParsePrefix("fe80::/10"),          // link-local
+		netip.MustParsePrefix("fd00:ec2::/32"),      // AWS over IPv6: metadata ::254, DNS ::253, NTP ::123
+		netip.MustParsePrefix("ff00::/8"),           // multicast
+		netip.MustParsePrefix("100::/64"),           // discard-only (RFC 6666)
 	}
 }
 
@@ -122,7 +124,43 @@ func (s *prefixSet) has(a *[16]byte, f uint8) bool {
 }
 
 // denied reports whether a pod may not open a flow to dst (16 bytes) of
-// family index f.
+// family index f. An IPv6 destination in a NAT64 prefix (nat64Embedded)
+// that is not denied or allowed itself is judged by the IPv4 address it
+// embeds: the NAT64 translator sends it there, from the gateway node's
+// network, so 64:ff9b::a9fe:a9fe reaches 169.254.169.254 as well as the
+// IPv4 address does. One that embeds an allowed IPv4 address stays
+// allowed: NAT64 is how IPv6-only pods reach the IPv4 internet.
 func (s *Snapshot) denied(dst *[16]byte, f uint8) bool {
-	return s.deny.has(dst, f) && !s.allow.has(dst, f)
+	if s.allow.has(dst, f) {
+		return false
+	}
+	if s.deny.has(dst, f) {
+		return true
+	}
+	var v4 [16]byte
+	if f == 1 && nat64Embedded(dst, &v4) {
+		return s.deny.has(&v4, 0) && !s.allow.has(&v4, 0)
+	}
+	return false
+}
+
+// nat64Embedded reports whether IPv6 address a is in one of the NAT64
+// prefixes, the well-known 64:ff9b::/96 (RFC 6052) or the local-use
+// 64:ff9b:1::/48 (RFC 8215), and if so stores the IPv4 address it embeds
+// into v4, IPv4-mapped. RFC 6052 §2.2 lays it out by prefix length: after
+// a /96 it is the last 32 bits; after a /48 it is bits 48..63 and 72..87,
+// around the u-octet (bits 64..71), which is skipped whatever it holds.
+// Operator-chosen network-specific prefixes are not known here; they go
+// on Config.DeniedDestinations.
+func nat64Embedded(a *[16]byte, v4 *[16]byte) bool {
+	hi := binary.BigEndian.Uint64(a[:8])
+	switch {
+	case hi == 0x0064_ff9b_0000_0000 && binary.BigEndian.Uint32(a[8:12]) == 0:
+		setMapped(v4, [4]byte(a[12:16]))
+	case hi>>16 == 0x0064_ff9b_0001:
+		setMapped(v4, [4]byte{a[6], a[7], a[9], a[10]})
+	default:
+		return false
+	}
+	return true
 }

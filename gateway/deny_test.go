@@ -30,9 +30,27 @@ func TestDeniedDestinations(t *testing.T) {
 		{"::ffff:1.2.3.4", true},  // IPv4-mapped as an IPv6 destination (bad_address at decode too)
 		{"100::1", true},          // discard-only
 		{"fd00:ec2::254", true},   // AWS metadata over IPv6
-		{"10.0.0.2", true},        // a node (its VTEP)
-		{"10.0.0.1", true},        // the gateway itself
-		{"10.10.3.4", true},       // a configured node network
+		{"fd00:ec2::23", true},    // AWS DNS over IPv6 (the whole fd00:ec2::/32)
+		{"fd00:ec2::123", true},   // AWS NTP over IPv6
+		{"100.100.100.200", true}, // Alibaba Cloud metadata
+		// NAT64 (RFC 6052): the embedded IPv4 address decides.
+		{"64:ff9b::a9fe:a9fe", true},             // 169.254.169.254 via the well-known /96
+		{"64:ff9b::7f00:1", true},                // 127.0.0.1
+		{"64:ff9b::a00:2", true},                 // a node (10.0.0.2)
+		{"64:ff9b::a0a:304", true},               // a configured node network (10.10.3.4)
+		{"64:ff9b::6464:64c8", true},             // Alibaba metadata
+		{"64:ff9b:1:a9fe:a9:fe00::", true},       // 169.254.169.254 via the local-use /48 (u-octet skipped)
+		{"64:ff9b:1:a9fe:ffa9:fe01:203:0", true}, // same, whatever the u-octet and the suffix hold
+		{"64:ff9b:1:a0a:4:600::", true},          // 10.10.4.6 via the /48
+		{"64:ff9b::a0a:506", false},              // 10.10.5.6, allowed inside a node network
+		{"64:ff9b::c633:6414", false},            // 198.51.100.20: NAT64 to an allowed address stays allowed
+		{"64:ff9b:1:c633:64:1400::", false},      // the same via the /48
+		{"64:ff9b:2::a9fe:a9fe", false},          // outside both NAT64 prefixes
+		{"100.100.100.201", false},
+		{"fd00:ec3::254", false},
+		{"10.0.0.2", true},  // a node (its VTEP)
+		{"10.0.0.1", true},  // the gateway itself
+		{"10.10.3.4", true}, // a configured node network
 		{"fd20::9", true},
 		{"10.10.5.6", false},   // allowed inside a node network
 		{"169.254.1.1", false}, // allowed inside the link-local range
@@ -40,6 +58,7 @@ func TestDeniedDestinations(t *testing.T) {
 		{"10.0.1.3", false},
 		{"2001:db8:ffff::20", false},
 		{"fd21::9", false},
+		{"2001:db8:ffff::a9fe:a9fe", false}, // the metadata address's bits outside a NAT64 prefix
 	}
 	for _, c := range cases {
 		t.Run(c.dst, func(t *testing.T) {
@@ -79,8 +98,9 @@ func TestDeniedZeroAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := netip.MustParseAddr("169.254.169.254").As16(), netip.MustParseAddr("2001:db8::1").As16()
+	c, d := netip.MustParseAddr("64:ff9b::a9fe:a9fe").As16(), netip.MustParseAddr("64:ff9b:1:c633:64:1400::").As16()
 	if n := testing.AllocsPerRun(100, func() {
-		if !s.denied(&a, 0) || s.denied(&b, 1) {
+		if !s.denied(&a, 0) || s.denied(&b, 1) || !s.denied(&c, 1) || s.denied(&d, 1) {
 			t.Fatal("wrong answer")
 		}
 	}); n != 0 {

@@ -48,6 +48,9 @@ func dropCases() []dropCase {
 			binary.BigEndian.PutUint16(f[14+50+2:], 2000) // inner total length beyond the frame
 			return f
 		}},
+		{reason: DropSourceRoute, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), withIPv4Options(udpFrom(pod1v4, server4).build(t), srrOption(0x83)))
+		}},
 		{reason: DropBadTunnel, frame: func(t *testing.T) []byte {
 			f := tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 			f[14+20+8] = 0 // VXLAN I flag cleared

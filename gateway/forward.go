@@ -107,7 +107,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 	copy16((*[16]byte)(&t.Dst), &pk.Dst)
 	t.Proto = pk.Proto
 	l.Dir, l.Flags = conntrack.Original, 0
-	l.HasSeq = false
+	l.HasSeq, l.Related = false, false
 	switch pk.Proto {
 	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {

@@ -305,6 +305,18 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 			p.bad(DropBadAddress)
 			return 0, 0, false
 		}
+		if hl > header.IPv4MinLen {
+			// A source route makes the destination only the first hop:
+			// a pod could reach a denied address through an allowed
+			// one. Linux drops these unless accept_source_route is set.
+			if routed, ok := header.IPv4(b[off : off+hl]).SourceRouted(); !ok {
+				p.bad(DropMalformed)
+				return 0, 0, false
+			} else if routed {
+				p.bad(DropSourceRoute)
+				return 0, 0, false
+			}
+		}
 		setMapped(&p.Src, src)
 		setMapped(&p.Dst, h.DstAddr())
 		p.FragOff = h.FragmentOffset() >> 3
@@ -344,6 +356,13 @@ func (p *Parsed) decodeIP(b []byte, off int, et uint16) (l4, end int, ok bool) {
 		x := header.IPv6(b[off:end]).WalkExtensionsStopAtAH()
 		if x.Status != header.IPv6ExtOK {
 			p.bad(DropMalformed)
+			return 0, 0, false
+		}
+		if x.SourceRouted {
+			// As for IPv4 source routes: the destination is only the
+			// next segment (Linux drops type 0 always, and SRv6 unless
+			// seg6_enabled).
+			p.bad(DropSourceRoute)
 			return 0, 0, false
 		}
 		if x.Fragment {

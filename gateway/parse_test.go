@@ -123,8 +123,32 @@ func seedFrames(t testing.TB) [][]byte {
 		plainFrame(t, pkt{src: server6, dst: egress6, proto: "echoreply", sport: 3}.build(t)),
 		plainFrame(t, pkt{src: server4, dst: egress4, proto: "icmperr", icmpType: 3, icmpCode: 4, mtu: 1400, quote: q4}.build(t)),
 		plainFrame(t, pkt{src: server6, dst: egress6, proto: "icmperr", icmpType: 2, mtu: 1400, quote: q6}.build(t)),
+		// Options that route nowhere (record route, a Routing header with
+		// no segments left): one byte away from a source route.
+		tunnelFrame(t, podTun(), withIPv4Options(optUDP(pod1v4, server4).build(t), []byte{1, 7, 7, 4, 0, 0, 0, 0})),
+		tunnelFrame(t, podTun(), withRoutingHeader(optUDP(pod1v6, server6).build(t), 0, 0)),
+		plainFrame(t, withIPv4Options(optUDP(server4, egress4).build(t), []byte{1, 7, 7, 4, 0, 0, 0, 0})),
 	)
 	return fs
+}
+
+// optUDP is a UDP packet on ports gopacket decodes no further (not DNS).
+func optUDP(src, dst netip.Addr) pkt {
+	return pkt{src: src, dst: dst, proto: "udp", sport: 7000, dport: 7001, payload: []byte("q")}
+}
+
+// sourceRoutedFrames are frames Decode drops as source_route: a pod's and
+// an outside packet with LSRR and SSRR, and with IPv6 Routing headers that
+// have segments left.
+func sourceRoutedFrames(t testing.TB) [][]byte {
+	return [][]byte{
+		tunnelFrame(t, podTun(), withIPv4Options(optUDP(pod1v4, server4).build(t), srrOption(0x83))),
+		tunnelFrame(t, podTun(), withIPv4Options(pkt{src: pod1v4, dst: server4, proto: "tcp", sport: 1, dport: 2, flags: "S"}.build(t), srrOption(0x89))),
+		tunnelFrame(t, podTun(), withRoutingHeader(optUDP(pod1v6, server6).build(t), 0, 1)),
+		tunnelFrame(t, podTun(), withRoutingHeader(optUDP(pod1v6, server6).build(t), 4, 2)),
+		plainFrame(t, withIPv4Options(optUDP(server4, egress4).build(t), srrOption(0x83))),
+		plainFrame(t, withRoutingHeader(optUDP(server6, egress6).build(t), 0, 1)),
+	}
 }
 
 func TestDecodeAllocs(t *testing.T) {

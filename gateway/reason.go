@@ -41,6 +41,7 @@ const (
 	DropEgressIPFlowLimit                   // new flow refused: the egress IP holds its limit of flows (egressIPFlowLimit)
 	DropDeniedDestination                   // new flow refused: the destination is on the deny-list (link-local, metadata, loopback, node networks...)
 	DropTunnelChecksum                      // tunnel packet over IPv6 whose outer UDP checksum is zero or wrong (RFC 6935/6936)
+	DropSourceRoute                         // IPv4 loose/strict source route option, or an IPv6 Routing header with Segments Left > 0
 	numDropReasons
 )
 
@@ -78,6 +79,7 @@ var dropNames = [numDropReasons]string{
 	DropEgressIPFlowLimit: "egressip_flow_limit",
 	DropDeniedDestination: "denied_destination",
 	DropTunnelChecksum:    "tunnel_checksum",
+	DropSourceRoute:       "source_route",
 }
 
 // String returns the reason's label value.

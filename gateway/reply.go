@@ -23,7 +23,7 @@ func (pr *Processor) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 	}
 	t := &l.Key
 	l.Dir, l.Flags = conntrack.Reply, 0
-	l.HasSeq = false
+	l.HasSeq, l.Related = false, false
 	switch pk.Proto {
 	case header.ProtoTCP, header.ProtoUDP:
 		if !pk.HasL4 {
@@ -46,7 +46,10 @@ func (pr *Processor) replyPrepare(s *frame, l *conntrack.Lookup) Result {
 				return pr.drop(DropNoFlow) // quotes a packet we did not send
 			}
 			*t = conntrack.Tuple{Src: conntrack.Addr(pk.EmbDst), Dst: conntrack.Addr(pk.EmbSrc), SrcPort: pk.EmbDstPort, DstPort: pk.EmbSrcPort, Proto: pk.EmbProto}
-			s.isErr = true
+			// Translated back to the pod, but no answer from the
+			// server: any router on the path can send one, so it must
+			// neither make the flow answered nor keep it alive.
+			s.isErr, l.Related = true, true
 		case pk.ICMPEcho:
 			return pr.drop(DropNoFlow) // echo request to an egress IP: unsolicited
 		default:

@@ -123,6 +123,44 @@ func (b IPv4) Encode(f *IPv4Fields) {
 // Version returns the version field.
 func (b IPv4) Version() uint8 { return b[v4VerIHL] >> 4 }
 
+// IPv4 option types (RFC 791 §3.1; the copied flag is part of the type).
+const (
+	v4OptEnd  = 0    // End of Option List: the rest is padding
+	v4OptNOP  = 1    // No Operation: one byte
+	v4OptLSRR = 0x83 // Loose Source and Record Route
+	v4OptSSRR = 0x89 // Strict Source and Record Route
+)
+
+// SourceRouted walks the options of header b (b holds at least
+// HeaderLength bytes) and reports whether they carry a loose or strict
+// source route: the destination address is then only the next hop. ok is
+// false when an option before the first source route has a length below
+// 2 or runs past the header, which Linux refuses too.
+func (b IPv4) SourceRouted() (routed, ok bool) {
+	hl := b.HeaderLength()
+	for off := IPv4MinLen; off < hl; {
+		switch b[off] {
+		case v4OptEnd:
+			return false, true
+		case v4OptNOP:
+			off++
+			continue
+		}
+		if off+1 >= hl {
+			return false, false
+		}
+		n := int(b[off+1])
+		if n < 2 || off+n > hl {
+			return false, false
+		}
+		if t := b[off]; t == v4OptLSRR || t == v4OptSSRR {
+			return true, true
+		}
+		off += n
+	}
+	return false, true
+}
+
 // HeaderLength returns the header length in bytes, options included.
 func (b IPv4) HeaderLength() int { return int(b[v4VerIHL]&0x0f) * 4 }
 

@@ -143,6 +143,9 @@ const (
 	extLen       = 1
 	fragOffFlags = 2
 	fragID       = 4
+	// routingSegLeft is the Segments Left byte of a Routing header
+	// (RFC 8200 §4.4), after Next Header, Hdr Ext Len and Routing Type.
+	routingSegLeft = 3
 	// IPv6FragmentLen is the length of the IPv6 Fragment header.
 	IPv6FragmentLen = 8
 	// IPv6MaxExtHeaders bounds the extension-header walk. RFC 8200 §4.1 allows
@@ -185,6 +188,11 @@ type IPv6Ext struct {
 	Fragment bool
 	// MoreFragments is the M flag of the Fragment header; valid iff Fragment.
 	MoreFragments bool
+	// SourceRouted reports a Routing header with Segments Left above zero
+	// before the chain's end: the destination address is only the next
+	// hop (RFC 8200 §4.4). One with Segments Left zero is ignored, as the
+	// RFC says.
+	SourceRouted bool
 }
 
 // NonFirstFragment reports whether the packet is a fragment other than the
@@ -248,6 +256,11 @@ func (b IPv6) WalkExtensionsStopAtAH() IPv6Ext {
 			r.FragOffset = fo &^ 7
 			r.MoreFragments = fo&1 != 0
 			r.FragID = binary.BigEndian.Uint32(b[off+fragID:])
+		case ProtoRouting:
+			hl = (int(b[off+extLen]) + 1) * 8
+			if b[off+routingSegLeft] != 0 {
+				r.SourceRouted = true
+			}
 		default:
 			hl = (int(b[off+extLen]) + 1) * 8
 		}

@@ -40,7 +40,10 @@ func buildChain(r *rand.Rand, s chainSpec) []byte {
 		case ProtoRouting:
 			k := 2 * r.IntN(2)
 			h := make([]byte, (k+1)*8)
-			h[0], h[1] = next, uint8(k) // type 0, segments left 0
+			h[0], h[1] = next, uint8(k) // type 0
+			if r.IntN(2) == 0 {
+				h[3] = uint8(1 + r.IntN(255)) // segments left: source routed
+			}
 			copy(h[8:], randBytes(r, len(h)-8))
 			b = append(b, h...)
 		case ProtoFragment:
@@ -124,7 +127,7 @@ func TestIPv6ExtWalkAgainstGopacket(t *testing.T) {
 		p := gopacket.NewPacket(data, layers.LayerTypeIPv6, noCopy)
 		wantProto, wantOff := uint8(IPv6(data).NextHeader()), IPv6Len
 		var gfrag *layers.IPv6Fragment
-		nExt, atAH := 0, false
+		nExt, atAH, routed := 0, false, false
 		for _, l := range p.Layers() {
 			next, ok := isExtLayer(l)
 			if !ok {
@@ -133,6 +136,9 @@ func TestIPv6ExtWalkAgainstGopacket(t *testing.T) {
 			nExt++
 			if atAH {
 				continue
+			}
+			if rt, ok := l.(*layers.IPv6Routing); ok && rt.SegmentsLeft != 0 {
+				routed = true
 			}
 			if _, ah := l.(*layers.IPSecAH); ah {
 				wantProto, wantOff, atAH = ProtoAH, offsetOf(data, l), true
@@ -153,6 +159,9 @@ func TestIPv6ExtWalkAgainstGopacket(t *testing.T) {
 		x := b.WalkExtensionsStopAtAH()
 		if x.Status != IPv6ExtOK || x.Proto != wantProto || x.Offset != wantOff {
 			t.Fatalf("chain %v → %d: walk = %+v, gopacket proto %d offset %d", s.exts, s.final, x, wantProto, wantOff)
+		}
+		if x.SourceRouted != routed {
+			t.Fatalf("chain %v: source routed %v, gopacket %v", s.exts, x.SourceRouted, routed)
 		}
 		if (gfrag != nil) != x.Fragment {
 			t.Fatalf("fragment seen %v, gopacket %v", x.Fragment, gfrag != nil)
