@@ -72,7 +72,24 @@ func TestDashboardShowsEveryDrop(t *testing.T) {
 
 	const untrusted = "Untrusted input dropped by the gateways (packets/s)"
 	exprs := strings.Join(panels[untrusted], "\n")
-	for _, r := range []string{"bad_address", "tunnel_mismatch", "unknown_vtep", "spoofed_source", "denied_destination", "fragment_tiny", "fragment_overlap"} {
+	// The reasons of docs/metrics.md's first group (a hostile or misconfigured
+	// sender), each on the panel: a reason added there and not here fails.
+	group := regexp.MustCompile("(?s)\n- A hostile or misconfigured sender(.*?)\n- Capacity").FindSubmatch(doc)
+	if group == nil {
+		t.Fatal("docs/metrics.md has no group \"A hostile or misconfigured sender\" before \"Capacity\"")
+	}
+	var hostile []string
+	for _, m := range regexp.MustCompile("`([a-z_0-9]+)`").FindAllSubmatch(group[1], -1) {
+		for _, r := range gateway.DropReasons() {
+			if r.String() == string(m[1]) {
+				hostile = append(hostile, r.String())
+			}
+		}
+	}
+	if len(hostile) < 7 {
+		t.Fatalf("found only %d drop reasons in docs/metrics.md's first group: %v", len(hostile), hostile)
+	}
+	for _, r := range hostile {
 		if !regexp.MustCompile(`reason=~"[^"]*\b` + r + `\b`).MatchString(exprs) {
 			t.Errorf("panel %q does not select reason %s: %q", untrusted, r, exprs)
 		}
