@@ -198,6 +198,25 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 			c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: []byte(tagPodTunnel), Exprs: append(e, drop...)})
 		}
 	}
+	// Pods' frames of the tunnel's own VNI to any node: on a gateway node a
+	// pod's traffic may leave masqueraded as the node, a gateway VTEP the
+	// workers' input rule trusts, and would reach their egret0 (issue 33).
+	if n.port != 0 {
+		vni := binary.BigEndian.AppendUint32(nil, n.vni)[1:]
+		for f, fam := range nftFam {
+			for _, src := range []*nftables.Set{sets.pods[f], sets.sel[f], sets.allow[f]} {
+				e := append(udpOf(fam.proto),
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, n.port)},
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: vni},
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
+					&expr.Lookup{SourceRegister: 1, SetName: src.Name},
+				)
+				c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: []byte(tagPodTunnel), Exprs: append(e, drop...)})
+			}
+		}
+	}
 	for _, p := range excluded {
 		off, l := uint32(16), uint32(4)
 		proto := byte(unix.NFPROTO_IPV4)

@@ -167,6 +167,31 @@ func TestTunnelFilterInNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod cannot send the tunnel's VNI to any node", func(t *testing.T) {
+		// rogue stands for a worker: on a gateway node a pod's frames may
+		// leave masqueraded as the node, whose VTEP the workers trust.
+		rg := capture(t, rogueH, "eth0")
+		d0 := drops()
+		sendToPort(t, l.podH, podIP4, rogueIP, cfg.Port) // VNI 4242, the tunnel's
+		if n := udpTo(rg.take(), rogueIP, cfg.Port); n != 0 {
+			t.Fatalf("%d VXLAN frames of the tunnel's VNI from the pod reached another node", n)
+		}
+		if d := drops() - d0; d != 2 {
+			t.Fatalf("tunnel drops rose by %d, want 2", d)
+		}
+		// Control: another VNI on the port (a CNI's own VXLAN) passes.
+		d0 = drops()
+		nsenter.Do(l.podH, func() error {
+			return writeUDP(netip.AddrPortFrom(podIP4, 0), netip.AddrPortFrom(rogueIP, cfg.Port), []byte("\x08\x00\x00\x00\x00\x10\x93\x00 another VNI"), 2)
+		})
+		if n := udpTo(rg.take(), rogueIP, cfg.Port); n == 0 {
+			t.Fatal("the pod's frames of another VNI did not arrive (capture broken, or the rule too wide)")
+		}
+		if d := drops() - d0; d != 0 {
+			t.Fatalf("tunnel drops rose by %d for another VNI", d)
+		}
+	})
+
 	t.Run("gateway leaves, cleanup removes the rules", func(t *testing.T) {
 		if _, err := k.Apply(desired(testInputs(), k.Params())); err != nil {
 			t.Fatal(err)
@@ -187,6 +212,9 @@ func TestTunnelFilterInNetns(t *testing.T) {
 		}
 	})
 }
+
+// rogueIP is the rogue host's address on the node network.
+var rogueIP = netip.MustParseAddr("192.0.2.31")
 
 // sendToPort sends two UDP datagrams from src to dst:port from inside ns.
 func sendToPort(t *testing.T, ns netns.NsHandle, src, dst netip.Addr, port uint16) {
