@@ -88,9 +88,11 @@ func TestCloudAttachKube(t *testing.T) {
 
 	nstest.Until(t, "a CloudAttachFailed Event on the EgressIP", 30*time.Second, hasEvent(t, k, "EgressIP", "cloud1", controller.ReasonCloudAttachFailed, "PrivateIpAddressLimitExceeded"))
 	nstest.Until(t, "the same Event on the CloudPrivateIPConfig", 10*time.Second, hasEvent(t, k, cluster.CloudPrivateIPConfigKind, "10.0.1.50", controller.ReasonCloudAttachFailed, "not in status"))
-	if _, _, assigned, found := cpic(); !found || assigned != "False" {
-		t.Fatalf("CloudPrivateIPConfig 10.0.1.50 found=%v Assigned=%q; want False", found, assigned)
-	}
+	// The Event and the object's condition are two writes: wait for the second too.
+	nstest.Until(t, "CloudPrivateIPConfig 10.0.1.50 Assigned=False", 10*time.Second, func() (bool, string) {
+		_, _, assigned, found := cpic()
+		return found && assigned == "False", fmt.Sprintf("found=%v Assigned=%q", found, assigned)
+	})
 	if items := k.status(t, "cloud1"); len(items) != 0 {
 		t.Fatalf("status %v names a node while the cloud refuses the attach", items)
 	}

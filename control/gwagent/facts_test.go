@@ -171,6 +171,15 @@ func TestFactsPublish(t *testing.T) {
 	}
 
 	// The shipped policy: this identity may write only its own node's two keys.
+	// The API server loads a new ValidatingAdmissionPolicy asynchronously:
+	// wait until it refuses a dry run of the forbidden write (the waits on
+	// events above no longer leave it the time fixed sleeps did).
+	gwCS := kubernetes.NewForConfigOrDie(gwCfg)
+	nstest.Eventually(t, "the shipped admission policy in force", 30*time.Second, func() bool {
+		_, err := gwCS.CoreV1().Nodes().Patch(ctx, "g2", types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+cluster.AnnotationEgretHostCIDRs+`":"[]"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil
+	})
 	if err := src.AnnotateNode(ctx, "g2", map[string]*string{cluster.AnnotationEgretHostCIDRs: ptr(`["192.0.2.12/24"]`)}); err == nil {
 		t.Error("the gateway of g1 annotated node g2")
 	}
