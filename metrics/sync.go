@@ -24,6 +24,7 @@ var syncSeries = []struct {
 	{"egret_gateway_sync_adopt_failures_total", "Flows from primaries that could not be held (flow table full, port taken, return path unknown).", false, func(s *flowsync.Stats) uint64 { return s.AdoptFailed }},
 	{"egret_gateway_sync_refused_total", "Sync connections or messages refused because they did not prove the pre-shared key, or the listener was full.", false, func(s *flowsync.Stats) uint64 { return s.Refused }},
 	{"egret_gateway_sync_malformed_total", "Authenticated sync messages that did not parse; the session was dropped.", false, func(s *flowsync.Stats) uint64 { return s.Malformed }},
+	{"egret_gateway_sync_late_resyncs_total", "Sessions a standby ended so that the primary resends everything: its view of the cluster came to back records it had refused (the primary saw the new status first).", false, func(s *flowsync.Stats) uint64 { return s.LateResyncs }},
 	{"egret_gateway_sync_backup_flows", "Backup flows held here for primaries.", true, func(s *flowsync.Stats) uint64 { return s.BackupFlows }},
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,4 +220,37 @@ func TestSyncListenerHostile(t *testing.T) {
 	sa.SetPeers(peers(addr))
 	sa.Start()
 	waitMatch(t, a, b)
+}
+
+// TestStandbyViewLate: the primary acts on a status this node's agent has
+// not read yet (it is the new standby): the first records are refused as
+// unknown_ip; once the view here backs the IP the session is ended, the
+// primary resends everything, and the standby matches it. Before, the
+// refused records were lost until each flow changed again (the lab's
+// continuity tests lost up to 62 of 100 connections' backups so).
+func TestStandbyViewLate(t *testing.T) {
+	a, b := newPipeline(t, 1<<14, egress, egress6), newPipeline(t, 1<<14)
+	var adm atomic.Pointer[Admission]
+	adm.Store(NewAdmission(map[netip.Addr]string{}, testAdmission().Nodes))
+	sb := newSync(t, "standby", testKey, b, func(c *Config) { c.Admission = adm.Load })
+	if err := sb.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		adopt(t, a, flow(i, conntrack.StateEstablished))
+	}
+	sa := newSync(t, "primary", testKey, a, nil)
+	sa.SetPeers(peers(sb.Addr().String()))
+	sa.Start()
+	nstest.Eventually(t, "the first records refused", syncWait, func() bool {
+		return sb.Stats().RecordsRefused[RefusedUnknownIP] >= 100
+	})
+	if n := len(table(b, egress, egress6)); n != 0 {
+		t.Fatalf("the standby holds %d flows the cluster did not back", n)
+	}
+	adm.Store(testAdmission())
+	waitMatch(t, a, b)
+	if st := sb.Stats(); st.LateResyncs == 0 {
+		t.Errorf("stats %+v: the standby matched without a late resync", st)
+	}
 }

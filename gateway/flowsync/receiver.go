@@ -168,6 +168,10 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 		return
 	}
 	s.cfg.Log.Info("flow sync: holding flows for a peer", "peer", sess.peer, "remote", c.RemoteAddr().String())
+	late := map[netip.Addr]bool{}
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.resyncWhenBacked(c, sess.peer, late, stop)
 	paths := map[uint32]gateway.ReturnPath{}
 	var buf, ack []byte
 	var last uint64
@@ -191,7 +195,7 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 			err = fmt.Errorf("%w: message type %d, sequence %d after %d", errMalformed, typ, seq, last)
 		}
 		if err == nil {
-			err = s.apply(sess.peer, s.admission(), body, paths)
+			err = s.apply(sess.peer, s.admission(), body, paths, late)
 		}
 		if err != nil {
 			s.c.malformed.Add(1)
@@ -206,6 +210,54 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 	}
 }
 
+// maxLate bounds the egress IPs one session remembers as refused for lack
+// of the cluster's word: a forged flood must not grow it.
+const maxLate = 256
+
+// lateEvery paces the check of a session's refused egress IPs against a
+// newer view.
+const lateEvery = 100 * time.Millisecond
+
+// resyncWhenBacked ends peer's session, so that the peer reconnects and
+// sends everything again (each session starts a full resync), once the
+// cluster's view here backs an egress IP whose records the session
+// refused (late, under s.rmu). The peer acts on its own view, which can be
+// ahead of this node's: a new standby's first records arrive before its
+// agent has read the status that makes it the standby, and without this
+// they were lost until each flow changed again.
+func (s *Sync) resyncWhenBacked(c net.Conn, peer string, late map[netip.Addr]bool, stop <-chan struct{}) {
+	t := time.NewTicker(lateEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.rmu.Lock()
+		backed := netip.Addr{}
+		if len(late) > 0 {
+			if adm := s.admission(); adm != nil {
+				for ip := range late {
+					if adm.Standby[ip] == peer {
+						backed = ip
+						break
+					}
+				}
+			}
+		}
+		s.rmu.Unlock()
+		if backed.IsValid() {
+			s.c.lateResyncs.Add(1)
+			s.cfg.Log.Info("flow sync: the cluster now backs an egress IP this session's records were refused for; ending it so that the peer resends everything", "peer", peer, "egress_ip", backed)
+			c.Close()
+			return
+		}
+	}
+}
+
 // admission is Config.Admission's answer, nil without one.
 func (s *Sync) admission() *Admission {
 	if s.cfg.Admission == nil {
@@ -215,24 +267,29 @@ func (s *Sync) admission() *Admission {
 }
 
 // admit checks f, a record of peer's naming return path rp (checkPath:
-// an upsert, which makes state), against adm, counting a refusal.
-func (s *Sync) admit(adm *Admission, peer string, f *conntrack.Flow, rp gateway.ReturnPath, checkPath bool) bool {
+// an upsert, which makes state), against adm, counting a refusal. An
+// egress IP refused because this node's view does not (yet) make it the
+// peer's standby for it goes into late (nil: not kept).
+func (s *Sync) admit(adm *Admission, peer string, f *conntrack.Flow, rp gateway.ReturnPath, checkPath bool, late map[netip.Addr]bool) bool {
 	ip := netip.AddrFrom16(f.NATAddr).Unmap()
-	if adm == nil {
-		s.refuse(RefusedUnknownIP, peer, ip)
-		return false
+	r, ok := RefusedUnknownIP, false
+	if adm != nil {
+		r, ok = adm.record(peer, ip, rp.VTEP, netip.AddrFrom16(f.Orig.Src), checkPath)
 	}
-	if r, ok := adm.record(peer, ip, rp.VTEP, netip.AddrFrom16(f.Orig.Src), checkPath); !ok {
-		s.refuse(r, peer, ip)
-		return false
+	if ok {
+		return true
 	}
-	return true
+	s.refuse(r, peer, ip)
+	if late != nil && (r == RefusedUnknownIP || r == RefusedWrongPeer) && len(late) < maxLate {
+		late[ip] = true
+	}
+	return false
 }
 
 // apply carries out one batch's items for peer, admitting each record by
 // adm: no state (a port table, a VTEP, a flow) is made for an egress IP or
 // node the cluster does not back.
-func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gateway.ReturnPath) error {
+func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gateway.ReturnPath, late map[netip.Addr]bool) error {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	h := s.held[peer]
@@ -273,7 +330,7 @@ func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gat
 				s.c.recordsOwned.Add(1)
 				continue
 			}
-			if !s.admit(adm, peer, f, gateway.ReturnPath{}, false) {
+			if !s.admit(adm, peer, f, gateway.ReturnPath{}, false, late) {
 				continue
 			}
 			s.replaceCopy(peer, h, f)
@@ -288,7 +345,7 @@ func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gat
 			if !ok {
 				return fmt.Errorf("%w: a flow names return path %d, never sent", errMalformed, f.Aux)
 			}
-			if !s.admit(adm, peer, f, rp, true) {
+			if !s.admit(adm, peer, f, rp, true, late) {
 				continue
 			}
 			if _, had := h.flows[f.Orig]; !had && len(h.flows) >= s.cfg.MaxPeerFlows {

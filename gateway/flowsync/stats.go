@@ -20,6 +20,7 @@ type Stats struct {
 	Refused        uint64 // connections or messages without the key, or over the listener's caps, dropped
 	Malformed      uint64 // authenticated messages that did not parse (session dropped)
 	BackupFlows    uint64 // flows held for peers now (gauge)
+	LateResyncs    uint64 // sessions ended so that the peer resends everything: the view here came to back records it had refused
 	// RecordsRefused counts, by reason, the records (and, for
 	// RefusedPeerAddress, the sessions) of key holders that the cluster
 	// does not back (Admission).
@@ -28,7 +29,7 @@ type Stats struct {
 
 type counters struct {
 	recordsSent, batchesSent, bytesSent, fullResyncs, stalls, connectFail, slotsLooked atomic.Uint64
-	recordsApplied, recordsOwned, adoptFailed, refused, malformed                      atomic.Uint64
+	recordsApplied, recordsOwned, adoptFailed, refused, malformed, lateResyncs         atomic.Uint64
 	backup                                                                             atomic.Int64
 	refusals                                                                           [NumRefusals]atomic.Uint64
 }
@@ -37,7 +38,8 @@ func (c *counters) snapshot() Stats {
 	st := Stats{RecordsSent: c.recordsSent.Load(), BatchesSent: c.batchesSent.Load(), BytesSent: c.bytesSent.Load(),
 		FullResyncs: c.fullResyncs.Load(), Stalls: c.stalls.Load(), ConnectFail: c.connectFail.Load(), SlotsLooked: c.slotsLooked.Load(),
 		RecordsApplied: c.recordsApplied.Load(), RecordsOwned: c.recordsOwned.Load(), AdoptFailed: c.adoptFailed.Load(),
-		Refused: c.refused.Load(), Malformed: c.malformed.Load(), BackupFlows: uint64(max(c.backup.Load(), 0))}
+		Refused: c.refused.Load(), Malformed: c.malformed.Load(), BackupFlows: uint64(max(c.backup.Load(), 0)),
+		LateResyncs: c.lateResyncs.Load()}
 	for i := range st.RecordsRefused {
 		st.RecordsRefused[i] = c.refusals[i].Load()
 	}

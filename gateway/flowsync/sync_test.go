@@ -307,7 +307,7 @@ func FuzzApply(f *testing.F) {
 	p := newPipeline(f, 1<<10)
 	s := newSync(f, "fuzz", testKey, p, nil)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s.apply("primary", testAdmission(), b, map[uint32]gateway.ReturnPath{})
+		s.apply("primary", testAdmission(), b, map[uint32]gateway.ReturnPath{}, nil)
 	})
 }
 
