@@ -24,7 +24,8 @@ type Admission struct {
 	// gateways) may connect.
 	SyncPort uint16
 	// MetricsPort is the metrics endpoint's: MetricsAllow may connect, or
-	// by default every node and every Node's spec.podCIDRs.
+	// by default every node, every Node's spec.podCIDRs and this node's
+	// primary network (its node-primary-ifaddr subnet).
 	MetricsPort  uint16
 	MetricsAllow []netip.Prefix
 	// ControllerNamespace and ControllerSelector find the controller's
@@ -91,6 +92,16 @@ func admission(node string, in cluster.View, o Admission) ([]config.Admit, []err
 		} else {
 			for _, n := range byName {
 				from = append(append(from, nodeAddrs(n)...), cluster.NodePodCIDRs(n)...)
+			}
+			// The node network, where a scraper outside the cluster sits.
+			if self := byName[node]; self != nil {
+				if ifa, _, _, err := cluster.NodeInterfaces(self.Annotations); err == nil {
+					for _, p := range []netip.Prefix{ifa.IPv4, ifa.IPv6} {
+						if p.IsValid() {
+							from = append(from, p.Masked())
+						}
+					}
+				}
 			}
 		}
 		out = append(out, config.Admit{Name: AdmitMetrics, Port: o.MetricsPort, From: from})

@@ -22,6 +22,8 @@ func admitView() cluster.View {
 		n.Labels = map[string]string{cluster.LabelEgressAssignable: ""}
 		return n
 	}
+	g1 := gw("g1", "10.0.0.21,fd00::21")
+	g1.Annotations = map[string]string{cluster.AnnotationEgretPrimaryIfAddr: `{"ipv4":"10.0.0.21/24"}`}
 	w1 := node("w1", "10.0.0.11", nil)
 	w1.Spec.PodCIDRs = []string{"10.244.1.0/24", "fd00:244:1::/64"}
 	w2 := node("w2", "10.0.0.12", nil)
@@ -29,7 +31,7 @@ func admitView() cluster.View {
 	done := pod("egret-system", "old", "w2", ctl, "10.244.2.9")
 	done.Status.Phase = "Failed"
 	return cluster.View{
-		Nodes: []*corev1.Node{gw("g1", "10.0.0.21,fd00::21"), gw("g2", "10.0.0.22"), w1, w2},
+		Nodes: []*corev1.Node{g1, gw("g2", "10.0.0.22"), w1, w2},
 		Pods: []*corev1.Pod{pod("egret-system", "ctl", "w1", ctl, "10.244.1.7"), done,
 			pod("tenant", "fake", "w2", ctl, "10.244.2.8")},
 	}
@@ -50,7 +52,7 @@ func TestBuildAdmission(t *testing.T) {
 	want := []config.Admit{
 		{Name: AdmitHealth, Port: 9107, From: prefixes("10.0.0.11/32", "10.0.0.21/32", "10.244.1.7/32", "fd00::21/128")},
 		{Name: AdmitSync, Port: 9108, From: prefixes("10.0.0.21/32", "10.0.0.22/32", "fd00::21/128")},
-		{Name: AdmitMetrics, Port: 9110, From: prefixes("10.0.0.11/32", "10.0.0.12/32", "10.0.0.21/32", "10.0.0.22/32",
+		{Name: AdmitMetrics, Port: 9110, From: prefixes("10.0.0.0/24", "10.0.0.11/32", "10.0.0.12/32", "10.0.0.21/32", "10.0.0.22/32",
 			"10.244.1.0/24", "10.244.2.0/24", "fd00::21/128", "fd00:244:1::/64")},
 	}
 	if got, exp := fmt.Sprint(r.Spec.Admission), fmt.Sprint(want); got != exp {
