@@ -18,9 +18,15 @@ import (
 
 const admitPort = 9107
 
+var (
+	gw6      = netip.MustParseAddr("fd77::1")
+	peer6    = netip.MustParseAddr("fd77::2")
+	stranger = netip.MustParseAddr("fd77::50")
+)
+
 // startAdmitting runs the engine with the admission filter adm, and a TCP
 // listener on the gateway's address at admitPort that accepts and closes.
-func startAdmitting(t *testing.T, tp *topo, adm []config.Admit) (*engine.Engine, *config.Spec) {
+func startAdmitting(t *testing.T, tp *topo, adm []config.Admit, listen netip.Addr) (*engine.Engine, *config.Spec) {
 	t.Helper()
 	spec, err := tp.config().Spec()
 	if err != nil {
@@ -38,7 +44,7 @@ func startAdmitting(t *testing.T, tp *topo, adm []config.Admit) (*engine.Engine,
 	}
 	t.Cleanup(func() { eng.Close() })
 	eng.Start()
-	ln, err := net.Listen("tcp4", netip.AddrPortFrom(gwVTEP, admitPort).String())
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(listen, admitPort).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +61,16 @@ func startAdmitting(t *testing.T, tp *topo, adm []config.Admit) (*engine.Engine,
 	return eng, spec
 }
 
-// dialFrom connects from src in the peer namespace to the listener.
+// dialFrom connects from src in the peer namespace to the listener on
+// the gateway's address of src's family.
 func (tp *topo) dialFrom(src netip.Addr, timeout time.Duration) error {
+	dst := gwVTEP
+	if src.Is6() {
+		dst = gw6
+	}
 	return tp.peer.Do(func() error {
 		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: timeout}
-		c, err := d.Dial("tcp4", netip.AddrPortFrom(gwVTEP, admitPort).String())
+		c, err := d.Dial("tcp", netip.AddrPortFrom(dst, admitPort).String())
 		if err == nil {
 			c.Close()
 		}
@@ -82,7 +93,7 @@ func drops(t *testing.T, eng *engine.Engine) uint64 {
 func TestAdmission(t *testing.T) {
 	tp := newTopo(t)
 	allowed := []config.Admit{{Name: "health", Port: admitPort, From: []netip.Prefix{netip.PrefixFrom(nodeVTEP, 32)}}}
-	eng, spec := startAdmitting(t, tp, allowed)
+	eng, spec := startAdmitting(t, tp, allowed, gwVTEP)
 
 	if err := tp.dialFrom(nodeVTEP, 2*time.Second); err != nil {
 		t.Fatalf("allowed source %v: %v", nodeVTEP, err)
@@ -157,7 +168,7 @@ func TestAdmissionSwapHasNoWindow(t *testing.T) {
 		return []config.Admit{{Name: "health", Port: admitPort,
 			From: []netip.Prefix{netip.PrefixFrom(nodeVTEP, 32), netip.MustParsePrefix(extra)}}}
 	}
-	eng, spec := startAdmitting(t, tp, from("192.0.2.0/24"))
+	eng, spec := startAdmitting(t, tp, from("192.0.2.0/24"), gwVTEP)
 	if err := tp.dialFrom(nodeVTEP, 2*time.Second); err != nil {
 		t.Fatalf("allowed source %v: %v", nodeVTEP, err)
 	}
@@ -210,6 +221,39 @@ func TestAdmissionSwapHasNoWindow(t *testing.T) {
 	t.Logf("%d SYNs sent during 100 swaps, %d counted as dropped, none answered", sent.Load(), drops(t, eng))
 	if err := tp.dialFrom(nodeVTEP, 2*time.Second); err != nil {
 		t.Fatalf("allowed source %v after the swaps: %v", nodeVTEP, err)
+	}
+}
+
+// TestAdmissionIPv6: the same over IPv6, for a host and for a prefix
+// (the masked match).
+func TestAdmissionIPv6(t *testing.T) {
+	tp := newTopo(t)
+	tp.gw.AddAddr(t, "d0", netip.PrefixFrom(gw6, 64))
+	tp.peer.AddAddr(t, "p0", netip.PrefixFrom(peer6, 64), netip.PrefixFrom(stranger, 64))
+	eng, spec := startAdmitting(t, tp, []config.Admit{{Name: "health", Port: admitPort,
+		From: []netip.Prefix{netip.PrefixFrom(nodeVTEP, 32), netip.PrefixFrom(peer6, 128)}}}, gw6)
+	if err := tp.dialFrom(peer6, 2*time.Second); err != nil {
+		t.Fatalf("allowed source %v: %v", peer6, err)
+	}
+	err := tp.dialFrom(stranger, 300*time.Millisecond) // a SYN that must not be answered
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("disallowed source %v: connect gave %v, want a timeout (SYN dropped)", stranger, err)
+	}
+	if n := drops(t, eng); n == 0 {
+		t.Fatal("the dropped SYN was not counted")
+	}
+	s := *spec
+	s.Admission = []config.Admit{{Name: "health", Port: admitPort, From: []netip.Prefix{netip.MustParsePrefix("fd77::/120")}}}
+	set, err := s.Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Reload(set); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.dialFrom(stranger, 2*time.Second); err != nil {
+		t.Fatalf("source %v in fd77::/120: %v", stranger, err)
 	}
 }
 
