@@ -306,6 +306,7 @@ var otherValues = []string{
 	"--set", "controller.egressNodeSelector=node-restriction.kubernetes.io/egress-gateway=true",
 	"--set", "controller.priorityClassName=,gateway.priorityClassName=egret-gateways,priorityQuota.create=true",
 	"--set", "monitoring.namespace=monitoring,monitoring.labels.release=kube-prometheus-stack",
+	"--set", "gateway.admission.metricsAllow={10.9.0.0/16,192.0.2.7}",
 }
 
 // monitoringKinds are the objects monitoring.namespace moves.

@@ -204,6 +204,7 @@ func TestCluster(t *testing.T) {
 	icmp := e.icmpRecorder()
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress checked after %v", time.Since(start).Round(time.Second))
+	e.checkAdmission(nss[3])
 
 	// 4. the node hosting the single-IP object dies; the IP serves from the
 	// other gateway, its standby, and two connections go on with their
@@ -262,6 +263,45 @@ func TestCluster(t *testing.T) {
 	e.checkAllClean()
 	e.checkEIPsKept(eips, "helm uninstall")
 	t.Logf("total %v", time.Since(start).Round(time.Second))
+}
+
+// checkAdmission (issue 33): a pod of ns on a worker cannot open a
+// connection to a gateway node's flow sync (9108), nor to its health port
+// (9107) from a worker no controller pod runs on (this cluster's CNI
+// masquerades pods to their node's address, which the health port admits
+// on a controller's node), while the metrics port (9110) answers it and the
+// controller's probes go on: no EgressIP's status changes meanwhile.
+func (e *env) checkAdmission(ns testNS) {
+	e.t.Helper()
+	statuses := func() string {
+		return e.kubectl("get", "eip", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.items}{"\n"}{end}`)
+	}
+	before := statuses()
+	ctl := strings.Fields(e.kubectl("-n", "egret-system", "get", "pods", "-l", "app.kubernetes.io/name=egret-controller",
+		"-o", "jsonpath={.items[*].spec.nodeName}"))
+	for _, p := range e.pods(ns.name) {
+		if slices.Contains(gateways, p.node) {
+			continue
+		}
+		dropped := []string{"9108"}
+		if !slices.Contains(ctl, p.node) {
+			dropped = append(dropped, "9107")
+		}
+		for _, port := range dropped {
+			addr := net.JoinHostPort(plan.nodeIPs[gateways[0]], port)
+			if out, err := e.exec(ns.name, p.name, "/bin/probe", "dial", addr); err == nil || !strings.Contains(out, "timeout") {
+				e.t.Errorf("%s/%s on %s dialled %s: %v %s; want a timeout (SYN dropped by inet egret-admit)", ns.name, p.name, p.node, addr, err, out)
+			}
+		}
+		addr := net.JoinHostPort(plan.nodeIPs[gateways[0]], "9110")
+		if out, err := e.exec(ns.name, p.name, "/bin/probe", "dial", addr); err != nil {
+			e.t.Errorf("%s/%s on %s cannot reach the metrics port %s: %v %s", ns.name, p.name, p.node, addr, err, out)
+		}
+		e.t.Logf("admission: %s on %s refused on %v of %s, admitted on 9110 (controller on %v)", p.name, p.node, dropped, gateways[0], ctl)
+	}
+	if after := statuses(); after != before {
+		e.t.Errorf("EgressIP statuses changed while pods were refused on the health port:\nbefore %s\nafter %s", before, after)
+	}
 }
 
 // installCRDs applies deploy/crd/, as docs/operations.md says: once, before

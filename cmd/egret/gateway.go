@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
@@ -83,6 +84,9 @@ type gatewayFlags struct {
 	pod, podNS       string
 	flowsSocket      string
 	drain            time.Duration
+	admission        bool
+	metricsAllow     string
+	controllerSel    string
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -142,6 +146,9 @@ func (f *gatewayFlags) bindAgent() {
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
 	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
 	fs.StringVar(&f.podNS, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
+	fs.BoolVar(&f.admission, "admission", true, "agent mode with the Kubernetes API: an nftables table (inet "+engine.AdmitTable+") admits the health port only from the controller's pods and nodes, the flow sync only from gateway nodes and the metrics port only from --metrics-allow (docs/security.md#admission-filter)")
+	fs.StringVar(&f.metricsAllow, "metrics-allow", "", "agent mode with --admission: comma-separated CIDRs or addresses that may reach --metrics-addr besides the node itself; \"any\": no filter on it; default: every node's InternalIPs, every Node's spec.podCIDRs (an in-cluster Prometheus) and this node's primary network")
+	fs.StringVar(&f.controllerSel, "controller-selector", "app.kubernetes.io/name=egret-controller", "agent mode with --admission: the label selector of the controller's pods in --pod-namespace, whose addresses and nodes may reach the health port")
 	fs.DurationVar(&f.drain, "drain-timeout", 5*time.Second, "agent mode with the flow sync on: on SIGTERM the agent reports NOT_SERVING, so that the controller moves its egress IPs to their standbys (which hold their flows), and forwards until they moved or this long has passed; 0: release them at once (docs/continuity.md)")
 }
 
@@ -190,8 +197,81 @@ func (f *gatewayFlags) check() error {
 				return err
 			}
 		}
+		if _, err := f.admissionOptions(); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// admissionOptions are the agent's admission settings from the flags, nil
+// when there is no filter (--admission=false, or a directory source).
+// The ports are filled by admissionPorts once the listeners are known.
+func (f *gatewayFlags) admissionOptions() (*gwagent.Admission, error) {
+	allow, err := parseMetricsAllow(f.metricsAllow)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := labels.Parse(f.controllerSel)
+	if err != nil {
+		return nil, fmt.Errorf("--controller-selector %q: %w", f.controllerSel, err)
+	}
+	if !f.admission || strings.HasPrefix(f.source, "dir:") {
+		return nil, nil
+	}
+	return &gwagent.Admission{MetricsAllow: allow, ControllerNamespace: f.podNS, ControllerSelector: sel}, nil
+}
+
+// parseMetricsAllow parses --metrics-allow: nil for the default (""),
+// an empty list for "any", else CIDRs (a plain address is one host).
+func parseMetricsAllow(v string) ([]netip.Prefix, error) {
+	v = strings.TrimSpace(v)
+	switch v {
+	case "":
+		return nil, nil
+	case "any":
+		return []netip.Prefix{}, nil
+	}
+	var out []netip.Prefix
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("--metrics-allow %q: %q is neither a CIDR nor an address (or use \"any\")", v, s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// admissionPorts fills a's ports from the listeners this gateway runs:
+// health (--health-addr), flow sync (only with a key) and metrics; "any"
+// in --metrics-allow leaves the metrics port unfiltered.
+func (f *gatewayFlags) admissionPorts(a *gwagent.Admission, metricsAddr string, syncKey []byte) {
+	port := func(addr string) uint16 {
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.ParseUint(p, 10, 16)
+		return uint16(n)
+	}
+	if f.healthAddr != "" {
+		a.HealthPort = port(f.healthAddr)
+	}
+	if syncKey != nil {
+		a.SyncPort = port(f.syncAddr)
+	}
+	if metricsAddr == "" {
+		metricsAddr = metrics.DefaultGatewayAddr
+	}
+	if metricsAddr != "off" && (a.MetricsAllow == nil || len(a.MetricsAllow) > 0) {
+		a.MetricsPort = port(metricsAddr)
+	}
 }
 
 // configFile is the config file with the flags applied: the command's own
@@ -443,11 +523,18 @@ func runGatewayAgent(f *gatewayFlags) error {
 	if err != nil {
 		return err
 	}
-	dp := &agentDataPlane{f: f, gm: gm, log: log, syncKey: syncKey, final: in.final}
+	adm, err := f.admissionOptions()
+	if err != nil {
+		return err
+	}
+	if adm != nil {
+		f.admissionPorts(adm, cf.file.MetricsAddr, syncKey)
+	}
+	dp := &agentDataPlane{f: f, gm: gm, log: log, syncKey: syncKey, final: in.final, admission: adm}
 	var src cluster.Source
 	src, dp.admit = syncAdmission(in.src, f.node)
 	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *cf.base, Source: src, FenceAfter: f.fenceAfter, Log: log,
-		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs}, StartDataPlane: dp.start,
+		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs, Admission: adm}, StartDataPlane: dp.start,
 		ReleaseStale: engine.ReleaseStaleClaims, OnStandbys: dp.setStandbys}
 	if f.healthAddr != "" {
 		if a.Health, err = f.startHealth(gm, log); err != nil {
@@ -556,8 +643,11 @@ type agentDataPlane struct {
 	syncKey []byte
 	admit   func() *flowsync.Admission
 	final   func() bool
-	eng     *engine.Engine // set once running
-	sync    *flowsync.Sync // set once running with a key
+	// admission is the agent's admission filter, nil when off: its drop
+	// counters are registered once the engine runs.
+	admission *gwagent.Admission
+	eng       *engine.Engine // set once running
+	sync      *flowsync.Sync // set once running with a key
 }
 
 func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
@@ -569,6 +659,9 @@ func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
 	e.ResumeFlows(f.stateFile)
 	e.Start()
 	d.gm.attach(e)
+	if d.admission != nil {
+		registerAdmissionDrops(d.gm, e, d.admission)
+	}
 	log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 	d.eng = e
 	if d.syncKey != nil {
@@ -583,6 +676,32 @@ func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
 func (d *agentDataPlane) setStandbys(m map[netip.Addr]netip.Addr) {
 	if d.sync != nil {
 		d.sync.SetPeers(gwagent.SyncPeers(m, d.f.syncAddr, flowsync.DefaultPort))
+	}
+}
+
+// registerAdmissionDrops registers egret_gateway_admission_drops_total
+// for each listener the admission filter guards, read from the engine's
+// nftables counters at scrape time.
+func registerAdmissionDrops(gm *gatewayMetrics, e *engine.Engine, a *gwagent.Admission) {
+	for _, l := range []struct {
+		name string
+		port uint16
+	}{{gwagent.AdmitHealth, a.HealthPort}, {gwagent.AdmitSync, a.SyncPort}, {gwagent.AdmitMetrics, a.MetricsPort}} {
+		if l.port == 0 {
+			continue
+		}
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egret_gateway_admission_drops_total",
+			Help:        "Packets to one of the gateway's own listeners dropped by the admission filter: their source may not reach it (docs/security.md).",
+			ConstLabels: prometheus.Labels{"listener": l.name}}, func() float64 {
+			n, err := e.AdmissionDrops(l.name)
+			if err != nil {
+				gm.log.Debug("gateway: admission counter not read", "err", err)
+			}
+			return float64(n)
+		})
+		if err := gm.reg.Register(c); err != nil {
+			gm.log.Warn("gateway: admission metric not registered", "listener", l.name, "err", err)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -114,5 +115,59 @@ func TestListenAddrIPv6(t *testing.T) {
 			continue
 		}
 		l.Close()
+	}
+}
+
+// TestAdmissionFlags: --metrics-allow and --controller-selector are checked
+// at parse time (so --check-config refuses them), and the filter guards the
+// ports of the listeners the flags run: the flow sync only with a key, the
+// metrics port not with "any" nor when off; a directory source has none.
+func TestAdmissionFlags(t *testing.T) {
+	kube := []string{"--source=kube", "--node=g1", "--pod-namespace=egret-system",
+		"--health-addr=10.0.0.21:9107", "--sync-addr=10.0.0.21:9108"}
+	f, err := parseGatewayFlags(append(kube, "--metrics-allow=10.9.0.0/16, 192.0.2.7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.admissionOptions()
+	if err != nil || a == nil {
+		t.Fatalf("admission %v, %v", a, err)
+	}
+	if got := fmt.Sprintf("%v %s %v", a.MetricsAllow, a.ControllerNamespace, a.ControllerSelector); got != "[10.9.0.0/16 192.0.2.7/32] egret-system app.kubernetes.io/name=egret-controller" {
+		t.Errorf("admission options %s", got)
+	}
+	f.admissionPorts(a, "", []byte("key"))
+	if a.HealthPort != 9107 || a.SyncPort != 9108 || a.MetricsPort != 9110 {
+		t.Errorf("ports %d %d %d, want 9107 9108 9110", a.HealthPort, a.SyncPort, a.MetricsPort)
+	}
+	a.HealthPort, a.SyncPort, a.MetricsPort = 0, 0, 0
+	f.admissionPorts(a, "off", nil)
+	if a.HealthPort != 9107 || a.SyncPort != 0 || a.MetricsPort != 0 {
+		t.Errorf("without a sync key and metrics off: ports %d %d %d, want 9107 0 0", a.HealthPort, a.SyncPort, a.MetricsPort)
+	}
+
+	f, err = parseGatewayFlags(append(kube, "--metrics-allow=any"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ = f.admissionOptions()
+	f.admissionPorts(a, "[10.0.0.21]:9110", nil)
+	if a.MetricsPort != 0 {
+		t.Errorf("--metrics-allow=any filters the metrics port %d", a.MetricsPort)
+	}
+	for _, off := range [][]string{{"--source=dir:/x", "--node=g1"}, append(kube, "--admission=false")} {
+		f, err := parseGatewayFlags(off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := f.admissionOptions(); a != nil || err != nil {
+			t.Errorf("%v: admission %+v, %v; want none", off, a, err)
+		}
+	}
+	for bad, want := range map[string]string{"--metrics-allow=10.0.0.0/33": "neither a CIDR", "--metrics-allow=any,10.0.0.1": "neither a CIDR",
+		"--controller-selector=a in (": "--controller-selector"} {
+		if _, err := parseGatewayFlags(append(kube, bad)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %s", bad, err, want)
+		}
 	}
 }

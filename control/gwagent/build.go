@@ -38,6 +38,9 @@ type Options struct {
 	// Calico IPAM, AWS VPC CNI). By default such addresses are refused,
 	// so a node cannot claim another node's pod address (docs/security.md).
 	TrustPodIPs bool
+	// Admission, if set, has Build fill the Spec's admission filter
+	// (docs/security.md#admission-filter); nil: no filter.
+	Admission *Admission
 }
 
 // Build computes the engine configuration of gateway node from the view
@@ -98,6 +101,11 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		c.Nodes = append(c.Nodes, n)
 	}
 	c.DeniedDestinations = append(slices.Clone(base.DeniedDestinations), pl.NodeNetworks...)
+	if opt.Admission != nil {
+		var errs []error
+		c.Admission, errs = admission(node, in, *opt.Admission)
+		r.Problems = append(r.Problems, errs...)
+	}
 	r.Spec = c
 	return r
 }

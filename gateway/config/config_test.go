@@ -210,3 +210,42 @@ func TestConfigDestinationLists(t *testing.T) {
 		t.Fatalf("a bare address was accepted or the error does not name the field: %v", err)
 	}
 }
+
+// TestSettleAdmission: sources are masked, unmapped, sorted and deduplicated;
+// a listener without a name or port, or listed twice, is refused by field.
+func TestSettleAdmission(t *testing.T) {
+	c, err := config.ParseConfig([]byte(labConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := netip.MustParsePrefix
+	spec.Admission = []config.Admit{{Name: "health", Port: 9107,
+		From: []netip.Prefix{p("10.0.0.7/24"), p("::ffff:10.1.0.1/128"), p("10.0.0.0/24"), p("fd00::1/64")}}}
+	set, err := spec.Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{p("10.0.0.0/24"), p("10.1.0.1/32"), p("fd00::/64")}
+	if got := set.Admission[0].From; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("settled sources %v, want %v", got, want)
+	}
+	for _, tc := range []struct {
+		adm  []config.Admit
+		want string
+	}{
+		{[]config.Admit{{Port: 9107}}, "admission[0].name"},
+		{[]config.Admit{{Name: "health"}}, "admission[0].port: no port"},
+		{[]config.Admit{{Name: "a", Port: 1}, {Name: "a", Port: 2}}, "admission[1].name: \"a\" is listed twice"},
+		{[]config.Admit{{Name: "a", Port: 1}, {Name: "b", Port: 1}}, "admission[1].port: 1 is listed twice"},
+		{[]config.Admit{{Name: "a", Port: 1, From: []netip.Prefix{{}}}}, "admission[0].from[0]"},
+	} {
+		spec.Admission = tc.adm
+		if _, err := spec.Settle(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one naming %q", tc.adm, err, tc.want)
+		}
+	}
+}

@@ -113,6 +113,22 @@ type Spec struct {
 	// the cluster's node networks (the gateway agent adds every node's
 	// InternalIPs and host-cidrs). AllowedDestinations override both.
 	DeniedDestinations, AllowedDestinations []netip.Prefix
+	// Admission is the packet filter in front of the gateway's own TCP
+	// listeners (health, flow sync, metrics): only the node itself and
+	// each one's From may connect. Nil: no filter (docs/security.md).
+	Admission []Admit
+}
+
+// Admit is one listener behind the admission filter: TCP to Port is
+// accepted from the node itself (loopback) and from From, and dropped
+// (counted under Name) from anywhere else.
+type Admit struct {
+	// Name labels the listener's drop counter: health, sync or metrics.
+	Name string
+	// Port is the listener's TCP port.
+	Port uint16
+	// From are the sources allowed besides the node itself.
+	From []netip.Prefix
 }
 
 // Settled is a Spec that Settle validated, with defaults applied and
@@ -150,10 +166,14 @@ func (s Spec) Settle() (*Settled, error) {
 	sp := &set.Spec
 	sp.DeniedDestinations = slices.Clone(s.DeniedDestinations)
 	sp.AllowedDestinations = slices.Clone(s.AllowedDestinations)
+	var err error
 	if err := checkPrefixes("deniedDestinations", s.DeniedDestinations); err != nil {
 		return nil, err
 	}
 	if err := checkPrefixes("allowedDestinations", s.AllowedDestinations); err != nil {
+		return nil, err
+	}
+	if sp.Admission, err = settleAdmission(s.Admission); err != nil {
 		return nil, err
 	}
 	if len(s.Interfaces) == 0 {
@@ -243,7 +263,6 @@ func (s Spec) Settle() (*Settled, error) {
 	if s.InnerMAC == [6]byte{} {
 		return nil, fieldErr("innerMAC", "missing or all zero; give the gateway's MAC inside the tunnel")
 	}
-	var err error
 	if s.RouterV4.IsValid() {
 		if sp.RouterV4, err = plainAddr("routerV4", s.RouterV4); err != nil {
 			return nil, err
@@ -351,6 +370,52 @@ func (s Spec) Settle() (*Settled, error) {
 		sp.Nodes = append(sp.Nodes, gn)
 	}
 	return set, nil
+}
+
+// settleAdmission checks the admission filter and returns it with each
+// From masked, unmapped, sorted and without duplicates.
+func settleAdmission(l []Admit) ([]Admit, error) {
+	if l == nil {
+		return nil, nil
+	}
+	out := make([]Admit, 0, len(l))
+	names, ports := map[string]bool{}, map[uint16]bool{}
+	for i, a := range l {
+		f := fmt.Sprintf("admission[%d]", i)
+		switch {
+		case a.Name == "" || len(a.Name) > 32 || strings.ContainsAny(a.Name, " \t\x00"):
+			return nil, fieldErr(f+".name", "%q is not a counter name", a.Name)
+		case names[a.Name]:
+			return nil, fieldErr(f+".name", "%q is listed twice", a.Name)
+		case a.Port == 0:
+			return nil, fieldErr(f+".port", "no port given")
+		case ports[a.Port]:
+			return nil, fieldErr(f+".port", "%d is listed twice", a.Port)
+		}
+		names[a.Name], ports[a.Port] = true, true
+		from := make([]netip.Prefix, 0, len(a.From))
+		for j, p := range a.From {
+			if !p.IsValid() || p.Addr().Zone() != "" {
+				return nil, fieldErr(fmt.Sprintf("%s.from[%d]", f, j), "%v is not a plain IPv4 or IPv6 prefix", p)
+			}
+			if p.Addr().Is4In6() {
+				bits := p.Bits() - 96
+				if bits < 0 {
+					return nil, fieldErr(fmt.Sprintf("%s.from[%d]", f, j), "%v is shorter than the IPv4-mapped prefix", p)
+				}
+				p = netip.PrefixFrom(p.Addr().Unmap(), bits)
+			}
+			from = append(from, p.Masked())
+		}
+		slices.SortFunc(from, func(x, y netip.Prefix) int {
+			if c := x.Addr().Compare(y.Addr()); c != 0 {
+				return c
+			}
+			return x.Bits() - y.Bits()
+		})
+		out = append(out, Admit{Name: a.Name, Port: a.Port, From: slices.Compact(from)})
+	}
+	return out, nil
 }
 
 // unicast reports whether a is an address a packet may come from.

@@ -80,6 +80,7 @@ type Engine struct {
 	ifcs    []*nic.Interface
 	loops   []*queueLoop
 	packet  bool // some interface runs on AF_PACKET: kernel drops in NFTable
+	adm     admitState
 
 	mu      sync.Mutex // guards the fields below (reload, close)
 	set     *config.Settled
@@ -210,6 +211,12 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 		// A table a killed AF_PACKET run left would drop traffic for nothing.
 		if err := e.installDrops(false, nil, nil); err != nil {
 			e.log.Debug("engine: could not check for a stale nftables table", "err", err)
+		}
+	}
+	if set.Admission == nil {
+		// A table a killed run left would keep filtering with its sources.
+		if err := e.admit(set); err != nil {
+			e.log.Debug("engine: could not check for a stale nftables table", "table", AdmitTable, "err", err)
 		}
 	}
 	if err := e.program(set); err != nil {
@@ -363,6 +370,13 @@ func (e *Engine) teardown(hold time.Duration) error {
 		}
 	}
 	e.ifcs = nil
+	e.mu.Lock() // AdmissionDrops reads adm from the metrics scrape
+	if e.adm.live {
+		if err := e.admit(&config.Settled{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	e.mu.Unlock()
 	if e.packet {
 		if err := e.installDrops(false, nil, nil); err != nil {
 			errs = append(errs, fmt.Errorf("engine: %w", err)) // names the table

@@ -26,6 +26,11 @@ func (e *Engine) program(set *config.Settled) error {
 		return err // each names the XDP map update that failed
 	}
 	e.vteps, e.steered = wantV, wantE
+	if set.Admission != nil || e.adm.live {
+		if err := e.admit(set); err != nil {
+			return err // names the table
+		}
+	}
 	if e.packet {
 		if err := e.installDrops(true, set.VTEPs, set.Hosted); err != nil {
 			return fmt.Errorf("engine: AF_PACKET mode needs kernel drops for the steered traffic: %w", err)

@@ -10,6 +10,9 @@
 //	                                       first answer and "<n>" answers at the
 //	                                       end, and fails if an answer came from
 //	                                       another source or the connection broke
+//	probe dial HOST:PORT                → prints "connected" once a TCP connection
+//	                                       opens within 3 s, else fails (a dropped
+//	                                       SYN: "i/o timeout")
 //
 // busybox has wget but no UDP client, hence this. Built static by the test.
 package main
@@ -28,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) != 3 && (len(os.Args) != 4 || os.Args[1] != "hold") {
-		fmt.Fprintln(os.Stderr, "usage: probe http URL | probe udp HOST:PORT | probe hold HOST:PORT [SOURCE-PORT]")
+		fmt.Fprintln(os.Stderr, "usage: probe http URL | probe udp HOST:PORT | probe hold HOST:PORT [SOURCE-PORT] | probe dial HOST:PORT")
 		os.Exit(2)
 	}
 	var out string
@@ -38,6 +41,12 @@ func main() {
 		out, err = viaHTTP(os.Args[2])
 	case "udp":
 		out, err = viaUDP(os.Args[2])
+	case "dial":
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", os.Args[2], 3*time.Second); err == nil {
+			c.Close()
+			out = "connected"
+		}
 	case "hold":
 		port := 0
 		if len(os.Args) == 4 {
