@@ -124,44 +124,43 @@ func snatRule(ifName string, egress netip.Addr) []expr.Any {
 // only packets of connections already tracked (the redirected connections'
 // answers) are forwarded from ifName, the rest is dropped and counted.
 func inboundRules(ifName string) [][]expr.Any {
-	iif := func() []expr.Any {
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifNameData(ifName)},
-		}
+	iif := ifMatch(expr.MetaKeyIIFNAME, ifName)
+	return [][]expr.Any{trackedAccept(iif), countedDrop(iif)}
+}
+
+// ifMatch matches packets whose input or output interface (key) is name.
+func ifMatch(key expr.MetaKey, name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifNameData(name)},
 	}
-	tracked := append(iif(),
+}
+
+// trackedAccept accepts what match selects of connections conntrack tracks
+// already (ct state established,related).
+func trackedAccept(match []expr.Any) []expr.Any {
+	return append(slices.Clone(match),
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Verdict{Kind: expr.VerdictAccept})
-	drop := append(iif(), &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
-	return [][]expr.Any{tracked, drop}
+}
+
+// countedDrop counts and drops what match selects.
+func countedDrop(match []expr.Any) []expr.Any {
+	return append(slices.Clone(match), &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
 }
 
 // FilterRules builds the chain's rules for traffic leaving through ifName: replies of
 // accepted connections and IPv6 neighbour discovery pass, new connections pass only to
 // the destinations, everything else is dropped (and counted).
 func FilterRules(ifName string, dests []netip.Prefix) [][]expr.Any {
-	oif := func() []expr.Any {
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifNameData(ifName)},
-		}
-	}
+	match := ifMatch(expr.MetaKeyOIFNAME, ifName)
+	oif := func() []expr.Any { return slices.Clone(match) }
 	accept := &expr.Verdict{Kind: expr.VerdictAccept}
-	var rules [][]expr.Any
-
-	established := append(oif(),
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		accept)
-	rules = append(rules, established)
+	rules := [][]expr.Any{trackedAccept(match)}
 
 	// Router/neighbour solicitation and advertisement (ICMPv6 133-136) must reach the
 	// gateway whatever the destinations say, or IPv6 cannot resolve the next hop.
@@ -195,8 +194,7 @@ func FilterRules(ifName string, dests []netip.Prefix) [][]expr.Any {
 			accept)
 		rules = append(rules, r)
 	}
-	drop := append(oif(), &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
-	return append(rules, drop)
+	return append(rules, countedDrop(match))
 }
 
 // podNFT opens nftables in the pod's network namespace, given by podFd. The

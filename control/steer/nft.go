@@ -167,14 +167,8 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	c.FlushChain(in)
 	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
 	if n.port != 0 {
-		vni := binary.BigEndian.AppendUint32(nil, n.vni)[1:]
 		for f, fam := range nftFam {
-			e := append(udpOf(fam.proto),
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, n.port)},
-				// VXLAN header after the 8-byte UDP header: flags, 3 reserved, VNI.
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: vni},
+			e := append(n.ourVXLAN(fam.proto),
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
 				&expr.Lookup{SourceRegister: 1, SetName: sets.peers[f].Name, Invert: true},
 			)
@@ -202,14 +196,9 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	// pod's traffic may leave masqueraded as the node, a gateway VTEP the
 	// workers' input rule trusts, and would reach their egret0 (issue 33).
 	if n.port != 0 {
-		vni := binary.BigEndian.AppendUint32(nil, n.vni)[1:]
 		for f, fam := range nftFam {
 			for _, src := range []*nftables.Set{sets.pods[f], sets.sel[f], sets.allow[f]} {
-				e := append(udpOf(fam.proto),
-					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, n.port)},
-					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: vni},
+				e := append(n.ourVXLAN(fam.proto),
 					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
 					&expr.Lookup{SourceRegister: 1, SetName: src.Name},
 				)
@@ -266,6 +255,19 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 		return fmt.Errorf("install nftables table inet %s: %w", NFTTable, err)
 	}
 	return nil
+}
+
+// ourVXLAN matches UDP of family proto to the tunnel's port whose VXLAN
+// header carries the tunnel's VNI: only the VNI, not the port alone, so a
+// CNI's own VXLAN on the same port (Calico, 4789) is not matched.
+func (n *nftState) ourVXLAN(proto byte) []expr.Any {
+	return append(udpOf(proto),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, n.port)},
+		// VXLAN header after the 8-byte UDP header: flags, 3 reserved, VNI.
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint32(nil, n.vni)[1:]},
+	)
 }
 
 // nftRead is the content of the sets.
