@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // HostConfigName is the node-side settings file, read from the directory of the plugin
@@ -43,6 +45,29 @@ type HostConfig struct {
 	// StateDir is where aws-elastic-ip records what ADD did in EC2, for DEL
 	// (absolute; default DefaultStateDir).
 	StateDir string `json:"stateDir,omitempty"`
+	// NetworkNamespaces binds networks (by their configuration's name) to the
+	// namespaces whose pods may join them. Multus lets a pod name a
+	// NetworkAttachmentDefinition of another namespace by default, so without
+	// an entry a pod of any namespace can take a network's addresses, the
+	// source IP its destinations allow-list. A pod of another namespace is
+	// refused with code 7 before anything changes; networks not listed take
+	// pods of every namespace.
+	NetworkNamespaces map[string][]string `json:"networkNamespaces,omitempty"`
+}
+
+// admitNamespace refuses pods of namespace ns for network unless
+// NetworkNamespaces lets them in.
+func (hc HostConfig) admitNamespace(network, ns string) error {
+	allowed, ok := hc.NetworkNamespaces[network]
+	switch {
+	case !ok:
+		return nil
+	case ns == "":
+		return fmt.Errorf("network %q takes pods of namespaces %v only (the node's %s networkNamespaces), and CNI_ARGS names no K8S_POD_NAMESPACE", network, allowed, HostConfigName)
+	case !slices.Contains(allowed, ns):
+		return fmt.Errorf("network %q takes pods of namespaces %v only (the node's %s networkNamespaces); this pod is in %q", network, allowed, HostConfigName, ns)
+	}
+	return nil
 }
 
 // DefaultStateDir holds the aws-elastic-ip records when StateDir is unset.
@@ -96,7 +121,30 @@ func ParseHostConfig(b []byte) (HostConfig, error) {
 	if hc.StateDir != "" && !filepath.IsAbs(hc.StateDir) {
 		return HostConfig{}, fmt.Errorf("stateDir %q: give an absolute path", hc.StateDir)
 	}
+	if err := checkNetworkNamespaces(hc.NetworkNamespaces); err != nil {
+		return HostConfig{}, err
+	}
 	return hc, nil
+}
+
+// checkNetworkNamespaces refuses an empty network name, a network bound to
+// no namespace (it would refuse every pod: leave it out instead) and names
+// that cannot be namespaces.
+func checkNetworkNamespaces(m map[string][]string) error {
+	for network, nss := range m {
+		if network == "" {
+			return errors.New("networkNamespaces: a network name is empty")
+		}
+		if len(nss) == 0 {
+			return fmt.Errorf("networkNamespaces[%q]: no namespace; a network listed takes pods of the namespaces listed only", network)
+		}
+		for _, ns := range nss {
+			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+				return fmt.Errorf("networkNamespaces[%q]: %q is not a namespace name: %s", network, ns, strings.Join(errs, "; "))
+			}
+		}
+	}
+	return nil
 }
 
 // physicalKinds are what a master may be without a host setting: a NIC (netlink

@@ -236,6 +236,9 @@ func refusePassthru(c *Config, hc HostConfig, code uint) error {
 // planPod resolves the pod's addresses and plans its interface from the
 // host's links (host is a netlink handle in the host's namespace).
 func (p *Plugin) planPod(host *netlink.Handle, c *Config, pod PodArgs, ifName string, hc HostConfig) (*Plan, error) {
+	if err := hc.admitNamespace(c.Raw.Name, pod.Namespace); err != nil {
+		return nil, cniErr(err, types.ErrInvalidNetworkConfig)
+	}
 	ip, err := p.resolve(c, pod, hc)
 	if err != nil {
 		return nil, cniErr(err, types.ErrInvalidNetworkConfig)

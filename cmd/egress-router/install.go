@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,11 +31,16 @@ func install(args []string) error {
 	passthru := fs.Bool("allow-passthru", false, "let networks use macvlan mode passthru, which gives one pod the whole NIC; node-side setting")
 	crossNS := fs.Bool("allow-cross-namespace-configmaps", false, "let ipConfig.namespace name a namespace other than the pod's; node-side setting")
 	eips := fs.String("allow-elastic-ips", "", "comma-separated Elastic IPs (allocation IDs or public IPs, as networks name them) aws-elastic-ip may associate with pods; node-side setting")
+	netNS := networkNamespaces{}
+	fs.Var(netNS, "network-namespaces", "NETWORK=NS[,NS...]: only pods of these namespaces may join the network of that name (Multus lets any namespace name another's NetworkAttachmentDefinition); repeat per network; node-side setting")
 	checkConfig := fs.Bool("check-config", false, "parse and validate the flags, print the result and exit (0 valid, 1 not); copies nothing")
 	if err := parseFlags(fs, "copy this plugin into the node's CNI bin directory (and keep a kubeconfig for ipConfig there)", args); err != nil {
 		return err
 	}
 	hc := cni.HostConfig{AllowPassthru: *passthru, AllowCrossNamespaceConfigMaps: *crossNS}
+	if len(netNS) > 0 {
+		hc.NetworkNamespaces = netNS
+	}
 	if *kcDir != "" {
 		// The plugin takes ipConfig's credentials from here, never from a network config.
 		hc.Kubeconfig = filepath.Join(*kcHostDir, "kubeconfig")
@@ -47,6 +54,12 @@ func install(args []string) error {
 		if e = strings.TrimSpace(e); e != "" {
 			hc.AllowElasticIPs = append(hc.AllowElasticIPs, e)
 		}
+	}
+	// What the plugin will read back must be valid (namespace names).
+	if b, err := json.Marshal(hc); err != nil {
+		return err
+	} else if _, err := cni.ParseHostConfig(b); err != nil {
+		return fmt.Errorf("-network-namespaces: %w", err)
 	}
 	if *checkConfig {
 		for name, dir := range map[string]string{"-cni-bin-dir": *binDir, "-kubeconfig-host-dir": *kcHostDir, "-service-account-dir": *saDir} {
@@ -183,4 +196,34 @@ current-context: egress-router
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, "kubeconfig"))
+}
+
+// networkNamespaces is -network-namespaces: NETWORK=NS[,NS...], repeated.
+type networkNamespaces map[string][]string
+
+func (n networkNamespaces) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(n)) {
+		parts = append(parts, k+"="+strings.Join(n[k], ","))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (n networkNamespaces) Set(v string) error {
+	network, list, ok := strings.Cut(v, "=")
+	network = strings.TrimSpace(network)
+	if !ok || network == "" {
+		return fmt.Errorf("%q: give NETWORK=NS[,NS...]", v)
+	}
+	if _, dup := n[network]; dup {
+		return fmt.Errorf("network %q given twice", network)
+	}
+	var nss []string
+	for _, ns := range strings.Split(list, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			nss = append(nss, ns)
+		}
+	}
+	n[network] = nss
+	return nil
 }
