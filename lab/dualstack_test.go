@@ -185,6 +185,7 @@ func testReclaim6(t *testing.T, l *Lab, p PodStatus) {
 		}
 	}
 	t.Cleanup(restore)
+	passes := steerMetric(t, s, p.Node, "egret_steer_reconciles_total")
 	if err := os.WriteFile(path, v4only, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -193,8 +194,14 @@ func testReclaim6(t *testing.T, l *Lab, p PodStatus) {
 		return !strings.Contains(out, v6.IP.String()+"/128"), out
 	})
 	// Held back: the selected pod's IPv6 never leaves with the node's address.
-	// sleep: the steer agent process reads the manifest on its own poll; this test reads nothing that shows it has
-	time.Sleep(300 * time.Millisecond)
+	// The pod's steer agent has reconciled since the write: the change its
+	// source sees starts a pass. (Its 30 s resync falling between the write
+	// and the source's next look would count too; that leaves a window of
+	// one poll in 30 s, where the old fixed wait had none it could show.)
+	nstest.UntilEvery(t, p.Node+"'s steer agent reconciling after the change", 10*time.Second, 50*time.Millisecond, func() (bool, string) {
+		n := steerMetric(t, s, p.Node, "egret_steer_reconciles_total")
+		return n > passes, fmt.Sprintf("%v passes, %v before the write", n, passes)
+	})
 	if got, err := s.ProbeSource(p.Namespace, ProbeUDP6, time.Second); err == nil {
 		t.Errorf("w1-p3's IPv6 left as %v while EgressIP dual had no IPv6 address; want it held back", got)
 	}

@@ -42,31 +42,44 @@ func TestLabEgretRefusals(t *testing.T) {
 // (served on its namespace's loopback), 0 when the sample is absent.
 func gatewayMetric(t *testing.T, s *Spec, gw, sample string) float64 {
 	t.Helper()
+	return nodeMetric(t, s, gw, "http://127.0.0.1:9110/metrics", "egret_gateway_dropped_packets_total", sample)
+}
+
+// steerMetric is gatewayMetric for node's steer agent.
+func steerMetric(t *testing.T, s *Spec, node, sample string) float64 {
+	t.Helper()
+	return nodeMetric(t, s, node, "http://127.0.0.1:9112/metrics", "egret_steer_reconciles_total", sample)
+}
+
+// nodeMetric reads one sample of the /metrics at url in node's namespace,
+// 0 when absent; marker is a series the process always serves.
+func nodeMetric(t *testing.T, s *Spec, node, url, marker, sample string) float64 {
+	t.Helper()
 	var body []byte
 	var err error
 	nstest.Poll(5*time.Second, 100*time.Millisecond, func() bool { // the server may be starting
 		var resp *http.Response
-		if resp, err = podClient(s.NS(gw)).Get("http://127.0.0.1:9110/metrics"); err != nil {
+		if resp, err = podClient(s.NS(node)).Get(url); err != nil {
 			return false
 		}
 		body, err = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(body), "egret_gateway_dropped_packets_total")
+		return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(body), marker)
 	})
 	if err != nil {
-		t.Fatalf("metrics of gateway %s: %v", gw, err)
+		t.Fatalf("metrics of %s at %s: %v", node, url, err)
 	}
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				t.Fatalf("metrics of gateway %s: %q: %v", gw, line, err)
+				t.Fatalf("metrics of %s: %q: %v", node, line, err)
 			}
 			return f
 		}
 	}
-	if !strings.Contains(string(body), "egret_gateway_dropped_packets_total") {
-		t.Fatalf("gateway %s serves no data-plane metrics:\n%s", gw, body)
+	if !strings.Contains(string(body), marker) {
+		t.Fatalf("%s at %s serves no %s:\n%s", node, url, marker, body)
 	}
 	return 0
 }

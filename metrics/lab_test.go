@@ -268,8 +268,14 @@ func TestPrometheusLab(t *testing.T) {
 	}) {
 		t.Fatalf("Prometheus does not scrape the restarted %s: %v %+v", victim, err, r)
 	}
-	// sleep: the dashboard's image spans the run, 35 s of samples at least: a length of time, not an event
-	time.Sleep(time.Until(promStart.Add(35 * time.Second)))
+	// The dashboard's image spans the run: wait until Prometheus holds 35
+	// samples (35 s at its 1 s interval) of some target.
+	if !nstest.Soon(60*time.Second, func() bool {
+		r, err = api.query(`max(count_over_time(up[1m])) >= 35`)
+		return err == nil && len(r.Result) == 1
+	}) {
+		t.Fatalf("Prometheus holds no 35 s of samples: %v %+v", err, r)
+	}
 	d := loadDashboard(t)
 	n := 0
 	for _, pn := range d.Panels {

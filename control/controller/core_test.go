@@ -121,7 +121,9 @@ func runMem(t *testing.T, m *memSource) *controller.Controller {
 // still do is done. A check after it that nothing else happened is a check
 // on that signal, not on a wait.
 func settle() {
-	// sleep: runs the bubble's fake clock past every pending retry; nothing real is waited for
+	// sleep: inside a testing/synctest bubble a sleep is how the fake clock
+	// moves (synctest.Wait does not advance it): this runs it past every
+	// pending retry timer, instantly; nothing real is waited for
 	time.Sleep(time.Minute)
 	synctest.Wait()
 }
