@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/gopacket/layers"
-	"github.com/google/nftables"
 
 	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/engine"
@@ -137,7 +136,7 @@ func TestAdmission(t *testing.T) {
 	if err := eng.Reload(set); err != nil {
 		t.Fatal(err)
 	}
-	if admitTable(t, tp) {
+	if hasTable(t, tp, engine.AdmitTable) {
 		t.Fatalf("table %s left after a reload without admission", engine.AdmitTable)
 	}
 	s.Admission = allowed
@@ -147,13 +146,13 @@ func TestAdmission(t *testing.T) {
 	if err := eng.Reload(set); err != nil {
 		t.Fatal(err)
 	}
-	if !admitTable(t, tp) {
+	if !hasTable(t, tp, engine.AdmitTable) {
 		t.Fatalf("table %s missing", engine.AdmitTable)
 	}
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if admitTable(t, tp) {
+	if hasTable(t, tp, engine.AdmitTable) {
 		t.Fatalf("table %s left after Close", engine.AdmitTable)
 	}
 }
@@ -255,23 +254,4 @@ func TestAdmissionIPv6(t *testing.T) {
 	if err := tp.dialFrom(stranger, 2*time.Second); err != nil {
 		t.Fatalf("source %v in fd77::/120: %v", stranger, err)
 	}
-}
-
-// admitTable reports whether the admission table exists in the gateway namespace.
-func admitTable(t *testing.T, tp *topo) bool {
-	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(int(tp.gw.Handle)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tb := range tables {
-		if tb.Name == engine.AdmitTable {
-			return true
-		}
-	}
-	return false
 }

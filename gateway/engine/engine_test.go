@@ -64,8 +64,9 @@ func TestEngine(t *testing.T) {
 	}
 }
 
-// nftTable reports whether the gateway's nftables table exists in ns.
-func nftTable(t *testing.T, tp *topo) bool {
+// hasTable reports whether the inet nftables table name exists in the
+// gateway's namespace.
+func hasTable(t *testing.T, tp *topo, name string) bool {
 	t.Helper()
 	c, err := nftables.New(nftables.WithNetNSFd(int(tp.gw.Handle)))
 	if err != nil {
@@ -76,7 +77,7 @@ func nftTable(t *testing.T, tp *topo) bool {
 		t.Fatal(err)
 	}
 	for _, tb := range tables {
-		if tb.Name == engine.NFTable {
+		if tb.Name == name {
 			return true
 		}
 	}
@@ -99,8 +100,8 @@ func testEngine(t *testing.T, mode string) {
 	if tp.xdpAttached(t) != (mode == "afxdp") {
 		t.Fatalf("XDP attached: %v in %s mode", tp.xdpAttached(t), mode)
 	}
-	if nftTable(t, tp) != (mode == "afpacket") {
-		t.Fatalf("nftables table %s present: %v in %s mode", engine.NFTable, nftTable(t, tp), mode)
+	if hasTable(t, tp, engine.NFTable) != (mode == "afpacket") {
+		t.Fatalf("nftables table %s present: %v in %s mode", engine.NFTable, hasTable(t, tp, engine.NFTable), mode)
 	}
 	if !tp.hasAddr(t, egressIP) {
 		t.Fatalf("egress IP %v not claimed on d0", egressIP)
@@ -309,7 +310,7 @@ func testEngine(t *testing.T, mode string) {
 	if tp.hasAddr(t, egressIP) {
 		t.Error("egress IP still on d0 after Close")
 	}
-	if nftTable(t, tp) {
+	if hasTable(t, tp, engine.NFTable) {
 		t.Errorf("nftables table %s left after Close", engine.NFTable)
 	}
 }
