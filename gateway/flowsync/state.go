@@ -66,11 +66,12 @@ var StateRefusals = []StateRefusal{StateRefusedVersion, StateRefusedMalformed, S
 // StateError is a state file LoadState refused: none of its flows were
 // adopted.
 type StateError struct {
-	Path   string
-	Reason StateRefusal
-	Err    error
+	Path   string       // the state file
+	Reason StateRefusal // why it was refused
+	Err    error        // what is wrong with it, for the log
 }
 
+// Error names the file and what is wrong with it.
 func (e *StateError) Error() string { return fmt.Sprintf("flow state %s: %v", e.Path, e.Err) }
 
 // Unwrap returns what is wrong with the file.

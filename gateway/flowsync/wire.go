@@ -106,8 +106,6 @@ func kindOf(b []byte) string {
 		return "a flow sync stream"
 	case stateMagic, stateMagicV1:
 		return "a flow state file"
-	case [4]byte{'E', 'G', 'C', 'T'}:
-		return "a conntrack export"
 	}
 	return fmt.Sprintf("something else (its first bytes are % x)", b)
 }
