@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"math/bits"
 	"runtime"
 	"unsafe"
 )
@@ -22,7 +23,8 @@ const (
 // hash h and direction dir, or refMiss, without the lock and without
 // touching any entry: a miss costs the index line only. The caller validates
 // s's version; a racing writer can make the answer wrong but never make this
-// loop run away (it stops after n buckets) or index out of range.
+// loop run away (it stops after n buckets) or index out of range. probe
+// answers the common cases from the home bucket without it.
 func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 	nb := s.n
 	if nb == 0 {
@@ -65,13 +67,33 @@ func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *
 // read the entry's sequence state: seqLikely) it starts loading that state
 // too, in the same call: a second prefetch call per packet cost as much as
 // the state check.
+//
+// The home bucket is tested whole first (tagSlots): no key with the tag
+// and no overflow is a miss; one key with it, of direction dir, is the
+// answer. Anything else (several, one of the other direction, the tag 0
+// matching empty slots, an overflowed bucket) takes findTag's scan.
 func (t *Table) probe(h uint64, dir Dir, seq bool) uint32 {
 	s := &t.shards[h&t.shardMask]
 	v := s.mu.version()
 	if v&1 != 0 {
 		return refUnknown
 	}
-	ref := t.findTag(s, h, dir)
+	ref := refUnknown // not answered from the home bucket yet
+	if nb := s.n; nb != 0 {
+		mask := t.tagMask
+		w := s.bucket(homeBucket(h, nb))
+		switch m := tagSlots(w, t.slotTag(h), mask); {
+		case m == 0 && w[0] < overflowOne:
+			ref = refMiss
+		case m != 0 && m&(m-1) == 0:
+			if sl := w[bits.TrailingZeros32(m)&(bucketWords-1)]; sl != 0 && Dir((sl&^mask-1)&1) == dir {
+				ref = sl &^ mask
+			}
+		}
+	}
+	if ref == refUnknown {
+		ref = t.findTag(s, h, dir)
+	}
 	if ref == refMiss {
 		if !s.mu.unchanged(v) {
 			return refUnknown
