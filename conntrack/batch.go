@@ -66,12 +66,17 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 		}
 	}
 	hits := 0
+	var g seg
 	for i := range b {
 		l := &b[i]
 		hit, decided := false, false
-		g := seg{flags: l.Flags, has: l.HasSeq, len: l.Len, seq: l.Seq, ack: l.Ack, related: l.Related}
+		// Field by field: a composite literal would be built aside and
+		// copied with a wide load that cannot be forwarded from the narrow
+		// stores (a store-forwarding stall of ~5 ns per lookup).
+		g.flags, g.has, g.related = l.Flags, l.HasSeq, l.Related
+		g.len, g.seq, g.ack = l.Len, l.Seq, l.Ack
 		if optimisticReads {
-			hit, decided = t.trackRef(refs[i], l.Dir, &l.Key, &g, now, &l.Flow)
+			hit, decided = t.trackEntry(refs[i], l.Dir, &l.Key, &g, now, &l.Flow)
 		}
 		if !decided {
 			hit = l.Dir <= Reply && t.trackLocked(hs[i], l.Dir, &l.Key, &g, now, &l.Flow)

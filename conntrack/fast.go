@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"math/bits"
 	"runtime"
 	"unsafe"
 )
@@ -22,7 +23,8 @@ const (
 // hash h and direction dir, or refMiss, without the lock and without
 // touching any entry: a miss costs the index line only. The caller validates
 // s's version; a racing writer can make the answer wrong but never make this
-// loop run away (it stops after n buckets) or index out of range.
+// loop run away (it stops after n buckets) or index out of range. probe
+// answers the common cases from the home bucket without it.
 func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 	nb := s.n
 	if nb == 0 {
@@ -54,7 +56,7 @@ func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 // state or moves the timer, or the key is not the entry's (a stale ref or a
 // tag collision).
 func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
-	return t.trackRef(t.probe(h, dir, false), dir, k, sg, now, out)
+	return t.trackEntry(t.probe(h, dir, false), dir, k, sg, now, out)
 }
 
 // probe is the first half of an unlocked lookup of a key with hash h and
@@ -65,13 +67,33 @@ func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *
 // read the entry's sequence state: seqLikely) it starts loading that state
 // too, in the same call: a second prefetch call per packet cost as much as
 // the state check.
+//
+// The home bucket is tested whole first (tagSlots): no key with the tag
+// and no overflow is a miss; one key with it, of direction dir, is the
+// answer. Anything else (several, one of the other direction, the tag 0
+// matching empty slots, an overflowed bucket) takes findTag's scan.
 func (t *Table) probe(h uint64, dir Dir, seq bool) uint32 {
 	s := &t.shards[h&t.shardMask]
 	v := s.mu.version()
 	if v&1 != 0 {
 		return refUnknown
 	}
-	ref := t.findTag(s, h, dir)
+	ref := refUnknown // not answered from the home bucket yet
+	if nb := s.n; nb != 0 {
+		mask := t.tagMask
+		w := s.bucket(homeBucket(h, nb))
+		switch m := tagSlots(w, t.slotTag(h), mask); {
+		case m == 0 && w[0] < overflowOne:
+			ref = refMiss
+		case m != 0 && m&(m-1) == 0:
+			if sl := w[bits.TrailingZeros32(m)&(bucketWords-1)]; sl != 0 && Dir((sl&^mask-1)&1) == dir {
+				ref = sl &^ mask
+			}
+		}
+	}
+	if ref == refUnknown {
+		ref = t.findTag(s, h, dir)
+	}
 	if ref == refMiss {
 		if !s.mu.unchanged(v) {
 			return refUnknown
@@ -88,54 +110,53 @@ func (t *Table) probe(h uint64, dir Dir, seq bool) uint32 {
 	return ref
 }
 
-// trackRef finishes an unlocked lookup from probe's answer.
-func (t *Table) trackRef(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
+// trackEntry finishes an unlocked lookup from probe's answer ref: a miss,
+// the lock's business (refUnknown), or the entry to read. It reads the
+// entry in place, checks it is k's, and on a hit that changes nothing fills
+// out; every answer it gives is checked first against its shard's version
+// (no writer ran while it read). Reading in place rather than copying the
+// entry first spares a 64-byte store and reload per lookup. On a miss, out
+// may have been written.
+func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
 	switch ref {
 	case refMiss:
 		return false, true
 	case refUnknown:
 		return false, false
 	}
-	return t.trackEntry(ref, dir, k, sg, now, out)
-}
-
-// trackEntry finishes an unlocked lookup at the entry ref names: it copies
-// the entry, checks the copy is consistent (its shard's version did not
-// move) and k's, and on a hit that changes nothing fills out.
-func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
 	osh, g, _ := t.refEntry(ref)
 	if int(osh) >= len(t.shards) || int(g) >= len(t.entries) {
 		return false, false
 	}
 	os := &t.shards[osh]
 	v := os.mu.version()
-	if v&1 != 0 {
+	e := &t.entries[g]
+	s, proto, deadline := State(e.state), e.proto, e.deadline
+	if v&1 != 0 || s == StateNone || s >= numStates || !keyEq(e, k, dir) {
 		return false, false
 	}
-	e := t.entries[g]
-	if !os.mu.unchanged(v) || e.state == uint8(StateNone) || !keyEq(&e, k, dir) {
-		return false, false
-	}
-	if dir == Reply && expired(now, e.deadline) {
-		return false, true // expired: nothing inbound (as in trackLocked)
+	if dir == Reply && expired(now, deadline) {
+		return false, os.mu.unchanged(v) // expired: nothing inbound (as in trackLocked)
 	}
 	if sg.related {
 		e.toFlow(out) // no state to step, no timer to move: no write
-		return true, true
+		return true, os.mu.unchanged(v)
 	}
 	// The sequence state is a second line (Table.seqs): read it only when
 	// this segment can use it (seqUsed), so that a lookup that cannot
-	// touches one line of the entry, as before sequence tracking.
+	// touches one line of the entry, as before sequence tracking; then
+	// step's answer is the transition table's.
+	tr := transitions[s][dir&1][flagIndex(sg.flags)]
+	st := State(tr &^ trSeqUsed)
+	useSeq := proto == ProtoTCP && (tr&trSeqUsed != 0 || dir == Original && sg.has)
 	var q tcpSeq
-	st := State(e.state)
-	useSeq := e.proto == ProtoTCP && seqUsed(st, dir, sg)
 	if useSeq {
 		q = t.seqs[g]
+		if st = s; !stepEstablishedACK(st, &q, dir, sg) {
+			st = step(st, proto, &q, dir, sg)
+		}
 	}
-	if !stepEstablishedACK(st, &q, dir, sg) {
-		st = step(st, e.proto, &q, dir, sg)
-	}
-	if st != State(e.state) || !covers(e.deadline, now+t.to[st]) {
+	if st != s || !covers(deadline, now+t.to[st]) {
 		// A write is due: lock the entry's shard only (its lines are in
 		// the cache now) and re-check the entry is still k's flow.
 		os.mu.Lock()
@@ -148,6 +169,10 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, ou
 		os.mu.Unlock()
 		return hit, true
 	}
+	e.toFlow(out)
+	if !os.mu.unchanged(v) {
+		return false, false
+	}
 	if useSeq && q != t.seqs[g] {
 		// Sequence numbers moved but nothing else: store them without the
 		// lock, as the reads here are without it (x86-TSO; race builds
@@ -156,6 +181,5 @@ func (t *Table) trackEntry(ref uint32, dir Dir, k *Tuple, sg *seg, now int64, ou
 		// nothing, which only errs towards keeping the flow.
 		t.seqs[g] = q
 	}
-	e.toFlow(out)
 	return true, true
 }

@@ -482,6 +482,8 @@ const refreshSlack = int64(250 * time.Millisecond)
 // Track has no sequence numbers: the flags move the state, but an RST from
 // outside, which cannot be validated without them, changes nothing
 // (tcpseq.go). TrackBatch takes them.
+//
+// After a miss, out holds nothing meaningful (it may have been written).
 func (t *Table) Track(dir Dir, k *Tuple, tcpFlags uint8, now int64, out *Flow) bool {
 	if dir > Reply {
 		return false

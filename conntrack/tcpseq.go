@@ -130,3 +130,30 @@ func seqUsed(s State, dir Dir, g *seg) bool {
 func seqLikely(dir Dir, has bool, flags uint8) bool {
 	return has && (dir == Original || flags&FlagRST != 0)
 }
+
+// transitions[s][dir][flagIndex(fl)] is nextState(s, dir, fl), with
+// trSeqUsed set where seqUsed(s, dir, fl without sequence numbers) is true:
+// step's answer for every segment that cannot touch the sequence state, in
+// one load instead of a call (TestTransitions checks it against both).
+var transitions = func() (tr [numStates][2][16]uint8) {
+	for s := range numStates {
+		for dir := range Dir(2) {
+			for i := range 16 {
+				fl := uint8(i&7) | uint8(i&8)<<1 // FIN, SYN, RST; ACK
+				tr[s][dir][i] = uint8(nextState(s, dir, fl))
+				if seqUsed(s, dir, &seg{flags: fl}) {
+					tr[s][dir][i] |= trSeqUsed
+				}
+			}
+		}
+	}
+	return tr
+}()
+
+// trSeqUsed marks a transitions entry whose segment step may read or write
+// the sequence state for.
+const trSeqUsed = 0x80
+
+// flagIndex maps TCP flags to transitions' index: the flags the state
+// machine reads (FIN, SYN, RST, ACK), PSH and the rest dropped.
+func flagIndex(fl uint8) uint8 { return fl&7 | fl>>1&8 }

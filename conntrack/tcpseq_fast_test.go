@@ -92,3 +92,46 @@ func TestSeqUsed(t *testing.T) {
 		t.Errorf("seqUsed loads the sequence state for a plain ACK from outside or without sequence numbers (%d skipped)", skipped)
 	}
 }
+
+// TestTransitions: the table trackEntry reads is nextState and seqUsed for
+// every state, side and flag byte (the bits it drops, PSH and above ACK,
+// change neither); and wherever trackEntry takes its answer from it (the
+// sequence state unused: not TCP, or neither its seqUsed mark nor a pod's
+// segment with sequence numbers), step gives the same state and leaves the
+// sequence state alone, for every protocol.
+func TestTransitions(t *testing.T) {
+	qs := []tcpSeq{{}, {mark: 1000}, {mark: 1001, since: 1}, {mark: 0xfffffff0, since: 3}}
+	checked := 0
+	for s := State(0); s < numStates; s++ {
+		for _, dir := range []Dir{Original, Reply} {
+			for fl := 0; fl < 256; fl++ {
+				tr := transitions[s][dir][flagIndex(uint8(fl))]
+				if got, want := State(tr&^trSeqUsed), nextState(s, dir, uint8(fl)); got != want {
+					t.Fatalf("%v dir %d flags %#x: table says %v, nextState %v", s, dir, fl, got, want)
+				}
+				if got, want := tr&trSeqUsed != 0, seqUsed(s, dir, &seg{flags: uint8(fl)}); got != want {
+					t.Fatalf("%v dir %d flags %#x: table's seqUsed %v, seqUsed %v", s, dir, fl, got, want)
+				}
+				for _, proto := range []uint8{ProtoTCP, ProtoUDP, ProtoICMP, 47} {
+					for _, has := range []bool{false, true} {
+						if proto == ProtoTCP && (tr&trSeqUsed != 0 || dir == Original && has) {
+							continue // trackEntry calls step itself
+						}
+						for _, q0 := range qs {
+							q := q0
+							g := seg{flags: uint8(fl), has: has, seq: 1000, ack: 1001, len: 10}
+							if got := step(s, proto, &q, dir, &g); got != State(tr&^trSeqUsed) || q != q0 {
+								t.Fatalf("proto %d %v dir %d flags %#x has %v: table %v, step %v (sequence state %+v to %+v)",
+									proto, s, dir, fl, has, State(tr&^trSeqUsed), got, q0, q)
+							}
+							checked++
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("nothing checked")
+	}
+}
