@@ -429,7 +429,7 @@ func runStaticGateway(f *gatewayFlags) error {
 	if err != nil {
 		return err
 	}
-	eng.ResumeFlows(f.stateFile)
+	gm.resumed(eng.ResumeFlows(f.stateFile))
 	eng.Start()
 	gm.attach(eng)
 	gm.setReady(func() error { return nil })
@@ -656,7 +656,7 @@ func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.ResumeFlows(f.stateFile)
+	d.gm.resumed(e.ResumeFlows(f.stateFile))
 	e.Start()
 	d.gm.attach(e)
 	if d.admission != nil {
@@ -814,6 +814,9 @@ type gatewayMetrics struct {
 	log       *slog.Logger
 	cur       atomic.Pointer[engine.Engine] // the engine attached last: what --flows-socket lists
 	stopFlows func()                        // nil without --flows-socket
+	// stateRefused counts the state files refused, by reason; nil without
+	// --state-file.
+	stateRefused *prometheus.CounterVec
 }
 
 // startGatewayOutputs starts what both gateway modes serve before their
@@ -832,6 +835,9 @@ func startGatewayOutputs(f *gatewayFlags, cf *configFile) (*slog.Logger, *gatewa
 	if err := gm.serveProbes(f.probeAddr); err != nil {
 		gm.close()
 		return nil, nil, err
+	}
+	if f.stateFile != "" {
+		gm.countStateRefusals()
 	}
 	if f.flowsSocket != "" {
 		if gm.stopFlows, err = serveFlows(f.flowsSocket, flowsHandler(engineFlows(&gm.cur)), log); err != nil {
@@ -886,6 +892,29 @@ func (gm *gatewayMetrics) close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		gm.srv.Close(ctx)
+	}
+}
+
+// countStateRefusals registers egret_gateway_state_file_refused_total,
+// every reason at 0, for resumed to count into.
+func (gm *gatewayMetrics) countStateRefusals() {
+	gm.stateRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egret_gateway_state_file_refused_total",
+		Help: "State files of a previous process refused, by reason: a format version this gateway does not read, malformed (cut short, damaged, not a state file), stale (older than 2 minutes), unreadable; the gateway started without their flows."},
+		[]string{"reason"})
+	for _, r := range flowsync.StateRefusals {
+		gm.stateRefused.WithLabelValues(string(r))
+	}
+	if err := gm.reg.Register(gm.stateRefused); err != nil {
+		gm.log.Warn("gateway: state file metric not registered", "err", err)
+	}
+}
+
+// resumed counts the state file the engine refused, if it did
+// (Engine.ResumeFlows).
+func (gm *gatewayMetrics) resumed(err error) {
+	var se *flowsync.StateError
+	if gm.stateRefused != nil && errors.As(err, &se) {
+		gm.stateRefused.WithLabelValues(string(se.Reason)).Inc()
 	}
 }
 

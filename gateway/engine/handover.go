@@ -46,17 +46,20 @@ func (h Handover) Close() error {
 
 // ResumeFlows adopts the flows a previous process on this node left in the
 // state file at path ("" for none), before the workers start: no packet of
-// theirs meets an empty table.
-func (e *Engine) ResumeFlows(path string) {
+// theirs meets an empty table. A file it refuses (*flowsync.StateError:
+// another format version, damaged, too old) is logged and returned, and
+// the engine starts without its flows.
+func (e *Engine) ResumeFlows(path string) error {
 	if path == "" {
-		return
+		return nil
 	}
 	n, failed, err := flowsync.LoadState(path, e.Pipeline(), e.Now())
 	if err != nil {
-		e.log.Warn("gateway: flows of the previous process not resumed", "err", err, "resumed", n)
-		return
+		e.log.Warn("gateway: flows of the previous process not resumed; starting without them", "err", err)
+		return err
 	}
 	if n+failed > 0 {
 		e.log.Info("gateway: resumed the flows of the previous process", "flows", n, "not_resumed", failed, "file", path)
 	}
+	return nil
 }

@@ -23,7 +23,7 @@ func dialAs(t *testing.T, addr, src, peer string) (*session, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return clientHandshake(c, testKey, peer)
+	return clientHandshake(c, testKey, peer, syncVersions)
 }
 
 func heapInUse() uint64 {

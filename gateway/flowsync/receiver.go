@@ -121,18 +121,24 @@ func (s *Sync) authenticated(src netip.Addr, ok bool) bool {
 // not flood the log).
 func (s *Sync) refuse(r Refusal, peer string, ip netip.Addr) {
 	s.c.refusals[r].Add(1)
-	s.mu.Lock()
-	now := time.Now()
-	log := now.Sub(s.lastWarn) >= refusalLogEvery
-	if log {
-		s.lastWarn = now
-	}
-	s.mu.Unlock()
-	if log {
+	if s.warnNow() {
 		st := s.c.snapshot()
 		s.cfg.Log.Warn("flow sync: refused what the cluster does not back (more are counted, not logged, for a while)",
 			"peer", peer, "reason", r.String(), "egress_ip", ip, "refused_by_reason", st.RecordsRefused)
 	}
+}
+
+// warnNow reports whether a refusal may be logged now: at most once every
+// refusalLogEvery for the whole receiver.
+func (s *Sync) warnNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if now.Sub(s.lastWarn) < refusalLogEvery {
+		return false
+	}
+	s.lastWarn = now
+	return true
 }
 
 // refusalLogEvery paces the log of refused records and sessions.
@@ -151,8 +157,17 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	sess, err := serverHandshake(c, s.cfg.Key, pendingFor)
+	sess, err := serverHandshake(c, s.cfg.Key, pendingFor, syncVersions)
 	if session = s.authenticated(src, err == nil); !session {
+		var ve *versionError
+		if errors.As(err, &ve) {
+			s.c.versionRefused.Add(1)
+			if s.warnNow() {
+				s.cfg.Log.Warn("flow sync: refused a peer that speaks a protocol version this gateway does not (more are counted, not logged, for a while); upgrade one minor release at a time",
+					"remote", c.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
 		s.c.refused.Add(1)
 		if err == nil {
 			err = fmt.Errorf("%d sessions are open already", DefaultMaxConns)

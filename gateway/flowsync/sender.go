@@ -151,15 +151,22 @@ func (l *link) connect() {
 		c, err := d.Dial("tcp", l.addr)
 		var sess *session
 		if err == nil {
-			if sess, err = clientHandshake(c, l.s.cfg.Key, l.s.cfg.Node); err != nil {
+			if sess, err = clientHandshake(c, l.s.cfg.Key, l.s.cfg.Node, syncVersions); err != nil {
 				c.Close()
 			}
 		}
 		if err != nil {
 			l.s.c.connectFail.Add(1)
-			if errors.Is(err, ErrRefused) {
+			var ve *versionError
+			switch {
+			case errors.As(err, &ve):
+				l.s.c.versionRefused.Add(1)
+				l.s.cfg.Log.Warn("flow sync: the standby speaks a protocol version this gateway does not; upgrade one minor release at a time", "peer", l.addr, "err", err)
+			case errors.Is(err, errNotSync):
+				l.s.cfg.Log.Warn("flow sync: the standby's sync address answers with something else", "peer", l.addr, "err", err)
+			case errors.Is(err, ErrRefused):
 				l.s.cfg.Log.Warn("flow sync: the standby does not prove the key; check that every gateway mounts the same Secret", "peer", l.addr)
-			} else {
+			default:
 				l.s.cfg.Log.Debug("flow sync: standby not reachable", "peer", l.addr, "err", err)
 			}
 		} else {

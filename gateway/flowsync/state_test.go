@@ -1,7 +1,6 @@
 package flowsync
 
 import (
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,7 +14,7 @@ import (
 // held by the next process with their states, bindings and ports (counted
 // in its NAT allocator), none longer-lived than before; the file is read
 // once. A file too old, or cut short, is refused with an error, never a
-// panic.
+// panic (more in TestStateFileRefusals).
 func TestStateFileResumesFlows(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "flows.state")
 	a := newPipeline(t, 1<<12, egress, egress6)
@@ -54,10 +53,8 @@ func TestStateFileResumesFlows(t *testing.T) {
 		t.Fatalf("a missing state file: %d, %v; want nothing and no error", n, err)
 	}
 
-	old := append([]byte(nil), raw...)
-	binary.BigEndian.PutUint64(old[4:], uint64(time.Now().Add(-MaxStateAge-time.Minute).UnixNano()))
-	os.WriteFile(path, old, 0o600)
-	if n, _, err := LoadState(path, newPipeline(t, 1<<12, egress), clock()); err == nil || n != 0 {
+	os.WriteFile(path, restamp(t, raw, time.Now().Add(-MaxStateAge-time.Minute)), 0o600)
+	if n, _, err := LoadState(path, newPipeline(t, 1<<12, egress), clock()); !isRefusal(err, StateRefusedStale) || n != 0 {
 		t.Fatalf("a stale state file was loaded (%d flows, err %v)", n, err)
 	}
 	for _, cut := range []int{3, 13, 40, len(raw) - 5} {

@@ -5,6 +5,10 @@ import "sync/atomic"
 // Stats are the flow sync's counters since start (metrics:
 // egret_gateway_sync_*, docs/metrics.md).
 type Stats struct {
+	// Both sides: handshakes refused because the peer speaks a protocol
+	// version this gateway does not (SyncVersion and the previous minor
+	// release's only).
+	VersionRefused uint64
 	// Sending side.
 	RecordsSent uint64 // flows sent: new, changed, refreshed or gone
 	BatchesSent uint64 // sealed messages of them
@@ -30,6 +34,7 @@ type Stats struct {
 type counters struct {
 	recordsSent, batchesSent, bytesSent, fullResyncs, stalls, connectFail, slotsLooked atomic.Uint64
 	recordsApplied, recordsOwned, adoptFailed, refused, malformed, lateResyncs         atomic.Uint64
+	versionRefused                                                                     atomic.Uint64
 	backup                                                                             atomic.Int64
 	refusals                                                                           [NumRefusals]atomic.Uint64
 }
@@ -39,7 +44,7 @@ func (c *counters) snapshot() Stats {
 		FullResyncs: c.fullResyncs.Load(), Stalls: c.stalls.Load(), ConnectFail: c.connectFail.Load(), SlotsLooked: c.slotsLooked.Load(),
 		RecordsApplied: c.recordsApplied.Load(), RecordsOwned: c.recordsOwned.Load(), AdoptFailed: c.adoptFailed.Load(),
 		Refused: c.refused.Load(), Malformed: c.malformed.Load(), BackupFlows: uint64(max(c.backup.Load(), 0)),
-		LateResyncs: c.lateResyncs.Load()}
+		LateResyncs: c.lateResyncs.Load(), VersionRefused: c.versionRefused.Load()}
 	for i := range st.RecordsRefused {
 		st.RecordsRefused[i] = c.refusals[i].Load()
 	}

@@ -270,7 +270,7 @@ func dial(t *testing.T, addr string) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := clientHandshake(c, testKey, "primary")
+	s, err := clientHandshake(c, testKey, "primary", syncVersions)
 	if err != nil {
 		t.Fatal(err)
 	}

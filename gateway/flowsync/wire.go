@@ -35,8 +35,25 @@ const DefaultPort = 9108
 // MinKeyLen is the shortest pre-shared key accepted, in bytes.
 const MinKeyLen = 32
 
+// SyncVersion is the flow-sync protocol version this gateway speaks: the
+// version byte of the handshake's greeting and reply. 1 since Egret 0.1.0.
+const SyncVersion = 1
+
+// oldestSync is the oldest protocol version still spoken: the previous
+// minor release's (docs/operations.md, "Version skew").
+const oldestSync = 1
+
+// versions is the range of format versions one side speaks or reads.
+type versions struct{ oldest, newest byte }
+
+// syncVersions are the protocol versions this gateway speaks. The
+// handshake settles on one: the listener greets with its newest, the
+// client answers with the lower of that and its own newest, and each side
+// refuses a version outside its range. Two gateways one minor release
+// apart thus speak the older one's newest version.
+var syncVersions = versions{oldestSync, SyncVersion}
+
 const (
-	version      = 1
 	nonceLen     = 32
 	macLen       = sha256.Size
 	maxNameLen   = 253
@@ -46,12 +63,52 @@ const (
 
 var magic = [4]byte{'E', 'G', 'S', 'Y'}
 
-// ErrRefused means the other side does not hold the key (or does not speak
-// this protocol).
+// ErrRefused means the other side does not hold the key.
 var ErrRefused = errors.New("sync peer refused: it does not prove the pre-shared key")
 
-// errMalformed means an authenticated message does not parse.
-var errMalformed = errors.New("malformed sync message")
+// errMalformed means an authenticated message, or a state file, does not
+// parse.
+var errMalformed = errors.New("malformed")
+
+// errNotSync means the other side sent something else than the flow sync's
+// handshake.
+var errNotSync = errors.New("not a flow sync peer")
+
+// versionError is a peer or a file of a format version outside the range
+// this gateway speaks or reads.
+type versionError struct {
+	format string // "flow sync protocol", "state file format"
+	verb   string // what this gateway does with the format: "speaks", "reads"
+	other  string // who made the version: "the peer", "the gateway that wrote it"
+	got    byte
+	here   versions
+}
+
+func (e *versionError) Error() string {
+	here := fmt.Sprintf("version %d", e.here.newest)
+	if e.here.oldest != e.here.newest {
+		here = fmt.Sprintf("versions %d to %d", e.here.oldest, e.here.newest)
+	}
+	return fmt.Sprintf("%s version %d is not one this gateway %s (it %s %s): %s and this gateway are more than one minor release apart",
+		e.format, e.got, e.verb, e.verb, here, e.other)
+}
+
+// syncVersionError is the refusal of a peer speaking protocol version got.
+func syncVersionError(got byte, here versions) *versionError {
+	return &versionError{format: "flow sync protocol", verb: "speaks", other: "the peer", got: got, here: here}
+}
+
+// kindOf names what a stream that starts with the four bytes b is, for the
+// error that refuses it where another was expected.
+func kindOf(b []byte) string {
+	switch [4]byte(b) {
+	case magic:
+		return "a flow sync stream"
+	case stateMagic, stateMagicV1:
+		return "a flow state file"
+	}
+	return fmt.Sprintf("something else (its first bytes are % x)", b)
+}
 
 // LoadKey reads the pre-shared key from path (a Secret's key mounted as a
 // file); surrounding white space is not part of it.
@@ -115,8 +172,8 @@ func (s *session) keys(key, ns, nc []byte, client bool) {
 }
 
 // clientHandshake proves the key to the server at c and has it proved back,
-// naming this node.
-func clientHandshake(c net.Conn, key []byte, node string) (*session, error) {
+// naming this node, in a protocol version of vs that the server speaks.
+func clientHandshake(c net.Conn, key []byte, node string, vs versions) (*session, error) {
 	if len(node) > maxNameLen {
 		return nil, fmt.Errorf("node name %q is longer than %d bytes", node, maxNameLen)
 	}
@@ -124,16 +181,23 @@ func clientHandshake(c net.Conn, key []byte, node string) (*session, error) {
 	defer c.SetDeadline(time.Time{})
 	s := &session{c: c, r: bufio.NewReaderSize(c, 64<<10)}
 	var hello [4 + 1 + nonceLen]byte
-	if _, err := io.ReadFull(s.r, hello[:]); err != nil {
+	if _, err := io.ReadFull(s.r, hello[:5]); err != nil {
 		return nil, fmt.Errorf("read the sync peer's greeting: %w", err)
 	}
-	if [4]byte(hello[:4]) != magic || hello[4] != version {
-		return nil, fmt.Errorf("%w: not a flow sync listener of version %d", ErrRefused, version)
+	if [4]byte(hello[:4]) != magic {
+		return nil, fmt.Errorf("%w: the listener sent %s", errNotSync, kindOf(hello[:4]))
+	}
+	if hello[4] < vs.oldest {
+		return nil, syncVersionError(hello[4], vs)
+	}
+	v := min(hello[4], vs.newest)
+	if _, err := io.ReadFull(s.r, hello[5:]); err != nil {
+		return nil, fmt.Errorf("read the sync peer's greeting: %w", err)
 	}
 	ns := hello[5:]
 	nc := make([]byte, nonceLen)
 	rand.Read(nc)
-	msg := append(append(append(append(magic[:], version), nc...), byte(len(node))), node...)
+	msg := append(append(append(append(magic[:], v), nc...), byte(len(node))), node...)
 	msg = append(msg, mac(key, "egret-sync/client", ns, nc, []byte(node))...)
 	if _, err := c.Write(msg); err != nil {
 		return nil, fmt.Errorf("send the sync handshake: %w", err)
@@ -149,23 +213,29 @@ func clientHandshake(c net.Conn, key []byte, node string) (*session, error) {
 	return s, nil
 }
 
-// serverHandshake checks that the client at c holds the key and proves it
-// back, all within d.
-func serverHandshake(c net.Conn, key []byte, d time.Duration) (*session, error) {
+// serverHandshake checks that the client at c holds the key and speaks a
+// protocol version of vs, and proves the key back, all within d.
+func serverHandshake(c net.Conn, key []byte, d time.Duration, vs versions) (*session, error) {
 	c.SetDeadline(time.Now().Add(d))
 	defer c.SetDeadline(time.Time{})
 	s := &session{c: c, r: bufio.NewReaderSize(c, 64<<10)}
 	ns := make([]byte, nonceLen)
 	rand.Read(ns)
-	if _, err := c.Write(append(append(magic[:], version), ns...)); err != nil {
+	if _, err := c.Write(append(append(magic[:], vs.newest), ns...)); err != nil {
 		return nil, fmt.Errorf("send the sync greeting: %w", err)
 	}
 	var head [4 + 1 + nonceLen + 1]byte
-	if _, err := io.ReadFull(s.r, head[:]); err != nil {
+	if _, err := io.ReadFull(s.r, head[:5]); err != nil {
 		return nil, fmt.Errorf("%w (%v)", ErrRefused, err)
 	}
-	if [4]byte(head[:4]) != magic || head[4] != version {
-		return nil, fmt.Errorf("%w: not a flow sync client of version %d", ErrRefused, version)
+	if [4]byte(head[:4]) != magic {
+		return nil, fmt.Errorf("%w: the client sent %s", errNotSync, kindOf(head[:4]))
+	}
+	if head[4] < vs.oldest || head[4] > vs.newest {
+		return nil, syncVersionError(head[4], vs)
+	}
+	if _, err := io.ReadFull(s.r, head[5:]); err != nil {
+		return nil, fmt.Errorf("%w (%v)", ErrRefused, err)
 	}
 	nc := head[5 : 5+nonceLen]
 	rest := make([]byte, int(head[len(head)-1])+macLen)
