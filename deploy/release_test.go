@@ -5,14 +5,11 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"crypto/ed25519"
 	"crypto/sha256"
 	"debug/elf"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -22,8 +19,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"golang.org/x/crypto/blake2b"
 
 	"github.com/egret-gw/egret/internal/kubetest"
 )
@@ -63,13 +58,13 @@ type ociIndexOrManifest struct {
 }
 
 // TestRelease runs `make release` as CI does, without RELEASE_KEY, into a temporary
-// folder, and checks what it made with code of its own rather than the tools that made
-// it: the image index has linux/amd64 and linux/arm64 and each holds the released
-// binaries; the binaries are static ELF of their arch; each SBOM lists exactly the
-// modules `go version -m` reads from its binary; SHA256SUMS covers every file; both
-// signatures verify with the public key beside them (and fail on a changed byte); the
-// chart's OCI layout carries the packaged chart with Helm's media types; and the
-// packaged chart installs into a real kube-apiserver.
+// folder, and checks what it made, with code of its own rather than the tools that made
+// it where it can: the image index has linux/amd64 and linux/arm64 and each holds the
+// released binaries; the binaries are static ELF of their arch; each SBOM lists exactly
+// the modules `go version -m` reads from its binary; SHA256SUMS covers every file; both
+// signatures verify with the public key beside them by docs/releasing.md's command, and
+// fail on a changed bit; the chart's OCI layout carries the packaged chart with Helm's
+// media types; and the packaged chart installs into a real kube-apiserver.
 func TestRelease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds both arches, the image and the chart")
@@ -100,20 +95,26 @@ func TestRelease(t *testing.T) {
 
 	t.Run("SHA256SUMS", func(t *testing.T) { checkSums(t, out) })
 	t.Run("signatures", func(t *testing.T) {
-		pub := readMinisignPub(t, filepath.Join(out, "minisign.pub"))
+		ms := kubetest.Tool(t, "minisign", "hack/release/tools.sh")
+		pub := filepath.Join(out, "minisign.pub")
 		for _, f := range []string{"SHA256SUMS", "egret-" + version + ".oci-index.json"} {
-			msg := readFile(t, filepath.Join(out, f))
-			comment, err := minisignVerify(pub, msg, readFile(t, filepath.Join(out, f+".minisig")))
+			path := filepath.Join(out, f)
+			b, err := exec.Command(ms, "-V", "-p", pub, "-m", path).CombinedOutput()
 			if err != nil {
-				t.Errorf("%s: %v", f, err)
+				t.Errorf("minisign -V -p minisign.pub -m %s: %v\n%s", f, err, b)
 				continue
 			}
-			if !strings.Contains(comment, "THROWAWAY") || !strings.Contains(comment, "egret "+version) {
-				t.Errorf("%s: trusted comment %q names neither the release nor the throwaway key", f, comment)
+			if !bytes.Contains(b, []byte("Trusted comment: egret "+version+", commit ")) || !bytes.Contains(b, []byte("THROWAWAY")) {
+				t.Errorf("%s: the trusted comment does not name the release, its commit and the throwaway key:\n%s", f, b)
 			}
-			msg[len(msg)/2] ^= 1
-			if _, err := minisignVerify(pub, msg, readFile(t, filepath.Join(out, f+".minisig"))); err == nil {
-				t.Errorf("%s with one bit changed still verifies", f)
+			changed := readFile(t, path)
+			changed[len(changed)/2] ^= 1
+			other := filepath.Join(t.TempDir(), f)
+			if err := os.WriteFile(other, changed, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := exec.Command(ms, "-V", "-p", pub, "-m", other, "-x", path+".minisig").CombinedOutput(); err == nil || !bytes.Contains(b, []byte("signature verification failed")) {
+				t.Errorf("%s with one bit changed: minisign -V says %v:\n%s", f, err, b)
 			}
 		}
 	})
@@ -214,58 +215,6 @@ func checkSums(t *testing.T, dir string) {
 	if n < 10 {
 		t.Errorf("only %d files in the release", n)
 	}
-}
-
-// minisignPub is a minisign public key: its id and the Ed25519 key.
-type minisignPub struct {
-	id  []byte
-	key ed25519.PublicKey
-}
-
-// readMinisignPub reads a minisign public key file (an untrusted comment line, then
-// base64 of "Ed", the 8-byte key id and the 32-byte key).
-func readMinisignPub(t *testing.T, path string) minisignPub {
-	t.Helper()
-	lines := strings.Split(strings.TrimSpace(string(readFile(t, path))), "\n")
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(lines[len(lines)-1]))
-	if err != nil || len(raw) != 42 || string(raw[:2]) != "Ed" {
-		t.Fatalf("%s is not a minisign public key (%v)", path, err)
-	}
-	return minisignPub{id: raw[2:10], key: ed25519.PublicKey(raw[10:])}
-}
-
-// minisignVerify checks a minisign signature file of msg (its format in
-// jedisct1.github.io/minisign) and returns the trusted comment the signature covers.
-func minisignVerify(pub minisignPub, msg, sigFile []byte) (string, error) {
-	lines := strings.Split(strings.TrimSpace(string(sigFile)), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[2], "trusted comment: ") {
-		return "", errors.New("not a minisign signature file")
-	}
-	sig, err1 := base64.StdEncoding.DecodeString(strings.TrimSpace(lines[1]))
-	global, err2 := base64.StdEncoding.DecodeString(strings.TrimSpace(lines[3]))
-	if err := errors.Join(err1, err2); err != nil || len(sig) != 74 || len(global) != ed25519.SignatureSize {
-		return "", fmt.Errorf("not a minisign signature (%v)", err)
-	}
-	if !bytes.Equal(sig[2:10], pub.id) {
-		return "", fmt.Errorf("signed by key %X, not by minisign.pub's %X", sig[2:10], pub.id)
-	}
-	signed := msg
-	switch string(sig[:2]) {
-	case "ED": // the message's BLAKE2b-512, what minisign signs by default
-		h := blake2b.Sum512(msg)
-		signed = h[:]
-	case "Ed":
-	default:
-		return "", fmt.Errorf("unknown signature algorithm %q", sig[:2])
-	}
-	if !ed25519.Verify(pub.key, signed, sig[10:]) {
-		return "", errors.New("the signature does not verify")
-	}
-	comment := strings.TrimPrefix(lines[2], "trusted comment: ")
-	if !ed25519.Verify(pub.key, append(slices.Clone(sig[10:]), comment...), global) {
-		return "", errors.New("the trusted comment's signature does not verify")
-	}
-	return comment, nil
 }
 
 // checkImage checks the OCI archive: its one image is the signed index, which names
