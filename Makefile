@@ -155,6 +155,19 @@ image: deps image-stage
 	bash hack/cluster/buildah.sh push -q $(IMAGE) oci-archive:$(BIN)/egret-$(VERSION).oci.tar:$(IMAGE)
 	@echo "image: $(IMAGE) in $(BIN)/egret-$(VERSION).oci.tar"
 
+# The release of this tree (docs/releasing.md) into RELEASE_OUT, with no registry: the
+# image for linux/amd64 and linux/arm64 as one OCI index (an OCI archive), the static
+# binaries per arch, a CycloneDX SBOM of each, the Helm chart packaged and as an OCI
+# artifact layout, SHA256SUMS, and minisign signatures of SHA256SUMS and of the image
+# index. RELEASE_KEY names the release owner's minisign secret key; without it (CI) a
+# throwaway key is generated into RELEASE_OUT and the output says so. The tools are
+# built from the Go module proxy into TOOLS_DIR (hack/release/tools.sh).
+# deploy/release_test.go runs it and checks what it made.
+RELEASE_OUT ?= $(BIN)/release/$(VERSION)
+.PHONY: release
+release: deps
+	VERSION=$(VERSION) IMAGE=$(IMAGE) MAKE="$(MAKE)" bash hack/release/release.sh $(RELEASE_OUT)
+
 # A real Kubernetes cluster on this machine (hack/cluster/up.sh): control plane on the
 # host, nodes w1 w2 (workers) and gw1 gw2 (gateway-capable) in their own namespaces, a
 # local registry and an outside echo server. Ends by printing `export KUBECONFIG=...`.

@@ -32,7 +32,14 @@ func helmBin(t *testing.T) string {
 // manifest's file is the template it came from.
 func helmTemplate(t *testing.T, hb string, args ...string) []manifest {
 	t.Helper()
-	raw := run(t, nil, hb, append([]string{"template", "egret", chart, "--namespace", "egret-system", "--include-crds"}, args...)...)
+	return helmTemplateOf(t, hb, chart, args...)
+}
+
+// helmTemplateOf is helmTemplate of the chart at ref: a directory or a
+// packaged chart (`helm package`).
+func helmTemplateOf(t *testing.T, hb, ref string, args ...string) []manifest {
+	t.Helper()
+	raw := run(t, nil, hb, append([]string{"template", "egret", ref, "--namespace", "egret-system", "--include-crds"}, args...)...)
 	source := regexp.MustCompile(`(?m)^# Source: (\S+)`)
 	var out []manifest
 	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(raw), -1) {
@@ -740,13 +747,7 @@ func TestHelmInstall(t *testing.T) {
 	if got := string(k("-n", "egret-system", "get", "resourcequota", "egret-critical-pods", "-o", "jsonpath={.spec.scopeSelector.matchExpressions[0].values}")); got != `["system-cluster-critical","system-node-critical"]` {
 		t.Errorf("ResourceQuota egret-critical-pods admits %s", got)
 	}
-	for _, m := range helmTemplate(t, hb) {
-		args := []string{"get", strings.ToLower(m.o.kind()), m.o.name(), "-o", "name"}
-		if m.o.ns() != "" {
-			args = append(args, "-n", m.o.ns())
-		}
-		k(args...)
-	}
+	allInstalled(t, kc, env.Kubeconfig, helmTemplate(t, hb))
 	if got := string(k("-n", "egret-system", "get", "configmap", "egret-gateway", "-o", "jsonpath={.data.gateway\\.yaml}")); !strings.Contains(got, `interfaces: ["eth1"]`) {
 		t.Errorf("gateway ConfigMap after install:\n%s", got)
 	}
@@ -778,6 +779,18 @@ func TestHelmInstall(t *testing.T) {
 	k("get", "crd", "egressips.k8s.ovn.org", "cloudprivateipconfigs.cloud.network.openshift.io", "-o", "name")
 	if got := string(k("get", "eip", "kept", "-o", "jsonpath={.spec.egressIPs} {.spec.namespaceSelector.matchLabels}")); got != `["192.0.2.10"] {"env":"prod"}` {
 		t.Errorf("after helm uninstall, EgressIP kept reads %q", got)
+	}
+}
+
+// allInstalled checks that every object of ms is in the API server.
+func allInstalled(t *testing.T, kc, kubeconfig string, ms []manifest) {
+	t.Helper()
+	for _, m := range ms {
+		args := []string{"--kubeconfig", kubeconfig, "get", strings.ToLower(m.o.kind()), m.o.name(), "-o", "name"}
+		if m.o.ns() != "" {
+			args = append(args, "-n", m.o.ns())
+		}
+		run(t, nil, kc, args...)
 	}
 }
 
