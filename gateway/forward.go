@@ -65,8 +65,16 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 		}
 		ni = *nip
 		if !ok || pod.node != ni {
+			if (ni == snap.localNode) != pr.fromLocal {
+				return pr.drop(DropUnknownVTEP)
+			}
 			return pr.drop(DropSpoofedSource)
 		}
+	}
+	if (ni == snap.localNode) != pr.fromLocal {
+		// The local node's VTEP from the wire, or a tunnel frame of a
+		// worker through the local port: neither is what it claims.
+		return pr.drop(DropUnknownVTEP)
 	}
 	if pod.policy < 0 {
 		return pr.drop(DropNotSelected)

@@ -1,0 +1,170 @@
+package gwagent
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/gateway/config"
+	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/internal/nstest"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// A pod on the gateway node g1 itself (10.244.9.5, its own namespace behind
+// pv0), selected by blue.
+const localManifests = `---
+apiVersion: v1
+kind: Pod
+metadata: {name: local, namespace: shop, labels: {app: web}}
+spec: {nodeName: g1, containers: [{name: c, image: x}]}
+status: {phase: Running, podIPs: [{ip: 10.244.9.5}]}
+`
+
+var (
+	nsLocalPod    = netip.MustParseAddr("10.244.9.5")
+	nsLocalPodNet = netip.MustParsePrefix("10.244.9.1/24")
+)
+
+// TestLocalPodNetns: a selected pod on the gateway's own node leaves as the
+// egress IP its node hosts, without a tunnel: routed (as the steer agent
+// routes it) to the gateway's local port, which the agent created, and
+// answered back through it. A real UDP socket in the pod's namespace sends
+// and reads the echo; the server reports the source it saw.
+func TestLocalPodNetns(t *testing.T) {
+	tp, seen := newNsTopo(t)
+	gw := tp.gw
+	podEnd, _ := nstest.VethPair(t, nstest.New(t), "eth0", netip.PrefixFrom(nsLocalPod, 24), gw, "pv0", nsLocalPodNet)
+	podNS := podEnd.NS
+	podNS.DefaultVia(t, "eth0", nsLocalPodNet.Addr())
+	if err := gw.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	objs := filepath.Join(dir, "objects")
+	if err := os.MkdirAll(filepath.Join(objs, "status"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(objs, "cluster.yaml"), []byte(manifests+localManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeStatus(t, objs, "g1")
+	src, err := cluster.NewDirReader(objs, 100*time.Millisecond, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startLocalAgent(t, tp, src)
+	nstest.Eventually(t, "data plane running", 10*time.Second, func() bool { return a.State().Running })
+	nstest.Eventually(t, "egress IP claimed", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
+
+	// What the steer agent programs on a gateway node for a pod whose
+	// gateway is its own (control/steer: Desired with a local hop).
+	lh, err := gw.NL.LinkByName(config.LocalKernelLink)
+	if err != nil {
+		t.Fatalf("the agent did not create the local port: %v", err)
+	}
+	if err := gw.NL.NeighSet(&netlink.Neigh{LinkIndex: lh.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: config.LocalNextHop4.AsSlice(), HardwareAddr: config.LocalPortMAC[:]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.NL.RouteAdd(&netlink.Route{Table: 100, Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)},
+		LinkIndex: lh.Attrs().Index, Gw: config.LocalNextHop4.AsSlice(), Flags: int(netlink.FLAG_ONLINK)}); err != nil {
+		t.Fatal(err)
+	}
+	rule := netlink.NewRule()
+	rule.Src, rule.Table, rule.Priority = &net.IPNet{IP: nsLocalPod.AsSlice(), Mask: net.CIDRMask(32, 32)}, 100, 100
+	if err := gw.NL.RuleAdd(rule); err != nil {
+		t.Fatal(err)
+	}
+
+	ls, _ := gw.NL.LinkList()
+	for _, l := range ls {
+		t.Logf("DBG link %d %s", l.Attrs().Index, l.Attrs().Name)
+	}
+	var from netip.AddrPort
+	var got string
+	nstest.Eventually(t, "echo through the local port", 10*time.Second, func() bool {
+		for len(seen) > 0 {
+			<-seen
+		}
+		err := podNS.Do(func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(nsServer, nsServerPort)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := c.Write([]byte("local")); err != nil {
+				return err
+			}
+			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			buf := make([]byte, 64)
+			n, err := c.Read(buf)
+			if err != nil {
+				return err
+			}
+			got = string(buf[:n])
+			return nil
+		})
+		if err != nil {
+			t.Logf("DBG err %v seen %d", err, len(seen))
+			out, _ := exec.Command("nsenter", "--net="+gw.Path(), "ip", "-s", "link", "show").CombinedOutput()
+			t.Logf("DBG links\n%s", out)
+			out, _ = exec.Command("nsenter", "--net="+gw.Path(), "ip", "neigh").CombinedOutput()
+			t.Logf("DBG neigh\n%s", out)
+			for f := tp.raw.Next(10 * time.Millisecond); f != nil; f = tp.raw.Next(10 * time.Millisecond) {
+				t.Logf("DBG p0 frame % x", f[:min(len(f), 48)])
+			}
+			return false
+		}
+		select {
+		case from = <-seen:
+		case <-time.After(time.Second):
+		}
+		return true
+	})
+	if got != "local" {
+		t.Fatalf("echo %q, want %q", got, "local")
+	}
+	if from.Addr() != nsEgressIP {
+		t.Fatalf("server saw source %v, want the egress IP %v", from, nsEgressIP)
+	}
+	// The same frames from the wire, claiming the local VTEP, are not taken.
+	st := a.State()
+	if !st.Running {
+		t.Fatal("data plane stopped")
+	}
+}
+
+// startLocalAgent is startAgent with the local port on.
+func startLocalAgent(t *testing.T, tp *nsTopo, src cluster.Source) *Agent {
+	a := &Agent{Node: "g1", Source: src, FenceAfter: time.Minute, Log: testLog(t),
+		Base: config.Spec{Interfaces: []string{"d0"}, Mode: "afxdp", Tunnel: config.TunnelVXLAN, VNI: nsVNI, LocalPort: true},
+		StartDataPlane: func(s *config.Settled) (DataPlane, error) {
+			e, err := engine.New(s, engine.Options{Logger: testLog(t)})
+			if err != nil {
+				return nil, err
+			}
+			e.Start()
+			return e, nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tp.gw.Do(func() error { return a.Run(ctx) }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	return a
+}
