@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/config"
@@ -47,6 +48,15 @@ func (e *Engine) ensureLocalLink(mtu int) error {
 		if err := h.LinkAdd(veth); err != nil {
 			return fmt.Errorf("create %s/%s: %w", config.LocalKernelLink, config.LocalPortLink, err)
 		}
+	}
+	// The node's kernel must hand the port whole packets with final
+	// checksums: a pod's packet carries only a partial checksum for the
+	// device to finish (CHECKSUM_PARTIAL), and may be a 64 KB TSO/GSO
+	// segment. Without transmit checksumming (and so without TSO) on the
+	// node's side, the kernel completes the checksum and cuts segments to
+	// the MTU before the frame crosses the pair.
+	if err := txChecksumOff(config.LocalKernelLink); err != nil {
+		return fmt.Errorf("%s: transmit checksum offload off: %w", config.LocalKernelLink, err)
 	}
 	var port netlink.Link
 	for _, name := range []string{config.LocalKernelLink, config.LocalPortLink} {
@@ -145,4 +155,23 @@ func (q *localQueue) Transmit(b *nic.Batch) {
 		}
 	}
 	q.Queue.Transmit(b)
+}
+
+// txChecksumOff turns transmit checksum offload off on ifname
+// (ETHTOOL_STXCSUM, as `ethtool -K ifname tx off`); the features that need
+// it, TSO among them, go with it.
+func txChecksumOff(ifname string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	v := struct{ Cmd, Data uint32 }{Cmd: unix.ETHTOOL_STXCSUM}
+	var req ifreqData
+	copy(req.Name[:len(req.Name)-1], ifname)
+	req.Data = unsafe.Pointer(&v)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&req))); e != 0 {
+		return e
+	}
+	return nil
 }

@@ -204,7 +204,7 @@ func (l *queueLoop) process(k int, now int64, start, m int) {
 		l.in[i] = l.rx.Frame(start + i)
 		l.buf[i] = l.out.Buf[i][l.out.Off[i]:]
 	}
-	if l.localPort[k] {
+	if k < len(l.localPort) && l.localPort[k] {
 		l.gw.ProcessLocal(now, l.in[:m], l.buf[:m], l.res[:m])
 	} else {
 		l.gw.Process(now, l.in[:m], l.buf[:m], l.res[:m])
