@@ -70,7 +70,7 @@ func TestLocalPodNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, engines := startLocalAgent(t, tp, src)
+	a, engines, stop := startLocalAgent(t, tp, src)
 	nstest.Eventually(t, "data plane running", 10*time.Second, func() bool { return a.State().Running })
 	nstest.Eventually(t, "egress IP claimed", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 
@@ -148,6 +148,11 @@ func TestLocalPodNetns(t *testing.T) {
 		}
 		return nstest.Soon(200*time.Millisecond, func() bool { return eng.Stats().Pipeline.Drops[gateway.DropUnknownVTEP] > before })
 	})
+	// A stop without hold (an uninstall) takes the port away with it.
+	stop()
+	if _, err := gw.NL.LinkByName(config.LocalKernelLink); err == nil {
+		t.Errorf("%s left after the gateway stopped", config.LocalKernelLink)
+	}
 }
 
 // ipChecksum is the RFC 1071 checksum of an IPv4 header whose checksum
@@ -165,7 +170,7 @@ func ipChecksum(h []byte) uint16 {
 
 // startLocalAgent is startAgent with the local port on; the channel gets
 // each engine it starts.
-func startLocalAgent(t *testing.T, tp *nsTopo, src cluster.Source) (*Agent, <-chan *engine.Engine) {
+func startLocalAgent(t *testing.T, tp *nsTopo, src cluster.Source) (*Agent, <-chan *engine.Engine, func()) {
 	engines := make(chan *engine.Engine, 4)
 	a := &Agent{Node: "g1", Source: src, FenceAfter: time.Minute, Log: testLog(t),
 		Base: config.Spec{Interfaces: []string{"d0"}, Mode: "afxdp", Tunnel: config.TunnelVXLAN, VNI: nsVNI, LocalPort: true},
@@ -181,11 +186,16 @@ func startLocalAgent(t *testing.T, tp *nsTopo, src cluster.Source) (*Agent, <-ch
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tp.gw.Do(func() error { return a.Run(ctx) }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent: %v", err)
+			}
 		}
-	})
-	return a, engines
+	}
+	t.Cleanup(stop)
+	return a, engines, stop
 }

@@ -80,6 +80,7 @@ type Engine struct {
 	ifcs    []*nic.Interface
 	loops   []*queueLoop
 	packet  bool // some interface runs on AF_PACKET: kernel drops in NFTable
+	local   bool // the local port is served (config.LocalPortLink)
 	adm     admitState
 
 	mu      sync.Mutex // guards the fields below (reload, close)
@@ -213,6 +214,7 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 			return nil, err
 		}
 		e.ifcs = append(e.ifcs, ifc)
+		e.local = true
 	}
 	if !e.packet {
 		// A table a killed AF_PACKET run left would drop traffic for nothing.
@@ -378,6 +380,13 @@ func (e *Engine) teardown(hold time.Duration) error {
 		}
 	}
 	e.ifcs = nil
+	if e.local && hold == 0 {
+		// Kept through a held stop, so that the next process finds the
+		// steer agent's routes still pointing at it.
+		if err := e.removeLocalLink(); err != nil {
+			errs = append(errs, fmt.Errorf("engine: local port: %w", err))
+		}
+	}
 	e.mu.Lock() // AdmissionDrops reads adm from the metrics scrape
 	if e.adm.live {
 		if err := e.admit(&config.Settled{}); err != nil {

@@ -98,6 +98,15 @@ func (e *Engine) ensureLocalLink(mtu int) error {
 	return nil
 }
 
+// removeLocalLink deletes the local port's veth pair (both ends go).
+func (e *Engine) removeLocalLink() error {
+	l, err := e.nl.LinkByName(config.LocalKernelLink)
+	if err != nil {
+		return nil // already gone
+	}
+	return e.nl.LinkDel(l)
+}
+
 // openLocal creates the local port and opens it on AF_PACKET (XDP would
 // have to pass every frame up anyway), its queues wrapped by localQueue.
 func (e *Engine) openLocal(set *config.Settled) (*nic.Interface, error) {
