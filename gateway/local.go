@@ -9,6 +9,8 @@ package gateway
 // frames of the local node.
 
 import (
+	"net/netip"
+
 	"github.com/egret-gw/egret/gateway/header"
 	"github.com/egret-gw/egret/gateway/route"
 )
@@ -53,9 +55,11 @@ func (p *Pipeline) WrapLocal(buf []byte, off, n int) (int, int, bool) {
 	return start, end - start, true
 }
 
-// UnwrapLocal returns the offset in frame of the inner Ethernet frame of a
-// reply to the local node, what the local port sends; false if frame is not
-// one.
+// UnwrapLocal returns where in frame the local port's frame starts: for a
+// reply to the local node, its inner Ethernet frame; for a tunnel frame
+// addressed to one of the gateway's own VTEPs (another gateway's reply to a
+// pod of this node, for the node's kernel: Processor.toLocalKernel), the
+// whole frame. False if frame is neither.
 func (p *Pipeline) UnwrapLocal(frame []byte) (int, bool) {
 	st := p.state.Load()
 	if st == nil || st.snap.localNode < 0 {
@@ -68,11 +72,20 @@ func (p *Pipeline) UnwrapLocal(frame []byte) (int, bool) {
 	}
 	et := header.Ethernet(frame[:header.EthernetLen]).Fixed().EtherType()
 	ip := frame[header.EthernetLen:]
-	switch {
-	case ln.fam == 0 && et == header.EtherTypeIPv4 && [4]byte(ip[16:20]) == [4]byte(ln.vtep[12:]):
-	case ln.fam == 1 && et == header.EtherTypeIPv6 && [16]byte(ip[24:40]) == ln.vtep:
+	var dst [16]byte
+	switch et {
+	case header.EtherTypeIPv4:
+		dst = netip.AddrFrom4([4]byte(ip[16:20])).As16()
+	case header.EtherTypeIPv6:
+		dst = [16]byte(ip[24:40])
 	default:
 		return 0, false
 	}
-	return hl, true
+	switch {
+	case dst == ln.vtep:
+		return hl, true
+	case (st.snap.hasVTEP[0] && dst == st.snap.vtep[0]) || (st.snap.hasVTEP[1] && dst == st.snap.vtep[1]):
+		return 0, true
+	}
+	return 0, false
 }

@@ -188,8 +188,40 @@ func TestWrapLocal(t *testing.T) {
 	if [6]byte(inner[:6]) != localMAC || netip.AddrFrom4([4]byte(inner[14+16:14+20])) != podLocal {
 		t.Fatalf("unwrapped reply: dst MAC %x, IP dst %v; want %x, %v", inner[:6], netip.AddrFrom4([4]byte(inner[30:34])), localMAC, podLocal)
 	}
-	// A frame to a worker node is not the local port's.
-	if _, ok := f.p.UnwrapLocal(tunnelFrame(t, podTun(), reply[14:])); ok {
+	// A tunnel frame to another VTEP is not the local port's; one to the
+	// gateway's own VTEP (for the node's kernel) goes through whole.
+	if _, ok := f.p.UnwrapLocal(tunnelFrame(t, tun{outerSrc: gwVTEP4, outerDst: node1VTEP, kind: TunnelVXLAN, vni: testVNI}, reply[14:])); ok {
 		t.Fatal("a tunnel frame to another VTEP was unwrapped")
+	}
+	if off, ok := f.p.UnwrapLocal(tunnelFrame(t, podTun(), reply[14:])); !ok || off != 0 {
+		t.Fatalf("a tunnel frame to the gateway's own VTEP: %d %v, want sent whole", off, ok)
+	}
+}
+
+// TestRemoteReplyToLocalPod: another gateway's reply to a pod of this
+// gateway's node (a tunnel frame from a known node to the node's VTEP,
+// which the XDP program takes) goes to the node's kernel through the local
+// port, unchanged but for its Ethernet addresses, and counts as passed;
+// the same frame for a pod of another node is still dropped as spoofed.
+func TestRemoteReplyToLocalPod(t *testing.T) {
+	f := newFixture(t, 64, localConfig())
+	in := tunnelFrame(t, podTun(), pkt{src: server4, dst: podLocal, proto: "udp", sport: 53, dport: 5000, payload: []byte("a")}.build(t))
+	out := [][]byte{make([]byte, 2048)}
+	res := make([]Result, 1)
+	f.w.Process(testNow, [][]byte{in}, out, res)
+	if res[0].Verdict != VerdictTx || res[0].Ifindex != localHop.Ifindex || res[0].Len != len(in) {
+		t.Fatalf("reply to the local pod from another gateway: %+v, want sent whole to the local port", res[0])
+	}
+	got := out[0][:res[0].Len]
+	if [6]byte(got[:6]) != localHop.DstMAC || [6]byte(got[6:12]) != localHop.SrcMAC || string(got[12:]) != string(in[12:]) {
+		t.Fatal("the frame changed beyond its Ethernet addresses")
+	}
+	if st := f.w.Stats(); st.Count(CounterPass) != 1 || f.ct.Len() != 0 {
+		t.Fatalf("passed %d, flows %d; want 1 passed, no flow", st.Count(CounterPass), f.ct.Len())
+	}
+	other := tunnelFrame(t, podTun(), pkt{src: server4, dst: pod2v4, proto: "udp", sport: 53, dport: 5000, payload: []byte("a")}.build(t))
+	f.w.Process(testNow, [][]byte{other}, out, res)
+	if res[0].Verdict != VerdictDrop || res[0].Reason != DropSpoofedSource {
+		t.Fatalf("the same for another node's pod: %v %v, want spoofed_source", res[0].Verdict, res[0].Reason)
 	}
 }

@@ -148,6 +148,29 @@ func TestLocalPodNetns(t *testing.T) {
 		}
 		return nstest.Soon(200*time.Millisecond, func() bool { return eng.Stats().Pipeline.Drops[gateway.DropUnknownVTEP] > before })
 	})
+	// Another gateway's reply to the local pod (here w1 plays it: a tunnel
+	// frame from a known node to this node's VTEP, which the XDP program
+	// takes) reaches the node's kernel whole, through the local port.
+	lhRaw := gw.OpenRaw(t, config.LocalKernelLink)
+	reply := tp.podUDP(t, 40010)
+	inner := reply[50:]                            // inner Ethernet
+	copy(inner[14+12:14+16], nsServer.AsSlice())   // inner source: the server
+	copy(inner[14+16:14+20], nsLocalPod.AsSlice()) // inner destination: the local pod
+	inner[14+10], inner[14+11] = 0, 0              // inner IPv4 checksum, recomputed
+	c := ipChecksum(inner[14 : 14+20])
+	inner[14+10], inner[14+11] = byte(c>>8), byte(c)
+	nstest.Eventually(t, "remote reply handed to the node's kernel on "+config.LocalKernelLink, 5*time.Second, func() bool {
+		if err := tp.raw.Send(reply); err != nil {
+			t.Fatal(err)
+		}
+		for f := lhRaw.Next(200 * time.Millisecond); f != nil; f = lhRaw.Next(50 * time.Millisecond) {
+			if len(f) == len(reply) && string(f[12:]) == string(reply[12:]) {
+				return true
+			}
+		}
+		return false
+	})
+
 	// A stop without hold (an uninstall) takes the port away with it.
 	stop()
 	if _, err := gw.NL.LinkByName(config.LocalKernelLink); err == nil {

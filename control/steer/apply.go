@@ -292,7 +292,13 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	}
 
 	// The local port's neighbours: the gateway answers no ARP or ND there.
+	// Loose reverse-path filtering on it: other gateways' replies to the
+	// node's pods come back through it, tunnelled from their VTEPs, which
+	// the node routes by its uplink.
 	if localIdx > 0 {
+		if err := k.localSysctls(); err != nil {
+			fail(err)
+		}
 		for _, a := range []netip.Addr{gwconfig.LocalNextHop4, gwconfig.LocalNextHop6} {
 			nl := &netlink.Neigh{LinkIndex: localIdx, Family: family(a), State: netlink.NUD_PERMANENT,
 				IP: a.AsSlice(), HardwareAddr: gwconfig.LocalPortMAC[:]}

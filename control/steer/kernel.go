@@ -220,6 +220,15 @@ func (k *Kernel) sysctls() error {
 	})
 }
 
+// localSysctls sets loose reverse-path filtering on the gateway's local
+// port (config.LocalKernelLink), where tunnel frames from other gateways'
+// VTEPs arrive for this node's pods (gateway.Processor.toLocalKernel).
+func (k *Kernel) localSysctls() error {
+	return nsenter.Do(k.ns, func() error {
+		return setSysctl(k.cfg.ProcSysNet, "ipv4/conf/"+gwconfig.LocalKernelLink+"/rp_filter", "2")
+	})
+}
+
 // setSysctl writes v to dir/key unless it holds v already.
 func setSysctl(dir, key, v string) error {
 	p := filepath.Join(dir, key)
