@@ -445,7 +445,7 @@ func TestBuildLocalPods(t *testing.T) {
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}},
 		},
 		EgressIPs: []*egressv1.EgressIP{{ObjectMeta: metav1.ObjectMeta{Name: "blue"},
-			Spec: egressv1.EgressIPSpec{EgressIPs: []string{"10.0.0.100"}, NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
+			Spec:   egressv1.EgressIPSpec{EgressIPs: []string{"10.0.0.100"}, NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
 			Status: egressv1.EgressIPStatus{Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "10.0.0.100"}}}}},
 	}
 	base := config.Spec{Interfaces: []string{"eth0"}, LocalPort: true}
