@@ -32,6 +32,11 @@ var (
 	// LocalPortLink to LocalKernelMAC.
 	LocalVTEP4 = netip.MustParseAddr("169.254.238.1")
 	LocalVTEP6 = netip.MustParseAddr("fd65:6772:6574:6c70::1")
+	// LocalKernelAddr4 is LocalKernelLink's own IPv4 address (a /32): the
+	// gateway hands other gateways' tunnelled replies to the node's pods to
+	// the node through the pair, and the kernel's loose reverse-path filter
+	// refuses packets arriving on an interface with no IPv4 address.
+	LocalKernelAddr4 = netip.MustParseAddr("169.254.238.4")
 	// LocalNextHop4 and LocalNextHop6 are the next hops the steer agent's
 	// routes name on LocalKernelLink for the local gateway.
 	LocalNextHop4 = netip.MustParseAddr("169.254.238.2")

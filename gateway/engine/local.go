@@ -24,9 +24,9 @@ var localPortDevMAC = net.HardwareAddr{0x02, 0x65, 0x67, 0x72, 0x74, 0x03}
 
 // ensureLocalLink creates (or keeps) the local port's veth pair, up, with
 // the fixed MACs, mtu, no IPv6 link-local addresses (no neighbour discovery
-// noise on the port) and a permanent route and neighbour for each local
-// VTEP through the gateway's side, so that the pipeline's replies to it
-// resolve to the port.
+// noise on the port), the node side's IPv4 address (config.LocalKernelAddr4)
+// and a permanent route and neighbour for each local VTEP through the
+// gateway's side, so that the pipeline's replies to it resolve to the port.
 func (e *Engine) ensureLocalLink(mtu int) error {
 	h := e.nl
 	kernelMAC := net.HardwareAddr(config.LocalKernelMAC[:])
@@ -79,6 +79,14 @@ func (e *Engine) ensureLocalLink(mtu int) error {
 			return fmt.Errorf("%s: up: %w", name, err)
 		}
 		port = l
+	}
+	kernel, err := h.LinkByName(config.LocalKernelLink)
+	if err != nil {
+		return err
+	}
+	a := config.LocalKernelAddr4
+	if err := h.AddrReplace(kernel, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}, Scope: int(netlink.SCOPE_LINK)}); err != nil {
+		return fmt.Errorf("%s: address %v: %w", config.LocalKernelLink, a, err)
 	}
 	for _, v := range []netip.Addr{config.LocalVTEP4, config.LocalVTEP6} {
 		fam := netlink.FAMILY_V4
