@@ -206,11 +206,12 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 			return ch, err
 		}
 	}
-	localIdx := 0
-	if slices.ContainsFunc(want.Routes, func(r Route) bool { return slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Local }) }) {
-		if localIdx = k.localIndex(); localIdx == 0 {
-			return ch, fmt.Errorf("the gateway's local port %s is gone", gwconfig.LocalKernelLink)
-		}
+	// The gateway's local port, on a gateway node: set up whether or not
+	// this node's gateway hosts an IP now, since other gateways' replies to
+	// the node's pods come back through it too.
+	localIdx := k.localIndex()
+	if localIdx == 0 && slices.ContainsFunc(want.Routes, func(r Route) bool { return slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Local }) }) {
+		return ch, fmt.Errorf("the gateway's local port %s is gone", gwconfig.LocalKernelLink)
 	}
 	var errs []error
 	fail := func(err error) { errs = append(errs, err) }
