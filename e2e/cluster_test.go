@@ -189,6 +189,10 @@ func TestCluster(t *testing.T) {
 		{name: "e2e-other", labels: map[string]string{"environment": "production"}, want: objs["egress-group2"]},
 		{name: "e2e-none", labels: map[string]string{"environment": "development"}},
 		{name: "e2e-move", labels: map[string]string{"e2e": "move", "environment": "development"}, want: []string{moveIP}},
+		// Pods on the gateway nodes themselves (issue 28): the one on the
+		// node hosting moveIP leaves through its own gateway's local port,
+		// the other through the tunnel, as from a worker.
+		{name: "e2e-gwpods", labels: map[string]string{"e2e": "move", "environment": "development"}, want: []string{moveIP}, nodes: gateways},
 	}
 	for _, ns := range nss {
 		e.createNamespace(ns)
@@ -209,7 +213,11 @@ func TestCluster(t *testing.T) {
 	// 4. the node hosting the single-IP object dies; the IP serves from the
 	// other gateway, its standby, and two connections go on with their
 	// source address and port, one of them carried only by the synced flow.
-	e.failover(icmp, nss[len(nss)-1])
+	e.failover(icmp, nss[4])
+	// The pods on the gateway nodes after the move: the one whose node
+	// now hosts moveIP leaves locally, the other tunnels to it.
+	e.checkAllEgress(icmp, names, []testNS{nss[5]})
+	t.Logf("pods on the gateway nodes checked after the failover at %v", time.Since(start).Round(time.Second))
 
 	// 6. uninstall; every node is clean. (The pods stay: they are the
 	// cluster's, not Egret's, and so do the EgressIPs: the users'.)
@@ -244,7 +252,7 @@ func TestCluster(t *testing.T) {
 	// together, and moveIP had no gateway for the controller's hold-down
 	// (seen: both held connections timed out).
 	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=120s")
-	pair, host, _ := e.syncedThrough(nss[len(nss)-1])
+	pair, host, _ := e.syncedThrough(nss[4])
 	hm.rollout(e.version + "-e2e")
 	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=180s")
 	if got := e.kubectl("-n", "egret-system", "get", "daemonset/egret-gateway", "-o", "jsonpath={.spec.template.spec.containers[0].image}"); got != plan.registry+"/egret-gw/egret:"+e.version+"-e2e" {
@@ -964,6 +972,9 @@ type testNS struct {
 	labels    map[string]string
 	podLabels map[string]string
 	want      []string // the egress IPs its pods may leave with; none: the node's IP
+	// nodes are where its client pods run, one each: the workers unless
+	// it says otherwise.
+	nodes []string
 }
 
 func (e *env) createNamespace(ns testNS) {
@@ -972,7 +983,11 @@ func (e *env) createNamespace(ns testNS) {
 		"apiVersion": "v1", "kind": "Namespace",
 		"metadata": map[string]any{"name": ns.name, "labels": ns.labels},
 	}))
-	for _, w := range workers {
+	nodes := ns.nodes
+	if nodes == nil {
+		nodes = workers
+	}
+	for _, w := range nodes {
 		labels := map[string]string{"e2e": "client", "worker": w}
 		for k, v := range ns.podLabels {
 			labels[k] = v
@@ -1089,7 +1104,7 @@ func (e *env) waitSteerSettled(nss []testNS) {
 	}
 	snapshot := func() string {
 		var b strings.Builder
-		for _, w := range workers {
+		for _, w := range append(slices.Clone(workers), gateways...) {
 			out, _ := e.run("ip", plan.ipFlag, "-n", "egretc-"+w, "route", "show", "table", "all", "proto", "231")
 			b.WriteString(out)
 			rules, _ := e.run("ip", plan.ipFlag, "-n", "egretc-"+w, "rule", "show")

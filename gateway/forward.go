@@ -65,8 +65,21 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 		}
 		ni = *nip
 		if !ok || pod.node != ni {
+			if (ni == snap.localNode) != pr.fromLocal {
+				return pr.drop(DropUnknownVTEP)
+			}
+			if snap.localNode >= 0 && !pr.fromLocal {
+				if dp, isPod := snap.pods.get(&pk.Dst); isPod && dp.node == snap.localNode {
+					return pr.toLocalKernel(snap, s)
+				}
+			}
 			return pr.drop(DropSpoofedSource)
 		}
+	}
+	if (ni == snap.localNode) != pr.fromLocal {
+		// The local node's VTEP from the wire, or a tunnel frame of a
+		// worker through the local port: neither is what it claims.
+		return pr.drop(DropUnknownVTEP)
 	}
 	if pod.policy < 0 {
 		return pr.drop(DropNotSelected)
@@ -355,4 +368,32 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 		return DropTCPNoFlow
 	}
 	return refusal(err)
+}
+
+// toLocalKernel hands a tunnel frame for a pod of this gateway's own node,
+// another gateway's reply to it, to the node's kernel through the local
+// port, unchanged but for its Ethernet addresses: the node's tunnel device
+// decapsulates it there. The XDP program took it because it is addressed
+// to the node's VTEP, where the gateway and that device share the tunnel
+// port; the node's tunnel filter still decides whether its source may send
+// to the device.
+func (pr *Processor) toLocalKernel(snap *Snapshot, s *frame) Result {
+	in, out := s.in, s.out
+	if len(in) < header.EthernetLen+header.IPv4MinLen {
+		return pr.drop(DropMalformed)
+	}
+	if et := header.Ethernet(in[:header.EthernetLen]).Fixed().EtherType(); et != header.EtherTypeIPv4 && et != header.EtherTypeIPv6 {
+		return pr.drop(DropSpoofedSource) // VLAN-tagged: not for the local port
+	}
+	if snap.routes.Lookup(&snap.nodes[snap.localNode].vtep, &s.hop) != route.Found {
+		return pr.drop(DropNoRoute)
+	}
+	if len(in) > len(out) {
+		return pr.drop(DropOutBuffer)
+	}
+	copy(out, in)
+	copy(out[0:6], s.hop.DstMAC[:])
+	copy(out[6:12], s.hop.SrcMAC[:])
+	pr.stats.local.Counters[CounterPass]++
+	return Result{Verdict: VerdictTx, Ifindex: s.hop.Ifindex, Len: len(in)}
 }

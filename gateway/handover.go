@@ -56,7 +56,31 @@ func (p *Pipeline) ReturnPath(aux uint32) (ReturnPath, bool) {
 		return ReturnPath{}, false
 	}
 	id := p.tunnels.ids[tn]
-	return ReturnPath{VTEP: netip.AddrFrom16(p.vteps[vi]).Unmap(), Tunnel: TunnelVNI{Tunnel: id.kind, VNI: id.vni}}, true
+	v := p.vteps[vi]
+	if st := p.state.Load(); st != nil && st.snap.localNode >= 0 {
+		if ln := &st.snap.nodes[st.snap.localNode]; v == ln.vtep && st.snap.hasVTEP[ln.fam] {
+			// Seen from anywhere else, the local node is reached at
+			// this gateway's own VTEP.
+			v = st.snap.vtep[ln.fam]
+		}
+	}
+	return ReturnPath{VTEP: netip.AddrFrom16(v).Unmap(), Tunnel: TunnelVNI{Tunnel: id.kind, VNI: id.vni}}, true
+}
+
+// fromPortable maps a portable return path's VTEP to this pipeline's: a
+// flow of a pod on this gateway's own node (a peer reached it at one of
+// our VTEPs) comes back through the local port.
+func (p *Pipeline) fromPortable(v [16]byte) [16]byte {
+	st := p.state.Load()
+	if st == nil || st.snap.localNode < 0 {
+		return v
+	}
+	for f := range st.snap.vtep {
+		if st.snap.hasVTEP[f] && st.snap.vtep[f] == v {
+			return st.snap.nodes[st.snap.localNode].vtep
+		}
+	}
+	return v
 }
 
 // Adopt adds f, a flow made by another gateway or by this gateway's previous
@@ -75,7 +99,7 @@ func (p *Pipeline) Adopt(f *conntrack.Flow, rp ReturnPath, remaining time.Durati
 	if !ok {
 		return fmt.Errorf("%w: tunnel %d VNI %d is not accepted", ErrReturnPath, rp.Tunnel.Tunnel, rp.Tunnel.VNI)
 	}
-	v := rp.VTEP.Unmap().As16()
+	v := p.fromPortable(rp.VTEP.Unmap().As16())
 	p.mu.Lock()
 	if _, known := p.intern[v]; !known && len(p.intern) >= MaxVTEPs {
 		p.mu.Unlock()

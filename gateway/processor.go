@@ -37,6 +37,10 @@ type Processor struct {
 	// checked again with Track before it counts.
 	inserted bool
 
+	// fromLocal is set while Process handles frames of the local port
+	// (ProcessLocal): only they may come from the local node.
+	fromLocal bool
+
 	// reclaimAfter: no reclaim scan before this time; set when a scan of a
 	// full table found nothing expired (see reclaim).
 	reclaimAfter int64
@@ -105,6 +109,20 @@ func (pr *Processor) Stats() Stats {
 // TrackBatch (their cache misses overlap), then finish every frame in order.
 // The results are those of processing the frames one by one.
 func (pr *Processor) Process(now int64, in, out [][]byte, res []Result) {
+	pr.fromLocal = false
+	pr.process(now, in, out, res)
+}
+
+// ProcessLocal is Process for frames of the local port: the only frames
+// that may come from the local node (Node.Local), which any other port's
+// are refused as.
+func (pr *Processor) ProcessLocal(now int64, in, out [][]byte, res []Result) {
+	pr.fromLocal = true
+	pr.process(now, in, out, res)
+	pr.fromLocal = false
+}
+
+func (pr *Processor) process(now int64, in, out [][]byte, res []Result) {
 	if len(in) == 0 {
 		return
 	}

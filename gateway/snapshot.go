@@ -53,6 +53,11 @@ type Node struct {
 	InnerMAC [6]byte
 	// Pods are the pods that live on the node.
 	Pods []Pod
+	// Local marks the gateway's own node, whose frames come only through
+	// the local port (Processor.ProcessLocal): frames from its VTEP on any
+	// other port are dropped as from an unknown VTEP, and its VTEP stands
+	// for the gateway's own VTEP in a flow's portable ReturnPath.
+	Local bool
 }
 
 // Pod is one pod address and the policy that selects it ("" for none).
@@ -78,6 +83,8 @@ type Snapshot struct {
 	tunnels  []tunnelID // accepted encapsulations, 1 to MaxTunnels
 
 	nodes      []snapNode
+	localNode  int32    // index in nodes of the local node; -1: none
+	localWrap  snapNode // the local node's frames as they arrive (WrapLocal)
 	nodeByVTEP addrTable[int32]
 	pods       addrTable[snapPod]
 	policies   []snapPolicy
@@ -122,7 +129,7 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 	if len(cfg.Tunnels) == 0 || len(cfg.Tunnels) > MaxTunnels {
 		return nil, fmt.Errorf("gateway config: %d tunnels given; name 1 to %d (tunnel type, VNI) pairs to accept", len(cfg.Tunnels), MaxTunnels)
 	}
-	s := &Snapshot{innerMAC: cfg.InnerMAC, routes: cfg.Routes}
+	s := &Snapshot{innerMAC: cfg.InnerMAC, routes: cfg.Routes, localNode: -1}
 	for _, t := range cfg.Tunnels {
 		if (t.Tunnel != TunnelVXLAN && t.Tunnel != TunnelGeneve) || t.VNI >= 1<<24 {
 			return nil, fmt.Errorf("gateway config: tunnel %d with VNI %d: use TunnelVXLAN or TunnelGeneve and a 24-bit VNI", t.Tunnel, t.VNI)
@@ -195,9 +202,19 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			return nil, fmt.Errorf("gateway config: node %q: VTEP %v is used by another node", n.Name, v)
 		}
 		idx := int32(len(s.nodes))
+		if n.Local {
+			if s.localNode >= 0 {
+				return nil, fmt.Errorf("gateway config: node %q is local, and so is node %q; only the gateway's own node is", n.Name, s.nodes[s.localNode].name)
+			}
+			s.localNode = idx
+		}
 		nodeByVTEP[k] = idx
 		s.nodes = append(s.nodes, snapNode{name: n.Name, vtep: k, innerMAC: n.InnerMAC, fam: f,
 			encap: newEncapTemplate(f, &s.vtep[f], &k, &s.innerMAC, &n.InnerMAC)})
+		if n.Local {
+			s.localWrap = snapNode{name: n.Name, vtep: s.vtep[f], fam: f,
+				encap: newEncapTemplate(f, &k, &s.vtep[f], &n.InnerMAC, &s.innerMAC)}
+		}
 		for _, p := range n.Pods {
 			a := p.Addr.Unmap()
 			if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {

@@ -87,6 +87,7 @@ type gatewayFlags struct {
 	admission        bool
 	metricsAllow     string
 	controllerSel    string
+	localPort        bool
 }
 
 // agent reports whether the command runs as the gateway agent.
@@ -149,6 +150,7 @@ func (f *gatewayFlags) bindAgent() {
 	fs.BoolVar(&f.admission, "admission", true, "agent mode with the Kubernetes API: an nftables table (inet "+engine.AdmitTable+") admits the health port only from the controller's pods and nodes, the flow sync only from gateway nodes and the metrics port only from --metrics-allow (docs/security.md#admission-filter)")
 	fs.StringVar(&f.metricsAllow, "metrics-allow", "", "agent mode with --admission: comma-separated CIDRs or addresses that may reach --metrics-addr besides the node itself; \"any\": no filter on it; default: every node's InternalIPs, every Node's spec.podCIDRs (an in-cluster Prometheus) and this node's primary network")
 	fs.StringVar(&f.controllerSel, "controller-selector", "app.kubernetes.io/name=egret-controller", "agent mode with --admission: the label selector of the controller's pods in --pod-namespace, whose addresses and nodes may reach the health port")
+	fs.BoolVar(&f.localPort, "local-port", true, "agent mode: serve the selected pods of this node through the veth pair "+config.LocalKernelLink+"/"+config.LocalPortLink+", which the steer agent routes them to (docs/gateway.md#pods-on-gateway-nodes); false: they cannot use this gateway")
 	fs.DurationVar(&f.drain, "drain-timeout", 5*time.Second, "agent mode with the flow sync on: on SIGTERM the agent reports NOT_SERVING, so that the controller moves its egress IPs to their standbys (which hold their flows), and forwards until they moved or this long has passed; 0: release them at once (docs/continuity.md)")
 }
 
@@ -327,6 +329,7 @@ func (f *gatewayFlags) loadBase() (*configFile, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", where, err)
 	}
+	base.LocalPort = f.localPort
 	return &configFile{file: c, base: base}, raw, nil
 }
 

@@ -100,6 +100,15 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
+	if lv := config.LocalVTEP(gwVTEPs); c.LocalPort && lv.IsValid() {
+		n := config.Node{Name: node, VTEP: lv, InnerMAC: config.LocalKernelMAC, Local: true}
+		for _, p := range part.Local {
+			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
+		}
+		c.Nodes = append(c.Nodes, n)
+	} else if len(part.Local) > 0 {
+		problem("%d selected pod addresses run on this gateway node, whose local port is off (--local-port); they cannot leave through it", len(part.Local))
+	}
 	c.DeniedDestinations = append(slices.Clone(base.DeniedDestinations), pl.NodeNetworks...)
 	if opt.Admission != nil {
 		var errs []error

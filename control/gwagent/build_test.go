@@ -209,7 +209,7 @@ func TestBuildBadInputs(t *testing.T) {
 		"node self-vtep: VTEP 10.0.0.21 is also node g1's",
 		"pod default/b (EgressIP a): address 10.244.1.5 does not use the egress IPs: it is also pod default/a's",
 		"pod default/a: address 0.0.0.0", "pod default/a (EgressIP a): address 192.0.2.10 does not use the egress IPs: it is an egress IP",
-		"pod default/c (EgressIP a): node w2 has no VTEP of this gateway's families", "pod default/d (EgressIP a) runs on this gateway",
+		"pod default/c (EgressIP a): node w2 has no VTEP of this gateway's families", "selected pod addresses run on this gateway node, whose local port is off",
 		"node ghost is unknown",
 	} {
 		if !hasProblem(r, want) {
@@ -424,5 +424,56 @@ func TestBuildNodeTrust(t *testing.T) {
 	}
 	if hasProblem(r, "outside node") {
 		t.Errorf("with TrustPodIPs a pod address is still refused: %v", r.Problems)
+	}
+}
+
+// TestBuildLocalPods: with the local port on, the selected pods of the
+// gateway's own node are a local node of the engine's configuration (the
+// local VTEP and the kernel side's MAC), not a problem; the other nodes
+// are unchanged.
+func TestBuildLocalPods(t *testing.T) {
+	v := cluster.View{
+		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"env": "prod"}}}},
+		Nodes: []*corev1.Node{
+			{ObjectMeta: metav1.ObjectMeta{Name: "g1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.21"}}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.11"}}}},
+		},
+		Pods: []*corev1.Pod{
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "here"}, Spec: corev1.PodSpec{NodeName: "g1"},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.9.5"}}}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "there"}, Spec: corev1.PodSpec{NodeName: "w1"},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}},
+		},
+		EgressIPs: []*egressv1.EgressIP{{ObjectMeta: metav1.ObjectMeta{Name: "blue"},
+			Spec:   egressv1.EgressIPSpec{EgressIPs: []string{"10.0.0.100"}, NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
+			Status: egressv1.EgressIPStatus{Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "10.0.0.100"}}}}},
+	}
+	base := config.Spec{Interfaces: []string{"eth0"}, LocalPort: true}
+	r := Build(base, "g1", v, Options{})
+	if len(r.Problems) != 0 {
+		t.Fatalf("problems: %v", r.Problems)
+	}
+	var local, w1 *config.Node
+	for i := range r.Spec.Nodes {
+		switch n := &r.Spec.Nodes[i]; {
+		case n.Local:
+			local = n
+		case n.Name == "w1":
+			w1 = n
+		}
+	}
+	if local == nil || local.Name != "g1" || local.VTEP != config.LocalVTEP4 || local.InnerMAC != config.LocalKernelMAC ||
+		len(local.Pods) != 1 || local.Pods[0] != (config.Pod{Addr: netip.MustParseAddr("10.244.9.5"), Policy: "blue"}) {
+		t.Fatalf("local node %+v, want g1 at %v with pod 10.244.9.5 of blue", local, config.LocalVTEP4)
+	}
+	if w1 == nil || w1.VTEP != netip.MustParseAddr("10.0.0.11") || len(w1.Pods) != 1 {
+		t.Fatalf("worker w1 %+v", w1)
+	}
+	if _, err := r.Spec.Settle(); err != nil {
+		t.Fatalf("the built configuration does not settle: %v", err)
+	}
+	base.LocalPort = false
+	if r := Build(base, "g1", v, Options{}); len(r.Problems) != 1 || !strings.Contains(r.Problems[0].Error(), "--local-port") {
+		t.Fatalf("local port off: problems %v, want one naming --local-port", r.Problems)
 	}
 }

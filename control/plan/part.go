@@ -125,6 +125,9 @@ type GatewayPart struct {
 	// Workers are the other nodes with an endpoint of a family the gateway
 	// has, in name order, each with its selected pods' addresses.
 	Workers []Worker
+	// Local are the selected pods' addresses of the gateway's own node,
+	// sorted: they reach it without a tunnel (the local port).
+	Local []PodAddr
 	// Problems are the parts left out, and why.
 	Problems []error
 }
@@ -209,7 +212,9 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 		if !ok {
 			switch {
 			case pod.Node == node:
-				problem("pod %s (EgressIP %s) runs on this gateway node; its traffic does not come through the tunnel", pod.Key(), pod.Owner)
+				for _, ip := range pod.IPs {
+					g.Local = append(g.Local, PodAddr{Addr: ip, Owner: pod.Owner})
+				}
 			case p.Nodes[pod.Node] != nil:
 				problem("pod %s (EgressIP %s): node %s has no VTEP of this gateway's families; not accepted", pod.Key(), pod.Owner, pod.Node)
 			default:
@@ -224,6 +229,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 	for i := range g.Workers {
 		slices.SortFunc(g.Workers[i].Pods, func(a, b PodAddr) int { return a.Addr.Compare(b.Addr) })
 	}
+	slices.SortFunc(g.Local, func(a, b PodAddr) int { return a.Addr.Compare(b.Addr) })
 	slices.SortFunc(g.Workers, func(a, b Worker) int { return cmp.Compare(a.Name, b.Name) })
 	return g
 }

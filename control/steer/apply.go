@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 
+	gwconfig "github.com/egret-gw/egret/gateway/config"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -205,6 +206,13 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 			return ch, err
 		}
 	}
+	// The gateway's local port, on a gateway node: set up whether or not
+	// this node's gateway hosts an IP now, since other gateways' replies to
+	// the node's pods come back through it too.
+	localIdx := k.localIndex()
+	if localIdx == 0 && slices.ContainsFunc(want.Routes, func(r Route) bool { return slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Local }) }) {
+		return ch, fmt.Errorf("the gateway's local port %s is gone", gwconfig.LocalKernelLink)
+	}
 	var errs []error
 	fail := func(err error) { errs = append(errs, err) }
 
@@ -284,6 +292,23 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		ch.Added++
 	}
 
+	// The local port's neighbours: the gateway answers no ARP or ND there.
+	// Loose reverse-path filtering on it: other gateways' replies to the
+	// node's pods come back through it, tunnelled from their VTEPs, which
+	// the node routes by its uplink.
+	if localIdx > 0 {
+		if err := k.localSysctls(); err != nil {
+			fail(err)
+		}
+		for _, a := range []netip.Addr{gwconfig.LocalNextHop4, gwconfig.LocalNextHop6} {
+			nl := &netlink.Neigh{LinkIndex: localIdx, Family: family(a), State: netlink.NUD_PERMANENT,
+				IP: a.AsSlice(), HardwareAddr: gwconfig.LocalPortMAC[:]}
+			if err := k.h.NeighSet(nl); err != nil {
+				fail(fmt.Errorf("set neighbour %v on %s: %w", a, gwconfig.LocalKernelLink, err))
+			}
+		}
+	}
+
 	// 3. Routes.
 	haveRoute := map[routeKey]Route{}
 	for _, r := range have.Routes {
@@ -305,7 +330,7 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		if r.Type == RouteUnicast {
 			units = placeHops(k.prevUnits(key, kernelUnits[key]), hopAddrs(r.NextHops))
 		}
-		if err := k.h.RouteReplace(k.nlRoute(r, idx, runs(units))); err != nil {
+		if err := k.h.RouteReplace(k.nlRoute(r, idx, localIdx, runs(units))); err != nil {
 			fail(fmt.Errorf("program route %v %v in table %d: %w", r.Type, r.Dst, r.Table, err))
 			continue
 		}
@@ -511,7 +536,7 @@ func hopAddrs(hs []NextHop) []netip.Addr {
 
 // nlRoute is r as a netlink route; a unicast route's next hops go in the
 // order and with the weights of slots (placeHops, runs).
-func (k *Kernel) nlRoute(r Route, idx int, slots []weighted) *netlink.Route {
+func (k *Kernel) nlRoute(r Route, idx, localIdx int, slots []weighted) *netlink.Route {
 	fam := family(r.Dst.Addr())
 	nl := &netlink.Route{Table: int(r.Table), Dst: ipNet(r.Dst), Family: fam, Protocol: RouteProtocol}
 	switch r.Type {
@@ -521,23 +546,27 @@ func (k *Kernel) nlRoute(r Route, idx int, slots []weighted) *netlink.Route {
 		nl.Type = unix.RTN_THROW
 	default:
 		nl.Type = unix.RTN_UNICAST
-		hop := func(a netip.Addr) (gw net.IP, via netlink.Destination, flags int) {
+		hop := func(a netip.Addr) (link int, gw net.IP, via netlink.Destination, flags int) {
+			if a == gwconfig.LocalNextHop4 || a == gwconfig.LocalNextHop6 {
+				// This node's gateway, on its local port (which has no
+				// addresses, so no subnet either).
+				return localIdx, a.AsSlice(), nil, int(netlink.FLAG_ONLINK)
+			}
 			if family(a) != fam {
-				return nil, &netlink.Via{AddrFamily: family(a), Addr: a.AsSlice()}, 0
+				return idx, nil, &netlink.Via{AddrFamily: family(a), Addr: a.AsSlice()}, 0
 			}
 			if a.Is4() {
 				// The gateway's VTEP is not on the tunnel's subnet (it has none).
 				flags = int(netlink.FLAG_ONLINK)
 			}
-			return a.AsSlice(), nil, flags
+			return idx, a.AsSlice(), nil, flags
 		}
 		if len(slots) == 1 {
-			nl.LinkIndex = idx
-			nl.Gw, nl.Via, nl.Flags = hop(slots[0].addr)
+			nl.LinkIndex, nl.Gw, nl.Via, nl.Flags = hop(slots[0].addr)
 		} else {
 			for _, s := range slots {
-				gw, via, flags := hop(s.addr)
-				nl.MultiPath = append(nl.MultiPath, &netlink.NexthopInfo{LinkIndex: idx, Gw: gw, Via: via, Flags: flags, Hops: s.weight - 1})
+				link, gw, via, flags := hop(s.addr)
+				nl.MultiPath = append(nl.MultiPath, &netlink.NexthopInfo{LinkIndex: link, Gw: gw, Via: via, Flags: flags, Hops: s.weight - 1})
 			}
 		}
 	}

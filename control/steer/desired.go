@@ -11,6 +11,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
+	gwconfig "github.com/egret-gw/egret/gateway/config"
 )
 
 // RouteType says what a route in an object's table does.
@@ -44,10 +45,14 @@ func (t RouteType) String() string {
 // address the route names and the gateway's VTEP the frame is sent to.
 type NextHop struct {
 	// Addr is the route's next hop: the gateway's IPv4 VTEP for IPv4 routes
-	// over an IPv4 underlay, otherwise a link-local address derived from MAC.
+	// over an IPv4 underlay, otherwise a link-local address derived from MAC;
+	// for the gateway of this node, gateway/config's LocalNextHop4/6.
 	Addr netip.Addr
 	MAC  [6]byte
 	VTEP netip.Addr
+	// Local says the gateway is this node's own, reached without a tunnel
+	// through its local port (config.LocalKernelLink).
+	Local bool
 }
 
 // Route is one route in an object's table.
@@ -145,6 +150,10 @@ type Params struct {
 	TrustPodIPs bool
 	// NoEgressIP is "block" (or "") or "node"; see Config.NoEgressIP.
 	NoEgressIP string
+	// LocalPort says this node's gateway has created its local port
+	// (config.LocalKernelLink): the node's pods can use the egress IPs it
+	// hosts. Without it those IPs are not used from this node.
+	LocalPort bool
 }
 
 // Desired computes the kernel state of node from the egress plan. It is a
@@ -205,6 +214,19 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 		gwSeen := map[string]bool{}
 		for f, hops := range o.r.Gateways {
 			for _, h := range hops {
+				if h.Node == node {
+					// This node's own gateway: no tunnel to itself.
+					if !p.LocalPort {
+						problem("EgressIP %s: this node hosts one of its egress IPs but the gateway's local port %s is missing (is the gateway running with --local-port?); not used from here", o.r.Name, gwconfig.LocalKernelLink)
+						continue
+					}
+					o.hops[f] = append(o.hops[f], NextHop{Addr: localNextHop(f), MAC: gwconfig.LocalPortMAC, VTEP: h.VTEP, Local: true})
+					if !gwSeen[h.Node] {
+						gwSeen[h.Node] = true
+						o.gateways = append(o.gateways, h.Node)
+					}
+					continue
+				}
 				mac := cluster.VTEPMAC(h.VTEP)
 				if prev, dup := fdb[mac]; dup && prev != h.VTEP {
 					problem("EgressIP %s: gateway VTEPs %v and %v map to the same tunnel MAC; %v not used", o.r.Name, prev, h.VTEP, h.VTEP)
@@ -406,6 +428,15 @@ func nextHopAddr(fam int, vtep netip.Addr, mac [6]byte) netip.Addr {
 		return vtep
 	}
 	return linkLocal(mac)
+}
+
+// localNextHop is the next hop of routes of family fam to this node's own
+// gateway, on its local port.
+func localNextHop(fam int) netip.Addr {
+	if fam == 0 {
+		return gwconfig.LocalNextHop4
+	}
+	return gwconfig.LocalNextHop6
 }
 
 func linkLocal(mac [6]byte) netip.Addr {

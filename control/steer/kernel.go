@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/egret-gw/egret/control/cluster"
+	gwconfig "github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/internal/nsenter"
 
 	"github.com/vishvananda/netlink"
@@ -112,7 +113,17 @@ func (k *Kernel) TunnelMAC() [6]byte { return k.mac }
 func (k *Kernel) Params() Params {
 	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount,
 		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs, TrustPodIPs: k.cfg.TrustPodIPs,
-		NoEgressIP: k.cfg.NoEgressIP}
+		NoEgressIP: k.cfg.NoEgressIP, LocalPort: k.localIndex() > 0}
+}
+
+// localIndex is the index of this node's gateway's local port
+// (config.LocalKernelLink), 0 when there is none.
+func (k *Kernel) localIndex() int {
+	l, err := k.h.LinkByName(gwconfig.LocalKernelLink)
+	if err != nil {
+		return 0
+	}
+	return l.Attrs().Index
 }
 
 func (k *Kernel) resolveVTEP() error {
@@ -206,6 +217,15 @@ func (k *Kernel) sysctls() error {
 			}
 		}
 		return nil
+	})
+}
+
+// localSysctls sets loose reverse-path filtering on the gateway's local
+// port (config.LocalKernelLink), where tunnel frames from other gateways'
+// VTEPs arrive for this node's pods (gateway.Processor.toLocalKernel).
+func (k *Kernel) localSysctls() error {
+	return nsenter.Do(k.ns, func() error {
+		return setSysctl(k.cfg.ProcSysNet, "ipv4/conf/"+gwconfig.LocalKernelLink+"/rp_filter", "2")
 	})
 }
 

@@ -301,7 +301,7 @@ func TestSteerInNetns(t *testing.T) {
 		if err := h.RuleAdd(stale); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.RouteAdd(k.nlRoute(Route{Table: cfg.TableBase + 7, Dst: pfx("0.0.0.0/0"), Type: RouteBlackhole}, 0, nil)); err != nil {
+		if err := h.RouteAdd(k.nlRoute(Route{Table: cfg.TableBase + 7, Dst: pfx("0.0.0.0/0"), Type: RouteBlackhole}, 0, 0, nil)); err != nil {
 			t.Fatal(err)
 		}
 		k2, err := NewKernel(cfg, l.nodeH, nil)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 
+	gwconfig "github.com/egret-gw/egret/gateway/config"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netns"
@@ -34,10 +35,10 @@ import (
 //	    ip saddr @pods4 ip daddr @peers4 udp dport @tunports counter drop  # also @sel4, @allow4
 //	    ip6 saddr @pods6 ip6 daddr @peers6 udp dport @tunports counter drop
 //	    ip daddr 10.128.0.0/14 return          # one per excluded network
-//	    ip saddr @sel4 oifname != "egret0" counter drop
-//	    ip6 saddr @sel6 oifname != "egret0" counter drop
-//	    ip saddr @pods4 ip saddr != @allow4 ip daddr != @pods4 oifname != "egret0" counter drop
-//	    ip6 saddr @pods6 ip6 saddr != @allow6 ip6 daddr != @pods6 oifname != "egret0" counter drop
+//	    ip saddr @sel4 oifname != "egret0" oifname != "egret-lh" counter drop
+//	    ip6 saddr @sel6 oifname != "egret0" oifname != "egret-lh" counter drop
+//	    ip saddr @pods4 ip saddr != @allow4 ip daddr != @pods4 oifname != "egret0" oifname != "egret-lh" counter drop
+//	    ip6 saddr @pods6 ip6 saddr != @allow6 ip6 daddr != @pods6 oifname != "egret0" oifname != "egret-lh" counter drop
 //	  }
 //	}
 //
@@ -224,9 +225,13 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 	}
 	dev := make([]byte, unix.IFNAMSIZ)
 	copy(dev, n.dev)
+	local := make([]byte, unix.IFNAMSIZ)
+	copy(local, gwconfig.LocalKernelLink)
 	notTunnel := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: dev},
+		// Nor to this node's own gateway, through its local port.
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: local},
 		&expr.Counter{},
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}

@@ -249,3 +249,40 @@ func TestSettleAdmission(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleLocalNode: the local node needs the local port, the local VTEP
+// of the gateway's family and the kernel side's MAC; there is one; no other
+// node may claim the local VTEP.
+func TestSettleLocalNode(t *testing.T) {
+	spec := func(nodes ...config.Node) config.Spec {
+		return config.Spec{Interfaces: []string{"eth0"}, LocalPort: true, VTEPs: []netip.Addr{netip.MustParseAddr("192.0.2.21")},
+			InnerMAC: [6]byte{2, 0, 0, 0, 0, 1}, Nodes: nodes}
+	}
+	local := config.Node{Name: "g1", VTEP: config.LocalVTEP4, InnerMAC: config.LocalKernelMAC, Local: true}
+	if _, err := spec(local).Settle(); err != nil {
+		t.Fatalf("a valid local node: %v", err)
+	}
+	off := spec(local)
+	off.LocalPort = false
+	wrongVTEP, wrongMAC := local, local
+	wrongVTEP.VTEP = config.LocalVTEP6
+	wrongMAC.InnerMAC = [6]byte{2, 0, 0, 0, 0, 9}
+	second := local
+	second.Name = "g2"
+	claim := config.Node{Name: "w1", VTEP: config.LocalVTEP4, InnerMAC: [6]byte{2, 0, 0, 0, 0, 2}}
+	for _, c := range []struct {
+		name string
+		s    config.Spec
+		want string
+	}{
+		{"port off", off, "nodes[0].local"},
+		{"wrong VTEP", spec(wrongVTEP), "nodes[0].vtep"},
+		{"wrong MAC", spec(wrongMAC), "nodes[0].innerMAC"},
+		{"two local nodes", spec(local, second), "nodes[1].local"},
+		{"a worker at the local VTEP", spec(claim), "nodes[0].vtep"},
+	} {
+		if _, err := c.s.Settle(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %s", c.name, err, c.want)
+		}
+	}
+}

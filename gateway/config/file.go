@@ -30,6 +30,9 @@ type Config struct {
 	// Interfaces are the interfaces the gateway serves; one interface may
 	// carry both tunnel and outside traffic.
 	Interfaces []string `json:"interfaces"`
+	// LocalPort serves the gateway node's own pods through the veth pair
+	// egret-lh/egret-lg (docs/gateway.md#pods-on-gateway-nodes).
+	LocalPort bool `json:"localPort,omitempty"`
 	// Mode is auto (AF_XDP, AF_PACKET where XDP cannot attach), afxdp or afpacket.
 	Mode string `json:"mode,omitempty"`
 	// Queues is the number of receive queues (one worker each); 0 takes the
@@ -86,6 +89,8 @@ type NodeEntry struct {
 	VTEP     string     `json:"vtep"`
 	InnerMAC string     `json:"innerMAC"`
 	Pods     []PodEntry `json:"pods"`
+	// Local marks the gateway's own node (reached through the local port).
+	Local bool `json:"local,omitempty"`
 }
 
 // PodEntry is a pod of a node as a config file lists it; Policy is "" when
@@ -133,7 +138,7 @@ func parseMAC(field, s string) ([6]byte, error) {
 // names the key at fault. Absent addresses and MACs stay zero, so a partial
 // file (the gateway agent's static part) parses too; Settle checks the rest.
 func (c *Config) Spec() (*Spec, error) {
-	s := &Spec{Node: c.Node, Interfaces: slices.Clone(c.Interfaces), Mode: c.Mode, Queues: c.Queues, Batch: c.Batch,
+	s := &Spec{Node: c.Node, Interfaces: slices.Clone(c.Interfaces), LocalPort: c.LocalPort, Mode: c.Mode, Queues: c.Queues, Batch: c.Batch,
 		ConntrackMax: c.ConntrackMax, PodFlowLimit: c.PodFlowLimit, EgressIPFlowLimit: c.EgressIPFlowLimit,
 		EgressIPsClaimed: c.EgressIPsClaimed}
 	tun := c.Tunnel
@@ -205,7 +210,7 @@ func (c *Config) Spec() (*Spec, error) {
 	}
 	for i, n := range c.Nodes {
 		f := fmt.Sprintf("nodes[%d]", i)
-		gn := Node{Name: n.Name}
+		gn := Node{Name: n.Name, Local: n.Local}
 		if gn.VTEP, err = parseAddr(f+".vtep", n.VTEP); err != nil {
 			return nil, err
 		}

@@ -42,6 +42,10 @@ type Node struct {
 	VTEP     netip.Addr
 	InnerMAC [6]byte
 	Pods     []Pod
+	// Local marks the gateway's own node, whose pods reach it through the
+	// local port (local.go): its VTEP is LocalVTEP(VTEPs) and its InnerMAC
+	// LocalKernelMAC. At most one node is local, and only with LocalPort.
+	Local bool
 }
 
 // Pod is a pod address of a node and the policy that selects it ("" for
@@ -67,6 +71,9 @@ type Spec struct {
 	// Interfaces are the interfaces the gateway serves; one interface may
 	// carry both tunnel and outside traffic.
 	Interfaces []string
+	// LocalPort has the engine create and serve the local port (local.go),
+	// so that pods on the gateway's own node can leave through it.
+	LocalPort bool
 	// Mode is auto (the default: AF_XDP, AF_PACKET where XDP cannot
 	// attach), afxdp or afpacket.
 	Mode string
@@ -330,8 +337,11 @@ func (s Spec) Settle() (*Settled, error) {
 			return nil, fieldErr(f+".name", "node %q is listed twice", n.Name)
 		}
 		nodeNames[n.Name] = true
-		gn := Node{Name: n.Name, InnerMAC: n.InnerMAC}
+		gn := Node{Name: n.Name, InnerMAC: n.InnerMAC, Local: n.Local}
 		if gn.VTEP, err = plainAddr(f+".vtep", n.VTEP); err != nil {
+			return nil, err
+		}
+		if err := checkLocal(f, gn, sp, s.Nodes[:i]); err != nil {
 			return nil, err
 		}
 		if !unicast(gn.VTEP) {
@@ -370,6 +380,30 @@ func (s Spec) Settle() (*Settled, error) {
 		sp.Nodes = append(sp.Nodes, gn)
 	}
 	return set, nil
+}
+
+// checkLocal checks that a local node is the only one, on a gateway with
+// the local port, with the local VTEP and MAC, and that no other node
+// claims the local VTEP.
+func checkLocal(f string, n Node, sp *Spec, before []Node) error {
+	lv := LocalVTEP(sp.VTEPs)
+	if !n.Local {
+		if n.VTEP == LocalVTEP4 || n.VTEP == LocalVTEP6 {
+			return fieldErr(f+".vtep", "%v is the local port's VTEP; only the local node may use it", n.VTEP)
+		}
+		return nil
+	}
+	switch {
+	case !sp.LocalPort:
+		return fieldErr(f+".local", "node %q is local but the local port is off (localPort)", n.Name)
+	case slices.ContainsFunc(before, func(o Node) bool { return o.Local }):
+		return fieldErr(f+".local", "a second local node; only the gateway's own node is local")
+	case n.VTEP != lv:
+		return fieldErr(f+".vtep", "%v: the local node's VTEP is %v", n.VTEP, lv)
+	case n.InnerMAC != LocalKernelMAC:
+		return fieldErr(f+".innerMAC", "the local node's inner MAC is %v's", LocalKernelLink)
+	}
+	return nil
 }
 
 // settleAdmission checks the admission filter and returns it with each

@@ -80,6 +80,7 @@ type Engine struct {
 	ifcs    []*nic.Interface
 	loops   []*queueLoop
 	packet  bool // some interface runs on AF_PACKET: kernel drops in NFTable
+	local   bool // the local port is served (config.LocalPortLink)
 	adm     admitState
 
 	mu      sync.Mutex // guards the fields below (reload, close)
@@ -207,6 +208,14 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 			e.log.Warn("engine: AF_PACKET mode: the kernel also receives the steered traffic; nftables table inet "+NFTable+" drops it there", "interface", name)
 		}
 	}
+	if set.LocalPort {
+		ifc, err := e.openLocal(set)
+		if err != nil {
+			return nil, err
+		}
+		e.ifcs = append(e.ifcs, ifc)
+		e.local = true
+	}
 	if !e.packet {
 		// A table a killed AF_PACKET run left would drop traffic for nothing.
 		if err := e.installDrops(false, nil, nil); err != nil {
@@ -278,12 +287,13 @@ func (e *Engine) Reload(set *config.Settled) error {
 		return errors.New("engine: closed")
 	}
 	old := e.set
-	if !slices.Equal(old.Interfaces, set.Interfaces) || old.Mode != set.Mode || old.Queues != set.Queues ||
+	if !slices.Equal(old.Interfaces, set.Interfaces) || old.LocalPort != set.LocalPort || old.Mode != set.Mode || old.Queues != set.Queues ||
 		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.EgressIPsClaimed != set.EgressIPsClaimed ||
 		old.PodFlowLimit != set.PodFlowLimit || old.EgressIPFlowLimit != set.EgressIPFlowLimit {
-		e.log.Warn("engine: reload cannot change interfaces, mode, queues, batch, conntrackMax, the flow limits or egressIPsClaimed; restart for those")
+		e.log.Warn("engine: reload cannot change interfaces, the local port, mode, queues, batch, conntrackMax, the flow limits or egressIPsClaimed; restart for those")
 		n := *set
 		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.EgressIPsClaimed = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.EgressIPsClaimed
+		n.LocalPort = old.LocalPort
 		n.PodFlowLimit, n.EgressIPFlowLimit = old.PodFlowLimit, old.EgressIPFlowLimit
 		set = &n
 	}
@@ -370,6 +380,13 @@ func (e *Engine) teardown(hold time.Duration) error {
 		}
 	}
 	e.ifcs = nil
+	if e.local && hold == 0 {
+		// Kept through a held stop, so that the next process finds the
+		// steer agent's routes still pointing at it.
+		if err := e.removeLocalLink(); err != nil {
+			errs = append(errs, fmt.Errorf("engine: local port: %w", err))
+		}
+	}
 	e.mu.Lock() // AdmissionDrops reads adm from the metrics scrape
 	if e.adm.live {
 		if err := e.admit(&config.Settled{}); err != nil {

@@ -89,6 +89,8 @@ func (e *Engine) buildQueueLoops(set *config.Settled) {
 			l.ports = append(l.ports, p)
 			l.ifindex = append(l.ifindex, ifc.Index)
 			l.kernelRx = append(l.kernelRx, ifc.Program == nil)
+			_, local := p.(*localQueue)
+			l.localPort = append(l.localPort, local)
 			if x, ok := p.(*nic.XSK); ok {
 				l.xsks = append(l.xsks, x)
 			}

@@ -71,17 +71,18 @@ type fder interface{ FD() int }
 // its OS thread. Everything here belongs to that goroutine except the
 // published counters.
 type queueLoop struct {
-	q        int
-	gw       *gateway.Processor
-	pool     *nic.Pool
-	ports    []nic.Queue
-	ifindex  []int  // ifindex[k] is the interface of ports[k]
-	kernelRx []bool // kernelRx[k]: the kernel also got the frame (AF_PACKET), so "pass" needs nothing
-	xsks     []*nic.XSK
-	pfd      []unix.PollFd
-	batch    int
-	wait     time.Duration
-	now      func() int64
+	q         int
+	gw        *gateway.Processor
+	pool      *nic.Pool
+	ports     []nic.Queue
+	ifindex   []int  // ifindex[k] is the interface of ports[k]
+	kernelRx  []bool // kernelRx[k]: the kernel also got the frame (AF_PACKET), so "pass" needs nothing
+	localPort []bool // localPort[k]: port k is the local port (ProcessLocal)
+	xsks      []*nic.XSK
+	pfd       []unix.PollFd
+	batch     int
+	wait      time.Duration
+	now       func() int64
 
 	expireEvery  int64
 	expireBudget int
@@ -203,7 +204,11 @@ func (l *queueLoop) process(k int, now int64, start, m int) {
 		l.in[i] = l.rx.Frame(start + i)
 		l.buf[i] = l.out.Buf[i][l.out.Off[i]:]
 	}
-	l.gw.Process(now, l.in[:m], l.buf[:m], l.res[:m])
+	if k < len(l.localPort) && l.localPort[k] {
+		l.gw.ProcessLocal(now, l.in[:m], l.buf[:m], l.res[:m])
+	} else {
+		l.gw.Process(now, l.in[:m], l.buf[:m], l.res[:m])
+	}
 	for i := 0; i < m; i++ {
 		r := &l.res[i]
 		switch r.Verdict {

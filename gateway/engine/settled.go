@@ -18,7 +18,7 @@ func tunnelOf(t config.Tunnel) gateway.Tunnel {
 func gatewayConfig(set *config.Settled) gateway.Config {
 	nodes := make([]gateway.Node, len(set.Nodes))
 	for i, n := range set.Nodes {
-		nodes[i] = gateway.Node{Name: n.Name, VTEP: n.VTEP, InnerMAC: n.InnerMAC, Pods: make([]gateway.Pod, len(n.Pods))}
+		nodes[i] = gateway.Node{Name: n.Name, VTEP: n.VTEP, InnerMAC: n.InnerMAC, Local: n.Local, Pods: make([]gateway.Pod, len(n.Pods))}
 		for j, p := range n.Pods {
 			nodes[i].Pods[j] = gateway.Pod{Addr: p.Addr, Policy: p.Policy}
 		}

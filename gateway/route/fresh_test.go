@@ -2,6 +2,7 @@ package route_test
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"testing"
@@ -140,4 +141,43 @@ func TestRoutersResolvedAhead(t *testing.T) {
 		hop, v := lookup(c, far)
 		return v == route.Found && hop.DstMAC == mac6(tp.R0.MAC)
 	})
+}
+
+// TestPermanentNeighbourKept: a permanent neighbour in use (the gateway's
+// local port has one: gateway/engine local.go) is never handed to the
+// kernel for revalidation, which would replace it by an incomplete entry
+// that no one answers (it went FAILED, and the next hop was lost).
+func TestPermanentNeighbourKept(t *testing.T) {
+	tp := newTopo(t)
+	far := netip.MustParseAddr("192.0.2.99")
+	tp.GW.AddNeigh(t, "gw0", far, net.HardwareAddr{2, 0, 0, 0, 0, 0x99})
+	l, err := tp.GW.NL.LinkByName("gw0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.GW.NL.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: far.AsSlice(), HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 0x99}}); err != nil {
+		t.Fatal(err)
+	}
+	tp.GW.AddRoute(t, "gw0", netip.PrefixFrom(far, 32), netip.Addr{})
+	c, err := route.NewCache(route.Options{NetNS: tp.GW.Handle, RefreshEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	peer := pe0.Addr() // a dynamic neighbour in use beside it: its refreshes count the periods
+	nstest.Eventually(t, "both neighbours found", 3*time.Second, func() bool {
+		_, v := lookup(c, far)
+		_, w := lookup(c, peer)
+		return v == route.Found && w == route.Found
+	})
+	// Both in use across ten refresh periods.
+	nstest.Eventually(t, "ten refresh periods", 5*time.Second, func() bool {
+		lookup(c, far)
+		lookup(c, peer)
+		return c.Stats().Refreshes >= 10
+	})
+	if st := neighState(t, tp.GW, l.Attrs().Index, far); st != netlink.NUD_PERMANENT {
+		t.Fatalf("the permanent neighbour is in state %#x after refreshes, want PERMANENT (%#x)", st, netlink.NUD_PERMANENT)
+	}
 }

@@ -101,6 +101,10 @@ type snapshot struct {
 	// keeps fresh.
 	nkeys []neighKey
 	nmacs [][6]byte
+	// static are the permanent (or NOARP) neighbours: nothing to refresh,
+	// and a resolution request would replace a permanent entry by an
+	// incomplete one.
+	static map[neighKey]bool
 	used  []atomic.Uint32
 	// The default routes (prefix length 0) once sealed, so that most
 	// traffic to the outside costs no map access for its route.
@@ -462,7 +466,14 @@ func (c *Cache) rebuild() error {
 		}
 		var m [6]byte
 		copy(m[:], n.HardwareAddr)
-		s.addNeigh(neighKey{int32(n.LinkIndex), a.Unmap().As16()}, m)
+		k := neighKey{int32(n.LinkIndex), a.Unmap().As16()}
+		s.addNeigh(k, m)
+		if n.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0 {
+			if s.static == nil {
+				s.static = map[neighKey]bool{}
+			}
+			s.static[k] = true
+		}
 	}
 	s.sealNeigh(c.snap.Load())
 	c.snap.Store(s)
@@ -642,7 +653,7 @@ func (c *Cache) resolver() {
 func (c *Cache) refreshUsed() {
 	s := c.snap.Load()
 	for i := range s.used {
-		if s.used[i].Load() == 0 || s.used[i].Swap(0) == 0 {
+		if s.used[i].Load() == 0 || s.used[i].Swap(0) == 0 || s.static[s.nkeys[i]] {
 			continue
 		}
 		c.refreshes.Add(1)
