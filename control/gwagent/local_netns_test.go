@@ -1,7 +1,6 @@
 package gwagent
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -206,19 +205,5 @@ func startLocalAgent(t *testing.T, tp *nsTopo, src cluster.Source) (*Agent, <-ch
 			engines <- e
 			return e, nil
 		}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tp.gw.Do(func() error { return a.Run(ctx) }) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		}
-	}
-	t.Cleanup(stop)
-	return a, engines, stop
+	return a, engines, runAgent(t, tp, a, "")
 }

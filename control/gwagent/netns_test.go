@@ -274,18 +274,25 @@ func startAgent(t *testing.T, tp *nsTopo, src cluster.Source, fence time.Duratio
 			e.Start()
 			return e, nil
 		}}
+	return a, runAgent(t, tp, a, nsHealthAddr)
+}
+
+// runAgent runs a in the gateway namespace, where the engine and (if
+// healthAddr is set) the health listener are created. The returned
+// function stops it (also called by t.Cleanup).
+func runAgent(t *testing.T, tp *nsTopo, a *Agent, healthAddr string) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		// The agent runs in the gateway namespace: the engine and the
-		// health listener are created there.
 		done <- tp.gw.Do(func() error {
-			hs, err := health.Listen(nsHealthAddr)
-			if err != nil {
-				return err
+			if healthAddr != "" {
+				hs, err := health.Listen(healthAddr)
+				if err != nil {
+					return err
+				}
+				defer hs.Stop()
+				a.Health = hs
 			}
-			defer hs.Stop()
-			a.Health = hs
 			return a.Run(ctx)
 		})
 	}()
@@ -300,7 +307,7 @@ func startAgent(t *testing.T, tp *nsTopo, src cluster.Source, fence time.Duratio
 		}
 	}
 	t.Cleanup(stop)
-	return a, stop
+	return stop
 }
 
 // TestAgentNetns runs the agent with the file source and the real engine
