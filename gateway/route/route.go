@@ -105,7 +105,7 @@ type snapshot struct {
 	// and a resolution request would replace a permanent entry by an
 	// incomplete one.
 	static map[neighKey]bool
-	used  []atomic.Uint32
+	used   []atomic.Uint32
 	// The default routes (prefix length 0) once sealed, so that most
 	// traffic to the outside costs no map access for its route.
 	def4, def6       route
