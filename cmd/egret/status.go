@@ -143,13 +143,15 @@ func (f *statusFlags) inputs(ctx context.Context) (cluster.View, status.Inputs, 
 // (or kubectl running it as a plugin) means.
 func statusRESTConfig(path string) (*rest.Config, error) {
 	if path == "" && os.Getenv("KUBECONFIG") == "" {
-		return kubeRESTConfig("")
+		if c, err := rest.InClusterConfig(); err == nil {
+			return c, nil
+		}
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = path
 	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+		return nil, fmt.Errorf("no Kubernetes configuration (give --kubeconfig or set KUBECONFIG; --lab NAME reads a lab): %w", err)
 	}
 	return c, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/status"
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
@@ -207,6 +208,33 @@ func runBin(t *testing.T, bin string, args ...string) (string, string, int) {
 		t.Fatal(err)
 	}
 	return out.String(), errOut.String(), 0
+}
+
+// TestStatusFormats: the same report as JSON and YAML has the documented
+// top level; a bad -o and --lab with --kubeconfig are usage mistakes.
+func TestStatusFormats(t *testing.T) {
+	owner := "blue"
+	r := &status.Report{EgressIPs: []status.EgressIP{{Name: "blue", IPs: []status.IP{}, Problems: []string{}, Events: []status.Event{}}},
+		Pods: []status.Pod{{Namespace: "shop", Name: "web", EgressIP: &owner, PodIPs: []netip.Addr{}, Sources: []status.Source{}, State: status.StateEgress, Problems: []string{}}}}
+	for format, want := range map[string][]string{
+		"json": {`"egressIPs": [`, `"pods": [`, `"egressIP": "blue"`, `"sources": []`},
+		"yaml": {"egressIPs:\n- ", "pods:\n- ", "egressIP: blue\n", "sources: []\n"},
+	} {
+		var b bytes.Buffer
+		if err := writeStatus(&b, r, format, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("-o %s lacks %q:\n%s", format, w, b.String())
+			}
+		}
+	}
+	for _, args := range [][]string{{"status", "-o", "xml"}, {"status", "pods", "--lab", "x", "--kubeconfig", "y"}} {
+		if _, errOut, code := egret(t, args...); code != 2 {
+			t.Errorf("egret %v: exit %d, %s; want 2", args, code, errOut)
+		}
+	}
 }
 
 // TestProgName: the binary installed as kubectl-egret names itself
