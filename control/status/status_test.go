@@ -308,3 +308,21 @@ dual       app  w2    dual      partial  192.0.2.30 (g2)
 		t.Errorf("table:\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// TestNoEgressIPNode: an object that lets its pods leave as their node
+// when it has no egress IP of their family says so in their problems.
+func TestNoEgressIPNode(t *testing.T) {
+	v := testView()
+	v.EgressIPs[2].Annotations = map[string]string{egressv1.AnnotationNoEgressIP: "node"}
+	for _, p := range Build(v, Inputs{}).Pods {
+		if p.Namespace == "qa" {
+			if p.State != StateNoNode || !slices.ContainsFunc(p.Problems, func(s string) bool {
+				return strings.HasSuffix(s, "; it leaves as its node's address (egret.io/no-egress-ip: node)")
+			}) {
+				t.Errorf("qa/app: %s, problems %q", p.State, p.Problems)
+			}
+			return
+		}
+	}
+	t.Fatal("qa/app is not in the report")
+}
