@@ -517,6 +517,11 @@ func testStandbyCutOff(t *testing.T, l *Lab) {
 	// from then on nothing is sent.
 	nstest.UntilEvery(t, "the session to the cut-off standby "+standby+" dropped", flowsync.DefaultStallAfter+15*time.Second, 100*time.Millisecond, func() (bool, string) { return m("stalls_total") > stalls, "" })
 	flatFrom, flatAt := m("sent_bytes_total"), time.Now()
+	// egret status compares the two gateways' flows: the churn's new
+	// flows are not reaching the standby.
+	if s := egretStatus(t, l).ip(ip); s == nil || s.StandbyState != "behind" {
+		t.Errorf("egret status of %v during the cut of its standby %s: %+v, want behind", ip, standby, s)
+	}
 	// sleep: "nothing is sent" is a rate over a length of time, up to 30 s into the cut
 	time.Sleep(time.Until(at.Add(30 * time.Second)))
 	flatTo := m("sent_bytes_total")

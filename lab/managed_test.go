@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -155,6 +156,7 @@ func testManaged(t *testing.T, l *Lab) {
 		}
 	}
 	checkClaims(t, l, st, "")
+	t.Run("EgretStatus", func(t *testing.T) { checkEgretStatus(t, l) })
 	t.Run("Sources", func(t *testing.T) { checkSources(t, l, st) })
 	t.Run("Spread", func(t *testing.T) {
 		// Per-connection balancing: new connections of a blue pod use both
@@ -219,6 +221,16 @@ func testManaged(t *testing.T, l *Lab) {
 	// The standby holds every one of them: what the kill tests is the
 	// takeover, not a race with the sync.
 	waitHeld(t, l, synced.standby, synced.ip, lived)
+	t.Run("EgretStatusInStep", func(t *testing.T) {
+		// egret status compares the two gateways' flows: the standby
+		// holds all of them (waitHeld), so it is in step.
+		ip := egretStatus(t, l).ip(synced.ip)
+		if ip == nil || ip.Node == nil || *ip.Node != gw || ip.Standby == nil || *ip.Standby != synced.standby ||
+			ip.StandbyState != "in-step" || strings.Contains(ip.StandbyDetail, "all 0 flows") {
+			t.Fatalf("egret status of %v (on %s, standby %s, which holds its flows): %+v", synced.ip, gw, synced.standby, ip)
+		}
+		t.Logf("egret status: %v on %s, standby %s %s: %s", synced.ip, gw, synced.standby, ip.StandbyState, ip.StandbyDetail)
+	})
 	nd := watchND(t, l, gw)
 	res, err := l.Failover(gw, 10*time.Second)
 	if err != nil {
@@ -258,6 +270,7 @@ func testManaged(t *testing.T, l *Lab) {
 		}
 	}
 	t.Run("NewConnectionsUseTheNewNode", func(t *testing.T) { checkSources(t, l, st) })
+	t.Run("EgretStatusAfterFailover", func(t *testing.T) { checkEgretStatus(t, l) })
 
 	// The node returns: after the hold-down it takes IPs again. Assigned IPs
 	// never move back (minimal churn), so another gateway fails and its IPs
@@ -463,6 +476,131 @@ func checkSources(t *testing.T, l *Lab, st *Status) {
 			} else if !strings.HasSuffix(kind, "6") && !slices.Contains(want, got) {
 				t.Errorf("%s %s: server saw %v, want one of %v", p.Name, kind, got, want)
 			}
+		}
+	}
+}
+
+// statusOut is `egret status -o json` (docs/status.md).
+type statusOut struct {
+	EgressIPs []struct {
+		Name string     `json:"name"`
+		IPs  []statusIP `json:"ips"`
+	} `json:"egressIPs"`
+	Pods []statusPod `json:"pods"`
+}
+
+type statusPod struct {
+	Namespace string  `json:"namespace"`
+	Name      string  `json:"name"`
+	Node      string  `json:"node"`
+	EgressIP  *string `json:"egressIP"`
+	Sources   []struct {
+		Family   string     `json:"family"`
+		IP       netip.Addr `json:"ip"`
+		Gateways []string   `json:"gateways"`
+	} `json:"sources"`
+	State    string   `json:"state"`
+	Problems []string `json:"problems"`
+}
+
+type statusIP struct {
+	IP            netip.Addr `json:"ip"`
+	Node          *string    `json:"node"`
+	Standby       *string    `json:"standby"`
+	StandbyState  string     `json:"standbyState"`
+	StandbyDetail string     `json:"standbyDetail"`
+}
+
+// ip is egress IP a's entry, nil when no object has it.
+func (s *statusOut) ip(a netip.Addr) *statusIP {
+	for i := range s.EgressIPs {
+		for j := range s.EgressIPs[i].IPs {
+			if s.EgressIPs[i].IPs[j].IP == a {
+				return &s.EgressIPs[i].IPs[j]
+			}
+		}
+	}
+	return nil
+}
+
+// egretStatus runs the operator's `egret status --lab NAME -o json` on l.
+func egretStatus(t *testing.T, l *Lab) *statusOut {
+	t.Helper()
+	var st statusOut
+	runJSON(t, &st, l.Binary, "status", "--lab", l.Spec.Name, "-o", "json")
+	return &st
+}
+
+// runJSON runs a command and decodes its output as JSON into v.
+func runJSON(t *testing.T, v any, name string, args ...string) {
+	t.Helper()
+	out, err := run(name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// checkEgretStatus checks that `egret status --lab -o json` agrees with
+// `egret lab status --json` on every pod: its owner, the egress IPs it
+// leaves as (none when unselected: it leaves as its node) and the gateway
+// of each; and on every egress IP's node and standby.
+func checkEgretStatus(t *testing.T, l *Lab) {
+	t.Helper()
+	var ls Status
+	runJSON(t, &ls, l.Binary, "lab", "status", "--name", l.Spec.Name, "--json")
+	st := egretStatus(t, l)
+	if len(st.Pods) != len(ls.Pods) {
+		t.Errorf("egret status lists %d pods, egret lab status %d", len(st.Pods), len(ls.Pods))
+	}
+	for _, lp := range ls.Pods {
+		i := slices.IndexFunc(st.Pods, func(p statusPod) bool {
+			return p.Namespace == lp.KubeNamespace && p.Name == lp.Name
+		})
+		if i < 0 {
+			t.Errorf("pod %s/%s is not in egret status", lp.KubeNamespace, lp.Name)
+			continue
+		}
+		p := st.Pods[i]
+		owner := ""
+		if p.EgressIP != nil {
+			owner = *p.EgressIP
+		}
+		var got, want []string
+		for _, s := range p.Sources {
+			got = append(got, fmt.Sprintf("%v on %v", s.IP, s.Gateways))
+		}
+		if lp.Policy != "" {
+			for _, a := range append(slices.Clone(lp.ExpectedSources), lp.ExpectedSources6...) {
+				want = append(want, fmt.Sprintf("%v on [%s]", a, lp.Gateways[slices.Index(lp.EgressIPs, a)]))
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		wantState := "egress"
+		switch {
+		case lp.Policy == "":
+			wantState = "not-selected"
+		case len(want) == 0:
+			wantState = "no-node-can-host"
+		}
+		if owner != lp.Policy || p.Node != lp.Node || p.State != wantState || !slices.Equal(got, want) {
+			t.Errorf("pod %s/%s: egret status says EgressIP %q on %s, %s, sources %v (problems %q); egret lab status says %q on %s, sources %v",
+				lp.KubeNamespace, lp.Name, owner, p.Node, p.State, got, p.Problems, lp.Policy, lp.Node, want)
+		}
+	}
+	for _, a := range ls.Assignment {
+		ip := st.ip(a.IP)
+		deref := func(s *string) string {
+			if s == nil {
+				return ""
+			}
+			return *s
+		}
+		if ip == nil || deref(ip.Node) != a.Node || deref(ip.Standby) != a.Standby {
+			t.Errorf("%s %v: egret status says %+v, egret lab status node %q, standby %q", a.EgressIP, a.IP, ip, a.Node, a.Standby)
 		}
 	}
 }

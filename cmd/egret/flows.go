@@ -160,22 +160,33 @@ func runFlows(args []string) error {
 	return listFlows(os.Stdout, *socket, q, *asJSON)
 }
 
-// listFlows reads the flows from the gateway's socket and writes them to
-// out: as the gateway sent them (JSON lines) or as a table.
-func listFlows(out io.Writer, socket, query string, asJSON bool) error {
+// getFlows asks the gateway on socket for its flows (query: "" or
+// "?egressIP=..."); the body is one flowEntry per line.
+func getFlows(socket, query string) (*http.Response, error) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}}
 	resp, err := hc.Get("http://gateway/flows" + query)
 	if err != nil {
-		return fmt.Errorf("no gateway answers on %s (its --flows-socket; --socket names another): %w", socket, err)
+		return nil, fmt.Errorf("no gateway answers on %s (its --flows-socket; --socket names another): %w", socket, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("the gateway on %s answers %s: %s", socket, resp.Status, b)
+		resp.Body.Close()
+		return nil, fmt.Errorf("the gateway on %s answers %s: %s", socket, resp.Status, b)
 	}
+	return resp, nil
+}
+
+// listFlows reads the flows from the gateway's socket and writes them to
+// out: as the gateway sent them (JSON lines) or as a table.
+func listFlows(out io.Writer, socket, query string, asJSON bool) error {
+	resp, err := getFlows(socket, query)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
 	if asJSON {
 		_, err := io.Copy(out, resp.Body)
 		return err

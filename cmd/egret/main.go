@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -29,6 +30,18 @@ type command struct {
 
 var commands = map[string]command{}
 
+// prog is how the user called the binary: "egret", or "kubectl egret" when
+// it is installed as the kubectl plugin kubectl-egret (main sets it).
+var prog = "egret"
+
+// progName is prog for a binary called as argv0.
+func progName(argv0 string) string {
+	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-egret" {
+		return "kubectl egret"
+	}
+	return "egret"
+}
+
 // register adds a subcommand; called from init in the subcommand's file.
 func register(name, summary string, run func(args []string) error) {
 	if _, dup := commands[name]; dup {
@@ -38,7 +51,7 @@ func register(name, summary string, run func(args []string) error) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: egret <command> [flags]\n\ncommands:")
+	fmt.Fprintf(w, "usage: %s <command> [flags]\n\ncommands:\n", prog)
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -47,10 +60,13 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun \"egret <command> -h\" for its flags.")
+	fmt.Fprintf(w, "\nRun \"%s <command> -h\" for its flags.\n", prog)
 }
 
 func main() {
+	// The same binary is the kubectl plugin: kubectl runs kubectl-egret
+	// with the arguments after "kubectl egret".
+	prog = progName(os.Args[0])
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage(os.Stderr)
 		if len(os.Args) < 2 {
@@ -60,10 +76,10 @@ func main() {
 	}
 	c, ok := commands[os.Args[1]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "egret: unknown command %q (egret -h lists them)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "%s: unknown command %q (%s -h lists them)\n", prog, os.Args[1], prog)
 		os.Exit(2)
 	}
-	os.Exit(exitCode(os.Stderr, "egret "+os.Args[1], c.run(os.Args[2:])))
+	os.Exit(exitCode(os.Stderr, prog+" "+os.Args[1], c.run(os.Args[2:])))
 }
 
 // exitCode reports err of the command named name on w and returns the exit
@@ -95,7 +111,7 @@ func (e *usageError) Unwrap() error { return e.err }
 // It prints nothing itself: parseFlags prints the usage on -h and returns
 // every other mistake for main to print on one line.
 func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("egret "+name, flag.ContinueOnError)
+	fs := flag.NewFlagSet(prog+" "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	return fs
 }
@@ -120,7 +136,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // printUsage prints the usage of fs's subcommand: what it does and its flags.
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "usage: %s [flags]\n\n", fs.Name())
-	if s := summary(strings.TrimPrefix(fs.Name(), "egret ")); s != "" {
+	if s := summary(strings.TrimPrefix(fs.Name(), prog+" ")); s != "" {
 		fmt.Fprintf(w, "%s\n\n", s)
 	}
 	n := 0
@@ -140,6 +156,9 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 func summary(name string) string {
 	if c, ok := commands[name]; ok {
 		return c.summary
+	}
+	if name == "status pods" {
+		return statusPodsSummary
 	}
 	if sub, ok := strings.CutPrefix(name, "lab "); ok {
 		for _, c := range labCommands {

@@ -52,6 +52,7 @@ func subcommands() []string {
 	for _, c := range labCommands {
 		names = append(names, "lab "+c.name)
 	}
+	names = append(names, "status pods")
 	sort.Strings(names)
 	return names
 }
