@@ -208,6 +208,8 @@ func TestCluster(t *testing.T) {
 	icmp := e.icmpRecorder()
 	e.checkAllEgress(icmp, names, nss)
 	t.Logf("egress checked after %v", time.Since(start).Round(time.Second))
+	// What egret status says of every client pod matches what the server saw.
+	e.checkStatus(nss)
 	e.checkAdmission(nss[3])
 
 	// 4. the node hosting the single-IP object dies; the IP serves from the
