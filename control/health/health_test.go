@@ -27,6 +27,13 @@ func TestServeProbeStopRestart(t *testing.T) {
 		t.Fatalf("check of a NOT_SERVING node: %v", err)
 	}
 	s.SetServing(true)
+	// Opened while s still holds its port: an ephemeral port taken after
+	// s stops could be s's own, and the restart below would find it in use.
+	ns, err := Listen("127.0.0.1:0", NotServing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Stop()
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -39,11 +46,6 @@ func TestServeProbeStopRestart(t *testing.T) {
 		t.Fatalf("probe of a stopped server: %v, want %v", err, ErrRefused)
 	}
 	// NOT_SERVING is an answer too.
-	ns, err := Listen("127.0.0.1:0", NotServing())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Stop()
 	if err := p.Probe(ctx, ns.Addr().String(), time.Minute); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("probe of a NOT_SERVING server: %v, want %v", err, ErrNotServing)
 	}
