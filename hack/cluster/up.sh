@@ -31,7 +31,7 @@ EGRET_BIN=${EGRET_BIN:-$repo/bin/egret}
 for b in etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy; do
 	[[ -x $TOOLS/$b ]] || bash "$repo/hack/k8s-bins.sh" "$b"
 done
-for b in containerd containerd-shim-runc-v2 runc buildah docker-registry busybox openssl iptables conntrack gcc ethtool; do
+for b in containerd ctr containerd-shim-runc-v2 runc buildah docker-registry busybox openssl iptables conntrack gcc ethtool; do
 	command -v "$b" >/dev/null || { echo "cluster-up: $b missing: run make deps" >&2; exit 1; }
 done
 [[ -x $CNI_BIN/bridge && -x $CNI_BIN/host-local ]] || { echo "cluster-up: CNI plugins missing in $CNI_BIN: run make deps" >&2; exit 1; }
@@ -382,6 +382,14 @@ KP
 	if cmp -s "$d/kube-proxy.yaml.new" "$d/kube-proxy.yaml"; then rm "$d/kube-proxy.yaml.new"; else mv "$d/kube-proxy.yaml.new" "$d/kube-proxy.yaml"; fi
 	start_daemon "containerd-$n" "$STATE/logs/containerd-$n.log" \
 		nsenter --net="/run/netns/$(node_ns "$n")" --mount="$mnt" -- containerd --config "$d/containerd.toml"
+	# The kubelet exits at once if containerd does not answer yet (seen on a
+	# loaded machine): wait for it first.
+	for _ in $(seq 300); do
+		ctr --address "$d/containerd.sock" version >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	ctr --address "$d/containerd.sock" version >/dev/null 2>&1 ||
+		{ echo "cluster-up: containerd of $n does not answer after 30s; see $STATE/logs/containerd-$n.log" >&2; exit 1; }
 	start_daemon "kubelet-$n" "$STATE/logs/kubelet-$n.log" \
 		nsenter --net="/run/netns/$(node_ns "$n")" --mount="$mnt" -- "$TOOLS/kubelet" --config="$d/kubelet.yaml" \
 		--kubeconfig="$kc" --hostname-override="$n" --node-ip="$(node_ip "$n")" --root-dir="$d/kubelet" \
