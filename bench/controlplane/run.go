@@ -132,10 +132,11 @@ func run(o options) error {
 		return err
 	}
 	ctl.stop()
-	if err := bareWrites(ctx, cfg, inf.GetStore(), writers, res); err != nil {
+	if err := agents(ctx, sc, cfg, res); err != nil {
 		return err
 	}
-	if err := agents(ctx, sc, cfg, res); err != nil {
+	// Last: its writes move every status, which the agents' builds read.
+	if err := bareWrites(ctx, cfg, inf.GetStore(), writers, res); err != nil {
 		return err
 	}
 	res.Targets = targets(res)
