@@ -159,6 +159,9 @@ func TestRun(t *testing.T) {
 	if last := r.Convergence[len(r.Convergence)-1]; last.Assigned != sc.EgressIPs || r.Controller.AllAssignedSeconds <= 0 {
 		t.Errorf("convergence ends at %+v after %v s, want all %d", last, r.Controller.AllAssignedSeconds, sc.EgressIPs)
 	}
+	if b := r.Bare; b.Writes != sc.EgressIPs || b.Writers != 8 || b.Seconds <= 0 || b.Ratio <= 0 || r.Controller.WriteSpanSeconds <= 0 {
+		t.Errorf("bare client %+v, controller write span %v s: want every EgressIP written by 8 writers", b, r.Controller.WriteSpanSeconds)
+	}
 	if r.Change.N != 5 || r.Change.P50 <= 0 || len(r.ChangeMillis) != 5 {
 		t.Errorf("changes %+v", r.Change)
 	}

@@ -26,11 +26,15 @@ type Result struct {
 		// AllAssignedSeconds: from the process start until the watch showed
 		// every object's status with all its egress IPs placed.
 		AllAssignedSeconds float64 `json:"all_assigned_s"`
-		PeakRSSMB          float64 `json:"peak_rss_mb"`
-		RSSMB              float64 `json:"rss_mb"`
-		HeapInuseMB        float64 `json:"heap_inuse_mb"`
-		CPUSeconds         float64 `json:"cpu_s"`
+		// WriteSpanSeconds: from the first status the watch showed to the
+		// last, the part of AllAssignedSeconds spent writing.
+		WriteSpanSeconds float64 `json:"write_span_s"`
+		PeakRSSMB        float64 `json:"peak_rss_mb"`
+		RSSMB            float64 `json:"rss_mb"`
+		HeapInuseMB      float64 `json:"heap_inuse_mb"`
+		CPUSeconds       float64 `json:"cpu_s"`
 	} `json:"controller"`
+	Bare         BareResult   `json:"bare_client"`
 	Convergence  []Point      `json:"convergence"`
 	Change       dist.Summary `json:"change"`
 	ChangeMillis []float64    `json:"change_ms"`
@@ -172,6 +176,9 @@ func markdown(r *Result) string {
 	}
 	fmt.Fprintf(&b, "| controller start → caches synced | %.2f s | |\n", r.Controller.SyncedSeconds)
 	fmt.Fprintf(&b, "| controller start → every status written | %.2f s | %s |\n", r.Controller.AllAssignedSeconds, mark("every EgressIP assigned after controller start"))
+	bw := r.Bare
+	fmt.Fprintf(&b, "| bare client-go, same API server: %d plain status updates (%d writers, QPS %g, burst %d) | %.2f s (%.0f/s) | |\n", bw.Writes, bw.Writers, bw.QPS, bw.Burst, bw.Seconds, bw.PerSecond)
+	fmt.Fprintf(&b, "| controller/bare-client, every status written | %.2fx (first status to last: %.2f s, %.2fx) | |\n", bw.Ratio, r.Controller.WriteSpanSeconds, bw.WriteSpanRatio)
 	fmt.Fprintf(&b, "| one change → its status written | p50 %.1f ms, p99 %.1f ms, max %.1f ms (n=%d) | %s |\n", r.Change.P50, r.Change.P99, r.Change.Max, r.Change.N, mark("one change → its status written (p99)"))
 	ips := 0
 	for _, l := range r.Losses {

@@ -41,6 +41,10 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	writers, err := controllerWriters(o.controllerArgs)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("creating the report folder: %w", err)
 	}
@@ -129,6 +133,10 @@ func run(o options) error {
 	}
 	ctl.stop()
 	if err := agents(ctx, sc, cfg, res); err != nil {
+		return err
+	}
+	// Last: its writes move every status, which the agents' builds read.
+	if err := bareWrites(ctx, cfg, inf.GetStore(), writers, res); err != nil {
 		return err
 	}
 	res.Targets = targets(res)
@@ -349,8 +357,15 @@ func (c *controller) converge(ctx context.Context, sc Scale, tr *tracker, res *R
 		}
 	}
 	res.Controller.AllAssignedSeconds = time.Since(c.start).Seconds()
-	if pts := tr.convergence(); len(pts) > 0 {
+	pts := tr.convergence()
+	if len(pts) > 0 {
 		res.Controller.AllAssignedSeconds = pts[len(pts)-1].T
+	}
+	for _, p := range pts {
+		if p.Assigned > pts[0].Assigned {
+			res.Controller.WriteSpanSeconds = res.Controller.AllAssignedSeconds - p.T
+			break
+		}
 	}
 	fmt.Printf("  all %d statuses written %.2f s after the controller started\n", sc.EgressIPs, res.Controller.AllAssignedSeconds)
 	return nil
