@@ -96,7 +96,14 @@ func runController(args []string) error {
 // kubeRESTConfig uses the named kubeconfig, else the in-cluster service
 // account, else $KUBECONFIG or ~/.kube/config.
 func kubeRESTConfig(path string) (*rest.Config, error) {
-	if path == "" {
+	return restConfig(path, false, "not in a cluster; give --kubeconfig or use --source dir:/path")
+}
+
+// restConfig loads the kubeconfig at path; without one, the in-cluster
+// configuration unless skipInCluster, then $KUBECONFIG or ~/.kube/config.
+// hint ends the error that says none was found.
+func restConfig(path string, skipInCluster bool, hint string) (*rest.Config, error) {
+	if path == "" && !skipInCluster {
 		if c, err := rest.InClusterConfig(); err == nil {
 			return c, nil
 		}
@@ -105,7 +112,7 @@ func kubeRESTConfig(path string) (*rest.Config, error) {
 	rules.ExplicitPath = path
 	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("no Kubernetes configuration (not in a cluster; give --kubeconfig or use --source dir:/path): %w", err)
+		return nil, fmt.Errorf("no Kubernetes configuration (%s): %w", hint, err)
 	}
 	return c, nil
 }

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
 
@@ -142,18 +141,7 @@ func (f *statusFlags) inputs(ctx context.Context) (cluster.View, status.Inputs, 
 // configuration, else ~/.kube/config: what a user running the command
 // (or kubectl running it as a plugin) means.
 func statusRESTConfig(path string) (*rest.Config, error) {
-	if path == "" && os.Getenv("KUBECONFIG") == "" {
-		if c, err := rest.InClusterConfig(); err == nil {
-			return c, nil
-		}
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
-	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no Kubernetes configuration (give --kubeconfig or set KUBECONFIG; --lab NAME reads a lab): %w", err)
-	}
-	return c, nil
+	return restConfig(path, os.Getenv("KUBECONFIG") != "", "give --kubeconfig or set KUBECONFIG; --lab NAME reads a lab")
 }
 
 // labInputs reads the objects of managed lab name, and has the status
