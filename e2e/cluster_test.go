@@ -100,6 +100,7 @@ type env struct {
 	version    string
 	overlay    string
 	ports      int // source ports syncedPair tried so far
+	crdCleanup bool
 }
 
 func TestCluster(t *testing.T) {
@@ -145,13 +146,15 @@ func TestCluster(t *testing.T) {
 	}
 	t.Logf("cluster (%s) up after %v", plan.family, time.Since(start).Round(time.Second))
 
-	// 1. the image into the registry, deploy/ under the overlay, every pod Ready.
+	// 1. the images into the registry: this tree's, and release N-1's, which
+	// the test installs first and upgrades from (issue 32).
 	image := "ghcr.io/egret-gw/egret:" + e.version
 	e.push(image, plan.registry+"/egret-gw/egret:"+e.version)
 	// The tag stays the version while the tree changes: the nodes must pull
 	// this build, not run the one they cached from an earlier run.
 	// The probe's tag stays too.
-	e.forgetImages(plan.registry+"/egret-gw/egret:"+e.version, plan.registry+"/egret-gw/egret:"+e.version+"-e2e", probeImage())
+	e.forgetImages(plan.registry+"/egret-gw/egret:"+e.version, probeImage())
+	prev := e.previousRelease()
 	e.buildProbeImage()
 	for _, g := range gateways {
 		e.kubectl("label", "node", g, "k8s.ovn.org/egress-assignable=", "--overwrite")
@@ -161,19 +164,16 @@ func TestCluster(t *testing.T) {
 			e.kubectlErr("label", "node", g, "k8s.ovn.org/egress-assignable-")
 		}
 	})
-	// The CRDs once, apart from either install (docs/operations.md): no
-	// uninstall below removes them.
-	e.installCRDs()
-	kust := e.kustomize()
+	// Release N-1 as its users installed it: its CRDs once, apart from either
+	// install (docs/operations.md): no uninstall below removes them.
+	e.installCRDs(prev.dir)
 	e.flowSyncSecret()
-	kust.install()
+	e.kustomize(prev.dir).install()
 	e.waitEgretReady()
-	t.Logf("Egret (kustomize) Ready after %v", time.Since(start).Round(time.Second))
-	// The API server enforces PodSecurity baseline on every namespace without
-	// a label of its own (make cluster-up): Egret's pods ran only through
-	// deploy/namespace.yaml's label.
-	e.checkPodSecurity()
-	e.checkPinned()
+	if got := e.gatewayImage(); got != prev.image {
+		t.Fatalf("release %s's install runs %s", prev.version, got)
+	}
+	t.Logf("Egret %s (kustomize) Ready after %v", prev.version, time.Since(start).Round(time.Second))
 
 	// 2. the spec's EgressIP examples, their addresses moved into the nodes' subnet.
 	objs := e.applyExamples()
@@ -194,6 +194,8 @@ func TestCluster(t *testing.T) {
 		// the other through the tunnel, as from a worker.
 		{name: "e2e-gwpods", labels: map[string]string{"e2e": "move", "environment": "development"}, want: []string{moveIP}, nodes: gateways},
 	}
+	// What release N-1 serves: pods on gateway nodes came after it.
+	prevNSs := nss[:5]
 	for _, ns := range nss {
 		e.createNamespace(ns)
 	}
@@ -206,13 +208,25 @@ func TestCluster(t *testing.T) {
 		e.kubectl("-n", ns.name, "wait", "--for=condition=Available", "deployment", "--all", "--timeout=120s")
 	}
 	icmp := e.icmpRecorder()
+	e.checkAllEgress(icmp, names, prevNSs)
+	t.Logf("egress through %s checked after %v", prev.version, time.Since(start).Round(time.Second))
+
+	// 4. the upgrade N-1 -> N with kustomize as docs/operations.md says,
+	// with two connections open through it (upgradeWith).
+	kust := e.kustomize(e.repo)
+	e.upgradeWith(kust, prev, nss[4], "the kustomize upgrade")
 	e.checkAllEgress(icmp, names, nss)
-	t.Logf("egress checked after %v", time.Since(start).Round(time.Second))
+	t.Logf("egress through %s (kustomize upgrade) checked after %v", e.version, time.Since(start).Round(time.Second))
+	// The API server enforces PodSecurity baseline on every namespace without
+	// a label of its own (make cluster-up): Egret's pods ran only through
+	// deploy/namespace.yaml's label.
+	e.checkPodSecurity()
+	e.checkPinned()
 	// What egret status says of every client pod matches what the server saw.
 	e.checkStatus(nss)
 	e.checkAdmission(nss[3])
 
-	// 4. the node hosting the single-IP object dies; the IP serves from the
+	// 5. the node hosting the single-IP object dies; the IP serves from the
 	// other gateway, its standby, and two connections go on with their
 	// source address and port, one of them carried only by the synced flow.
 	e.failover(icmp, nss[4])
@@ -229,42 +243,27 @@ func TestCluster(t *testing.T) {
 	e.checkEIPsKept(eips, "kubectl delete -k")
 	t.Logf("kustomize install removed, nodes clean, EgressIPs kept, at %v", time.Since(start).Round(time.Second))
 
-	// §5: the Helm chart in place of kustomize, with the same checks; the
-	// gateway rollout to a new image tag is a helm upgrade.
-	hm := e.helm()
+	// 7. §5: the Helm chart in place of kustomize: release N-1's chart, then
+	// helm upgrade to this tree's, with the same checks.
 	e.flowSyncSecret()
-	hm.install()
+	e.helm(prev.dir).install()
 	e.waitEgretReady()
-	t.Logf("Egret (helm) Ready after %v", time.Since(start).Round(time.Second))
+	t.Logf("Egret %s (helm) Ready after %v", prev.version, time.Since(start).Round(time.Second))
 	// The EgressIPs the kustomize install served, kept through its
 	// uninstall, are served again as they are.
+	e.checkAllEgress(icmp, names, prevNSs)
+	t.Logf("egress through the Helm install of %s checked at %v", prev.version, time.Since(start).Round(time.Second))
+	hm := e.helm(e.repo)
+	e.upgradeWith(hm, prev, nss[4], "helm upgrade")
 	e.checkAllEgress(icmp, names, nss)
-	t.Logf("egress through the Helm install checked at %v", time.Since(start).Round(time.Second))
+	t.Logf("egress after helm upgrade to %s checked at %v", e.version, time.Since(start).Round(time.Second))
 
-	// 5. a new image tag for the gateways; egress works afterwards, and two
-	// connections open through the whole rollout go on with their source
-	// address and port, one of them on a port that was not preserved: when
-	// the gateway hosting moveIP restarts, the new process on its node
-	// resumes their flows from the state file, or its standby, which holds
-	// them synced, takes the IP over.
-	e.push(image, plan.registry+"/egret-gw/egret:"+e.version+"-e2e")
-	// An upgrade of a settled install: a DaemonSet's rollout replaces at
-	// once every old pod not yet available (Ready for minReadySeconds, 40 s),
-	// so started sooner after the install it restarted both gateways
-	// together, and moveIP had no gateway for the controller's hold-down
-	// (seen: both held connections timed out).
-	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=120s")
-	pair, host, _ := e.syncedThrough(nss[4])
-	hm.rollout(e.version + "-e2e")
-	e.kubectl("-n", "egret-system", "rollout", "status", "daemonset/egret-gateway", "--timeout=180s")
-	if got := e.kubectl("-n", "egret-system", "get", "daemonset/egret-gateway", "-o", "jsonpath={.spec.template.spec.containers[0].image}"); got != plan.registry+"/egret-gw/egret:"+e.version+"-e2e" {
-		t.Fatalf("after the upgrade the gateway runs %q", got)
-	}
-	// Each restarted gateway failed the reachability check once and is held
-	// down (30 s) before it hosts again; egress is checked on the settled state.
-	e.checkAllEgress(icmp, names, nss)
-	t.Logf("egress after the gateway rollout checked at %v", time.Since(start).Round(time.Second))
-	e.endRollout(pair, host)
+	// 8. the downgrade back to N-1 works as the skew policy says
+	// (docs/operations.md, "Version skew"): helm rollback, and every pod
+	// release N-1 serves leaves as its egress IP again.
+	e.downgrade(hm, prev)
+	e.checkAllEgress(icmp, names, prevNSs)
+	t.Logf("egress after helm rollback to %s checked at %v", prev.version, time.Since(start).Round(time.Second))
 
 	for _, ns := range nss {
 		e.kubectl("delete", "namespace", ns.name, "--wait=false")
@@ -314,14 +313,18 @@ func (e *env) checkAdmission(ns testNS) {
 	}
 }
 
-// installCRDs applies deploy/crd/, as docs/operations.md says: once, before
-// Egret, and never removed with it. The test removes them at its end.
-func (e *env) installCRDs() {
+// installCRDs applies deploy/crd/ of the tree at root, as docs/operations.md
+// says: before Egret (and before each upgrade), and never removed with it.
+// The test removes them at its end.
+func (e *env) installCRDs(root string) {
 	e.t.Helper()
-	crds := filepath.Join(e.repo, "deploy/crd")
+	crds := filepath.Join(root, "deploy/crd")
 	e.kubectl("apply", "--server-side", "-k", crds)
 	e.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org", "crd/cloudprivateipconfigs.cloud.network.openshift.io")
-	e.t.Cleanup(func() { e.kubectlErr("delete", "-k", crds, "--ignore-not-found") })
+	if !e.crdCleanup {
+		e.crdCleanup = true
+		e.t.Cleanup(func() { e.kubectlErr("delete", "-k", crds, "--ignore-not-found") })
+	}
 }
 
 // eipSpecs is every EgressIP's spec, as JSON, by name.
@@ -691,41 +694,53 @@ func (e *env) checkSyncing(primary, standby string, applied0 float64) {
 }
 
 // installer is one way a user installs Egret: kustomize (deploy/ under an
-// overlay) or Helm (deploy/helm/egret with a values file).
+// overlay) or Helm (deploy/helm/egret with a values file), from one tree:
+// this one or the previous release's (e2e/upgrade_test.go).
 type installer struct {
-	install   func()
-	rollout   func(tag string) // the gateways to another image tag
-	uninstall func()           // and wait until every Egret pod is gone
+	install func()
+	// upgrade turns an install of another release into this one, as
+	// docs/operations.md says: the CRDs first, then the same install.
+	upgrade   func()
+	rollback  func() // Helm: back to the revision before the upgrade
+	uninstall func() // and wait until every Egret pod is gone
 }
 
-// kustomize installs deploy/ under the overlay a user of this cluster writes
-// (hack/cluster/overlay, or EGRET_E2E_OVERLAY for a trial).
-func (e *env) kustomize() installer {
+// kustomize installs deploy/ of the tree at root under the overlay a user of
+// this cluster writes (hack/cluster/overlay; for this tree EGRET_E2E_OVERLAY
+// may name a trial instead).
+func (e *env) kustomize(root string) installer {
+	overlay := filepath.Join(root, plan.overlay)
+	if root == e.repo {
+		overlay = e.overlay
+	}
 	done := false
 	e.t.Cleanup(func() {
 		if !done {
-			e.kubectlErr("delete", "-k", e.overlay, "--ignore-not-found", "--wait=true", "--timeout=90s")
+			e.kubectlErr("delete", "-k", overlay, "--ignore-not-found", "--wait=true", "--timeout=90s")
 		}
 	})
+	apply := func() { e.kubectl("apply", "--server-side", "-k", overlay) }
 	return installer{
-		install: func() { e.kubectl("apply", "--server-side", "-k", e.overlay) },
-		rollout: func(tag string) {
-			e.kubectl("-n", "egret-system", "set", "image", "daemonset/egret-gateway", "gateway="+plan.registry+"/egret-gw/egret:"+tag)
+		install: apply,
+		upgrade: func() {
+			e.installCRDs(root)
+			apply()
 		},
 		uninstall: func() {
-			e.kubectl("delete", "-k", e.overlay, "--wait=true", "--timeout=120s")
+			e.kubectl("delete", "-k", overlay, "--wait=true", "--timeout=120s")
 			done = true
 			e.waitGone()
 		},
 	}
 }
 
-// helm installs the chart with the values a user of this cluster writes
-// (hack/cluster/values.yaml, the Helm twin of the overlay).
-func (e *env) helm() installer {
+// helm installs the chart of the tree at root with the values a user of
+// this cluster writes (hack/cluster/values.yaml, the Helm twin of the
+// overlay).
+func (e *env) helm(root string) installer {
 	hb := kubetest.Tool(e.t, "helm", "hack/helm.sh")
 	kc := "--kubeconfig=" + filepath.Join(stateDir, "admin.kubeconfig")
-	chart, values := filepath.Join(e.repo, "deploy/helm/egret"), filepath.Join(e.repo, plan.values)
+	chart, values := filepath.Join(root, "deploy/helm/egret"), filepath.Join(root, plan.values)
 	done := false
 	e.t.Cleanup(func() {
 		if !done {
@@ -742,9 +757,11 @@ func (e *env) helm() installer {
 				"pod-security.kubernetes.io/audit=privileged", "pod-security.kubernetes.io/warn=privileged")
 			e.sh(hb, kc, "install", "egret", chart, "-n", "egret-system", "-f", values, "--set", "createNamespace=false")
 		},
-		rollout: func(tag string) {
-			e.sh(hb, kc, "upgrade", "egret", chart, "-n", "egret-system", "--reuse-values", "--set", "image.tag="+tag)
+		upgrade: func() {
+			e.installCRDs(root)
+			e.sh(hb, kc, "upgrade", "egret", chart, "-n", "egret-system", "-f", values, "--set", "createNamespace=false")
 		},
+		rollback: func() { e.sh(hb, kc, "rollback", "egret", "-n", "egret-system") },
 		uninstall: func() {
 			e.sh(hb, kc, "uninstall", "egret", "-n", "egret-system", "--wait", "--timeout=120s")
 			done = true
