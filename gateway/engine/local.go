@@ -146,8 +146,14 @@ type localQueue struct {
 	pipe *gateway.Pipeline
 }
 
-// FD is the socket's, for the queue loop's poll.
-func (q *localQueue) FD() int { return q.Queue.(fder).FD() }
+// FD is the socket's, for the queue loop's poll; -1 (which poll(2) skips)
+// for a queue without one, which the AF_PACKET port never opens.
+func (q *localQueue) FD() int {
+	if f, ok := q.Queue.(fder); ok {
+		return f.FD()
+	}
+	return -1
+}
 
 // Receive receives a batch and wraps each frame.
 func (q *localQueue) Receive(b *nic.Batch, timeout time.Duration) error {
