@@ -101,6 +101,11 @@ type env struct {
 	overlay    string
 	ports      int // source ports syncedPair tried so far
 	crdCleanup bool
+	// previous: release N-1 runs, which does not serve pods on gateway
+	// nodes: its steer agent there fails to program a route via its own
+	// node ("invalid argument", retried for ever) for any selected pod,
+	// which Egret's own controller pod is when it lands there.
+	previous bool
 }
 
 func TestCluster(t *testing.T) {
@@ -169,6 +174,7 @@ func TestCluster(t *testing.T) {
 	e.installCRDs(prev.dir)
 	e.flowSyncSecret()
 	e.kustomize(prev.dir).install()
+	e.previous = true
 	e.waitEgretReady()
 	if got := e.gatewayImage(); got != prev.image {
 		t.Fatalf("release %s's install runs %s", prev.version, got)
@@ -247,6 +253,7 @@ func TestCluster(t *testing.T) {
 	// helm upgrade to this tree's, with the same checks.
 	e.flowSyncSecret()
 	e.helm(prev.dir).install()
+	e.previous = true
 	e.waitEgretReady()
 	t.Logf("Egret %s (helm) Ready after %v", prev.version, time.Since(start).Round(time.Second))
 	// The EgressIPs the kustomize install served, kept through its
@@ -1123,7 +1130,7 @@ func (e *env) waitSteerSettled(nss []testNS) {
 	}
 	snapshot := func() string {
 		var b strings.Builder
-		for _, w := range append(slices.Clone(workers), gateways...) {
+		for _, w := range e.steerNodes() {
 			out, _ := e.run("ip", plan.ipFlag, "-n", "egretc-"+w, "route", "show", "table", "all", "proto", "231")
 			b.WriteString(out)
 			rules, _ := e.run("ip", plan.ipFlag, "-n", "egretc-"+w, "rule", "show")
@@ -1149,7 +1156,15 @@ func (e *env) waitSteerSettled(nss []testNS) {
 	}) {
 		return
 	}
-	e.t.Fatalf("the steer agents' routes kept changing for 30s:\n%s", prev)
+	// What changed between the last two samples, and what the agents said.
+	var logs strings.Builder
+	for _, w := range e.steerNodes() {
+		p, _ := e.kubectlErr("-n", "egret-system", "get", "pods", "-l", "app.kubernetes.io/name=egret-steer",
+			"--field-selector=spec.nodeName="+w, "-o", "jsonpath={.items[0].metadata.name}")
+		out, _ := e.kubectlErr("-n", "egret-system", "logs", "--tail=15", strings.TrimSpace(p))
+		fmt.Fprintf(&logs, "steer on %s:\n%s\n", w, out)
+	}
+	e.t.Fatalf("the steer agents' routes kept changing for 30s:\n%s\nthen:\n%s\n%s", prev, snapshot(), logs.String())
 }
 
 // exec runs a command in a pod.

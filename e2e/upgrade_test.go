@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -116,6 +117,7 @@ func (e *env) upgradeWith(in installer, prev release, ns testNS, what string) {
 	e.settled()
 	pair, host, _ := e.syncedThrough(ns)
 	in.upgrade()
+	e.previous = false
 	e.settled()
 	e.waitEgretReady()
 	if got, want := e.gatewayImage(), plan.registry+"/egret-gw/egret:"+e.version; got != want {
@@ -133,11 +135,13 @@ func (e *env) upgradeWith(in installer, prev release, ns testNS, what string) {
 // downgrade rolls the Helm install back to release prev, which the skew
 // policy allows: once settled, every gateway runs prev's image. Release
 // 0.1.0 cannot read the state file this release wrote at the stop; what
-// its gateways said of it is shown.
+// its gateways said of it is shown. The uninstall that follows checks the
+// nodes are clean after the downgrade's documented manual step.
 func (e *env) downgrade(hm installer, prev release) {
 	e.t.Helper()
 	e.settled()
 	hm.rollback()
+	e.previous = true
 	e.settled()
 	e.waitEgretReady()
 	if got := e.gatewayImage(); got != prev.image {
@@ -149,5 +153,18 @@ func (e *env) downgrade(hm installer, prev release) {
 				e.t.Logf("%s (%s): %s", g, prev.version, l)
 			}
 		}
+		// The downgrade's manual step (docs/operations.md, "Version skew"):
+		// release 0.1.0 does not know the local port a later gateway left
+		// for its successor, so it would outlive an uninstall.
+		e.sh("ip", "-n", "egretc-"+g, "link", "del", "egret-lh")
 	}
+}
+
+// steerNodes are the nodes whose steering the checks wait for: every node,
+// or while release N-1 runs only the workers (env.previous).
+func (e *env) steerNodes() []string {
+	if e.previous {
+		return workers
+	}
+	return append(slices.Clone(workers), gateways...)
 }
