@@ -40,6 +40,10 @@ import (
 //	    ip saddr @pods4 ip saddr != @allow4 ip daddr != @pods4 oifname != "egret0" oifname != "egret-lh" counter drop
 //	    ip6 saddr @pods6 ip6 saddr != @allow6 ip6 daddr != @pods6 oifname != "egret0" oifname != "egret-lh" counter drop
 //	  }
+//	  chain postrouting { type nat hook postrouting priority srcnat - 10; policy accept;
+//	    oifname { "egret0", "egret-lh" } snat ip to ip saddr     # keep the pod's own source
+//	    oifname { "egret0", "egret-lh" } snat ip6 to ip6 saddr
+//	  }
 //	}
 //
 // A drop in any base chain is final, so other tables accepting the packet
@@ -56,6 +60,15 @@ import (
 // networks (gateways are in the node networks): a pod must not send its own
 // tunnel frames to a gateway, whose anti-spoofing trusts the outer source
 // once the node masquerades it.
+//
+// The postrouting chain keeps the pod's source on what steer sends to a
+// gateway: a CNI that masquerades every pod packet leaving its network
+// whatever the interface (flannel's --ip-masq: `-s <cluster CIDR> !
+// -d 224.0.0.0/4 -j MASQUERADE` at srcnat) would give the gateway the
+// node's address instead of the pod's. The kernel runs one NAT binding per
+// connection and direction, made by the first nat chain that translates:
+// this one, before the CNI's, maps the source to itself, so the CNI's
+// masquerade never runs on those connections.
 type nftState struct {
 	ns   netns.NsHandle
 	dev  string
@@ -76,6 +89,7 @@ const (
 	nftPods4    = "pods4"
 	nftPods6    = "pods6"
 	nftPriority = -10
+	nftNAT      = "postrouting"
 	// Rule tags (user data) of the drop rules, for the counters.
 	tagSelected     = "egret:selected"
 	tagUnclassified = "egret:unclassified"
@@ -255,6 +269,21 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off + fam.l, Len: fam.l},
 			&expr.Lookup{SourceRegister: 1, SetName: sets.pods[f].Name, Invert: true},
 		}, notTunnel...)})
+	}
+	nat := c.AddChain(&nftables.Chain{Name: nftNAT, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource - 10), Policy: &policy})
+	c.FlushChain(nat)
+	for _, out := range [][]byte{dev, local} {
+		for _, fam := range nftFam {
+			c.AddRule(&nftables.Rule{Table: t, Chain: nat, Exprs: []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: out},
+				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.off, Len: fam.l},
+				&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(fam.proto), RegAddrMin: 1},
+			}})
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("install nftables table inet %s: %w", NFTTable, err)
