@@ -142,14 +142,14 @@ func TestCluster(t *testing.T) {
 	// missing tool or package is installed by make, or fails here.
 	e.sh("make", "-s", "-C", repo, "image")
 	if !e.clusterUp() {
-		e.sh("make", "-s", "-C", repo, "cluster-up", "CLUSTER_FAMILY="+plan.family)
+		e.sh("make", "-s", "-C", repo, "cluster-up", "CLUSTER_FAMILY="+plan.family, "CLUSTER_CNI="+clusterCNI())
 		t.Cleanup(func() {
 			if os.Getenv("EGRET_E2E_KEEP") == "" {
 				e.sh("make", "-s", "-C", repo, "cluster-down")
 			}
 		})
 	}
-	t.Logf("cluster (%s) up after %v", plan.family, time.Since(start).Round(time.Second))
+	t.Logf("cluster (%s, %s) up after %v", plan.family, clusterCNI(), time.Since(start).Round(time.Second))
 
 	// 1. the images into the registry: this tree's, and release N-1's, which
 	// the test installs first and upgrades from (issue 32).
@@ -803,10 +803,22 @@ func (e *env) checkAllClean() {
 
 // clusterUp reports whether make cluster-up's cluster answers with 4 Ready
 // nodes; one of the other family fails the test.
+// clusterCNI is the pod network make cluster-up gives the cluster:
+// CLUSTER_CNI (hack/cluster/common.sh), bridge unless it says flannel.
+func clusterCNI() string {
+	if c := os.Getenv("CLUSTER_CNI"); c != "" {
+		return c
+	}
+	return "bridge"
+}
+
 func (e *env) clusterUp() bool {
 	e.t.Helper()
 	if b, err := os.ReadFile(filepath.Join(stateDir, "family")); err == nil && strings.TrimSpace(string(b)) != plan.family {
 		e.t.Fatalf("an %s cluster is up and CLUSTER_FAMILY is %s: make cluster-down first", strings.TrimSpace(string(b)), plan.family)
+	}
+	if b, err := os.ReadFile(filepath.Join(stateDir, "cni")); err == nil && strings.TrimSpace(string(b)) != clusterCNI() {
+		e.t.Fatalf("a cluster with CNI %s is up and CLUSTER_CNI is %s: make cluster-down first", strings.TrimSpace(string(b)), clusterCNI())
 	}
 	out, err := e.kubectlErr("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 	return err == nil && strings.Count(out, "True") == 4

@@ -22,7 +22,8 @@ fresh() {
 }
 
 # build_tool NAME MODDIR PKG VERSION LDFLAGS: go build PKG in the module MODDIR
-# into $out/NAME unless it is fresh. It builds to a temporary name and
+# into $out/NAME unless it is fresh; static (cgo off) unless the caller sets
+# tool_cgo=1. It builds to a temporary name and
 # renames, so an interrupted build never leaves a half-written binary that
 # looks present.
 build_tool() {
@@ -35,7 +36,7 @@ build_tool() {
 	fi
 	echo "$label: building $name $version ($pkg) into $out ..."
 	local start=$SECONDS
-	(cd "$mod" && GOFLAGS="-trimpath -buildvcs=false" CGO_ENABLED=0 \
+	(cd "$mod" && GOFLAGS="-trimpath -buildvcs=false" CGO_ENABLED="${tool_cgo:-0}" \
 		"$go_bin" build -p "$jobs" -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg")
 	mv -f "$out/$name.tmp" "$out/$name"
 	echo "$want" >"$out/.$name.version"

@@ -60,6 +60,20 @@ K8S_VERSION=v1.37.2
 PAUSE_IMAGE=$REGISTRY/pause:3.10
 BUSYBOX_IMAGE=$REGISTRY/busybox:1.35
 
+# The pod network: bridge (the default: the bridge plugin with a /24 per node,
+# static routes between the nodes and an eth0-only masquerade) or flannel
+# (flanneld of hack/flannel.sh: its kube subnet manager, VXLAN backend on
+# 8472 and its own masquerade of everything leaving the pod network; IPv4).
+# make cluster-up CLUSTER_CNI=flannel; up.sh records it in $STATE/cni.
+CLUSTER_CNI=${CLUSTER_CNI:-bridge}
+case $CLUSTER_CNI/$CLUSTER_FAMILY in
+bridge/* | flannel/ipv4) ;;
+*)
+	echo "cluster: CLUSTER_CNI=$CLUSTER_CNI with CLUSTER_FAMILY=$CLUSTER_FAMILY: give bridge, or flannel with ipv4" >&2
+	exit 1
+	;;
+esac
+
 # name index role: workers run ordinary pods; gateways are egress-capable.
 NODES=(w1 w2 gw1 gw2)
 declare -A NODE_INDEX=([w1]=1 [w2]=2 [gw1]=3 [gw2]=4)

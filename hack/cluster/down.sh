@@ -38,6 +38,7 @@ rmdir_cgroup_tree() {
 for n in "${NODES[@]}"; do
 	stop_pid "$STATE/pids/kubelet-$n.pid"
 	stop_pid "$STATE/pids/kube-proxy-$n.pid"
+	stop_pid "$STATE/pids/flanneld-$n.pid"
 done
 for n in "${NODES[@]}"; do
 	kill_cgroup_tree "$CLUSTER_NAME-$n"

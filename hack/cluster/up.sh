@@ -13,6 +13,11 @@
 #               server (egret lab echo-server) on 10.80.0.1: it answers HTTP and
 #               UDP with the source address it saw; the kernel answers ping
 #
+# CLUSTER_CNI=flannel runs flannel (hack/flannel.sh) as each node's pod network
+# instead of the bridge plugin's static routes: flanneld per node (kube subnet
+# manager, VXLAN backend, --ip-masq), the CNI configuration written from its
+# subnet.env as flannel's CNI plugin would delegate it (bridge, host-local).
+#
 # CLUSTER_FAMILY=ipv6 builds the same cluster IPv6-only (common.sh has both
 # address plans): fd77::/64 nodes, fd78::/48 pods, fd79::/108 services, the
 # server fd80::1, the registry as egretc-registry:5000.
@@ -42,6 +47,12 @@ if [[ -f $STATE/family && $(cat "$STATE/family") != "$CLUSTER_FAMILY" ]]; then
 	exit 1
 fi
 echo "$CLUSTER_FAMILY" >"$STATE/family"
+if [[ -f $STATE/cni && $(cat "$STATE/cni") != "$CLUSTER_CNI" ]]; then
+	echo "cluster-up: a cluster with CNI $(cat "$STATE/cni") is up; make cluster-down first" >&2
+	exit 1
+fi
+echo "$CLUSTER_CNI" >"$STATE/cni"
+[[ $CLUSTER_CNI != flannel ]] || bash "$repo/hack/flannel.sh" >/dev/null
 start=$SECONDS
 
 # --- certificates -----------------------------------------------------------
@@ -144,8 +155,9 @@ for n in "${NODES[@]}"; do
 	ns=$(node_ns "$n")
 	veth "${CLUSTER_NAME}-$n" "$ns" eth0 "$(node_ip "$n")/$(net_len)"
 	ip -n "$ns" route replace default via "$ROUTER_IP"
+	# flannel routes between the nodes' pod networks itself (its VXLAN).
 	for m in "${NODES[@]}"; do
-		[[ $m == "$n" ]] || ip -n "$ns" route replace "$(node_pod_net "$m")" via "$(node_ip "$m")"
+		[[ $m == "$n" || $CLUSTER_CNI == flannel ]] || ip -n "$ns" route replace "$(node_pod_net "$m")" via "$(node_ip "$m")"
 	done
 	# The host reaches the pods too (the API server answers pods that call it
 	# through the kubernetes Service, which keeps their source).
@@ -156,7 +168,9 @@ for n in "${NODES[@]}"; do
 		ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
 	fi
 	# Pods leaving by the uplink go out as the node; pod-to-pod and
-	# anything steered into another device keeps its source.
+	# anything steered into another device keeps its source. (flannel
+	# masquerades on its own, on every interface.)
+	[[ $CLUSTER_CNI == flannel ]] && continue
 	ip netns exec "$ns" "$IPT" -t nat -C POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE 2>/dev/null ||
 		ip netns exec "$ns" "$IPT" -t nat -A POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE
 done
@@ -283,7 +297,8 @@ for n in "${NODES[@]}"; do
 	d=$(node_dir "$n")
 	mkdir -p "$d"/{cni-bin,cni-conf,cni-ipam,containerd,kubelet,pod-logs,certs,run-egret}
 	cp -u "$CNI_BIN"/{bridge,host-local,loopback,portmap} "$d/cni-bin/"
-	cat >"$d/cni-conf/10-egretc.conflist" <<CNI
+	# With flannel the configuration waits for its subnet.env (below).
+	[[ $CLUSTER_CNI == flannel ]] || cat >"$d/cni-conf/10-egretc.conflist" <<CNI
 {"cniVersion": "1.0.0", "name": "egretc", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$d/cni-ipam",
@@ -397,6 +412,50 @@ KP
 	start_daemon "kube-proxy-$n" "$STATE/logs/kube-proxy-$n.log" \
 		nsenter --net="/run/netns/$(node_ns "$n")" --mount="$mnt" -- "$TOOLS/kube-proxy" --config="$d/kube-proxy.yaml"
 done
+
+# --- flannel --------------------------------------------------------------------
+# Each node's /24 goes into its spec.podCIDR (flannel's kube subnet manager
+# leases it; a cluster would have kube-controller-manager allocate it), then
+# flanneld runs in the node. It writes subnet.env, from which the node's CNI
+# configuration is made as flannel's CNI plugin delegates it: the bridge
+# plugin with flannel's MTU, no masquerade of its own (flanneld's --ip-masq
+# does it), host-local IPAM on the node's subnet.
+if [[ $CLUSTER_CNI == flannel ]]; then
+	mkdir -p "$STATE/flannel"
+	cat >"$STATE/flannel/net-conf.json" <<NC
+{"Network": "$POD_NET", "Backend": {"Type": "vxlan"}}
+NC
+	for n in "${NODES[@]}"; do
+		for _ in $(seq 120); do
+			kubectl_ get node "$n" >/dev/null 2>&1 && break
+			sleep 0.5
+		done
+		if [[ -z $(kubectl_ get node "$n" -o jsonpath='{.spec.podCIDR}') ]]; then
+			kubectl_ patch node "$n" --type merge -p "{\"spec\":{\"podCIDR\":\"$(node_pod_net "$n")\",\"podCIDRs\":[\"$(node_pod_net "$n")\"]}}" >/dev/null
+		fi
+		d=$(node_dir "$n")
+		start_daemon "flanneld-$n" "$STATE/logs/flanneld-$n.log" \
+			nsenter --net="/run/netns/$(node_ns "$n")" --mount="$(node_mnt "$n")" -- env NODE_NAME="$n" "$TOOLS/flanneld" \
+			--kube-subnet-mgr --kubeconfig-file="$KUBECONFIG_ADMIN" --iface=eth0 --ip-masq \
+			--subnet-file="$d/flannel-subnet.env" --net-config-path="$STATE/flannel/net-conf.json" --healthz-port=0
+	done
+	for n in "${NODES[@]}"; do
+		d=$(node_dir "$n")
+		for _ in $(seq 120); do
+			[[ -s $d/flannel-subnet.env ]] && break
+			sleep 0.5
+		done
+		[[ -s $d/flannel-subnet.env ]] || { echo "cluster-up: flanneld of $n wrote no subnet.env; see $STATE/logs/flanneld-$n.log" >&2; exit 1; }
+		# shellcheck disable=SC1091
+		subnet=$(. "$d/flannel-subnet.env" && echo "$FLANNEL_SUBNET") mtu=$(. "$d/flannel-subnet.env" && echo "$FLANNEL_MTU")
+		cat >"$d/cni-conf/10-egretc.conflist" <<CNI
+{"cniVersion": "1.0.0", "name": "egretc", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": $mtu,
+   "ipam": {"type": "host-local", "dataDir": "$d/cni-ipam", "ranges": [[{"subnet": "${subnet%.*}.0/24"}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+CNI
+	done
+fi
 
 # --- the outside server ------------------------------------------------------
 start_daemon echo "$STATE/logs/echo.log" nsenter --net="/run/netns/$OUT_NS" -- \
