@@ -233,8 +233,8 @@ func TestCluster(t *testing.T) {
 	if upgrade {
 		e.upgradeWith(kust, prev, nss[4], "the kustomize upgrade")
 		e.checkAllEgress(icmp, names, nss)
+		t.Logf("egress through %s (kustomize upgrade) checked after %v", e.version, time.Since(start).Round(time.Second))
 	}
-	t.Logf("egress through %s (kustomize upgrade) checked after %v", e.version, time.Since(start).Round(time.Second))
 	// The API server enforces PodSecurity baseline on every namespace without
 	// a label of its own (make cluster-up): Egret's pods ran only through
 	// deploy/namespace.yaml's label.
