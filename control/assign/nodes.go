@@ -94,11 +94,7 @@ func (n *nodeState) hasRoom(is4 bool, minus4, minus6 int) bool {
 // match finds the interface of node n that can carry a.
 func (n *nodeState) match(a netip.Addr) (Interface, bool) {
 	if n.cloud != nil {
-		p := n.cloud.IfAddr.IPv4
-		if a.Is6() {
-			p = n.cloud.IfAddr.IPv6
-		}
-		if hostsubnet.Hostable(p, a) {
+		if p, ok := hostsubnet.Pick(n.cloud.IfAddr.IPv4, n.cloud.IfAddr.IPv6, nil, a); ok {
 			return Interface{Kind: Cloud, Name: n.cloud.Interface, Subnet: p}, true
 		}
 		return Interface{}, false
