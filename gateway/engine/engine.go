@@ -94,6 +94,7 @@ type Engine struct {
 	// pending are the configured interfaces not open, with what was
 	// last logged about them (openMissing).
 	pending   map[string]string
+	ns        netns.NsHandle      // the namespace served (inOwnNS)
 	frameSize int                 // of the pools' frames: an added interface's MTU must fit
 	loopWG    sync.WaitGroup      // the queue loops' goroutines (runLoop)
 	retired   map[netip.Addr]bool // egress IPs that left, until the NAT allocator forgets them (drain.go)
@@ -132,7 +133,7 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	if opt.PoolFrames <= 0 {
 		opt.PoolFrames = 4096
 	}
-	e := &Engine{opt: opt, log: opt.Logger, steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
+	e := &Engine{opt: opt, log: opt.Logger, ns: netns.None(), steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
 		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{}),
 		unplaced: map[netip.Addr]string{}, pending: map[string]string{}}
 	defer func() {
@@ -145,6 +146,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	// DaemonSet does not grant (deploy/caps_linux_test.go).
 	if e.nl, err = netlink.NewHandle(); err != nil {
 		return nil, fmt.Errorf("engine: netlink: %w", err)
+	}
+	if e.ns, err = netns.Get(); err != nil {
+		return nil, fmt.Errorf("engine: read the network namespace: %w", err)
 	}
 	ctCfg := conntrack.Config{MaxFlows: set.ConntrackMax, SourceLimit: set.PodFlowLimit, NATLimit: set.EgressIPFlowLimit}
 	if opt.Timeouts != nil {
@@ -433,6 +437,9 @@ func (e *Engine) teardown(hold time.Duration) error {
 	if e.nl != nil {
 		e.nl.Close()
 		e.nl = nil
+	}
+	if e.ns.IsOpen() {
+		e.ns.Close()
 	}
 	return errors.Join(errs...)
 }

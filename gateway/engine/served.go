@@ -4,14 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/internal/hostsubnet"
+	"github.com/egret-gw/egret/internal/nsenter"
 )
 
 // Which interfaces the engine serves, and on which one it claims each
@@ -225,8 +228,11 @@ func (e *Engine) addInterface(name string, set *config.Settled) error {
 	if need := frameNeed(l.Attrs().MTU); need > e.frameSize {
 		return fmt.Errorf("engine: interface %s has MTU %d, beyond this run's %d-byte frames; restart the gateway to serve it", name, l.Attrs().MTU, e.frameSize)
 	}
-	ifc, err := e.openInterface(name, set)
-	if err != nil {
+	var ifc *nic.Interface
+	if err := e.inOwnNS(func() (err error) {
+		ifc, err = e.openInterface(name, set)
+		return err
+	}); err != nil {
 		return err
 	}
 	e.pauseLoops()
@@ -330,18 +336,43 @@ func (e *Engine) watchLinks() error {
 	return nil
 }
 
-// refresh opens what appeared and re-places the claims, under e.mu.
+// refresh opens what appeared and re-places the claims, under e.mu, in
+// the engine's namespace: the claimer's nftables fence works in the
+// namespace of the thread that calls it.
 func (e *Engine) refresh() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed || e.set == nil {
 		return
 	}
-	e.openMissing(e.set)
-	if e.set.EgressIPsClaimed || e.claimer == nil {
-		return
-	}
-	if err := e.claimAll(e.set); err != nil {
+	err := e.inOwnNS(func() error {
+		e.openMissing(e.set)
+		if e.set.EgressIPsClaimed || e.claimer == nil {
+			return nil
+		}
+		return e.claimAll(e.set)
+	})
+	if err != nil {
 		e.log.Warn("engine: claiming egress IPs after an interface change", "err", err)
 	}
+}
+
+// inOwnNS runs fn on a thread in the engine's namespace: the calling one
+// when it is there, as every thread of a gateway process is (it runs in
+// the node's namespace); else (a test's engine in a namespace of its own,
+// reloaded or watched from another thread) a thread switched into it, which
+// needs CAP_SYS_ADMIN. openInterface resolves names and binds sockets in
+// the namespace of the thread it runs on.
+func (e *Engine) inOwnNS(fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cur, err := netns.Get()
+	if err == nil {
+		same := cur.Equal(e.ns)
+		cur.Close()
+		if same {
+			return fn()
+		}
+	}
+	return nsenter.Do(e.ns, fn)
 }
