@@ -165,20 +165,25 @@ func (e *Engine) placeIP(set *config.Settled, served []ifPrefix, a netip.Addr) (
 // unservedWhy says why no served interface takes a (of subnet p when
 // valid): an interface the gateway does not serve has it, or none here.
 func (e *Engine) unservedWhy(set *config.Settled, p netip.Prefix, a netip.Addr) string {
-	links, _ := e.nl.LinkList()
-	for _, l := range links {
-		name := l.Attrs().Name
-		if slices.Contains(set.Interfaces, name) && e.open(name) {
+	addrs, _ := e.nl.AddrList(nil, netlink.FAMILY_ALL) // one dump: a node has many links (pods' veths)
+	for _, ad := range addrs {
+		q, ok := prefixOf(ad.IPNet)
+		if !ok || q.Bits() == q.Addr().BitLen() || !q.Addr().IsGlobalUnicast() ||
+			!((p.IsValid() && q.Bits() == p.Bits() && q == p.Masked()) || (!p.IsValid() && hostsubnet.Hostable(q, a))) {
 			continue
 		}
-		for _, s := range e.subnetsOf(name) {
-			if (p.IsValid() && s.p.Masked() == p.Masked()) || (!p.IsValid() && hostsubnet.Hostable(s.p, a)) {
-				if slices.Contains(set.Interfaces, name) {
-					return fmt.Sprintf("its subnet %v is on interface %s, which the gateway could not open yet", s.p, name)
-				}
-				return fmt.Sprintf("its subnet %v is on interface %s, which the gateway does not serve; add %s to its interfaces", s.p, name, name)
-			}
+		l, err := e.nl.LinkByIndex(ad.LinkIndex)
+		if err != nil {
+			continue
 		}
+		name := l.Attrs().Name
+		switch {
+		case slices.Contains(set.Interfaces, name) && e.open(name):
+			continue
+		case slices.Contains(set.Interfaces, name):
+			return fmt.Sprintf("its subnet %v is on interface %s, which the gateway could not open yet", q, name)
+		}
+		return fmt.Sprintf("its subnet %v is on interface %s, which the gateway does not serve; add %s to its interfaces", q, name, name)
 	}
 	if p.IsValid() {
 		return fmt.Sprintf("no interface here holds its subnet %v (where the controller placed it)", p)

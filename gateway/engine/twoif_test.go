@@ -2,8 +2,13 @@ package engine_test
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,15 +232,23 @@ func TestEngineClaimsOnPlacedSubnet(t *testing.T) {
 
 // TestEngineRefusesUnplacedIP: an egress IP no served interface's subnet
 // holds is claimed nowhere (the engine used to put it on the first
-// interface) and left out of Hosted; once an address of its subnet
-// appears on d1 it is claimed there.
+// interface), not on the unserved interface that has its subnet either,
+// and left out of Hosted; the log names that interface. Once an address of
+// its subnet appears on d1 it is claimed there.
 func TestEngineRefusesUnplacedIP(t *testing.T) {
 	tp := newTopo(t)
 	addSecondNet(t, tp)
+	nstest.VethPair(t, tp.gw, "d9", netip.MustParsePrefix("10.99.0.9/24"), nstest.New(t), "x9", netip.Prefix{})
 	lost := netip.MustParseAddr("10.99.0.100")
-	eng := startEngine(t, tp, secondNICConfig(tp, lost), defaultOptions())
-	if tp.hasAddr(t, lost) || tp.gw.HasAddr(t, "d1", lost) {
+	var log syncBuffer
+	opt := defaultOptions()
+	opt.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(os.Stderr, &log), nil))
+	eng := startEngine(t, tp, secondNICConfig(tp, lost), opt)
+	if tp.hasAddr(t, lost) || tp.gw.HasAddr(t, "d1", lost) || tp.gw.HasAddr(t, "d9", lost) {
 		t.Fatalf("%v is claimed although no served interface holds its subnet", lost)
+	}
+	if want := "its subnet 10.99.0.0/24 is on interface d9, which the gateway does not serve"; !strings.Contains(log.String(), want) {
+		t.Errorf("the log does not say %q:\n%s", want, log.String())
 	}
 	if h := eng.Hosted(nil); len(h) != 0 {
 		t.Errorf("Hosted = %v, want none: the refused IP is not answered for", h)
@@ -264,4 +277,22 @@ func TestEngineSecondNICAppears(t *testing.T) {
 	nstest.Eventually(t, "egress IP claimed on d1", 5*time.Second, func() bool { return tp.gw.HasAddr(t, "d1", secondEgIP) })
 	sn.claimedOnD1Only(t, tp, secondEgIP)
 	sn.leavesThroughSecondNIC(t, tp, eng, secondEgIP, 43002)
+}
+
+// syncBuffer is a bytes.Buffer safe for the engine's goroutines to log into.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
