@@ -93,14 +93,17 @@ type Engine struct {
 	unplaced map[netip.Addr]string
 	// pending are the configured interfaces not open, with what was
 	// last logged about them (openMissing).
-	pending   map[string]string
-	ns        netns.NsHandle      // the namespace served (inOwnNS)
-	frameSize int                 // of the pools' frames: an added interface's MTU must fit
-	loopWG    sync.WaitGroup      // the queue loops' goroutines (runLoop)
-	retired   map[netip.Addr]bool // egress IPs that left, until the NAT allocator forgets them (drain.go)
-	sweep     []string            // interfaces whose marked addresses are ours to remove (claim mode)
-	started   bool
-	closed    bool
+	pending map[string]string
+	// autoFailed are interfaces the configuration does not name that hold
+	// a placed egress IP's subnet and failed to open, with the error.
+	autoFailed map[string]string
+	ns         netns.NsHandle      // the namespace served (inOwnNS)
+	frameSize  int                 // of the pools' frames: an added interface's MTU must fit
+	loopWG     sync.WaitGroup      // the queue loops' goroutines (runLoop)
+	retired    map[netip.Addr]bool // egress IPs that left, until the NAT allocator forgets them (drain.go)
+	sweep      []string            // interfaces whose marked addresses are ours to remove (claim mode)
+	started    bool
+	closed     bool
 
 	stop atomic.Bool
 	done chan struct{}
@@ -135,7 +138,7 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	}
 	e := &Engine{opt: opt, log: opt.Logger, ns: netns.None(), steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
 		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{}),
-		unplaced: map[netip.Addr]string{}, pending: map[string]string{}}
+		unplaced: map[netip.Addr]string{}, pending: map[string]string{}, autoFailed: map[string]string{}}
 	defer func() {
 		if err != nil {
 			e.teardown(0)

@@ -39,7 +39,7 @@ func (e *Engine) program(set *config.Settled) error {
 	if set.EgressIPsClaimed {
 		return nil
 	}
-	return e.claimAll(set)
+	return e.claimAll(set, true)
 }
 
 // steerMaps brings one program's maps from what they hold (haveV, haveE)

@@ -23,17 +23,36 @@ import (
 // without a restart, and so is one a reload adds. An egress IP is claimed
 // on the served interface that holds its subnet, the one the controller
 // placed it by (config.EgressIPSubnets, internal/hostsubnet.Pick), and on
-// no other: without such an interface it is refused, logged, and left out
-// of Hosted (the egret_gateway_egress_ips gauge), until an interface or
-// address appears that holds it.
+// no other. When the controller placed it by the subnet of an interface
+// the configuration does not name (OVN-Kubernetes' host-cidrs list every
+// interface), that interface is served too, as the controller's choice.
+// Without any interface holding the subnet the IP is refused, logged, and
+// left out of Hosted (the egret_gateway_egress_ips gauge), until an
+// interface or address appears that holds it.
 
 // claimAll brings the claims in line with set: each hosted egress IP on
-// the interface placeIP picks, released from any other.
-func (e *Engine) claimAll(set *config.Settled) error {
-	served := e.servedPrefixes(set)
+// the interface placeIP picks, released from any other. An interface that
+// holds a placed IP's subnet and is not served yet is opened first (see
+// above); one that failed to open is tried again only with retry (a
+// reload, the periodic look), not on every link change.
+func (e *Engine) claimAll(set *config.Settled, retry bool) error {
+	served := e.servedPrefixes()
 	want := make(map[netip.Addr]string, len(set.Hosted))
 	for _, a := range set.Hosted {
-		ifname, why := e.placeIP(set, served, a)
+		ifname, why, other := e.placeIP(set, served, a)
+		if other != "" {
+			if prev, failed := e.autoFailed[other]; failed && !retry {
+				why += "; serving it failed: " + prev
+			} else if err := e.addInterface(other, set); err != nil {
+				e.autoFailed[other] = err.Error()
+				why += "; serving it failed: " + err.Error()
+			} else {
+				delete(e.autoFailed, other)
+				e.log.Info("engine: serving an interface the configuration does not name: it holds the subnet the controller placed an egress IP by", "interface", other, "ip", a)
+				served = e.servedPrefixes()
+				ifname, why, _ = e.placeIP(set, served, a)
+			}
+		}
 		if ifname == "" {
 			if e.unplaced[a] != why {
 				e.log.Warn("engine: egress IP not claimed: "+why, "ip", a)
@@ -88,14 +107,15 @@ type ifPrefix struct {
 	p      netip.Prefix
 }
 
-// servedPrefixes lists the subnets of the served interfaces that are open,
-// in configuration order: what the gateway agent publishes as the node's
-// host-cidrs (global unicast, not a host prefix, so not a claimed IP).
-func (e *Engine) servedPrefixes(set *config.Settled) []ifPrefix {
+// servedPrefixes lists the subnets of the served interfaces, in the order
+// they were opened (configuration order first): what the gateway agent
+// publishes as the node's host-cidrs (global unicast, not a host prefix,
+// so not a claimed IP). The local port is not one.
+func (e *Engine) servedPrefixes() []ifPrefix {
 	var out []ifPrefix
-	for _, name := range set.Interfaces {
-		if e.open(name) {
-			out = append(out, e.subnetsOf(name)...)
+	for _, ifc := range e.ifcs {
+		if ifc.Name != config.LocalPortLink {
+			out = append(out, e.subnetsOf(ifc.Name)...)
 		}
 	}
 	return out
@@ -133,10 +153,11 @@ func (e *Engine) open(name string) bool {
 // placeIP returns the served interface to claim a on, or "" and why not.
 // With the controller's subnet for a (set.EgressIPSubnets) that is the
 // interface holding that subnet: the very address when it is there, else
-// one on the same subnet (a cloud subnet is given masked). Without it,
+// one on the same subnet (a cloud subnet is given masked); other names an
+// existing interface that is not served and holds it. Without it,
 // hostsubnet.Pick chooses among the served subnets, as the controller
-// would from what the agent publishes.
-func (e *Engine) placeIP(set *config.Settled, served []ifPrefix, a netip.Addr) (ifname, why string) {
+// would from what the agent publishes, and no other interface is offered.
+func (e *Engine) placeIP(set *config.Settled, served []ifPrefix, a netip.Addr) (ifname, why, other string) {
 	p, placed := set.EgressIPSubnets[a]
 	if !placed {
 		all := make([]netip.Prefix, len(served))
@@ -145,26 +166,29 @@ func (e *Engine) placeIP(set *config.Settled, served []ifPrefix, a netip.Addr) (
 		}
 		q, ok := hostsubnet.Pick(netip.Prefix{}, netip.Prefix{}, all, a)
 		if !ok {
-			return "", e.unservedWhy(set, netip.Prefix{}, a)
+			why, _ := e.unservedWhy(set, netip.Prefix{}, a)
+			return "", why, ""
 		}
 		p = q
 	}
 	for _, s := range served {
 		if s.p == p {
-			return s.ifname, ""
+			return s.ifname, "", ""
 		}
 	}
 	for _, s := range served {
 		if s.p.Bits() == p.Bits() && s.p.Masked() == p.Masked() {
-			return s.ifname, ""
+			return s.ifname, "", ""
 		}
 	}
-	return "", e.unservedWhy(set, p, a)
+	why, other = e.unservedWhy(set, p, a)
+	return "", why, other
 }
 
 // unservedWhy says why no served interface takes a (of subnet p when
-// valid): an interface the gateway does not serve has it, or none here.
-func (e *Engine) unservedWhy(set *config.Settled, p netip.Prefix, a netip.Addr) string {
+// valid): an interface the gateway does not serve has it (returned as
+// other when the configuration does not name it), or none here.
+func (e *Engine) unservedWhy(set *config.Settled, p netip.Prefix, a netip.Addr) (why, other string) {
 	addrs, _ := e.nl.AddrList(nil, netlink.FAMILY_ALL) // one dump: a node has many links (pods' veths)
 	for _, ad := range addrs {
 		q, ok := prefixOf(ad.IPNet)
@@ -178,17 +202,19 @@ func (e *Engine) unservedWhy(set *config.Settled, p netip.Prefix, a netip.Addr) 
 		}
 		name := l.Attrs().Name
 		switch {
-		case slices.Contains(set.Interfaces, name) && e.open(name):
+		case e.open(name):
 			continue
 		case slices.Contains(set.Interfaces, name):
-			return fmt.Sprintf("its subnet %v is on interface %s, which the gateway could not open yet", q, name)
+			return fmt.Sprintf("its subnet %v is on interface %s, which the gateway could not open yet", q, name), ""
+		case p.IsValid():
+			return fmt.Sprintf("its subnet %v is on interface %s, which the gateway does not serve", q, name), name
 		}
-		return fmt.Sprintf("its subnet %v is on interface %s, which the gateway does not serve; add %s to its interfaces", q, name, name)
+		return fmt.Sprintf("its subnet %v is on interface %s, which the gateway does not serve; add %s to its interfaces", q, name, name), ""
 	}
 	if p.IsValid() {
-		return fmt.Sprintf("no interface here holds its subnet %v (where the controller placed it)", p)
+		return fmt.Sprintf("no interface here holds its subnet %v (where the controller placed it)", p), ""
 	}
-	return "no served interface's subnet holds it"
+	return "no served interface's subnet holds it", ""
 }
 
 // Paces of watchLinks: debounceLinks gathers a burst of link and address
@@ -222,9 +248,9 @@ func (e *Engine) openMissing(set *config.Settled) {
 	}
 }
 
-// addInterface opens name while the engine runs: its XDP program and a
-// socket per queue on the queue loops' pools, handed to the loops while
-// they are held (pauseLoops), so no loop sees a half-added port.
+// addInterface opens name after New's own: its XDP program and a socket
+// per queue on the queue loops' pools, handed to running loops while they
+// are held (pauseLoops), so no loop sees a half-added port.
 func (e *Engine) addInterface(name string, set *config.Settled) error {
 	l, err := e.nl.LinkByName(name)
 	if err != nil {
@@ -255,7 +281,7 @@ func (e *Engine) addInterface(name string, set *config.Settled) error {
 			e.log.Warn("engine: AF_PACKET mode needs kernel drops for the steered traffic", "interface", name, "err", err)
 		}
 	}
-	e.log.Info("engine: serving an interface that appeared", "interface", name, "mode", ifc.Mode())
+	e.log.Info("engine: serving another interface", "interface", name, "mode", ifc.Mode())
 	return nil
 }
 
@@ -327,10 +353,10 @@ func (e *Engine) watchLinks() error {
 				}
 			case <-debounce:
 				debounce = nil
-				e.refresh()
+				e.refresh(false)
 				continue
 			case <-resync.C:
-				e.refresh()
+				e.refresh(true)
 				continue
 			}
 			if debounce == nil {
@@ -343,8 +369,9 @@ func (e *Engine) watchLinks() error {
 
 // refresh opens what appeared and re-places the claims, under e.mu, in
 // the engine's namespace: the claimer's nftables fence works in the
-// namespace of the thread that calls it.
-func (e *Engine) refresh() {
+// namespace of the thread that calls it. resync (the periodic look) also
+// retries interfaces that failed to open.
+func (e *Engine) refresh(resync bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed || e.set == nil {
@@ -355,7 +382,7 @@ func (e *Engine) refresh() {
 		if e.set.EgressIPsClaimed || e.claimer == nil {
 			return nil
 		}
-		return e.claimAll(e.set)
+		return e.claimAll(e.set, resync)
 	})
 	if err != nil {
 		e.log.Warn("engine: claiming egress IPs after an interface change", "err", err)

@@ -230,6 +230,25 @@ func TestEngineClaimsOnPlacedSubnet(t *testing.T) {
 	sn.leavesThroughSecondNIC(t, tp, eng, secondEgIP, 43001)
 }
 
+// TestEngineServesPlacedInterface: the controller placed an egress IP by
+// the subnet of d1, which the configuration does not name (OVN-Kubernetes'
+// host-cidrs list every interface): the engine serves d1 as well (XDP,
+// sockets), claims the IP there and its traffic leaves there.
+func TestEngineServesPlacedInterface(t *testing.T) {
+	tp := newTopo(t)
+	sn := addSecondNet(t, tp)
+	cfg := secondNICConfig(tp, secondEgIP)
+	cfg.Interfaces = []string{"d0"}
+	eng := startSpec(t, tp, cfg, func(s *config.Spec) {
+		s.EgressIPSubnets = map[netip.Addr]netip.Prefix{secondEgIP: d1Prefix}
+	})
+	if m := eng.Modes(); m["d1"] != "afxdp" {
+		t.Fatalf("modes %v: d1, holding the placed subnet, is not served in AF_XDP mode", m)
+	}
+	sn.claimedOnD1Only(t, tp, secondEgIP)
+	sn.leavesThroughSecondNIC(t, tp, eng, secondEgIP, 43003)
+}
+
 // TestEngineRefusesUnplacedIP: an egress IP no served interface's subnet
 // holds is claimed nowhere (the engine used to put it on the first
 // interface), not on the unserved interface that has its subnet either,
