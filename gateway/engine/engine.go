@@ -173,8 +173,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	if err := e.swap(set); err != nil {
 		return nil, err
 	}
-	// Its sockets are opened here, in the namespace served; Reload may
-	// then claim from any thread.
+	// Its sockets are opened here, in the namespace served; its nftables
+	// fence is written in the calling thread's, so Reload, Close and the
+	// link watch claim and release in inOwnNS.
 	if e.claimer, err = claim.NewClaimer(netns.None(), e.log); err != nil {
 		return nil, err
 	}
@@ -332,8 +333,12 @@ func (e *Engine) Reload(set *config.Settled) error {
 	}
 	e.retire(old, set)
 	e.set = set
-	e.openMissing(set) // interfaces the reload added
-	if err := e.program(set); err != nil {
+	// The nftables tables (claims' fence, admission, AF_PACKET drops) are
+	// written through connections of the calling thread's namespace.
+	if err := e.inOwnNS(func() error {
+		e.openMissing(set) // interfaces the reload added
+		return e.program(set)
+	}); err != nil {
 		return err
 	}
 	e.log.Info("engine: configuration reloaded", "vteps", set.VTEPs, "egress_ips", set.Hosted, "flows", e.ct.Len())
@@ -367,7 +372,7 @@ func (e *Engine) close(hold time.Duration) error {
 	if e.claimer != nil {
 		cs = e.claimer.Stats()
 	}
-	err := e.teardown(hold)
+	err := e.inOwnNS(func() error { return e.teardown(hold) })
 	xdpState := "detached"
 	if hold > 0 {
 		xdpState = "left attached, held for the next process"
