@@ -2,7 +2,6 @@ package assign
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/internal/hostsubnet"
 )
 
 // The nodes an assignment may use: their interfaces, subnets and capacity.
@@ -91,52 +91,24 @@ func (n *nodeState) hasRoom(is4 bool, minus4, minus6 int) bool {
 	return n6 < c.IPv6
 }
 
-// hostable reports whether a is a usable host address of p: not the
-// network or broadcast address of an IPv4 subnet of /30 and wider, not the
-// Subnet-Router anycast address (RFC 4291 2.6.1) of an IPv6 subnet.
-func hostable(p netip.Prefix, a netip.Addr) bool {
-	if !p.IsValid() || !p.Contains(a) {
-		return false
-	}
-	if a.Is6() && p.Bits() < 127 && a == p.Masked().Addr() {
-		return false
-	}
-	if a.Is4() && p.Bits() <= 30 {
-		b := a.As4()
-		v := binary.BigEndian.Uint32(b[:])
-		mask := ^uint32(0) << (32 - p.Bits())
-		if v&^mask == 0 || v|mask == ^uint32(0) {
-			return false
-		}
-	}
-	return true
-}
-
 // match finds the interface of node n that can carry a.
 func (n *nodeState) match(a netip.Addr) (Interface, bool) {
 	if n.cloud != nil {
-		p := n.cloud.IfAddr.IPv4
-		if a.Is6() {
-			p = n.cloud.IfAddr.IPv6
-		}
-		if hostable(p, a) {
+		if p, ok := hostsubnet.Pick(n.cloud.IfAddr.IPv4, n.cloud.IfAddr.IPv6, nil, a); ok {
 			return Interface{Kind: Cloud, Name: n.cloud.Interface, Subnet: p}, true
 		}
 		return Interface{}, false
 	}
-	p := n.primary.IPv4
-	if a.Is6() {
-		p = n.primary.IPv6
-	}
-	if hostable(p, a) {
+	// The gateway agent claims a on the interface holding the same pick
+	// (control/gwagent), so the two agree by construction.
+	p, ok := hostsubnet.Pick(n.primary.IPv4, n.primary.IPv6, n.host, a)
+	switch {
+	case !ok:
+		return Interface{}, false
+	case p == n.primary.IPv4 || p == n.primary.IPv6:
 		return Interface{Kind: Primary, Subnet: p}, true
 	}
-	for _, h := range n.host {
-		if hostable(h, a) {
-			return Interface{Kind: Secondary, Subnet: h}, true
-		}
-	}
-	return Interface{}, false
+	return Interface{Kind: Secondary, Subnet: p}, true
 }
 
 func (a *assigner) setNodes(nodes []Node) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
 	"github.com/egret-gw/egret/gateway/config"
+	"github.com/egret-gw/egret/internal/hostsubnet"
 )
 
 // Result is the built configuration with what was left out and why.
@@ -89,6 +90,12 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		c.Policies = append(c.Policies, config.Policy{Name: p.Name, EgressIPs: p.Hosted})
 	}
 	r.Hosted = part.Hosted
+	c.EgressIPSubnets = nil
+	if self := pl.Nodes[node]; self != nil && len(r.Hosted) > 0 {
+		var errs []error
+		c.EgressIPSubnets, errs = placedSubnets(self.Object.Annotations, r.Hosted)
+		r.Problems = append(r.Problems, errs...)
+	}
 	for _, w := range part.Workers {
 		mac, err := cluster.NodeTunnelMAC(w.Object, w.VTEP)
 		if err != nil {
@@ -128,4 +135,40 @@ func Fenced(s config.Spec) config.Spec {
 		out.Policies[i] = config.Policy{Name: p.Name}
 	}
 	return out
+}
+
+// placedSubnets picks the interface subnet of each hosted egress IP from
+// this node's annotations, with the controller's rule (hostsubnet.Pick, as
+// control/assign places it): the engine claims the IP on the interface
+// that holds that subnet. An IP no subnet holds is left out and reported;
+// the engine then refuses it unless a served interface's subnet holds it.
+func placedSubnets(annotations map[string]string, hosted []netip.Addr) (map[netip.Addr]netip.Prefix, []error) {
+	var p4, p6 netip.Prefix
+	var host []netip.Prefix
+	var errs []error
+	if s, ok := annotations[cluster.AnnotationEgressIPConfig]; ok {
+		c, err := cluster.ParseEgressIPConfig(s)
+		if err != nil {
+			return nil, []error{fmt.Errorf("this node's interface subnets: %w", err)}
+		}
+		p4, p6 = c.IfAddr.IPv4, c.IfAddr.IPv6
+	} else {
+		primary, h, found, err := cluster.NodeInterfaces(annotations)
+		if err != nil {
+			return nil, []error{fmt.Errorf("this node's interface subnets: %w", err)}
+		}
+		if !found {
+			return nil, nil // not published yet: the controller placed nothing by them
+		}
+		p4, p6, host = primary.IPv4, primary.IPv6, h
+	}
+	out := make(map[netip.Addr]netip.Prefix, len(hosted))
+	for _, a := range hosted {
+		if p, ok := hostsubnet.Pick(p4, p6, host, a); ok {
+			out[a] = p
+		} else {
+			errs = append(errs, fmt.Errorf("egress IP %v is placed here, but none of this node's interface subnets holds it; it is not claimed", a))
+		}
+	}
+	return out, errs
 }

@@ -477,3 +477,38 @@ func TestBuildLocalPods(t *testing.T) {
 		t.Fatalf("local port off: problems %v, want one naming --local-port", r.Problems)
 	}
 }
+
+// TestBuildEgressIPSubnets: each hosted egress IP carries the subnet the
+// controller's rule picks from this node's annotations (the primary's,
+// else the longest host-cidrs prefix), which the engine claims it on; an
+// IP no subnet holds is left out and reported.
+func TestBuildEgressIPSubnets(t *testing.T) {
+	p := netip.MustParsePrefix
+	ann := map[string]string{
+		cluster.AnnotationEgretPrimaryIfAddr: cluster.FormatPrimaryIfAddr(cluster.IfAddr{IPv4: p("10.0.0.21/24")}),
+		cluster.AnnotationEgretHostCIDRs:     cluster.FormatHostCIDRs([]netip.Prefix{p("10.0.0.21/24"), p("10.81.0.3/24"), p("10.0.0.0/8"), p("fd81::3/64")}),
+	}
+	in := inputs{
+		Node: "g1",
+		EgressIPs: []*egressv1.EgressIP{eip("blue", []string{"10.0.0.100", "10.81.0.100", "10.82.0.1", "fd81::100", "192.0.2.1"}, nil, nil,
+			"g1", "10.0.0.100", "g1", "10.81.0.100", "g1", "10.82.0.1", "g1", "fd81::100", "g1", "192.0.2.1")},
+		Nodes: []*corev1.Node{node("g1", "10.0.0.21", ann)},
+	}
+	r := build(base(), in)
+	want := map[netip.Addr]netip.Prefix{addr("10.0.0.100"): p("10.0.0.21/24"), addr("10.81.0.100"): p("10.81.0.3/24"),
+		addr("10.82.0.1"): p("10.0.0.0/8"), addr("fd81::100"): p("fd81::3/64")}
+	if fmt.Sprint(r.Spec.EgressIPSubnets) != fmt.Sprint(want) {
+		t.Errorf("subnets %v, want %v", r.Spec.EgressIPSubnets, want)
+	}
+	if !hasProblem(r, "egress IP 192.0.2.1 is placed here, but none of this node's interface subnets holds it") {
+		t.Errorf("the IP without a subnet is not reported: %v", r.Problems)
+	}
+	if _, err := r.Spec.Settle(); err != nil {
+		t.Fatalf("built config does not validate: %v", err)
+	}
+	// Without annotations nothing is picked: the engine's own choice.
+	in.Nodes = []*corev1.Node{node("g1", "10.0.0.21", nil)}
+	if r := build(base(), in); r.Spec.EgressIPSubnets != nil || len(r.Problems) != 0 {
+		t.Errorf("unannotated node: subnets %v problems %v", r.Spec.EgressIPSubnets, r.Problems)
+	}
+}

@@ -362,14 +362,18 @@ func internalIPs(n *corev1.Node) []netip.Addr {
 // readInterfaces returns the subnets of the named interfaces: host holds
 // every address with its mask (sorted), primary per family the one that
 // is an InternalIP of the node, else the first of the first interface
-// that has one. A missing interface is an error: the data plane would
-// not start on it either.
+// that has one. A missing interface is skipped: the data plane serves it
+// once it appears (a second NIC added later), and the link watch then
+// publishes its subnets.
 func readInterfaces(h *netlink.Handle, names []string, internal []netip.Addr) (cluster.IfAddr, []netip.Prefix, error) {
 	var primary cluster.IfAddr
 	var host []netip.Prefix
 	var errs []error
 	for _, name := range names {
 		l, err := h.LinkByName(name)
+		if errors.As(err, new(netlink.LinkNotFoundError)) {
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("served interface %s: %w", name, err))
 			continue

@@ -242,3 +242,27 @@ func TestFactsZeroNSIsOwnNamespace(t *testing.T) {
 	}
 	h.Close()
 }
+
+// TestReadInterfacesSecondNIC: a served interface that does not exist yet
+// is skipped, not an error that would keep the node's subnets
+// unpublished; once it appears its subnets are read with the others'.
+func TestReadInterfacesSecondNIC(t *testing.T) {
+	nstest.Root(t)
+	gw, _ := nstest.Pair(t, "eth0", netip.MustParsePrefix("10.77.0.13/24"), "peer", netip.MustParsePrefix("10.77.0.1/24"))
+	h, err := netlink.NewHandleAt(gw.NS.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	names := []string{"eth0", "eth1"}
+	primary, host, err := readInterfaces(h, names, nil)
+	if err != nil || primary.IPv4 != netip.MustParsePrefix("10.77.0.13/24") || len(host) != 1 {
+		t.Fatalf("without eth1: primary %v host %v err %v", primary, host, err)
+	}
+	nstest.VethPair(t, gw.NS, "eth1", netip.MustParsePrefix("10.81.0.13/24"), nstest.New(t), "out", netip.MustParsePrefix("10.81.0.1/24"))
+	primary, host, err = readInterfaces(h, names, nil)
+	want := []netip.Prefix{netip.MustParsePrefix("10.77.0.13/24"), netip.MustParsePrefix("10.81.0.13/24")}
+	if err != nil || primary.IPv4 != want[0] || len(host) != 2 || host[0] != want[0] || host[1] != want[1] {
+		t.Fatalf("with eth1: primary %v host %v err %v; want host %v", primary, host, err, want)
+	}
+}

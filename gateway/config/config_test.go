@@ -286,3 +286,38 @@ func TestSettleLocalNode(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleEgressIPSubnets: a subnet must belong to a hosted egress IP and
+// hold it; mapped addresses are unmapped.
+func TestSettleEgressIPSubnets(t *testing.T) {
+	c, err := config.ParseConfig([]byte(labConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, p := netip.MustParseAddr, netip.MustParsePrefix
+	spec.EgressIPSubnets = map[netip.Addr]netip.Prefix{a("::ffff:192.0.2.101"): p("::ffff:192.0.2.21/120")}
+	set, err := spec.Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.EgressIPSubnets[a("192.0.2.101")]; got != p("192.0.2.21/24") {
+		t.Fatalf("settled subnet %v, want 192.0.2.21/24", got)
+	}
+	for _, tc := range []struct {
+		m    map[netip.Addr]netip.Prefix
+		want string
+	}{
+		{map[netip.Addr]netip.Prefix{a("192.0.2.102"): p("192.0.2.21/24")}, "not an egress IP of any policy"},
+		{map[netip.Addr]netip.Prefix{a("192.0.2.101"): p("10.81.0.3/24")}, "does not hold the egress IP"},
+		{map[netip.Addr]netip.Prefix{a("192.0.2.101"): {}}, "does not hold the egress IP"},
+	} {
+		spec.EgressIPSubnets = tc.m
+		if _, err := spec.Settle(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one saying %q", tc.m, err, tc.want)
+		}
+	}
+}

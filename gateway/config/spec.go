@@ -115,6 +115,13 @@ type Spec struct {
 	// Policies are the egress policies, each with the egress IPs of it
 	// hosted here.
 	Policies []Policy
+	// EgressIPSubnets are the interface subnets (an interface address
+	// with its mask, or a masked cloud subnet) the controller placed the
+	// hosted egress IPs on (internal/hostsubnet.Pick, the gateway agent
+	// fills it): the engine claims each on the served interface holding
+	// that subnet, and on no other. A hosted IP absent here goes to the
+	// served interface whose subnets Pick chooses (longest prefix).
+	EgressIPSubnets map[netip.Addr]netip.Prefix
 	// DeniedDestinations are destinations pods may not reach through the
 	// gateway besides the pipeline's built-in deny-list (always denied):
 	// the cluster's node networks (the gateway agent adds every node's
@@ -324,6 +331,10 @@ func (s Spec) Settle() (*Settled, error) {
 		sp.Policies = append(sp.Policies, gp)
 	}
 
+	if sp.EgressIPSubnets, err = settleSubnets(s.EgressIPSubnets, hosted); err != nil {
+		return nil, err
+	}
+
 	sp.Nodes = nil
 	nodeNames := map[string]bool{}
 	vtepNode := map[netip.Addr]string{}
@@ -474,4 +485,26 @@ func checkPrefixes(key string, l []netip.Prefix) error {
 // equal).
 func DefaultFlowLimits(maxFlows int) (pod, egressIP int) {
 	return max(1, maxFlows/16), max(1, maxFlows/2)
+}
+
+// settleSubnets checks that each egress IP of m is hosted and inside its
+// subnet, and returns a copy with unmapped addresses (nil when empty).
+func settleSubnets(m map[netip.Addr]netip.Prefix, hosted map[netip.Addr]string) (map[netip.Addr]netip.Prefix, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	out := make(map[netip.Addr]netip.Prefix, len(m))
+	for a, p := range m {
+		f := fmt.Sprintf("egressIPSubnets[%v]", a)
+		a = a.Unmap()
+		if _, ok := hosted[a]; !ok {
+			return nil, fieldErr(f, "%v is not an egress IP of any policy", a)
+		}
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-(p.Addr().BitLen()-p.Addr().Unmap().BitLen()))
+		if !p.IsValid() || !p.Contains(a) {
+			return nil, fieldErr(f, "subnet %v does not hold the egress IP", p)
+		}
+		out[a] = p
+	}
+	return out, nil
 }

@@ -88,10 +88,22 @@ type Engine struct {
 	steered map[netip.Addr]bool // egress IPs in the XDP maps
 	vteps   map[netip.Addr]bool // VTEPs in the XDP maps
 	claimed map[netip.Addr]string
-	retired map[netip.Addr]bool // egress IPs that left, until the NAT allocator forgets them (drain.go)
-	sweep   []string            // interfaces whose marked addresses are ours to remove (claim mode)
-	started bool
-	closed  bool
+	// unplaced are the hosted egress IPs no served interface holds the
+	// subnet of, with why (served.go): not claimed, not in Hosted.
+	unplaced map[netip.Addr]string
+	// pending are the configured interfaces not open, with what was
+	// last logged about them (openMissing).
+	pending map[string]string
+	// autoFailed are interfaces the configuration does not name that hold
+	// a placed egress IP's subnet and failed to open, with the error.
+	autoFailed map[string]string
+	ns         netns.NsHandle      // the namespace served (inOwnNS)
+	frameSize  int                 // of the pools' frames: an added interface's MTU must fit
+	loopWG     sync.WaitGroup      // the queue loops' goroutines (runLoop)
+	retired    map[netip.Addr]bool // egress IPs that left, until the NAT allocator forgets them (drain.go)
+	sweep      []string            // interfaces whose marked addresses are ours to remove (claim mode)
+	started    bool
+	closed     bool
 
 	stop atomic.Bool
 	done chan struct{}
@@ -124,8 +136,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	if opt.PoolFrames <= 0 {
 		opt.PoolFrames = 4096
 	}
-	e := &Engine{opt: opt, log: opt.Logger, steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
-		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{})}
+	e := &Engine{opt: opt, log: opt.Logger, ns: netns.None(), steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
+		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{}),
+		unplaced: map[netip.Addr]string{}, pending: map[string]string{}, autoFailed: map[string]string{}}
 	defer func() {
 		if err != nil {
 			e.teardown(0)
@@ -136,6 +149,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	// DaemonSet does not grant (deploy/caps_linux_test.go).
 	if e.nl, err = netlink.NewHandle(); err != nil {
 		return nil, fmt.Errorf("engine: netlink: %w", err)
+	}
+	if e.ns, err = netns.Get(); err != nil {
+		return nil, fmt.Errorf("engine: read the network namespace: %w", err)
 	}
 	ctCfg := conntrack.Config{MaxFlows: set.ConntrackMax, SourceLimit: set.PodFlowLimit, NATLimit: set.EgressIPFlowLimit}
 	if opt.Timeouts != nil {
@@ -157,8 +173,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	if err := e.swap(set); err != nil {
 		return nil, err
 	}
-	// Its sockets are opened here, in the namespace served; Reload may
-	// then claim from any thread.
+	// Its sockets are opened here, in the namespace served; its nftables
+	// fence is written in the calling thread's, so Reload, Close and the
+	// link watch claim and release in inOwnNS.
 	if e.claimer, err = claim.NewClaimer(netns.None(), e.log); err != nil {
 		return nil, err
 	}
@@ -172,7 +189,12 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 		// A predecessor killed with -9 could not release its claims: its
 		// marked addresses that this configuration does not host go now,
 		// or one egress IP would sit on two gateways.
-		e.sweep = slices.Clone(set.Interfaces)
+		// Only those that exist: one that appears later is new.
+		for _, name := range set.Interfaces {
+			if _, err := e.nl.LinkByName(name); err == nil {
+				e.sweep = append(e.sweep, name)
+			}
+		}
 		hosted := map[netip.Addr]bool{}
 		for _, a := range set.Hosted {
 			hosted[a] = true
@@ -190,6 +212,7 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	if err != nil {
 		return nil, err
 	}
+	e.frameSize = frameSize
 	for q := 0; q < queues; q++ {
 		p, err := nic.NewUmem(opt.PoolFrames, frameSize, 0)
 		if err != nil {
@@ -198,6 +221,12 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 		e.pools = append(e.pools, p)
 	}
 	for _, name := range set.Interfaces {
+		if _, err := e.nl.LinkByName(name); err != nil {
+			msg := "engine: interface does not exist (yet); serving it when it appears"
+			e.log.Warn(msg, "interface", name)
+			e.pending[name] = msg
+			continue
+		}
 		ifc, err := e.openInterface(name, set)
 		if err != nil {
 			return nil, err
@@ -234,6 +263,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	e.warnSharedTunnelPort(set)
 	e.buildQueueLoops(set)
 	e.checkVTEPs(set)
+	if err := e.watchLinks(); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	e.set = set
 	e.mu.Unlock()
@@ -263,11 +295,7 @@ func (e *Engine) Start() {
 	}
 	e.started = true
 	for _, l := range e.loops {
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			l.run(&e.stop)
-		}()
+		e.runLoop(l)
 	}
 	e.wg.Add(1)
 	go func() {
@@ -277,9 +305,10 @@ func (e *Engine) Start() {
 }
 
 // Reload installs a new configuration: a new snapshot (flows survive), XDP
-// maps and egress IP claims updated to match. Settings that need new
-// sockets (interfaces, mode, queues, batch, flow table size) keep their
-// running values and are reported in the log.
+// maps and egress IP claims updated to match, added interfaces opened.
+// Settings that need new sockets or tables (removed interfaces, mode,
+// queues, batch, flow table size) keep their running values and are
+// reported in the log.
 func (e *Engine) Reload(set *config.Settled) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -287,10 +316,10 @@ func (e *Engine) Reload(set *config.Settled) error {
 		return errors.New("engine: closed")
 	}
 	old := e.set
-	if !slices.Equal(old.Interfaces, set.Interfaces) || old.LocalPort != set.LocalPort || old.Mode != set.Mode || old.Queues != set.Queues ||
+	if !addsOnly(old.Interfaces, set.Interfaces) || old.LocalPort != set.LocalPort || old.Mode != set.Mode || old.Queues != set.Queues ||
 		old.Batch != set.Batch || old.ConntrackMax != set.ConntrackMax || old.EgressIPsClaimed != set.EgressIPsClaimed ||
 		old.PodFlowLimit != set.PodFlowLimit || old.EgressIPFlowLimit != set.EgressIPFlowLimit {
-		e.log.Warn("engine: reload cannot change interfaces, the local port, mode, queues, batch, conntrackMax, the flow limits or egressIPsClaimed; restart for those")
+		e.log.Warn("engine: reload cannot remove interfaces or change the local port, mode, queues, batch, conntrackMax, the flow limits or egressIPsClaimed; restart for those")
 		n := *set
 		n.Interfaces, n.Mode, n.Queues, n.Batch, n.ConntrackMax, n.EgressIPsClaimed = old.Interfaces, old.Mode, old.Queues, old.Batch, old.ConntrackMax, old.EgressIPsClaimed
 		n.LocalPort = old.LocalPort
@@ -304,7 +333,12 @@ func (e *Engine) Reload(set *config.Settled) error {
 	}
 	e.retire(old, set)
 	e.set = set
-	if err := e.program(set); err != nil {
+	// The nftables tables (claims' fence, admission, AF_PACKET drops) are
+	// written through connections of the calling thread's namespace.
+	if err := e.inOwnNS(func() error {
+		e.openMissing(set) // interfaces the reload added
+		return e.program(set)
+	}); err != nil {
 		return err
 	}
 	e.log.Info("engine: configuration reloaded", "vteps", set.VTEPs, "egress_ips", set.Hosted, "flows", e.ct.Len())
@@ -333,11 +367,12 @@ func (e *Engine) close(hold time.Duration) error {
 	e.stop.Store(true)
 	close(e.done)
 	e.wg.Wait()
+	e.loopWG.Wait()
 	var cs claim.Stats
 	if e.claimer != nil {
 		cs = e.claimer.Stats()
 	}
-	err := e.teardown(hold)
+	err := e.inOwnNS(func() error { return e.teardown(hold) })
 	xdpState := "detached"
 	if hold > 0 {
 		xdpState = "left attached, held for the next process"
@@ -411,6 +446,9 @@ func (e *Engine) teardown(hold time.Duration) error {
 		e.nl.Close()
 		e.nl = nil
 	}
+	if e.ns.IsOpen() {
+		e.ns.Close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -420,3 +458,9 @@ func (e *Engine) Pipeline() *gateway.Pipeline { return e.pipe }
 // Now reads the pipeline's clock (Options.Clock), for those that hand it
 // flows (gateway/flowsync).
 func (e *Engine) Now() int64 { return e.opt.Clock() }
+
+// addsOnly reports whether now keeps every interface of was, in its order,
+// and at most adds some after them.
+func addsOnly(was, now []string) bool {
+	return len(now) >= len(was) && slices.Equal(was, now[:len(was)])
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/xdp"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,25 +56,38 @@ func rxQueues(ifname string) int {
 	return n
 }
 
-// sizeQueues settles the queue count (the first interface's RX queues when
-// not given) and a frame size that holds the largest MTU plus encapsulation.
+// frameNeed is the frame size an MTU needs: Ethernet + VLAN tags + IPv6
+// VXLAN encapsulation + inner Ethernet around it.
+func frameNeed(mtu int) int { return mtu + 14 + 8 + 70 + 14 }
+
+// sizeQueues settles the queue count (the first existing interface's RX
+// queues when not given) and a frame size that holds the largest MTU plus
+// encapsulation. Interfaces that do not exist yet are left for
+// openMissing; at least one must.
 func (e *Engine) sizeQueues(set *config.Settled) (queues, frameSize int, err error) {
 	queues, frameSize = set.Queues, 2048
-	for i, name := range set.Interfaces {
+	found := false
+	for _, name := range set.Interfaces {
 		l, err := e.nl.LinkByName(name)
+		if errors.As(err, new(netlink.LinkNotFoundError)) {
+			continue
+		}
 		if err != nil {
 			return 0, 0, fmt.Errorf("engine: interface %q: %w", name, err)
 		}
-		if i == 0 && queues == 0 {
+		if !found && queues == 0 {
 			queues = rxQueues(name)
 		}
-		// Ethernet + VLAN tags + IPv6 VXLAN encapsulation + inner Ethernet.
-		if need := l.Attrs().MTU + 14 + 8 + 70 + 14; need > frameSize {
+		found = true
+		if need := frameNeed(l.Attrs().MTU); need > frameSize {
 			frameSize = 4096
 			if need > 4096 {
 				return 0, 0, fmt.Errorf("engine: interface %s has MTU %d; frames above 4096 bytes are not supported", name, l.Attrs().MTU)
 			}
 		}
+	}
+	if !found {
+		return 0, 0, fmt.Errorf("engine: none of the interfaces %v exists", set.Interfaces)
 	}
 	return queues, frameSize, nil
 }
@@ -85,22 +99,28 @@ func (e *Engine) buildQueueLoops(set *config.Settled) {
 		l := &queueLoop{q: q, gw: e.pipe.NewProcessor(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
 			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
 		for _, ifc := range e.ifcs {
-			p := ifc.Queues[q]
-			l.ports = append(l.ports, p)
-			l.ifindex = append(l.ifindex, ifc.Index)
-			l.kernelRx = append(l.kernelRx, ifc.Program == nil)
-			_, local := p.(*localQueue)
-			l.localPort = append(l.localPort, local)
-			if x, ok := p.(*nic.XSK); ok {
-				l.xsks = append(l.xsks, x)
-			}
-			if f, ok := p.(fder); ok {
-				l.pfd = append(l.pfd, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
-			}
+			l.addPort(ifc)
 		}
-		l.tx = make([]nic.Batch, len(l.ports))
 		e.loops = append(e.loops, l)
 	}
+}
+
+// addPort gives the loop its queue's socket on ifc; only while the loop
+// does not run.
+func (l *queueLoop) addPort(ifc *nic.Interface) {
+	p := ifc.Queues[l.q]
+	l.ports = append(l.ports, p)
+	l.ifindex = append(l.ifindex, ifc.Index)
+	l.kernelRx = append(l.kernelRx, ifc.Program == nil)
+	_, local := p.(*localQueue)
+	l.localPort = append(l.localPort, local)
+	if x, ok := p.(*nic.XSK); ok {
+		l.xsks = append(l.xsks, x)
+	}
+	if f, ok := p.(fder); ok {
+		l.pfd = append(l.pfd, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
+	}
+	l.tx = append(l.tx, nic.Batch{})
 }
 
 // xskBusyWait bounds how long opening an AF_XDP socket retries while the

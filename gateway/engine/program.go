@@ -39,29 +39,7 @@ func (e *Engine) program(set *config.Settled) error {
 	if set.EgressIPsClaimed {
 		return nil
 	}
-	for a, ifname := range e.claimed {
-		if !wantE[a] {
-			if err := e.claimer.Release(ifname, a); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			delete(e.claimed, a)
-			e.log.Info("engine: released egress IP", "ip", a, "interface", ifname)
-		}
-	}
-	for _, a := range set.Hosted {
-		if _, ok := e.claimed[a]; ok {
-			continue
-		}
-		ifname := e.claimInterface(set, a)
-		if err := e.claimer.Claim(ifname, a); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		e.claimed[a] = ifname
-		e.log.Info("engine: claimed egress IP", "ip", a, "interface", ifname)
-	}
-	return errors.Join(errs...) // each names the claim or release that failed
+	return e.claimAll(set, true)
 }
 
 // steerMaps brings one program's maps from what they hold (haveV, haveE)
@@ -102,29 +80,6 @@ func addrSet(as []netip.Addr) map[netip.Addr]bool {
 		m[a] = true
 	}
 	return m
-}
-
-// claimInterface picks the served interface whose subnet holds a (longest
-// prefix wins), or the first interface.
-func (e *Engine) claimInterface(set *config.Settled, a netip.Addr) string {
-	best, bits := set.Interfaces[0], -1
-	for _, name := range set.Interfaces {
-		l, err := e.nl.LinkByName(name)
-		if err != nil {
-			continue
-		}
-		addrs, err := e.nl.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			p, ok := prefixOf(ad.IPNet)
-			if ok && p.Bits() < p.Addr().BitLen() && p.Contains(a) && p.Bits() > bits {
-				best, bits = name, p.Bits()
-			}
-		}
-	}
-	return best
 }
 
 func prefixOf(n *net.IPNet) (netip.Prefix, bool) {

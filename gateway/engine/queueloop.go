@@ -96,10 +96,13 @@ type queueLoop struct {
 
 	local Counters
 	pub   pubCounters
+	// hold makes run return, so that an interface can be added
+	// (Engine.pauseLoops); set and cleared by the engine.
+	hold atomic.Bool
 }
 
 // run is the loop: receive from every port, process, transmit, expire
-// flows on a timer; it returns once stop is set.
+// flows on a timer; it returns once stop (or l.hold) is set.
 //
 // Expiry removes at most expireBudget flows every expireEvery. A sweep that
 // removed its whole budget means flows run out faster than that pace (a
@@ -112,7 +115,7 @@ func (l *queueLoop) run(stop *atomic.Bool) {
 	defer runtime.UnlockOSThread()
 	next := l.now() + l.expireEvery
 	behind := false
-	for !stop.Load() {
+	for !stop.Load() && !l.hold.Load() {
 		got := 0
 		if len(l.ports) == 1 {
 			wait := l.wait

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/vishvananda/netns"
@@ -22,7 +23,14 @@ func ReleaseStaleClaims(interfaces []string) ([]netip.Addr, error) {
 		return nil, err
 	}
 	defer c.Close()
-	gone, err := c.ReleaseMarked(interfaces, nil)
+	// One that does not exist holds no claim (it is served when it appears).
+	var present []string
+	for _, name := range interfaces {
+		if _, err := net.InterfaceByName(name); err == nil {
+			present = append(present, name)
+		}
+	}
+	gone, err := c.ReleaseMarked(present, nil)
 	if err != nil {
 		return gone, fmt.Errorf("engine: remove stale egress IPs: %w", err)
 	}

@@ -90,14 +90,21 @@ func (e *Engine) EachPort(fn func(iface string, p nic.Queue)) {
 	}
 }
 
-// Hosted appends the egress IPs of the running configuration to dst.
+// Hosted appends the egress IPs of the running configuration that the
+// gateway answers for to dst: not those refused because no served
+// interface holds their subnet (served.go).
 func (e *Engine) Hosted(dst []netip.Addr) []netip.Addr {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.set == nil {
 		return dst
 	}
-	return append(dst, e.set.Hosted...)
+	for _, a := range e.set.Hosted {
+		if _, refused := e.unplaced[a]; !refused {
+			dst = append(dst, a)
+		}
+	}
+	return dst
 }
 
 // TunnelPeers is the number of worker nodes the running configuration

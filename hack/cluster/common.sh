@@ -74,6 +74,19 @@ bridge/* | flannel/ipv4) ;;
 	;;
 esac
 
+# The gateway nodes' second network (issue 28), IPv4 clusters only: bridge
+# $BRIDGE2 with no address of the host's, a veth eth1 into each gateway
+# node ($NET2_PREFIX.<10+i>/24), and namespace $OUT2_NS as its router
+# ($NET2_ROUTER), with an echo server on $SERVER2_IP behind it: reachable
+# only through the gateways' eth1. An EgressIP from 10.81.0.0/24 is placed
+# by the nodes' host-cidrs on eth1 and leaves there.
+BRIDGE2=egretc1
+NET2_PREFIX=10.81.0
+NET2_ROUTER=$NET2_PREFIX.254
+SERVER2_IP=10.82.0.1
+OUT2_NS=$CLUSTER_NAME-out2
+node_ip2() { echo "$NET2_PREFIX.$((10 + NODE_INDEX[$1]))"; }
+
 # name index role: workers run ordinary pods; gateways are egress-capable.
 NODES=(w1 w2 gw1 gw2)
 declare -A NODE_INDEX=([w1]=1 [w2]=2 [gw1]=3 [gw2]=4)

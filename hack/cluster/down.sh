@@ -67,13 +67,17 @@ for n in "${NODES[@]}"; do
 	done
 	ip netns del "$(node_ns "$n")" 2>/dev/null
 	ip link del "${CLUSTER_NAME}-$n" 2>/dev/null
+	ip link del "${CLUSTER_NAME}2-$n" 2>/dev/null
 done
-for s in echo registry kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for s in echo echo2 registry kube-scheduler kube-controller-manager kube-apiserver etcd; do
 	stop_pid "$STATE/pids/$s.pid"
 done
 ip netns del "$OUT_NS" 2>/dev/null
 ip link del "${CLUSTER_NAME}o" 2>/dev/null
 ip link del "$BRIDGE" 2>/dev/null # and with it the host's routes to the pods
+ip netns del "$OUT2_NS" 2>/dev/null
+ip link del "${CLUSTER_NAME}p" 2>/dev/null
+ip link del "$BRIDGE2" 2>/dev/null
 if mountpoint -q "$STATE/ns" 2>/dev/null; then umount "$STATE/ns" || umount -l "$STATE/ns"; fi
 if [[ -f $STATE/created-dirs ]]; then
 	while read -r d; do rmdir "$d" 2>/dev/null; rmdir "$(dirname "$d")" 2>/dev/null; done <"$STATE/created-dirs"
@@ -81,7 +85,7 @@ fi
 # Whatever mounts remain under the state (none expected) must go before the files.
 findmnt -rn -o TARGET | grep "^$STATE" | sort -r | xargs -r -n1 umount -l 2>/dev/null
 rm -rf "$STATE"
-left=$(compgen -G "/sys/fs/cgroup/*/$CLUSTER_NAME-*"; ip netns list | grep "^$CLUSTER_NAME-"; ip link show "$BRIDGE" 2>/dev/null)
+left=$(compgen -G "/sys/fs/cgroup/*/$CLUSTER_NAME-*"; ip netns list | grep "^$CLUSTER_NAME-"; ip link show "$BRIDGE" 2>/dev/null; ip link show "$BRIDGE2" 2>/dev/null)
 if [[ -n $left ]]; then
 	echo "cluster-down: left behind:" >&2
 	echo "$left" >&2

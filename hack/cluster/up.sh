@@ -12,6 +12,9 @@
 #   outside:    namespace egretc-out, the nodes' default router, with the echo
 #               server (egret lab echo-server) on 10.80.0.1: it answers HTTP and
 #               UDP with the source address it saw; the kernel answers ping
+#   second NIC: (IPv4) gw1 and gw2 also have eth1 on bridge egretc1
+#               (10.81.0.0/24), whose router egretc-out2 (10.81.0.254) has a
+#               second echo server on 10.82.0.1, reachable only through it
 #
 # CLUSTER_CNI=flannel runs flannel (hack/flannel.sh) as each node's pod network
 # instead of the bridge plugin's static routes: flanneld per node (kube subnet
@@ -122,13 +125,14 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip addr add "$HOST_IP/$(net_len)" dev "$BRIDGE" $([[ $CLUSTER_FAMILY == ipv6 ]] && echo nodad)
 	ip link set "$BRIDGE" up
 fi
-# One end on the bridge, the other named $3 in namespace $2.
-veth() { # host-end ns inner-name addr/len
-	local h=$1 ns=$2 in=$3 addr=$4
+# One end on the bridge ($BRIDGE unless $5 names another), the other named
+# $3 in namespace $2.
+veth() { # host-end ns inner-name addr/len [bridge]
+	local h=$1 ns=$2 in=$3 addr=$4 br=${5:-$BRIDGE}
 	ip netns list | grep -qw "$ns" || ip netns add "$ns"
 	if ! ip link show "$h" >/dev/null 2>&1; then
 		ip link add "$h" type veth peer name "$in" netns "$ns"
-		ip link set "$h" master "$BRIDGE" up
+		ip link set "$h" master "$br" up
 		if [[ $CLUSTER_FAMILY == ipv6 ]]; then
 			# The test takes a node's eth0 down and up: its static address
 			# must survive that, as an IPv4 one does.
@@ -174,6 +178,21 @@ for n in "${NODES[@]}"; do
 	ip netns exec "$ns" "$IPT" -t nat -C POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE 2>/dev/null ||
 		ip netns exec "$ns" "$IPT" -t nat -A POSTROUTING -s "$POD_NET" ! -d "$POD_NET" -o eth0 -j MASQUERADE
 done
+
+# --- the gateways' second network (common.sh) ---------------------------------
+if [[ $CLUSTER_FAMILY == ipv4 ]]; then
+	if ! ip link show "$BRIDGE2" >/dev/null 2>&1; then
+		ip link add "$BRIDGE2" type bridge
+		ip link set "$BRIDGE2" up
+	fi
+	veth "${CLUSTER_NAME}p" "$OUT2_NS" eth0 "$NET2_ROUTER/24" "$BRIDGE2"
+	ip -n "$OUT2_NS" addr replace "$SERVER2_IP/32" dev lo
+	for n in "${NODES[@]}"; do
+		[[ ${NODE_ROLE[$n]} == gateway ]] || continue
+		veth "${CLUSTER_NAME}2-$n" "$(node_ns "$n")" eth1 "$(node_ip2 "$n")/24" "$BRIDGE2"
+		ip -n "$(node_ns "$n")" route replace "$SERVER2_IP/32" via "$NET2_ROUTER" dev eth1
+	done
+fi
 
 # --- control plane ------------------------------------------------------------
 # PodSecurity as a restricted cluster has it: every namespace without a level
@@ -460,6 +479,10 @@ fi
 # --- the outside server ------------------------------------------------------
 start_daemon echo "$STATE/logs/echo.log" nsenter --net="/run/netns/$OUT_NS" -- \
 	"$EGRET_BIN" lab echo-server --lab "$CLUSTER_NAME" --http "$(host_port "$SERVER_IP" "$SERVER_HTTP")" --udp "$(host_port "$SERVER_IP" "$SERVER_UDP")"
+if [[ $CLUSTER_FAMILY == ipv4 ]]; then
+	start_daemon echo2 "$STATE/logs/echo2.log" nsenter --net="/run/netns/$OUT2_NS" -- \
+		"$EGRET_BIN" lab echo-server --lab "$CLUSTER_NAME" --http "$SERVER2_IP:$SERVER_HTTP" --udp "$SERVER2_IP:$SERVER_UDP"
+fi
 
 # --- wait ---------------------------------------------------------------------
 for i in $(seq 180); do
