@@ -243,6 +243,8 @@ func TestCluster(t *testing.T) {
 	// What egret status says of every client pod matches what the server saw.
 	e.checkStatus(nss)
 	e.checkAdmission(nss[3])
+	// An EgressIP of the gateways' second network leaves by their eth1.
+	e.checkSecondNIC()
 
 	// 5. the node hosting the single-IP object dies; the IP serves from the
 	// other gateway, its standby, and two connections go on with their
