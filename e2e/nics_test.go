@@ -89,6 +89,10 @@ func (e *env) checkSecondNIC() {
 	}) {
 		e.t.Errorf("second NIC: the second network's router has %s at %q, want %s's eth1 %s", nic2IP, neigh, host, mac)
 	}
+	// Gone before the test installs release 0.1.0 again, which serves no
+	// second NIC: its steer agents would blackhole the namespace's pods.
+	e.kubectl("delete", "eip", "e2e-nic2", "--wait=true")
+	e.kubectl("delete", "namespace", ns.name, "--wait=false")
 }
 
 // checkEgressTo is checkEgress against the second network's server.
