@@ -351,10 +351,10 @@ func compare(v cluster.View, a answer, trustPodIPs bool) checkRow {
 	case len(want) > 0:
 		row.Expected = strings.Join(want, " or ")
 		row.Mismatch = !slices.Contains(want, row.Seen)
-	case st.State == status.StateNotSelected:
+	case st.State == status.StateNotSelected, slices.ContainsFunc(st.Problems, func(p string) bool { return strings.Contains(p, "leaves as its node's address") }):
 		// Its node's address, whatever the node's SNAT makes it; never an
 		// egress IP of an object.
-		row.Expected = "not an egress IP (not selected: its node's address)"
+		row.Expected = "not an egress IP (" + st.State + ": its node's address)"
 		row.Mismatch = !seen.IsValid() || egress[seen]
 	default:
 		row.Expected = "no answer (" + st.State + ": " + strings.Join(st.Problems, "; ") + ")"

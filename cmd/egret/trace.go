@@ -165,7 +165,7 @@ func (ac agentConfigs) inputs(v cluster.View, opts plan.Options) trace.Inputs {
 		if err := yaml.UnmarshalStrict(ac.steer, &sc); err != nil {
 			ac.steerErr = err
 		} else {
-			in.SteerRead = true
+			in.SteerRead, in.NoEgressIP = true, sc.NoEgressIP
 			for _, k := range []struct {
 				key string
 				c   steer.Config
@@ -182,7 +182,7 @@ func (ac agentConfigs) inputs(v cluster.View, opts plan.Options) trace.Inputs {
 		}
 	}
 	if ac.steerErr != nil {
-		in.SteerRead, in.Unsteered = false, nil
+		in.SteerRead, in.Unsteered, in.NoEgressIP = false, nil, ""
 		in.SteerConfig = fmt.Sprintf("%s: %v", ac.steerAt, ac.steerErr)
 	}
 	base := config.Spec{}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/egret-gw/egret/conntrack"
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
 	"github.com/egret-gw/egret/control/status"
@@ -86,6 +87,10 @@ type Inputs struct {
 	Unsteered   []Network
 	SteerConfig string
 	SteerRead   bool
+	// NoEgressIP is the steer agents' noEgressIP setting ("" or block,
+	// node): what a selected address without an egress IP of its family
+	// does, unless its object's egret.io/no-egress-ip annotation says.
+	NoEgressIP string
 	// Gateway returns the data plane configuration gateway node runs:
 	// the static configuration (GatewayConfig) with the plan's part the
 	// gateway agent adds (control/gwagent.Build).
@@ -306,7 +311,10 @@ func (tr *tracer) run(pod *corev1.Pod) {
 		switch {
 		case st.State == status.StateFailClosed, strings.Contains(reason, "fail closed"), strings.Contains(reason, "does not use the egress IPs"):
 			tr.decide(VerdictBlocked, "", reason, "the pod's address must be in its node's spec.podCIDRs and no other pod's or node's (or trustPodIPs on the agents)")
-		case strings.Contains(reason, "leaves as its node's address"):
+		case strings.Contains(reason, "leaves as its node's address"), tr.noEgressIPNode():
+			if !strings.Contains(reason, "leaves as its node's address") {
+				reason = strings.ReplaceAll(reason, "; its traffic is blocked", "") + "; the steer agents' noEgressIP: node lets it leave as its node's address (" + tr.in.SteerConfig + ")"
+			}
 			tr.decide(VerdictNode, tr.nodeAddr(), reason, "an egress IP of the family on EgressIP "+*st.EgressIP+", assignable to a node (egret status)")
 		default:
 			tr.decide(VerdictBlocked, "", reason, "an "+fam+" egress IP on EgressIP "+*st.EgressIP+" that a node can host (egret status); or the annotation egret.io/no-egress-ip: node on it, or noEgressIP: node in the steer agents' configuration, to leave as the node")
@@ -353,6 +361,20 @@ func (tr *tracer) run(pod *corev1.Pod) {
 	}
 	t.Verdict, t.SeenAs = VerdictEgress, strings.Join(seen, " or ")+port
 	t.Reason = fmt.Sprintf("EgressIP %s owns the pod and the gateways let %v through", *st.EgressIP, q.Dst)
+}
+
+// noEgressIPNode says a selected address of the pod without an egress IP
+// leaves as its node: the owner's annotation says node, or it says nothing
+// and the steer agents' noEgressIP does.
+func (tr *tracer) noEgressIPNode() bool {
+	for _, e := range tr.v.EgressIPs {
+		if e != nil && e.Name == *tr.st.EgressIP {
+			if a, ok := e.Annotations[egressv1.AnnotationNoEgressIP]; ok {
+				return a == "node"
+			}
+		}
+	}
+	return tr.in.NoEgressIP == "node"
 }
 
 // selectedBy are the objects whose selectors match pod, in name order.

@@ -236,3 +236,37 @@ func TestParseQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceNoEgressIP: a selected address without an egress IP of its
+// family leaves as its node when the steer agents' noEgressIP says node,
+// unless its object's annotation says block; a fail-closed one stays held.
+func TestTraceNoEgressIP(t *testing.T) {
+	v := testView()
+	for _, tc := range []struct {
+		pod, annotation, verdict string
+	}{
+		{"qa/app", "", VerdictNode},
+		{"qa/app", "block", VerdictBlocked},
+		{"prod/stray", "", VerdictBlocked},
+	} {
+		for _, e := range v.EgressIPs {
+			e.Annotations = nil
+			if tc.annotation != "" {
+				e.Annotations = map[string]string{egressv1.AnnotationNoEgressIP: tc.annotation}
+			}
+		}
+		in := testInputs(v, nil, 0)
+		in.NoEgressIP = "node"
+		q, _ := ParseQuery(tc.pod, "198.51.100.7")
+		tr, err := Build(v, in, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Verdict != tc.verdict {
+			t.Errorf("%s, annotation %q, noEgressIP node: %s (%s), want %s", tc.pod, tc.annotation, tr.Verdict, tr.Reason, tc.verdict)
+		}
+		if tr.Verdict == VerdictNode && strings.Contains(tr.Reason, "blocked") {
+			t.Errorf("%s leaves as its node, and the reason says %q", tc.pod, tr.Reason)
+		}
+	}
+}
