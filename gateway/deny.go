@@ -123,6 +123,86 @@ func (s *prefixSet) has(a *[16]byte, f uint8) bool {
 	return false
 }
 
+// destFilter is the deny-list as a snapshot checks it: the denied
+// destinations and the allowed ones that override them.
+type destFilter struct {
+	deny  prefixSet // destinations no flow may be opened to
+	allow prefixSet // exceptions to deny
+}
+
+// deniedList is every destination a gateway configured with cfg denies
+// before AllowedDestinations: the built-in ones, cfg's, and the gateway's
+// and its nodes' VTEPs.
+func deniedList(cfg *Config) []netip.Prefix {
+	deny := append(DefaultDeniedDestinations(), cfg.DeniedDestinations...)
+	for _, v := range cfg.VTEPs {
+		deny = append(deny, netip.PrefixFrom(v.Unmap(), v.Unmap().BitLen()))
+	}
+	for _, n := range cfg.Nodes {
+		deny = append(deny, netip.PrefixFrom(n.VTEP.Unmap(), n.VTEP.Unmap().BitLen()))
+	}
+	return deny
+}
+
+func newDestFilter(cfg *Config) destFilter {
+	return destFilter{deny: newPrefixSet(deniedList(cfg)), allow: newPrefixSet(cfg.AllowedDestinations)}
+}
+
+// DestinationVerdict is what the deny-list decides for new flows to one
+// destination (CheckDestination).
+type DestinationVerdict struct {
+	// Denied says no flow to the destination is created
+	// (DropDeniedDestination).
+	Denied bool
+	// Entry is the entry that decides, the longest that matches: the
+	// denied one (Denied), or the allowed one that overrides the
+	// deny-list; invalid when none matches (allowed: not on the list).
+	Entry netip.Prefix
+	// Allowed says Entry is one of Config.AllowedDestinations.
+	Allowed bool
+	// Via is the IPv4 address an IPv6 destination in a NAT64 prefix was
+	// judged by; invalid otherwise.
+	Via netip.Addr
+	// VTEP says Entry is the gateway's or a node's VTEP (always denied).
+	VTEP bool
+}
+
+// CheckDestination reports what a gateway configured with cfg decides for
+// a pod's new flow to dst: the same check on the same lists as the data
+// plane's (Snapshot.denied), and the entry that decides, for
+// `egret trace`. cfg need not be complete; only its VTEPs, its nodes'
+// VTEPs and its denied and allowed destinations are read.
+func CheckDestination(cfg *Config, dst netip.Addr) DestinationVerdict {
+	dst = dst.WithZone("") // an IPv4-mapped address stays IPv6, as in a packet
+	d := newDestFilter(cfg)
+	a, f := dst.As16(), famOf(dst)
+	v := DestinationVerdict{Denied: d.denied(&a, f)}
+	judged := dst
+	var v4 [16]byte
+	if f == 1 && !d.allow.has(&a, f) && !d.deny.has(&a, f) && nat64Embedded(&a, &v4) {
+		v.Via = netip.AddrFrom16(v4).Unmap()
+		judged = v.Via
+	}
+	longest := func(list []netip.Prefix) netip.Prefix {
+		var best netip.Prefix
+		for _, p := range list {
+			if p.Contains(judged) && (!best.IsValid() || p.Bits() > best.Bits()) {
+				best = p.Masked()
+			}
+		}
+		return best
+	}
+	if allow := longest(cfg.AllowedDestinations); !v.Denied && allow.IsValid() {
+		v.Entry, v.Allowed = allow, true
+		return v
+	}
+	if v.Denied {
+		v.Entry = longest(deniedList(cfg))
+		v.VTEP = v.Entry.IsSingleIP() && !slices.Contains(DefaultDeniedDestinations(), v.Entry) && !slices.Contains(cfg.DeniedDestinations, v.Entry)
+	}
+	return v
+}
+
 // denied reports whether a pod may not open a flow to dst (16 bytes) of
 // family index f. An IPv6 destination in a NAT64 prefix (nat64Embedded)
 // that is not denied or allowed itself is judged by the IPv4 address it
@@ -130,7 +210,7 @@ func (s *prefixSet) has(a *[16]byte, f uint8) bool {
 // network, so 64:ff9b::a9fe:a9fe reaches 169.254.169.254 as well as the
 // IPv4 address does. One that embeds an allowed IPv4 address stays
 // allowed: NAT64 is how IPv6-only pods reach the IPv4 internet.
-func (s *Snapshot) denied(dst *[16]byte, f uint8) bool {
+func (s *destFilter) denied(dst *[16]byte, f uint8) bool {
 	if s.allow.has(dst, f) {
 		return false
 	}

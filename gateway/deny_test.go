@@ -69,6 +69,10 @@ func TestDeniedDestinations(t *testing.T) {
 				src = pod1v6
 			}
 			r, _ := f.run(t, tunnelFrame(t, podTun(), udpFrom(src, dst).build(t)))
+			// egret trace's answer is the pipeline's.
+			if v := CheckDestination(&cfg, dst); v.Denied != c.deny {
+				t.Fatalf("CheckDestination says denied=%v (%+v), the pipeline's list %v", v.Denied, v, c.deny)
+			}
 			if c.deny {
 				if r.Verdict == VerdictDrop && r.Reason == DropBadAddress && dst.Is6() && (dst.IsLoopback() || dst.Is4In6()) {
 					return // decode refuses these before the deny-list sees them
@@ -113,5 +117,34 @@ func TestDeniedDestinationBadPrefix(t *testing.T) {
 	cfg.AllowedDestinations = []netip.Prefix{{}}
 	if _, err := NewSnapshot(cfg); err == nil {
 		t.Fatal("an invalid prefix was accepted")
+	}
+}
+
+// TestCheckDestinationEntry: CheckDestination names the entry that
+// decides, the longest matching, and says where it comes from.
+func TestCheckDestinationEntry(t *testing.T) {
+	cfg := testConfig()
+	cfg.DeniedDestinations = []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16"), netip.MustParsePrefix("10.10.3.0/24")}
+	cfg.AllowedDestinations = []netip.Prefix{netip.MustParsePrefix("10.10.5.0/24"), netip.MustParsePrefix("169.254.1.1/32")}
+	p := netip.MustParsePrefix
+	cases := []struct {
+		dst  string
+		want DestinationVerdict
+	}{
+		{"169.254.169.254", DestinationVerdict{Denied: true, Entry: p("169.254.0.0/16")}},
+		{"10.10.3.4", DestinationVerdict{Denied: true, Entry: p("10.10.3.0/24")}},
+		{"10.10.4.4", DestinationVerdict{Denied: true, Entry: p("10.10.0.0/16")}},
+		{"10.0.0.2", DestinationVerdict{Denied: true, Entry: p("10.0.0.2/32"), VTEP: true}},
+		{"10.10.5.6", DestinationVerdict{Entry: p("10.10.5.0/24"), Allowed: true}},
+		{"169.254.1.1", DestinationVerdict{Entry: p("169.254.1.1/32"), Allowed: true}},
+		{"64:ff9b::a9fe:a9fe", DestinationVerdict{Denied: true, Entry: p("169.254.0.0/16"), Via: netip.MustParseAddr("169.254.169.254")}},
+		{"64:ff9b::a0a:506", DestinationVerdict{Entry: p("10.10.5.0/24"), Allowed: true, Via: netip.MustParseAddr("10.10.5.6")}},
+		{"198.51.100.20", DestinationVerdict{}},
+		{"2001:db8:ffff::20", DestinationVerdict{}},
+	}
+	for _, c := range cases {
+		if got := CheckDestination(&cfg, netip.MustParseAddr(c.dst)); got != c.want {
+			t.Errorf("%s: got %+v, want %+v", c.dst, got, c.want)
+		}
 	}
 }

@@ -90,8 +90,7 @@ type Snapshot struct {
 	policies   []snapPolicy
 	hosted     addrTable[struct{}]
 	routes     *route.Cache
-	deny       prefixSet // destinations no flow may be opened to (deny.go)
-	allow      prefixSet // exceptions to deny
+	destFilter // destinations no flow may be opened to (deny.go)
 }
 
 type snapNode struct {
@@ -235,13 +234,6 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			pods[pk] = sp
 		}
 	}
-	deny := append(DefaultDeniedDestinations(), cfg.DeniedDestinations...)
-	for _, v := range cfg.VTEPs {
-		deny = append(deny, netip.PrefixFrom(v.Unmap(), v.Unmap().BitLen()))
-	}
-	for _, n := range cfg.Nodes {
-		deny = append(deny, netip.PrefixFrom(n.VTEP.Unmap(), n.VTEP.Unmap().BitLen()))
-	}
 	for _, list := range [][]netip.Prefix{cfg.DeniedDestinations, cfg.AllowedDestinations} {
 		for _, p := range list {
 			if !p.IsValid() || p.Addr().Zone() != "" || p.Addr().Is4In6() {
@@ -249,7 +241,7 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			}
 		}
 	}
-	s.deny, s.allow = newPrefixSet(deny), newPrefixSet(cfg.AllowedDestinations)
+	s.destFilter = newDestFilter(&cfg)
 	s.nodeByVTEP = newAddrTable(nodeByVTEP)
 	s.pods = newAddrTable(pods)
 	s.hosted = newAddrTable(hosted)

@@ -157,6 +157,7 @@ func testManaged(t *testing.T, l *Lab) {
 	}
 	checkClaims(t, l, st, "")
 	t.Run("EgretStatus", func(t *testing.T) { checkEgretStatus(t, l) })
+	t.Run("EgretTrace", func(t *testing.T) { checkEgretTrace(t, l, st) })
 	t.Run("Sources", func(t *testing.T) { checkSources(t, l, st) })
 	t.Run("Spread", func(t *testing.T) {
 		// Per-connection balancing: new connections of a blue pod use both
@@ -602,6 +603,49 @@ func checkEgretStatus(t *testing.T, l *Lab) {
 		if ip == nil || deref(ip.Node) != a.Node || deref(ip.Standby) != a.Standby {
 			t.Errorf("%s %v: egret status says %+v, egret lab status node %q, standby %q", a.EgressIP, a.IP, ip, a.Node, a.Standby)
 		}
+	}
+}
+
+// traceOut is the part of `egret trace -o json` (docs/status.md) the lab
+// checks.
+type traceOut struct {
+	Checks []struct {
+		Name    string `json:"name"`
+		Result  string `json:"result"`
+		Decides bool   `json:"decides"`
+	} `json:"checks"`
+	Verdict string `json:"verdict"`
+	SeenAs  string `json:"seenAs"`
+	Reason  string `json:"reason"`
+	Setting string `json:"setting"`
+}
+
+// checkEgretTrace runs the operator's `egret trace --lab NAME`: for a blue
+// pod, a connection to the server leaves as the address the server sees
+// from it, and one to the cloud metadata address is dropped by the named
+// built-in deny-list entry, with the setting that opens it.
+func checkEgretTrace(t *testing.T, l *Lab, st *Status) {
+	p := st.Pod("w1-p1")
+	pod := p.KubeNamespace + "/" + p.Name
+	seen, err := l.Spec.ProbeSource(p.Namespace, ProbeHTTP, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr traceOut
+	runJSON(t, &tr, l.Binary, "trace", "--lab", l.Spec.Name, pod, netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort).String(), "-o", "json")
+	if tr.Verdict != "egress" || !strings.Contains(tr.SeenAs, seen.String()) {
+		t.Errorf("egret trace %s to the server: %s as %q (%s); the server saw %v", pod, tr.Verdict, tr.SeenAs, tr.Reason, seen)
+	}
+	metadata, entry := "169.254.169.254:80", "169.254.0.0/16"
+	if l.Spec.IPv6Only() {
+		metadata, entry = "[fd00:ec2::254]:80", "fd00:ec2::/32"
+	}
+	tr = traceOut{}
+	runJSON(t, &tr, l.Binary, "trace", "--lab", l.Spec.Name, pod, metadata, "-o", "json")
+	last := tr.Checks[len(tr.Checks)-1]
+	if tr.Verdict != "dropped" || last.Name != "deny-list" || !last.Decides || !strings.Contains(tr.Reason, "entry "+entry+" (built in") ||
+		!strings.Contains(tr.Setting, "allowedDestinations: ["+entry+"]") {
+		t.Errorf("egret trace %s %s: %+v; want it dropped by the deny-list's entry %s", pod, metadata, tr, entry)
 	}
 }
 
