@@ -96,14 +96,14 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		}
 		n := config.Node{Name: w.Name, VTEP: w.VTEP, InnerMAC: mac}
 		for _, p := range w.Pods {
-			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
+			n.Pods = append(n.Pods, podOf(p))
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	if lv := config.LocalVTEP(gwVTEPs); c.LocalPort && lv.IsValid() {
 		n := config.Node{Name: node, VTEP: lv, InnerMAC: config.LocalKernelMAC, Local: true}
 		for _, p := range part.Local {
-			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
+			n.Pods = append(n.Pods, podOf(p))
 		}
 		c.Nodes = append(c.Nodes, n)
 	} else if len(part.Local) > 0 {
@@ -117,6 +117,15 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	}
 	r.Spec = c
 	return r
+}
+
+// podOf is the engine's pod for address p of the plan.
+func podOf(p plan.PodAddr) config.Pod {
+	c := config.Pod{Addr: p.Addr, Policy: p.Owner}
+	if p.Pod != nil {
+		c.Namespace, c.Name, c.UID = p.Pod.Namespace, p.Pod.Name, string(p.Pod.UID)
+	}
+	return c
 }
 
 // Fenced returns s with no egress IP hosted: the data plane keeps its nodes,

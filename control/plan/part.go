@@ -151,6 +151,8 @@ type Worker struct {
 type PodAddr struct {
 	Addr  netip.Addr
 	Owner string
+	// Pod is the pod the address is of.
+	Pod *Pod
 }
 
 // Gateway returns node's part of the plan for a gateway whose tunnel
@@ -204,7 +206,8 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 		workers[name] = len(g.Workers)
 		g.Workers = append(g.Workers, Worker{Node: n, VTEP: vtep})
 	}
-	for _, pod := range p.Pods {
+	for k := range p.Pods {
+		pod := &p.Pods[k]
 		if pod.Owner == "" || len(pod.IPs) == 0 {
 			continue
 		}
@@ -213,7 +216,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 			switch {
 			case pod.Node == node:
 				for _, ip := range pod.IPs {
-					g.Local = append(g.Local, PodAddr{Addr: ip, Owner: pod.Owner})
+					g.Local = append(g.Local, PodAddr{Addr: ip, Owner: pod.Owner, Pod: pod})
 				}
 			case p.Nodes[pod.Node] != nil:
 				problem("pod %s (EgressIP %s): node %s has no VTEP of this gateway's families; not accepted", pod.Key(), pod.Owner, pod.Node)
@@ -223,7 +226,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 			continue
 		}
 		for _, ip := range pod.IPs {
-			g.Workers[i].Pods = append(g.Workers[i].Pods, PodAddr{Addr: ip, Owner: pod.Owner})
+			g.Workers[i].Pods = append(g.Workers[i].Pods, PodAddr{Addr: ip, Owner: pod.Owner, Pod: pod})
 		}
 	}
 	for i := range g.Workers {
