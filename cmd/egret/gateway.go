@@ -936,6 +936,12 @@ func (gm *gatewayMetrics) attach(eng *engine.Engine) {
 	if err := gm.reg.Register(metrics.NewGatewayCollector(engineSource(eng))); err != nil {
 		gm.log.Warn("gateway: data-plane metrics not registered", "err", err)
 	}
+	lost := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egret_gateway_drop_samples_lost_total",
+		Help: "Samples of dropped packets not delivered because their reader (egret flows --drops, the agent's EgressDestinationDenied Events) was behind; the drops themselves are counted in egret_gateway_dropped_packets_total."},
+		func() float64 { return float64(eng.Pipeline().DropSamplesLost()) })
+	if err := gm.reg.Register(lost); err != nil {
+		gm.log.Warn("gateway: drop sample metric not registered", "err", err)
+	}
 }
 
 // engineSource adapts a running engine to the collector. The collector
