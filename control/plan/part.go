@@ -151,8 +151,6 @@ type Worker struct {
 type PodAddr struct {
 	Addr  netip.Addr
 	Owner string
-	// Pod is the pod the address is of.
-	Pod *Pod
 }
 
 // Gateway returns node's part of the plan for a gateway whose tunnel
@@ -206,8 +204,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 		workers[name] = len(g.Workers)
 		g.Workers = append(g.Workers, Worker{Node: n, VTEP: vtep})
 	}
-	for k := range p.Pods {
-		pod := &p.Pods[k]
+	for _, pod := range p.Pods {
 		if pod.Owner == "" || len(pod.IPs) == 0 {
 			continue
 		}
@@ -216,7 +213,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 			switch {
 			case pod.Node == node:
 				for _, ip := range pod.IPs {
-					g.Local = append(g.Local, PodAddr{Addr: ip, Owner: pod.Owner, Pod: pod})
+					g.Local = append(g.Local, PodAddr{Addr: ip, Owner: pod.Owner})
 				}
 			case p.Nodes[pod.Node] != nil:
 				problem("pod %s (EgressIP %s): node %s has no VTEP of this gateway's families; not accepted", pod.Key(), pod.Owner, pod.Node)
@@ -226,7 +223,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 			continue
 		}
 		for _, ip := range pod.IPs {
-			g.Workers[i].Pods = append(g.Workers[i].Pods, PodAddr{Addr: ip, Owner: pod.Owner, Pod: pod})
+			g.Workers[i].Pods = append(g.Workers[i].Pods, PodAddr{Addr: ip, Owner: pod.Owner})
 		}
 	}
 	for i := range g.Workers {
