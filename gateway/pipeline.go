@@ -67,6 +67,8 @@ type Pipeline struct {
 	processors []*Processor
 
 	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths
+
+	drops dropSampler // who samples dropped frames (dropsample.go)
 }
 
 // ctInUse lets the NAT allocator ask the flow table about reply tuples.

@@ -130,9 +130,15 @@ func (pr *Processor) process(now int64, in, out [][]byte, res []Result) {
 	_ = out[len(in)-1]
 	_ = res[len(in)-1]
 	pr.reclaim(now, len(in))
+	// The drops anybody samples (dropsample.go): while nobody does, this
+	// load is all the sampling costs.
+	sample := pr.p.drops.mask.Load()
 	for len(in) > 0 {
 		k := min(len(in), conntrack.MaxBatch)
 		pr.batch(st, now, in[:k], out[:k], res[:k])
+		if sample != 0 {
+			pr.sampleDrops(st, now, sample, in[:k], res[:k])
+		}
 		in, out, res = in[k:], out[k:], res[k:]
 	}
 	pr.stats.publish()

@@ -64,6 +64,9 @@ type Node struct {
 type Pod struct {
 	Addr   netip.Addr
 	Policy string
+	// Ref names the pod, when the configuration knows it: drop samples
+	// report it. The packet path never reads it.
+	Ref PodRef
 }
 
 // Policy is an egress policy (one EgressIP object) and the egress IPs of it
@@ -91,6 +94,9 @@ type Snapshot struct {
 	hosted     addrTable[struct{}]
 	routes     *route.Cache
 	destFilter // destinations no flow may be opened to (deny.go)
+	// podRefs names the pods the configuration names, by address: read
+	// only for drop samples (dropsample.go), off the packet path.
+	podRefs map[netip.Addr]PodRef
 }
 
 type snapNode struct {
@@ -232,6 +238,12 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 				sp.policy = pi
 			}
 			pods[pk] = sp
+			if p.Ref != (PodRef{}) {
+				if s.podRefs == nil {
+					s.podRefs = make(map[netip.Addr]PodRef)
+				}
+				s.podRefs[a] = p.Ref
+			}
 		}
 	}
 	for _, list := range [][]netip.Prefix{cfg.DeniedDestinations, cfg.AllowedDestinations} {

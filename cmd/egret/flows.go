@@ -13,7 +13,11 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/signal"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -28,8 +32,15 @@ import (
 const DefaultFlowsSocket = "/run/egret/flows.sock"
 
 func init() {
-	register("flows", "list a running gateway's flows (its --flows-socket): live ones and the backup flows it holds for other gateways", runFlows)
+	register("flows", "list a running gateway's flows (its --flows-socket): live ones and the backup flows it holds for other gateways; --drops streams a sample of the packets it drops", runFlows)
 }
+
+// Drop sampling over the flows socket (GET /drops?rate=N).
+const (
+	defaultDropRate = 10   // samples a second when --rate is not given
+	maxDropRate     = 1000 // what one client may ask for
+	dropBuffer      = 256  // samples a client may fall behind before it loses some
+)
 
 // flowEntry is one flow as `egret flows` prints it, and as the gateway's
 // flows socket sends it: one JSON object per line.
@@ -59,6 +70,67 @@ func protoName(p uint8) string {
 		return "icmpv6"
 	}
 	return fmt.Sprint(p)
+}
+
+// dropEntry is one sampled dropped packet as `egret flows --drops` prints
+// it, and as the gateway's flows socket streams it: one JSON object per line.
+type dropEntry struct {
+	Time time.Time `json:"time"`
+	// Reason is the reason label of egret_gateway_dropped_packets_total.
+	Reason string `json:"reason"`
+	// Proto, Src and Dst are the (inner) packet's, when decoded: Src and
+	// Dst are IP:port for TCP and UDP, the IP otherwise.
+	Proto string `json:"proto,omitempty"`
+	Src   string `json:"src,omitempty"`
+	Dst   string `json:"dst,omitempty"`
+	// ICMPType and ICMPCode are set for ICMP and ICMPv6.
+	ICMPType *uint8 `json:"icmpType,omitempty"`
+	ICMPCode *uint8 `json:"icmpCode,omitempty"`
+	// Tunnel (vxlan, geneve), VTEP (the sending node's) and VNI are set
+	// when the packet came through a tunnel; Local when it came from a pod
+	// of the gateway's own node through the local port.
+	Tunnel string     `json:"tunnel,omitempty"`
+	VTEP   netip.Addr `json:"vtep,omitzero"`
+	VNI    *uint32    `json:"vni,omitempty"`
+	Local  bool       `json:"local,omitempty"`
+	// Len is the frame's length in bytes.
+	Len int `json:"len"`
+	// Pod is the sending pod's namespace/name, when the gateway knows it
+	// (agent mode).
+	Pod string `json:"pod,omitempty"`
+	// Lost counts the samples this stream lost so far because it was read
+	// too slowly.
+	Lost uint64 `json:"lost,omitempty"`
+}
+
+func newDropEntry(s *gateway.DropSample, lost uint64) dropEntry {
+	e := dropEntry{Time: s.Time.UTC(), Reason: s.Reason.String(), Len: s.Len, Local: s.Local, Lost: lost}
+	if s.Src.IsValid() {
+		e.Proto = protoName(s.Proto)
+		e.Src, e.Dst = s.Src.String(), s.Dst.String()
+		if s.HasPorts {
+			e.Src = netip.AddrPortFrom(s.Src, s.SrcPort).String()
+			e.Dst = netip.AddrPortFrom(s.Dst, s.DstPort).String()
+		}
+		if s.HasICMP {
+			t, c := s.ICMPType, s.ICMPCode
+			e.ICMPType, e.ICMPCode = &t, &c
+		}
+	}
+	switch s.Tunnel {
+	case gateway.TunnelVXLAN:
+		e.Tunnel = "vxlan"
+	case gateway.TunnelGeneve:
+		e.Tunnel = "geneve"
+	}
+	if s.Tunnel != gateway.TunnelNone {
+		vni := s.VNI
+		e.VTEP, e.VNI = s.OuterSrc, &vni
+	}
+	if s.Pod.Name != "" {
+		e.Pod = s.Pod.Namespace + "/" + s.Pod.Name
+	}
+	return e
 }
 
 // serveFlows serves h on the Unix socket path, mode 0600 (the flows name
@@ -136,7 +208,54 @@ func flowsHandler(current func() (*gateway.Pipeline, int64)) http.Handler {
 		})
 		bw.Flush()
 	})
+	mux.HandleFunc("GET /drops", func(w http.ResponseWriter, r *http.Request) {
+		rate := defaultDropRate
+		if s := r.URL.Query().Get("rate"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > maxDropRate {
+				http.Error(w, fmt.Sprintf("rate %q: give a whole number of samples a second, 1 to %d", s, maxDropRate), http.StatusBadRequest)
+				return
+			}
+			rate = n
+		}
+		pipe, _ := current()
+		if pipe == nil {
+			http.Error(w, "the data plane is not running yet (waiting for a usable configuration)", http.StatusServiceUnavailable)
+			return
+		}
+		streamDrops(w, r, pipe.SubscribeDrops(rate, dropBuffer))
+	})
 	return mux
+}
+
+// streamDrops writes sub's samples to w, one dropEntry per line, until
+// the client goes away. The header goes out at once, so the client knows
+// it is subscribed before the first drop.
+func streamDrops(w http.ResponseWriter, r *http.Request, sub *gateway.DropSubscription) {
+	defer sub.Close()
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	if fl != nil {
+		fl.Flush()
+	}
+	enc := json.NewEncoder(w)
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case s, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			if err := enc.Encode(newDropEntry(&s, sub.Lost())); err != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+	}
 }
 
 // runFlows is `egret flows`: it asks the gateway on this node for its flows
@@ -145,9 +264,34 @@ func runFlows(args []string) error {
 	fs := newFlagSet("flows")
 	socket := fs.String("socket", DefaultFlowsSocket, "the gateway's --flows-socket")
 	ip := fs.String("egress-ip", "", "only the flows of this egress IP")
-	asJSON := fs.Bool("json", false, "one JSON object per flow and line instead of a table")
+	asJSON := fs.Bool("json", false, "one JSON object per flow and line instead of a table (-o json)")
+	output := fs.String("o", "table", "output: table or json (one JSON object per line)")
+	drops := fs.Bool("drops", false, "instead of the flows, stream a sample of the packets the gateway drops (reason, headers, pod) until interrupted")
+	rate := fs.String("rate", "", fmt.Sprintf("with --drops: samples a second at most, N or N/s (default %d, at most %d)", defaultDropRate, maxDropRate))
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	switch *output {
+	case "table":
+	case "json":
+		*asJSON = true
+	default:
+		return &usageError{cmd: fs.Name(), err: fmt.Errorf("-o %q: use table or json", *output)}
+	}
+	if *drops {
+		if *ip != "" {
+			return &usageError{cmd: fs.Name(), err: errors.New("--egress-ip lists flows; it does not go with --drops")}
+		}
+		n, err := parseDropRate(*rate)
+		if err != nil {
+			return &usageError{cmd: fs.Name(), err: err}
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return streamDropsFrom(ctx, os.Stdout, *socket, n, *asJSON)
+	}
+	if *rate != "" {
+		return &usageError{cmd: fs.Name(), err: errors.New("--rate paces --drops; give --drops too")}
 	}
 	q := ""
 	if *ip != "" {
@@ -158,6 +302,94 @@ func runFlows(args []string) error {
 		q = "?egressIP=" + url.QueryEscape(a.String())
 	}
 	return listFlows(os.Stdout, *socket, q, *asJSON)
+}
+
+// parseDropRate reads --rate: "N" or "N/s", 1 to maxDropRate; "" is the default.
+func parseDropRate(s string) (int, error) {
+	if s == "" {
+		return defaultDropRate, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(s, "/s"))
+	if err != nil || n < 1 || n > maxDropRate {
+		return 0, fmt.Errorf("--rate %q: give samples a second as N or N/s, 1 to %d", s, maxDropRate)
+	}
+	return n, nil
+}
+
+// streamDropsFrom streams the gateway's drop samples at rate a second to
+// out, as it sends them (JSON lines) or as table rows, until ctx ends or
+// the gateway closes the stream.
+func streamDropsFrom(ctx context.Context, out io.Writer, socket string, rate int, asJSON bool) error {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://gateway/drops?rate="+strconv.Itoa(rate), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("no gateway answers on %s (its --flows-socket; --socket names another): %w", socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("the gateway on %s answers %s: %s", socket, resp.Status, b)
+	}
+	if !asJSON {
+		fmt.Fprintf(out, dropRowFormat, "TIME", "REASON", "PROTO", "SOURCE", "DESTINATION", "POD", "LEN", "DETAIL")
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if asJSON {
+			if _, err := fmt.Fprintf(out, "%s\n", sc.Bytes()); err != nil {
+				return err
+			}
+			continue
+		}
+		var e dropEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return fmt.Errorf("the gateway on %s sent a drop sample that does not parse: %w", socket, err)
+		}
+		writeDropRow(out, &e)
+	}
+	if ctx.Err() != nil {
+		return nil // interrupted: the usual way to stop
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading drop samples from %s: %w", socket, err)
+	}
+	return errors.New("the gateway closed the stream of drop samples (stopped or restarted)")
+}
+
+// dropRowFormat lays out a table row; rows are written as they come, so
+// the columns have fixed widths rather than a tabwriter's.
+const dropRowFormat = "%-12s  %-22s  %-6s  %-23s  %-23s  %-24s  %5s  %s\n"
+
+func writeDropRow(out io.Writer, e *dropEntry) {
+	var detail []string
+	if e.ICMPType != nil {
+		detail = append(detail, fmt.Sprintf("type %d code %d", *e.ICMPType, *e.ICMPCode))
+	}
+	if e.Tunnel != "" {
+		detail = append(detail, fmt.Sprintf("%s from %v vni %d", e.Tunnel, e.VTEP, *e.VNI))
+	}
+	if e.Local {
+		detail = append(detail, "local port")
+	}
+	if e.Lost > 0 {
+		detail = append(detail, fmt.Sprintf("(%d samples lost: reading too slowly)", e.Lost))
+	}
+	fmt.Fprintf(out, dropRowFormat, e.Time.Local().Format("15:04:05.000"), e.Reason, orDash(e.Proto), orDash(e.Src), orDash(e.Dst),
+		orDash(e.Pod), strconv.Itoa(e.Len), strings.Join(detail, ", "))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // getFlows asks the gateway on socket for its flows (query: "" or

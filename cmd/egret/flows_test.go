@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/route"
+	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -126,4 +130,85 @@ func flowTable(t *testing.T) (*gateway.Pipeline, func() int64) {
 		}
 	}
 	return p, now
+}
+
+// lockedBuffer is a bytes.Buffer the stream writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestFlowsDropsStream streams a real pipeline's drop samples over the
+// flows socket as `egret flows --drops` does, as JSON and as a table, two
+// clients at once; an interrupt ends the stream without an error; --rate
+// and the socket's rate are checked.
+func TestFlowsDropsStream(t *testing.T) {
+	p, now := flowTable(t)
+	sock := filepath.Join(t.TempDir(), "flows.sock")
+	stop, err := serveFlows(sock, flowsHandler(func() (*gateway.Pipeline, int64) { return p, now() }), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var js, table lockedBuffer
+	errs := make(chan error, 2)
+	go func() { errs <- streamDropsFrom(ctx, &js, sock, 1000, true) }()
+	go func() { errs <- streamDropsFrom(ctx, &table, sock, 1000, false) }()
+	w := p.NewProcessor(1)
+	runt := make([]byte, 10) // shorter than an Ethernet header: malformed
+	res := make([]gateway.Result, 1)
+	// Until both clients are subscribed, a drop reaches only one or none.
+	if !nstest.Poll(10*time.Second, 20*time.Millisecond, func() bool {
+		w.Process(now(), [][]byte{runt}, [][]byte{make([]byte, 64)}, res)
+		return strings.Contains(js.String(), "\n") && strings.Contains(table.String(), "malformed")
+	}) {
+		t.Fatalf("no sample streamed: json %q, table %q", js.String(), table.String())
+	}
+	if res[0].Verdict != gateway.VerdictDrop || res[0].Reason != gateway.DropMalformed {
+		t.Fatalf("the runt frame was %v %v", res[0].Verdict, res[0].Reason)
+	}
+	cancel()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("interrupted stream: %v, want nil", err)
+		}
+	}
+	var e dropEntry
+	if err := json.Unmarshal([]byte(strings.SplitN(js.String(), "\n", 2)[0]), &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.Reason != "malformed" || e.Len != 10 || e.Proto != "" || e.Pod != "" || time.Since(e.Time) > time.Minute {
+		t.Errorf("sample %+v, want reason malformed, len 10, nothing decoded", e)
+	}
+	lines := strings.Split(table.String(), "\n")
+	if !strings.HasPrefix(lines[0], "TIME") || !strings.Contains(lines[1], "malformed") || !strings.Contains(lines[1], " 10 ") {
+		t.Errorf("table:\n%s", table.String())
+	}
+
+	for _, c := range []struct {
+		in   string
+		want int
+	}{{"", defaultDropRate}, {"5", 5}, {"5/s", 5}, {"1000/s", 1000}, {"0", 0}, {"1001", 0}, {"5/m", 0}, {"x", 0}} {
+		n, err := parseDropRate(c.in)
+		if n != c.want || (err != nil) != (c.want == 0) {
+			t.Errorf("--rate %q: %d, %v; want %d", c.in, n, err, c.want)
+		}
+	}
+	if err := streamDropsFrom(context.Background(), io.Discard, sock, 0, true); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("rate 0 on the socket: %v, want 400", err)
+	}
 }

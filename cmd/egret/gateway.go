@@ -536,6 +536,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 	dp := &agentDataPlane{f: f, gm: gm, log: log, syncKey: syncKey, final: in.final, admission: adm}
 	var src cluster.Source
 	src, dp.admit = syncAdmission(in.src, f.node)
+	dp.denied = &gwagent.DeniedEvents{Node: f.node, Record: src.Event, Log: log}
 	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *cf.base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs, Admission: adm}, StartDataPlane: dp.start,
 		ReleaseStale: engine.ReleaseStaleClaims, OnStandbys: dp.setStandbys}
@@ -566,6 +567,9 @@ func runGatewayAgent(f *gatewayFlags) error {
 	log.Info("gateway agent: starting", "node", f.node, "source", f.source, "kubeconfig", f.kubeconfig,
 		"health", f.healthAddr, "fence_after", f.fenceAfter)
 	err = a.Run(ctx)
+	if dp.stopDenied != nil {
+		dp.stopDenied()
+	}
 	if dp.eng != nil {
 		logFinal(log, dp.eng.Stats())
 	}
@@ -651,6 +655,10 @@ type agentDataPlane struct {
 	admission *gwagent.Admission
 	eng       *engine.Engine // set once running
 	sync      *flowsync.Sync // set once running with a key
+	// denied tells pods about connections the deny-list refused;
+	// stopDenied ends it (set once running).
+	denied     *gwagent.DeniedEvents
+	stopDenied func()
 }
 
 func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
@@ -667,6 +675,7 @@ func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
 	}
 	log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 	d.eng = e
+	d.stopDenied = d.denied.Follow(context.Background(), e.Pipeline())
 	if d.syncKey != nil {
 		if d.sync, err = startFlowSync(f, d.syncKey, d.admit, e, d.gm, log); err != nil {
 			e.Close()
@@ -926,6 +935,12 @@ func (gm *gatewayMetrics) attach(eng *engine.Engine) {
 	gm.cur.Store(eng)
 	if err := gm.reg.Register(metrics.NewGatewayCollector(engineSource(eng))); err != nil {
 		gm.log.Warn("gateway: data-plane metrics not registered", "err", err)
+	}
+	lost := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egret_gateway_drop_samples_lost_total",
+		Help: "Samples of dropped packets not delivered because their reader (egret flows --drops, the agent's EgressDestinationDenied Events) was behind; the drops themselves are counted in egret_gateway_dropped_packets_total."},
+		func() float64 { return float64(eng.Pipeline().DropSamplesLost()) })
+	if err := gm.reg.Register(lost); err != nil {
+		gm.log.Warn("gateway: drop sample metric not registered", "err", err)
 	}
 }
 

@@ -85,6 +85,16 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	}
 
 	part := pl.Gateway(node, gwVTEPs)
+	// The pods' names, for drop samples and Events: the plan's pods by
+	// the addresses they leave with.
+	pods := make(map[netip.Addr]*plan.Pod)
+	for i := range pl.Pods {
+		if p := &pl.Pods[i]; p.Owner != "" {
+			for _, ip := range p.IPs {
+				pods[ip] = p
+			}
+		}
+	}
 	r.Problems = append(r.Problems, part.Problems...)
 	for _, p := range part.Policies {
 		c.Policies = append(c.Policies, config.Policy{Name: p.Name, EgressIPs: p.Hosted})
@@ -103,14 +113,14 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		}
 		n := config.Node{Name: w.Name, VTEP: w.VTEP, InnerMAC: mac}
 		for _, p := range w.Pods {
-			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
+			n.Pods = append(n.Pods, podOf(p, pods))
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	if lv := config.LocalVTEP(gwVTEPs); c.LocalPort && lv.IsValid() {
 		n := config.Node{Name: node, VTEP: lv, InnerMAC: config.LocalKernelMAC, Local: true}
 		for _, p := range part.Local {
-			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
+			n.Pods = append(n.Pods, podOf(p, pods))
 		}
 		c.Nodes = append(c.Nodes, n)
 	} else if len(part.Local) > 0 {
@@ -124,6 +134,16 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	}
 	r.Spec = c
 	return r
+}
+
+// podOf is the engine's pod for address p of the plan, named after the
+// pod pods gives for it.
+func podOf(p plan.PodAddr, pods map[netip.Addr]*plan.Pod) config.Pod {
+	c := config.Pod{Addr: p.Addr, Policy: p.Owner}
+	if pp := pods[p.Addr]; pp != nil {
+		c.Namespace, c.Name, c.UID = pp.Namespace, pp.Name, string(pp.UID)
+	}
+	return c
 }
 
 // Fenced returns s with no egress IP hosted: the data plane keeps its nodes,

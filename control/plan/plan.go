@@ -17,6 +17,7 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Options are the cluster-wide settings the plan depends on.
@@ -80,6 +81,9 @@ type Node struct {
 // Pod is a pod and what it leaves as.
 type Pod struct {
 	Namespace, Name, Node string
+	// UID is the Pod object's: what the gateway names it by in drop
+	// samples and Events.
+	UID types.UID
 	// Owner is the EgressIP object that owns the pod, "" when none selects it.
 	Owner string
 	// IPs are the addresses that leave as the owner's egress IPs (all the
@@ -256,7 +260,7 @@ func (p *Plan) buildPods(v cluster.View, sel *cluster.Selector, opt Options) {
 		if !ok {
 			continue // arrives with its namespace
 		}
-		out := Pod{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Spec.NodeName}
+		out := Pod{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Spec.NodeName, UID: pod.UID}
 		matches := sel.Match(nl, pod.Labels)
 		if len(matches) > 0 {
 			out.Owner = sel.Object(matches[0]).Name

@@ -53,6 +53,10 @@ type Node struct {
 type Pod struct {
 	Addr   netip.Addr
 	Policy string
+	// Namespace, Name and UID name the pod when the gateway agent built
+	// the configuration (a config file does not): drop samples and the
+	// agent's Events report them. The data path never reads them.
+	Namespace, Name, UID string
 }
 
 // Policy is an egress policy with the egress IPs of it hosted here.
@@ -386,7 +390,7 @@ func (s Spec) Settle() (*Settled, error) {
 			if p.Policy != "" && !policies[p.Policy] {
 				return nil, fieldErr(ff+".policy", "%q is not in policies", p.Policy)
 			}
-			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy})
+			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy, Namespace: p.Namespace, Name: p.Name, UID: p.UID})
 		}
 		sp.Nodes = append(sp.Nodes, gn)
 	}

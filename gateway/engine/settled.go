@@ -20,7 +20,7 @@ func gatewayConfig(set *config.Settled) gateway.Config {
 	for i, n := range set.Nodes {
 		nodes[i] = gateway.Node{Name: n.Name, VTEP: n.VTEP, InnerMAC: n.InnerMAC, Local: n.Local, Pods: make([]gateway.Pod, len(n.Pods))}
 		for j, p := range n.Pods {
-			nodes[i].Pods[j] = gateway.Pod{Addr: p.Addr, Policy: p.Policy}
+			nodes[i].Pods[j] = gateway.Pod{Addr: p.Addr, Policy: p.Policy, Ref: gateway.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID}}
 		}
 	}
 	policies := make([]gateway.Policy, len(set.Policies))
