@@ -362,6 +362,7 @@ func TestHelmArgsValidate(t *testing.T) {
 		{"cloud-aws", "ipv4", append([]string{"--set", "cloud.provider=aws"}, cloudValues...), all},
 		{"cloud-gcp", "ipv4", append([]string{"--set", "cloud.provider=gcp"}, cloudValues...), all},
 		{"cloud-azure", "ipv6", append([]string{"--set", "cloud.provider=azure"}, cloudValues...), all},
+		{"cloud-openstack", "ipv4", []string{"--set", "cloud.provider=openstack", "--set", "cloud.openstack.cloudsSecret=os-creds"}, all},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := helmTemplate(t, hb, tc.args...)
@@ -659,6 +660,76 @@ func TestHelmCloud(t *testing.T) {
 	}
 }
 
+// TestHelmCloudOpenStack: on OpenStack the controller gets the provider,
+// its clouds.yaml from the Secret, and the right to patch Nodes narrowed by
+// its own admission policy to the egress-ipconfig; the gateway agents get
+// no --cloud-provider (they would refuse it). Off, none of it renders.
+func TestHelmCloudOpenStack(t *testing.T) {
+	hb := helmBin(t)
+	objs := map[string]obj{}
+	for _, m := range helmTemplate(t, hb, "--set", "cloud.provider=openstack", "--set", "cloud.openstack.cloudsSecret=os-creds", "--set", "cloud.openstack.cloud=prod") {
+		objs[m.o.kind()+"/"+m.o.name()] = m.o
+	}
+	argsOf := func(key string) []string {
+		var out []string
+		for _, a := range get(objs[key], "spec", "template", "spec", "containers", 0, "args").([]any) {
+			out = append(out, a.(string))
+		}
+		return out
+	}
+	if a := argsOf("Deployment/egret-controller"); !slices.Contains(a, "--cloud-provider=openstack") {
+		t.Errorf("controller args %q lack --cloud-provider=openstack", a)
+	}
+	for _, a := range argsOf("DaemonSet/egret-gateway") {
+		if strings.HasPrefix(a, "--cloud-provider") {
+			t.Errorf("gateway gets %s; on OpenStack the controller publishes the egress-ipconfig", a)
+		}
+	}
+	ctl := get(objs["Deployment/egret-controller"], "spec", "template", "spec").(map[string]any)
+	env := map[string]string{}
+	for _, e := range get(ctl, "containers", 0, "env").([]any) {
+		if v, ok := get(e, "value").(string); ok {
+			env[get(e, "name").(string)] = v
+		}
+	}
+	if env["OS_CLIENT_CONFIG_FILE"] != "/etc/openstack/clouds.yaml" || env["OS_CLOUD"] != "prod" {
+		t.Errorf("controller env %v; want OS_CLIENT_CONFIG_FILE=/etc/openstack/clouds.yaml and OS_CLOUD=prod", env)
+	}
+	if v := str(ctl, "volumes", 0, "secret", "secretName"); v != "os-creds" {
+		t.Errorf("controller's first volume's Secret %q; want os-creds", v)
+	}
+	if m := str(ctl, "containers", 0, "volumeMounts", 0, "mountPath"); m != "/etc/openstack" {
+		t.Errorf("controller mounts %q; want /etc/openstack", m)
+	}
+	patch := false
+	for _, r := range get(objs["ClusterRole/egret-controller"], "rules").([]any) {
+		res, _ := get(r, "resources").([]any)
+		verbs, _ := get(r, "verbs").([]any)
+		patch = patch || (slices.Contains(res, any("nodes")) && slices.Contains(verbs, any("patch")))
+	}
+	if !patch {
+		t.Error("ClusterRole egret-controller cannot patch nodes on OpenStack")
+	}
+	if e := str(objs["ValidatingAdmissionPolicy/egret-controller-node-facts"], "spec", "matchConditions", 0, "expression"); !strings.Contains(e, "system:serviceaccount:egret-system:egret-controller") {
+		t.Errorf("ValidatingAdmissionPolicy egret-controller-node-facts matches %q", e)
+	}
+	if _, ok := objs["ValidatingAdmissionPolicyBinding/egret-controller-node-facts"]; !ok {
+		t.Error("no ValidatingAdmissionPolicyBinding egret-controller-node-facts")
+	}
+	for _, m := range helmTemplate(t, hb, "--set", "cloud.provider=aws") {
+		if strings.Contains(m.o.name(), "controller-node-facts") {
+			t.Errorf("cloud.provider=aws renders %s", objKey(m.o))
+		}
+		if m.o.kind() == "ClusterRole" && m.o.name() == "egret-controller" {
+			for _, r := range get(m.o, "rules").([]any) {
+				if verbs, _ := get(r, "verbs").([]any); slices.Contains(verbs, any("patch")) && slices.Contains(get(r, "resources").([]any), any("nodes")) {
+					t.Errorf("cloud.provider=aws: the controller may patch nodes (%v)", r)
+				}
+			}
+		}
+	}
+}
+
 // TestHelmRefusesBadValues: values without the interfaces or networks Egret
 // cannot run without, misspelt keys and out-of-range values fail at render
 // time, naming the value.
@@ -683,7 +754,9 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		// One side with TLS and the other without would move every egress IP.
 		{"healthTLS.gatewaySecret=gw-probe-tls", "healthTLS"},
 		{"healthTLS.controllerSecret=ctl-probe-tls", "healthTLS"},
-		{"cloud.provider=openstack", "provider"},
+		{"cloud.provider=vsphere", "provider"},
+		// The controller has no credentials without it.
+		{"cloud.provider=openstack", "cloudsSecret"},
 		// The gateway agent refuses --cloud-provider without it.
 		{"cloud.provider=gcp,gateway.publishInterfaces=false", "publishInterfaces"},
 		{"gateway.priorityClassName=Node Critical", "priorityClassName"},

@@ -142,7 +142,7 @@ func (f *gatewayFlags) bindAgent() {
 	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
 	fs.BoolVar(&f.publishIfaces, "publish-interfaces", true, "agent mode with the Kubernetes API: write the served interfaces' subnets on this Node (egret.io/node-primary-ifaddr, egret.io/host-cidrs) unless OVN-Kubernetes publishes its own; needs the right to patch nodes")
 	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
-	fs.StringVar(&f.cloud.Provider, "cloud-provider", "", `agent mode with the Kubernetes API and --publish-interfaces: this node is an instance of this cloud ("aws", "gcp", "azure"); also write its cloud.network.openshift.io/egress-ipconfig (interface, subnets, capacity) unless another component owns it (docs/cloud.md)`)
+	fs.StringVar(&f.cloud.Provider, "cloud-provider", "", `agent mode with the Kubernetes API and --publish-interfaces: this node is an instance of this cloud ("aws", "gcp", "azure"; on OpenStack the controller does it); also write its cloud.network.openshift.io/egress-ipconfig (interface, subnets, capacity) unless another component owns it (docs/cloud.md)`)
 	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
 	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
@@ -159,6 +159,9 @@ func (f *gatewayFlags) bindAgent() {
 func (f *gatewayFlags) check() error {
 	if err := f.cloud.Validate(); err != nil {
 		return fmt.Errorf("--cloud-provider: %w", err)
+	}
+	if f.cloud.Provider == cloud.ProviderOpenStack {
+		return errors.New("--cloud-provider=openstack: on OpenStack the controller publishes the nodes' egress-ipconfig (it holds the credentials); run the gateway agents without --cloud-provider (docs/cloud.md)")
 	}
 	if f.cloud.Provider != "" && (!f.agent() || strings.HasPrefix(f.source, "dir:") || !f.publishIfaces) {
 		return errors.New("--cloud-provider publishes the node's egress-ipconfig: it needs agent mode with the Kubernetes API and --publish-interfaces")

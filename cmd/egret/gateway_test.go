@@ -171,3 +171,16 @@ func TestAdmissionFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayCloudOpenStack: on OpenStack the controller publishes the
+// nodes' egress-ipconfig, so a gateway agent given the provider refuses it
+// with the reason, rather than failing later without credentials.
+func TestGatewayCloudOpenStack(t *testing.T) {
+	_, err := parseGatewayFlags([]string{"--source=kube", "--node=g1", "--health-addr=10.0.0.21:9107", "--cloud-provider=openstack"})
+	if err == nil || !strings.Contains(err.Error(), "controller publishes") {
+		t.Fatalf("--cloud-provider=openstack on the gateway: %v; want a refusal naming the controller", err)
+	}
+	if _, err := parseGatewayFlags([]string{"--source=kube", "--node=g1", "--health-addr=10.0.0.21:9107", "--cloud-provider=gcp"}); err != nil {
+		t.Fatalf("--cloud-provider=gcp on the gateway: %v", err)
+	}
+}

@@ -158,13 +158,13 @@ func TestAWSRefusals(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	for _, c := range []Config{{}, {Provider: "aws"}, {Provider: "gcp"}, {Provider: "azure"}} {
+	for _, c := range []Config{{}, {Provider: "aws"}, {Provider: "gcp"}, {Provider: "azure"}, {Provider: "openstack"}} {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
-	if err := (Config{Provider: "openstack"}).Validate(); err == nil {
-		t.Error("provider openstack accepted")
+	if err := (Config{Provider: "vsphere"}).Validate(); err == nil {
+		t.Error("provider vsphere accepted")
 	}
 	p, err := New(context.Background(), Config{})
 	if p != nil || err != nil {

@@ -7,10 +7,13 @@
 //
 // One small Provider interface, one implementation per cloud, each on the
 // cloud's official SDK: AWS (secondary addresses of the ENI), GCP (alias IP
-// ranges of the instance's NIC), Azure (IP configurations of the NIC). Off
-// by default; Config chooses a provider.
+// ranges of the instance's NIC), Azure (IP configurations of the NIC),
+// OpenStack (a Neutron reservation port and the node port's allowed
+// address pairs, on gophercloud). Off by default; Config chooses a
+// provider.
 // Credentials come only from the provider's standard chain (instance role,
-// web identity, environment), never from Egret's configuration.
+// web identity, environment; OpenStack: clouds.yaml or OS_* variables),
+// never from Egret's configuration.
 package cloud
 
 import (
@@ -28,22 +31,26 @@ const (
 	ProviderAWS   = "aws"
 	ProviderGCP   = "gcp"
 	ProviderAzure = "azure"
+	// ProviderOpenStack attaches through Neutron (reservation ports and
+	// allowed address pairs); the controller also publishes the nodes'
+	// egress-ipconfig (NodeConfigs).
+	ProviderOpenStack = "openstack"
 )
 
 // Config chooses the cloud provider; the zero value is off.
 type Config struct {
 	// Provider is "" (no cloud: egress IPs need no attachment, the default),
-	// "aws", "gcp" or "azure".
+	// "aws", "gcp", "azure" or "openstack".
 	Provider string `json:"provider,omitempty"`
 }
 
 // Validate reports an unknown provider.
 func (c Config) Validate() error {
 	switch c.Provider {
-	case ProviderNone, ProviderAWS, ProviderGCP, ProviderAzure:
+	case ProviderNone, ProviderAWS, ProviderGCP, ProviderAzure, ProviderOpenStack:
 		return nil
 	}
-	return fmt.Errorf("cloud provider %q is not supported; use %q, %q or %q, or leave it empty (no cloud attachment)", c.Provider, ProviderAWS, ProviderGCP, ProviderAzure)
+	return fmt.Errorf("cloud provider %q is not supported; use %q, %q, %q or %q, or leave it empty (no cloud attachment)", c.Provider, ProviderAWS, ProviderGCP, ProviderAzure, ProviderOpenStack)
 }
 
 // New builds the configured provider; nil (and no error) when it is off.
@@ -60,18 +67,33 @@ func New(ctx context.Context, c Config) (Provider, error) {
 		return NewGCP(ctx)
 	case ProviderAzure:
 		return NewAzure(ctx, nil)
+	case ProviderOpenStack:
+		return NewOpenStack(ctx)
 	}
 	return nil, nil
+}
+
+// NodeConfigs is implemented by the clouds whose nodes' egress-ipconfig
+// the controller publishes, rather than each gateway agent (OpenStack: a
+// node has no identity of its own to call the API with).
+type NodeConfigs interface {
+	// NodeConfig reads the egress-ipconfig of the node whose
+	// spec.providerID is instance and whose InternalIPs are internal;
+	// addresses for which egress is true (egress IPs, which the
+	// controller counts itself) do not reduce the capacity.
+	NodeConfig(ctx context.Context, instance string, internal []netip.Addr, egress func(netip.Addr) bool) (cluster.CloudConfig, error)
 }
 
 // NIC names a node's cloud network interface.
 type NIC struct {
 	// ID is the interface of the node's egress-ipconfig annotation: the
 	// ENI ID on AWS, the NIC's resource ID on Azure, the NIC's name
-	// within its instance on GCP (nic0).
+	// within its instance on GCP (nic0), the Neutron port's UUID on
+	// OpenStack.
 	ID string
 	// Instance is the node's spec.providerID (gce://project/zone/name on
-	// GCP, which needs it: a GCP NIC name is unique only in its instance).
+	// GCP, which needs it: a GCP NIC name is unique only in its instance;
+	// openstack:///UUID on OpenStack, where the port must be the server's).
 	Instance string
 }
 

@@ -31,6 +31,13 @@ const (
 	ReasonCloudDetachFailed = "CloudDetachFailed"
 )
 
+// nodeAnnotator is a source that can patch Node annotations
+// (cluster.Kube): with it the controller publishes the egress-ipconfig of
+// the clouds that implement cloud.NodeConfigs.
+type nodeAnnotator interface {
+	AnnotateNode(ctx context.Context, node string, set map[string]*string) error
+}
+
 // cloudTarget is where the last assignment placed an egress IP.
 type cloudTarget struct {
 	node   string
@@ -45,6 +52,10 @@ type cloudAttach struct {
 	p     cloud.Provider
 	store cluster.CloudIPs
 	queue workqueue.TypedRateLimitingInterface[netip.Addr]
+
+	// nodesChanged wakes publishNodes (capacity 1: one wake-up covers
+	// any number of changes).
+	nodesChanged chan struct{}
 
 	mu     sync.Mutex
 	state  map[netip.Addr]cluster.CloudIP // as stored
@@ -61,8 +72,9 @@ func (c *Controller) SetCloud(p cloud.Provider, store cluster.CloudIPs) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[netip.Addr](),
 			workqueue.TypedRateLimitingQueueConfig[netip.Addr]{Name: "cloudip"}),
-		state:  map[netip.Addr]cluster.CloudIP{},
-		target: map[netip.Addr]cloudTarget{},
+		state:        map[netip.Addr]cluster.CloudIP{},
+		target:       map[netip.Addr]cloudTarget{},
+		nodesChanged: make(chan struct{}, 1),
 	}
 }
 
@@ -87,6 +99,13 @@ func (c *Controller) startCloud(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	context.AfterFunc(ctx, a.queue.ShutDown)
+	if nc, ok := a.p.(cloud.NodeConfigs); ok {
+		if an, ok := c.src.(nodeAnnotator); ok {
+			go c.publishNodes(ctx, nc, an.AnnotateNode)
+		} else {
+			c.log.Warn("this cloud's node egress-ipconfig is published by the controller only with the Kubernetes source; write it into the node files", "annotation", cluster.AnnotationEgressIPConfig)
+		}
+	}
 	go func() {
 		for c.processCloud(ctx) {
 		}

@@ -51,7 +51,7 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{"probeInterval: soon\n", `invalid duration "soon"`},
 		{"kubeAPIQPS: -1\n", "kubeAPIQPS"},
 		{"[not a map", "controller configuration"},
-		{"cloud: {provider: openstack}\n", `cloud provider "openstack" is not supported`},
+		{"cloud: {provider: vsphere}\n", `cloud provider "vsphere" is not supported`},
 		{"cloud: {provider: aws, region: x}\n", "unknown field"},
 	} {
 		_, err := LoadConfig(writeFile(t, tc.body))
@@ -116,13 +116,13 @@ func TestCloudSetting(t *testing.T) {
 	}
 	fs = flag.NewFlagSet("t", flag.ContinueOnError)
 	f = BindFlags(fs)
-	if err := fs.Parse([]string{"--cloud-provider", "openstack"}); err != nil {
+	if err := fs.Parse([]string{"--cloud-provider", "vsphere"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Config(); err == nil || !strings.Contains(err.Error(), "openstack") {
-		t.Errorf("--cloud-provider openstack: %v", err)
+	if _, err := f.Config(); err == nil || !strings.Contains(err.Error(), "vsphere") {
+		t.Errorf("--cloud-provider vsphere: %v", err)
 	}
-	for _, p := range []string{"aws", "gcp", "azure"} {
+	for _, p := range []string{"aws", "gcp", "azure", "openstack"} {
 		fs = flag.NewFlagSet("t", flag.ContinueOnError)
 		f = BindFlags(fs)
 		if err := fs.Parse([]string{"--cloud-provider", p}); err != nil {

@@ -298,6 +298,12 @@ func (c *Controller) changed(k cluster.Kind) {
 	case cluster.KindEgressIP, cluster.KindNode:
 		c.queue.Add(assignKey)
 	}
+	if k == cluster.KindNode && c.cloud != nil {
+		select {
+		case c.cloud.nodesChanged <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // processNext runs one work item; the queue owns the retries: an item that

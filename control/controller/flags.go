@@ -68,7 +68,7 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "leader election lease duration")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", 10*time.Second, "leader election renew deadline")
 	fs.DurationVar(&f.retryPeriod, "retry-period", 2*time.Second, "leader election retry period")
-	fs.StringVar(&f.cloud, "cloud-provider", "", `attach egress IPs to the nodes' cloud interfaces through this cloud's API: "aws", "gcp", "azure", or "" (off); see docs/cloud.md`)
+	fs.StringVar(&f.cloud, "cloud-provider", "", `attach egress IPs to the nodes' cloud interfaces through this cloud's API: "aws", "gcp", "azure", "openstack", or "" (off); see docs/cloud.md`)
 	return f
 }
 
