@@ -245,6 +245,16 @@ func TestCluster(t *testing.T) {
 	e.checkAdmission(nss[3])
 	// An EgressIP of the gateways' second network leaves by their eth1.
 	e.checkSecondNIC()
+	// egret check: every selected namespace's probe leaves as the status
+	// says, and a deliberately unsteered path is caught.
+	e.checkCheck(nss)
+	// A selected pod's connections to a denied destination get it one
+	// EgressDestinationDenied Event.
+	if plan.family == "ipv4" {
+		e.checkDeniedEvent(nss[4], "169.254.169.254", "169.254.1.1")
+	} else {
+		e.checkDeniedEvent(nss[4], "fd00:ec2::254", "fd00:ec2::1")
+	}
 
 	// 5. the node hosting the single-IP object dies; the IP serves from the
 	// other gateway, its standby, and two connections go on with their
