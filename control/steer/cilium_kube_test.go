@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -38,6 +40,11 @@ func TestAgentRefusesCiliumHostRouting(t *testing.T) {
 		return exec.Command("ip", "-n", l.node, "link", "show", testConfig().Device).Run() == nil
 	}
 	ctx := context.Background()
+	// The apiserver makes kube-system itself, maybe after /readyz.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CiliumConfigNamespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	cm, err := cs.CoreV1().ConfigMaps(CiliumConfigNamespace).Create(ctx, ciliumConfig(map[string]string{
 		// Cilium 1.16+'s Helm chart with kubeProxyReplacement=true, bpf.masquerade=true.
 		"kube-proxy-replacement": "true", "enable-bpf-masquerade": "true", "enable-ipv4-masquerade": "true",
