@@ -376,6 +376,18 @@ func TestApply(t *testing.T) {
 			t.Errorf("%s can %s %s: %v, want %v", g.sa, g.verb, g.res, got, g.want)
 		}
 	}
+	// In kube-system, the steer agent reads Cilium's ConfigMap, and only it.
+	for res, want := range map[string]bool{"configmaps/cilium-config": true, "configmaps/kube-proxy": false, "configmaps": false} {
+		verb := "get"
+		if res == "configmaps" {
+			verb = "list"
+		}
+		out, _ := exec.Command(kc, "--kubeconfig", env.Kubeconfig, "auth", "can-i", verb, res,
+			"--as=system:serviceaccount:egret-system:egret-steer", "-n", "kube-system").Output()
+		if got := strings.TrimSpace(string(out)) == "yes"; got != want {
+			t.Errorf("egret-steer can %s %s in kube-system: %v, want %v", verb, res, got, want)
+		}
+	}
 	// Applying again changes no workload's spec (its generation stays).
 	gens := func() string {
 		return string(k(nil, "get", "deployment,daemonset", "-n", "egret-system", "-o",

@@ -309,7 +309,7 @@ var otherValues = []string{
 	"--set", "gateway.conntrackMax=2097152,gateway.podFlowLimit=4096,gateway.egressIPFlowLimit=262144",
 	"--set", "gateway.deniedDestinations={192.168.0.0/16},gateway.allowedDestinations={192.168.10.53/32}",
 	"--set", "gateway.health.host=$(POD_IP),gateway.health.port=9207,gateway.publishInterfaces=false",
-	"--set", "trustPodIPs=true,steer.procSysNet=,steer.noEgressIP=node",
+	"--set", "trustPodIPs=true,steer.procSysNet=,steer.noEgressIP=node,steer.allowCiliumHostRouting=true",
 	"--set", "controller.egressNodeSelector=node-restriction.kubernetes.io/egress-gateway=true",
 	"--set", "controller.priorityClassName=,gateway.priorityClassName=egret-gateways,priorityQuota.create=true",
 	"--set", "monitoring.namespace=monitoring,monitoring.labels.release=kube-prometheus-stack",
@@ -408,6 +408,8 @@ func TestHelmValues(t *testing.T) {
 			if m.o.ns() != "monitoring" {
 				t.Errorf("%s: namespace %s, want monitoring.namespace's, monitoring", objKey(m.o), m.o.ns())
 			}
+		} else if m.o.ns() == "kube-system" && m.o.name() == "egret-steer-cilium-config" {
+			// Where Cilium keeps its ConfigMap, which steer reads at start.
 		} else if m.o.ns() != "" && m.o.ns() != "egress" {
 			t.Errorf("%s: namespace %s, want the release's, egress", objKey(m.o), m.o.ns())
 		}
@@ -462,6 +464,7 @@ func TestHelmValues(t *testing.T) {
 	eq("steer.yaml logFormat", st["logFormat"], "text")
 	eq("steer.yaml trustPodIPs", st["trustPodIPs"], true)
 	eq("steer.yaml noEgressIP", st["noEgressIP"], "node")
+	eq("steer.yaml allowCiliumHostRouting", st["allowCiliumHostRouting"], true)
 	eq("gateway.yaml conntrackMax", gw["conntrackMax"], 2097152)
 	eq("gateway.yaml podFlowLimit", gw["podFlowLimit"], 4096)
 	eq("gateway.yaml egressIPFlowLimit", gw["egressIPFlowLimit"], 262144)
@@ -751,6 +754,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		{"steer.procSysNet=host/proc/sys/net", "procSysNet"},
 		{"trustPodIPs=yes", "trustPodIPs"},
 		{"steer.noEgressIP=fallback", "noEgressIP"},
+		{"steer.allowCiliumHostRouting=yes", "allowCiliumHostRouting"},
 		// One side with TLS and the other without would move every egress IP.
 		{"healthTLS.gatewaySecret=gw-probe-tls", "healthTLS"},
 		{"healthTLS.controllerSecret=ctl-probe-tls", "healthTLS"},

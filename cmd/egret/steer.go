@@ -15,6 +15,7 @@ import (
 	"github.com/egret-gw/egret/control/steer"
 	"github.com/egret-gw/egret/metrics"
 	"github.com/vishvananda/netns"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -127,10 +128,18 @@ func runSteer(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := &steer.Agent{Node: f.node, Kernel: k, Log: log, Resync: cfg.Resync.Duration}
+	a := &steer.Agent{Node: f.node, Kernel: k, Log: log, Resync: cfg.Resync.Duration, AllowCiliumHostRouting: cfg.AllowCiliumHostRouting}
 	var restCfg *rest.Config // nil with --source dir:
 	if a.Source, restCfg, err = f.openSource(log); err != nil {
 		return err
+	}
+	if restCfg != nil {
+		// For the start's check of Cilium's host routing.
+		cs, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			return fmt.Errorf("building the Kubernetes client: %w", err)
+		}
+		a.ConfigMaps = cs.CoreV1()
 	}
 	if restCfg != nil && f.podName != "" && f.podNamespace != "" && !f.once {
 		defer k.CleanupIfUninstalled(func() (bool, error) {

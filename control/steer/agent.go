@@ -11,6 +11,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
 	"k8s.io/apimachinery/pkg/util/wait"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // DesiredFrom is Desired over the egress plan of the view v.
@@ -33,17 +34,28 @@ type Agent struct {
 	Resync time.Duration
 	// Metrics, if set, records every reconcile.
 	Metrics *Metrics
+	// ConfigMaps, if set, is where the agent reads Cilium's configuration
+	// at start, and refuses eBPF host routing (checkCilium); nil with a
+	// directory source.
+	ConfigMaps typedcorev1.ConfigMapsGetter
+	// AllowCiliumHostRouting starts the agent under Cilium's eBPF host
+	// routing (Config.AllowCiliumHostRouting).
+	AllowCiliumHostRouting bool
 
 	lastFailClosed string
 }
 
-// Run sets up the kernel, starts the source and reconciles until ctx ends.
+// Run checks that the CNI lets the node's kernel steer (checkCilium), sets
+// up the kernel, starts the source and reconciles until ctx ends.
 // It leaves the kernel programmed when it returns: traffic keeps flowing
 // (and stays contained) while the agent restarts.
 func (a *Agent) Run(ctx context.Context) error {
 	log := a.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkCilium(ctx, a.ConfigMaps, a.AllowCiliumHostRouting, log); err != nil {
+		return err
 	}
 	if err := a.Kernel.Setup(); err != nil {
 		return err

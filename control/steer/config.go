@@ -93,6 +93,11 @@ type Config struct {
 	// (leave through the node's normal routing and SNAT). An EgressIP's
 	// annotation egret.io/no-egress-ip overrides it for that object.
 	NoEgressIP string `json:"noEgressIP,omitempty"`
+	// AllowCiliumHostRouting starts the agent even where Cilium's
+	// ConfigMap means eBPF host routing, which the agent otherwise refuses
+	// (CiliumHostRouting). Only if you know pod traffic still traverses the
+	// host's routing (docs/operations.md#supported-cnis).
+	AllowCiliumHostRouting bool `json:"allowCiliumHostRouting,omitempty"`
 	// RulePriority, TableBase and TableCount set the owned ranges.
 	RulePriority int    `json:"rulePriority,omitempty"`
 	TableBase    uint32 `json:"tableBase,omitempty"`

@@ -7,12 +7,15 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 )
 
-// RunOnce sets up the kernel, starts the source and reconciles once
+// RunOnce checks the CNI as Run does, sets up the kernel, starts the source and reconciles once
 // (`egret steer --once`); the kernel stays programmed.
 func (a *Agent) RunOnce(ctx context.Context) error {
 	log := a.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkCilium(ctx, a.ConfigMaps, a.AllowCiliumHostRouting, log); err != nil {
+		return err
 	}
 	if err := a.Kernel.Setup(); err != nil {
 		return err

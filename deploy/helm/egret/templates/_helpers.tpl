@@ -79,6 +79,9 @@ trustPodIPs: true
 {{- if eq .Values.steer.noEgressIP "node" }}
 noEgressIP: node
 {{- end }}
+{{- if .Values.steer.allowCiliumHostRouting }}
+allowCiliumHostRouting: true
+{{- end }}
 {{- end }}
 
 {{/* egret.healthTLS is "true" when the reachability probe runs over mutual
