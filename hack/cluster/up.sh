@@ -432,10 +432,23 @@ KP
 		nsenter --net="/run/netns/$(node_ns "$n")" --mount="$mnt" -- "$TOOLS/kube-proxy" --config="$d/kube-proxy.yaml"
 done
 
+# --- pod CIDRs ------------------------------------------------------------------
+# Each node's /24 goes into its spec.podCIDR, as kube-controller-manager's
+# allocation would put it: Egret's steer agent then blocks a new pod's traffic
+# until it has classified the pod (fail closed by pod CIDR), rather than
+# letting it out as the node meanwhile; flannel's kube subnet manager leases it.
+for n in "${NODES[@]}"; do
+	for _ in $(seq 120); do
+		kubectl_ get node "$n" >/dev/null 2>&1 && break
+		sleep 0.5
+	done
+	if [[ -z $(kubectl_ get node "$n" -o jsonpath='{.spec.podCIDR}') ]]; then
+		kubectl_ patch node "$n" --type merge -p "{\"spec\":{\"podCIDR\":\"$(node_pod_net "$n")\",\"podCIDRs\":[\"$(node_pod_net "$n")\"]}}" >/dev/null
+	fi
+done
+
 # --- flannel --------------------------------------------------------------------
-# Each node's /24 goes into its spec.podCIDR (flannel's kube subnet manager
-# leases it; a cluster would have kube-controller-manager allocate it), then
-# flanneld runs in the node. It writes subnet.env, from which the node's CNI
+# flanneld runs in each node. It writes subnet.env, from which the node's CNI
 # configuration is made as flannel's CNI plugin delegates it: the bridge
 # plugin with flannel's MTU, no masquerade of its own (flanneld's --ip-masq
 # does it), host-local IPAM on the node's subnet.
@@ -445,13 +458,6 @@ if [[ $CLUSTER_CNI == flannel ]]; then
 {"Network": "$POD_NET", "Backend": {"Type": "vxlan"}}
 NC
 	for n in "${NODES[@]}"; do
-		for _ in $(seq 120); do
-			kubectl_ get node "$n" >/dev/null 2>&1 && break
-			sleep 0.5
-		done
-		if [[ -z $(kubectl_ get node "$n" -o jsonpath='{.spec.podCIDR}') ]]; then
-			kubectl_ patch node "$n" --type merge -p "{\"spec\":{\"podCIDR\":\"$(node_pod_net "$n")\",\"podCIDRs\":[\"$(node_pod_net "$n")\"]}}" >/dev/null
-		fi
 		d=$(node_dir "$n")
 		start_daemon "flanneld-$n" "$STATE/logs/flanneld-$n.log" \
 			nsenter --net="/run/netns/$(node_ns "$n")" --mount="$(node_mnt "$n")" -- env NODE_NAME="$n" "$TOOLS/flanneld" \
