@@ -62,7 +62,7 @@ func collect(t *testing.T, c *net.UDPConn, want int) []decoded {
 			for len(set) > 0 {
 				d := decoded{}
 				for _, f := range fs {
-					d[f.id], set = set[:f.len], set[f.len:]
+					d[f.id], set = append([]byte(nil), set[:f.len]...), set[f.len:]
 				}
 				out = append(out, d)
 				seq++

@@ -91,7 +91,7 @@ func ReadEntries(r io.Reader) (es []Entry, bad int, err error) {
 // bindingKey is what identifies one binding on one gateway.
 type bindingKey struct {
 	gateway, proto, podIP, egressIP, dstIP string
-	podPort, egressPort, dstPort         uint16
+	podPort, egressPort, dstPort           uint16
 }
 
 // Bindings turns events into bindings: a create or adopt opens one (a
