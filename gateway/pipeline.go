@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -67,6 +68,8 @@ type Pipeline struct {
 	processors []*Processor
 
 	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths
+
+	natlog *natlog.Log // nil: no NAT log
 }
 
 // ctInUse lets the NAT allocator ask the flow table about reply tuples.
@@ -88,6 +91,22 @@ func NewPipeline(ct *conntrack.Table, natCfg nat.Config) (*Pipeline, error) {
 		return nil, err // nat's error says what is wrong with the NAT configuration
 	}
 	return &Pipeline{ct: ct, alloc: a, intern: make(map[[16]byte]uint32)}, nil
+}
+
+// SetNATLog has the processors made from now on record every binding they
+// create and end in l, each through a ring of its own; call it before
+// NewProcessor. Adoptions are recorded by whoever adopts (gateway/flowsync).
+func (p *Pipeline) SetNATLog(l *natlog.Log) {
+	p.mu.Lock()
+	p.natlog = l
+	p.mu.Unlock()
+}
+
+// NATLog returns the log SetNATLog set, nil if none.
+func (p *Pipeline) NATLog() *natlog.Log {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.natlog
 }
 
 // NAT returns the pipeline's allocator (for port-use metrics).
