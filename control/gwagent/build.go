@@ -17,6 +17,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
 	"github.com/egret-gw/egret/gateway/config"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Result is the built configuration with what was left out and why.
@@ -83,6 +84,11 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		c.InnerMAC = cluster.VTEPMAC(gwVTEPs[0])
 	}
 
+	who := podsByAddr(in)
+	named := func(a netip.Addr, owner string) config.Pod {
+		p := who[a]
+		return config.Pod{Addr: a, Policy: owner, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+	}
 	part := pl.Gateway(node, gwVTEPs)
 	r.Problems = append(r.Problems, part.Problems...)
 	for _, p := range part.Policies {
@@ -96,14 +102,14 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		}
 		n := config.Node{Name: w.Name, VTEP: w.VTEP, InnerMAC: mac}
 		for _, p := range w.Pods {
-			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
+			n.Pods = append(n.Pods, named(p.Addr, p.Owner))
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	if lv := config.LocalVTEP(gwVTEPs); c.LocalPort && lv.IsValid() {
 		n := config.Node{Name: node, VTEP: lv, InnerMAC: config.LocalKernelMAC, Local: true}
 		for _, p := range part.Local {
-			n.Pods = append(n.Pods, config.Pod{Addr: p.Addr, Policy: p.Owner})
+			n.Pods = append(n.Pods, named(p.Addr, p.Owner))
 		}
 		c.Nodes = append(c.Nodes, n)
 	} else if len(part.Local) > 0 {
@@ -128,4 +134,21 @@ func Fenced(s config.Spec) config.Spec {
 		out.Policies[i] = config.Policy{Name: p.Name}
 	}
 	return out
+}
+
+// podsByAddr maps the addresses of in's pods to the pods, for the names the
+// NAT log writes: the plan has the addresses, not the objects' UIDs.
+func podsByAddr(in cluster.View) map[netip.Addr]metav1.ObjectMeta {
+	m := make(map[netip.Addr]metav1.ObjectMeta, len(in.Pods))
+	for _, p := range in.Pods {
+		if p == nil || p.Spec.HostNetwork {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				m[a.Unmap()] = metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+			}
+		}
+	}
+	return m
 }

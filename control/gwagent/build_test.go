@@ -125,8 +125,8 @@ func TestBuild(t *testing.T) {
 	wantNodes := []config.Node{
 		{Name: "g2", VTEP: addr("10.0.0.22"), InnerMAC: macOf("10.0.0.22"), Pods: nil},
 		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []config.Pod{
-			{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("10.244.1.6"), Policy: "red"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}},
-		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: [6]byte{2, 0x65, 0x67, 0, 0, 0x12}, Pods: []config.Pod{{Addr: addr("10.244.2.5"), Policy: "blue"}}},
+			{Addr: addr("10.244.1.5"), Policy: "blue", Namespace: "prod", Name: "web-1"}, {Addr: addr("10.244.1.6"), Policy: "red", Namespace: "dev", Name: "web-2"}, {Addr: addr("fd00:10::5"), Policy: "blue", Namespace: "prod", Name: "web-1"}}},
+		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: [6]byte{2, 0x65, 0x67, 0, 0, 0x12}, Pods: []config.Pod{{Addr: addr("10.244.2.5"), Policy: "blue", Namespace: "prod", Name: "db-1"}}},
 	}
 	if fmt.Sprint(c.Nodes) != fmt.Sprint(wantNodes) {
 		t.Errorf("nodes\n got %v\nwant %v", c.Nodes, wantNodes)
@@ -400,8 +400,8 @@ func TestBuildNodeTrust(t *testing.T) {
 	r := build(base(), in)
 	wantNodes := []config.Node{
 		{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: macOf("10.0.0.11"), Pods: []config.Pod{
-			{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}},
-		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: macOf("10.0.0.12"), Pods: []config.Pod{{Addr: addr("10.244.2.6"), Policy: "blue"}}},
+			{Addr: addr("10.244.1.5"), Policy: "blue", Namespace: "prod", Name: "in"}, {Addr: addr("fd00:10::5"), Policy: "blue", Namespace: "prod", Name: "in"}}},
+		{Name: "w2", VTEP: addr("10.0.0.12"), InnerMAC: macOf("10.0.0.12"), Pods: []config.Pod{{Addr: addr("10.244.2.6"), Policy: "blue", Namespace: "prod", Name: "w2pod"}}},
 	}
 	if fmt.Sprint(r.Spec.Nodes) != fmt.Sprint(wantNodes) {
 		t.Errorf("nodes\n got %v\nwant %v", r.Spec.Nodes, wantNodes)
@@ -418,7 +418,7 @@ func TestBuildNodeTrust(t *testing.T) {
 
 	// The admin's opt-out (--trust-pod-ips): the address is taken as the API gives it.
 	r = Build(base(), in.Node, in.view(), Options{TrustPodIPs: true})
-	wantNodes[0].Pods = []config.Pod{{Addr: addr("10.244.1.5"), Policy: "blue"}, {Addr: addr("10.244.2.5"), Policy: "blue"}, {Addr: addr("fd00:10::5"), Policy: "blue"}}
+	wantNodes[0].Pods = []config.Pod{{Addr: addr("10.244.1.5"), Policy: "blue", Namespace: "prod", Name: "in"}, {Addr: addr("10.244.2.5"), Policy: "blue", Namespace: "prod", Name: "out"}, {Addr: addr("fd00:10::5"), Policy: "blue", Namespace: "prod", Name: "in"}}
 	if fmt.Sprint(r.Spec.Nodes) != fmt.Sprint(wantNodes) {
 		t.Errorf("with TrustPodIPs, nodes\n got %v\nwant %v", r.Spec.Nodes, wantNodes)
 	}
@@ -439,7 +439,7 @@ func TestBuildLocalPods(t *testing.T) {
 			{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.11"}}}},
 		},
 		Pods: []*corev1.Pod{
-			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "here"}, Spec: corev1.PodSpec{NodeName: "g1"},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "here", UID: "uid-here"}, Spec: corev1.PodSpec{NodeName: "g1"},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.9.5"}}}},
 			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "there"}, Spec: corev1.PodSpec{NodeName: "w1"},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}},
@@ -463,10 +463,10 @@ func TestBuildLocalPods(t *testing.T) {
 		}
 	}
 	if local == nil || local.Name != "g1" || local.VTEP != config.LocalVTEP4 || local.InnerMAC != config.LocalKernelMAC ||
-		len(local.Pods) != 1 || local.Pods[0] != (config.Pod{Addr: netip.MustParseAddr("10.244.9.5"), Policy: "blue"}) {
-		t.Fatalf("local node %+v, want g1 at %v with pod 10.244.9.5 of blue", local, config.LocalVTEP4)
+		len(local.Pods) != 1 || local.Pods[0] != (config.Pod{Addr: netip.MustParseAddr("10.244.9.5"), Policy: "blue", Namespace: "shop", Name: "here", UID: "uid-here"}) {
+		t.Fatalf("local node %+v, want g1 at %v with pod shop/here (uid-here) at 10.244.9.5 of blue", local, config.LocalVTEP4)
 	}
-	if w1 == nil || w1.VTEP != netip.MustParseAddr("10.0.0.11") || len(w1.Pods) != 1 {
+	if w1 == nil || w1.VTEP != netip.MustParseAddr("10.0.0.11") || len(w1.Pods) != 1 || w1.Pods[0].Name != "there" || w1.Pods[0].Namespace != "shop" {
 		t.Fatalf("worker w1 %+v", w1)
 	}
 	if _, err := r.Spec.Settle(); err != nil {

@@ -53,6 +53,10 @@ type Node struct {
 type Pod struct {
 	Addr   netip.Addr
 	Policy string
+	// Namespace, Name and UID say whose address it is, for the NAT log
+	// (gateway/natlog); the gateway agent fills them, a file leaves them
+	// empty.
+	Namespace, Name, UID string
 }
 
 // Policy is an egress policy with the egress IPs of it hosted here.
@@ -375,7 +379,7 @@ func (s Spec) Settle() (*Settled, error) {
 			if p.Policy != "" && !policies[p.Policy] {
 				return nil, fieldErr(ff+".policy", "%q is not in policies", p.Policy)
 			}
-			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy})
+			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy, Namespace: p.Namespace, Name: p.Name, UID: p.UID})
 		}
 		sp.Nodes = append(sp.Nodes, gn)
 	}
