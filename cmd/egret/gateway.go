@@ -127,7 +127,7 @@ func (f *gatewayFlags) bindDataPlane() {
 	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
 	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket on which \"egret flows\" lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
 	fs.StringVar(&f.pinDir, "pin-dir", "", "where the XDP links and counters are pinned, so that the next process takes them over: a bpffs or a directory of one mounted there (default /sys/fs/bpf/egret; deploy/ mounts only the host's /sys/fs/bpf/egret, at /run/egret-bpf)")
-	fs.StringVar(&f.natlog.dir, "natlog-dir", "", "NAT log: write every binding made, adopted and ended as JSON lines in this directory (deploy/ uses the hostPath /var/log/egret/natlog; docs/natlog.md); empty: no files")
+	fs.StringVar(&f.natlog.dir, "natlog-dir", "", "NAT log: write every binding made, adopted and ended as JSON lines in this directory (deploy/ uses the hostPath "+DefaultNATLogDir+"; docs/natlog.md); empty: no files")
 	fs.IntVar(&f.natlog.maxMB, "natlog-max-size", natlog.DefaultMaxBytes>>20, "NAT log: MiB per file before it is rotated")
 	fs.IntVar(&f.natlog.maxFiles, "natlog-max-files", natlog.DefaultMaxFiles, "NAT log: files kept, the current one included; the oldest go first")
 	fs.DurationVar(&f.natlog.maxAge, "natlog-max-age", 0, "NAT log: rotated files older than this are removed (checked at each rotation); 0: by count only")
