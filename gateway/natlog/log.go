@@ -17,7 +17,7 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	DefaultRingSize = 1 << 16
+	DefaultRingSize = 1 << 14
 	DefaultMaxBytes = 100 << 20
 	DefaultMaxFiles = 10
 	DefaultEvery    = 100 * time.Millisecond
