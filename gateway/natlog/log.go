@@ -109,7 +109,7 @@ func New(cfg Config) (*Log, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	l := &Log{cfg: cfg, ctl: NewRing(cfg.RingSize)}
+	l := &Log{cfg: cfg, ctl: newRing(cfg.RingSize)}
 	l.rings = []*Ring{l.ctl}
 	if cfg.Dir != "" {
 		r, err := openRotator(cfg.Dir, cfg.MaxBytes, cfg.MaxFiles, cfg.MaxAge, cfg.Now)
@@ -133,15 +133,12 @@ func New(cfg Config) (*Log, error) {
 
 // NewRing returns a ring for one worker, drained by this log's writer.
 func (l *Log) NewRing() *Ring {
-	r := NewRing(l.cfg.RingSize)
+	r := newRing(l.cfg.RingSize)
 	l.mu.Lock()
 	l.rings = append(l.rings, r)
 	l.mu.Unlock()
 	return r
 }
-
-// Now reads the clock that records' Mono are on.
-func (l *Log) Now() int64 { return l.cfg.Clock() }
 
 // Push records an event of the control path (flow sync, state file), from
 // any goroutine; like a worker's, a full ring drops it and counts it.

@@ -40,7 +40,7 @@ func newClock() *clock {
 }
 
 func TestRingFullDropsAndCounts(t *testing.T) {
-	q := NewRing(4)
+	q := newRing(4)
 	f := flow("10.0.0.5:40000", "192.0.2.101:40123", "198.51.100.7:443", conntrack.ProtoTCP)
 	for i := range 6 {
 		r := Record{Mono: int64(i), Flow: f, Event: EventCreate}
@@ -65,7 +65,7 @@ func TestRingFullDropsAndCounts(t *testing.T) {
 // TestRingConcurrent: one producer, one consumer, every record arrives once
 // and in order (run with -race).
 func TestRingConcurrent(t *testing.T) {
-	q := NewRing(64)
+	q := newRing(64)
 	const n = 100000
 	done := make(chan struct{})
 	go func() {
@@ -188,11 +188,11 @@ func TestAdoptSurvivesOwner(t *testing.T) {
 
 func TestBadLinesCounted(t *testing.T) {
 	in := "{\"event\":\"create\",\"time\":\"2026-12-04T14:02:07Z\",\"protocol\":\"tcp\",\"podIP\":\"10.0.0.5\",\"podPort\":1,\"egressIP\":\"192.0.2.1\",\"egressPort\":2,\"dstIP\":\"x\",\"dstPort\":3,\"gateway\":\"g\"}\n{\"event\":\"cre\n\n{\"event\":\"bogus\"}\n"
-	es, bad, err := ReadEntries(strings.NewReader(in))
+	es, bad, err := readEntries(strings.NewReader(in))
 	if err != nil || len(es) != 1 || bad != 2 {
 		t.Fatalf("%d entries, %d bad, %v", len(es), bad, err)
 	}
-	if b := Bindings(es); len(b) != 1 || b[0].Destination != "x:3" {
+	if b := bindings(es); len(b) != 1 || b[0].Destination != "x:3" {
 		t.Fatalf("%v", b)
 	}
 }

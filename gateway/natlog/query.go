@@ -58,7 +58,7 @@ func Entries(dir string) (es []Entry, bad int, err error) {
 			return err
 		}
 		defer f.Close()
-		got, b, err := ReadEntries(f)
+		got, b, err := readEntries(f)
 		es, bad = append(es, got...), bad+b
 		return err
 	})
@@ -68,9 +68,9 @@ func Entries(dir string) (es []Entry, bad int, err error) {
 	return es, bad, nil
 }
 
-// ReadEntries reads NAT log lines from r; lines that are not records are
+// readEntries reads NAT log lines from r; lines that are not records are
 // counted in bad (a line cut by a crash, say).
-func ReadEntries(r io.Reader) (es []Entry, bad int, err error) {
+func readEntries(r io.Reader) (es []Entry, bad int, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -94,10 +94,10 @@ type bindingKey struct {
 	podPort, egressPort, dstPort           uint16
 }
 
-// Bindings turns events into bindings: a create or adopt opens one (a
+// bindings turns events into bindings: a create or adopt opens one (a
 // second open of an open binding on the same gateway, e.g. a flow sync
 // update, changes nothing), an end closes it.
-func Bindings(es []Entry) []Binding {
+func bindings(es []Entry) []Binding {
 	slices.SortStableFunc(es, func(a, b Entry) int { return a.Time.Compare(b.Time) })
 	open := map[bindingKey]int{}
 	var out []Binding
@@ -136,7 +136,7 @@ func joinHostPort(ip string, port uint16) string {
 func Query(es []Entry, q Question) []Binding {
 	ip := q.IP.Unmap().String()
 	var out []Binding
-	for _, b := range Bindings(es) {
+	for _, b := range bindings(es) {
 		if b.egressIP != ip || b.egressPort != q.Port || (q.Protocol != "" && b.Protocol != q.Protocol) {
 			continue
 		}
@@ -149,14 +149,4 @@ func Query(es []Entry, q Question) []Binding {
 		return cmp.Or(a.Start.Compare(b.Start), strings.Compare(a.Gateway, b.Gateway))
 	})
 	return out
-}
-
-// String is a binding in one line, for logs and test failures.
-func (b Binding) String() string {
-	end := "-"
-	if b.End != nil {
-		end = b.End.UTC().Format(time.RFC3339Nano)
-	}
-	return b.Namespace + "/" + b.Pod + " " + b.PodIP + ":" + strconv.Itoa(int(b.PodPort)) + " → " + b.Destination +
-		" " + b.Protocol + " via " + b.Gateway + " " + b.Start.UTC().Format(time.RFC3339Nano) + ".." + end
 }

@@ -19,9 +19,9 @@ type Ring struct {
 	head atomic.Uint64 // next slot to read; the consumer's
 }
 
-// NewRing returns a ring of at least size records (rounded up to a power of
+// newRing returns a ring of at least size records (rounded up to a power of
 // two, at least 2).
-func NewRing(size int) *Ring {
+func newRing(size int) *Ring {
 	n := 2
 	for n < size {
 		n <<= 1
