@@ -89,7 +89,7 @@ func main() {
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
 	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios; empty: neither, for a run of the -sync sides alone)")
 	syncs := flag.String("sync", "est-10k,est-1M", "scenarios that measure the flow sync's cost: the gateway agent as the DaemonSet runs it (the managed lab) without the flow sync ("+sideSyncOff+") and with it, to a standby ("+sideSyncOn+"), one lab each; empty: none")
-	natlogs := flag.String("natlog", "cps,est-10k", "scenarios that measure the NAT log's cost: the gateway agent of the managed lab without the flow sync, without the NAT log ("+sideNATLogOff+") and with it ("+sideNATLogOn+"), one lab each; empty: none")
+	natlogs := flag.String("natlog", "est-10k,cps", "scenarios that measure the NAT log's cost: the gateway agent of the managed lab without the flow sync, without the NAT log ("+sideNATLogOff+") and with it ("+sideNATLogOn+"), one lab each; empty: none")
 	flag.Parse()
 	cfg := config{hold: *hold, sides: strings.FieldsFunc(*sides, func(r rune) bool { return r == ',' }), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, gwCPU2: *gwCPU2, bin: *bin, out: *out}
 	if cfg.gwCPU2 < 0 {
