@@ -144,8 +144,8 @@ type config struct {
 	syncScenarios []scenario // run on the sync-off and sync-on sides
 	// natlogScenarios run on the natlog-off and natlog-on sides.
 	natlogScenarios []scenario
-	sides         []string
-	hold          float64
+	sides           []string
+	hold            float64
 }
 
 func scenarioNames() string {
