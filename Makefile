@@ -106,7 +106,8 @@ bench-guard:
 
 # The benchmark harness (docs/benchmarks.md): the data plane through one gateway, Egret
 # against the kernel in one run (NDR/PDR, latency, connection rate), then the flow sync's
-# cost (the gateway agent with the sync on over off, est-10k and est-1M), after the other parts
+# cost (the gateway agent with the sync on over off, est-10k and est-1M) and the NAT log's
+# (the agent with the log on over off, cps and est-10k), after the other parts
 # present under bench/ (control plane, failover); each part writes its <part>.json,
 # <part>.md and plots into the report folder BENCH_OUT. The data plane runs last so the
 # output ends with its summary line. Root.

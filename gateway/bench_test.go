@@ -13,6 +13,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -299,32 +300,56 @@ func BenchmarkPipeline(b *testing.B) {
 			})
 		})
 	}
-	b.Run("new_flow_v4", func(b *testing.B) {
-		const round = 4096
-		frames := newFlowFrames(b, round)
-		ct, err := conntrack.New(conntrack.Config{MaxFlows: 2 * round})
-		if err != nil {
-			b.Fatal(err)
+	// new_flow_v4_natlog: the same with the NAT log on, its writer draining
+	// between rounds (off the clock, as it runs on another core): what
+	// recording a binding costs the worker.
+	for _, logged := range []bool{false, true} {
+		name := "new_flow_v4"
+		if logged {
+			name += "_natlog"
 		}
-		p, err := NewPipeline(ct, nat.DefaultConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := NewSnapshot(testConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := p.Swap(s); err != nil {
-			b.Fatal(err)
-		}
-		w := p.NewProcessor(3)
-		benchFrames(b, w, false, frames, benchBatch, func(int) {
-			w.Expire(testNow+1e15, 2*round) // remove the round's flows and release ports
-			if ct.Len() != 0 {
-				b.Fatalf("%d flows left after expiry", ct.Len())
+		b.Run(name, func(b *testing.B) {
+			const round = 4096
+			frames := newFlowFrames(b, round)
+			ct, err := conntrack.New(conntrack.Config{MaxFlows: 2 * round})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := NewPipeline(ct, nat.DefaultConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := NewSnapshot(testConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Swap(s); err != nil {
+				b.Fatal(err)
+			}
+			var l *natlog.Log
+			if logged {
+				if l, err = natlog.New(natlog.Config{Dir: b.TempDir(), Gateway: "bench", RingSize: 4 * round}); err != nil {
+					b.Fatal(err)
+				}
+				p.SetNATLog(l)
+			}
+			w := p.NewProcessor(3)
+			benchFrames(b, w, false, frames, benchBatch, func(int) {
+				w.Expire(testNow+1e15, 2*round) // remove the round's flows and release ports
+				if ct.Len() != 0 {
+					b.Fatalf("%d flows left after expiry", ct.Len())
+				}
+				if l != nil {
+					l.Flush()
+				}
+			})
+			if l != nil {
+				if st := l.Stats(); st.Dropped != 0 {
+					b.Fatalf("%d records dropped", st.Dropped)
+				}
 			}
 		})
-	})
+	}
 }
 
 // cpuClock measures the benchmark goroutine's own thread CPU time, reported

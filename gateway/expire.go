@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -35,13 +36,19 @@ func (pr *Processor) reclaim(now int64, n int) {
 // Expire removes up to budget expired flows and releases their NAT ports.
 // Call it periodically from the processor's goroutine (e.g. between batches).
 func (pr *Processor) Expire(now int64, budget int) int {
+	pr.now = now
 	n := pr.ct.Expire(now, budget, pr.release)
 	pr.stats.local.Counters[CounterFlowsExpired] += uint64(n)
 	pr.stats.publish()
 	return n
 }
 
+// releaseFlow is the end of a binding made or adopted here: its port goes
+// back to the allocator and the NAT log records the end.
 func (pr *Processor) releaseFlow(f *conntrack.Flow) {
+	if pr.natlog != nil {
+		pr.natlog.Push(&natlog.Record{Mono: pr.now, Flow: *f, Event: natlog.EventEnd})
+	}
 	o := &f.Orig
 	pr.alloc.Release(o.Proto, nat.Addr(o.Src), o.SrcPort, nat.Addr(o.Dst), o.DstPort, nat.Addr(f.NATAddr), f.NATPort)
 }

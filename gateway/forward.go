@@ -8,6 +8,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
@@ -355,6 +356,9 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 	if err == nil {
 		pr.inserted = true
 		pr.stats.local.Counters[CounterFlowsNew]++
+		if pr.natlog != nil {
+			pr.natlog.Push(&natlog.Record{Mono: now, Flow: *f, Event: natlog.EventCreate})
+		}
 		if pickup {
 			pr.stats.local.Counters[CounterFlowsPickedUp]++
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/nat"
 )
 
@@ -69,6 +70,7 @@ type Pipeline struct {
 	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths
 
 	drops dropSampler // who samples dropped frames (dropsample.go)
+	natlog *natlog.Log // nil: no NAT log
 }
 
 // ctInUse lets the NAT allocator ask the flow table about reply tuples.
@@ -90,6 +92,22 @@ func NewPipeline(ct *conntrack.Table, natCfg nat.Config) (*Pipeline, error) {
 		return nil, err // nat's error says what is wrong with the NAT configuration
 	}
 	return &Pipeline{ct: ct, alloc: a, intern: make(map[[16]byte]uint32)}, nil
+}
+
+// SetNATLog has the processors made from now on record every binding they
+// create and end in l, each through a ring of its own; call it before
+// NewProcessor. Adoptions are recorded by whoever adopts (gateway/flowsync).
+func (p *Pipeline) SetNATLog(l *natlog.Log) {
+	p.mu.Lock()
+	p.natlog = l
+	p.mu.Unlock()
+}
+
+// NATLog returns the log SetNATLog set, nil if none.
+func (p *Pipeline) NATLog() *natlog.Log {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.natlog
 }
 
 // NAT returns the pipeline's allocator (for port-use metrics).

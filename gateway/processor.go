@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"github.com/egret-gw/egret/conntrack"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
@@ -25,6 +26,11 @@ type Processor struct {
 	frags   fragTable
 	stats   *processorStats
 	release func(*conntrack.Flow)
+
+	// natlog is this processor's ring of the NAT log (nil: no log); now
+	// is the time of the current batch or expiry, for its end records.
+	natlog *natlog.Ring
+	now    int64
 
 	// tun is the (tunnel, VNI) pair of this processor's last new flow and
 	// tunNum its number (valid iff tunOK): see tunnelNumber.
@@ -87,6 +93,9 @@ func (p *Pipeline) NewProcessor(seed uint64) *Processor {
 	pr.resets.init()
 	pr.release = pr.releaseFlow
 	p.mu.Lock()
+	if p.natlog != nil {
+		pr.natlog = p.natlog.NewRing()
+	}
 	p.processors = append(p.processors, pr)
 	p.mu.Unlock()
 	return pr
@@ -127,6 +136,7 @@ func (pr *Processor) process(now int64, in, out [][]byte, res []Result) {
 		return
 	}
 	st := pr.p.state.Load()
+	pr.now = now
 	_ = out[len(in)-1]
 	_ = res[len(in)-1]
 	pr.reclaim(now, len(in))

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/egret-gw/egret/gateway/natlog"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,8 +82,11 @@ type DemoResult struct {
 	FailoverSeconds                 float64            `json:"failover_seconds"`
 	LongLived                       *DemoLongLived     `json:"longLived"`
 	ReturnedGatewayHealthy          bool               `json:"returnedGatewayHealthy"`
-	Kept                            bool               `json:"kept"`
-	Seconds                         float64            `json:"seconds"`
+	// NATLog is the NAT log's answer to "who was LongLived.SeenBefore":
+	// `egret natlog --lab <lab> --ip .. --port ..` after the failover.
+	NATLog  []natlog.Binding `json:"natlog"`
+	Kept    bool             `json:"kept"`
+	Seconds float64          `json:"seconds"`
 }
 
 // Demo is `egret demo`: it builds a lab in network namespaces, runs the
@@ -112,7 +116,7 @@ type Demo struct {
 func (dm *Demo) Run() error {
 	name, keep, asJSON, reach, holdDown, self := &dm.Name, &dm.Keep, &dm.JSON, &dm.ReachabilitySeconds, &dm.HoldDown, dm.Binary
 	out, progress := dm.Out, dm.Progress
-	d := &demo{progress: progress, out: out, started: time.Now(), total: 7}
+	d := &demo{progress: progress, out: out, started: time.Now(), total: 8}
 	res := &DemoResult{Lab: *name, Underlay: dm.Underlay, ReachabilityTotalTimeoutSeconds: *reach, HoldDownSeconds: holdDown.Seconds(), Kept: *keep}
 
 	d.step("checking this machine (root, tools, AF_XDP, egret gateway agent)")
@@ -209,6 +213,8 @@ func (dm *Demo) Run() error {
 	}
 	res.ReturnedGatewayHealthy = true
 
+	natlogOK := askNATLog(d, l, res)
+
 	if *keep {
 		d.step(fmt.Sprintf("keeping the lab: `egret lab status --name %s`, `ip netns exec %s-w1-p1 curl -s http://%v/`, `egret lab down --name %s`",
 			*name, *name, netip.AddrPortFrom(l.Spec.Server.IP, HTTPPort), *name))
@@ -234,7 +240,38 @@ func (dm *Demo) Run() error {
 	if !res.LongLived.Survived {
 		return fmt.Errorf("the long-lived connection from %s did not survive the kill of %s: %s", res.LongLived.Pod, gw, res.LongLived.Error)
 	}
+	if !natlogOK {
+		return fmt.Errorf("the NAT log did not name %s as the source %s (logs in %s)", res.LongLived.Pod, res.LongLived.SeenBefore, NATLogDir(l.RunDir(), ""))
+	}
 	return nil
+}
+
+// askNATLog answers, from the gateways' NAT logs, who the server's view of
+// the long-lived connection was (as `egret natlog --lab` does), and
+// reports whether the answer names its pod.
+func askNATLog(d *demo, l *Lab, res *DemoResult) bool {
+	seen, err := netip.ParseAddrPort(res.LongLived.SeenBefore)
+	if err != nil {
+		return false
+	}
+	d.step(fmt.Sprintf("asking the NAT log who was %v: egret natlog --lab %s --ip %v --port %d", seen, l.Spec.Name, seen.Addr(), seen.Port()))
+	q := natlog.Question{IP: seen.Addr(), Port: seen.Port(), Protocol: "tcp", At: time.Now()}
+	es, _, err := natlog.Entries(NATLogDir(l.RunDir(), ""))
+	if err != nil {
+		d.printf("  %v\n", err)
+		return false
+	}
+	res.NATLog = natlog.Query(es, q)
+	ok := false
+	for _, b := range res.NATLog {
+		d.printf("  %s/%s %s:%d → %s %s, on %s since %s\n", b.Namespace, b.Pod, b.PodIP, b.PodPort, b.Destination, b.Protocol,
+			b.Gateway, b.Start.Format("15:04:05.000"))
+		ok = ok || b.Pod == res.LongLived.Pod
+	}
+	if len(res.NATLog) == 0 {
+		d.printf("  no binding held %v\n", seen)
+	}
+	return ok
 }
 
 // openLongLived opens a keep-alive connection through gw: from a pod

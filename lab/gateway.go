@@ -141,6 +141,9 @@ func kernelRules(s *Spec, gw string) string {
 type Egret struct {
 	Binary string
 	FlowLimits
+	// NATLog has the gateway write its NAT log into NATLogDir (the
+	// benchmark measures it on and off).
+	NATLog bool
 }
 
 // FlowLimits go into a gateway's file when set (the benchmark's one pod
@@ -194,8 +197,11 @@ func (e Egret) Start(env GatewayEnv) error {
 	if err := muteEgressIPs(env.NS, cfg); err != nil {
 		return err
 	}
-	pid, err := startGatewayDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, "gateway", "--config", path,
-		"--state-file", StateFile(env.RunDir, env.Gateway.Name))
+	args := []string{"gateway", "--config", path, "--state-file", StateFile(env.RunDir, env.Gateway.Name)}
+	if e.NATLog {
+		args = append(args, "--natlog-dir", NATLogDir(env.RunDir, env.Gateway.Name))
+	}
+	pid, err := startGatewayDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, args...)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,9 @@ type Managed struct {
 	// 3 s). The benchmark's overload trials starve the agent (its core's
 	// real-time NAPI thread runs above it) for longer than that.
 	FenceAfter time.Duration
+	// NATLogOff runs the gateway agents without the NAT log (by default
+	// each logs into NATLogDir, which `egret natlog --lab` reads).
+	NATLogOff bool
 }
 
 // DualStackManifest is the manifest of deploy/examples/lab that only
@@ -125,6 +128,9 @@ func (m Managed) Start(env GatewayEnv) error {
 	if m.FenceAfter > 0 {
 		args = append(args, "--fence-after", m.FenceAfter.String())
 	}
+	if !m.NATLogOff {
+		args = append(args, "--natlog-dir", NATLogDir(env.RunDir, env.Gateway.Name))
+	}
 	if !m.SyncOff {
 		key, err := syncKey(env.RunDir)
 		if err != nil {
@@ -155,6 +161,10 @@ func (m Managed) Start(env GatewayEnv) error {
 	hc := netip.AddrPortFrom(env.Gateway.IP, HealthPort).String()
 	return waitServing(env.NS, hc, pid, filepath.Join(env.RunDir, id+".log"), 15*time.Second)
 }
+
+// NATLogDir is where gateway gw of the lab in runDir writes its NAT log;
+// their parent, NATLogDir(runDir, ""), holds every gateway's.
+func NATLogDir(runDir, gw string) string { return filepath.Join(runDir, "natlog", gw) }
 
 // FlowsSocket is where gateway gw of a managed lab lists its flows
 // (`egret flows --socket`).

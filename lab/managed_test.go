@@ -222,6 +222,9 @@ func testManaged(t *testing.T, l *Lab) {
 	// The standby holds every one of them: what the kill tests is the
 	// takeover, not a race with the sync.
 	waitHeld(t, l, synced.standby, synced.ip, lived)
+	// The server saw the synced connection from synced.seen: the NAT log
+	// names the pod behind it (blue[1] opened it, startSynced).
+	t.Run("NATLog", func(t *testing.T) { checkNATLog(t, l, synced, blue[1].Name, gw) })
 	t.Run("EgretStatusInStep", func(t *testing.T) {
 		// egret status compares the two gateways' flows: the standby
 		// holds all of them (waitHeld), so it is in step.
@@ -256,6 +259,9 @@ func testManaged(t *testing.T, l *Lab) {
 	})
 	t.Run("SurvivorsUninterrupted", func(t *testing.T) { lived.checkUndisturbed(t, synced.ip, gw) })
 	t.Run("UnpreservedPortSynced", func(t *testing.T) { synced.check(t) })
+	// The same question after the kill -9 is answered by the standby's
+	// record of the flow it adopted.
+	t.Run("NATLogAfterFailover", func(t *testing.T) { checkNATLog(t, l, synced, blue[1].Name, synced.standby) })
 	t.Run("UDPKeepsItsPort", func(t *testing.T) { talk.checkKeptPort(t, failedOver) })
 	t.Run("NeighbourDiscovery", func(t *testing.T) { nd.check(t, l, res.Moved) })
 	t.Logf("failover of %s (%s): status after %.3f s, first request from %s with the moved IP after %.3f s; %d requests, %d failed (limit %v)",

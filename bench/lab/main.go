@@ -89,6 +89,7 @@ func main() {
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
 	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios; empty: neither, for a run of the -sync sides alone)")
 	syncs := flag.String("sync", "est-10k,est-1M", "scenarios that measure the flow sync's cost: the gateway agent as the DaemonSet runs it (the managed lab) without the flow sync ("+sideSyncOff+") and with it, to a standby ("+sideSyncOn+"), one lab each; empty: none")
+	natlogs := flag.String("natlog", "est-10k,cps", "scenarios that measure the NAT log's cost: the gateway agent of the managed lab without the flow sync, without the NAT log ("+sideNATLogOff+") and with it ("+sideNATLogOn+"), one lab each; empty: none")
 	flag.Parse()
 	cfg := config{hold: *hold, sides: strings.FieldsFunc(*sides, func(r rune) bool { return r == ',' }), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, gwCPU2: *gwCPU2, bin: *bin, out: *out}
 	if cfg.gwCPU2 < 0 {
@@ -117,7 +118,8 @@ func main() {
 	}
 	if err != nil {
 	} else if cfg.scenarios, err = pick(*names, *extra); err != nil {
-	} else if cfg.syncScenarios, err = pickSync(*syncs); err == nil {
+	} else if cfg.syncScenarios, err = pickSync("-sync", *syncs); err != nil {
+	} else if cfg.natlogScenarios, err = pickSync("-natlog", *natlogs); err == nil {
 		err = run(cfg)
 	}
 	if err != nil {
@@ -140,8 +142,10 @@ type config struct {
 	bin, out      string
 	scenarios     []scenario
 	syncScenarios []scenario // run on the sync-off and sync-on sides
-	sides         []string
-	hold          float64
+	// natlogScenarios run on the natlog-off and natlog-on sides.
+	natlogScenarios []scenario
+	sides           []string
+	hold            float64
 }
 
 func scenarioNames() string {
@@ -247,6 +251,16 @@ func run(cfg config) error {
 			return fmt.Errorf("%s side: %w", side, err)
 		}
 	}
+	// The NAT log's cost: the same gateway agent without and with it,
+	// scenario by scenario, the two sides' labs in turn.
+	for _, side := range []string{sideNATLogOff, sideNATLogOn} {
+		if len(cfg.natlogScenarios) == 0 {
+			break
+		}
+		if err := runMode(cfg, rep, side, lab.UnderlayIPv4, 1, cfg.natlogScenarios); err != nil {
+			return fmt.Errorf("%s side: %w", side, err)
+		}
+	}
 	rep.LoadAfter = dist.LoadAvg()
 	rep.print(os.Stdout)
 	return rep.write(cfg.out)
@@ -266,7 +280,7 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 	limits := lab.FlowLimits{ConntrackMax: 1 << 22, PodFlowLimit: 1 << 22, EgressIPFlowLimit: 1 << 22}
 	var impl lab.Impl
 	switch mode {
-	case sideSyncOff, sideSyncOn:
+	case sideSyncOff, sideSyncOn, sideNATLogOff, sideNATLogOn:
 		// An overload trial (the generator's ceiling, the search's upper
 		// bound) starves the gateway agent for seconds: its core's
 		// real-time NAPI thread runs above the gateway process. Its
@@ -277,7 +291,7 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 		// fences after 10 minutes and the controller's checks have the
 		// longest budget, 60 s.
 		impl = lab.Managed{Binary: cfg.bin, ReachabilityTotalTimeoutSeconds: 60, FenceAfter: 10 * time.Minute,
-			SyncOff: mode == sideSyncOff, FlowLimits: limits}
+			SyncOff: mode != sideSyncOn, NATLogOff: mode != sideNATLogOn, FlowLimits: limits}
 	default:
 		if impl, err = lab.NewImpl(mode, cfg.bin); err != nil {
 			return err
@@ -302,7 +316,7 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 	}
 	var tg target
 	var standby string
-	if mode == sideSyncOff || mode == sideSyncOn {
+	if mode == sideSyncOff || mode == sideSyncOn || mode == sideNATLogOff || mode == sideNATLogOn {
 		tg, standby, err = managedTarget(l, mode == sideSyncOn)
 	} else {
 		tg, err = staticTarget(spec)
@@ -331,9 +345,13 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 			return err
 		}
 		var st *syncStats
-		if mode == sideSyncOn {
+		var nst *natlogStats
+		switch mode {
+		case sideSyncOn:
 			st, err = measureSync(spec, tg.gw.Name, standby, run)
-		} else {
+		case sideNATLogOn:
+			nst, err = measureNATLog(spec, tg.gw.Name, run)
+		default:
 			err = run()
 		}
 		if err != nil {
@@ -342,6 +360,10 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 		if res.Sync = st; st != nil {
 			fmt.Printf("   flow sync %s → %s during the scenario: %d records (%d bytes) sent, %d full resyncs, %d stalls; at its end %d flows on %s, %d backup flows on %s\n",
 				st.Primary, st.Standby, st.RecordsSent, st.BytesSent, st.FullResyncs, st.Stalls, st.PrimaryFlows, st.Primary, st.StandbyBackupFlows, st.Standby)
+		}
+		if res.NATLog = nst; nst != nil {
+			fmt.Printf("   NAT log on %s during the scenario: %d records written, %d lost to a full ring, %d failed; %d flows made\n",
+				tg.gw.Name, nst.Written, nst.Dropped, nst.Failed, nst.FlowsNew)
 		}
 		res.Setup = note
 		rep.Results = append(rep.Results, res)

@@ -46,6 +46,8 @@ type result struct {
 	Latency      []latency    `json:"latency,omitempty"`
 	// Sync is, on the sync-on side, what the flow sync did meanwhile.
 	Sync *syncStats `json:"sync,omitempty"`
+	// NATLog is, on the natlog-on side, what the NAT log did meanwhile.
+	NATLog *natlogStats `json:"natlog,omitempty"`
 }
 
 // latency is one trial's latency percentiles, in µs.
@@ -139,6 +141,7 @@ func (rep *report) tables() string {
 	}
 	b.WriteString(rep.scaling())
 	b.WriteString(rep.syncCost())
+	b.WriteString(rep.natlogCost())
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {

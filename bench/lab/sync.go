@@ -25,19 +25,20 @@ const (
 	sideSyncOn  = "sync-on"
 )
 
-// pickSync returns the scenarios -sync names: single-queue, IPv4 underlay
-// (the managed lab's default), flows kept from one pod.
-func pickSync(names string) ([]scenario, error) {
+// pickSync returns the scenarios that flag (-sync, -natlog) names:
+// single-queue, IPv4 underlay (the managed lab's default), flows kept from
+// one pod.
+func pickSync(flag, names string) ([]scenario, error) {
 	if names == "" {
 		return nil, nil
 	}
 	scs, err := pick(names, true)
 	if err != nil {
-		return nil, fmt.Errorf("-sync: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	for _, sc := range scs {
 		if sc.Underlay != lab.UnderlayIPv4 || sc.Queues > 1 {
-			return nil, fmt.Errorf("-sync: scenario %s runs on its own lab (%s underlay, %d queues); the sync sides run single-queue IPv4 scenarios", sc.Name, sc.Underlay, max(sc.Queues, 1))
+			return nil, fmt.Errorf("%s: scenario %s runs on its own lab (%s underlay, %d queues); these sides run single-queue IPv4 scenarios", flag, sc.Name, sc.Underlay, max(sc.Queues, 1))
 		}
 	}
 	return scs, nil
@@ -113,7 +114,7 @@ type syncStats struct {
 // import the metrics package).
 const gatewayMetricsAddr = "127.0.0.1:9110"
 
-// gatewayCounters reads the egret_gateway_* series without labels from
+// gatewayCounters reads the egret_gateway_* and egret_natlog_* series without labels from
 // gateway gw's metrics endpoint, in its namespace.
 func gatewayCounters(spec *lab.Spec, gw string) (map[string]uint64, error) {
 	ns := spec.NS(gw)
@@ -131,7 +132,7 @@ func gatewayCounters(spec *lab.Spec, gw string) (map[string]uint64, error) {
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !strings.HasPrefix(name, "egret_gateway_") || strings.Contains(name, "{") {
+		if !ok || !(strings.HasPrefix(name, "egret_gateway_") || strings.HasPrefix(name, "egret_natlog_")) || strings.Contains(name, "{") {
 			continue
 		}
 		if f, err := strconv.ParseFloat(val, 64); err == nil && f >= 0 {

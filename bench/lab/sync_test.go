@@ -11,15 +11,15 @@ import (
 // The sync sides take single-queue IPv4 scenarios only (they run on one
 // managed lab each).
 func TestPickSync(t *testing.T) {
-	if scs, err := pickSync(""); err != nil || scs != nil {
+	if scs, err := pickSync("-sync", ""); err != nil || scs != nil {
 		t.Fatalf("no scenarios: %v %v", scs, err)
 	}
-	scs, err := pickSync("est-10k,est-1M")
+	scs, err := pickSync("-sync", "est-10k,est-1M")
 	if err != nil || len(scs) != 2 || scs[0].Name != "est-10k" || scs[1].Name != "est-1M" {
 		t.Fatalf("est-10k,est-1M: %v %v", scs, err)
 	}
 	for _, bad := range []string{"est-10k-2q", "est-10k-v6", "nope"} {
-		if _, err := pickSync(bad); err == nil {
+		if _, err := pickSync("-sync", bad); err == nil {
 			t.Errorf("-sync %s accepted", bad)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/gateway/flowsync"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/metrics"
 )
@@ -62,6 +63,7 @@ type gatewayFlags struct {
 	probeAddr   string
 	watch       time.Duration
 	pinDir      string
+	natlog      natlogFlags
 
 	// Agent mode (--source or --kubeconfig): the configuration is built
 	// from the cluster's objects; docs/gateway-agent.md.
@@ -125,6 +127,11 @@ func (f *gatewayFlags) bindDataPlane() {
 	fs.StringVar(&f.stateFile, "state-file", "", "where the flows are left on SIGTERM for the next process on this node, which resumes them if it starts within "+flowsync.MaxStateAge.String()+" (graceful restart; deploy/ uses /run/egret/flows.state); empty: none")
 	fs.StringVar(&f.flowsSocket, "flows-socket", "", "a Unix socket on which \"egret flows\" lists this gateway's flows (deploy/ uses "+DefaultFlowsSocket+"); empty: none")
 	fs.StringVar(&f.pinDir, "pin-dir", "", "where the XDP links and counters are pinned, so that the next process takes them over: a bpffs or a directory of one mounted there (default /sys/fs/bpf/egret; deploy/ mounts only the host's /sys/fs/bpf/egret, at /run/egret-bpf)")
+	fs.StringVar(&f.natlog.dir, "natlog-dir", "", "NAT log: write every binding made, adopted and ended as JSON lines in this directory (deploy/ uses the hostPath "+DefaultNATLogDir+"; docs/natlog.md); empty: no files")
+	fs.IntVar(&f.natlog.maxMB, "natlog-max-size", natlog.DefaultMaxBytes>>20, "NAT log: MiB per file before it is rotated")
+	fs.IntVar(&f.natlog.maxFiles, "natlog-max-files", natlog.DefaultMaxFiles, "NAT log: files kept, the current one included; the oldest go first")
+	fs.DurationVar(&f.natlog.maxAge, "natlog-max-age", 0, "NAT log: rotated files older than this are removed (checked at each rotation); 0: by count only")
+	fs.StringVar(&f.natlog.ipfix, "natlog-ipfix", "", "NAT log: also send every record as an IPFIX NAT event (RFC 8158) over UDP to this host:port")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 }
 
@@ -165,6 +172,9 @@ func (f *gatewayFlags) check() error {
 	}
 	if f.cloud.Provider != "" && (!f.agent() || strings.HasPrefix(f.source, "dir:") || !f.publishIfaces) {
 		return errors.New("--cloud-provider publishes the node's egress-ipconfig: it needs agent mode with the Kubernetes API and --publish-interfaces")
+	}
+	if err := f.natlog.check(); err != nil {
+		return err
 	}
 	if f.announceCount < 1 || f.announceCount > 20 {
 		return fmt.Errorf("--announce-count %d: use 1–20", f.announceCount)
@@ -745,7 +755,8 @@ func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
 
 // engineOptions are the engine's options from the flags.
 func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
-	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval, PinDir: f.pinDir}
+	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval, PinDir: f.pinDir,
+		Clock: f.natlog.clock, NATLog: f.natlog.log}
 }
 
 // loadSyncKey reads --sync-key-file: nil (flow sync off) without the flag
@@ -832,6 +843,7 @@ type gatewayMetrics struct {
 	// stateRefused counts the state files refused, by reason; nil without
 	// --state-file.
 	stateRefused *prometheus.CounterVec
+	stopNATLog   func() // nil without the NAT log: flushes and closes it
 }
 
 // startGatewayOutputs starts what both gateway modes serve before their
@@ -853,6 +865,10 @@ func startGatewayOutputs(f *gatewayFlags, cf *configFile) (*slog.Logger, *gatewa
 	}
 	if f.stateFile != "" {
 		gm.countStateRefusals()
+	}
+	if err := f.natlog.start(gm, f.natlogNode()); err != nil {
+		gm.close()
+		return nil, nil, err
 	}
 	if f.flowsSocket != "" {
 		if gm.stopFlows, err = serveFlows(f.flowsSocket, flowsHandler(engineFlows(&gm.cur)), log); err != nil {
@@ -902,6 +918,9 @@ func (gm *gatewayMetrics) setReady(fn func() error) {
 func (gm *gatewayMetrics) close() {
 	if gm.stopFlows != nil {
 		gm.stopFlows()
+	}
+	if gm.stopNATLog != nil {
+		gm.stopNATLog()
 	}
 	if gm.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -983,4 +1002,86 @@ func engineSource(eng *engine.Engine) metrics.GatewaySource {
 		TunnelPeers: eng.TunnelPeers,
 		Claims:      eng.ClaimStats,
 	}
+}
+
+// natlogFlags are the NAT log's flags and, once started, the log.
+type natlogFlags struct {
+	dir      string
+	maxMB    int
+	maxFiles int
+	maxAge   time.Duration
+	ipfix    string
+
+	log   *natlog.Log  // nil: off
+	clock func() int64 // the engine's clock, which the records are on (nil: off)
+}
+
+func (n *natlogFlags) check() error {
+	if n.maxMB < 1 {
+		return fmt.Errorf("--natlog-max-size %d: use at least 1 (MiB)", n.maxMB)
+	}
+	if n.maxFiles < 1 {
+		return fmt.Errorf("--natlog-max-files %d: use at least 1", n.maxFiles)
+	}
+	if n.maxAge < 0 {
+		return fmt.Errorf("--natlog-max-age %v: use 0 or more", n.maxAge)
+	}
+	if n.ipfix != "" {
+		if _, _, err := net.SplitHostPort(n.ipfix); err != nil {
+			return fmt.Errorf("--natlog-ipfix %q: want host:port: %w", n.ipfix, err)
+		}
+	}
+	return nil
+}
+
+// natlogNode is the gateway name the NAT log writes: --node, else the host
+// name.
+func (f *gatewayFlags) natlogNode() string {
+	if f.node != "" {
+		return f.node
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// start opens the NAT log when --natlog-dir or --natlog-ipfix asks for
+// one, runs its writer until gm closes, and registers its counters.
+func (n *natlogFlags) start(gm *gatewayMetrics, node string) error {
+	if n.dir == "" && n.ipfix == "" {
+		return nil
+	}
+	epoch := time.Now()
+	n.clock = func() int64 { return int64(time.Since(epoch)) }
+	l, err := natlog.New(natlog.Config{Dir: n.dir, MaxBytes: int64(n.maxMB) << 20, MaxFiles: n.maxFiles, MaxAge: n.maxAge,
+		IPFIX: n.ipfix, Gateway: node, Clock: n.clock, Logger: gm.log})
+	if err != nil {
+		return err
+	}
+	n.log = l
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Run(ctx)
+	}()
+	gm.stopNATLog = func() {
+		cancel()
+		<-done
+	}
+	for _, c := range []struct {
+		name, help string
+		get        func(natlog.Stats) uint64
+	}{
+		{"egret_natlog_records_written_total", "NAT log records written (to the files, else to the IPFIX collector).", func(s natlog.Stats) uint64 { return s.Written }},
+		{"egret_natlog_records_dropped_total", "NAT log records lost because a worker's ring was full (the writer fell behind); the packets went through.", func(s natlog.Stats) uint64 { return s.Dropped }},
+		{"egret_natlog_records_failed_total", "NAT log records lost to a write error (disk full, unwritable directory).", func(s natlog.Stats) uint64 { return s.Failed }},
+	} {
+		get := c.get
+		if err := gm.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
+			func() float64 { return float64(get(l.Stats())) })); err != nil {
+			gm.log.Warn("gateway: NAT log metrics not registered", "err", err)
+		}
+	}
+	gm.log.Info("gateway: NAT log on", "dir", n.dir, "ipfix", n.ipfix, "gateway", node)
+	return nil
 }

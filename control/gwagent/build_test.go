@@ -441,7 +441,7 @@ func TestBuildLocalPods(t *testing.T) {
 			{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.11"}}}},
 		},
 		Pods: []*corev1.Pod{
-			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "here"}, Spec: corev1.PodSpec{NodeName: "g1"},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "here", UID: "uid-here"}, Spec: corev1.PodSpec{NodeName: "g1"},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.9.5"}}}},
 			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "there"}, Spec: corev1.PodSpec{NodeName: "w1"},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}},
@@ -465,10 +465,10 @@ func TestBuildLocalPods(t *testing.T) {
 		}
 	}
 	if local == nil || local.Name != "g1" || local.VTEP != config.LocalVTEP4 || local.InnerMAC != config.LocalKernelMAC ||
-		len(local.Pods) != 1 || local.Pods[0] != (config.Pod{Addr: netip.MustParseAddr("10.244.9.5"), Policy: "blue", Namespace: "shop", Name: "here"}) {
-		t.Fatalf("local node %+v, want g1 at %v with pod 10.244.9.5 of blue", local, config.LocalVTEP4)
+		len(local.Pods) != 1 || local.Pods[0] != (config.Pod{Addr: netip.MustParseAddr("10.244.9.5"), Policy: "blue", Namespace: "shop", Name: "here", UID: "uid-here"}) {
+		t.Fatalf("local node %+v, want g1 at %v with pod shop/here (uid-here) at 10.244.9.5 of blue", local, config.LocalVTEP4)
 	}
-	if w1 == nil || w1.VTEP != netip.MustParseAddr("10.0.0.11") || len(w1.Pods) != 1 {
+	if w1 == nil || w1.VTEP != netip.MustParseAddr("10.0.0.11") || len(w1.Pods) != 1 || w1.Pods[0].Name != "there" || w1.Pods[0].Namespace != "shop" {
 		t.Fatalf("worker w1 %+v", w1)
 	}
 	if _, err := r.Spec.Settle(); err != nil {

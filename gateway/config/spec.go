@@ -54,8 +54,9 @@ type Pod struct {
 	Addr   netip.Addr
 	Policy string
 	// Namespace, Name and UID name the pod when the gateway agent built
-	// the configuration (a config file does not): drop samples and the
-	// agent's Events report them. The data path never reads them.
+	// the configuration (a config file does not): drop samples, the
+	// agent's Events and the NAT log (gateway/natlog) report them. The
+	// data path never reads them.
 	Namespace, Name, UID string
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/claim"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/gateway/nic"
 	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
@@ -64,6 +65,10 @@ type Options struct {
 	// claimer's, 3 and 100ms).
 	Announcements    int
 	AnnounceInterval time.Duration
+	// NATLog, if set, records every binding (gateway/natlog); its Clock
+	// must be Clock. The engine names the pods in it from each
+	// configuration; the caller runs its writer.
+	NATLog *natlog.Log
 }
 
 // Engine is a running gateway data plane. Build it with New inside the
@@ -166,6 +171,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	}
 	if e.pipe, err = gateway.NewPipeline(e.ct, natCfg); err != nil {
 		return nil, err
+	}
+	if opt.NATLog != nil {
+		e.pipe.SetNATLog(opt.NATLog)
 	}
 	if e.cache, err = route.NewCache(route.Options{NetNS: netns.None(), Logger: e.log}); err != nil {
 		return nil, err
@@ -282,7 +290,26 @@ func (e *Engine) swap(set *config.Settled) error {
 	if err != nil {
 		return err
 	}
-	return e.pipe.Swap(snap)
+	if err := e.pipe.Swap(snap); err != nil {
+		return err
+	}
+	if e.opt.NATLog != nil {
+		e.opt.NATLog.SetPods(podTable(set))
+	}
+	return nil
+}
+
+// podTable is who the pod addresses of set are, for the NAT log.
+func podTable(set *config.Settled) natlog.PodTable {
+	t := natlog.PodTable{}
+	for _, n := range set.Nodes {
+		for _, p := range n.Pods {
+			if p.Name != "" {
+				t[p.Addr] = natlog.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+			}
+		}
+	}
+	return t
 }
 
 // Start runs one queue loop goroutine per queue, each locked to its OS thread,

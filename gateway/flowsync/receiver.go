@@ -9,6 +9,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/natlog"
 )
 
 // heldSet is what this gateway holds for one peer node: the flows it
@@ -316,6 +317,7 @@ func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gat
 	snap := pipe.Snapshot()
 	hosted := func(a *conntrack.Addr) bool { return snap != nil && snap.Hosts(netip.AddrFrom16(*a)) }
 	now := s.cfg.Clock()
+	nl := pipe.NATLog()
 	var it item
 	for len(b) > 0 {
 		var err error
@@ -334,7 +336,10 @@ func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gat
 			for k, hf := range h.flows {
 				if hf.gen != h.gen {
 					if !hosted(&hf.nat) {
-						pipe.Abandon(&conntrack.Flow{Orig: k, NATAddr: hf.nat, NATPort: hf.port})
+						gone := conntrack.Flow{Orig: k, NATAddr: hf.nat, NATPort: hf.port}
+						if pipe.Abandon(&gone) && nl != nil {
+							nl.Push(natlog.EventEnd, &gone)
+						}
 					}
 					s.forget(h, k)
 				}
@@ -347,6 +352,10 @@ func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gat
 			}
 			if !s.admit(adm, peer, f, gateway.ReturnPath{}, false, late) {
 				continue
+			}
+			if hf, had := h.flows[f.Orig]; had && nl != nil {
+				// The peer ended the flow it made.
+				nl.Push(natlog.EventEnd, &conntrack.Flow{Orig: f.Orig, NATAddr: hf.nat, NATPort: hf.port})
 			}
 			s.replaceCopy(peer, h, f)
 			s.c.recordsApplied.Add(1)
@@ -363,7 +372,8 @@ func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gat
 			if !s.admit(adm, peer, f, rp, true, late) {
 				continue
 			}
-			if _, had := h.flows[f.Orig]; !had && len(h.flows) >= s.cfg.MaxPeerFlows {
+			_, had := h.flows[f.Orig]
+			if !had && len(h.flows) >= s.cfg.MaxPeerFlows {
 				s.refuse(RefusedPeerFull, peer, netip.AddrFrom16(f.NATAddr).Unmap())
 				continue
 			}
@@ -373,6 +383,12 @@ func (s *Sync) apply(peer string, adm *Admission, b []byte, paths map[uint32]gat
 				continue
 			}
 			h.flows[f.Orig] = heldFlow{nat: f.NATAddr, port: f.NATPort, gen: h.gen}
+			if !had && nl != nil {
+				// The standby's record of the binding: the answer to
+				// "who was this IP:port" survives the owner. Updates of
+				// a held copy are the same binding, not logged again.
+				nl.Push(natlog.EventAdopt, f)
+			}
 			s.c.backup.Add(1)
 			s.c.recordsApplied.Add(1)
 		}

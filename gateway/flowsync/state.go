@@ -13,6 +13,7 @@ import (
 
 	"github.com/egret-gw/egret/conntrack"
 	"github.com/egret-gw/egret/gateway"
+	"github.com/egret-gw/egret/gateway/natlog"
 )
 
 // The state file a gateway leaves for its next process on the same node
@@ -182,6 +183,9 @@ func LoadState(path string, p *gateway.Pipeline, now int64) (adopted, failed int
 			if err := p.Adopt(&it.flow, rp, rem, now); err != nil {
 				failed++
 				continue
+			}
+			if nl := p.NATLog(); nl != nil {
+				nl.Push(natlog.EventAdopt, &it.flow)
 			}
 			adopted++
 		}
