@@ -69,7 +69,7 @@ type Pipeline struct {
 
 	tunnels tunnelTable // (tunnel, VNI) numbers for flows' return paths
 
-	drops dropSampler // who samples dropped frames (dropsample.go)
+	drops  dropSampler // who samples dropped frames (dropsample.go)
 	natlog *natlog.Log // nil: no NAT log
 }
 
