@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // release is the previous release, N-1, as its users have it: its image in
@@ -153,10 +155,24 @@ func (e *env) downgrade(hm installer, prev release) {
 				e.t.Logf("%s (%s): %s", g, prev.version, l)
 			}
 		}
-		// The downgrade's manual step (docs/operations.md, "Version skew"):
+		// The downgrade's manual steps (docs/operations.md, "Version skew"):
 		// release 0.1.0 does not know the local port a later gateway left
-		// for its successor, so it would outlive an uninstall.
+		// for its successor, so it would outlive an uninstall; nor does it
+		// serve the second NIC, on which the later gateway left its XDP
+		// program pinned for its successor.
 		e.sh("ip", "-n", "egretc-"+g, "link", "del", "egret-lh")
+		if plan.family == "ipv4" {
+			e.sh("ip", "-n", "egretc-"+g, "link", "set", "dev", "eth1", "xdp", "off")
+			var st syscall.Stat_t
+			if err := syscall.Stat("/run/netns/egretc-"+g, &st); err != nil {
+				e.t.Fatal(err)
+			}
+			idx := strings.TrimSpace(e.sh("ip", "netns", "exec", "egretc-"+g, "cat", "/sys/class/net/eth1/ifindex"))
+			pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/ns%d-if%s", st.Ino, idx))
+			for _, p := range pins {
+				os.RemoveAll(p)
+			}
+		}
 	}
 }
 
