@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/egret-gw/egret/internal/nstest"
 )
 
 // release is the previous release, N-1, as its users have it: its image in
@@ -162,7 +165,9 @@ func (e *env) downgrade(hm installer, prev release) {
 		// program pinned for its successor.
 		e.sh("ip", "-n", "egretc-"+g, "link", "del", "egret-lh")
 		if plan.family == "ipv4" {
-			e.sh("ip", "-n", "egretc-"+g, "link", "set", "dev", "eth1", "xdp", "off")
+			// A BPF link, which `ip link set … xdp off` cannot detach:
+			// removing its pin drops the last reference, and with it the
+			// program.
 			var st syscall.Stat_t
 			if err := syscall.Stat("/run/netns/egretc-"+g, &st); err != nil {
 				e.t.Fatal(err)
@@ -170,7 +175,15 @@ func (e *env) downgrade(hm installer, prev release) {
 			idx := strings.TrimSpace(e.sh("ip", "netns", "exec", "egretc-"+g, "cat", "/sys/class/net/eth1/ifindex"))
 			pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/ns%d-if%s", st.Ino, idx))
 			for _, p := range pins {
-				os.RemoveAll(p)
+				if err := os.RemoveAll(p); err != nil {
+					e.t.Errorf("removing %s: %v", p, err)
+				}
+			}
+			if !nstest.Poll(10*time.Second, 200*time.Millisecond, func() bool {
+				out, err := e.run("ip", "-n", "egretc-"+g, "-d", "link", "show", "dev", "eth1")
+				return err == nil && !strings.Contains(out, "prog/xdp")
+			}) {
+				e.t.Errorf("%s: the XDP program is still on eth1 after its pin (%v) was removed", g, pins)
 			}
 		}
 	}
