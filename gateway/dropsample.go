@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/gateway/header"
+	"github.com/egret-gw/egret/gateway/natlog"
 )
 
 // Drop sampling: a rate-limited copy of what the processors decoded of the
@@ -20,13 +21,6 @@ import (
 
 // The sampler keeps one bit per reason in a word.
 const _ = uint64(1) << (numDropReasons - 1)
-
-// PodRef names the pod a pod address belongs to, as the configuration
-// gave it (the gateway agent fills it from the cluster; a config file
-// does not name pods).
-type PodRef struct {
-	Namespace, Name, UID string
-}
 
 // DropSample is one dropped frame as the processor had decoded it when it
 // dropped it. Fields the decoding did not reach are zero: a malformed
@@ -60,7 +54,7 @@ type DropSample struct {
 	HasICMP            bool
 	// Pod is the sending pod when the frame came from one the
 	// configuration names.
-	Pod PodRef
+	Pod natlog.Pod
 }
 
 // DropSubscription receives samples of the drops it asked for, at most
@@ -244,6 +238,6 @@ func (pr *Processor) fillSample(smp *DropSample, st *installed, r DropReason, pk
 		}
 	}
 	if pk.Kind == KindTunnel && st != nil {
-		smp.Pod = st.snap.podRefs[smp.Src]
+		smp.Pod = st.snap.podNames.Lookup(smp.Src)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/gateway/natlog"
 )
 
 var deniedDst = netip.MustParseAddr("169.254.169.254")
@@ -13,7 +15,7 @@ var deniedDst = netip.MustParseAddr("169.254.169.254")
 // pods.
 func namedConfig() Config {
 	cfg := testConfig()
-	cfg.Nodes[0].Pods[0].Ref = PodRef{Namespace: "shop", Name: "web-1", UID: "u-1"}
+	cfg.Nodes[0].Pods[0].Ref = natlog.Pod{Namespace: "shop", Name: "web-1", UID: "u-1"}
 	return cfg
 }
 
@@ -75,7 +77,7 @@ func TestDropSampleDecoded(t *testing.T) {
 	u := got[0]
 	want := DropSample{Time: u.Time, Reason: DropDeniedDestination, Len: len(udp), Tunnel: TunnelVXLAN, VNI: testVNI,
 		OuterSrc: node1VTEP, OuterDst: gwVTEP4, Proto: 17, Src: pod1v4, Dst: deniedDst, SrcPort: 5000, DstPort: 53, HasPorts: true,
-		Pod: PodRef{Namespace: "shop", Name: "web-1", UID: "u-1"}}
+		Pod: natlog.Pod{Namespace: "shop", Name: "web-1", UID: "u-1"}}
 	if u != want {
 		t.Errorf("UDP sample\n got %+v\nwant %+v", u, want)
 	}
@@ -85,7 +87,7 @@ func TestDropSampleDecoded(t *testing.T) {
 	if e := got[1]; e.Proto != 1 || !e.HasICMP || e.ICMPType != 8 || e.HasPorts || e.Pod.Name != "web-1" {
 		t.Errorf("echo sample %+v, want ICMP type 8 of shop/web-1", e)
 	}
-	if s := got[2]; s.Src != pod1v6 || s.Pod != (PodRef{}) {
+	if s := got[2]; s.Src != pod1v6 || s.Pod != (natlog.Pod{}) {
 		t.Errorf("v6 sample %+v, want src %v and no pod", s, pod1v6)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/gateway/route"
 	"github.com/egret-gw/egret/nat"
 )
@@ -65,8 +66,8 @@ type Pod struct {
 	Addr   netip.Addr
 	Policy string
 	// Ref names the pod, when the configuration knows it: drop samples
-	// report it. The packet path never reads it.
-	Ref PodRef
+	// and the NAT log report it. The packet path never reads it.
+	Ref natlog.Pod
 }
 
 // Policy is an egress policy (one EgressIP object) and the egress IPs of it
@@ -94,9 +95,10 @@ type Snapshot struct {
 	hosted     addrTable[struct{}]
 	routes     *route.Cache
 	destFilter // destinations no flow may be opened to (deny.go)
-	// podRefs names the pods the configuration names, by address: read
-	// only for drop samples (dropsample.go), off the packet path.
-	podRefs map[netip.Addr]PodRef
+	// podNames names the pods the configuration names, by address: read
+	// only for drop samples (dropsample.go) and by the NAT log's writer,
+	// off the packet path.
+	podNames *natlog.Pods
 }
 
 type snapNode struct {
@@ -143,6 +145,7 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 	}
 	nodeByVTEP := make(map[[16]byte]int32, len(cfg.Nodes))
 	pods := make(map[[16]byte]snapPod)
+	refs := make(map[netip.Addr]natlog.Pod)
 	hosted := make(map[[16]byte]struct{})
 	for _, v := range cfg.VTEPs {
 		v = v.Unmap()
@@ -238,11 +241,8 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 				sp.policy = pi
 			}
 			pods[pk] = sp
-			if p.Ref != (PodRef{}) {
-				if s.podRefs == nil {
-					s.podRefs = make(map[netip.Addr]PodRef)
-				}
-				s.podRefs[a] = p.Ref
+			if p.Ref.Name != "" {
+				refs[a] = p.Ref
 			}
 		}
 	}
@@ -257,8 +257,13 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 	s.nodeByVTEP = newAddrTable(nodeByVTEP)
 	s.pods = newAddrTable(pods)
 	s.hosted = newAddrTable(hosted)
+	s.podNames = natlog.NewPods(refs)
 	return s, nil
 }
+
+// PodNames names the pods behind the configuration's pod addresses: the
+// table the NAT log's writer reads (natlog.Log.SetPods).
+func (s *Snapshot) PodNames() *natlog.Pods { return s.podNames }
 
 // Hosts reports whether a is an egress IP hosted by this snapshot.
 func (s *Snapshot) Hosts(a netip.Addr) bool {

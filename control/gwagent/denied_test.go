@@ -20,6 +20,7 @@ import (
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/engine"
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/egret-gw/egret/internal/testbin"
@@ -40,8 +41,8 @@ func TestDeniedEventsWindow(t *testing.T) {
 		Record: func(ref *corev1.ObjectReference, typ, why, what string) {
 			got = append(got, recorded{*ref, typ, why, what})
 		}}
-	web := gateway.PodRef{Namespace: "shop", Name: "web", UID: "u1"}
-	sample := func(pod gateway.PodRef, dst string, port uint16) gateway.DropSample {
+	web := natlog.Pod{Namespace: "shop", Name: "web", UID: "u1"}
+	sample := func(pod natlog.Pod, dst string, port uint16) gateway.DropSample {
 		return gateway.DropSample{Reason: gateway.DropDeniedDestination, Proto: 6, Src: nsPod, Dst: netip.MustParseAddr(dst),
 			SrcPort: 40000 + port, DstPort: port, HasPorts: true, Pod: pod}
 	}
@@ -58,7 +59,7 @@ func TestDeniedEventsWindow(t *testing.T) {
 		!strings.Contains(e.what, "[169.254.169.254/32]") || !strings.Contains(e.what, "gateway g1") {
 		t.Errorf("Event %+v", e)
 	}
-	d.handle(sample(gateway.PodRef{}, "169.254.169.254", 80)) // a config file's pod: nobody to tell
+	d.handle(sample(natlog.Pod{}, "169.254.169.254", 80)) // a config file's pod: nobody to tell
 	other := sample(web, "10.0.0.9", 22)
 	other.Reason = gateway.DropNotSelected
 	d.handle(other)

@@ -294,22 +294,9 @@ func (e *Engine) swap(set *config.Settled) error {
 		return err
 	}
 	if e.opt.NATLog != nil {
-		e.opt.NATLog.SetPods(podTable(set))
+		e.opt.NATLog.SetPods(snap.PodNames())
 	}
 	return nil
-}
-
-// podTable is who the pod addresses of set are, for the NAT log.
-func podTable(set *config.Settled) natlog.PodTable {
-	t := natlog.PodTable{}
-	for _, n := range set.Nodes {
-		for _, p := range n.Pods {
-			if p.Name != "" {
-				t[p.Addr] = natlog.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
-			}
-		}
-	}
-	return t
 }
 
 // Start runs one queue loop goroutine per queue, each locked to its OS thread,

@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/config"
+	"github.com/egret-gw/egret/gateway/natlog"
 )
 
 // tunnelOf is the pipeline's tunnel type for a settled (never TunnelNone)
@@ -20,7 +21,7 @@ func gatewayConfig(set *config.Settled) gateway.Config {
 	for i, n := range set.Nodes {
 		nodes[i] = gateway.Node{Name: n.Name, VTEP: n.VTEP, InnerMAC: n.InnerMAC, Local: n.Local, Pods: make([]gateway.Pod, len(n.Pods))}
 		for j, p := range n.Pods {
-			nodes[i].Pods[j] = gateway.Pod{Addr: p.Addr, Policy: p.Policy, Ref: gateway.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID}}
+			nodes[i].Pods[j] = gateway.Pod{Addr: p.Addr, Policy: p.Policy, Ref: natlog.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID}}
 		}
 	}
 	policies := make([]gateway.Policy, len(set.Policies))

@@ -55,7 +55,7 @@ type Config struct {
 // Log is a NAT log: rings the workers fill and the writer that drains them.
 type Log struct {
 	cfg   Config
-	pods  atomic.Pointer[PodTable]
+	pods  atomic.Pointer[Pods]
 	files *rotator
 	ipfix *exporter
 
@@ -69,6 +69,12 @@ type Log struct {
 	failed   atomic.Uint64
 	lastWarn time.Time
 	line     []byte
+	// tail ends every line: the gateway's field, rendered once.
+	tail []byte
+	// sec and secText are the last second a line was stamped with and
+	// its text up to the seconds: records come in bursts of one second.
+	sec     int64
+	secText []byte
 }
 
 // Stats are a Log's counters.
@@ -109,7 +115,8 @@ func New(cfg Config) (*Log, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	l := &Log{cfg: cfg, ctl: newRing(cfg.RingSize)}
+	l := &Log{cfg: cfg, ctl: newRing(cfg.RingSize), sec: -1}
+	l.tail = append(appendString(nil, "gateway", cfg.Gateway), "}\n"...)
 	l.rings = []*Ring{l.ctl}
 	if cfg.Dir != "" {
 		r, err := openRotator(cfg.Dir, cfg.MaxBytes, cfg.MaxFiles, cfg.MaxAge, cfg.Now)
@@ -150,7 +157,7 @@ func (l *Log) Push(ev Event, f *conntrack.Flow) {
 }
 
 // SetPods replaces the table that names the pods behind pod addresses.
-func (l *Log) SetPods(t PodTable) { l.pods.Store(&t) }
+func (l *Log) SetPods(t *Pods) { l.pods.Store(t) }
 
 // Stats reads the counters; safe from any goroutine.
 func (l *Log) Stats() Stats {
@@ -193,10 +200,7 @@ func (l *Log) Flush() int {
 	// Wall time of a record: now minus its age on the monotonic clock, so
 	// a step of the wall clock does not reorder records.
 	wall, mono := l.cfg.Now(), l.cfg.Clock()
-	var pods PodTable
-	if p := l.pods.Load(); p != nil {
-		pods = *p
-	}
+	pods := l.pods.Load()
 	most := 0
 	for _, r := range rings {
 		most = max(most, r.drain(func(rec *Record) {
@@ -217,10 +221,10 @@ func (l *Log) Flush() int {
 	return most
 }
 
-func (l *Log) write(rec *Record, at time.Time, pods PodTable) {
+func (l *Log) write(rec *Record, at time.Time, pods *Pods) {
 	ok := true
 	if l.files != nil {
-		l.line = appendJSON(l.line[:0], rec, at, pods[addr(rec.Flow.Orig.Src)], l.cfg.Gateway)
+		l.line = l.appendJSON(l.line[:0], rec, at, pods.lookup16(rec.Flow.Orig.Src))
 		if err := l.files.write(l.line, at); err != nil {
 			ok = false
 			l.warn(err)
@@ -275,35 +279,57 @@ type Entry struct {
 }
 
 // appendJSON appends rec's line; it builds what json.Marshal of an Entry
-// would (a test checks), without its reflection per record.
-func appendJSON(b []byte, rec *Record, at time.Time, pod Pod, gw string) []byte {
+// would (a test checks), without its reflection per record: the pod's and
+// the gateway's fields are rendered once, the time's date and clock once a
+// second.
+func (l *Log) appendJSON(b []byte, rec *Record, at time.Time, pod namedPod) []byte {
 	o := &rec.Flow.Orig
 	b = append(b, `{"event":"`...)
 	b = append(b, rec.Event.String()...)
 	b = append(b, `","time":"`...)
-	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = l.appendTime(b, at)
 	b = append(b, `","protocol":"`...)
 	b = append(b, protoName(o.Proto)...)
 	b = append(b, '"')
-	if pod.Name != "" {
-		b = appendField(b, "namespace", pod.Namespace)
-		b = appendField(b, "pod", pod.Name)
-		if pod.UID != "" {
-			b = appendField(b, "podUID", pod.UID)
-		}
-	}
+	b = append(b, pod.json...)
 	b = appendAddrPort(b, "podIP", "podPort", addr(o.Src), o.SrcPort)
 	b = appendAddrPort(b, "egressIP", "egressPort", addr(rec.Flow.NATAddr), rec.Flow.NATPort)
 	b = appendAddrPort(b, "dstIP", "dstPort", addr(o.Dst), o.DstPort)
-	b = appendField(b, "gateway", gw)
-	return append(b, "}\n"...)
+	return append(b, l.tail...)
 }
 
-func appendField(b []byte, k, v string) []byte {
+// appendTime appends at in UTC as time.RFC3339Nano does (the fraction
+// without trailing zeros, none for a whole second).
+func (l *Log) appendTime(b []byte, at time.Time) []byte {
+	at = at.UTC()
+	if sec := at.Unix(); sec != l.sec {
+		l.sec, l.secText = sec, at.AppendFormat(l.secText[:0], "2006-01-02T15:04:05")
+	}
+	b = append(b, l.secText...)
+	if ns := at.Nanosecond(); ns != 0 {
+		var d [10]byte
+		d[0] = '.'
+		for i := 9; i >= 1; i-- {
+			d[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for d[n-1] == '0' {
+			n--
+		}
+		b = append(b, d[:n]...)
+	}
+	return append(b, 'Z')
+}
+
+// appendString appends ,"k":v with v quoted as encoding/json quotes it; it
+// is for the fields rendered once, not per record.
+func appendString(b []byte, k, v string) []byte {
+	q, _ := json.Marshal(v) // a string always marshals
 	b = append(b, `,"`...)
 	b = append(b, k...)
 	b = append(b, `":`...)
-	return strconv.AppendQuote(b, v) // names and UIDs are printable ASCII
+	return append(b, q...)
 }
 
 func appendAddrPort(b []byte, ka, kp string, a netip.Addr, p uint16) []byte {

@@ -3,6 +3,7 @@ package natlog
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -104,7 +105,7 @@ func newTestLog(t *testing.T, cfg Config) (*Log, *clock) {
 func TestJSONLineAndQuery(t *testing.T) {
 	dir := t.TempDir()
 	l, c := newTestLog(t, Config{Dir: dir, Gateway: "gw-a"})
-	l.SetPods(PodTable{netip.MustParseAddr("10.0.0.5"): {Namespace: "shop", Name: "web-1", UID: "u-1"}})
+	l.SetPods(NewPods(map[netip.Addr]Pod{netip.MustParseAddr("10.0.0.5"): {Namespace: "shop", Name: "web-1", UID: "u-1"}}))
 	w := l.NewRing()
 	f := flow("10.0.0.5:40000", "192.0.2.101:40123", "198.51.100.7:443", conntrack.ProtoTCP)
 	start := c.wall
@@ -167,6 +168,53 @@ func TestJSONLineAndQuery(t *testing.T) {
 	slices.Sort(keys)
 	if w := []string{"destination", "end", "gateway", "namespace", "pod", "podIP", "podPort", "protocol", "start"}; !slices.Equal(keys, w) {
 		t.Fatalf("keys %v, want %v", keys, w)
+	}
+}
+
+// TestLineIsMarshal: every line is what json.Marshal of its Entry gives,
+// for random times (the second's text is cached, the fraction trimmed),
+// both families, every event and protocol, named and unnamed pods, and
+// names that encoding/json escapes.
+func TestLineIsMarshal(t *testing.T) {
+	l, _ := newTestLog(t, Config{Dir: t.TempDir(), Gateway: "gw<&>"})
+	rng := rand.New(rand.NewPCG(1, 2))
+	pods := map[netip.Addr]Pod{
+		netip.MustParseAddr("10.0.0.5"): {Namespace: "shop", Name: "web-1", UID: "u-1"},
+		netip.MustParseAddr("fd00::5"):  {Namespace: "a&b", Name: "<x>"},
+		netip.MustParseAddr("10.0.0.6"): {Namespace: "shop"}, // no name: not a pod
+		netip.MustParseAddr("10.0.0.7"): {Namespace: "q", Name: `"q\`, UID: "é"},
+	}
+	tab := NewPods(pods)
+	srcs := []string{"10.0.0.5", "fd00::5", "10.0.0.6", "10.0.0.7", "10.0.0.9"}
+	at := time.Date(2026, 12, 4, 23, 59, 58, 0, time.UTC)
+	protos := []uint8{conntrack.ProtoTCP, conntrack.ProtoUDP, conntrack.ProtoICMP, conntrack.ProtoICMPv6}
+	for i := range 5000 {
+		switch rng.IntN(4) {
+		case 0: // same second
+			at = at.Add(time.Duration(rng.IntN(1000)))
+		case 1: // a whole second
+			at = at.Truncate(time.Second).Add(time.Second)
+		case 2: // trailing zeros in the fraction
+			at = at.Truncate(time.Second).Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+		default:
+			at = at.Add(time.Duration(rng.Int64N(int64(3 * time.Second))))
+		}
+		src := netip.MustParseAddr(srcs[rng.IntN(len(srcs))])
+		dst, nat := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("192.0.2.101")
+		if src.Is6() {
+			dst, nat = netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("2001:db8:1::101")
+		}
+		f := flow(netip.AddrPortFrom(src, uint16(rng.Uint32())).String(), netip.AddrPortFrom(nat, uint16(rng.Uint32())).String(),
+			netip.AddrPortFrom(dst, uint16(rng.Uint32())).String(), protos[rng.IntN(len(protos))])
+		rec := Record{Flow: f, Event: Event(1 + rng.IntN(3))}
+		got := string(l.appendJSON(nil, &rec, at, tab.lookup16(f.Orig.Src)))
+		p := tab.Lookup(src)
+		e := Entry{Event: rec.Event.String(), Time: at, Protocol: protoName(f.Orig.Proto), Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID,
+			PodIP: src.String(), PodPort: f.Orig.SrcPort, EgressIP: nat.String(), EgressPort: f.NATPort, DstIP: dst.String(), DstPort: f.Orig.DstPort, Gateway: "gw<&>"}
+		want, _ := json.Marshal(e)
+		if got != string(want)+"\n" {
+			t.Fatalf("record %d at %v:\n%s\nwant (json.Marshal)\n%s", i, at, got, want)
+		}
 	}
 }
 

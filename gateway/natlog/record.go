@@ -62,14 +62,59 @@ type Record struct {
 	Event Event
 }
 
-// Pod is who a pod address belonged to when a record was written.
+// Pod names the pod behind a pod address, as the configuration gave it
+// (the gateway agent fills it from the cluster; a config file names no
+// pods).
 type Pod struct {
 	Namespace, Name, UID string
 }
 
-// PodTable maps pod addresses to pods; it is replaced whole (SetPods),
-// never modified.
-type PodTable map[netip.Addr]Pod
+// Pods names the pods behind pod addresses. One is built per configuration
+// (gateway.NewSnapshot) and read by the NAT log's writer and by the drop
+// samples; it is never modified after NewPods.
+type Pods struct {
+	m map[conntrack.Addr]namedPod
+}
+
+type namedPod struct {
+	Pod
+	// json is the pod's fields of a log line, rendered once per
+	// configuration instead of once per record.
+	json []byte
+}
+
+// NewPods returns the table of m; pods without a name are left out.
+func NewPods(m map[netip.Addr]Pod) *Pods {
+	t := &Pods{m: make(map[conntrack.Addr]namedPod, len(m))}
+	for a, p := range m {
+		if p.Name == "" {
+			continue
+		}
+		b := appendString(nil, "namespace", p.Namespace)
+		b = appendString(b, "pod", p.Name)
+		if p.UID != "" {
+			b = appendString(b, "podUID", p.UID)
+		}
+		t.m[a.As16()] = namedPod{Pod: p, json: b}
+	}
+	return t
+}
+
+// Lookup returns the pod at a, or the zero Pod; a nil table names none.
+func (t *Pods) Lookup(a netip.Addr) Pod {
+	if t == nil {
+		return Pod{}
+	}
+	return t.m[a.As16()].Pod
+}
+
+// lookup16 is Lookup for the writer, with its rendered fields.
+func (t *Pods) lookup16(a conntrack.Addr) namedPod {
+	if t == nil {
+		return namedPod{}
+	}
+	return t.m[a]
+}
 
 func protoName(p uint8) string {
 	switch p {
