@@ -116,3 +116,33 @@ func TestChaos(t *testing.T) {
 		t.Errorf("invariant broken: %s", b)
 	}
 }
+
+// The recorder knows a packet's pod by its destination port, or by the
+// ping's payload, and its source from the IPv4 header; what it cannot
+// attribute is not recorded.
+func TestRecorderParse(t *testing.T) {
+	r := &recorder{byTCP: map[uint16]string{30001: "p1"}, byUDP: map[uint16]string{31002: "p2"}, byNS: map[string]string{"egl-w1-p3": "p3"}}
+	ip := func(proto byte, l4 []byte) []byte {
+		b := append([]byte{0x45, 0, 0, 0, 0, 0, 0, 0, 64, proto, 0, 0, 192, 0, 2, 101, 198, 51, 100, 10}, l4...)
+		return b
+	}
+	ports := func(dst uint16) []byte { return []byte{0x9c, 0x40, byte(dst >> 8), byte(dst), 0, 0, 0, 0} }
+	for _, c := range []struct {
+		b    []byte
+		pod  string
+		kind string
+	}{
+		{ip(6, ports(30001)), "p1", "tcp"},
+		{ip(17, ports(31002)), "p2", "udp"},
+		{ip(6, ports(8080)), "", ""},
+		{ip(1, append([]byte{8, 0, 0, 0, 0, 1, 0, 1}, "egret-probe-egl-w1-p3-25857"...)), "p3", "icmp"},
+		{ip(1, append([]byte{0, 0, 0, 0, 0, 1, 0, 1}, "egret-probe-egl-w1-p3-25857"...)), "", ""}, // a reply
+		{ip(1, append([]byte{8, 0, 0, 0, 0, 1, 0, 1}, "egret-probe-egl-w9-p9-1"...)), "", ""},
+		{[]byte{0x45, 0}, "", ""},
+	} {
+		p, ok := r.parse(c.b)
+		if ok != (c.pod != "") || p.pod != c.pod || p.kind != c.kind || (ok && p.src != netip.MustParseAddr("192.0.2.101")) {
+			t.Errorf("parse(% x): %+v %v, want pod %q kind %q", c.b, p, ok, c.pod, c.kind)
+		}
+	}
+}

@@ -252,6 +252,7 @@ func play(l *lab.Lab, o options, out io.Writer) (*result, error) {
 		return nil, fmt.Errorf("the lab's pods do not leave as expected before any fault")
 	}
 
+	before := measure(l, st)
 	res := &result{}
 	mark := 0
 	for _, f := range faults() {
@@ -308,6 +309,9 @@ func play(l *lab.Lab, o options, out io.Writer) (*result, error) {
 		}
 		res.faults = append(res.faults, fr)
 		fmt.Fprintln(out, fr.line())
+	}
+	if st, err := l.Status(); err == nil {
+		fmt.Fprintf(out, "  footprint before the faults: %v\n  footprint after the last recovery: %v\n", before, measure(l, st))
 	}
 	fmt.Fprintln(out, res.summary())
 	return res, nil
