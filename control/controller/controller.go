@@ -118,6 +118,9 @@ type nodeHealth struct {
 	// doubtUntil is when a failed check that every node failed together
 	// is believed (the judge's second look); zero: no doubt running.
 	doubtUntil time.Time
+	// outage: the node was down in a cycle in which no node was usable,
+	// and has not come back since; it is not held down when it does.
+	outage bool
 }
 
 // Controller is the EgressIP controller core; create it with New, run it

@@ -79,8 +79,11 @@ type judgedNodes struct {
 //     failed were usable, those keep counting as reachable for secondLook;
 //     if every node still fails then, the failure is believed.
 //   - A node that comes back is held down only if another node can host
-//     IPs meanwhile (eligible, not coming back itself, not held down):
-//     otherwise the hold-down would only keep the IPs on no node.
+//     IPs meanwhile (eligible, not coming back itself, not held down), and
+//     not if it was down in a cycle in which no node was usable: no node
+//     took its IPs then, so there is nothing to pull back, and holding the
+//     gateways down one after the other as they return would keep IPs on
+//     no node.
 func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNodes {
 	out := judgedNodes{
 		nodes:    make([]assign.Node, 0, len(kn)),
@@ -99,7 +102,11 @@ func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNo
 		anyPasses = anyPasses || (candidate(j.sel, n) && known && r && cluster.NodeReady(n))
 	}
 	var back []int // nodes coming back this cycle, by index into out.nodes
+	var candidates []string
 	for i, n := range kn {
+		if candidate(j.sel, n) {
+			candidates = append(candidates, n.Name)
+		}
 		an := j.model(n)
 		switch {
 		case !an.Assignable:
@@ -161,13 +168,30 @@ func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNo
 			elsewhere = true
 		}
 	}
-	if elsewhere {
-		for _, i := range back {
-			name := out.nodes[i].Name
-			h := out.health[name]
+	for _, i := range back {
+		name := out.nodes[i].Name
+		h := out.health[name]
+		if elsewhere && !h.outage {
 			h.holdUntil = j.now.Add(j.holdDown)
-			out.health[name] = h
 			out.recovered = append(out.recovered, name)
+		}
+		h.outage = false
+		out.health[name] = h
+	}
+	// A cycle in which candidates were judged and none is usable: an
+	// outage of every gateway, which their return ends.
+	judged, usable := false, false
+	for _, name := range candidates {
+		if h, ok := out.health[name]; ok {
+			judged, usable = true, usable || h.usable
+		}
+	}
+	if judged && !usable {
+		for _, name := range candidates {
+			if h, ok := out.health[name]; ok {
+				h.outage = true
+				out.health[name] = h
+			}
 		}
 	}
 	for i := range out.nodes {

@@ -293,7 +293,8 @@ func TestJudgeSecondLookWhenEveryNodeFails(t *testing.T) {
 func TestJudgeNoHoldDownWhenNoOtherNodeCanHost(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	kn := []*corev1.Node{readyNode("a", "10.0.0.1/24"), readyNode("b", "10.0.0.2/24"), readyNode("c", "10.0.0.3/24")}
-	allDown := map[string]nodeHealth{"a": {usable: false}, "b": {usable: false}, "c": {usable: false}}
+	allDown := judge(t, now.Add(-time.Second), kn, map[string]bool{"a": false, "b": false, "c": false},
+		map[string]nodeHealth{"a": {usable: true}, "b": {usable: true}, "c": {usable: true}}).health
 
 	j := judge(t, now, kn, map[string]bool{"a": true, "b": true, "c": false}, allDown)
 	for _, name := range []string{"a", "b"} {
@@ -308,19 +309,39 @@ func TestJudgeNoHoldDownWhenNoOtherNodeCanHost(t *testing.T) {
 		t.Errorf("hold-down end %v, recovered %v; want none", j.holdDownEnd, j.recovered)
 	}
 
-	// c comes back while a and b serve: held down as usual.
+	// c, down since the outage too, comes back while a and b serve: no
+	// node took its IPs, it is not held down either.
 	k := judge(t, now.Add(time.Second), kn, map[string]bool{"a": true, "b": true, "c": true}, j.health)
-	if want := now.Add(31 * time.Second); !nodeNamed(t, k.nodes, "c").HoldDownUntil.Equal(want) || !slices.Equal(k.recovered, []string{"c"}) {
-		t.Errorf("c held until %v (recovered %v), want %v", nodeNamed(t, k.nodes, "c").HoldDownUntil, k.recovered, want)
+	for _, name := range []string{"a", "b", "c"} {
+		if h := nodeNamed(t, k.nodes, name).HoldDownUntil; !h.IsZero() {
+			t.Errorf("%s held down until %v after returning from the outage", name, h)
+		}
 	}
-	if !nodeNamed(t, k.nodes, "a").HoldDownUntil.IsZero() {
+
+	// Later, c fails alone and comes back while a and b serve: held down
+	// as usual.
+	l := judge(t, now.Add(2*time.Second), kn, map[string]bool{"a": true, "b": true, "c": false}, k.health)
+	m := judge(t, now.Add(3*time.Second), kn, map[string]bool{"a": true, "b": true, "c": true}, l.health)
+	if want := now.Add(33 * time.Second); !nodeNamed(t, m.nodes, "c").HoldDownUntil.Equal(want) || !slices.Equal(m.recovered, []string{"c"}) {
+		t.Errorf("c held until %v (recovered %v), want %v", nodeNamed(t, m.nodes, "c").HoldDownUntil, m.recovered, want)
+	}
+	if !nodeNamed(t, m.nodes, "a").HoldDownUntil.IsZero() {
 		t.Error("a held down in a later cycle")
+	}
+
+	// The gateways return one at a time from an outage of all: the later
+	// ones are not held down because the first serves again.
+	out := judge(t, now, kn, map[string]bool{"a": false, "b": false, "c": false}, map[string]nodeHealth{"a": {usable: true}, "b": {usable: true}, "c": {usable: true}})
+	first := judge(t, now.Add(time.Second), kn, map[string]bool{"a": true, "b": false, "c": false}, out.health)
+	second := judge(t, now.Add(2*time.Second), kn, map[string]bool{"a": true, "b": true, "c": false}, first.health)
+	if h := nodeNamed(t, second.nodes, "b").HoldDownUntil; !h.IsZero() || len(first.recovered)+len(second.recovered) != 0 {
+		t.Errorf("b held down until %v when it returned after a from an outage of all (recovered %v %v)", h, first.recovered, second.recovered)
 	}
 
 	// A node held down does not count as somewhere else for the IPs.
 	held := map[string]nodeHealth{"a": {usable: false}, "b": {usable: true, holdUntil: now.Add(10 * time.Second)}, "c": {usable: false}}
-	m := judge(t, now, kn, map[string]bool{"a": true, "b": true, "c": false}, held)
-	if h := nodeNamed(t, m.nodes, "a").HoldDownUntil; !h.IsZero() {
+	n := judge(t, now, kn, map[string]bool{"a": true, "b": true, "c": false}, held)
+	if h := nodeNamed(t, n.nodes, "a").HoldDownUntil; !h.IsZero() {
 		t.Errorf("a held down until %v while the only other usable node is held down itself", h)
 	}
 }
