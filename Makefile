@@ -18,11 +18,15 @@ export EGRET_TOOLS_DIR := $(TOOLS_DIR)
 # The lab's end-to-end tests run through the real Egret gateway (kernel = the baseline).
 EGRET_LAB_GATEWAY ?= egret
 export EGRET_LAB_GATEWAY
+# The fault harness's TestChaos (bench/chaos) plays its short variant in make test (about
+# 100 s); make chaos plays every fault. EGRET_CHAOS=off skips it on a local run, never under CI.
+EGRET_CHAOS_SHORT ?= 1
+export EGRET_CHAOS_SHORT
 # The unit and privileged tests share the 2-core machine: one package at a time keeps
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab bench-report bench-controlplane bench-failover dashboard-png clean image image-stage cluster-up cluster-push cluster-down e2e-ipv6 e2e-cni
+.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab bench-report bench-controlplane bench-failover chaos dashboard-png clean image image-stage cluster-up cluster-push cluster-down e2e-ipv6 e2e-cni
 
 all: build
 
@@ -135,6 +139,12 @@ bench-controlplane: build
 FAILOVER_KILLS ?= 20
 bench-failover: deps build
 	$(GO) run ./bench/failover -out $(BENCH_OUT) -kills $(FAILOVER_KILLS) -egret $(BIN)/egret
+
+# The fault harness (docs/reliability.md) on the managed lab (root): steady traffic from
+# every pod, the faults one at a time with recovery between, every packet's source checked;
+# one line per fault, then the summary line; fails when an invariant is broken.
+chaos: deps build
+	$(GO) run ./bench/chaos -egret $(BIN)/egret
 
 # Render docs/dashboard.png from a real Prometheus scraping the managed lab under traffic.
 dashboard-png: deps build

@@ -211,16 +211,26 @@ func (l *Lab) KillGateway(gw string) error {
 	if l.Spec.Gateway(gw) == nil {
 		return fmt.Errorf("no gateway %q in lab %s", gw, l.Spec.Name)
 	}
-	pid := readPid(filepath.Join(l.RunDir(), "gateway-"+gw+".pid"))
+	return l.kill("gateway-"+gw, "egret gateway on "+gw)
+}
+
+// KillController stops the managed lab's `egret controller` with SIGKILL
+// (a crashed controller pod) and returns once the process is gone.
+func (l *Lab) KillController() error { return l.kill("controller", "egret controller") }
+
+// kill sends SIGKILL to the lab's daemon id and waits until it is gone;
+// what names it in errors.
+func (l *Lab) kill(id, what string) error {
+	pid := readPid(filepath.Join(l.RunDir(), id+".pid"))
 	if !alive(pid) {
-		return fmt.Errorf("egret gateway on %s is not running", gw)
+		return fmt.Errorf("%s is not running", what)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill egret gateway on %s (pid %d): %w", gw, pid, err)
+		return fmt.Errorf("kill %s (pid %d): %w", what, pid, err)
 	}
 	for deadline := time.Now().Add(3 * time.Second); alive(pid); {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("egret gateway on %s (pid %d) survived SIGKILL", gw, pid)
+			return fmt.Errorf("%s (pid %d) survived SIGKILL", what, pid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -251,12 +261,10 @@ func (l *Lab) startControlPlane() error {
 		}
 		ctlCfg += "cloud: {provider: aws}\n"
 	}
-	ctlPath := filepath.Join(dir, "controller.yaml")
-	if err := os.WriteFile(ctlPath, []byte(ctlCfg), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "controller.yaml"), []byte(ctlCfg), 0o644); err != nil {
 		return err
 	}
-	if _, err := startDaemon(dir, "controller", s.NS(s.Controller.Name), l.Binary, "controller",
-		"--source", "dir:"+objs, "--config", ctlPath, "--poll-interval", "100ms"); err != nil {
+	if err := l.StartController(); err != nil {
 		return err
 	}
 	for _, w := range s.Workers {
@@ -283,6 +291,16 @@ func (l *Lab) startControlPlane() error {
 		return err
 	}
 	return l.WaitSources(15 * time.Second)
+}
+
+// StartController runs the managed lab's `egret controller` in the
+// controller namespace with the configuration the lab wrote
+// (controller.yaml): at Up, and again after KillController.
+func (l *Lab) StartController() error {
+	dir := l.RunDir()
+	_, err := startDaemon(dir, "controller", l.Spec.NS(l.Spec.Controller.Name), l.Binary, "controller",
+		"--source", "dir:"+ObjectsDir(dir), "--config", filepath.Join(dir, "controller.yaml"), "--poll-interval", "100ms")
+	return err
 }
 
 // warmNeighbours has each gateway's kernel resolve the router (IPv4 and

@@ -115,6 +115,12 @@ type written struct {
 type nodeHealth struct {
 	usable    bool
 	holdUntil time.Time
+	// doubtUntil is when a failed check that every node failed together
+	// is believed (the judge's second look); zero: no doubt running.
+	doubtUntil time.Time
+	// outage: the node was down in a cycle in which no node was usable,
+	// and has not come back since; it is not held down when it does.
+	outage bool
 }
 
 // Controller is the EgressIP controller core; create it with New, run it
@@ -361,7 +367,10 @@ func (c *Controller) assign() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	jn := nodeJudge{now: now, holdDown: c.cfg.HoldDown.Duration, drainCordoned: c.cfg.DrainCordoned,
+	// The second look waits for two more probes of each node: one more
+	// could land in the same stall.
+	secondLook := 2 * (c.reach.timeout() + c.cfg.ProbeInterval.Duration)
+	jn := nodeJudge{now: now, holdDown: c.cfg.HoldDown.Duration, secondLook: secondLook, drainCordoned: c.cfg.DrainCordoned,
 		sel: c.nodeSel, selector: c.cfg.NodeSelector, probing: !c.reach.disabled(),
 		model: c.nodeModel, verdict: c.reach.verdict}.judge(kn, c.nodes)
 	c.nodes = jn.health
@@ -374,6 +383,13 @@ func (c *Controller) assign() error {
 	}
 	if !jn.holdDownEnd.IsZero() {
 		c.queue.AddAfter(assignKey, jn.holdDownEnd.Sub(now)+time.Millisecond)
+	}
+	if len(jn.doubted) > 0 {
+		c.log.Warn("every gateway failed the reachability check at once; their egress IPs stay until a second look, as the fault may be this controller's",
+			"nodes", jn.doubted, "until", jn.lookAgain)
+	}
+	if !jn.lookAgain.IsZero() {
+		c.queue.AddAfter(assignKey, jn.lookAgain.Sub(now)+time.Millisecond)
 	}
 
 	c.statusMu.Lock()

@@ -30,8 +30,11 @@ func candidate(sel labels.Selector, n *corev1.Node) bool {
 // labels and annotations parsed, readiness, the probe verdicts and the
 // hold-down of nodes that came back.
 type nodeJudge struct {
-	now           time.Time
-	holdDown      time.Duration
+	now      time.Time
+	holdDown time.Duration
+	// secondLook is how long the judge doubts a cycle in which every node
+	// that was usable failed its check at once (0: it never doubts).
+	secondLook    time.Duration
 	drainCordoned bool
 	sel           labels.Selector
 	selector      string // sel as configured, for the Event naming it
@@ -58,10 +61,29 @@ type judgedNodes struct {
 	// noAddress are the assignable nodes with no address to probe, which
 	// host no egress IP while the check is on.
 	noAddress []string
+	// doubted are the nodes whose failed check this cycle is not believed
+	// before a second look; lookAgain is when the earliest doubt ends (zero:
+	// none), when an assignment must run again.
+	doubted   []string
+	lookAgain time.Time
 }
 
 // judge builds the assignment's nodes from the cached ones, given the
 // hold-down memory of the last cycle.
+//
+// Two rules guard against the controller's own faults, which look like
+// every gateway failing at once (its probes starved of CPU, or the
+// controller cut off from the gateways): moving every IP off every node
+// and then holding them all down left the IPs on no node for holdDown.
+//   - Second look: when no candidate node passes its check and some that
+//     failed were usable, those keep counting as reachable for secondLook;
+//     if every node still fails then, the failure is believed.
+//   - A node that comes back is held down only if another node can host
+//     IPs meanwhile (eligible, not coming back itself, not held down), and
+//     not if it was down in a cycle in which no node was usable: no node
+//     took its IPs then, so there is nothing to pull back, and holding the
+//     gateways down one after the other as they return would keep IPs on
+//     no node.
 func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNodes {
 	out := judgedNodes{
 		nodes:    make([]assign.Node, 0, len(kn)),
@@ -71,7 +93,20 @@ func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNo
 	// The specification: egress IPs on control-plane nodes are not
 	// supported on a cluster provisioned on AWS.
 	onAWS := slices.ContainsFunc(kn, cluster.OnAWS)
-	for _, n := range kn {
+	type verdict struct{ reachable, known bool }
+	verdicts := make([]verdict, len(kn))
+	anyPasses := false
+	for i, n := range kn {
+		r, known := j.verdict(n.Name)
+		verdicts[i] = verdict{r, known}
+		anyPasses = anyPasses || (candidate(j.sel, n) && known && r && cluster.NodeReady(n))
+	}
+	var back []int // nodes coming back this cycle, by index into out.nodes
+	var candidates []string
+	for i, n := range kn {
+		if candidate(j.sel, n) {
+			candidates = append(candidates, n.Name)
+		}
 		an := j.model(n)
 		switch {
 		case !an.Assignable:
@@ -82,7 +117,7 @@ func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNo
 		}
 		an.Ready = cluster.NodeReady(n)
 		an.Cordoned = n.Spec.Unschedulable
-		reachable, known := j.verdict(n.Name)
+		reachable, known := verdicts[i].reachable, verdicts[i].known
 		an.Reachable = reachable
 		if !candidate(j.sel, n) {
 			// Not probed: the check only matters for nodes that host IPs.
@@ -91,15 +126,29 @@ func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNo
 			out.noAddress = append(out.noAddress, n.Name)
 		}
 		h, had := prev[n.Name]
+		if known && !an.Reachable && an.Ready && had && h.usable && !anyPasses && j.secondLook > 0 {
+			if h.doubtUntil.IsZero() {
+				h.doubtUntil = j.now.Add(j.secondLook)
+				out.doubted = append(out.doubted, n.Name)
+			}
+			if j.now.Before(h.doubtUntil) {
+				an.Reachable = true
+				if out.lookAgain.IsZero() || h.doubtUntil.Before(out.lookAgain) {
+					out.lookAgain = h.doubtUntil
+				}
+			}
+		}
+		if (known && reachable) || !j.now.Before(h.doubtUntil) {
+			h.doubtUntil = time.Time{}
+		}
 		if known {
 			usable := an.Ready && an.Reachable
 			switch {
 			case !had:
 				h = nodeHealth{usable: usable}
 			case usable && !h.usable && j.holdDown > 0:
-				h.holdUntil = j.now.Add(j.holdDown)
 				h.usable = true
-				out.recovered = append(out.recovered, n.Name)
+				back = append(back, len(out.nodes))
 			default:
 				h.usable = usable
 			}
@@ -107,16 +156,52 @@ func (j nodeJudge) judge(kn []*corev1.Node, prev map[string]nodeHealth) judgedNo
 		}
 		if had {
 			out.health[n.Name] = h
-			if j.now.Before(h.holdUntil) {
-				an.HoldDownUntil = h.holdUntil
-				if out.holdDownEnd.IsZero() || h.holdUntil.Before(out.holdDownEnd) {
-					out.holdDownEnd = h.holdUntil
-				}
-			}
 		}
 		out.eligible[n.Name] = an.Assignable && an.AnnotationErr == nil && an.Ready && an.Reachable &&
 			!(j.drainCordoned && an.Cordoned)
 		out.nodes = append(out.nodes, an)
+	}
+	elsewhere := false
+	for i, an := range out.nodes {
+		h := out.health[an.Name]
+		if out.eligible[an.Name] && an.Excluded == "" && !slices.Contains(back, i) && !j.now.Before(h.holdUntil) {
+			elsewhere = true
+		}
+	}
+	for _, i := range back {
+		name := out.nodes[i].Name
+		h := out.health[name]
+		if elsewhere && !h.outage {
+			h.holdUntil = j.now.Add(j.holdDown)
+			out.recovered = append(out.recovered, name)
+		}
+		h.outage = false
+		out.health[name] = h
+	}
+	// A cycle in which candidates were judged and none is usable: an
+	// outage of every gateway, which their return ends.
+	judged, usable := false, false
+	for _, name := range candidates {
+		if h, ok := out.health[name]; ok {
+			judged, usable = true, usable || h.usable
+		}
+	}
+	if judged && !usable {
+		for _, name := range candidates {
+			if h, ok := out.health[name]; ok {
+				h.outage = true
+				out.health[name] = h
+			}
+		}
+	}
+	for i := range out.nodes {
+		an := &out.nodes[i]
+		if h, ok := out.health[an.Name]; ok && j.now.Before(h.holdUntil) {
+			an.HoldDownUntil = h.holdUntil
+			if out.holdDownEnd.IsZero() || h.holdUntil.Before(out.holdDownEnd) {
+				out.holdDownEnd = h.holdUntil
+			}
+		}
 	}
 	return out
 }

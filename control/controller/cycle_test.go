@@ -226,3 +226,122 @@ func TestFailedCycleIsRetried(t *testing.T) {
 		t.Errorf("a's desired status %v, want on n0", got)
 	}
 }
+
+// When every node that hosted IPs fails its check in the same cycle, the
+// judge does not believe it at once: the controller's own probes are the
+// likelier fault (it was starved, or cut off). The nodes keep counting as
+// reachable until a second look, secondLook later; a failure that lasts
+// past it is believed. A node that fails while another still answers moves
+// at once, as before.
+func TestJudgeSecondLookWhenEveryNodeFails(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	kn := []*corev1.Node{readyNode("a", "10.0.0.1/24"), readyNode("b", "10.0.0.2/24")}
+	down := map[string]bool{"a": false, "b": false}
+	look := func(at time.Time, verdicts map[string]bool, prev map[string]nodeHealth) judgedNodes {
+		t.Helper()
+		return nodeJudge{now: at, holdDown: 30 * time.Second, secondLook: 3 * time.Second, sel: labels.Everything(), probing: true,
+			model: func(n *corev1.Node) assign.Node { return assign.NodeFromObject(n.Name, n.Labels, n.Annotations) },
+			verdict: func(name string) (bool, bool) {
+				r, ok := verdicts[name]
+				return r, ok
+			}}.judge(kn, prev)
+	}
+	prev := map[string]nodeHealth{"a": {usable: true}, "b": {usable: true}}
+
+	first := look(now, down, prev)
+	for _, name := range []string{"a", "b"} {
+		if n := nodeNamed(t, first.nodes, name); !n.Reachable || !first.eligible[name] {
+			t.Errorf("first failure of every node: %s reachable %v eligible %v, want both until the second look", name, n.Reachable, first.eligible[name])
+		}
+	}
+	if want := now.Add(3 * time.Second); !first.lookAgain.Equal(want) || !slices.Equal(first.doubted, []string{"a", "b"}) {
+		t.Errorf("look again at %v for %v, want %v for [a b]", first.lookAgain, first.doubted, want)
+	}
+
+	// A cycle before the second look (another change) keeps the doubt and
+	// does not restart it.
+	mid := look(now.Add(time.Second), down, first.health)
+	if !nodeNamed(t, mid.nodes, "a").Reachable || len(mid.doubted) != 0 || !mid.lookAgain.Equal(now.Add(3*time.Second)) {
+		t.Errorf("before the second look: a reachable %v, doubted %v, look again %v", nodeNamed(t, mid.nodes, "a").Reachable, mid.doubted, mid.lookAgain)
+	}
+
+	// The second look: still every node down, so it is believed.
+	second := look(now.Add(3*time.Second), down, mid.health)
+	for _, name := range []string{"a", "b"} {
+		if n := nodeNamed(t, second.nodes, name); n.Reachable || second.eligible[name] || second.health[name].usable {
+			t.Errorf("second look: %s reachable %v eligible %v usable %v, want none", name, n.Reachable, second.eligible[name], second.health[name].usable)
+		}
+	}
+	if !second.lookAgain.IsZero() {
+		t.Errorf("second look asks for a third at %v", second.lookAgain)
+	}
+
+	// One node of three failing while the others answer is believed at once.
+	kn = append(kn, readyNode("c", "10.0.0.3/24"))
+	prev = map[string]nodeHealth{"a": {usable: true}, "b": {usable: true}, "c": {usable: true}}
+	one := look(now, map[string]bool{"a": false, "b": true, "c": true}, prev)
+	if nodeNamed(t, one.nodes, "a").Reachable || one.eligible["a"] || len(one.doubted) != 0 {
+		t.Errorf("a alone failing: reachable %v eligible %v doubted %v, want it out at once", nodeNamed(t, one.nodes, "a").Reachable, one.eligible["a"], one.doubted)
+	}
+}
+
+// The hold-down keeps a flapping node from pulling IPs back from the node
+// that took them. When no other node can host them (every node was down,
+// e.g. the controller's probes all timed out at once), holding the nodes
+// that come back down would only leave the IPs on no node for holdDown:
+// they are not held down. With another node usable, a returning node is.
+func TestJudgeNoHoldDownWhenNoOtherNodeCanHost(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	kn := []*corev1.Node{readyNode("a", "10.0.0.1/24"), readyNode("b", "10.0.0.2/24"), readyNode("c", "10.0.0.3/24")}
+	allDown := judge(t, now.Add(-time.Second), kn, map[string]bool{"a": false, "b": false, "c": false},
+		map[string]nodeHealth{"a": {usable: true}, "b": {usable: true}, "c": {usable: true}}).health
+
+	j := judge(t, now, kn, map[string]bool{"a": true, "b": true, "c": false}, allDown)
+	for _, name := range []string{"a", "b"} {
+		if h := nodeNamed(t, j.nodes, name).HoldDownUntil; !h.IsZero() {
+			t.Errorf("%s held down until %v although no other node could host its IPs", name, h)
+		}
+		if !j.health[name].usable || !j.health[name].holdUntil.IsZero() {
+			t.Errorf("%s memory %+v, want usable and not held", name, j.health[name])
+		}
+	}
+	if !j.holdDownEnd.IsZero() || len(j.recovered) != 0 {
+		t.Errorf("hold-down end %v, recovered %v; want none", j.holdDownEnd, j.recovered)
+	}
+
+	// c, down since the outage too, comes back while a and b serve: no
+	// node took its IPs, it is not held down either.
+	k := judge(t, now.Add(time.Second), kn, map[string]bool{"a": true, "b": true, "c": true}, j.health)
+	for _, name := range []string{"a", "b", "c"} {
+		if h := nodeNamed(t, k.nodes, name).HoldDownUntil; !h.IsZero() {
+			t.Errorf("%s held down until %v after returning from the outage", name, h)
+		}
+	}
+
+	// Later, c fails alone and comes back while a and b serve: held down
+	// as usual.
+	l := judge(t, now.Add(2*time.Second), kn, map[string]bool{"a": true, "b": true, "c": false}, k.health)
+	m := judge(t, now.Add(3*time.Second), kn, map[string]bool{"a": true, "b": true, "c": true}, l.health)
+	if want := now.Add(33 * time.Second); !nodeNamed(t, m.nodes, "c").HoldDownUntil.Equal(want) || !slices.Equal(m.recovered, []string{"c"}) {
+		t.Errorf("c held until %v (recovered %v), want %v", nodeNamed(t, m.nodes, "c").HoldDownUntil, m.recovered, want)
+	}
+	if !nodeNamed(t, m.nodes, "a").HoldDownUntil.IsZero() {
+		t.Error("a held down in a later cycle")
+	}
+
+	// The gateways return one at a time from an outage of all: the later
+	// ones are not held down because the first serves again.
+	out := judge(t, now, kn, map[string]bool{"a": false, "b": false, "c": false}, map[string]nodeHealth{"a": {usable: true}, "b": {usable: true}, "c": {usable: true}})
+	first := judge(t, now.Add(time.Second), kn, map[string]bool{"a": true, "b": false, "c": false}, out.health)
+	second := judge(t, now.Add(2*time.Second), kn, map[string]bool{"a": true, "b": true, "c": false}, first.health)
+	if h := nodeNamed(t, second.nodes, "b").HoldDownUntil; !h.IsZero() || len(first.recovered)+len(second.recovered) != 0 {
+		t.Errorf("b held down until %v when it returned after a from an outage of all (recovered %v %v)", h, first.recovered, second.recovered)
+	}
+
+	// A node held down does not count as somewhere else for the IPs.
+	held := map[string]nodeHealth{"a": {usable: false}, "b": {usable: true, holdUntil: now.Add(10 * time.Second)}, "c": {usable: false}}
+	n := judge(t, now, kn, map[string]bool{"a": true, "b": true, "c": false}, held)
+	if h := nodeNamed(t, n.nodes, "a").HoldDownUntil; !h.IsZero() {
+		t.Errorf("a held down until %v while the only other usable node is held down itself", h)
+	}
+}
