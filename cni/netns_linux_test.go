@@ -86,8 +86,9 @@ func pluginDir(t *testing.T) string {
 	return binDir
 }
 
-// labHostConfig is the node-side settings file of the shared plugin directory.
-const labHostConfig = `{"allowMasterTypes":["veth"]}`
+// labHostConfig is the node-side settings file of the shared plugin directory:
+// a veth master, and every network bound to ns1, the lab pods' namespace.
+const labHostConfig = `{"allowMasterTypes":["veth"],"networkNamespaces":{"*":["ns1"]}}`
 
 // pluginDirWith is a plugin directory of its own with the given node-side settings
 // (none when hostConfig is empty): a hard link of the built binary, which finds its
