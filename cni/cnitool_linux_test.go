@@ -169,16 +169,16 @@ func TestStatusChecksNodeSettings(t *testing.T) {
 		words           string // "" for success
 	}{
 		{"no settings file: the defaults", pluginDirWith(t, ""), static, ""},
-		{"valid settings", pluginDirWith(t, `{"allowMasterTypes":["veth"]}`), static, ""},
+		{"valid settings", pluginDirWith(t, `{"allowMasterTypes":["veth"],"networkNamespaces":{"*":["ns1"]}}`), static, ""},
 		{"unreadable settings", unreadable, static, "reading the host settings"},
 		{"misspelt setting", pluginDirWith(t, `{"allowPasthru":true}`), static, `unknown field "allowPasthru"`},
 		{"not JSON", pluginDirWith(t, `{"allowPassthru":`), static, HostConfigName + " are invalid"},
 		{"relative kubeconfig", pluginDirWith(t, `{"kubeconfig":"kubeconfig"}`), static, `kubeconfig "kubeconfig": give an absolute path`},
-		{"passthru not allowed", pluginDirWith(t, `{"allowMasterTypes":["veth"]}`), `"interfaceArgs":{"master":"ext0","mode":"passthru"},"ip":{"addresses":["192.0.2.99/24"]}`, "passthru is not allowed"},
-		{"ipConfig without a node kubeconfig", pluginDirWith(t, `{}`), ipConfig, "names none"},
-		{"ipConfig with a missing node kubeconfig", pluginDirWith(t, `{"kubeconfig":"/nonexistent/kubeconfig"}`), ipConfig, "/nonexistent/kubeconfig"},
-		{"ipConfig with the node kubeconfig", pluginDirWith(t, `{"kubeconfig":`+quote(kc)+`}`), ipConfig, ""},
-		{"kubeconfig in the network config", pluginDirWith(t, `{"kubeconfig":`+quote(kc)+`}`), `"kubeconfig":` + quote(kc) + `,` + ipConfig, "a network configuration may not name a kubeconfig"},
+		{"passthru not allowed", pluginDirWith(t, `{"allowMasterTypes":["veth"],"networkNamespaces":{"*":["ns1"]}}`), `"interfaceArgs":{"master":"ext0","mode":"passthru"},"ip":{"addresses":["192.0.2.99/24"]}`, "passthru is not allowed"},
+		{"ipConfig without a node kubeconfig", pluginDirWith(t, `{"networkNamespaces":{"*":["ns1"]}}`), ipConfig, "names none"},
+		{"ipConfig with a missing node kubeconfig", pluginDirWith(t, `{"kubeconfig":"/nonexistent/kubeconfig","networkNamespaces":{"*":["ns1"]}}`), ipConfig, "/nonexistent/kubeconfig"},
+		{"ipConfig with the node kubeconfig", pluginDirWith(t, `{"kubeconfig":`+quote(kc)+`,"networkNamespaces":{"*":["ns1"]}}`), ipConfig, ""},
+		{"kubeconfig in the network config", pluginDirWith(t, `{"kubeconfig":`+quote(kc)+`,"networkNamespaces":{"*":["ns1"]}}`), `"kubeconfig":` + quote(kc) + `,` + ipConfig, "a network configuration may not name a kubeconfig"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,7 +49,7 @@ func newEIPLab(t *testing.T) *eipLab {
 	t.Setenv("AWS_REGION", "eu-west-3")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	state := t.TempDir()
-	return &eipLab{lab: l, srv: srv, state: state, dir: pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowElasticIPs":["`+eipFree+`","`+eipTaken+`","`+eipPub+`"],"stateDir":`+quote(state)+`}`)}
+	return &eipLab{lab: l, srv: srv, state: state, dir: pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowElasticIPs":["`+eipFree+`","`+eipTaken+`","`+eipPub+`"],"stateDir":`+quote(state)+`,"networkNamespaces":{"*":["*"]}}`)}
 }
 
 func (e *eipLab) run(t *testing.T, cmd, conf string) (types.Error, error) {

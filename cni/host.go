@@ -47,21 +47,37 @@ type HostConfig struct {
 	StateDir string `json:"stateDir,omitempty"`
 	// NetworkNamespaces binds networks (by their configuration's name) to the
 	// namespaces whose pods may join them. Multus lets a pod name a
-	// NetworkAttachmentDefinition of another namespace by default, so without
-	// an entry a pod of any namespace can take a network's addresses, the
-	// source IP its destinations allow-list. A pod of another namespace is
-	// refused with code 7 before anything changes; networks not listed take
-	// pods of every namespace.
+	// NetworkAttachmentDefinition of another namespace by default, so a
+	// network's addresses, the source IP its destinations allow-list, would
+	// otherwise go to a pod of any namespace. A Kubernetes pod (CNI_ARGS
+	// names its K8S_POD_NAMESPACE) joins a network only if the network's
+	// entry, or the entry "*" for the networks not listed, names its
+	// namespace or "*"; else it is refused with code 7 before anything
+	// changes. The zero value refuses every Kubernetes pod: the node's
+	// administrator says which namespace owns which network.
 	NetworkNamespaces map[string][]string `json:"networkNamespaces,omitempty"`
 }
 
-// admitNamespace refuses pods of namespace ns for network unless
-// NetworkNamespaces lets them in.
+// AnyNetworkNamespace is, as a key of HostConfig.NetworkNamespaces, every
+// network not listed by name, and as a namespace, every namespace.
+const AnyNetworkNamespace = "*"
+
+// admitNamespace refuses a pod of namespace ns for network unless
+// NetworkNamespaces binds the network to it. A caller that names no
+// namespace is no Kubernetes pod (cnitool, a runtime outside Kubernetes,
+// run by root on the node): it is refused only by a binding to named
+// namespaces, which it cannot show it belongs to.
 func (hc HostConfig) admitNamespace(network, ns string) error {
 	allowed, ok := hc.NetworkNamespaces[network]
+	if !ok {
+		allowed, ok = hc.NetworkNamespaces[AnyNetworkNamespace]
+	}
+	every := slices.Contains(allowed, AnyNetworkNamespace)
 	switch {
-	case !ok:
+	case every || (!ok && ns == ""):
 		return nil
+	case !ok:
+		return fmt.Errorf("network %q is bound to no namespace on this node, so no pod may join it (pod namespace %q): the node's %s networkNamespaces must list it (egress-router install -network-namespaces=%s=%s)", network, ns, HostConfigName, network, ns)
 	case ns == "":
 		return fmt.Errorf("network %q takes pods of namespaces %v only (the node's %s networkNamespaces), and CNI_ARGS names no K8S_POD_NAMESPACE", network, allowed, HostConfigName)
 	case !slices.Contains(allowed, ns):
@@ -129,7 +145,7 @@ func ParseHostConfig(b []byte) (HostConfig, error) {
 
 // checkNetworkNamespaces refuses an empty network name, a network bound to
 // no namespace (it would refuse every pod: leave it out instead) and names
-// that cannot be namespaces.
+// that cannot be namespaces ("*" is every namespace).
 func checkNetworkNamespaces(m map[string][]string) error {
 	for network, nss := range m {
 		if network == "" {
@@ -139,8 +155,11 @@ func checkNetworkNamespaces(m map[string][]string) error {
 			return fmt.Errorf("networkNamespaces[%q]: no namespace; a network listed takes pods of the namespaces listed only", network)
 		}
 		for _, ns := range nss {
+			if ns == AnyNetworkNamespace {
+				continue
+			}
 			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-				return fmt.Errorf("networkNamespaces[%q]: %q is not a namespace name: %s", network, ns, strings.Join(errs, "; "))
+				return fmt.Errorf("networkNamespaces[%q]: %q is not a namespace name (or \"*\" for every namespace): %s", network, ns, strings.Join(errs, "; "))
 			}
 		}
 	}

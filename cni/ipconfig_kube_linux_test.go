@@ -125,7 +125,7 @@ func TestIPConfigFromAPIServer(t *testing.T) {
 			r := newRuntime(t, l, "db-router")
 			// The second case reads a ConfigMap of another namespace, which the node allows.
 			// The kubeconfig is the node's, in its settings file, as egress-router install writes it.
-			r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowCrossNamespaceConfigMaps":true,"kubeconfig":`+quote(kubeconfig)+`}`)}, t.TempDir(), nil)
+			r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowCrossNamespaceConfigMaps":true,"kubeconfig":`+quote(kubeconfig)+`,"networkNamespaces":{"*":["*"]}}`)}, t.TempDir(), nil)
 			before := routesOf(t, l.Pod, netlink.FAMILY_V4)
 
 			// Namespace from K8S_POD_NAMESPACE; the ConfigMap's /24 is narrowed by the
@@ -208,7 +208,7 @@ func TestIPConfigAPIDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRuntime(t, l, "db")
-	r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"kubeconfig":`+quote(kc)+`}`)}, t.TempDir(), nil)
+	r.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDirWith(t, `{"allowMasterTypes":["veth"],"kubeconfig":`+quote(kc)+`,"networkNamespaces":{"*":["*"]}}`)}, t.TempDir(), nil)
 	_, err := r.add(confList(t, "1.0.0", TypeEgressRouter, `"ipConfig":{"name":"x"}`))
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater {
@@ -237,7 +237,7 @@ func TestCheckWithAPIServerDown(t *testing.T) {
 	})
 	l := newLab(t, true)
 	kubeconfig, apiDown := forwardAPI(t, env, l.Node)
-	dir := pluginDirWith(t, `{"allowMasterTypes":["veth"],"kubeconfig":`+quote(kubeconfig)+`}`)
+	dir := pluginDirWith(t, `{"allowMasterTypes":["veth"],"kubeconfig":`+quote(kubeconfig)+`,"networkNamespaces":{"*":["*"]}}`)
 	const conf = `{"cniVersion":"1.0.0","name":"e","type":"egress-router","ipConfig":{"name":"egress-ip"}}`
 	const args = "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=router"
 	before := routesOf(t, l.Pod, netlink.FAMILY_V4)

@@ -86,8 +86,11 @@ func pluginDir(t *testing.T) string {
 	return binDir
 }
 
-// labHostConfig is the node-side settings file of the shared plugin directory.
-const labHostConfig = `{"allowMasterTypes":["veth"]}`
+// labHostConfig is the node-side settings file of the shared plugin directory:
+// a veth master, and every network open to every namespace, since the lab
+// runs the plugin both for pods of ns1 and, as cnitool does, for none
+// (TestNetworkNamespaces and TestDistrustedConfig bind namespaces).
+const labHostConfig = `{"allowMasterTypes":["veth"],"networkNamespaces":{"*":["*"]}}`
 
 // pluginDirWith is a plugin directory of its own with the given node-side settings
 // (none when hostConfig is empty): a hard link of the built binary, which finds its

@@ -47,9 +47,10 @@ func TestDistrustedConfig(t *testing.T) {
 	vlanErr := l.Node.NL.LinkAdd(&netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: "ext0.7", ParentIndex: mustIndex(t, l.Node, "ext0")}, VlanId: 7})
 	// An outside host already using an address the node knows nothing of.
 	l.Out.AddAddr(t, "ext0p", prefix("192.0.2.50/24"), prefix("2001:db8:2::50/64"))
-	strict := pluginDirWith(t, "")
+	// strict allows nothing; every directory binds the pods' namespace ns1.
+	strict := pluginDirWith(t, `{"networkNamespaces":{"*":["ns1"]}}`)
 	lab := pluginDir(t) // allows veth masters only
-	permissive := pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowPassthru":true,"allowCrossNamespaceConfigMaps":true}`)
+	permissive := pluginDirWith(t, `{"allowMasterTypes":["veth"],"allowPassthru":true,"allowCrossNamespaceConfigMaps":true,"networkNamespaces":{"*":["ns1"]}}`)
 	const head = `{"cniVersion":"1.0.0","name":"e","type":"egress-router",`
 	podArgs := "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=web"
 	cases := []struct {
@@ -76,6 +77,8 @@ func TestDistrustedConfig(t *testing.T) {
 		{"cross-namespace ConfigMap allowed", permissive, head + `"ipConfig":{"namespace":"kube-system","name":"x"}}`, types.ErrPluginNotAvailable, "the node's egress-router-host.json names none"},
 		// The credentials are the node's: a network config may not pick a file.
 		{"kubeconfig in the network config", lab, head + `"kubeconfig":"/etc/kubernetes/admin.conf","ipConfig":{"name":"x"}}`, types.ErrInvalidNetworkConfig, "kubeconfig: a network configuration may not name a kubeconfig"},
+		// A Kubernetes pod joins only a network the node binds to its namespace (issue 33).
+		{"network bound to no namespace", pluginDirWith(t, `{"allowMasterTypes":["veth"]}`), head + `"interfaceArgs":{"master":"ext0"},"ip":{"addresses":["192.0.2.99/24"]}}`, types.ErrInvalidNetworkConfig, `network "e" is bound to no namespace on this node`},
 		{"bad host settings", pluginDirWith(t, `{"allowPasthru":true}`), head + `"ip":{"addresses":["192.0.2.99/24"]}}`, types.ErrPluginNotAvailable, "unknown field"},
 	}
 	beforeNode, beforePod := linkNames(t, l.Node), linkNames(t, l.Pod)

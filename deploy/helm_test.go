@@ -314,6 +314,7 @@ var otherValues = []string{
 	"--set", "controller.priorityClassName=,gateway.priorityClassName=egret-gateways,priorityQuota.create=true",
 	"--set", "monitoring.namespace=monitoring,monitoring.labels.release=kube-prometheus-stack",
 	"--set", "gateway.admission.metricsAllow={10.9.0.0/16,192.0.2.7}",
+	"--set", "gateway.admission.metricsScraper.namespace=monitoring,gateway.admission.metricsScraper.selector=app.kubernetes.io/name in (prometheus\\,vmagent)",
 }
 
 // monitoringKinds are the objects monitoring.namespace moves.

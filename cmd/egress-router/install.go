@@ -32,7 +32,7 @@ func install(args []string) error {
 	crossNS := fs.Bool("allow-cross-namespace-configmaps", false, "let ipConfig.namespace name a namespace other than the pod's; node-side setting")
 	eips := fs.String("allow-elastic-ips", "", "comma-separated Elastic IPs (allocation IDs or public IPs, as networks name them) aws-elastic-ip may associate with pods; node-side setting")
 	netNS := networkNamespaces{}
-	fs.Var(netNS, "network-namespaces", "NETWORK=NS[,NS...]: only pods of these namespaces may join the network of that name (Multus lets any namespace name another's NetworkAttachmentDefinition); repeat per network; node-side setting")
+	fs.Var(netNS, "network-namespaces", "NETWORK=NS[,NS...]: only pods of these namespaces may join the network of that name (Multus lets any namespace name another's NetworkAttachmentDefinition); repeat per network; * as NETWORK: every network not listed, as NS: every namespace. A network not listed takes no Kubernetes pod; node-side setting")
 	checkConfig := fs.Bool("check-config", false, "parse and validate the flags, print the result and exit (0 valid, 1 not); copies nothing")
 	if err := parseFlags(fs, "copy this plugin into the node's CNI bin directory (and keep a kubeconfig for ipConfig there)", args); err != nil {
 		return err

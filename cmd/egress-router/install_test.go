@@ -139,16 +139,18 @@ func TestInstallNamesTheKubeconfig(t *testing.T) {
 // twice is refused, --check-config included.
 func TestInstallNetworkNamespaces(t *testing.T) {
 	bin := t.TempDir()
-	if err := install([]string{"--cni-bin-dir=" + bin, "--network-namespaces=egress-router-1=ns1,ns2", "--network-namespaces=db=payments"}); err != nil {
+	if err := install([]string{"--cni-bin-dir=" + bin, "--network-namespaces=egress-router-1=ns1,ns2", "--network-namespaces=db=payments",
+		"--network-namespaces=*=*"}); err != nil {
 		t.Fatal(err)
 	}
 	hc, err := cni.LoadHostConfig(filepath.Join(bin, cni.HostConfigName))
-	want := map[string][]string{"egress-router-1": {"ns1", "ns2"}, "db": {"payments"}}
+	want := map[string][]string{"egress-router-1": {"ns1", "ns2"}, "db": {"payments"}, "*": {"*"}}
 	if err != nil || !reflect.DeepEqual(hc.NetworkNamespaces, want) {
 		t.Errorf("settings %+v %v, want networkNamespaces %v", hc, err, want)
 	}
 	for _, bad := range [][]string{
 		{"--network-namespaces=db=Payments"},
+		{"--network-namespaces=db=pay*"},
 		{"--network-namespaces=db="},
 		{"--network-namespaces=db=a", "--network-namespaces=db=b"},
 		{"--network-namespaces=ns1"},

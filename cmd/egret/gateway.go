@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
@@ -89,6 +90,8 @@ type gatewayFlags struct {
 	admission        bool
 	metricsAllow     string
 	controllerSel    string
+	scraperSel       string
+	scraperNS        string
 	localPort        bool
 }
 
@@ -154,8 +157,10 @@ func (f *gatewayFlags) bindAgent() {
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
 	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
 	fs.StringVar(&f.podNS, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
-	fs.BoolVar(&f.admission, "admission", true, "agent mode with the Kubernetes API: an nftables table (inet "+engine.AdmitTable+") admits the health port only from the controller's pods and nodes, the flow sync only from gateway nodes and the metrics port only from --metrics-allow (docs/security.md#admission-filter)")
-	fs.StringVar(&f.metricsAllow, "metrics-allow", "", "agent mode with --admission: comma-separated CIDRs or addresses that may reach --metrics-addr besides the node itself; \"any\": no filter on it; default: every node's InternalIPs, every Node's spec.podCIDRs (an in-cluster Prometheus) and this node's primary network")
+	fs.BoolVar(&f.admission, "admission", true, "agent mode with the Kubernetes API: an nftables table (inet "+engine.AdmitTable+") admits the health port only from the controller's pods and nodes, the flow sync only from gateway nodes and the metrics port only from the scraper's pods and nodes and --metrics-allow (docs/security.md#admission-filter)")
+	fs.StringVar(&f.metricsAllow, "metrics-allow", "", "agent mode with --admission: comma-separated CIDRs or addresses that may reach --metrics-addr besides the node itself and the scraper's pods (--metrics-scraper-selector); \"any\": no filter on it")
+	fs.StringVar(&f.scraperSel, "metrics-scraper-selector", "app.kubernetes.io/name=prometheus", "agent mode with --admission: the label selector of the pods that scrape --metrics-addr (in --metrics-scraper-namespace), whose addresses and nodes' InternalIPs may reach it; \"\": none. With no such pod and no --metrics-allow, only the node itself may")
+	fs.StringVar(&f.scraperNS, "metrics-scraper-namespace", "", "agent mode with --admission: the namespace of the --metrics-scraper-selector pods; empty: every namespace (a pod anyone labels so is admitted: name Prometheus' namespace to bind it)")
 	fs.StringVar(&f.controllerSel, "controller-selector", "app.kubernetes.io/name=egret-controller", "agent mode with --admission: the label selector of the controller's pods in --pod-namespace, whose addresses and nodes may reach the health port")
 	fs.BoolVar(&f.localPort, "local-port", true, "agent mode: serve the selected pods of this node through the veth pair "+config.LocalKernelLink+"/"+config.LocalPortLink+", which the steer agent routes them to (docs/gateway.md#pods-on-gateway-nodes); false: they cannot use this gateway")
 	fs.DurationVar(&f.drain, "drain-timeout", 5*time.Second, "agent mode with the flow sync on: on SIGTERM the agent reports NOT_SERVING, so that the controller moves its egress IPs to their standbys (which hold their flows), and forwards until they moved or this long has passed; 0: release them at once (docs/continuity.md)")
@@ -231,14 +236,26 @@ func (f *gatewayFlags) admissionOptions() (*gwagent.Admission, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--controller-selector %q: %w", f.controllerSel, err)
 	}
+	var scraper labels.Selector // nil: no scraper (labels.Parse("") would match every pod)
+	if strings.TrimSpace(f.scraperSel) != "" {
+		if scraper, err = labels.Parse(f.scraperSel); err != nil {
+			return nil, fmt.Errorf("--metrics-scraper-selector %q: %w", f.scraperSel, err)
+		}
+	}
+	if f.scraperNS != "" {
+		if errs := validation.IsDNS1123Label(f.scraperNS); len(errs) > 0 {
+			return nil, fmt.Errorf("--metrics-scraper-namespace %q is not a namespace name: %s", f.scraperNS, strings.Join(errs, "; "))
+		}
+	}
 	if !f.admission || strings.HasPrefix(f.source, "dir:") {
 		return nil, nil
 	}
-	return &gwagent.Admission{MetricsAllow: allow, ControllerNamespace: f.podNS, ControllerSelector: sel}, nil
+	return &gwagent.Admission{MetricsAllow: allow, ControllerNamespace: f.podNS, ControllerSelector: sel,
+		ScraperNamespace: f.scraperNS, ScraperSelector: scraper}, nil
 }
 
-// parseMetricsAllow parses --metrics-allow: nil for the default (""),
-// an empty list for "any", else CIDRs (a plain address is one host).
+// parseMetricsAllow parses --metrics-allow: nil for none (""), an empty
+// list for "any", else CIDRs (a plain address is one host).
 func parseMetricsAllow(v string) ([]netip.Prefix, error) {
 	v = strings.TrimSpace(v)
 	switch v {

@@ -118,10 +118,11 @@ func TestListenAddrIPv6(t *testing.T) {
 	}
 }
 
-// TestAdmissionFlags: --metrics-allow and --controller-selector are checked
-// at parse time (so --check-config refuses them), and the filter guards the
-// ports of the listeners the flags run: the flow sync only with a key, the
-// metrics port not with "any" nor when off; a directory source has none.
+// TestAdmissionFlags: --metrics-allow, --controller-selector and the
+// metrics scraper's selector and namespace are checked at parse time (so
+// --check-config refuses them), and the filter guards the ports of the
+// listeners the flags run: the flow sync only with a key, the metrics port
+// not with "any" nor when off; a directory source has none.
 func TestAdmissionFlags(t *testing.T) {
 	kube := []string{"--source=kube", "--node=g1", "--pod-namespace=egret-system",
 		"--health-addr=10.0.0.21:9107", "--sync-addr=10.0.0.21:9108"}
@@ -133,7 +134,7 @@ func TestAdmissionFlags(t *testing.T) {
 	if err != nil || a == nil {
 		t.Fatalf("admission %v, %v", a, err)
 	}
-	if got := fmt.Sprintf("%v %s %v", a.MetricsAllow, a.ControllerNamespace, a.ControllerSelector); got != "[10.9.0.0/16 192.0.2.7/32] egret-system app.kubernetes.io/name=egret-controller" {
+	if got := fmt.Sprintf("%v %s %v %q %v", a.MetricsAllow, a.ControllerNamespace, a.ControllerSelector, a.ScraperNamespace, a.ScraperSelector); got != `[10.9.0.0/16 192.0.2.7/32] egret-system app.kubernetes.io/name=egret-controller "" app.kubernetes.io/name=prometheus` {
 		t.Errorf("admission options %s", got)
 	}
 	f.admissionPorts(a, "", []byte("key"))
@@ -155,6 +156,21 @@ func TestAdmissionFlags(t *testing.T) {
 	if a.MetricsPort != 0 {
 		t.Errorf("--metrics-allow=any filters the metrics port %d", a.MetricsPort)
 	}
+	// The scraper: bound to a namespace, another selector, or none at all
+	// ("" must not become labels.Everything(): every pod a scraper).
+	f, err = parseGatewayFlags(append(kube, "--metrics-scraper-namespace=monitoring", "--metrics-scraper-selector=app.kubernetes.io/name in (prometheus,vmagent)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ = f.admissionOptions(); a.ScraperNamespace != "monitoring" || a.ScraperSelector.String() != "app.kubernetes.io/name in (prometheus,vmagent)" {
+		t.Errorf("scraper %q %v", a.ScraperNamespace, a.ScraperSelector)
+	}
+	if f, err = parseGatewayFlags(append(kube, "--metrics-scraper-selector=")); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ = f.admissionOptions(); a.ScraperSelector != nil {
+		t.Errorf(`--metrics-scraper-selector="": selector %v, want none`, a.ScraperSelector)
+	}
 	for _, off := range [][]string{{"--source=dir:/x", "--node=g1"}, append(kube, "--admission=false")} {
 		f, err := parseGatewayFlags(off)
 		if err != nil {
@@ -165,7 +181,8 @@ func TestAdmissionFlags(t *testing.T) {
 		}
 	}
 	for bad, want := range map[string]string{"--metrics-allow=10.0.0.0/33": "neither a CIDR", "--metrics-allow=any,10.0.0.1": "neither a CIDR",
-		"--controller-selector=a in (": "--controller-selector"} {
+		"--controller-selector=a in (": "--controller-selector", "--metrics-scraper-selector=a in (": "--metrics-scraper-selector",
+		"--metrics-scraper-namespace=Monitoring": "not a namespace name"} {
 		if _, err := parseGatewayFlags(append(kube, bad)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %s", bad, err, want)
 		}
