@@ -72,13 +72,15 @@ func TestFollowBase(t *testing.T) {
 	if s := next(applied, "reload of the changed file"); s != "eth1" {
 		t.Fatalf("applied %q after the broken file and eth1, want eth1 (the broken file must not apply)", s)
 	}
-	if got := a.currentBase().Interfaces; !slices.Equal(got, []string{"eth1"}) {
-		t.Fatalf("agent's base interfaces %v, want [eth1]", got)
-	}
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("FollowBase still running after its context ended")
+	}
+	// Read once FollowBase returned: apply runs before the agent records
+	// the base, so reading at the apply's signal would race with it.
+	if got := a.currentBase().Interfaces; !slices.Equal(got, []string{"eth1"}) {
+		t.Fatalf("agent's base interfaces %v, want [eth1]", got)
 	}
 }
