@@ -28,6 +28,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
 	"sigs.k8s.io/yaml"
@@ -1466,16 +1467,21 @@ func (e *env) checkClean(n string) {
 		e.t.Errorf("%s: eth0 holds %v, want only the node's %s (claimed egress IPs left)", n, addrs, plan.nodeIPs[n])
 	}
 	// The gateway pins its XDP link and counters per namespace and
-	// interface (gateway/xdp pin.go; link-ns… is where builds before pinned).
+	// interface (gateway/xdp pin.go), or pinned the link alone before.
+	if pins := xdp.NamespacePins(xdp.DefaultPinDir, e.netnsIno(n)); len(pins) > 0 {
+		e.t.Errorf("%s: XDP pins left: %v", n, pins)
+	}
+}
+
+// netnsIno is the inode of node n's network namespace, which names the
+// XDP pins of its interfaces (xdp.PinDir).
+func (e *env) netnsIno(n string) uint64 {
+	e.t.Helper()
 	var st syscall.Stat_t
 	if err := syscall.Stat("/run/netns/egretc-"+n, &st); err != nil {
 		e.t.Fatal(err)
 	}
-	for _, pattern := range []string{"ns%d-if*", "link-ns%d-*"} {
-		if pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/"+pattern, st.Ino)); len(pins) > 0 {
-			e.t.Errorf("%s: XDP pins left: %v", n, pins)
-		}
-	}
+	return st.Ino
 }
 
 // checkPinned: each gateway attached its XDP program and pinned the link in
@@ -1485,12 +1491,14 @@ func (e *env) checkClean(n string) {
 func (e *env) checkPinned() {
 	e.t.Helper()
 	for _, n := range gateways {
-		var st syscall.Stat_t
-		if err := syscall.Stat("/run/netns/egretc-"+n, &st); err != nil {
-			e.t.Fatal(err)
+		linked := false
+		for _, p := range xdp.NamespacePins(xdp.DefaultPinDir, e.netnsIno(n)) {
+			if _, err := os.Stat(filepath.Join(p, "link")); err == nil {
+				linked = true
+			}
 		}
-		if links, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/ns%d-if*/link", st.Ino)); len(links) == 0 {
-			e.t.Errorf("%s: no XDP link pinned in /sys/fs/bpf/egret (the gateway's --pin-dir mount)", n)
+		if !linked {
+			e.t.Errorf("%s: no XDP link pinned in %s (the gateway's --pin-dir mount)", n, xdp.DefaultPinDir)
 		}
 	}
 }
