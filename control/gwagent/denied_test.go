@@ -90,7 +90,8 @@ func TestDeniedEventsWindow(t *testing.T) {
 // TestDeniedEventKube runs the agent with the real engine against a real
 // kube-apiserver, with the gateway's RBAC: many packets of a selected pod
 // to a denied destination make exactly one EgressDestinationDenied Event
-// on the pod (count 1), naming the destination and allowedDestinations.
+// on the pod (count 1), naming the destination and allowedDestinations,
+// from source egret-gateway.
 func TestDeniedEventKube(t *testing.T) {
 	tp, _ := newNsTopo(t) // first: needs root, fails under CI=true without it
 	env := kubetest.Start(t)
@@ -141,7 +142,7 @@ func TestDeniedEventKube(t *testing.T) {
 	e.Status.Items = []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: nsEgressIP.String()}}
 	must(eipc.Create(ctx, e, metav1.CreateOptions{}))
 
-	src, err := cluster.NewKube(env.UserConfig(t, gatewayUser, "system:authenticated"))
+	src, err := NewKubeSource(env.UserConfig(t, gatewayUser, "system:authenticated"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,9 +196,9 @@ func TestDeniedEventKube(t *testing.T) {
 		t.Fatalf("%d Events for %v (%+v), want exactly one with count 1", len(got), nsDenied, got)
 	}
 	ev := got[0]
-	if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != "web" ||
+	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != "egret-gateway" || ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != "web" ||
 		!strings.Contains(ev.Message, "169.254.169.254 port 53 (udp)") || !strings.Contains(ev.Message, "allowedDestinations") {
-		t.Errorf("Event %s %s on %+v: %q", ev.Type, ev.Reason, ev.InvolvedObject, ev.Message)
+		t.Errorf("Event %s %s from %+v on %+v: %q", ev.Type, ev.Reason, ev.Source, ev.InvolvedObject, ev.Message)
 	}
 	if n := len(events(second)); n != 1 {
 		t.Errorf("%d Events for %v, want 1 however often it was sent", n, second)

@@ -2,6 +2,7 @@ package gwagent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -193,5 +194,39 @@ func TestAgentKube(t *testing.T) {
 	t.Logf("claimed again %v after the API server came back", el)
 	if a.State().Fenced {
 		t.Error("still fenced")
+	}
+}
+
+// TestKubeSourceEvents: an Event the gateway agent records through its
+// source (as cmd/egret wires it) carries source egret-gateway, not the
+// controller's name.
+func TestKubeSourceEvents(t *testing.T) {
+	env := kubetest.Start(t)
+	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewKubeSource(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := src.Start(ctx, func(cluster.Kind) {}); err != nil {
+		t.Fatal(err)
+	}
+	src.Event(&corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "default", Name: "web"}, corev1.EventTypeWarning, ReasonDestinationDenied, "test")
+	var got []corev1.Event
+	nstest.Until(t, "the Event", 20*time.Second, func() (bool, string) {
+		l, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = l.Items
+		return len(got) > 0, fmt.Sprintf("%d Events", len(got))
+	})
+	if len(got) != 1 || got[0].Source.Component != "egret-gateway" || got[0].Reason != ReasonDestinationDenied {
+		t.Fatalf("Events %+v, want one %s from egret-gateway", got, ReasonDestinationDenied)
 	}
 }
