@@ -22,6 +22,8 @@ import (
 // would have given. Checked: the probe pod's spec, the verdict for an
 // answer that matches egret status and one that does not, and that the
 // probe pods are gone after each run, also one ended by SIGINT or SIGTERM.
+// It runs as a user with only the roles deploy/rbac/users.yaml ships for
+// it, egret-checker bound in the namespaces checked.
 func TestCheckKube(t *testing.T) {
 	k := newKubeFixture(t)
 	cs, ctx := k.cs, k.ctx
@@ -53,6 +55,7 @@ func TestCheckKube(t *testing.T) {
 	blue.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
 	k.create(blue)
 
+	kubeconfig := k.asUser("check", "prod", "dev")
 	bin := testbin.Build(t, "egret")
 	probes := func(ns string) []corev1.Pod {
 		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: checkLabel})
@@ -62,7 +65,7 @@ func TestCheckKube(t *testing.T) {
 		return l.Items
 	}
 	start := func(args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
-		cmd := exec.Command(bin, append([]string{"check", "--kubeconfig", k.env.Kubeconfig, "--url", "http://198.51.100.1:8080/"}, args...)...)
+		cmd := exec.Command(bin, append([]string{"check", "--kubeconfig", kubeconfig, "--url", "http://198.51.100.1:8080/"}, args...)...)
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Start(); err != nil {
@@ -139,5 +142,14 @@ func TestCheckKube(t *testing.T) {
 			t.Errorf("%v: exit %d\n%s%s", sig, code, out, errOut)
 		}
 		gone("after " + sig.String())
+	}
+
+	// 4. A namespace where its user may not start pods: the refusal says
+	// what egret check needs and which roles grant it.
+	k.namespace("qa", nil)
+	cmd, out, errOut = start("-n", "qa")
+	if code := exit(cmd); code != 1 || !strings.Contains(errOut.String(), "forbidden") ||
+		!strings.Contains(errOut.String(), "create,get,delete,deletecollection pods") || !strings.Contains(errOut.String(), "egret-viewer and egret-checker") {
+		t.Errorf("unbound namespace: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -56,7 +56,8 @@ type statusJSON struct {
 // TestStatusKube runs the real binary as the kubectl plugin (`kubectl
 // egret status -o json`, kubectl from hack/k8s-bins.sh finding
 // kubectl-egret on PATH) and as `egret status pods` against a real
-// kube-apiserver holding nodes, pods, EgressIPs and an Event.
+// kube-apiserver holding nodes, pods, EgressIPs and an Event, as a user
+// with only the role deploy/rbac/users.yaml ships for it.
 func TestStatusKube(t *testing.T) {
 	kubectl := kubetest.Tool(t, "kubectl", "hack/k8s-bins.sh")
 	k := newKubeFixture(t)
@@ -80,14 +81,15 @@ func TestStatusKube(t *testing.T) {
 		Count: 1, FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "egret-controller"}}, metav1.CreateOptions{}))
 
 	// As the kubectl plugin: kubectl finds kubectl-egret on PATH and hands
-	// it its environment (KUBECONFIG).
+	// it its environment (KUBECONFIG), a user's with the role shipped for it.
+	kubeconfig := k.asUser("status")
 	bin := testbin.Build(t, "egret")
 	plugins := t.TempDir()
 	if err := os.Symlink(bin, filepath.Join(plugins, "kubectl-egret")); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(kubectl, "egret", "status", "-o", "json")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.env.Kubeconfig, "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -138,15 +140,15 @@ func TestStatusKube(t *testing.T) {
 
 	// egret status pods, with --kubeconfig and a name: that pod, and its
 	// owner only.
-	js, errOut, code := runBin(t, bin, "status", "pods", "-n", "qa", "app", "--kubeconfig", k.env.Kubeconfig, "-o", "json")
+	js, errOut, code := runBin(t, bin, "status", "pods", "-n", "qa", "app", "--kubeconfig", kubeconfig, "-o", "json")
 	st = statusJSON{}
 	if err := json.Unmarshal([]byte(js), &st); code != 0 || err != nil || len(st.Pods) != 1 || st.Pods[0].Name != "app" || len(st.EgressIPs) != 1 || st.EgressIPs[0].Name != "green" {
 		t.Errorf("status pods -n qa app: exit %d, %v, %+v\n%s", code, err, st, errOut)
 	}
-	if _, errOut, code := runBin(t, bin, "status", "pods", "nosuch", "--kubeconfig", k.env.Kubeconfig); code != 1 || !strings.Contains(errOut, "no pod nosuch in any namespace") {
+	if _, errOut, code := runBin(t, bin, "status", "pods", "nosuch", "--kubeconfig", kubeconfig); code != 1 || !strings.Contains(errOut, "no pod nosuch in any namespace") {
 		t.Errorf("status pods nosuch: exit %d, %s", code, errOut)
 	}
-	table, _, code := runBin(t, bin, "status", "--kubeconfig", k.env.Kubeconfig)
+	table, _, code := runBin(t, bin, "status", "--kubeconfig", kubeconfig)
 	if code != 0 || !strings.Contains(table, "blue      192.0.2.10  g1    g2       unknown") || !strings.Contains(table, "qa         app  w1    green     no-node-can-host  -") {
 		t.Errorf("table: exit %d\n%s", code, table)
 	}

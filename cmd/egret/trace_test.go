@@ -41,7 +41,8 @@ type traceJSON struct {
 // kube-apiserver holding the objects and deploy/'s two ConfigMaps: the
 // gateway agent's own Build (the nodes' networks it denies), the
 // ConfigMaps' deny-list, limits and unsteered networks all reach the
-// verdicts.
+// verdicts. It runs as a user with only the role deploy/rbac/users.yaml
+// ships for it.
 func TestTraceKube(t *testing.T) {
 	k := newKubeFixture(t)
 	k.node("w1", "10.0.0.11", "10.128.1.0/24")
@@ -57,10 +58,11 @@ func TestTraceKube(t *testing.T) {
 		k.must(k.cs.CoreV1().ConfigMaps("egret-system").Create(k.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}))
 	}
 
+	kubeconfig := k.asUser("trace")
 	bin := testbin.Build(t, "egret")
 	trace := func(dest string) traceJSON {
 		t.Helper()
-		out, errOut, code := runBin(t, bin, "trace", "prod/web", dest, "--kubeconfig", k.env.Kubeconfig, "-o", "json")
+		out, errOut, code := runBin(t, bin, "trace", "prod/web", dest, "--kubeconfig", kubeconfig, "-o", "json")
 		var tr traceJSON
 		if err := json.Unmarshal([]byte(out), &tr); code != 0 || err != nil {
 			t.Fatalf("trace prod/web %s: exit %d, %v\n%s%s", dest, code, err, out, errOut)
@@ -86,10 +88,10 @@ func TestTraceKube(t *testing.T) {
 	}
 
 	// Mistakes: a pod that does not exist, a destination that is no address.
-	if _, errOut, code := runBin(t, bin, "trace", "prod/nope", "198.51.100.1", "--kubeconfig", k.env.Kubeconfig); code != 1 || !strings.Contains(errOut, "no pod prod/nope") {
+	if _, errOut, code := runBin(t, bin, "trace", "prod/nope", "198.51.100.1", "--kubeconfig", kubeconfig); code != 1 || !strings.Contains(errOut, "no pod prod/nope") {
 		t.Errorf("trace prod/nope: exit %d, %s", code, errOut)
 	}
-	if _, errOut, code := runBin(t, bin, "trace", "prod/web", "example.com", "--kubeconfig", k.env.Kubeconfig); code != 2 || !strings.Contains(errOut, "give an IP address") {
+	if _, errOut, code := runBin(t, bin, "trace", "prod/web", "example.com", "--kubeconfig", kubeconfig); code != 2 || !strings.Contains(errOut, "give an IP address") {
 		t.Errorf("trace prod/web example.com: exit %d, %s", code, errOut)
 	}
 	// Without the ConfigMaps the trace still runs, and says what it did not check.
