@@ -18,6 +18,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/egret-gw/egret/control/access"
 	"github.com/egret-gw/egret/internal/kubetest"
 )
 
@@ -388,6 +389,8 @@ func TestApply(t *testing.T) {
 			t.Errorf("egret-steer can %s %s in kube-system: %v, want %v", verb, res, got, want)
 		}
 	}
+	checkUserRoles(t, kc, env.Kubeconfig)
+
 	// Applying again changes no workload's spec (its generation stays).
 	gens := func() string {
 		return string(k(nil, "get", "deployment,daemonset", "-n", "egret-system", "-o",
@@ -411,6 +414,87 @@ func TestApply(t *testing.T) {
 		t.Errorf("after deleting deploy/, EgressIP kept reads %q", got)
 	}
 	k(nil, "get", "crd", "egressips.k8s.ovn.org", "cloudprivateipconfigs.cloud.network.openshift.io", "-o", "name")
+}
+
+// checkUserRoles binds the roles of deploy/rbac/users.yaml to one user per
+// command, as docs/operations.md says to (ClusterRole egret-viewer
+// cluster-wide, egret-checker in a checked namespace, Role egret-natlog in
+// egret-system), and asks the API server's authorizer whether each request
+// control/access lists for the command is allowed where the command makes
+// it, and refused where it does not (exec and probe pods elsewhere).
+func checkUserRoles(t *testing.T, kc, kubeconfig string) {
+	t.Helper()
+	k := func(args ...string) { run(t, nil, kc, append([]string{"--kubeconfig", kubeconfig}, args...)...) }
+	const probed, other = "shop", "elsewhere"
+	k("create", "namespace", probed)
+	k("create", "namespace", other)
+	can := func(user, verb, res, sub, ns string) bool {
+		args := []string{"--kubeconfig", kubeconfig, "auth", "can-i", verb, res, "--as=" + user}
+		if sub != "" {
+			args = append(args, "--subresource="+sub)
+		}
+		if ns == "" {
+			args = append(args, "--all-namespaces")
+		} else {
+			args = append(args, "-n", ns)
+		}
+		out, _ := exec.Command(kc, args...).Output() // exit status 1 means "no"
+		return strings.TrimSpace(string(out)) == "yes"
+	}
+	for _, name := range slices.Sorted(maps.Keys(access.Commands)) {
+		c := access.Commands[name]
+		user := "user-" + name
+		for _, role := range c.Roles {
+			switch role {
+			case access.Viewer:
+				k("create", "clusterrolebinding", role+"-"+user, "--clusterrole", role, "--user", user)
+			case access.Checker:
+				k("create", "rolebinding", role+"-"+user, "-n", probed, "--clusterrole", role, "--user", user)
+			case access.NATLog:
+				k("create", "rolebinding", role+"-"+user, "-n", "egret-system", "--role", role, "--user", user)
+			default:
+				t.Fatalf("egret %s: role %s is not in deploy/rbac/users.yaml's test", name, role)
+			}
+		}
+		for _, r := range c.Requests {
+			res := r.Resource
+			if r.Group != "" {
+				res += "." + r.Group
+			}
+			ns, elsewhere := "", ""
+			switch r.Where {
+			case access.Egret:
+				ns, elsewhere = "egret-system", probed
+			case access.Probed:
+				ns, elsewhere = probed, other
+			}
+			names := r.Names
+			if len(names) == 0 {
+				names = []string{""}
+			}
+			for _, v := range r.Verbs {
+				for _, n := range names {
+					obj := res
+					if n != "" {
+						obj += "/" + n
+					}
+					if !can(user, v, obj, r.Subresource, ns) {
+						t.Errorf("egret %s as %s (roles %v): may not %s %s %s in %q", name, user, c.Roles, v, obj, r.Subresource, ns)
+					}
+					// Elsewhere egret-viewer still reads: only writes,
+					// logs and exec are confined.
+					read := r.Subresource == "" && (v == "get" || v == "list" || v == "watch") && slices.Contains(c.Roles, access.Viewer)
+					if elsewhere != "" && !read && can(user, v, obj, r.Subresource, elsewhere) {
+						t.Errorf("egret %s as %s (roles %v): may %s %s %s in %s too", name, user, c.Roles, v, obj, r.Subresource, elsewhere)
+					}
+				}
+			}
+		}
+	}
+	// The viewer reads the agents' ConfigMaps, no other.
+	if can("user-trace", "get", "configmaps/kube-proxy", "", "egret-system") {
+		t.Error("egret-viewer may read any ConfigMap")
+	}
 }
 
 // checkPodSecurity shows the PodSecurity labels of deploy/'s namespace are

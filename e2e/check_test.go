@@ -43,8 +43,8 @@ func (e *env) checkCheck(nss []testNS) {
 		}
 		return out.String(), 0
 	}
-	if out, code := check(plan.serverHTTP()); code != 0 {
-		e.t.Fatalf("egret check --url %s: exit %d, want 0\n%s", plan.serverHTTP(), code, out)
+	if out, code := check(serverHTTP(plan.serverIP)); code != 0 {
+		e.t.Fatalf("egret check --url %s: exit %d, want 0\n%s", serverHTTP(plan.serverIP), code, out)
 	}
 	e.t.Logf("egret check: %d namespaces leave as egret status says", len(names))
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
 	"sigs.k8s.io/yaml"
@@ -88,10 +89,11 @@ var families = map[string]clusterNet{
 // plan is the cluster this run uses (TestCluster sets it).
 var plan clusterNet
 
-func (c clusterNet) serverHTTP() string {
-	return "http://" + net.JoinHostPort(c.serverIP, "8080") + "/"
+// serverHTTP is the URL of the echo server at server (plan.serverIP, or
+// the second network's); it echoes UDP on the next port.
+func serverHTTP(server string) string {
+	return "http://" + net.JoinHostPort(server, "8080") + "/"
 }
-func (c clusterNet) serverUDP() string { return net.JoinHostPort(c.serverIP, "8081") }
 
 type env struct {
 	t          *testing.T
@@ -223,7 +225,7 @@ func TestCluster(t *testing.T) {
 	for _, ns := range nss {
 		e.kubectl("-n", ns.name, "wait", "--for=condition=Available", "deployment", "--all", "--timeout=120s")
 	}
-	icmp := e.icmpRecorder()
+	icmp := e.icmpRecorder(outNS, plan.serverIP)
 	e.checkAllEgress(icmp, names, prevNSs)
 	t.Logf("egress through %s checked after %v", prev.version, time.Since(start).Round(time.Second))
 
@@ -815,7 +817,7 @@ func (e *env) checkAllEgress(icmp *icmpRecorder, names []string, nss []testNS) {
 	e.t.Logf("EgressIPs:\n%s", e.kubectl("get", "eip"))
 	for _, ns := range nss {
 		for _, p := range e.pods(ns.name) {
-			e.checkEgress(icmp, ns, p)
+			e.checkEgress(icmp, ns, p, plan.serverIP)
 		}
 	}
 }
@@ -1217,9 +1219,10 @@ func (e *env) exec(ns, p string, cmd ...string) (string, error) {
 	return strings.TrimSpace(out), err
 }
 
-// checkEgress asks the outside server, from inside the pod, which source it
-// saw over TCP (HTTP), UDP and ICMP.
-func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod) {
+// checkEgress asks the echo server at server (HTTP on port 8080, UDP on
+// 8081, ping), from inside the pod, which source it saw over TCP, UDP and
+// ICMP; icmp listens at that server.
+func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod, server string) {
 	e.t.Helper()
 	want := ns.want
 	if len(want) == 0 {
@@ -1238,27 +1241,27 @@ func (e *env) checkEgress(icmp *icmpRecorder, ns testNS, p pod) {
 	var out string
 	var err error
 	for try := 1; try <= 3; try++ {
-		out, err = e.exec(ns.name, p.name, "/bin/probe", "http", plan.serverHTTP())
+		out, err = e.exec(ns.name, p.name, "/bin/probe", "http", serverHTTP(server))
 		if err == nil {
 			break
 		}
-		e.t.Logf("%s/%s on %s: TCP try %d failed: %q (%v)", ns.name, p.name, p.node, try, out, err)
+		e.t.Logf("%s/%s on %s: TCP to %s try %d failed: %q (%v)", ns.name, p.name, p.node, server, try, out, err)
 	}
 	if got := srcOf(out); err != nil || !slices.Contains(want, got) {
-		e.t.Errorf("%s/%s on %s: TCP left as %q (err %v), want one of %v", ns.name, p.name, p.node, out, err, want)
+		e.t.Errorf("%s/%s on %s: TCP to %s left as %q (err %v), want one of %v", ns.name, p.name, p.node, server, out, err, want)
 	}
-	out, err = e.exec(ns.name, p.name, "/bin/probe", "udp", plan.serverUDP())
+	out, err = e.exec(ns.name, p.name, "/bin/probe", "udp", net.JoinHostPort(server, "8081"))
 	if got := srcOf(out); err != nil || !slices.Contains(want, got) {
-		e.t.Errorf("%s/%s on %s: UDP left as %q (err %v), want one of %v", ns.name, p.name, p.node, out, err, want)
+		e.t.Errorf("%s/%s on %s: UDP to %s left as %q (err %v), want one of %v", ns.name, p.name, p.node, server, out, err, want)
 	}
 	size := icmp.next()
 	// Three echo requests, one reply needed: a gateway just restarted drops
 	// the first packet towards a next hop it has not resolved yet (seen after
 	// the rollout; TCP and UDP retransmit, a single ping does not).
-	out, err = e.exec(ns.name, p.name, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", strconv.Itoa(size), plan.serverIP)
+	out, err = e.exec(ns.name, p.name, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", strconv.Itoa(size), server)
 	got := icmp.source(size, 2*time.Second)
 	if err != nil || !slices.Contains(want, got) {
-		e.t.Errorf("%s/%s on %s: ICMP echo left as %q (ping: %v %s), want one of %v", ns.name, p.name, p.node, got, err, out, want)
+		e.t.Errorf("%s/%s on %s: ICMP echo to %s left as %q (ping: %v %s), want one of %v", ns.name, p.name, p.node, server, got, err, out, want)
 	}
 }
 
@@ -1271,7 +1274,9 @@ type icmpRecorder struct {
 	size int
 }
 
-func (e *env) icmpRecorder() *icmpRecorder {
+// icmpRecorder listens for the echo requests to server, in network
+// namespace nsName.
+func (e *env) icmpRecorder(nsName, server string) *icmpRecorder {
 	e.t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -1281,17 +1286,17 @@ func (e *env) icmpRecorder() *icmpRecorder {
 	}
 	defer orig.Close()
 	defer netns.Set(orig)
-	ns, err := netns.GetFromName(outNS)
+	ns, err := netns.GetFromName(nsName)
 	if err != nil {
-		e.t.Fatalf("outside namespace %s: %v", outNS, err)
+		e.t.Fatalf("namespace %s: %v", nsName, err)
 	}
 	defer ns.Close()
 	if err := netns.Set(ns); err != nil {
 		e.t.Fatal(err)
 	}
-	pc, err := net.ListenPacket(plan.icmpNetwork, plan.serverIP)
+	pc, err := net.ListenPacket(plan.icmpNetwork, server)
 	if err != nil {
-		e.t.Fatalf("ICMP listener in %s: %v", outNS, err)
+		e.t.Fatalf("ICMP listener in %s: %v", nsName, err)
 	}
 	e.t.Cleanup(func() { pc.Close() })
 	return &icmpRecorder{t: e.t, pc: pc, size: 200}
@@ -1386,7 +1391,7 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	if got := e.eipStatus()[moveIP]; got != to {
 		e.t.Errorf("%s serves again but its status names %q, want %s", moveIP, got, to)
 	}
-	out, err := e.exec(ns.name, p.name, "/bin/probe", "http", plan.serverHTTP())
+	out, err := e.exec(ns.name, p.name, "/bin/probe", "http", serverHTTP(plan.serverIP))
 	if h, _, _ := net.SplitHostPort(out); err != nil || h != moveIP {
 		e.t.Errorf("after the move, TCP from %s/%s left as %q (err %v), want %s", ns.name, p.name, out, err, moveIP)
 	}
@@ -1462,16 +1467,21 @@ func (e *env) checkClean(n string) {
 		e.t.Errorf("%s: eth0 holds %v, want only the node's %s (claimed egress IPs left)", n, addrs, plan.nodeIPs[n])
 	}
 	// The gateway pins its XDP link and counters per namespace and
-	// interface (gateway/xdp pin.go; link-ns… is where builds before pinned).
+	// interface (gateway/xdp pin.go), or pinned the link alone before.
+	if pins := xdp.NamespacePins(xdp.DefaultPinDir, e.netnsIno(n)); len(pins) > 0 {
+		e.t.Errorf("%s: XDP pins left: %v", n, pins)
+	}
+}
+
+// netnsIno is the inode of node n's network namespace, which names the
+// XDP pins of its interfaces (xdp.PinDir).
+func (e *env) netnsIno(n string) uint64 {
+	e.t.Helper()
 	var st syscall.Stat_t
 	if err := syscall.Stat("/run/netns/egretc-"+n, &st); err != nil {
 		e.t.Fatal(err)
 	}
-	for _, pattern := range []string{"ns%d-if*", "link-ns%d-*"} {
-		if pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/"+pattern, st.Ino)); len(pins) > 0 {
-			e.t.Errorf("%s: XDP pins left: %v", n, pins)
-		}
-	}
+	return st.Ino
 }
 
 // checkPinned: each gateway attached its XDP program and pinned the link in
@@ -1481,12 +1491,14 @@ func (e *env) checkClean(n string) {
 func (e *env) checkPinned() {
 	e.t.Helper()
 	for _, n := range gateways {
-		var st syscall.Stat_t
-		if err := syscall.Stat("/run/netns/egretc-"+n, &st); err != nil {
-			e.t.Fatal(err)
+		linked := false
+		for _, p := range xdp.NamespacePins(xdp.DefaultPinDir, e.netnsIno(n)) {
+			if _, err := os.Stat(filepath.Join(p, "link")); err == nil {
+				linked = true
+			}
 		}
-		if links, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/ns%d-if*/link", st.Ino)); len(links) == 0 {
-			e.t.Errorf("%s: no XDP link pinned in /sys/fs/bpf/egret (the gateway's --pin-dir mount)", n)
+		if !linked {
+			e.t.Errorf("%s: no XDP link pinned in %s (the gateway's --pin-dir mount)", n, xdp.DefaultPinDir)
 		}
 	}
 }

@@ -2,14 +2,9 @@ package e2e
 
 import (
 	"encoding/json"
-	"net"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/egret-gw/egret/internal/nstest"
 )
@@ -74,9 +69,9 @@ func (e *env) checkSecondNIC() {
 		}
 	}
 
-	icmp := e.icmpRecorderIn(out2NS, server2IP)
+	icmp := e.icmpRecorder(out2NS, server2IP)
 	for _, p := range e.pods(ns.name) {
-		e.checkEgressTo(icmp, ns, p)
+		e.checkEgress(icmp, ns, p, server2IP)
 	}
 
 	// The router resolved the egress IP on the second network, and eth1 of
@@ -93,66 +88,6 @@ func (e *env) checkSecondNIC() {
 	// second NIC: its steer agents would blackhole the namespace's pods.
 	e.kubectl("delete", "eip", "e2e-nic2", "--wait=true")
 	e.kubectl("delete", "namespace", ns.name, "--wait=false")
-}
-
-// checkEgressTo is checkEgress against the second network's server.
-func (e *env) checkEgressTo(icmp *icmpRecorder, ns testNS, p pod) {
-	e.t.Helper()
-	srcOf := func(s string) string {
-		h, _, err := net.SplitHostPort(s)
-		if err != nil {
-			return "?" + s
-		}
-		return h
-	}
-	url := "http://" + net.JoinHostPort(server2IP, "8080") + "/"
-	var out string
-	var err error
-	for try := 1; try <= 3; try++ {
-		if out, err = e.exec(ns.name, p.name, "/bin/probe", "http", url); err == nil {
-			break
-		}
-		e.t.Logf("second NIC: %s/%s on %s: TCP try %d failed: %q (%v)", ns.name, p.name, p.node, try, out, err)
-	}
-	if got := srcOf(out); err != nil || !slices.Contains(ns.want, got) {
-		e.t.Errorf("second NIC: %s/%s on %s: TCP left as %q (err %v), want %v", ns.name, p.name, p.node, out, err, ns.want)
-	}
-	out, err = e.exec(ns.name, p.name, "/bin/probe", "udp", net.JoinHostPort(server2IP, "8081"))
-	if got := srcOf(out); err != nil || !slices.Contains(ns.want, got) {
-		e.t.Errorf("second NIC: %s/%s on %s: UDP left as %q (err %v), want %v", ns.name, p.name, p.node, out, err, ns.want)
-	}
-	size := icmp.next()
-	out, err = e.exec(ns.name, p.name, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", strconv.Itoa(size), server2IP)
-	if got := icmp.source(size, 2*time.Second); err != nil || !slices.Contains(ns.want, got) {
-		e.t.Errorf("second NIC: %s/%s on %s: ICMP echo left as %q (ping: %v %s), want %v", ns.name, p.name, p.node, got, err, out, ns.want)
-	}
-}
-
-// icmpRecorderIn is icmpRecorder for the server addr in namespace nsName.
-func (e *env) icmpRecorderIn(nsName, addr string) *icmpRecorder {
-	e.t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer orig.Close()
-	defer netns.Set(orig)
-	ns, err := netns.GetFromName(nsName)
-	if err != nil {
-		e.t.Fatalf("namespace %s: %v", nsName, err)
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		e.t.Fatal(err)
-	}
-	pc, err := net.ListenPacket("ip4:icmp", addr)
-	if err != nil {
-		e.t.Fatalf("ICMP listener in %s: %v", nsName, err)
-	}
-	e.t.Cleanup(func() { pc.Close() })
-	return &icmpRecorder{t: e.t, pc: pc, size: 600}
 }
 
 // hostCIDRs is node n's host-cidrs annotation: OVN-Kubernetes' when it

@@ -2,15 +2,15 @@ package e2e
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/egret-gw/egret/gateway/xdp"
 	"github.com/egret-gw/egret/internal/nstest"
 )
 
@@ -168,22 +168,19 @@ func (e *env) downgrade(hm installer, prev release) {
 			// A BPF link, which `ip link set … xdp off` cannot detach:
 			// removing its pin drops the last reference, and with it the
 			// program.
-			var st syscall.Stat_t
-			if err := syscall.Stat("/run/netns/egretc-"+g, &st); err != nil {
-				e.t.Fatal(err)
+			idx, err := strconv.Atoi(strings.TrimSpace(e.sh("ip", "netns", "exec", "egretc-"+g, "cat", "/sys/class/net/eth1/ifindex")))
+			if err != nil {
+				e.t.Fatalf("%s: eth1's ifindex: %v", g, err)
 			}
-			idx := strings.TrimSpace(e.sh("ip", "netns", "exec", "egretc-"+g, "cat", "/sys/class/net/eth1/ifindex"))
-			pins, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egret/ns%d-if%s", st.Ino, idx))
-			for _, p := range pins {
-				if err := os.RemoveAll(p); err != nil {
-					e.t.Errorf("removing %s: %v", p, err)
-				}
+			pin := xdp.PinDir(xdp.DefaultPinDir, e.netnsIno(g), idx)
+			if err := os.RemoveAll(pin); err != nil {
+				e.t.Errorf("removing %s: %v", pin, err)
 			}
 			if !nstest.Poll(10*time.Second, 200*time.Millisecond, func() bool {
 				out, err := e.run("ip", "-n", "egretc-"+g, "-d", "link", "show", "dev", "eth1")
 				return err == nil && !strings.Contains(out, "prog/xdp")
 			}) {
-				e.t.Errorf("%s: the XDP program is still on eth1 after its pin (%v) was removed", g, pins)
+				e.t.Errorf("%s: the XDP program is still on eth1 after its pin (%s) was removed", g, pin)
 			}
 		}
 	}

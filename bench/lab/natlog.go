@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/egret-gw/egret/lab"
 )
@@ -49,23 +48,13 @@ func measureNATLog(spec *lab.Spec, gw string, fn func() error) (*natlogStats, er
 // natlogCost is the table of what the NAT log costs the gateway, natlog-on
 // over natlog-off per scenario, when the run has both sides.
 func (rep *report) natlogCost() string {
-	var b strings.Builder
-	for _, on := range rep.Results {
-		off := rep.find(sideNATLogOff, on.Scenario.Name, on.Scenario.Underlay)
-		if on.Mode != sideNATLogOn || off == nil {
-			continue
-		}
-		if b.Len() == 0 {
-			b.WriteString("\nThe NAT log's cost: the gateway agent logging every binding (" + sideNATLogOn +
-				") over the same agent without the log (" + sideNATLogOff + "), each on a managed lab of its own, no flow sync:\n\n" +
-				"| scenario | NDR on/off | PDR on/off | gateway ns/packet at NDR on/off | records written / lost (full ring) during the scenario | flows made |\n|---|---|---|---|---|---|\n")
-		}
-		st := "| |"
-		if s := on.NATLog; s != nil {
-			st = fmt.Sprintf("%d / %d | %d", s.Written, s.Dropped, s.FlowsNew)
-		}
-		fmt.Fprintf(&b, "| %s | %sx | %sx | %sx | %s |\n", on.Scenario.Name, ratio(on.NDR.Rate, off.NDR.Rate), ratio(on.PDR.Rate, off.PDR.Rate),
-			ratio(on.NDR.Trial.TaskNsPerPacket, off.NDR.Trial.TaskNsPerPacket), st)
-	}
-	return b.String()
+	return rep.costTable(sideNATLogOff, sideNATLogOn, "\nThe NAT log's cost: the gateway agent logging every binding ("+sideNATLogOn+
+		") over the same agent without the log ("+sideNATLogOff+"), each on a managed lab of its own, no flow sync:\n\n",
+		[]string{"records written / lost (full ring) during the scenario", "flows made"},
+		func(on *result) []string {
+			if s := on.NATLog; s != nil {
+				return []string{fmt.Sprintf("%d / %d", s.Written, s.Dropped), fmt.Sprint(s.FlowsNew)}
+			}
+			return nil
+		})
 }

@@ -170,23 +170,40 @@ func (rep *report) scaling() string {
 // syncCost is the table of what the flow sync costs the gateway, sync-on
 // over sync-off per scenario, when the run has both sides.
 func (rep *report) syncCost() string {
+	return rep.costTable(sideSyncOff, sideSyncOn, "\nThe flow sync's cost: the gateway agent with its flows synced to the egress IP's standby ("+sideSyncOn+
+		") over the same agent without the sync ("+sideSyncOff+"), each on a managed lab of its own:\n\n",
+		[]string{"records sent during the scenario", "flows on the primary / backup flows on the standby at its end", "full resyncs, stalls"},
+		func(on *result) []string {
+			if s := on.Sync; s != nil {
+				return []string{fmt.Sprint(s.RecordsSent), fmt.Sprintf("%d / %d", s.PrimaryFlows, s.StandbyBackupFlows), fmt.Sprintf("%d, %d", s.FullResyncs, s.Stalls)}
+			}
+			return nil
+		})
+}
+
+// costTable is the table of what a feature costs the gateway: side on over
+// side off per scenario, for each scenario both sides ran ("" when none
+// did). intro heads it; after the ratios come the feature's own columns,
+// named by cols and filled by cells from the on side (nil: left empty, the
+// side measured nothing).
+func (rep *report) costTable(off, on, intro string, cols []string, cells func(on *result) []string) string {
 	var b strings.Builder
-	for _, on := range rep.Results {
-		off := rep.find(sideSyncOff, on.Scenario.Name, on.Scenario.Underlay)
-		if on.Mode != sideSyncOn || off == nil {
+	for _, r := range rep.Results {
+		o := rep.find(off, r.Scenario.Name, r.Scenario.Underlay)
+		if r.Mode != on || o == nil {
 			continue
 		}
 		if b.Len() == 0 {
-			b.WriteString("\nThe flow sync's cost: the gateway agent with its flows synced to the egress IP's standby (" + sideSyncOn +
-				") over the same agent without the sync (" + sideSyncOff + "), each on a managed lab of its own:\n\n" +
-				"| scenario | NDR on/off | PDR on/off | gateway ns/packet at NDR on/off | records sent during the scenario | flows on the primary / backup flows on the standby at its end | full resyncs, stalls |\n|---|---|---|---|---|---|---|\n")
+			b.WriteString(intro)
+			head := append([]string{"scenario", "NDR on/off", "PDR on/off", "gateway ns/packet at NDR on/off"}, cols...)
+			b.WriteString("| " + strings.Join(head, " | ") + " |\n|" + strings.Repeat("---|", len(head)) + "\n")
 		}
-		sync := "| | |"
-		if s := on.Sync; s != nil {
-			sync = fmt.Sprintf("%d | %d / %d | %d, %d", s.RecordsSent, s.PrimaryFlows, s.StandbyBackupFlows, s.FullResyncs, s.Stalls)
+		own := cells(r)
+		if own == nil {
+			own = make([]string, len(cols))
 		}
-		fmt.Fprintf(&b, "| %s | %sx | %sx | %sx | %s |\n", on.Scenario.Name, ratio(on.NDR.Rate, off.NDR.Rate), ratio(on.PDR.Rate, off.PDR.Rate),
-			ratio(on.NDR.Trial.TaskNsPerPacket, off.NDR.Trial.TaskNsPerPacket), sync)
+		fmt.Fprintf(&b, "| %s | %sx | %sx | %sx | %s |\n", r.Scenario.Name, ratio(r.NDR.Rate, o.NDR.Rate), ratio(r.PDR.Rate, o.PDR.Rate),
+			ratio(r.NDR.Trial.TaskNsPerPacket, o.NDR.Trial.TaskNsPerPacket), strings.Join(own, " | "))
 	}
 	return b.String()
 }

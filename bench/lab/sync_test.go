@@ -28,17 +28,12 @@ func TestPickSync(t *testing.T) {
 // The cost table has a row for each scenario both sync sides ran, their
 // ratios on over off, and nothing when a side is missing.
 func TestSyncCostTable(t *testing.T) {
-	res := func(mode, name string, ndr, pdr, ns float64) *result {
-		r := &result{Scenario: scenario{Name: name, Underlay: lab.UnderlayIPv4}, Mode: mode}
-		r.NDR.Rate, r.PDR.Rate, r.NDR.Trial.TaskNsPerPacket = ndr, pdr, ns
-		return r
-	}
 	rep := &report{Results: []*result{
-		res(sideSyncOff, "est-10k", 1000, 2000, 100),
-		res(sideSyncOff, "est-1M", 800, 900, 120),
-		res(sideSyncOn, "est-10k", 950, 2000, 105),
-		res(sideSyncOff, "cps", 10, 10, 1),
-		res(sideSyncOn, "cps", 10, 10, 1),
+		sideResult(sideSyncOff, "est-10k", 1000, 2000, 100),
+		sideResult(sideSyncOff, "est-1M", 800, 900, 120),
+		sideResult(sideSyncOn, "est-10k", 950, 2000, 105),
+		sideResult(sideSyncOff, "cps", 10, 10, 1),
+		sideResult(sideSyncOn, "cps", 10, 10, 1),
 	}}
 	rep.Results[2].Sync = &syncStats{RecordsSent: 12, PrimaryFlows: 10000, StandbyBackupFlows: 9990, FullResyncs: 1}
 	got := rep.syncCost()
@@ -48,11 +43,39 @@ func TestSyncCostTable(t *testing.T) {
 	if strings.Contains(got, "est-1M |") {
 		t.Fatalf("a row for a scenario only one side ran:\n%s", got)
 	}
+	checkColumns(t, got)
 	if !strings.Contains(rep.tables(), got) {
 		t.Fatal("the tables leave out the sync's cost")
 	}
 	if (&report{Results: rep.Results[:2]}).syncCost() != "" {
 		t.Fatal("a table without the sync-on side")
+	}
+}
+
+// sideResult is a scenario's result on one side with these rates.
+func sideResult(mode, name string, ndr, pdr, ns float64) *result {
+	r := &result{Scenario: scenario{Name: name, Underlay: lab.UnderlayIPv4}, Mode: mode}
+	r.NDR.Rate, r.PDR.Rate, r.NDR.Trial.TaskNsPerPacket = ndr, pdr, ns
+	return r
+}
+
+// checkColumns fails unless every row of the markdown table in s, the
+// heading and the rule under it included, has as many cells as the heading.
+func checkColumns(t *testing.T, s string) {
+	t.Helper()
+	want := -1
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, "|") {
+			continue
+		}
+		if n := strings.Count(l, "|"); want < 0 {
+			want = n
+		} else if n != want {
+			t.Errorf("%d cell borders in %q, the heading has %d:\n%s", n, l, want, s)
+		}
+	}
+	if want < 0 {
+		t.Errorf("no table in %q", s)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/egret-gw/egret/control/access"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
 	"github.com/egret-gw/egret/control/status"
@@ -31,7 +32,9 @@ import (
 )
 
 func init() {
-	register("check", "in a cluster, run a probe pod per selected namespace that fetches --url (an echo server, e.g. egret echo-server) and compare the address the outside saw with egret status; non-zero on a mismatch", runCheck)
+	register("check", "in a cluster, run a probe pod per selected namespace that fetches --url (an echo server, e.g. egret echo-server) and compare the address the outside saw with egret status; non-zero on a mismatch", func(args []string) error {
+		return access.Explain("check", runCheck(args))
+	})
 	register("echo-server", "answer HTTP GET (and UDP) with the caller's address: the outside end of egret check", runEchoServer)
 	register("probe-fetch", "fetch URL and print the answer (egret check's probe pods run it)", runProbeFetch)
 }

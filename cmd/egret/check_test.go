@@ -2,23 +2,18 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
 	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // TestCheckKube runs the real binary's `egret check` against a real
@@ -27,70 +22,40 @@ import (
 // would have given. Checked: the probe pod's spec, the verdict for an
 // answer that matches egret status and one that does not, and that the
 // probe pods are gone after each run, also one ended by SIGINT or SIGTERM.
+// It runs as a user with only the roles deploy/rbac/users.yaml ships for
+// it, egret-checker bound in the namespaces checked.
 func TestCheckKube(t *testing.T) {
-	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eips, err := egressv1.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	cr := metav1.CreateOptions{}
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range [][3]string{{"w1", "10.0.0.11", "10.128.1.0/24"}, {"g1", "10.0.0.21", ""}} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n[0]}}
-		if n[2] != "" {
-			node.Spec.PodCIDR, node.Spec.PodCIDRs = n[2], []string{n[2]}
-		}
-		created, err := cs.CoreV1().Nodes().Create(ctx, node, cr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n[1]}}
-		must(cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}))
-	}
-	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod", Labels: map[string]string{"env": "prod"}}}, cr))
-	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "dev"}}, cr))
-	// running makes pod a Running pod with address ip on w1, or (msg set)
-	// an ended one whose termination message is msg, as a kubelet would.
+	k := newKubeFixture(t)
+	cs, ctx := k.cs, k.ctx
+	k.node("w1", "10.0.0.11", "10.128.1.0/24")
+	k.node("g1", "10.0.0.21", "")
+	k.namespace("prod", map[string]string{"env": "prod"})
+	k.namespace("dev", nil)
+	// running makes probe pod p a Running pod with address ip on w1, or
+	// (msg set) an ended one whose termination message is msg, as the
+	// scheduler and a kubelet would.
 	running := func(p *corev1.Pod, ip, msg string) {
 		t.Helper()
 		if p.Spec.NodeName == "" {
-			must(nil, cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: "w1"}}, cr))
+			k.must(nil, cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: "w1"}}, metav1.CreateOptions{}))
 		}
 		p, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+		st := runningStatus(ip)
 		if msg != "" {
-			p.Status.Phase = corev1.PodSucceeded
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "probe", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg}}}}
+			st.Phase = corev1.PodSucceeded
+			st.ContainerStatuses = []corev1.ContainerStatus{{Name: "probe", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg}}}}
 		}
-		must(cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}))
+		k.setPodStatus(p, st)
 	}
-	web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "web", Labels: map[string]string{"app": "web", "pod-template-hash": "abc"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}
-	web, err = cs.CoreV1().Pods("prod").Create(ctx, web, cr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	running(web, "10.128.1.2", "")
-	must(eips.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "blue"},
-		Spec: egressv1.EgressIPSpec{EgressIPs: []string{"192.0.2.10"},
-			NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
-			PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
-		Status: egressv1.EgressIPStatus{Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "192.0.2.10"}}}}, cr))
+	k.pod("prod", "web", "w1", "10.128.1.2", map[string]string{"app": "web", "pod-template-hash": "abc"})
+	blue := egressIP("blue", "192.0.2.10", "prod", "g1")
+	blue.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	k.create(blue)
 
+	kubeconfig := k.asUser("check", "prod", "dev")
 	bin := testbin.Build(t, "egret")
 	probes := func(ns string) []corev1.Pod {
 		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: checkLabel})
@@ -100,7 +65,7 @@ func TestCheckKube(t *testing.T) {
 		return l.Items
 	}
 	start := func(args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
-		cmd := exec.Command(bin, append([]string{"check", "--kubeconfig", env.Kubeconfig, "--url", "http://198.51.100.1:8080/"}, args...)...)
+		cmd := exec.Command(bin, append([]string{"check", "--kubeconfig", kubeconfig, "--url", "http://198.51.100.1:8080/"}, args...)...)
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Start(); err != nil {
@@ -177,5 +142,14 @@ func TestCheckKube(t *testing.T) {
 			t.Errorf("%v: exit %d\n%s%s", sig, code, out, errOut)
 		}
 		gone("after " + sig.String())
+	}
+
+	// 4. A namespace where its user may not start pods: the refusal says
+	// what egret check needs and which roles grant it.
+	k.namespace("qa", nil)
+	cmd, out, errOut = start("-n", "qa")
+	if code := exit(cmd); code != 1 || !strings.Contains(errOut.String(), "forbidden") ||
+		!strings.Contains(errOut.String(), "create,get,delete,deletecollection pods") || !strings.Contains(errOut.String(), "egret-viewer and egret-checker") {
+		t.Errorf("unbound namespace: exit %d\n%s%s", code, out, errOut)
 	}
 }

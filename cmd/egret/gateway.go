@@ -640,7 +640,7 @@ func (f *gatewayFlags) agentInputs(ctx context.Context, base *config.Spec, log *
 	if err != nil {
 		return nil, err
 	}
-	kube, err := cluster.NewKube(restCfg)
+	kube, err := gwagent.NewKubeSource(restCfg)
 	if err != nil {
 		return nil, err
 	}

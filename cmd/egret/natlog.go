@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/egret-gw/egret/control/access"
 	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/lab"
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +29,9 @@ import (
 const DefaultNATLogDir = "/var/log/egret/natlog"
 
 func init() {
-	register("natlog", "which pod held egress IP:port at a time: the NAT log of a node (--dir), of every gateway of a cluster, or of a lab (--lab)", runNATLog)
+	register("natlog", "which pod held egress IP:port at a time: the NAT log of a node (--dir), of every gateway of a cluster, or of a lab (--lab)", func(args []string) error {
+		return access.Explain("natlog", runNATLog(args))
+	})
 }
 
 type natlogQueryFlags struct {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egret-gw/egret/control/access"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
 	"github.com/egret-gw/egret/control/status"
@@ -26,7 +27,9 @@ import (
 const statusPodsSummary = "per pod (`status pods [-n NS] [NAME ...]`): its node, addresses, owning EgressIP, the egress IPs it leaves as and their gateways, or why none"
 
 func init() {
-	register("status", "who leaves as what: per EgressIP its IPs, nodes, standbys and problems, per pod its egress IPs and gateways or why none (status pods for pods only); also kubectl egret status", runStatus)
+	register("status", "who leaves as what: per EgressIP its IPs, nodes, standbys and problems, per pod its egress IPs and gateways or why none (status pods for pods only); also kubectl egret status", func(args []string) error {
+		return access.Explain("status", runStatus(args))
+	})
 }
 
 // statusFlags are the flags of `egret status` and `egret status pods`.

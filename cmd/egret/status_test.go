@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/netip"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // statusJSON is `egret status -o json` as docs/status.md documents it,
@@ -58,79 +56,40 @@ type statusJSON struct {
 // TestStatusKube runs the real binary as the kubectl plugin (`kubectl
 // egret status -o json`, kubectl from hack/k8s-bins.sh finding
 // kubectl-egret on PATH) and as `egret status pods` against a real
-// kube-apiserver holding nodes, pods, EgressIPs and an Event.
+// kube-apiserver holding nodes, pods, EgressIPs and an Event, as a user
+// with only the role deploy/rbac/users.yaml ships for it.
 func TestStatusKube(t *testing.T) {
 	kubectl := kubetest.Tool(t, "kubectl", "hack/k8s-bins.sh")
-	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eips, err := egressv1.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	cr := metav1.CreateOptions{}
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	node := func(name, ip, podCIDR string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if podCIDR != "" {
-			n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDR, []string{podCIDR}
-		}
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-		return n
-	}
-	for _, n := range []*corev1.Node{node("w1", "10.0.0.11", "10.128.1.0/24"), node("g1", "10.0.0.21", ""), node("g2", "10.0.0.22", "")} {
-		created, err := cs.CoreV1().Nodes().Create(ctx, n, cr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status = n.Status
-		must(cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}))
-	}
+	k := newKubeFixture(t)
+	k.node("w1", "10.0.0.11", "10.128.1.0/24")
+	k.node("g1", "10.0.0.21", "")
+	k.node("g2", "10.0.0.22", "")
 	for name, l := range map[string]map[string]string{"prod": {"env": "prod"}, "qa": {"env": "qa"}, "dev": nil} {
-		must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}, cr))
+		k.namespace(name, l)
 	}
 	for _, p := range [][3]string{{"prod", "web", "10.128.1.2"}, {"qa", "app", "10.128.1.3"}, {"dev", "app", "10.128.1.4"}} {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p[0], Name: p[1]},
-			Spec: corev1.PodSpec{NodeName: "w1", Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}
-		created, err := cs.CoreV1().Pods(p[0]).Create(ctx, pod, cr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p[2], PodIPs: []corev1.PodIP{{IP: p[2]}}}
-		must(cs.CoreV1().Pods(p[0]).UpdateStatus(ctx, created, metav1.UpdateOptions{}))
+		k.pod(p[0], p[1], "w1", p[2], nil)
 	}
-	blue := &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "blue"},
-		Spec: egressv1.EgressIPSpec{EgressIPs: []string{"192.0.2.10"}, NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
-		// The CRD has no status subresource: the status is written with the object.
-		Status: egressv1.EgressIPStatus{Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "192.0.2.10"}}}}
+	blue := egressIP("blue", "192.0.2.10", "prod", "g1")
 	egressv1.SetStandbyAnnotation(blue, egressv1.FormatStandbys(map[netip.Addr]string{netip.MustParseAddr("192.0.2.10"): "g2"}))
-	must(eips.Create(ctx, blue, cr))
-	must(eips.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "green"},
-		Spec: egressv1.EgressIPSpec{EgressIPs: []string{"192.0.2.20"}, NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "qa"}}}}, cr))
+	k.create(blue)
+	k.create(egressIP("green", "192.0.2.20", "qa", ""))
 	now := metav1.NewTime(time.Now())
-	must(cs.CoreV1().Events("default").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "green.1", Namespace: "default"},
+	k.must(k.cs.CoreV1().Events("default").Create(k.ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "green.1", Namespace: "default"},
 		InvolvedObject: corev1.ObjectReference{APIVersion: "k8s.ovn.org/v1", Kind: "EgressIP", Name: "green"},
 		Type:           corev1.EventTypeWarning, Reason: "NoMatchingNodeFound", Message: "no assignable node can host egress IP 192.0.2.20",
-		Count: 1, FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "egret-controller"}}, cr))
+		Count: 1, FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "egret-controller"}}, metav1.CreateOptions{}))
 
 	// As the kubectl plugin: kubectl finds kubectl-egret on PATH and hands
-	// it its environment (KUBECONFIG).
+	// it its environment (KUBECONFIG), a user's with the role shipped for it.
+	kubeconfig := k.asUser("status")
 	bin := testbin.Build(t, "egret")
 	plugins := t.TempDir()
 	if err := os.Symlink(bin, filepath.Join(plugins, "kubectl-egret")); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(kubectl, "egret", "status", "-o", "json")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -181,15 +140,15 @@ func TestStatusKube(t *testing.T) {
 
 	// egret status pods, with --kubeconfig and a name: that pod, and its
 	// owner only.
-	js, errOut, code := runBin(t, bin, "status", "pods", "-n", "qa", "app", "--kubeconfig", env.Kubeconfig, "-o", "json")
+	js, errOut, code := runBin(t, bin, "status", "pods", "-n", "qa", "app", "--kubeconfig", kubeconfig, "-o", "json")
 	st = statusJSON{}
 	if err := json.Unmarshal([]byte(js), &st); code != 0 || err != nil || len(st.Pods) != 1 || st.Pods[0].Name != "app" || len(st.EgressIPs) != 1 || st.EgressIPs[0].Name != "green" {
 		t.Errorf("status pods -n qa app: exit %d, %v, %+v\n%s", code, err, st, errOut)
 	}
-	if _, errOut, code := runBin(t, bin, "status", "pods", "nosuch", "--kubeconfig", env.Kubeconfig); code != 1 || !strings.Contains(errOut, "no pod nosuch in any namespace") {
+	if _, errOut, code := runBin(t, bin, "status", "pods", "nosuch", "--kubeconfig", kubeconfig); code != 1 || !strings.Contains(errOut, "no pod nosuch in any namespace") {
 		t.Errorf("status pods nosuch: exit %d, %s", code, errOut)
 	}
-	table, _, code := runBin(t, bin, "status", "--kubeconfig", env.Kubeconfig)
+	table, _, code := runBin(t, bin, "status", "--kubeconfig", kubeconfig)
 	if code != 0 || !strings.Contains(table, "blue      192.0.2.10  g1    g2       unknown") || !strings.Contains(table, "qa         app  w1    green     no-node-can-host  -") {
 		t.Errorf("table: exit %d\n%s", code, table)
 	}

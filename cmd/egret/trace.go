@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/egret-gw/egret/control/access"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/gwagent"
 	"github.com/egret-gw/egret/control/plan"
@@ -22,7 +23,9 @@ import (
 )
 
 func init() {
-	register("trace", "why one connection (trace NS/POD DEST[:PORT][/tcp|udp|icmp]) leaves as what, or is dropped: the owning EgressIP, the destination's checks, the gateways, flow limits and the address the outside sees", runTrace)
+	register("trace", "why one connection (trace NS/POD DEST[:PORT][/tcp|udp|icmp]) leaves as what, or is dropped: the owning EgressIP, the destination's checks, the gateways, flow limits and the address the outside sees", func(args []string) error {
+		return access.Explain("trace", runTrace(args))
+	})
 }
 
 // The ConfigMaps of deploy/ (kustomize and Helm) that hold the agents'

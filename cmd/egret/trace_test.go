@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/testbin"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // traceJSON is `egret trace -o json` as docs/status.md documents it,
@@ -46,62 +41,28 @@ type traceJSON struct {
 // kube-apiserver holding the objects and deploy/'s two ConfigMaps: the
 // gateway agent's own Build (the nodes' networks it denies), the
 // ConfigMaps' deny-list, limits and unsteered networks all reach the
-// verdicts.
+// verdicts. It runs as a user with only the role deploy/rbac/users.yaml
+// ships for it.
 func TestTraceKube(t *testing.T) {
-	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eips, err := egressv1.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	cr := metav1.CreateOptions{}
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range [][3]string{{"w1", "10.0.0.11", "10.128.1.0/24"}, {"g1", "10.0.0.21", ""}} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n[0]}}
-		if n[2] != "" {
-			node.Spec.PodCIDR, node.Spec.PodCIDRs = n[2], []string{n[2]}
-		}
-		created, err := cs.CoreV1().Nodes().Create(ctx, node, cr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n[1]}}
-		must(cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}))
-	}
-	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod", Labels: map[string]string{"env": "prod"}}}, cr))
-	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "egret-system"}}, cr))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "web"},
-		Spec: corev1.PodSpec{NodeName: "w1", Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}
-	created, err := cs.CoreV1().Pods("prod").Create(ctx, pod, cr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.128.1.2", PodIPs: []corev1.PodIP{{IP: "10.128.1.2"}}}
-	must(cs.CoreV1().Pods("prod").UpdateStatus(ctx, created, metav1.UpdateOptions{}))
-	must(eips.Create(ctx, &egressv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "blue"},
-		Spec:   egressv1.EgressIPSpec{EgressIPs: []string{"192.0.2.10"}, NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
-		Status: egressv1.EgressIPStatus{Items: []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: "192.0.2.10"}}}}, cr))
+	k := newKubeFixture(t)
+	k.node("w1", "10.0.0.11", "10.128.1.0/24")
+	k.node("g1", "10.0.0.21", "")
+	k.namespace("prod", map[string]string{"env": "prod"})
+	k.namespace("egret-system", nil)
+	k.pod("prod", "web", "w1", "10.128.1.2", nil)
+	k.create(egressIP("blue", "192.0.2.10", "prod", "g1"))
 	for name, data := range map[string]map[string]string{
 		"egret-gateway": {"gateway.yaml": "interfaces: [eth0]\npodFlowLimit: 500\ndeniedDestinations: [203.0.113.0/24]\n"},
 		"egret-steer":   {"steer.yaml": "underlay: eth0\nclusterCIDRs: [10.128.0.0/14]\nserviceCIDRs: [10.96.0.0/12]\n"},
 	} {
-		must(cs.CoreV1().ConfigMaps("egret-system").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, cr))
+		k.must(k.cs.CoreV1().ConfigMaps("egret-system").Create(k.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}))
 	}
 
+	kubeconfig := k.asUser("trace")
 	bin := testbin.Build(t, "egret")
 	trace := func(dest string) traceJSON {
 		t.Helper()
-		out, errOut, code := runBin(t, bin, "trace", "prod/web", dest, "--kubeconfig", env.Kubeconfig, "-o", "json")
+		out, errOut, code := runBin(t, bin, "trace", "prod/web", dest, "--kubeconfig", kubeconfig, "-o", "json")
 		var tr traceJSON
 		if err := json.Unmarshal([]byte(out), &tr); code != 0 || err != nil {
 			t.Fatalf("trace prod/web %s: exit %d, %v\n%s%s", dest, code, err, out, errOut)
@@ -127,15 +88,15 @@ func TestTraceKube(t *testing.T) {
 	}
 
 	// Mistakes: a pod that does not exist, a destination that is no address.
-	if _, errOut, code := runBin(t, bin, "trace", "prod/nope", "198.51.100.1", "--kubeconfig", env.Kubeconfig); code != 1 || !strings.Contains(errOut, "no pod prod/nope") {
+	if _, errOut, code := runBin(t, bin, "trace", "prod/nope", "198.51.100.1", "--kubeconfig", kubeconfig); code != 1 || !strings.Contains(errOut, "no pod prod/nope") {
 		t.Errorf("trace prod/nope: exit %d, %s", code, errOut)
 	}
-	if _, errOut, code := runBin(t, bin, "trace", "prod/web", "example.com", "--kubeconfig", env.Kubeconfig); code != 2 || !strings.Contains(errOut, "give an IP address") {
+	if _, errOut, code := runBin(t, bin, "trace", "prod/web", "example.com", "--kubeconfig", kubeconfig); code != 2 || !strings.Contains(errOut, "give an IP address") {
 		t.Errorf("trace prod/web example.com: exit %d, %s", code, errOut)
 	}
 	// Without the ConfigMaps the trace still runs, and says what it did not check.
 	for _, name := range []string{"egret-gateway", "egret-steer"} {
-		if err := cs.CoreV1().ConfigMaps("egret-system").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		if err := k.cs.CoreV1().ConfigMaps("egret-system").Delete(k.ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,7 +24,8 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// Component is the name status updates and Events are written under.
+// Component is the name status updates are written under, and Events
+// unless RecordAs names another role.
 const Component = "egret-controller"
 
 // Kube is a Source that reads objects through client-go informers and writes status
@@ -46,8 +47,9 @@ type Kube struct {
 type KubeOption func(*kubeOptions)
 
 type kubeOptions struct {
-	kinds   []Kind
-	podNode string
+	kinds     []Kind
+	podNode   string
+	component string
 }
 
 // Only watches these kinds; View leaves the others empty and Start reports
@@ -58,9 +60,14 @@ func Only(kinds ...Kind) KubeOption { return func(o *kubeOptions) { o.kinds = ki
 // spec.nodeName), for an agent that acts on its own node's pods.
 func PodsOn(node string) KubeOption { return func(o *kubeOptions) { o.podNode = node } }
 
+// RecordAs records Events with source component, the role that sends
+// them, instead of Component: `kubectl get events` and the Event's
+// source say which role saw what it reports.
+func RecordAs(component string) KubeOption { return func(o *kubeOptions) { o.component = component } }
+
 // NewKube builds the informers and the Event recorder for cfg.
 func NewKube(cfg *rest.Config, opts ...KubeOption) (*Kube, error) {
-	var o kubeOptions
+	o := kubeOptions{component: Component}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -114,7 +121,7 @@ func NewKube(cfg *rest.Config, opts ...KubeOption) (*Kube, error) {
 		return nil, err
 	}
 	s.bcast = record.NewBroadcaster()
-	s.recorder = s.bcast.NewRecorder(scheme, corev1.EventSource{Component: Component})
+	s.recorder = s.bcast.NewRecorder(scheme, corev1.EventSource{Component: o.component})
 	return s, nil
 }
 

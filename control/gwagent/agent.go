@@ -16,7 +16,18 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/health"
 	"github.com/egret-gw/egret/gateway/config"
+	"k8s.io/client-go/rest"
 )
+
+// Component is the source component of the Events the gateway agent
+// records (DeniedEvents), so that they do not read as the controller's.
+const Component = "egret-gateway"
+
+// NewKubeSource is the cluster.Kube the gateway agent reads the cluster
+// through, recording its Events under Component.
+func NewKubeSource(cfg *rest.Config) (*cluster.Kube, error) {
+	return cluster.NewKube(cfg, cluster.RecordAs(Component))
+}
 
 // DefaultFenceAfter is how long the agent may go without contact with its
 // source before it releases every egress IP. Three times the default

@@ -37,25 +37,34 @@ func (s *syncBuf) String() string {
 
 func buildEgret(t *testing.T) string { return testbin.Build(t, "egret") }
 
-// TestGatewayAgentBinary runs `egret gateway` in agent mode (file source)
-// in the gateway namespace: the flags reach the agent (announcement count,
-// health address), and SIGTERM releases the egress IP.
-func TestGatewayAgentBinary(t *testing.T) {
-	tp, seen := newNsTopo(t)
-	bin := buildEgret(t)
-	dir := t.TempDir()
-	objs := filepath.Join(dir, "objects")
+// agentFiles writes into a new directory dir what `egret gateway` in agent
+// mode reads from files: the objects of manifests under objs, with a status
+// placing the egress IP on node, and the configuration cfg (d0, VXLAN, and
+// the lines of extra).
+func agentFiles(t *testing.T, node, extra string) (dir, objs, cfg string) {
+	dir = t.TempDir()
+	objs = filepath.Join(dir, "objects")
 	if err := os.MkdirAll(filepath.Join(objs, "status"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(objs, "cluster.yaml"), []byte(manifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	writeStatus(t, objs, "g2")
-	cfg := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfg, []byte("interfaces: [d0]\nmode: afxdp\ntunnel: vxlan\nvni: 100\nrouterV4: 169.254.78.1\n"), 0o644); err != nil {
+	writeStatus(t, objs, node)
+	cfg = filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(cfg, []byte("interfaces: [d0]\nmode: afxdp\ntunnel: vxlan\nvni: 100\nrouterV4: 169.254.78.1\n"+extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir, objs, cfg
+}
+
+// TestGatewayAgentBinary runs `egret gateway` in agent mode (file source)
+// in the gateway namespace: the flags reach the agent (announcement count,
+// health address), and SIGTERM releases the egress IP.
+func TestGatewayAgentBinary(t *testing.T) {
+	tp, seen := newNsTopo(t)
+	bin := buildEgret(t)
+	dir, objs, cfg := agentFiles(t, "g2", "")
 
 	// A file with nodes is refused in agent mode, with the reason.
 	bad := filepath.Join(dir, "bad.yaml")

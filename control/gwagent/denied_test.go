@@ -4,26 +4,19 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 
-	egressv1 "github.com/egret-gw/egret/control/api/v1"
-	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/gateway/natlog"
-	"github.com/egret-gw/egret/internal/kubetest"
 	"github.com/egret-gw/egret/internal/nstest"
-	"github.com/egret-gw/egret/internal/testbin"
 )
 
 type recorded struct {
@@ -91,58 +84,15 @@ func TestDeniedEventsWindow(t *testing.T) {
 // TestDeniedEventKube runs the agent with the real engine against a real
 // kube-apiserver, with the gateway's RBAC: many packets of a selected pod
 // to a denied destination make exactly one EgressDestinationDenied Event
-// on the pod (count 1), naming the destination and allowedDestinations.
+// on the pod (count 1), naming the destination and allowedDestinations,
+// from source egret-gateway.
 func TestDeniedEventKube(t *testing.T) {
 	tp, _ := newNsTopo(t) // first: needs root, fails under CI=true without it
-	env := kubetest.Start(t)
-	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eipc, err := egressv1.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The read rights of TestAgentKube and the Events' (deploy/rbac).
-	must(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "egret-gateway"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"k8s.ovn.org"}, Resources: []string{"egressips"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"nodes", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		}}, metav1.CreateOptions{}))
-	must(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "egret-gateway"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "egret-gateway"},
-		Subjects: []rbacv1.Subject{{Kind: "User", Name: gatewayUser}}}, metav1.CreateOptions{}))
-	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"env": "prod"}}}, metav1.CreateOptions{}))
-	for _, n := range []*corev1.Node{
-		node("g1", "10.78.0.1", map[string]string{"egret.io/vtep": "10.78.0.1"}),
-		node("w1", "10.78.0.2", map[string]string{"egret.io/vtep": "10.78.0.2", cluster.AnnotationTunnelMAC: "02:65:67:00:00:11"}),
-	} {
-		must(cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}))
-	}
-	p := pod("shop", "web", "w1", map[string]string{"app": "web"})
-	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "x"}}
-	p, err = cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = corev1.PodRunning
-	p.Status.PodIP = nsPod.String()
-	p.Status.PodIPs = []corev1.PodIP{{IP: nsPod.String()}}
-	must(cs.CoreV1().Pods("shop").UpdateStatus(ctx, p, metav1.UpdateOptions{}))
-	e := eip("blue", []string{nsEgressIP.String()}, map[string]string{"env": "prod"}, nil)
-	e.Status.Items = []egressv1.EgressIPStatusItem{{Node: "g1", EgressIP: nsEgressIP.String()}}
-	must(eipc.Create(ctx, e, metav1.CreateOptions{}))
+	k := startGatewayCluster(t, gatewayWithEvents)
+	k.place("g1")
+	cs, ctx, p := k.cs, context.Background(), k.web
 
-	src, err := cluster.NewKube(env.UserConfig(t, gatewayUser, "system:authenticated"))
+	src, err := NewKubeSource(k.env.UserConfig(t, gatewayUser, "system:authenticated"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +146,9 @@ func TestDeniedEventKube(t *testing.T) {
 		t.Fatalf("%d Events for %v (%+v), want exactly one with count 1", len(got), nsDenied, got)
 	}
 	ev := got[0]
-	if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != "web" ||
+	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != "egret-gateway" || ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != "web" ||
 		!strings.Contains(ev.Message, "169.254.169.254 port 53 (udp)") || !strings.Contains(ev.Message, "allowedDestinations") {
-		t.Errorf("Event %s %s on %+v: %q", ev.Type, ev.Reason, ev.InvolvedObject, ev.Message)
+		t.Errorf("Event %s %s from %+v on %+v: %q", ev.Type, ev.Reason, ev.Source, ev.InvolvedObject, ev.Message)
 	}
 	if n := len(events(second)); n != 1 {
 		t.Errorf("%d Events for %v, want 1 however often it was sent", n, second)

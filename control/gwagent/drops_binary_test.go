@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -44,19 +43,7 @@ func (tp *nsTopo) podTo(t *testing.T, dst netip.Addr, sport uint16) []byte {
 func TestFlowsDropsBinary(t *testing.T) {
 	tp, _ := newNsTopo(t)
 	bin := buildEgret(t)
-	dir := t.TempDir()
-	objs := filepath.Join(dir, "objects")
-	if err := os.MkdirAll(filepath.Join(objs, "status"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(objs, "cluster.yaml"), []byte(manifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	writeStatus(t, objs, "g1")
-	cfg := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfg, []byte("interfaces: [d0]\nmode: afxdp\ntunnel: vxlan\nvni: 100\nrouterV4: 169.254.78.1\nmetricsAddr: \"off\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, objs, cfg := agentFiles(t, "g1", "metricsAddr: \"off\"\n")
 	sock := filepath.Join(dir, "flows.sock")
 	var log syncBuf
 	gw := exec.Command("ip", "netns", "exec", tp.gw.Name, bin, "gateway", "--config", cfg, "--source", "dir:"+objs,

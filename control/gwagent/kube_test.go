@@ -2,9 +2,11 @@ package gwagent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,12 +97,33 @@ func (p *cutProxy) Restore(t *testing.T) {
 	p.serve(lis)
 }
 
-// TestAgentKube runs the agent against a real kube-apiserver through
-// KubeSource, with read-only RBAC: an EgressIP whose status places its IP
-// on this node is claimed, a move releases it, and losing the API server
-// fences the node until it returns.
-func TestAgentKube(t *testing.T) {
-	tp, seen := newNsTopo(t) // first: needs root, fails under CI=true without it
+// gatewayReads are the rights docs/gateway-agent.md lists for reading the
+// cluster, and no more.
+var gatewayReads = []rbacv1.PolicyRule{
+	{APIGroups: []string{"k8s.ovn.org"}, Resources: []string{"egressips"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
+}
+
+// gatewayWithEvents adds to gatewayReads the rights the gateway's Events
+// need (deploy/gateway/rbac.yaml).
+var gatewayWithEvents = append(slices.Clone(gatewayReads),
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}})
+
+// gatewayCluster is a real kube-apiserver holding what the gateway agent
+// tests read: namespace shop (env=prod), nodes g1 (this gateway) and w1,
+// the Running pod shop/web on w1 (nsPod) and EgressIP blue (nsEgressIP,
+// selecting shop), not yet placed.
+type gatewayCluster struct {
+	t    *testing.T
+	env  *kubetest.Env
+	cs   *kubernetes.Clientset
+	eipc *egressv1.Client
+	web  *corev1.Pod
+}
+
+// startGatewayCluster starts it, with ClusterRole egret-gateway of rules
+// bound to gatewayUser.
+func startGatewayCluster(t *testing.T, rules []rbacv1.PolicyRule) *gatewayCluster {
 	env := kubetest.Start(t)
 	env.InstallCRDs(t, filepath.Join(testbin.Root(t), "deploy", "crd"))
 	cs, err := kubernetes.NewForConfig(env.Config)
@@ -118,16 +141,10 @@ func TestAgentKube(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The rights docs/gateway-agent.md lists, and no more.
-	must(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "egret-gateway"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"k8s.ovn.org"}, Resources: []string{"egressips"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"nodes", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
-		}}, metav1.CreateOptions{}))
+	must(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "egret-gateway"}, Rules: rules}, metav1.CreateOptions{}))
 	must(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "egret-gateway"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "egret-gateway"},
 		Subjects: []rbacv1.Subject{{Kind: "User", Name: gatewayUser}}}, metav1.CreateOptions{}))
-
 	must(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"env": "prod"}}}, metav1.CreateOptions{}))
 	for _, n := range []*corev1.Node{
 		node("g1", "10.78.0.1", map[string]string{"egret.io/vtep": "10.78.0.1"}),
@@ -144,21 +161,37 @@ func TestAgentKube(t *testing.T) {
 	p.Status.Phase = corev1.PodRunning
 	p.Status.PodIP = nsPod.String()
 	p.Status.PodIPs = []corev1.PodIP{{IP: nsPod.String()}}
-	must(cs.CoreV1().Pods("shop").UpdateStatus(ctx, p, metav1.UpdateOptions{}))
-	e := eip("blue", []string{nsEgressIP.String()}, map[string]string{"env": "prod"}, nil)
-	must(eipc.Create(ctx, e, metav1.CreateOptions{}))
-	place := func(node string) {
-		t.Helper()
-		cur, err := eipc.Get(ctx, "blue", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cur.Status.Items = []egressv1.EgressIPStatusItem{{Node: node, EgressIP: nsEgressIP.String()}}
-		must(eipc.Update(ctx, cur, metav1.UpdateOptions{}))
+	p, err = cs.CoreV1().Pods("shop").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	place("g1")
+	must(eipc.Create(ctx, eip("blue", []string{nsEgressIP.String()}, map[string]string{"env": "prod"}, nil), metav1.CreateOptions{}))
+	return &gatewayCluster{t: t, env: env, cs: cs, eipc: eipc, web: p}
+}
 
-	user := env.UserConfig(t, gatewayUser, "system:authenticated")
+// place writes blue's status: its egress IP on node.
+func (k *gatewayCluster) place(node string) {
+	k.t.Helper()
+	cur, err := k.eipc.Get(context.Background(), "blue", metav1.GetOptions{})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	cur.Status.Items = []egressv1.EgressIPStatusItem{{Node: node, EgressIP: nsEgressIP.String()}}
+	if _, err := k.eipc.Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// TestAgentKube runs the agent against a real kube-apiserver through
+// KubeSource, with read-only RBAC: an EgressIP whose status places its IP
+// on this node is claimed, a move releases it, and losing the API server
+// fences the node until it returns.
+func TestAgentKube(t *testing.T) {
+	tp, seen := newNsTopo(t) // first: needs root, fails under CI=true without it
+	k := startGatewayCluster(t, gatewayReads)
+	k.place("g1")
+
+	user := k.env.UserConfig(t, gatewayUser, "system:authenticated")
 	proxy := newCutProxy(t, strings.TrimPrefix(user.Host, "https://"))
 	viaProxy := rest.CopyConfig(user)
 	viaProxy.Host = "https://" + proxy.addr
@@ -176,10 +209,10 @@ func TestAgentKube(t *testing.T) {
 		t.Fatalf("server saw %v (reply %v); want the egress IP", from, reply != nil)
 	}
 
-	place("g2")
+	k.place("g2")
 	el = nstest.Eventually(t, "released when the status moves it", 3*time.Second, func() bool { return !tp.hasAddr(t, nsEgressIP) })
 	t.Logf("released %v after the status update", el)
-	place("g1")
+	k.place("g1")
 	nstest.Eventually(t, "claimed again", 3*time.Second, func() bool { return tp.hasAddr(t, nsEgressIP) })
 
 	proxy.Cut()
@@ -193,5 +226,35 @@ func TestAgentKube(t *testing.T) {
 	t.Logf("claimed again %v after the API server came back", el)
 	if a.State().Fenced {
 		t.Error("still fenced")
+	}
+}
+
+// TestKubeSourceEvents: an Event the gateway agent records through its
+// source (as cmd/egret wires it) carries source egret-gateway, not the
+// controller's name.
+func TestKubeSourceEvents(t *testing.T) {
+	k := startGatewayCluster(t, gatewayWithEvents)
+	cs := k.cs
+	src, err := NewKubeSource(k.env.UserConfig(t, gatewayUser, "system:authenticated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := src.Start(ctx, func(cluster.Kind) {}); err != nil {
+		t.Fatal(err)
+	}
+	src.Event(&corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "default", Name: "web"}, corev1.EventTypeWarning, ReasonDestinationDenied, "test")
+	var got []corev1.Event
+	nstest.Until(t, "the Event", 20*time.Second, func() (bool, string) {
+		l, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = l.Items
+		return len(got) > 0, fmt.Sprintf("%d Events", len(got))
+	})
+	if len(got) != 1 || got[0].Source.Component != "egret-gateway" || got[0].Reason != ReasonDestinationDenied {
+		t.Fatalf("Events %+v, want one %s from egret-gateway", got, ReasonDestinationDenied)
 	}
 }

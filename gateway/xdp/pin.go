@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -38,14 +39,43 @@ type pins struct {
 	legacy string // where builds before the directory pinned the link
 }
 
+// The names under the pin root of an interface's pin directory, and of the
+// link pin of builds before the directories, from the namespace's inode
+// and the interface index (docs/io.md).
+const (
+	pinDirName    = "ns%d-if%d"
+	legacyPinName = "link-ns%d-if%d"
+)
+
+// PinDir is the pin directory, under root (DefaultPinDir or the gateway's
+// --pin-dir), of interface ifindex of the network namespace with inode
+// nsIno: its link and stats pins are there, for the next process, an
+// operator with bpftool, or a test.
+func PinDir(root string, nsIno uint64, ifindex int) string {
+	return filepath.Join(root, fmt.Sprintf(pinDirName, nsIno, ifindex))
+}
+
+// NamespacePins lists what is pinned under root for the interfaces of the
+// network namespace with inode nsIno: their pin directories and legacy
+// link pins.
+func NamespacePins(root string, nsIno uint64) []string {
+	var found []string
+	for _, name := range []string{pinDirName, legacyPinName} {
+		// The interface index, the name's last verb, is any.
+		m, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf(strings.TrimSuffix(name, "%d")+"*", nsIno)))
+		found = append(found, m...)
+	}
+	return found
+}
+
 func pinsFor(root string, ifindex int) (pins, error) {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		return pins{}, fmt.Errorf("xdp: identify network namespace: %w", err)
 	}
-	dir := filepath.Join(root, fmt.Sprintf("ns%d-if%d", st.Ino, ifindex))
+	dir := PinDir(root, st.Ino, ifindex)
 	return pins{dir: dir, link: filepath.Join(dir, "link"), stats: filepath.Join(dir, "stats"),
-		legacy: filepath.Join(root, fmt.Sprintf("link-ns%d-if%d", st.Ino, ifindex))}, nil
+		legacy: filepath.Join(root, fmt.Sprintf(legacyPinName, st.Ino, ifindex))}, nil
 }
 
 // takeOver swaps the loaded program into a link a previous run pinned,
@@ -221,12 +251,9 @@ func (p *Program) Hold(d time.Duration) error {
 // bpffs. Each link, unpinned, detaches once no process holds it.
 func RemoveNamespacePins(ino uint64) error {
 	var errs []error
-	for _, pattern := range []string{fmt.Sprintf("ns%d-if*", ino), fmt.Sprintf("link-ns%d-if*", ino)} {
-		found, _ := filepath.Glob(filepath.Join(DefaultPinDir, pattern))
-		for _, p := range found {
-			if err := os.RemoveAll(p); err != nil {
-				errs = append(errs, fmt.Errorf("xdp: remove pin %s: %w", p, err))
-			}
+	for _, p := range NamespacePins(DefaultPinDir, ino) {
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("xdp: remove pin %s: %w", p, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +31,7 @@ func (l *lab) pinDir(t *testing.T) string {
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		t.Fatal(err)
 	}
-	return xdptest.PinDir(xdp.DefaultPinDir, st.Ino, l.gwEnd.Index)
+	return xdp.PinDir(xdp.DefaultPinDir, st.Ino, l.gwEnd.Index)
 }
 
 // dialEgress opens a TCP connection from the peer to the egress IP, on a
@@ -339,7 +341,7 @@ func TestPinDirMountedDirectory(t *testing.T) {
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(xdptest.PinDir(host, st.Ino, l.gwEnd.Index), "link")); err != nil {
+	if _, err := os.Stat(filepath.Join(xdp.PinDir(host, st.Ino, l.gwEnd.Index), "link")); err != nil {
 		t.Errorf("the link is not pinned in the host's directory: %v", err)
 	}
 	var fs unix.Statfs_t
@@ -348,5 +350,34 @@ func TestPinDirMountedDirectory(t *testing.T) {
 	}
 	if err := p.Detach(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPinNames: the pin directory has the name docs/io.md gives operators,
+// and NamespacePins finds a namespace's directories and legacy link pins,
+// not another namespace's.
+func TestPinNames(t *testing.T) {
+	if got := xdp.PinDir("/sys/fs/bpf/egret", 4026531840, 2); got != "/sys/fs/bpf/egret/ns4026531840-if2" {
+		t.Errorf("PinDir = %s", got)
+	}
+	root := t.TempDir()
+	for _, name := range []string{"ns7-if2/", "ns7-if13/", "link-ns7-if4", "ns77-if2/", "ns8-if7/", "link-ns70-if1"} {
+		var err error
+		if dir, ok := strings.CutSuffix(name, "/"); ok {
+			err = os.Mkdir(filepath.Join(root, dir), 0o700)
+		} else {
+			err = os.WriteFile(filepath.Join(root, name), nil, 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := xdp.NamespacePins(root, 7)
+	for i := range got {
+		got[i] = filepath.Base(got[i])
+	}
+	slices.Sort(got)
+	if want := []string{"link-ns7-if4", "ns7-if13", "ns7-if2"}; !slices.Equal(got, want) {
+		t.Errorf("NamespacePins(7) = %v, want %v", got, want)
 	}
 }

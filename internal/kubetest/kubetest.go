@@ -330,6 +330,17 @@ func (e *Env) UserConfig(t testing.TB, user string, groups ...string) *rest.Conf
 	return cfg
 }
 
+// UserKubeconfig writes a kubeconfig file with UserConfig's credentials for
+// user in groups, for a command run as that user, and returns its path.
+func (e *Env) UserKubeconfig(t testing.TB, user string, groups ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), user+".kubeconfig")
+	if err := writeKubeconfig(path, e.UserConfig(t, user, groups...), user); err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	return path
+}
+
 // Kubectl runs the kubectl from BinDir against this control plane and
 // returns its combined output. A missing kubectl fails on CI and skips
 // elsewhere, like a missing apiserver.

@@ -1,12 +1,12 @@
 // Package xdptest reads, for tests, what the XDP loader (gateway/xdp,
-// pin.go) pins for an interface: the link and the counters map. It opens
-// the pins as any bpffs reader would, not through the loader's code, so a
-// test states independently what is attached and what it counted.
+// pin.go) pins for an interface, in the directory xdp.PinDir names: the
+// link and the counters map. It opens the pins as any bpffs reader would,
+// not through the loader's code, so a test states independently what is
+// attached and what it counted.
 package xdptest
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,12 +18,6 @@ import (
 // statHeld is STAT_HELD in egret.c: frames dropped while a restart holds
 // the interface.
 const statHeld = 4
-
-// PinDir is where the loader pins interface ifindex of the network
-// namespace with inode nsIno, under root (xdp.DefaultPinDir).
-func PinDir(root string, nsIno uint64, ifindex int) string {
-	return filepath.Join(root, fmt.Sprintf("ns%d-if%d", nsIno, ifindex))
-}
 
 // LinkID is the ID of the link pinned in dir, 0 if none is.
 func LinkID(t testing.TB, dir string) link.ID {
