@@ -20,7 +20,7 @@ func (tp *topo) pinDir(t *testing.T) string {
 	if err := unix.Fstat(int(tp.gw.Handle), &st); err != nil {
 		t.Fatal(err)
 	}
-	return xdptest.PinDir(xdp.DefaultPinDir, st.Ino, tp.d0.Index)
+	return xdp.PinDir(xdp.DefaultPinDir, st.Ino, tp.d0.Index)
 }
 
 // TestGracefulStopHoldsXDP is the engine's side of a graceful restart with
