@@ -221,20 +221,7 @@ func play(l *lab.Lab, o options, out io.Writer) (*result, error) {
 	if err := sample(); err != nil {
 		return nil, err
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				sample()
-			}
-		}
-	}()
+	every(stop, &wg, 100*time.Millisecond, func() { sample() }) // a failed sample is retried at the next
 
 	traffic := make([]*podTraffic, len(pods))
 	for i, p := range pods {

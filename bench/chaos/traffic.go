@@ -133,36 +133,32 @@ const tick = 250 * time.Millisecond
 
 // run sends until stop is closed.
 func (p *podTraffic) run(stop <-chan struct{}, wg *sync.WaitGroup) {
-	wg.Add(3)
+	wg.Add(1)
 	go func() { defer wg.Done(); p.longLived(stop) }()
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			if src, err := p.newTCP(); err == nil {
-				p.answered(src)
-			}
-			if src, err := p.newUDP(); err == nil {
-				p.answered(src)
-			}
+	every(stop, wg, tick, func() {
+		if src, err := p.newTCP(); err == nil {
+			p.answered(src)
 		}
-	}()
+		if src, err := p.newUDP(); err == nil {
+			p.answered(src)
+		}
+	})
+	every(stop, wg, time.Second, p.ping)
+}
+
+// every calls fn each d, in a goroutine counted in wg, until stop is closed.
+func every(stop <-chan struct{}, wg *sync.WaitGroup, d time.Duration, fn func()) {
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(time.Second)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				p.ping()
+				fn()
 			}
 		}
 	}()
