@@ -855,7 +855,19 @@ func (e *env) clusterUp() bool {
 		}
 	}
 	out, err := e.kubectlErr("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
-	return err == nil && strings.Count(out, "True") == 4
+	if err != nil || strings.Count(out, "True") != 4 {
+		return false
+	}
+	// A cluster is reused only as cluster-up left it. One that still holds
+	// Egret is what a killed run (or another one still running) left behind:
+	// installing over it fails half-way ("namespaces egret-system already
+	// exists") or tests the leftovers, so it is made afresh.
+	if _, err := e.kubectlErr("get", "namespace", "egret-system"); err == nil {
+		e.t.Logf("the cluster that is up still holds Egret from an earlier run: make cluster-down, then up again")
+		e.sh("make", "-s", "-C", e.repo, "cluster-down")
+		return false
+	}
+	return true
 }
 
 func (e *env) sh(name string, args ...string) string {
