@@ -26,7 +26,7 @@ export EGRET_CHAOS_SHORT
 # namespace-heavy tests from starving each other.
 TEST_FLAGS ?= -count=1 -timeout 25m -p 1
 
-.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab bench-report bench-controlplane bench-failover chaos dashboard-png clean image image-stage cluster-up cluster-push cluster-down e2e-ipv6 e2e-cni
+.PHONY: all build deps tools test test-unit cross vet check fmt fuzz bpf demo bench bench-lab bench-report bench-controlplane bench-failover chaos soak dashboard-png clean image image-stage cluster-up cluster-push cluster-down e2e-ipv6 e2e-cni
 
 all: build
 
@@ -145,6 +145,12 @@ bench-failover: deps build
 # one line per fault, then the summary line; fails when an invariant is broken.
 chaos: deps build
 	$(GO) run ./bench/chaos -egret $(BIN)/egret
+
+# The 30-minute soak (not in make test): the chaos traffic with churn, a gateway rebooted
+# every 5 minutes, every Egret process sampled; plots and soak.md into SOAK_OUT.
+SOAK_OUT ?= egret-soak
+soak: deps build
+	$(GO) run ./bench/chaos -egret $(BIN)/egret -soak 30m -out $(SOAK_OUT)
 
 # Render docs/dashboard.png from a real Prometheus scraping the managed lab under traffic.
 dashboard-png: deps build

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/egret-gw/egret/bench/dist"
@@ -113,129 +112,66 @@ func (f faultResult) line() string {
 
 // run brings the lab up, plays the faults and tears it down.
 func run(o options, out io.Writer) (*result, error) {
+	var res *result
+	err := withLab(o, func(l *lab.Lab) error {
+		var err error
+		res, err = play(l, o, out)
+		return err
+	})
+	return res, err
+}
+
+// withLab brings a managed lab of its own up, calls fn and tears it down.
+func withLab(o options, fn func(l *lab.Lab) error) error {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("needs root (it builds network namespaces)")
+		return errors.New("needs root (it builds network namespaces)")
 	}
 	for _, tool := range []string{"ip", "nft", "bridge", "ethtool", "tc"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s is missing; run make deps", tool)
+			return fmt.Errorf("%s is missing; run make deps", tool)
 		}
 	}
 	dir, err := os.MkdirTemp("", "egret-chaos-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	bin, err := dist.EgretBinary(o.egret, dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	spec, err := lab.DefaultSpec("ech" + strconv.FormatInt(int64(os.Getpid()), 36))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	impl, err := lab.NewImpl(lab.ModeManaged, bin)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	l := &lab.Lab{Spec: spec, Impl: impl, Binary: bin}
 	if err := l.Up(); err != nil {
 		lab.Down("", spec.Name)
-		return nil, fmt.Errorf("bringing the lab up: %w", err)
+		return fmt.Errorf("bringing the lab up: %w", err)
 	}
 	defer lab.Down("", spec.Name)
-	return play(l, o, out)
+	return fn(l)
 }
 
 // play runs the traffic, the recorders and the faults on a lab that is up.
 func play(l *lab.Lab, o options, out io.Writer) (*result, error) {
-	spec := l.Spec
+	r, err := startRig(l)
+	if err != nil {
+		return nil, err
+	}
+	defer r.stop()
 	st, err := l.Status()
 	if err != nil {
 		return nil, err
 	}
-	var pods []lab.PodStatus
-	byTCP, byUDP, byNS := map[uint16]string{}, map[uint16]string{}, map[string]string{}
-	for i, p := range st.Pods {
-		pods = append(pods, p)
-		byTCP[uint16(tcpBase+i)], byUDP[uint16(udpBase+i)], byNS[p.Namespace] = p.Name, p.Name, p.Name
-	}
-	var eips []netip.Addr
-	for _, a := range st.Assignment {
-		if a.IP.Is4() {
-			eips = append(eips, a.IP)
-		}
-	}
-	srvNS := spec.NS(spec.Server.Name)
-	srvs, err := serve(srvNS, spec.Server.IP, len(pods))
-	if err != nil {
-		return nil, err
-	}
-	defer srvs.close()
-	rec, err := newRecorder(srvNS, byTCP, byUDP, byNS)
-	if err != nil {
-		return nil, err
-	}
-	arp, err := newARPWatch(spec.NS(spec.Router.Name), "eth0", spec.Router.IP, eips)
-	if err != nil {
-		return nil, err
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	defer func() {
-		close(stop)
-		wg.Wait()
-		<-rec.done
-		<-arp.done
-	}()
-	wg.Add(2)
-	go func() { defer wg.Done(); rec.run(stop) }()
-	go func() { defer wg.Done(); arp.run(stop, arpInterval) }()
-
-	// The status sampler: what the controller allowed each pod, over time.
-	tl := &timeline{}
-	objs := lab.ObjectsDir(l.RunDir())
-	present := func() bool { _, err := os.Stat(objs); return err == nil }
-	sample := func() error {
-		if !present() {
-			return errors.New("the objects are away")
-		}
-		st, err := l.Status()
-		if err != nil || !present() {
-			return fmt.Errorf("reading the status: %v", err)
-		}
-		// With the objects away (the API server stopped) the status reads
-		// as no object at all: the last one read still stands.
-		for _, p := range st.Problems {
-			if strings.HasPrefix(p, "reading the EgressIP objects") {
-				return errors.New(p)
-			}
-		}
-		allowed := map[string][]netip.Addr{}
-		for _, p := range st.Pods {
-			allowed[p.Name] = slices.Clone(p.ExpectedSources)
-		}
-		tl.add(time.Now(), allowed)
-		return nil
-	}
-	if err := sample(); err != nil {
-		return nil, err
-	}
-	every(stop, &wg, 100*time.Millisecond, func() { sample() }) // a failed sample is retried at the next
-
-	traffic := make([]*podTraffic, len(pods))
-	for i, p := range pods {
-		traffic[i] = &podTraffic{name: p.Name, ns: p.Namespace,
-			tcp:  netip.AddrPortFrom(spec.Server.IP, uint16(tcpBase+i)).String(),
-			udp:  netip.AddrPortFrom(spec.Server.IP, uint16(udpBase+i)).String(),
-			ping: func() { spec.PingSource(p.Namespace, time.Second) }}
-		traffic[i].run(stop, &wg)
-	}
-
 	fmt.Fprintf(out, "chaos: managed lab %s, %d pods, egress IPs %v; move window %v, double-answer budget %v\n",
-		spec.Name, len(pods), eips, moveWindow, doubleBudget)
+		l.Spec.Name, len(r.traffic), r.eips, moveWindow, doubleBudget)
 	// Every pod leaving as expected before the first fault.
-	if _, ok := recovered(l, traffic, time.Now(), recoverLimit); !ok {
+	if _, ok := recovered(l, r.traffic, time.Now(), recoverLimit); !ok {
 		return nil, fmt.Errorf("the lab's pods do not leave as expected before any fault")
 	}
 
@@ -266,7 +202,7 @@ func play(l *lab.Lab, o options, out io.Writer) (*result, error) {
 		}
 		fr := faultResult{name: f.name, held: cleared.Sub(start)}
 		var at time.Time
-		at, fr.recovered = recovered(l, traffic, cleared, recoverLimit)
+		at, fr.recovered = recovered(l, r.traffic, cleared, recoverLimit)
 		fr.recovery = at.Sub(cleared)
 		if !fr.recovered {
 			fr.recovery = recoverLimit
@@ -275,17 +211,17 @@ func play(l *lab.Lab, o options, out io.Writer) (*result, error) {
 		// fault too, and lets the sampler pass the move window.
 		time.Sleep(moveWindow + 500*time.Millisecond)
 		end := time.Now()
-		for _, t := range traffic {
+		for _, t := range r.traffic {
 			lost, stall := t.connStats(start, end)
 			fr.lost += lost
 			fr.stall = max(fr.stall, stall)
 		}
 		var pkts []packet
-		pkts, mark = rec.since(mark)
-		bad := wrongSources(tl, pkts, moveWindow)
+		pkts, mark = r.rec.since(mark)
+		bad := wrongSources(r.tl, pkts, moveWindow)
 		fr.wrong = len(bad)
 		fr.wrongSample = bad[:min(len(bad), 5)]
-		for _, w := range doubleAnswers(arp.all(), arpGap) {
+		for _, w := range doubleAnswers(r.arp.all(), arpGap) {
 			if w.from.Before(start) || !w.from.Before(end) {
 				continue
 			}
