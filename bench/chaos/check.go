@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -68,6 +70,18 @@ func (tl *timeline) allows(pod string, src netip.Addr, at time.Time, window time
 	return false
 }
 
+// allowedAt is what the status allowed pod at time at (nil before the
+// first snapshot).
+func (tl *timeline) allowedAt(pod string, at time.Time) []netip.Addr {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	i := sort.Search(len(tl.snaps), func(i int) bool { return tl.snaps[i].at.After(at) })
+	if i == 0 {
+		return nil
+	}
+	return tl.snaps[i-1].allowed[pod]
+}
+
 // packet is one packet the outside server saw from a pod.
 type packet struct {
 	at   time.Time
@@ -86,6 +100,42 @@ func wrongSources(tl *timeline, pkts []packet, window time.Duration) []packet {
 		}
 	}
 	return bad
+}
+
+// episode is a run of wrong-source packets of one pod with one source,
+// none more than a second after the one before.
+type episode struct {
+	pod         string
+	src         netip.Addr
+	kinds       []string
+	first, last time.Time
+	n           int
+}
+
+func (e episode) String() string {
+	return fmt.Sprintf("%s as %v from %s to %s (%.1f s): %d packets (%s)", e.pod, e.src, e.first.Format("15:04:05.000"),
+		e.last.Format("15:04:05.000"), e.last.Sub(e.first).Seconds(), e.n, strings.Join(e.kinds, ", "))
+}
+
+// episodes groups wrong-source packets (in time order) so that a report
+// shows every distinct wrong source, not only the first few packets.
+func episodes(bad []packet) []episode {
+	var out []episode
+	open := map[string]int{} // pod and source → its episode in out
+	for _, p := range bad {
+		k := p.pod + " " + p.src.String()
+		if i, ok := open[k]; ok && p.at.Sub(out[i].last) <= time.Second {
+			e := &out[i]
+			e.last, e.n = p.at, e.n+1
+			if !slices.Contains(e.kinds, p.kind) {
+				e.kinds = append(e.kinds, p.kind)
+			}
+			continue
+		}
+		open[k] = len(out)
+		out = append(out, episode{pod: p.pod, src: p.src, kinds: []string{p.kind}, first: p.at, last: p.at, n: 1})
+	}
+	return out
 }
 
 // arpAnswer is one ARP reply (or announcement) for an egress IP the

@@ -246,8 +246,8 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "soak: managed lab %s, %d pods, %v; every %v: %s's %v removed and back, pod %s deleted and created, the busiest gateway rebooted; samples every %v into %s\n",
-		l.Spec.Name, len(r.traffic), so.duration, so.killEvery, ed.object, ed.ip, ed.pod, so.sampleEvery, so.out)
+	fmt.Fprintf(out, "soak: from %s, managed lab %s, %d pods, %v; every %v: %s's %v removed and back, pod %s deleted and created, the busiest gateway rebooted; samples every %v into %s\n",
+		start.Format("15:04:05.000"), l.Spec.Name, len(r.traffic), so.duration, so.killEvery, ed.object, ed.ip, ed.pod, so.sampleEvery, so.out)
 
 	// The process sampler, in its own goroutine so that a slow recovery
 	// does not leave gaps in the plots.
@@ -336,7 +336,7 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 
 	pkts, _ := r.rec.since(0)
 	bad := wrongSources(r.tl, pkts, moveWindow)
-	res.wrong, res.wrongSample = len(bad), bad[:min(len(bad), 5)]
+	res.wrong = len(bad)
 	for _, w := range doubleAnswers(r.arp.all(), arpGap) {
 		res.longestDbl = max(res.longestDbl, w.length())
 		if w.length() > doubleBudget {
@@ -357,8 +357,8 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 	if err := res.write(so.out); err != nil {
 		return res, err
 	}
-	for _, p := range res.wrongSample {
-		fmt.Fprintf(out, "  wrong: %s %s from %s as %v\n", p.at.Format("15:04:05.000"), p.kind, p.pod, p.src)
+	for _, e := range episodes(bad) {
+		fmt.Fprintf(out, "  wrong: %v; the status allowed %v\n", e, r.tl.allowedAt(e.pod, e.first))
 	}
 	fmt.Fprint(out, res.growthTable())
 	fmt.Fprintf(out, "  footprint before: %v\n  footprint after:  %v\n", res.footprintBefore, res.footprintAfter)
@@ -420,8 +420,8 @@ func newEditor(l *lab.Lab, st *lab.Status) (*editor, error) {
 	if ed.orig, err = os.ReadFile(ed.file); err != nil {
 		return nil, err
 	}
-	if !bytes.Contains(ed.orig, []byte("- "+ed.ip.String()+"\n")) {
-		return nil, fmt.Errorf("%s does not list %v as the soak expects", ed.file, ed.ip)
+	if _, err := withoutLine(ed.orig, "- "+ed.ip.String()); err != nil {
+		return nil, fmt.Errorf("%s: %w", ed.file, err)
 	}
 	for _, p := range st.Pods {
 		if p.Policy != "" && p.Policy != ed.object {
@@ -450,9 +450,25 @@ func newEditor(l *lab.Lab, st *lab.Status) (*editor, error) {
 func (ed *editor) toggleIP(remove bool) error {
 	b := ed.orig
 	if remove {
-		b = bytes.Replace(ed.orig, []byte("- "+ed.ip.String()+"\n"), nil, 1)
+		var err error
+		if b, err = withoutLine(ed.orig, "- "+ed.ip.String()); err != nil {
+			return err
+		}
 	}
 	return replaceFile(ed.file, b)
+}
+
+// withoutLine is a manifest without its one line that reads item once
+// trimmed: the whole line goes, indentation too, or the next line would
+// move under the list.
+func withoutLine(manifest []byte, item string) ([]byte, error) {
+	lines := bytes.SplitAfter(manifest, []byte("\n"))
+	n := len(lines)
+	lines = slices.DeleteFunc(lines, func(l []byte) bool { return string(bytes.TrimSpace(l)) == item })
+	if len(lines) != n-1 {
+		return nil, fmt.Errorf("%d lines read %q, want 1", n-len(lines), item)
+	}
+	return bytes.Join(lines, nil), nil
 }
 
 // togglePod deletes the pod's object from pods.yaml, or puts it back.

@@ -101,3 +101,20 @@ func TestSeries(t *testing.T) {
 		t.Errorf("gateways only: %+v", gw)
 	}
 }
+
+// The edit removes the whole list item: a remnant of its indentation would
+// put the next key under the list and the object would not parse (a lab
+// run found this: every pod of the object left as its node).
+func TestWithoutLine(t *testing.T) {
+	m := []byte("spec:\n  egressIPs:\n  - 192.0.2.101\n  - 192.0.2.103\n  namespaceSelector:\n    matchLabels: {}\n")
+	b, err := withoutLine(m, "- 192.0.2.103")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "spec:\n  egressIPs:\n  - 192.0.2.101\n  namespaceSelector:\n    matchLabels: {}\n"; string(b) != want {
+		t.Errorf("withoutLine:\n%s\nwant\n%s", b, want)
+	}
+	if _, err := withoutLine(m, "- 192.0.2.1"); err == nil {
+		t.Error("no such line: no error")
+	}
+}
