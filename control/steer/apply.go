@@ -426,12 +426,49 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	k.step("unsteered")
 	last := nftChange{delSel: missing(have.Selected, want.Selected, netip.Addr.Compare), addAllow: lateAllow,
 		delPeers: missing(have.TunnelPeers, want.TunnelPeers, netip.Addr.Compare)}
+	// While the filter still drops them, the addresses about to leave the
+	// node lose their connection-tracking entries: an entry made while the
+	// pod was steered carries no NAT, so its flow would go on leaving with
+	// the pod's own address instead of meeting the node's masquerade.
+	k.forgetFlows(last.delSel)
 	if err := k.nft.apply(last); err != nil {
 		return ch, err
 	}
 	ch.Removed += len(last.delSel) + len(last.delPeers)
 	ch.Added += len(last.addAllow)
 	return ch, nil
+}
+
+// forgetFlows deletes the kernel's connection-tracking entries whose
+// original source is one of addrs. A node without connection tracking has
+// nothing to forget; a failure is logged, not fatal: the steering change
+// stands either way.
+func (k *Kernel) forgetFlows(addrs []netip.Addr) {
+	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+		var filters []netlink.CustomConntrackFilter
+		for _, a := range addrs {
+			if a.Is4() != (fam == unix.AF_INET) {
+				continue
+			}
+			f := &netlink.ConntrackFilter{}
+			if err := f.AddIP(netlink.ConntrackOrigSrcIP, a.AsSlice()); err != nil {
+				k.log.Warn("steer: cannot match connection-tracking entries", "addr", a, "err", err)
+				continue
+			}
+			filters = append(filters, f)
+		}
+		if len(filters) == 0 {
+			continue
+		}
+		n, err := k.h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filters...)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			k.log.Warn("steer: cannot delete the connection-tracking entries of unsteered pods", "addrs", addrs, "err", err)
+			continue
+		}
+		if n > 0 {
+			k.log.Info("steer: connection-tracking entries of unsteered pods deleted", "entries", n)
+		}
+	}
 }
 
 type routeKey struct {

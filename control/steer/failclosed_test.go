@@ -448,6 +448,35 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		gw2.take()
 	})
 
+	t.Run("a flow that outlives its selection is masqueraded", func(t *testing.T) {
+		// One flow (same ports throughout) starts while the pod is
+		// selected, through the tunnel: its connection-tracking entry
+		// carries no NAT. Once the pod is unselected the same flow must
+		// meet the node's masquerade, not leave with the pod's address (a
+		// soak run saw established connections do so when their EgressIP
+		// went away).
+		if _, err := k.Apply(desired(fcInputs(true, bothGateways...), k.Params())); err != nil {
+			t.Fatal(err)
+		}
+		uplink.take()
+		sendUDPPort(t, l.podH, podIP4, outside4, ports(25000, 1), 5400)
+		sendUDPPort(t, l.podH, podIP6, outside6, ports(25000, 1), 5400)
+		if c := countUplink(uplink.take()); c.tunnel[5400] != 2 {
+			t.Fatalf("while selected: %+v, want the flow's 2 datagrams in the tunnel", c)
+		}
+		if _, err := k.Apply(desired(fcInputs(false, bothGateways...), k.Params())); err != nil {
+			t.Fatal(err)
+		}
+		sendUDPPort(t, l.podH, podIP4, outside4, ports(25000, 1), 5400)
+		sendUDPPort(t, l.podH, podIP6, outside6, ports(25000, 1), 5400)
+		c := waitPlain(uplink, 5400, 2)
+		if c.other[5400] != 0 || c.node[5400] != 2 {
+			t.Fatalf("the flow after unselection: %d datagrams with the pod's own address, %d with the node's; want 0 and 2", c.other[5400], c.node[5400])
+		}
+		gw1.take()
+		gw2.take()
+	})
+
 	t.Run("restart keeps blocking", func(t *testing.T) {
 		// The pod is unselected, the other address unseen; the agent stops.
 		if _, err := k.Apply(desired(fcInputs(false, bothGateways...), k.Params())); err != nil {
