@@ -214,13 +214,14 @@ func soak(o options, so soakOptions, out io.Writer) (*soakResult, error) {
 
 // churn is one cycle of what a soak does to the lab, as fractions of the
 // cycle (killEvery): an EgressIP loses an address, a pod is deleted and
-// created again, the address comes back, and at the cycle's end the
-// busiest gateway is rebooted.
+// created again, the address comes back, another EgressIP is deleted and
+// created again, and at the cycle's end the busiest gateway is rebooted.
 var churn = []struct {
 	at   float64
 	what string
 }{
-	{0.25, "edit"}, {0.5, "pod-delete"}, {0.6, "pod-create"}, {0.75, "edit-back"}, {1, "reboot"},
+	{0.25, "edit"}, {0.5, "pod-delete"}, {0.6, "pod-create"}, {0.75, "edit-back"},
+	{0.85, "object-delete"}, {0.95, "object-create"}, {1, "reboot"},
 }
 
 // soakPlay runs the soak on a lab that is up.
@@ -246,8 +247,8 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "soak: from %s, managed lab %s, %d pods, %v; every %v: %s's %v removed and back, pod %s deleted and created, the busiest gateway rebooted; samples every %v into %s\n",
-		start.Format("15:04:05.000"), l.Spec.Name, len(r.traffic), so.duration, so.killEvery, ed.object, ed.ip, ed.pod, so.sampleEvery, so.out)
+	fmt.Fprintf(out, "soak: from %s, managed lab %s, %d pods, %v; every %v: %s's %v removed and back, pod %s deleted and created, EgressIP %s deleted and created, the busiest gateway rebooted; samples every %v into %s\n",
+		start.Format("15:04:05.000"), l.Spec.Name, len(r.traffic), so.duration, so.killEvery, ed.object, ed.ip, ed.pod, ed.gone, so.sampleEvery, so.out)
 
 	// The process sampler, in its own goroutine so that a slow recovery
 	// does not leave gaps in the plots.
@@ -302,6 +303,13 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 				res.podDeletes++
 			}
 			fmt.Fprintf(out, "  %8v pod %s %s\n", now, ed.pod, map[bool]string{true: "deleted", false: "created again"}[del])
+		case "object-delete", "object-create":
+			del := what == "object-delete"
+			if err := ed.toggleObject(del); err != nil {
+				return res, err
+			}
+			res.edits++
+			fmt.Fprintf(out, "  %8v EgressIP %s %s\n", now, ed.gone, map[bool]string{true: "deleted", false: "created again"}[del])
 		case "reboot":
 			st, err := l.Status()
 			if err != nil {
@@ -391,6 +399,7 @@ type editor struct {
 	pod     string     // the pod deleted and created again
 	podNode netip.Addr // its node's address: what it may leave as while deleted
 	pods    []byte     // pods.yaml as lab up wrote it
+	gone    string     // the EgressIP deleted and created again
 }
 
 // newEditor picks the first object with two IPv4 egress IPs (it loses its
@@ -416,16 +425,17 @@ func newEditor(l *lab.Lab, st *lab.Status) (*editor, error) {
 	if ed.object == "" {
 		return nil, errors.New("no EgressIP of the lab has two IPv4 egress IPs to edit")
 	}
-	ed.file = filepath.Join(ed.dir, "egressip-"+ed.object+".yaml")
+	ed.file = ed.objectFile(ed.object)
 	if ed.orig, err = os.ReadFile(ed.file); err != nil {
 		return nil, err
 	}
 	if _, err := withoutLine(ed.orig, "- "+ed.ip.String()); err != nil {
 		return nil, fmt.Errorf("%s: %w", ed.file, err)
 	}
+	podPolicy := ""
 	for _, p := range st.Pods {
 		if p.Policy != "" && p.Policy != ed.object {
-			ed.pod = p.Name
+			ed.pod, podPolicy = p.Name, p.Policy
 			for _, w := range l.Spec.Workers {
 				if w.Name == p.Node {
 					ed.podNode = w.IP
@@ -437,6 +447,18 @@ func newEditor(l *lab.Lab, st *lab.Status) (*editor, error) {
 	if ed.pod == "" || !ed.podNode.IsValid() {
 		return nil, fmt.Errorf("no selected pod outside %s to delete", ed.object)
 	}
+	for _, e := range eips {
+		if e.Name != ed.object && e.Name != podPolicy {
+			ed.gone = e.Name
+			break
+		}
+	}
+	if ed.gone == "" {
+		return nil, fmt.Errorf("no third EgressIP to delete besides %s and %s", ed.object, podPolicy)
+	}
+	if _, err := os.Stat(ed.objectFile(ed.gone)); err != nil {
+		return nil, err
+	}
 	if ed.pods, err = os.ReadFile(filepath.Join(ed.dir, "pods.yaml")); err != nil {
 		return nil, err
 	}
@@ -444,6 +466,22 @@ func newEditor(l *lab.Lab, st *lab.Status) (*editor, error) {
 		return nil, err
 	}
 	return ed, nil
+}
+
+// objectFile is where lab up wrote EgressIP name.
+func (ed *editor) objectFile(name string) string {
+	return filepath.Join(ed.dir, "egressip-"+name+".yaml")
+}
+
+// toggleObject deletes the EgressIP gone (its manifest becomes a dot file,
+// which the object readers skip) or creates it again.
+func (ed *editor) toggleObject(del bool) error {
+	file := ed.objectFile(ed.gone)
+	hidden := filepath.Join(ed.dir, ".soak-deleted-"+filepath.Base(file))
+	if del {
+		return os.Rename(file, hidden)
+	}
+	return os.Rename(hidden, file)
 }
 
 // toggleIP removes the object's last IPv4 egress IP, or puts it back.

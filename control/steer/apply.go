@@ -256,6 +256,11 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	if first.setPods {
 		ch.Updated++
 	}
+	// Newly selected addresses lose their connection-tracking entries
+	// while the filter drops them and before any rule steers them: an
+	// entry made while the pod left by the node carries the node's
+	// masquerade, which would follow the flow into the tunnel.
+	k.forgetFlows(first.addSel)
 	k.step("filter")
 
 	// 2. FDB and neighbours.
@@ -426,10 +431,10 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	k.step("unsteered")
 	last := nftChange{delSel: missing(have.Selected, want.Selected, netip.Addr.Compare), addAllow: lateAllow,
 		delPeers: missing(have.TunnelPeers, want.TunnelPeers, netip.Addr.Compare)}
-	// While the filter still drops them, the addresses about to leave the
-	// node lose their connection-tracking entries: an entry made while the
-	// pod was steered carries no NAT, so its flow would go on leaving with
-	// the pod's own address instead of meeting the node's masquerade.
+	// While the filter still drops them, the addresses about to leave by
+	// the node lose their connection-tracking entries: an entry made while
+	// the pod was steered carries no NAT, so its flow would go on leaving
+	// with the pod's own address instead of meeting the node's masquerade.
 	k.forgetFlows(last.delSel)
 	if err := k.nft.apply(last); err != nil {
 		return ch, err

@@ -473,6 +473,25 @@ func TestFailClosedPodCIDRInNetns(t *testing.T) {
 		if c.other[5400] != 0 || c.node[5400] != 2 {
 			t.Fatalf("the flow after unselection: %d datagrams with the pod's own address, %d with the node's; want 0 and 2", c.other[5400], c.node[5400])
 		}
+		// And back: the flow, masqueraded now, is selected again. Its
+		// next datagram goes into the tunnel with the pod's address, not
+		// the node's masquerade carried along (a soak run saw one leave
+		// as the node through the gateway).
+		if _, err := k.Apply(desired(fcInputs(true, bothGateways...), k.Params())); err != nil {
+			t.Fatal(err)
+		}
+		uplink.take()
+		sendUDPPort(t, l.podH, podIP4, outside4, ports(25000, 1), 5400)
+		sendUDPPort(t, l.podH, podIP6, outside6, ports(25000, 1), 5400)
+		inner := map[netip.Addr]int{}
+		for _, f := range uplink.take() {
+			if f.vxlan && f.inDport == 5400 {
+				inner[f.innerSrc]++
+			}
+		}
+		if inner[podIP4] != 1 || inner[podIP6] != 1 || len(inner) != 2 {
+			t.Fatalf("the flow selected again went into the tunnel with sources %v, want %v and %v once each", inner, podIP4, podIP6)
+		}
 		gw1.take()
 		gw2.take()
 	})
