@@ -25,7 +25,6 @@ import (
 
 	"github.com/egret-gw/egret/bench/dist"
 	"github.com/egret-gw/egret/lab"
-	"github.com/egret-gw/egret/metrics"
 )
 
 // The soak's documented bounds (docs/reliability.md, "The soak").
@@ -36,6 +35,15 @@ const (
 	// growthEdge: the RSS at each end of the judged part is the median of
 	// the samples this close to it, so one sample's noise does not decide.
 	growthEdge = time.Minute
+)
+
+// Where the lab's Egret processes serve /metrics, inside their own
+// namespaces: each binary's default --metrics-addr (metrics.Default*Addr,
+// which only commands may import; TestMetricsAddrs keeps them equal).
+const (
+	gatewayMetrics    = "127.0.0.1:9110"
+	controllerMetrics = "127.0.0.1:9111"
+	steerMetrics      = "127.0.0.1:9112"
 )
 
 // soakOptions shape make soak's run.
@@ -557,12 +565,12 @@ func sampleProcesses(l *lab.Lab, at time.Duration) []procSample {
 		role, ns, addr string
 		pid            int
 	}
-	procs := []proc{{"controller", st.Controller.Namespace, "127.0.0.1" + metrics.DefaultControllerAddr, st.Controller.PID}}
+	procs := []proc{{"controller", st.Controller.Namespace, controllerMetrics, st.Controller.PID}}
 	for _, s := range st.Steer {
-		procs = append(procs, proc{s.Name, s.Namespace, metrics.DefaultSteerAddr, s.PID})
+		procs = append(procs, proc{s.Name, s.Namespace, steerMetrics, s.PID})
 	}
 	for _, g := range st.Gateways {
-		procs = append(procs, proc{"gateway-" + g.Name, g.Namespace, metrics.DefaultGatewayAddr, g.PID})
+		procs = append(procs, proc{"gateway-" + g.Name, g.Namespace, gatewayMetrics, g.PID})
 	}
 	var out []procSample
 	for _, p := range procs {

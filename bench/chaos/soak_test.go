@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egret-gw/egret/metrics"
 )
 
 // samples of one process every 10 s from first to last, its RSS given by f.
@@ -116,5 +118,12 @@ func TestWithoutLine(t *testing.T) {
 	}
 	if _, err := withoutLine(m, "- 192.0.2.1"); err == nil {
 		t.Error("no such line: no error")
+	}
+}
+
+func TestMetricsAddrs(t *testing.T) {
+	if gatewayMetrics != metrics.DefaultGatewayAddr || steerMetrics != metrics.DefaultSteerAddr || controllerMetrics != "127.0.0.1"+metrics.DefaultControllerAddr {
+		t.Errorf("the soak scrapes %s, %s, %s; the binaries serve %s, %s, %s", gatewayMetrics, steerMetrics, controllerMetrics,
+			metrics.DefaultGatewayAddr, metrics.DefaultSteerAddr, metrics.DefaultControllerAddr)
 	}
 }
