@@ -81,6 +81,7 @@ func main() {
 	out := flag.String("out", "", "report folder (default: bench-report-<UTC time> in the current directory)")
 	full := flag.Duration("trial", 5*time.Second, "length of a trial that counts (RFC 2544: ≥ 5 s)")
 	quick := flag.Bool("quick", false, "1 s trials and a coarser search, for trying the harness (figures not comparable)")
+	reps := flag.Int("reps", 0, "repetitions of every side, interleaved (A B A B …); a figure is their median (default 3, 1 with -quick)")
 	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: the standard set): "+scenarioNames())
 	extra := flag.Bool("extra", false, "run the extra scenarios too (reply direction, bidirectional, ICMP errors, TCP connection setup)")
 	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
@@ -95,8 +96,12 @@ func main() {
 	if cfg.gwCPU2 < 0 {
 		cfg.gwCPU2 = cfg.gwCPU
 	}
+	cfg.reps = 3
 	if *quick {
-		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
+		cfg.full, cfg.short, cfg.goal, cfg.reps = time.Second, 500*time.Millisecond, 0.05, 1
+	}
+	if *reps > 0 {
+		cfg.reps = *reps
 	}
 	// An interrupted run takes its lab down.
 	sig := make(chan os.Signal, 1)
@@ -146,6 +151,7 @@ type config struct {
 	natlogScenarios []scenario
 	sides           []string
 	hold            float64
+	reps            int // repetitions of every side, interleaved
 }
 
 func scenarioNames() string {
@@ -212,7 +218,7 @@ func run(cfg config) error {
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
 	}
-	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
+	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU, Reps: cfg.reps}
 	var names []string
 	for _, sc := range cfg.syncScenarios {
 		names = append(names, sc.Name)
@@ -221,8 +227,8 @@ func run(cfg config) error {
 	if len(cfg.sides) == 0 {
 		n = 0
 	}
-	fmt.Printf("bench-lab: %d scenarios × {%s}, the flow sync's cost on {%s}; trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
-		n, strings.Join(cfg.sides, ", "), strings.Join(names, ", "), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
+	fmt.Printf("bench-lab: %d scenarios × {%s}, the flow sync's cost on {%s}; %d repetitions, sides interleaved; trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
+		n, strings.Join(cfg.sides, ", "), strings.Join(names, ", "), cfg.reps, cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
 	// One lab per underlay and gateway queue count, each side in turn.
 	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
 		for _, q := range []int{1, 2} {
@@ -235,39 +241,42 @@ func run(cfg config) error {
 			if len(scs) == 0 {
 				continue
 			}
-			for _, mode := range cfg.sides {
-				if err := runMode(cfg, rep, mode, u, q, scs); err != nil {
-					return fmt.Errorf("%s mode, %s underlay, %d gateway queues: %w", mode, u, q, err)
+			for _, st := range schedule(cfg.sides, cfg.reps) {
+				if err := runMode(cfg, rep, st, u, q, scs); err != nil {
+					return fmt.Errorf("%s mode, %s underlay, %d gateway queues: %w", st.Side, u, q, err)
 				}
 			}
 		}
 	}
 	// The flow sync's cost: the same gateway agent without and with it.
-	for _, side := range []string{sideSyncOff, sideSyncOn} {
+	for _, st := range schedule([]string{sideSyncOff, sideSyncOn}, cfg.reps) {
 		if len(cfg.syncScenarios) == 0 {
 			break
 		}
-		if err := runMode(cfg, rep, side, lab.UnderlayIPv4, 1, cfg.syncScenarios); err != nil {
-			return fmt.Errorf("%s side: %w", side, err)
+		if err := runMode(cfg, rep, st, lab.UnderlayIPv4, 1, cfg.syncScenarios); err != nil {
+			return fmt.Errorf("%s side: %w", st.Side, err)
 		}
 	}
 	// The NAT log's cost: the same gateway agent without and with it,
-	// scenario by scenario, the two sides' labs in turn.
-	for _, side := range []string{sideNATLogOff, sideNATLogOn} {
+	// the two sides' labs in turn.
+	for _, st := range schedule([]string{sideNATLogOff, sideNATLogOn}, cfg.reps) {
 		if len(cfg.natlogScenarios) == 0 {
 			break
 		}
-		if err := runMode(cfg, rep, side, lab.UnderlayIPv4, 1, cfg.natlogScenarios); err != nil {
-			return fmt.Errorf("%s side: %w", side, err)
+		if err := runMode(cfg, rep, st, lab.UnderlayIPv4, 1, cfg.natlogScenarios); err != nil {
+			return fmt.Errorf("%s side: %w", st.Side, err)
 		}
 	}
+	rep.Results = aggregate(rep.runs)
 	rep.LoadAfter = dist.LoadAvg()
 	rep.print(os.Stdout)
 	return rep.write(cfg.out)
 }
 
-// runMode brings up one lab in one gateway mode and runs the scenarios on it.
-func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []scenario) error {
+// runMode brings up one lab for one repetition of one side (a gateway
+// mode) and runs the scenarios on it.
+func runMode(cfg config, rep *report, st step, underlay string, queues int, scs []scenario) error {
+	mode := st.Side
 	spec, err := lab.NewSpec("ebl"+fmt.Sprint(os.Getpid()%100000), underlay)
 	if err != nil {
 		return err
@@ -301,7 +310,7 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 			impl = e
 		}
 	}
-	fmt.Printf("\n== %s gateway, %s underlay, %d gateway queues: building the lab\n", mode, underlay, queues)
+	fmt.Printf("\n== %s gateway, %s underlay, %d gateway queues, repetition %d of %d: building the lab\n", mode, underlay, queues, st.Rep+1, max(cfg.reps, 1))
 	l := &lab.Lab{Spec: spec, Impl: impl, Binary: cfg.bin}
 	if err := l.Up(); err != nil {
 		return err
@@ -341,7 +350,7 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 	for _, sc := range scs {
 		var res *result
 		run := func() (err error) {
-			res, err = runScenario(cfg, rep, r, mode, sc)
+			res, err = runScenario(cfg, rep, r, st, sc)
 			return err
 		}
 		var st *syncStats
@@ -366,15 +375,16 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 				tg.gw.Name, nst.Written, nst.Dropped, nst.Failed, nst.FlowsNew)
 		}
 		res.Setup = note
-		rep.Results = append(rep.Results, res)
+		rep.runs = append(rep.runs, res)
 	}
 	return nil
 }
 
 // runScenario finds one side's PDR and NDR for a scenario and the latency
 // around its NDR.
-func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*result, error) {
-	res := &result{Scenario: sc, Mode: mode}
+func runScenario(cfg config, rep *report, r *rig, st step, sc scenario) (*result, error) {
+	mode := st.Side
+	res := &result{Scenario: sc, Mode: mode, Rep: st.Rep}
 	fmt.Printf("-- %s, %s: %s\n", mode, sc.Name, sc.About)
 	tr := sc.Traffic
 	fwd, rev := tr.legs()
@@ -430,7 +440,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	if res.PDR, err = s.find("PDR", pdrLoss); err != nil {
 		return nil, err
 	}
-	if res.NDR, err = s.find("NDR", ndrLoss); err != nil {
+	if res.NDR, err = s.findConfirmed("NDR", ndrLoss); err != nil {
 		return nil, err
 	}
 	fmt.Printf("   %s %s: NDR %.0f pps, PDR %.0f pps\n", mode, sc.Name, res.NDR.Rate, res.PDR.Rate)
@@ -445,8 +455,9 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 		}
 		res.Latency = append(res.Latency, newLatency(fmt.Sprintf("%.0f%% of own NDR", f*100), t))
 	}
-	// The target's comparison: both sides at half the kernel's NDR.
-	if k := rep.find(lab.ModeKernel, sc.Name, sc.Underlay); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
+	// The target's comparison: both sides at half the kernel's NDR, the
+	// kernel's of the same round.
+	if k := rep.findRun(lab.ModeKernel, sc.Name, sc.Underlay, st.Rep); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
 		t, err := run(0.5*k.NDR.Rate, cfg.full)
 		if err != nil {
 			return nil, err
