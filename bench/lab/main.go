@@ -112,6 +112,7 @@ func main() {
 		if upLab.name != "" {
 			lab.Down("", upLab.name)
 		}
+		restoreConntrack()
 		fmt.Fprintln(os.Stderr, "bench-lab: interrupted")
 		os.Exit(1)
 	}()
@@ -286,7 +287,7 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 	// one egress IP: the table's size is the limit, as the kernel's is, and
 	// when it is full both sides early-drop unanswered flows to admit new
 	// ones.
-	limits := lab.FlowLimits{ConntrackMax: 1 << 22, PodFlowLimit: 1 << 22, EgressIPFlowLimit: 1 << 22}
+	limits := lab.FlowLimits{ConntrackMax: flowLimit, PodFlowLimit: flowLimit, EgressIPFlowLimit: flowLimit}
 	var impl lab.Impl
 	switch mode {
 	case sideSyncOff, sideSyncOn, sideNATLogOff, sideNATLogOn:
@@ -316,6 +317,10 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 		return err
 	}
 	defer lab.Down("", spec.Name)
+	defer restoreConntrack()
+	if err := bridgeNetfilterOff(spec.NS("fabric")); err != nil {
+		return err
+	}
 	upLab.Lock()
 	upLab.name = spec.Name
 	upLab.Unlock()
@@ -348,6 +353,15 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 	defer r.close()
 	r.gwTasks = gwTasks
 	for _, sc := range scs {
+		setup := note
+		if mode == lab.ModeKernel {
+			ct, err := sizeConntrack(sc)
+			if err != nil {
+				return err
+			}
+			setup += "; " + ct
+			fmt.Println("  " + ct)
+		}
 		var res *result
 		run := func() (err error) {
 			res, err = runScenario(cfg, rep, r, st, sc)
@@ -374,7 +388,7 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 			fmt.Printf("   NAT log on %s during the scenario: %d records written, %d lost to a full ring, %d failed; %d flows made\n",
 				tg.gw.Name, nst.Written, nst.Dropped, nst.Failed, nst.FlowsNew)
 		}
-		res.Setup = note
+		res.Setup = setup
 		rep.runs = append(rep.runs, res)
 	}
 	return nil
