@@ -14,7 +14,11 @@
 // NDR and PDR by binary search, measures latency at 10, 50 and 90 % of each
 // side's NDR, and writes dataplane.json, dataplane.md and dataplane-*.png
 // into the report folder (docs/benchmarks.md has the folder's contract).
-// It ends with the summary line of 64-byte frames over 10k flows.
+// Two more sides, afxdp-reflector and xdp-reflector (reflector.go), do only a
+// fixed rewrite on the same rig: the ceiling of each kind of gateway here.
+// Each side runs -reps times, the sides interleaved, and each figure is the
+// median (stats.go). It ends with the summary lines of 64-byte frames over
+// 10k flows.
 package main
 
 import (
@@ -22,9 +26,11 @@ import (
 	"flag"
 	"fmt"
 	"github.com/egret-gw/egret/bench/dist"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,6 +83,14 @@ var scenarios = []scenario{
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "reflector" {
+		// A reflector side's process (reflector.go), started by the run.
+		if err := reflectorMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "reflector:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	bin := flag.String("egret", "", "egret binary (default: go build ./cmd/egret into a temp dir)")
 	out := flag.String("out", "", "report folder (default: bench-report-<UTC time> in the current directory)")
 	full := flag.Duration("trial", 5*time.Second, "length of a trial that counts (RFC 2544: ≥ 5 s)")
@@ -88,7 +102,7 @@ func main() {
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
 	gwCPU2 := flag.Int("gw-cpu2", -1, "the second gateway queue's core in the two-queue scenario (default: -gw-cpu, the one core a 2-core machine has for the gateway)")
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
-	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios; empty: neither, for a run of the -sync sides alone)")
+	sides := flag.String("sides", strings.Join(allSides, ","), "the gateways to measure (kernel and egret for the ratios, the reflectors for the ceiling; empty: none, for a run of the -sync sides alone)")
 	syncs := flag.String("sync", "est-10k,est-1M", "scenarios that measure the flow sync's cost: the gateway agent as the DaemonSet runs it (the managed lab) without the flow sync ("+sideSyncOff+") and with it, to a standby ("+sideSyncOn+"), one lab each; empty: none")
 	natlogs := flag.String("natlog", "est-10k,cps", "scenarios that measure the NAT log's cost: the gateway agent of the managed lab without the flow sync, without the NAT log ("+sideNATLogOff+") and with it ("+sideNATLogOn+"), one lab each; empty: none")
 	flag.Parse()
@@ -109,6 +123,9 @@ func main() {
 	go func() {
 		<-sig
 		upLab.Lock()
+		if upLab.stopReflector != nil {
+			upLab.stopReflector()
+		}
 		if upLab.name != "" {
 			lab.Down("", upLab.name)
 		}
@@ -118,8 +135,8 @@ func main() {
 	}()
 	var err error
 	for _, m := range cfg.sides {
-		if m != lab.ModeKernel && m != lab.ModeEgret {
-			err = fmt.Errorf("-sides: %q is neither %s nor %s", m, lab.ModeKernel, lab.ModeEgret)
+		if !slices.Contains(allSides, m) {
+			err = fmt.Errorf("-sides: %q is none of %s", m, strings.Join(allSides, ", "))
 		}
 	}
 	if err != nil {
@@ -134,10 +151,14 @@ func main() {
 	}
 }
 
+// allSides are the gateways a run can measure, in their running order.
+var allSides = []string{lab.ModeKernel, lab.ModeEgret, sideAFXDPReflector, sideXDPReflector}
+
 // upLab is the lab that is up, for the interrupt handler.
 var upLab struct {
 	sync.Mutex
-	name string
+	name          string
+	stopReflector func() // the reflector side's process, if one runs
 }
 
 type config struct {
@@ -243,6 +264,15 @@ func run(cfg config) error {
 				continue
 			}
 			for _, st := range schedule(cfg.sides, cfg.reps) {
+				scs := scs
+				if reflectorSide(st.Side) {
+					// The reflectors stand in only where a fixed
+					// rewrite is the gateway's whole job.
+					scs = slices.DeleteFunc(slices.Clone(scs), func(sc scenario) bool { return !reflects(sc) })
+					if len(scs) == 0 {
+						continue
+					}
+				}
 				if err := runMode(cfg, rep, st, u, q, scs); err != nil {
 					return fmt.Errorf("%s mode, %s underlay, %d gateway queues: %w", st.Side, u, q, err)
 				}
@@ -302,6 +332,11 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 		// longest budget, 60 s.
 		impl = lab.Managed{Binary: cfg.bin, ReachabilityTotalTimeoutSeconds: 60, FenceAfter: 10 * time.Minute,
 			SyncOff: mode != sideSyncOn, NATLogOff: mode != sideNATLogOn, FlowLimits: limits}
+	case sideAFXDPReflector, sideXDPReflector:
+		// The kernel side's lab, which forwards (lab.Up checks it); the
+		// reflector's XDP program takes the tunnel frames before the
+		// kernel sees them.
+		impl = lab.Kernel{}
 	default:
 		if impl, err = lab.NewImpl(mode, cfg.bin); err != nil {
 			return err
@@ -338,9 +373,45 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 	if err != nil {
 		return err
 	}
-	gwTasks, note, err := pinGateway(l, tg.gw.Name, mode != lab.ModeKernel, cfg.genCPU, gwCPUs)
+	// A reflector starts as Egret's gateway does, before its core is set up.
+	refl := 0
+	if reflectorSide(mode) {
+		pid, stop, err := startReflector(mode, spec, tg)
+		if err != nil {
+			return err
+		}
+		upLab.Lock()
+		upLab.stopReflector = stop
+		upLab.Unlock()
+		defer func() {
+			upLab.Lock()
+			upLab.stopReflector = nil
+			upLab.Unlock()
+			stop()
+		}()
+		if mode == sideAFXDPReflector {
+			refl = pid
+		} else {
+			var c io.Closer
+			if err := lab.Do(spec.NS("fabric"), func() (err error) { c, err = peerXDP(tg.gw.Name); return err }); err != nil {
+				return err
+			}
+			defer c.Close()
+		}
+	}
+	gwTasks, note, err := pinGateway(l, tg.gw.Name, mode != lab.ModeKernel && !reflectorSide(mode), cfg.genCPU, gwCPUs)
 	if err != nil {
 		return err
+	}
+	switch mode {
+	case sideAFXDPReflector:
+		if err := pinProcess(refl, gwCPUs, prioGateway); err != nil {
+			return err
+		}
+		gwTasks = append(gwTasks, refl)
+		note += "; the AF_XDP reflector's process (gateway/xdp's program, gateway/nic's socket) pinned with it"
+	case sideXDPReflector:
+		note += "; the XDP reflector on the gateway's eth0 (XDP_TX, in its NAPI thread), an XDP_PASS program on its fabric port (which XDP_TX on a veth needs)"
 	}
 	if mode == sideSyncOn {
 		note += fmt.Sprintf("; egress IP %v on %s, its flows synced to the standby %s (unpinned: it shares the cores)", tg.egress, tg.gw.Name, standby)

@@ -129,8 +129,9 @@ func latencyAt(r *result, load string) *latency {
 	return nil
 }
 
-// summary is the last line: 64-byte frames, 10k flows, one gateway core;
-// p99 latency of both sides at half the kernel's NDR.
+// summary is the last two lines: 64-byte frames, 10k flows, one gateway
+// core; p99 latency of both sides at half the kernel's NDR; then Egret
+// against the AF_XDP reflector, the ceiling of its kind of gateway here.
 func (rep *report) summary() string {
 	k, e := rep.find(lab.ModeKernel, "est-10k", lab.UnderlayIPv4), rep.find(lab.ModeEgret, "est-10k", lab.UnderlayIPv4)
 	kc, ec := rep.find(lab.ModeKernel, "cps", lab.UnderlayIPv4), rep.find(lab.ModeEgret, "cps", lab.UnderlayIPv4)
@@ -144,7 +145,13 @@ func (rep *report) summary() string {
 	if kc != nil && ec != nil {
 		cps = ratio(ec.NDR.Rate, kc.NDR.Rate)
 	}
-	return fmt.Sprintf("egret/kernel: NDR %sx, PDR %sx, CPS %sx, p99 latency %sx", ndr, pdr, cps, p99)
+	line := fmt.Sprintf("egret/kernel: NDR %sx, PDR %sx, CPS %sx, p99 latency %sx", ndr, pdr, cps, p99)
+	// The ceiling: Egret against the least an AF_XDP gateway can do here.
+	andr, apdr := "n/a", "n/a"
+	if a := rep.find(sideAFXDPReflector, "est-10k", lab.UnderlayIPv4); a != nil && e != nil {
+		andr, apdr = ratio(e.NDR.Rate, a.NDR.Rate), ratio(e.PDR.Rate, a.PDR.Rate)
+	}
+	return line + fmt.Sprintf("\negret/afxdp-reflector: NDR %sx, PDR %sx", andr, apdr)
 }
 
 // tables is the markdown both the terminal and dataplane.md show.
@@ -174,6 +181,7 @@ func (rep *report) tables() string {
 		fmt.Fprintf(&b, "| %s | %s | %s%s | %s%s | %s | %.2f | %.0f | %s | %s |\n", r.Scenario.Name, r.Mode, orRate(r.NDRSpread, r.NDR.Rate), lim,
 			orRate(r.PDRSpread, r.PDR.Rate), dagger(r.PDRGeneratorClose), orRate(r.NsSpread, r.NDR.Trial.TaskNsPerPacket), r.NDR.Trial.TaskCores, r.GeneratorPPS, kr, kp)
 	}
+	b.WriteString(rep.ceiling())
 	b.WriteString(rep.scaling())
 	b.WriteString(rep.syncCost())
 	b.WriteString(rep.natlogCost())
@@ -185,6 +193,28 @@ func (rep *report) tables() string {
 				p99 += fmt.Sprintf(" (%.1f–%.1f)", s.Min, s.Max)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.1f | %.1f | %s | %.1f | %.1e |\n", r.Scenario.Name, r.Mode, l.Load, l.PPS, l.P50, l.P90, p99, l.P999, l.Loss)
+		}
+	}
+	return b.String()
+}
+
+// ceiling is the table of each side against the reflectors, the least a
+// gateway of each kind can do on this path, per scenario both ran.
+func (rep *report) ceiling() string {
+	var b strings.Builder
+	for _, r := range rep.Results {
+		if r.Mode != sideAFXDPReflector && r.Mode != sideXDPReflector {
+			continue
+		}
+		for _, m := range []string{lab.ModeEgret, lab.ModeKernel} {
+			o := rep.find(m, r.Scenario.Name, r.Scenario.Underlay)
+			if o == nil {
+				continue
+			}
+			if b.Len() == 0 {
+				b.WriteString("\nAgainst the ceiling (a side's NDR and PDR over a reflector's, same run):\n\n| scenario | side / reflector | NDR | PDR |\n|---|---|---|---|\n")
+			}
+			fmt.Fprintf(&b, "| %s | %s/%s | %sx | %sx |\n", r.Scenario.Name, m, r.Mode, ratio(o.NDR.Rate, r.NDR.Rate), ratio(o.PDR.Rate, r.PDR.Rate))
 		}
 	}
 	return b.String()
