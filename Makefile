@@ -93,9 +93,10 @@ fuzz:
 	for f in FuzzIPv6Ext FuzzGeneve FuzzIPv4; do \
 	  $(GO) test ./gateway/header -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; done
 
-# Regenerate the XDP program's Go bindings and object files (needs clang, llvm, libbpf-dev).
+# Regenerate the XDP programs' Go bindings and object files (Egret's and the bench lab's
+# xdp-reflector; needs clang, llvm, libbpf-dev).
 bpf:
-	$(GO) generate ./gateway/xdp
+	$(GO) generate ./gateway/xdp ./bench/lab
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./gateway/... ./conntrack/... ./nat/... ./control/...

@@ -69,15 +69,16 @@ func pinGateway(l *lab.Lab, gw string, egret bool, genCPU int, gwCPUs []int) ([]
 			return nil, "", err
 		}
 		tasks = append(tasks, pid)
-		out, _ := exec.Command("ip", "-n", s.NS(gw), "-d", "link", "show", "eth0").CombinedOutput()
-		switch {
-		case bytes.Contains(out, []byte("xdpgeneric")):
-			xdp = "generic"
-		case bytes.Contains(out, []byte("xdp")):
-			xdp = "native"
-		default:
-			xdp = "none (AF_PACKET fallback)"
-		}
+	}
+	// What is on the interface (Egret's program, a reflector's, or none).
+	out, _ := exec.Command("ip", "-n", s.NS(gw), "-d", "link", "show", "eth0").CombinedOutput()
+	switch {
+	case bytes.Contains(out, []byte("xdpgeneric")):
+		xdp = "generic"
+	case bytes.Contains(out, []byte("xdp")):
+		xdp = "native"
+	case egret:
+		xdp = "none (AF_PACKET fallback)"
 	}
 	return tasks, fmt.Sprintf("gateway cores %v (NAPI threads %v, one per queue), generator and receiver core %d, XDP %s",
 		gwCPUs, gwNAPI, genCPU, xdp), nil

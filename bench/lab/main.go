@@ -14,7 +14,11 @@
 // NDR and PDR by binary search, measures latency at 10, 50 and 90 % of each
 // side's NDR, and writes dataplane.json, dataplane.md and dataplane-*.png
 // into the report folder (docs/benchmarks.md has the folder's contract).
-// It ends with the summary line of 64-byte frames over 10k flows.
+// Two more sides, afxdp-reflector and xdp-reflector (reflector.go), do only a
+// fixed rewrite on the same rig: the ceiling of each kind of gateway here.
+// Each side runs -reps times, the sides interleaved, and each figure is the
+// median (stats.go). It ends with the summary lines of 64-byte frames over
+// 10k flows.
 package main
 
 import (
@@ -22,9 +26,11 @@ import (
 	"flag"
 	"fmt"
 	"github.com/egret-gw/egret/bench/dist"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,17 +83,26 @@ var scenarios = []scenario{
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "reflector" {
+		// A reflector side's process (reflector.go), started by the run.
+		if err := reflectorMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "reflector:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	bin := flag.String("egret", "", "egret binary (default: go build ./cmd/egret into a temp dir)")
 	out := flag.String("out", "", "report folder (default: bench-report-<UTC time> in the current directory)")
 	full := flag.Duration("trial", 5*time.Second, "length of a trial that counts (RFC 2544: ≥ 5 s)")
 	quick := flag.Bool("quick", false, "1 s trials and a coarser search, for trying the harness (figures not comparable)")
+	reps := flag.Int("reps", 0, "repetitions of every side, interleaved (A B A B …); a figure is their median (default 3, 1 with -quick)")
 	names := flag.String("scenarios", "", "comma-separated scenarios to run (default: the standard set): "+scenarioNames())
 	extra := flag.Bool("extra", false, "run the extra scenarios too (reply direction, bidirectional, ICMP errors, TCP connection setup)")
 	genCPU := flag.Int("gen-cpu", 0, "the generator's and receiver's core")
 	gwCPU := flag.Int("gw-cpu", 1, "the gateway's core")
 	gwCPU2 := flag.Int("gw-cpu2", -1, "the second gateway queue's core in the two-queue scenario (default: -gw-cpu, the one core a 2-core machine has for the gateway)")
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
-	sides := flag.String("sides", lab.ModeKernel+","+lab.ModeEgret, "the gateways to measure (both for the ratios; empty: neither, for a run of the -sync sides alone)")
+	sides := flag.String("sides", strings.Join(allSides, ","), "the gateways to measure (kernel and egret for the ratios, the reflectors for the ceiling; empty: none, for a run of the -sync sides alone)")
 	syncs := flag.String("sync", "est-10k,est-1M", "scenarios that measure the flow sync's cost: the gateway agent as the DaemonSet runs it (the managed lab) without the flow sync ("+sideSyncOff+") and with it, to a standby ("+sideSyncOn+"), one lab each; empty: none")
 	natlogs := flag.String("natlog", "est-10k,cps", "scenarios that measure the NAT log's cost: the gateway agent of the managed lab without the flow sync, without the NAT log ("+sideNATLogOff+") and with it ("+sideNATLogOn+"), one lab each; empty: none")
 	flag.Parse()
@@ -95,8 +110,12 @@ func main() {
 	if cfg.gwCPU2 < 0 {
 		cfg.gwCPU2 = cfg.gwCPU
 	}
+	cfg.reps = 3
 	if *quick {
-		cfg.full, cfg.short, cfg.goal = time.Second, 500*time.Millisecond, 0.05
+		cfg.full, cfg.short, cfg.goal, cfg.reps = time.Second, 500*time.Millisecond, 0.05, 1
+	}
+	if *reps > 0 {
+		cfg.reps = *reps
 	}
 	// An interrupted run takes its lab down.
 	sig := make(chan os.Signal, 1)
@@ -104,16 +123,20 @@ func main() {
 	go func() {
 		<-sig
 		upLab.Lock()
+		if upLab.stopReflector != nil {
+			upLab.stopReflector()
+		}
 		if upLab.name != "" {
 			lab.Down("", upLab.name)
 		}
+		restoreConntrack()
 		fmt.Fprintln(os.Stderr, "bench-lab: interrupted")
 		os.Exit(1)
 	}()
 	var err error
 	for _, m := range cfg.sides {
-		if m != lab.ModeKernel && m != lab.ModeEgret {
-			err = fmt.Errorf("-sides: %q is neither %s nor %s", m, lab.ModeKernel, lab.ModeEgret)
+		if !slices.Contains(allSides, m) {
+			err = fmt.Errorf("-sides: %q is none of %s", m, strings.Join(allSides, ", "))
 		}
 	}
 	if err != nil {
@@ -128,10 +151,14 @@ func main() {
 	}
 }
 
+// allSides are the gateways a run can measure, in their running order.
+var allSides = []string{lab.ModeKernel, lab.ModeEgret, sideAFXDPReflector, sideXDPReflector}
+
 // upLab is the lab that is up, for the interrupt handler.
 var upLab struct {
 	sync.Mutex
-	name string
+	name          string
+	stopReflector func() // the reflector side's process, if one runs
 }
 
 type config struct {
@@ -146,6 +173,7 @@ type config struct {
 	natlogScenarios []scenario
 	sides           []string
 	hold            float64
+	reps            int // repetitions of every side, interleaved
 }
 
 func scenarioNames() string {
@@ -212,7 +240,7 @@ func run(cfg config) error {
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
 	}
-	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU}
+	rep := &report{Started: time.Now().UTC(), Trial: cfg.full.String(), Load: dist.LoadAvg(), GenCPU: cfg.genCPU, GwCPU: cfg.gwCPU, Reps: cfg.reps}
 	var names []string
 	for _, sc := range cfg.syncScenarios {
 		names = append(names, sc.Name)
@@ -221,8 +249,8 @@ func run(cfg config) error {
 	if len(cfg.sides) == 0 {
 		n = 0
 	}
-	fmt.Printf("bench-lab: %d scenarios × {%s}, the flow sync's cost on {%s}; trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
-		n, strings.Join(cfg.sides, ", "), strings.Join(names, ", "), cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
+	fmt.Printf("bench-lab: %d scenarios × {%s}, the flow sync's cost on {%s}; %d repetitions, sides interleaved; trials of %v (short %v), NDR loss ≤ %g, PDR ≤ %g; machine load %s; report folder %s\n",
+		n, strings.Join(cfg.sides, ", "), strings.Join(names, ", "), cfg.reps, cfg.full, cfg.short, ndrLoss, pdrLoss, rep.Load, cfg.out)
 	// One lab per underlay and gateway queue count, each side in turn.
 	for _, u := range []string{lab.UnderlayIPv4, lab.UnderlayIPv6} {
 		for _, q := range []int{1, 2} {
@@ -235,39 +263,51 @@ func run(cfg config) error {
 			if len(scs) == 0 {
 				continue
 			}
-			for _, mode := range cfg.sides {
-				if err := runMode(cfg, rep, mode, u, q, scs); err != nil {
-					return fmt.Errorf("%s mode, %s underlay, %d gateway queues: %w", mode, u, q, err)
+			for _, st := range schedule(cfg.sides, cfg.reps) {
+				scs := scs
+				if reflectorSide(st.Side) {
+					// The reflectors stand in only where a fixed
+					// rewrite is the gateway's whole job.
+					scs = slices.DeleteFunc(slices.Clone(scs), func(sc scenario) bool { return !reflects(sc) })
+					if len(scs) == 0 {
+						continue
+					}
+				}
+				if err := runMode(cfg, rep, st, u, q, scs); err != nil {
+					return fmt.Errorf("%s mode, %s underlay, %d gateway queues: %w", st.Side, u, q, err)
 				}
 			}
 		}
 	}
 	// The flow sync's cost: the same gateway agent without and with it.
-	for _, side := range []string{sideSyncOff, sideSyncOn} {
+	for _, st := range schedule([]string{sideSyncOff, sideSyncOn}, cfg.reps) {
 		if len(cfg.syncScenarios) == 0 {
 			break
 		}
-		if err := runMode(cfg, rep, side, lab.UnderlayIPv4, 1, cfg.syncScenarios); err != nil {
-			return fmt.Errorf("%s side: %w", side, err)
+		if err := runMode(cfg, rep, st, lab.UnderlayIPv4, 1, cfg.syncScenarios); err != nil {
+			return fmt.Errorf("%s side: %w", st.Side, err)
 		}
 	}
 	// The NAT log's cost: the same gateway agent without and with it,
-	// scenario by scenario, the two sides' labs in turn.
-	for _, side := range []string{sideNATLogOff, sideNATLogOn} {
+	// the two sides' labs in turn.
+	for _, st := range schedule([]string{sideNATLogOff, sideNATLogOn}, cfg.reps) {
 		if len(cfg.natlogScenarios) == 0 {
 			break
 		}
-		if err := runMode(cfg, rep, side, lab.UnderlayIPv4, 1, cfg.natlogScenarios); err != nil {
-			return fmt.Errorf("%s side: %w", side, err)
+		if err := runMode(cfg, rep, st, lab.UnderlayIPv4, 1, cfg.natlogScenarios); err != nil {
+			return fmt.Errorf("%s side: %w", st.Side, err)
 		}
 	}
+	rep.Results = aggregate(rep.runs)
 	rep.LoadAfter = dist.LoadAvg()
 	rep.print(os.Stdout)
 	return rep.write(cfg.out)
 }
 
-// runMode brings up one lab in one gateway mode and runs the scenarios on it.
-func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []scenario) error {
+// runMode brings up one lab for one repetition of one side (a gateway
+// mode) and runs the scenarios on it.
+func runMode(cfg config, rep *report, st step, underlay string, queues int, scs []scenario) error {
+	mode := st.Side
 	spec, err := lab.NewSpec("ebl"+fmt.Sprint(os.Getpid()%100000), underlay)
 	if err != nil {
 		return err
@@ -277,7 +317,7 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 	// one egress IP: the table's size is the limit, as the kernel's is, and
 	// when it is full both sides early-drop unanswered flows to admit new
 	// ones.
-	limits := lab.FlowLimits{ConntrackMax: 1 << 22, PodFlowLimit: 1 << 22, EgressIPFlowLimit: 1 << 22}
+	limits := lab.FlowLimits{ConntrackMax: flowLimit, PodFlowLimit: flowLimit, EgressIPFlowLimit: flowLimit}
 	var impl lab.Impl
 	switch mode {
 	case sideSyncOff, sideSyncOn, sideNATLogOff, sideNATLogOn:
@@ -292,6 +332,11 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 		// longest budget, 60 s.
 		impl = lab.Managed{Binary: cfg.bin, ReachabilityTotalTimeoutSeconds: 60, FenceAfter: 10 * time.Minute,
 			SyncOff: mode != sideSyncOn, NATLogOff: mode != sideNATLogOn, FlowLimits: limits}
+	case sideAFXDPReflector, sideXDPReflector:
+		// The kernel side's lab, which forwards (lab.Up checks it); the
+		// reflector's XDP program takes the tunnel frames before the
+		// kernel sees them.
+		impl = lab.Kernel{}
 	default:
 		if impl, err = lab.NewImpl(mode, cfg.bin); err != nil {
 			return err
@@ -301,12 +346,16 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 			impl = e
 		}
 	}
-	fmt.Printf("\n== %s gateway, %s underlay, %d gateway queues: building the lab\n", mode, underlay, queues)
+	fmt.Printf("\n== %s gateway, %s underlay, %d gateway queues, repetition %d of %d: building the lab\n", mode, underlay, queues, st.Rep+1, max(cfg.reps, 1))
 	l := &lab.Lab{Spec: spec, Impl: impl, Binary: cfg.bin}
 	if err := l.Up(); err != nil {
 		return err
 	}
 	defer lab.Down("", spec.Name)
+	defer restoreConntrack()
+	if err := bridgeNetfilterOff(spec.NS("fabric")); err != nil {
+		return err
+	}
 	upLab.Lock()
 	upLab.name = spec.Name
 	upLab.Unlock()
@@ -324,9 +373,45 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 	if err != nil {
 		return err
 	}
-	gwTasks, note, err := pinGateway(l, tg.gw.Name, mode != lab.ModeKernel, cfg.genCPU, gwCPUs)
+	// A reflector starts as Egret's gateway does, before its core is set up.
+	refl := 0
+	if reflectorSide(mode) {
+		pid, stop, err := startReflector(mode, spec, tg)
+		if err != nil {
+			return err
+		}
+		upLab.Lock()
+		upLab.stopReflector = stop
+		upLab.Unlock()
+		defer func() {
+			upLab.Lock()
+			upLab.stopReflector = nil
+			upLab.Unlock()
+			stop()
+		}()
+		if mode == sideAFXDPReflector {
+			refl = pid
+		} else {
+			var c io.Closer
+			if err := lab.Do(spec.NS("fabric"), func() (err error) { c, err = peerXDP(tg.gw.Name); return err }); err != nil {
+				return err
+			}
+			defer c.Close()
+		}
+	}
+	gwTasks, note, err := pinGateway(l, tg.gw.Name, mode != lab.ModeKernel && !reflectorSide(mode), cfg.genCPU, gwCPUs)
 	if err != nil {
 		return err
+	}
+	switch mode {
+	case sideAFXDPReflector:
+		if err := pinProcess(refl, gwCPUs, prioGateway); err != nil {
+			return err
+		}
+		gwTasks = append(gwTasks, refl)
+		note += "; the AF_XDP reflector's process (gateway/xdp's program, gateway/nic's socket) pinned with it"
+	case sideXDPReflector:
+		note += "; the XDP reflector on the gateway's eth0 (XDP_TX, in its NAPI thread), an XDP_PASS program on its fabric port (which XDP_TX on a veth needs)"
 	}
 	if mode == sideSyncOn {
 		note += fmt.Sprintf("; egress IP %v on %s, its flows synced to the standby %s (unpinned: it shares the cores)", tg.egress, tg.gw.Name, standby)
@@ -339,9 +424,18 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 	defer r.close()
 	r.gwTasks = gwTasks
 	for _, sc := range scs {
+		setup := note
+		if mode == lab.ModeKernel {
+			ct, err := sizeConntrack(sc)
+			if err != nil {
+				return err
+			}
+			setup += "; " + ct
+			fmt.Println("  " + ct)
+		}
 		var res *result
 		run := func() (err error) {
-			res, err = runScenario(cfg, rep, r, mode, sc)
+			res, err = runScenario(cfg, rep, r, st, sc)
 			return err
 		}
 		var st *syncStats
@@ -365,16 +459,17 @@ func runMode(cfg config, rep *report, mode, underlay string, queues int, scs []s
 			fmt.Printf("   NAT log on %s during the scenario: %d records written, %d lost to a full ring, %d failed; %d flows made\n",
 				tg.gw.Name, nst.Written, nst.Dropped, nst.Failed, nst.FlowsNew)
 		}
-		res.Setup = note
-		rep.Results = append(rep.Results, res)
+		res.Setup = setup
+		rep.runs = append(rep.runs, res)
 	}
 	return nil
 }
 
 // runScenario finds one side's PDR and NDR for a scenario and the latency
 // around its NDR.
-func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*result, error) {
-	res := &result{Scenario: sc, Mode: mode}
+func runScenario(cfg config, rep *report, r *rig, st step, sc scenario) (*result, error) {
+	mode := st.Side
+	res := &result{Scenario: sc, Mode: mode, Rep: st.Rep}
 	fmt.Printf("-- %s, %s: %s\n", mode, sc.Name, sc.About)
 	tr := sc.Traffic
 	fwd, rev := tr.legs()
@@ -430,7 +525,7 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 	if res.PDR, err = s.find("PDR", pdrLoss); err != nil {
 		return nil, err
 	}
-	if res.NDR, err = s.find("NDR", ndrLoss); err != nil {
+	if res.NDR, err = s.findConfirmed("NDR", ndrLoss); err != nil {
 		return nil, err
 	}
 	fmt.Printf("   %s %s: NDR %.0f pps, PDR %.0f pps\n", mode, sc.Name, res.NDR.Rate, res.PDR.Rate)
@@ -445,8 +540,9 @@ func runScenario(cfg config, rep *report, r *rig, mode string, sc scenario) (*re
 		}
 		res.Latency = append(res.Latency, newLatency(fmt.Sprintf("%.0f%% of own NDR", f*100), t))
 	}
-	// The target's comparison: both sides at half the kernel's NDR.
-	if k := rep.find(lab.ModeKernel, sc.Name, sc.Underlay); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
+	// The target's comparison: both sides at half the kernel's NDR, the
+	// kernel's of the same round.
+	if k := rep.findRun(lab.ModeKernel, sc.Name, sc.Underlay, st.Rep); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
 		t, err := run(0.5*k.NDR.Rate, cfg.full)
 		if err != nil {
 			return nil, err

@@ -31,14 +31,19 @@ type report struct {
 	GenCPU    int       `json:"generator_core"`
 	GwCPU     int       `json:"gateway_core"`
 	CPUNote   string    `json:"cpu_accounting"`
-	Results   []*result `json:"results"`
-	Summary   string    `json:"summary"`
+	Reps      int       `json:"repetitions"`
+	// Results are the repetitions of each side's scenario folded into one
+	// (aggregate); runs are the repetitions as they ran.
+	Results []*result `json:"results"`
+	runs    []*result
+	Summary string `json:"summary"`
 }
 
 // result is one scenario on one side.
 type result struct {
 	Scenario     scenario     `json:"scenario"`
 	Mode         string       `json:"mode"`
+	Rep          int          `json:"rep"` // which repetition (0-based); an aggregate has its median NDR's
 	Setup        string       `json:"setup"`
 	GeneratorPPS float64      `json:"generator_ceiling_pps"`
 	NDR          searchResult `json:"ndr"`
@@ -48,6 +53,16 @@ type result struct {
 	Sync *syncStats `json:"sync,omitempty"`
 	// NATLog is, on the natlog-on side, what the NAT log did meanwhile.
 	NATLog *natlogStats `json:"natlog,omitempty"`
+	// The spreads of NDR, PDR and the gateway's CPU per packet at the NDR
+	// over the repetitions, and whether the generator's ceiling was
+	// below ceilingMargin times the NDR or the PDR (aggregate).
+	NDRSpread         spread `json:"ndr_pps_reps"`
+	PDRSpread         spread `json:"pdr_pps_reps"`
+	NsSpread          spread `json:"gateway_ns_per_packet_at_ndr_reps"`
+	NDRGeneratorClose bool   `json:"ndr_generator_close,omitempty"`
+	PDRGeneratorClose bool   `json:"pdr_generator_close,omitempty"`
+	// Reps are the repetitions folded into this result (more than one).
+	Reps []*result `json:"reps,omitempty"`
 }
 
 // latency is one trial's latency percentiles, in µs.
@@ -59,6 +74,8 @@ type latency struct {
 	P90  float64 `json:"p90_us"`
 	P99  float64 `json:"p99_us"`
 	P999 float64 `json:"p99_9_us"`
+	// P99Spread is p99 over the repetitions (aggregate).
+	P99Spread spread `json:"p99_us_reps"`
 	// CDF is (µs, fraction) for the plot.
 	CDF [][2]float64 `json:"cdf,omitempty"`
 }
@@ -77,6 +94,16 @@ func newLatency(load string, t trial) latency {
 func (rep *report) find(mode, name, underlay string) *result {
 	for _, r := range rep.Results {
 		if r.Mode == mode && r.Scenario.Name == name && r.Scenario.Underlay == underlay {
+			return r
+		}
+	}
+	return nil
+}
+
+// findRun is repetition i of a side's scenario as it ran.
+func (rep *report) findRun(mode, name, underlay string, i int) *result {
+	for _, r := range rep.runs {
+		if r.Mode == mode && r.Scenario.Name == name && r.Scenario.Underlay == underlay && r.Rep == i {
 			return r
 		}
 	}
@@ -102,8 +129,9 @@ func latencyAt(r *result, load string) *latency {
 	return nil
 }
 
-// summary is the last line: 64-byte frames, 10k flows, one gateway core;
-// p99 latency of both sides at half the kernel's NDR.
+// summary is the last two lines: 64-byte frames, 10k flows, one gateway
+// core; p99 latency of both sides at half the kernel's NDR; then Egret
+// against the AF_XDP reflector, the ceiling of its kind of gateway here.
 func (rep *report) summary() string {
 	k, e := rep.find(lab.ModeKernel, "est-10k", lab.UnderlayIPv4), rep.find(lab.ModeEgret, "est-10k", lab.UnderlayIPv4)
 	kc, ec := rep.find(lab.ModeKernel, "cps", lab.UnderlayIPv4), rep.find(lab.ModeEgret, "cps", lab.UnderlayIPv4)
@@ -117,17 +145,31 @@ func (rep *report) summary() string {
 	if kc != nil && ec != nil {
 		cps = ratio(ec.NDR.Rate, kc.NDR.Rate)
 	}
-	return fmt.Sprintf("egret/kernel: NDR %sx, PDR %sx, CPS %sx, p99 latency %sx", ndr, pdr, cps, p99)
+	line := fmt.Sprintf("egret/kernel: NDR %sx, PDR %sx, CPS %sx, p99 latency %sx", ndr, pdr, cps, p99)
+	// The ceiling: Egret against the least an AF_XDP gateway can do here.
+	andr, apdr := "n/a", "n/a"
+	if a := rep.find(sideAFXDPReflector, "est-10k", lab.UnderlayIPv4); a != nil && e != nil {
+		andr, apdr = ratio(e.NDR.Rate, a.NDR.Rate), ratio(e.PDR.Rate, a.PDR.Rate)
+	}
+	return line + fmt.Sprintf("\negret/afxdp-reflector: NDR %sx, PDR %sx", andr, apdr)
 }
 
 // tables is the markdown both the terminal and dataplane.md show.
 func (rep *report) tables() string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "Each figure is the median of %d repetition(s), the sides interleaved, with the range in brackets; an NDR counts only when a second full-length trial at its rate passed too. "+
+		"† marks a rate within %.1f× of the generator's ceiling (the generator may have bounded it).\n\n", max(rep.Reps, 1), ceilingMargin)
 	b.WriteString("| scenario | side | NDR pps | PDR pps | gateway ns/packet at NDR | gateway cores at NDR | generator ceiling pps | egret/kernel NDR | egret/kernel PDR |\n|---|---|---|---|---|---|---|---|---|\n")
+	dagger := func(close bool) string {
+		if close {
+			return " †"
+		}
+		return ""
+	}
 	for _, r := range rep.Results {
-		lim := ""
+		lim := dagger(r.NDRGeneratorClose)
 		if r.NDR.Limited {
-			lim = " (generator)"
+			lim += " (generator)"
 		}
 		kr := ""
 		kp := ""
@@ -136,16 +178,43 @@ func (rep *report) tables() string {
 				kr, kp = ratio(r.NDR.Rate, k.NDR.Rate)+"x", ratio(r.PDR.Rate, k.PDR.Rate)+"x"
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f%s | %.0f | %.0f | %.2f | %.0f | %s | %s |\n", r.Scenario.Name, r.Mode, r.NDR.Rate, lim, r.PDR.Rate,
-			r.NDR.Trial.TaskNsPerPacket, r.NDR.Trial.TaskCores, r.GeneratorPPS, kr, kp)
+		fmt.Fprintf(&b, "| %s | %s | %s%s | %s%s | %s | %.2f | %.0f | %s | %s |\n", r.Scenario.Name, r.Mode, orRate(r.NDRSpread, r.NDR.Rate), lim,
+			orRate(r.PDRSpread, r.PDR.Rate), dagger(r.PDRGeneratorClose), orRate(r.NsSpread, r.NDR.Trial.TaskNsPerPacket), r.NDR.Trial.TaskCores, r.GeneratorPPS, kr, kp)
 	}
+	b.WriteString(rep.ceiling())
 	b.WriteString(rep.scaling())
 	b.WriteString(rep.syncCost())
 	b.WriteString(rep.natlogCost())
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1e |\n", r.Scenario.Name, r.Mode, l.Load, l.PPS, l.P50, l.P90, l.P99, l.P999, l.Loss)
+			p99 := fmt.Sprintf("%.1f", l.P99)
+			if s := l.P99Spread; len(s.Values) > 1 {
+				p99 += fmt.Sprintf(" (%.1f–%.1f)", s.Min, s.Max)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.1f | %.1f | %s | %.1f | %.1e |\n", r.Scenario.Name, r.Mode, l.Load, l.PPS, l.P50, l.P90, p99, l.P999, l.Loss)
+		}
+	}
+	return b.String()
+}
+
+// ceiling is the table of each side against the reflectors, the least a
+// gateway of each kind can do on this path, per scenario both ran.
+func (rep *report) ceiling() string {
+	var b strings.Builder
+	for _, r := range rep.Results {
+		if r.Mode != sideAFXDPReflector && r.Mode != sideXDPReflector {
+			continue
+		}
+		for _, m := range []string{lab.ModeEgret, lab.ModeKernel} {
+			o := rep.find(m, r.Scenario.Name, r.Scenario.Underlay)
+			if o == nil {
+				continue
+			}
+			if b.Len() == 0 {
+				b.WriteString("\nAgainst the ceiling (a side's NDR and PDR over a reflector's, same run):\n\n| scenario | side / reflector | NDR | PDR |\n|---|---|---|---|\n")
+			}
+			fmt.Fprintf(&b, "| %s | %s/%s | %sx | %sx |\n", r.Scenario.Name, m, r.Mode, ratio(o.NDR.Rate, r.NDR.Rate), ratio(o.PDR.Rate, r.PDR.Rate))
 		}
 	}
 	return b.String()
@@ -206,6 +275,15 @@ func (rep *report) costTable(off, on, intro string, cols []string, cells func(on
 			ratio(r.NDR.Trial.TaskNsPerPacket, o.NDR.Trial.TaskNsPerPacket), strings.Join(own, " | "))
 	}
 	return b.String()
+}
+
+// orRate is s as a table cell, or v when s holds nothing (a result that
+// was not aggregated).
+func orRate(s spread, v float64) string {
+	if len(s.Values) == 0 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return s.String()
 }
 
 func (rep *report) print(w io.Writer) {

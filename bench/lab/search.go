@@ -40,7 +40,13 @@ type searchResult struct {
 	// Limited: the generator set the bound, not the gateway: even Max
 	// passed, or the generator fell short of the rate the search asked for.
 	Limited bool `json:"generator_limited"`
+	// Confirmed: a second full-length trial at Rate passed too (findConfirmed).
+	Confirmed bool `json:"confirmed,omitempty"`
 }
+
+// confirmRounds caps how often findConfirmed searches again below a rate
+// whose confirming trial failed.
+const confirmRounds = 4
 
 // searcher runs NDR and PDR searches over one trial function, sharing what
 // earlier trials showed: a rate that failed PDR fails NDR, a full-length
@@ -49,9 +55,64 @@ type searcher struct {
 	cfg     searchConfig
 	run     trialFunc
 	history []trial
+	// caps holds, per loss criterion, the rate whose confirming trial
+	// failed: no pass at or above it counts for that criterion again.
+	caps map[float64]float64
 }
 
 func (t trial) passes(maxLoss float64) bool { return t.Sent > 0 && t.Loss() <= maxLoss }
+
+// trial runs one trial, keeps it in the history and tells Progress.
+func (s *searcher) trial(name string, rate float64, d time.Duration) (trial, error) {
+	t, err := s.run(rate, d)
+	if err != nil {
+		return t, err
+	}
+	t.Target = rate
+	t.Duration = d
+	s.history = append(s.history, t)
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(name, t)
+	}
+	return t, nil
+}
+
+// findConfirmed is find whose answer counts only when a second
+// full-length trial at its rate passes as well: one trial decides a rate
+// that moves by ±9 % between runs here (issue 34). When the confirming
+// trial fails, its rate caps the criterion and the search runs again
+// below it, up to confirmRounds times; no confirmed rate is a rate of 0.
+// The answer is the lower of the two trials' offered rates.
+func (s *searcher) findConfirmed(name string, maxLoss float64) (searchResult, error) {
+	trials := 0
+	for range confirmRounds {
+		res, err := s.find(name, maxLoss)
+		res.Trials += trials
+		if err != nil || res.Rate == 0 {
+			return res, err
+		}
+		t, err := s.trial(name+" confirm", res.Rate, s.cfg.Full)
+		if err != nil {
+			return res, err
+		}
+		res.Trials++
+		trials = res.Trials
+		if t.passes(maxLoss) {
+			// A generator that fell short offered less the second
+			// time: both passed only the lower rate.
+			if t.Offered() < res.Rate {
+				res.Rate, res.Trial = t.Offered(), t
+			}
+			res.Confirmed = true
+			return res, nil
+		}
+		if s.caps == nil {
+			s.caps = map[float64]float64{}
+		}
+		s.caps[maxLoss] = min(res.Rate, t.Offered())
+	}
+	return searchResult{Trials: trials}, nil
+}
 
 // find searches the highest rate whose full-length trial loses at most
 // maxLoss: bisection between the best known pass and the lowest known
@@ -67,30 +128,27 @@ func (s *searcher) find(name string, maxLoss float64) (searchResult, error) {
 	}
 	var res searchResult
 	// lo is the best pass of any length, full the best full-length one.
-	var lo, hi float64 = 0, 0
+	// A pass counts only below the lowest failure: a failure below a
+	// pass says the pass was luck.
+	var lo, hi float64 = 0, s.caps[maxLoss]
+	for _, t := range s.history {
+		if !t.passes(maxLoss) && (hi == 0 || t.Offered() < hi) {
+			hi = t.Offered()
+		}
+	}
 	var full trial
 	for _, t := range s.history {
-		switch {
-		case t.passes(maxLoss) && t.Duration >= c.Full && t.Offered() > full.Offered():
+		if t.passes(maxLoss) && t.Duration >= c.Full && t.Offered() > full.Offered() && (hi == 0 || t.Offered() < hi) {
 			full = t
-		case !t.passes(maxLoss) && (hi == 0 || t.Offered() < hi):
-			hi = t.Offered()
 		}
 	}
 	lo = full.Offered()
 	try := func(rate float64, d time.Duration) (trial, error) {
-		t, err := s.run(rate, d)
-		if err != nil {
-			return t, err
+		t, err := s.trial(name, rate, d)
+		if err == nil {
+			res.Trials++
 		}
-		t.Target = rate
-		t.Duration = d
-		res.Trials++
-		s.history = append(s.history, t)
-		if c.Progress != nil {
-			c.Progress(name, t)
-		}
-		return t, nil
+		return t, err
 	}
 	if hi == 0 {
 		// Nothing has failed yet: the top first, at full length.
