@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -93,6 +94,8 @@ type Dir struct {
 	// annotation the controller wrote beside each status.
 	status   Statuses
 	standbys map[string]string
+	// good is, per file, its last load without a refused document.
+	good map[string]loaded
 }
 
 type fileSig struct {
@@ -230,6 +233,70 @@ type loaded struct {
 	nodes map[string]*corev1.Node
 	nss   map[string]*corev1.Namespace
 	pods  map[string]*corev1.Pod
+	// doc is each object's document number in its file ("Kind/name"),
+	// for the message that refuses a second definition in a later file.
+	doc map[string]int
+}
+
+func newLoaded() loaded {
+	return loaded{eips: map[string]*egressv1.EgressIP{}, nodes: map[string]*corev1.Node{},
+		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{}, doc: map[string]int{}}
+}
+
+// copy is a deep copy: a file's last good objects are kept apart from the
+// ones handed on, which the status writer and mergeEgressIPs fill in.
+func (l loaded) copy() loaded {
+	c := newLoaded()
+	for k, v := range l.eips {
+		c.eips[k] = v.DeepCopy()
+	}
+	for k, v := range l.nodes {
+		c.nodes[k] = v.DeepCopy()
+	}
+	for k, v := range l.nss {
+		c.nss[k] = v.DeepCopy()
+	}
+	for k, v := range l.pods {
+		c.pods[k] = v.DeepCopy()
+	}
+	maps.Copy(c.doc, l.doc)
+	return c
+}
+
+// add merges one file's objects into l; an object a file before it
+// defined already is refused.
+func (s *Dir) add(l *loaded, path string, f loaded) {
+	dup := func(kind, name string) {
+		s.refuse(path, f.doc[kind+"/"+name], "%s %q is defined twice; the first definition (an earlier file) is used", kind, name)
+	}
+	for k, v := range f.eips {
+		if _, ok := l.eips[k]; ok {
+			dup("EgressIP", k)
+			continue
+		}
+		l.eips[k] = v
+	}
+	for k, v := range f.nodes {
+		if _, ok := l.nodes[k]; ok {
+			dup("Node", k)
+			continue
+		}
+		l.nodes[k] = v
+	}
+	for k, v := range f.nss {
+		if _, ok := l.nss[k]; ok {
+			dup("Namespace", k)
+			continue
+		}
+		l.nss[k] = v
+	}
+	for k, v := range f.pods {
+		if _, ok := l.pods[k]; ok {
+			dup("Pod", k)
+			continue
+		}
+		l.pods[k] = v
+	}
 }
 
 // Reload reads the directory again if any file changed, and reports the
@@ -266,13 +333,28 @@ func (s *Dir) Reload() {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	l := loaded{eips: map[string]*egressv1.EgressIP{}, nodes: map[string]*corev1.Node{},
-		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{}}
+	s.mu.Lock()
+	lastGood := s.good
+	s.mu.Unlock()
+	l, good := newLoaded(), map[string]loaded{}
 	for _, n := range names {
-		s.loadFile(filepath.Join(s.dir, n), &l)
+		path := filepath.Join(s.dir, n)
+		f, bad := s.loadFile(path)
+		if bad == 0 {
+			good[n] = f.copy()
+		} else if prev, ok := lastGood[n]; ok {
+			// A file that was good and now has a bad document (a typo, an
+			// editor's half-written save) keeps its last good version: its
+			// objects vanishing would read as their deletion, and pods
+			// would leave by their nodes.
+			s.log.Warn("file source: a document of the file is bad; its last good version stays in force until it is fixed or removed", "file", path, "refused", bad)
+			good[n], f = prev, prev.copy()
+		}
+		s.add(&l, path, f)
 	}
 
 	s.mu.Lock()
+	s.good = good
 	s.sigs = sigs
 	var kinds []Kind
 	if s.mergeEgressIPs(l.eips) {
@@ -304,22 +386,28 @@ func (s *Dir) refuse(file string, doc int, format string, args ...any) {
 	s.log.Error("file source: document ignored", "file", file, "document", doc, "reason", fmt.Sprintf(format, args...))
 }
 
-// loadFile decodes every document of one file into l.
-func (s *Dir) loadFile(path string, l *loaded) {
+// loadFile decodes every document of one file; bad counts the documents
+// it refused (each logged and counted in Errors).
+func (s *Dir) loadFile(path string) (l loaded, bad int) {
+	l = newLoaded()
+	refuse := func(doc int, format string, args ...any) {
+		bad++
+		s.refuse(path, doc, format, args...)
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		s.refuse(path, 0, "cannot open: %v", err)
-		return
+		refuse(0, "cannot open: %v", err)
+		return l, bad
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
-		s.refuse(path, 0, "cannot read: %v", err)
-		return
+		refuse(0, "cannot read: %v", err)
+		return l, bad
 	}
 	if len(b) > maxFileSize {
-		s.refuse(path, 0, "larger than %d bytes", maxFileSize)
-		return
+		refuse(0, "larger than %d bytes", maxFileSize)
+		return l, bad
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
 	for doc := 1; ; doc++ {
@@ -327,27 +415,27 @@ func (s *Dir) loadFile(path string, l *loaded) {
 		if err := dec.Decode(&raw); err != nil {
 			if !errors.Is(err, io.EOF) {
 				// The decoder cannot resynchronise after a syntax error.
-				s.refuse(path, doc, "not valid YAML or JSON (the rest of the file is skipped): %v", err)
+				refuse(doc, "not valid YAML or JSON (the rest of the file is skipped): %v", err)
 			}
-			return
+			return l, bad
 		}
 		if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 			continue // an empty document between "---" lines
 		}
 		var tm metav1.TypeMeta
 		if err := json.Unmarshal(raw, &tm); err != nil {
-			s.refuse(path, doc, "not an object: %v", err)
+			refuse(doc, "not an object: %v", err)
 			continue
 		}
 		switch {
 		case tm.APIVersion == egressv1.SchemeGroupVersion.String() && tm.Kind == egressv1.Kind:
 			e := &egressv1.EgressIP{}
 			if err := strictUnmarshal(raw, e); err != nil {
-				s.refuse(path, doc, "EgressIP does not decode: %v", err)
+				refuse(doc, "EgressIP does not decode: %v", err)
 				continue
 			}
 			if e.Name == "" {
-				s.refuse(path, doc, "EgressIP has no metadata.name")
+				refuse(doc, "EgressIP has no metadata.name")
 				continue
 			}
 			if err := e.Validate(); err != nil {
@@ -355,17 +443,18 @@ func (s *Dir) loadFile(path string, l *loaded) {
 				s.log.Warn("file source: EgressIP has problems", "file", path, "err", err)
 			}
 			if _, dup := l.eips[e.Name]; dup {
-				s.refuse(path, doc, "EgressIP %q is defined twice; the first definition is used", e.Name)
+				refuse(doc, "EgressIP %q is defined twice; the first definition is used", e.Name)
 				continue
 			}
-			l.eips[e.Name] = e
+			l.eips[e.Name], l.doc["EgressIP/"+e.Name] = e, doc
 		case tm.APIVersion == "v1" && tm.Kind == "Node":
 			n := &corev1.Node{}
 			if !s.decodeCore(path, doc, raw, n, &n.ObjectMeta, false) {
+				bad++
 				continue
 			}
 			if _, dup := l.nodes[n.Name]; dup {
-				s.refuse(path, doc, "Node %q is defined twice; the first definition is used", n.Name)
+				refuse(doc, "Node %q is defined twice; the first definition is used", n.Name)
 				continue
 			}
 			// No kubelet reports readiness here: a node without a Ready
@@ -373,30 +462,32 @@ func (s *Dir) loadFile(path string, l *loaded) {
 			if !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady }) {
 				n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue})
 			}
-			l.nodes[n.Name] = n
+			l.nodes[n.Name], l.doc["Node/"+n.Name] = n, doc
 		case tm.APIVersion == "v1" && tm.Kind == "Namespace":
 			ns := &corev1.Namespace{}
 			if !s.decodeCore(path, doc, raw, ns, &ns.ObjectMeta, false) {
+				bad++
 				continue
 			}
 			if _, dup := l.nss[ns.Name]; dup {
-				s.refuse(path, doc, "Namespace %q is defined twice; the first definition is used", ns.Name)
+				refuse(doc, "Namespace %q is defined twice; the first definition is used", ns.Name)
 				continue
 			}
-			l.nss[ns.Name] = ns
+			l.nss[ns.Name], l.doc["Namespace/"+ns.Name] = ns, doc
 		case tm.APIVersion == "v1" && tm.Kind == "Pod":
 			p := &corev1.Pod{}
 			if !s.decodeCore(path, doc, raw, p, &p.ObjectMeta, true) {
+				bad++
 				continue
 			}
 			key := p.Namespace + "/" + p.Name
 			if _, dup := l.pods[key]; dup {
-				s.refuse(path, doc, "Pod %s is defined twice; the first definition is used", key)
+				refuse(doc, "Pod %s is defined twice; the first definition is used", key)
 				continue
 			}
-			l.pods[key] = p
+			l.pods[key], l.doc["Pod/"+key] = p, doc
 		default:
-			s.refuse(path, doc, "kind %q of apiVersion %q is not one the controller reads (EgressIP k8s.ovn.org/v1, Node, Namespace, Pod v1)", tm.Kind, tm.APIVersion)
+			refuse(doc, "kind %q of apiVersion %q is not one the controller reads (EgressIP k8s.ovn.org/v1, Node, Namespace, Pod v1)", tm.Kind, tm.APIVersion)
 		}
 	}
 }

@@ -317,3 +317,62 @@ func TestAnnotationChangeSeen(t *testing.T) {
 		t.Fatalf("EgressIP %v after the edit, want the annotation example.com/owner: team-a", e)
 	}
 }
+
+// A file that was good keeps its last good version while a document of it
+// is bad (a typo, a half-written save): its objects vanishing would read
+// as their deletion. Fixed, the new version counts; removed, its objects go.
+func TestBadFileKeepsLastGoodVersion(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "all.yaml", manifests)
+	s, k := start(t, dir)
+	eip := func() *egressv1.EgressIP {
+		for _, e := range s.View().EgressIPs {
+			if e.Name == "egress-group1" {
+				return e
+			}
+		}
+		return nil
+	}
+	if eip() == nil || len(s.View().Pods) != 1 {
+		t.Fatalf("loaded %d eips %d pods", len(s.View().EgressIPs), len(s.View().Pods))
+	}
+	k.take()
+	// The list item's indentation left behind: namespaceSelector moves
+	// under the list and the document no longer parses.
+	broken := strings.Replace(manifests, "  egressIPs: [192.168.126.11, 192.168.126.102]\n  namespaceSelector:", "  egressIPs:\n  - 192.168.126.11\n    namespaceSelector:", 1)
+	if broken == manifests {
+		t.Fatal("the test's manifest changed: nothing to break")
+	}
+	write(t, dir, "all.yaml", broken)
+	before := s.Errors.Load()
+	s.Reload()
+	if s.Errors.Load() == before {
+		t.Fatal("the broken document was not counted")
+	}
+	if e := eip(); e == nil || !slices.Equal(e.Spec.EgressIPs, []string{"192.168.126.11", "192.168.126.102"}) || len(s.View().Pods) != 1 {
+		t.Fatalf("after a bad save: EgressIP %+v, %d pods; want the last good version", e, len(s.View().Pods))
+	}
+	if got := k.take(); len(got) != 0 {
+		t.Errorf("kinds changed %v, want none: nothing in force changed", got)
+	}
+	// Fixed: the new version is in force.
+	write(t, dir, "all.yaml", strings.Replace(manifests, "192.168.126.102", "192.168.126.103", 1))
+	s.Reload()
+	if e := eip(); e == nil || !slices.Equal(e.Spec.EgressIPs, []string{"192.168.126.11", "192.168.126.103"}) {
+		t.Fatalf("after the fix: EgressIP %+v", e)
+	}
+	// A file that never was good loads what it can, as before.
+	write(t, dir, "new.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: dev}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: [unclosed\n")
+	s.Reload()
+	if len(s.View().Namespaces) != 2 {
+		t.Errorf("%d namespaces, want the new file's good one too", len(s.View().Namespaces))
+	}
+	// Removed: its objects go, bad or not.
+	write(t, dir, "all.yaml", broken)
+	s.Reload()
+	os.Remove(filepath.Join(dir, "all.yaml"))
+	s.Reload()
+	if eip() != nil || len(s.View().Pods) != 0 {
+		t.Errorf("after removing the file: %d eips, %d pods; want none", len(s.View().EgressIPs), len(s.View().Pods))
+	}
+}
