@@ -53,7 +53,7 @@ func (t *Table) trackBatch(b []Lookup, now int64) int {
 	// or for a free miss buffer) holds up retirement, and with a probe's
 	// or a hash's work between two prefetches the out-of-order window
 	// held only a few of them; one after the other it holds the batch's,
-	// so their misses overlap (the 1M batched lookup ~25 % faster).
+	// so their misses overlap (at 1M flows, a quarter less CPU per lookup).
 	var lines [2 * MaxBatch]uintptr
 	_ = hs[len(b)-1]
 	n := 0
