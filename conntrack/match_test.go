@@ -84,7 +84,7 @@ func TestProbeAgreesWithFindTag(t *testing.T) {
 		t.Helper()
 		for _, k := range keys {
 			for _, dir := range []Dir{Original, Reply} {
-				if got, want := tb.probe(k.h, dir, false), tb.findTag(s, k.h, dir); got != want {
+				if got, want := tb.probe(k.h, dir), tb.findTag(s, k.h, dir); got != want {
 					t.Fatalf("%s: hash %#x dir %d: probe %d, findTag %d", when, k.h, dir, got, want)
 				}
 				w := s.bucket(homeBucket(k.h, s.n))
@@ -135,7 +135,7 @@ func TestProbeAgreesWithFindTag(t *testing.T) {
 		t.Fatal("not removed")
 	}
 	for dir, ref := range refs {
-		if got := tb.probe(zero, Dir(dir), false); got != ref {
+		if got := tb.probe(zero, Dir(dir)); got != ref {
 			t.Fatalf("dir %d: the tag-0 key that overflowed past a bucket with one empty slot: probe %d, want %d", dir, got, ref)
 		}
 	}

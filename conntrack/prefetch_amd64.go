@@ -12,7 +12,8 @@ func prefetchLine(addr uintptr)
 //go:noescape
 func prefetchLineW(addr uintptr)
 
-// prefetchLines is prefetchLine for two lines, in one call.
+// prefetchN is prefetchLine for each of the n addresses from p on, in one
+// loop with nothing between the prefetches (see trackBatch).
 //
 //go:noescape
-func prefetchLines(a, b uintptr)
+func prefetchN(p *uintptr, n int)

@@ -14,10 +14,17 @@ TEXT ·prefetchLineW(SB), NOSPLIT, $0-8
 	BYTE $0x0f; BYTE $0x0d; BYTE $0x08
 	RET
 
-// func prefetchLines(a, b uintptr)
-TEXT ·prefetchLines(SB), NOSPLIT, $0-16
-	MOVQ a+0(FP), AX
-	MOVQ b+8(FP), BX
-	PREFETCHT0 (AX)
+// func prefetchN(p *uintptr, n int)
+TEXT ·prefetchN(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), AX
+	MOVQ n+8(FP), CX
+	TESTQ CX, CX
+	JLE done
+loop:
+	MOVQ (AX), BX
 	PREFETCHT0 (BX)
+	ADDQ $8, AX
+	DECQ CX
+	JNZ loop
+done:
 	RET

@@ -5,4 +5,4 @@ package conntrack
 func prefetchLine(addr uintptr)  {}
 func prefetchLineW(addr uintptr) {}
 
-func prefetchLines(a, b uintptr) {}
+func prefetchN(p *uintptr, n int) {}

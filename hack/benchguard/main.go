@@ -36,7 +36,7 @@ func guard(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchguard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	in := fs.String("in", "", "read `go test -bench` output from this file instead of running the benchmarks")
-	count := fs.Int("count", 3, "rounds of each benchmark (go test -count); the median ratio is checked")
+	count := fs.Int("count", 3, "rounds of each benchmark, each a go test run of its own; the median ratio is checked")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -87,19 +87,27 @@ func guard(args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
-// runBench runs r's guarded benchmarks on one core and returns go test's
-// output.
+// runBench runs r's guarded benchmarks on one core, count rounds, and
+// returns go test's output. Each round is a go test run of its own rather
+// than one run with -count: -count repeats each benchmark before the next
+// starts, so a round's guarded benchmark and its baseline ran up to a
+// minute apart and a shared machine's load moved between them (rounds of
+// 0.29-0.43 in one run); in a run of their own they are seconds apart.
 func runBench(r run, count int, stderr io.Writer) ([]byte, error) {
-	cmd := exec.Command("go", "test", "./"+r.Pkg+"/", "-run", "^$", "-bench", benchRegexp(r.Pkg),
-		"-benchtime", r.Benchtime, "-count", strconv.Itoa(count), "-cpu", "1")
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	cmd.Stderr = stderr
-	fmt.Fprintf(stderr, "benchguard: %s\n", strings.Join(cmd.Args, " "))
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("the benchmarks of ./%s failed: %w\n%s", r.Pkg, err, out)
+	var all []byte
+	for range count {
+		cmd := exec.Command("go", "test", "./"+r.Pkg+"/", "-run", "^$", "-bench", benchRegexp(r.Pkg),
+			"-benchtime", r.Benchtime, "-count", "1", "-cpu", "1")
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+		cmd.Stderr = stderr
+		fmt.Fprintf(stderr, "benchguard: %s\n", strings.Join(cmd.Args, " "))
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("the benchmarks of ./%s failed: %w\n%s", r.Pkg, err, out)
+		}
+		all = append(all, out...)
 	}
-	return out, nil
+	return all, nil
 }
 
 // benchRegexp is the -bench pattern that selects exactly pkg's guarded
