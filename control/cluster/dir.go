@@ -247,55 +247,41 @@ func newLoaded() loaded {
 // ones handed on, which the status writer and mergeEgressIPs fill in.
 func (l loaded) copy() loaded {
 	c := newLoaded()
-	for k, v := range l.eips {
-		c.eips[k] = v.DeepCopy()
-	}
-	for k, v := range l.nodes {
-		c.nodes[k] = v.DeepCopy()
-	}
-	for k, v := range l.nss {
-		c.nss[k] = v.DeepCopy()
-	}
-	for k, v := range l.pods {
-		c.pods[k] = v.DeepCopy()
-	}
+	copyAll(c.eips, l.eips, (*egressv1.EgressIP).DeepCopy)
+	copyAll(c.nodes, l.nodes, (*corev1.Node).DeepCopy)
+	copyAll(c.nss, l.nss, (*corev1.Namespace).DeepCopy)
+	copyAll(c.pods, l.pods, (*corev1.Pod).DeepCopy)
 	maps.Copy(c.doc, l.doc)
 	return c
+}
+
+func copyAll[T any](dst, src map[string]T, deep func(T) T) {
+	for k, v := range src {
+		dst[k] = deep(v)
+	}
 }
 
 // add merges one file's objects into l; an object a file before it
 // defined already is refused.
 func (s *Dir) add(l *loaded, path string, f loaded) {
-	dup := func(kind, name string) {
-		s.refuse(path, f.doc[kind+"/"+name], "%s %q is defined twice; the first definition (an earlier file) is used", kind, name)
+	dup := func(kind string) func(name string) {
+		return func(name string) {
+			s.refuse(path, f.doc[kind+"/"+name], "%s %q is defined twice; the first definition (an earlier file) is used", kind, name)
+		}
 	}
-	for k, v := range f.eips {
-		if _, ok := l.eips[k]; ok {
-			dup("EgressIP", k)
+	addAll(l.eips, f.eips, dup("EgressIP"))
+	addAll(l.nodes, f.nodes, dup("Node"))
+	addAll(l.nss, f.nss, dup("Namespace"))
+	addAll(l.pods, f.pods, dup("Pod"))
+}
+
+func addAll[T any](dst, src map[string]T, dup func(name string)) {
+	for k, v := range src {
+		if _, ok := dst[k]; ok {
+			dup(k)
 			continue
 		}
-		l.eips[k] = v
-	}
-	for k, v := range f.nodes {
-		if _, ok := l.nodes[k]; ok {
-			dup("Node", k)
-			continue
-		}
-		l.nodes[k] = v
-	}
-	for k, v := range f.nss {
-		if _, ok := l.nss[k]; ok {
-			dup("Namespace", k)
-			continue
-		}
-		l.nss[k] = v
-	}
-	for k, v := range f.pods {
-		if _, ok := l.pods[k]; ok {
-			dup("Pod", k)
-			continue
-		}
-		l.pods[k] = v
+		dst[k] = v
 	}
 }
 
