@@ -94,6 +94,14 @@ func (r *recorder) parse(b []byte) (packet, bool) {
 	l4 := b[hl:]
 	switch b[9] {
 	case unix.IPPROTO_TCP:
+		// A reset is not the pod's: a node's own stack answers with one,
+		// from its own address, when the server's keepalive probe reaches
+		// a flow whose masquerade entry is gone (the soak's EgressIP
+		// deletion ends such flows on purpose). It carries nothing of the
+		// pod's, so its source says nothing about the pod's.
+		if len(l4) >= 14 && l4[13]&0x04 != 0 {
+			return packet{}, false
+		}
 		if pod, ok := r.byTCP[binary.BigEndian.Uint16(l4[2:])]; ok {
 			return packet{pod: pod, src: src, kind: "tcp"}, true
 		}

@@ -127,12 +127,18 @@ func TestRecorderParse(t *testing.T) {
 		return b
 	}
 	ports := func(dst uint16) []byte { return []byte{0x9c, 0x40, byte(dst >> 8), byte(dst), 0, 0, 0, 0} }
+	tcp := func(dst uint16, flags byte) []byte {
+		return append(ports(dst), 0, 0, 0, 0, 0x50, flags, 0, 0, 0, 0, 0, 0)
+	}
 	for _, c := range []struct {
 		b    []byte
 		pod  string
 		kind string
 	}{
 		{ip(6, ports(30001)), "p1", "tcp"},
+		{ip(6, tcp(30001, 0x18)), "p1", "tcp"}, // PSH ACK
+		{ip(6, tcp(30001, 0x14)), "", ""},      // RST ACK: a node's stack, not the pod
+		{ip(6, tcp(30001, 0x04)), "", ""},      // RST
 		{ip(17, ports(31002)), "p2", "udp"},
 		{ip(6, ports(8080)), "", ""},
 		{ip(1, append([]byte{8, 0, 0, 0, 0, 1, 0, 1}, "egret-probe-egl-w1-p3-25857"...)), "p3", "icmp"},

@@ -223,7 +223,8 @@ func soak(o options, so soakOptions, out io.Writer) (*soakResult, error) {
 // churn is one cycle of what a soak does to the lab, as fractions of the
 // cycle (killEvery): an EgressIP loses an address, a pod is deleted and
 // created again, the address comes back, another EgressIP is deleted and
-// created again, and at the cycle's end the busiest gateway is rebooted.
+// created again, and at the cycle's end the busiest gateway is rebooted
+// (never the one kept running, whose memory is judged over the whole run).
 var churn = []struct {
 	at   float64
 	what string
@@ -255,8 +256,8 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "soak: from %s, managed lab %s, %d pods, %v; every %v: %s's %v removed and back, pod %s deleted and created, EgressIP %s deleted and created, the busiest gateway rebooted; samples every %v into %s\n",
-		start.Format("15:04:05.000"), l.Spec.Name, len(r.traffic), so.duration, so.killEvery, ed.object, ed.ip, ed.pod, ed.gone, so.sampleEvery, so.out)
+	fmt.Fprintf(out, "soak: from %s, managed lab %s, %d pods, %v; every %v: %s's %v removed and back, pod %s deleted and created, EgressIP %s deleted and created, the busiest gateway but %s rebooted; samples every %v into %s\n",
+		start.Format("15:04:05.000"), l.Spec.Name, len(r.traffic), so.duration, so.killEvery, ed.object, ed.ip, ed.pod, ed.gone, ed.kept, so.sampleEvery, so.out)
 
 	// The process sampler, in its own goroutine so that a slow recovery
 	// does not leave gaps in the plots.
@@ -323,7 +324,7 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 			if err != nil {
 				return res, err
 			}
-			gw := busiest(st)
+			gw := busiestExcept(st, ed.kept)
 			if err := l.KillGateway(gw); err != nil {
 				return res, err
 			}
@@ -408,12 +409,43 @@ type editor struct {
 	podNode netip.Addr // its node's address: what it may leave as while deleted
 	pods    []byte     // pods.yaml as lab up wrote it
 	gone    string     // the EgressIP deleted and created again
+	// kept is the gateway never rebooted, so that one gateway's memory
+	// is judged over the whole run; it takes the others' IPs over.
+	kept string
+}
+
+// busiestExcept is busiest among the gateways but kept.
+func busiestExcept(st *lab.Status, kept string) string {
+	c := *st
+	c.Gateways = slices.DeleteFunc(slices.Clone(st.Gateways), func(g lab.GatewayStatus) bool { return g.Name == kept })
+	return busiest(&c)
+}
+
+// quietest is the gateway hosting the fewest IPv4 egress IPs (the last by
+// name among equals): the soak's kept gateway.
+func quietest(st *lab.Status) string {
+	best, n := "", -1
+	for _, g := range st.Gateways {
+		c := 0
+		for _, ip := range g.EgressIPs {
+			if ip.Is4() {
+				c++
+			}
+		}
+		if n < 0 || c < n || (c == n && g.Name > best) {
+			best, n = g.Name, c
+		}
+	}
+	return best
 }
 
 // newEditor picks the first object with two IPv4 egress IPs (it loses its
 // last) and the first selected pod of another object.
 func newEditor(l *lab.Lab, st *lab.Status) (*editor, error) {
-	ed := &editor{dir: lab.ObjectsDir(l.RunDir())}
+	ed := &editor{dir: lab.ObjectsDir(l.RunDir()), kept: quietest(st)}
+	if len(st.Gateways) < 2 {
+		return nil, errors.New("the soak reboots one gateway while another keeps running: the lab needs two")
+	}
 	eips, err := lab.EgressIPs(ed.dir)
 	if err != nil {
 		return nil, err

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/egret-gw/egret/lab"
 	"github.com/egret-gw/egret/metrics"
 )
 
@@ -125,5 +127,31 @@ func TestMetricsAddrs(t *testing.T) {
 	if gatewayMetrics != metrics.DefaultGatewayAddr || steerMetrics != metrics.DefaultSteerAddr || controllerMetrics != "127.0.0.1"+metrics.DefaultControllerAddr {
 		t.Errorf("the soak scrapes %s, %s, %s; the binaries serve %s, %s, %s", gatewayMetrics, steerMetrics, controllerMetrics,
 			metrics.DefaultGatewayAddr, metrics.DefaultSteerAddr, metrics.DefaultControllerAddr)
+	}
+}
+
+// The soak keeps the quietest gateway running and reboots the busiest of
+// the others.
+func TestVictims(t *testing.T) {
+	ips := func(a ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range a {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	st := &lab.Status{Gateways: []lab.GatewayStatus{
+		{Name: "g1", EgressIPs: ips("192.0.2.101", "192.0.2.102")},
+		{Name: "g2", EgressIPs: ips("192.0.2.103", "2001:db8::1")},
+		{Name: "g3", EgressIPs: ips("192.0.2.104")},
+	}}
+	if k := quietest(st); k != "g3" {
+		t.Errorf("quietest = %s, want g3 (one IPv4 address, the last of equals by name)", k)
+	}
+	if v := busiestExcept(st, "g1"); v != "g2" {
+		t.Errorf("busiest but g1 = %s, want g2", v)
+	}
+	if v := busiestExcept(st, "g3"); v != "g1" || len(st.Gateways) != 3 {
+		t.Errorf("busiest but g3 = %s (gateways %d), want g1 and the status untouched", v, len(st.Gateways))
 	}
 }
