@@ -455,6 +455,10 @@ func (r *rig) respond(b *nic.Batch) {
 	r.rev.tx.Transmit(&out)
 }
 
+// txStallLimit is how long the generator waits for its transmit ring to
+// hand a frame back before it gives the trial up.
+const txStallLimit = 5 * time.Second
+
 // builder writes frame seq of flow, size bytes, sent at ts, into b and
 // returns its length.
 type builder func(b []byte, size int, flow, seq uint64, ts int64) int
@@ -504,7 +508,8 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 		start := now()
 		began := start
 		var i uint64
-		turn := 0 // whose batch
+		var stalled int64 // since when no frame could be allocated; 0 while frames come back
+		turn := 0         // whose batch
 		for i < total {
 			due := start + int64(float64(i)*per)
 			switch wait := due - now(); {
@@ -525,8 +530,19 @@ func (r *rig) send(tr traffic, rate float64, base, total uint64) (uint64, float6
 			got := l.txPool.Alloc(&b, int(n))
 			if got == 0 {
 				l.tx.Flush()
+				// The kernel hands transmitted frames back to the pool; a
+				// ring that gave none back for this long has stopped (seen
+				// on copy-mode veth after an overload trial), and waiting
+				// on would hang the run.
+				if stalled == 0 {
+					stalled = now()
+				} else if now()-stalled > int64(txStallLimit) {
+					errc <- fmt.Errorf("the generator's transmit ring handed no frame back for %v after %d of %d frames: the trial is void", txStallLimit, i, total)
+					return
+				}
 				continue
 			}
+			stalled = 0
 			ts := now()
 			for k := 0; k < got; k++ {
 				seq := base + i + uint64(k)
