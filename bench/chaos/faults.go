@@ -93,17 +93,22 @@ func busiest(st *lab.Status) string {
 	gws := slices.Clone(st.Gateways)
 	slices.SortFunc(gws, func(a, b lab.GatewayStatus) int { return strings.Compare(a.Name, b.Name) })
 	for _, g := range gws {
-		c := 0
-		for _, ip := range g.EgressIPs {
-			if ip.Is4() {
-				c++
-			}
-		}
-		if c > n {
+		if c := v4Count(g); c > n {
 			best, n = g.Name, c
 		}
 	}
 	return best
+}
+
+// v4Count is how many IPv4 egress IPs gateway g hosts.
+func v4Count(g lab.GatewayStatus) int {
+	c := 0
+	for _, ip := range g.EgressIPs {
+		if ip.Is4() {
+			c++
+		}
+	}
+	return c
 }
 
 func gatewayIP(l *lab.Lab, gw string) netip.Addr {

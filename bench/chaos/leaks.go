@@ -55,20 +55,35 @@ func measure(l *lab.Lab, st *lab.Status) footprint {
 		pids = append(pids, g.PID)
 	}
 	for _, pid := range pids {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			switch k {
-			case "VmRSS":
-				f.rssKiB += n
-			case "Threads":
-				f.threads += n
-			}
+		if rss, threads, ok := procStatus(pid); ok {
+			f.rssKiB += rss
+			f.threads += threads
 		}
 	}
 	return f
+}
+
+// procStatus reads a process's resident memory (KiB) and thread count
+// from /proc; ok is false for a process that is gone or a zombie (no
+// VmRSS).
+func procStatus(pid int) (rssKiB, threads int, ok bool) {
+	if pid <= 0 {
+		return 0, 0, false
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		switch {
+		case err != nil:
+		case k == "VmRSS":
+			rssKiB, ok = n, true
+		case k == "Threads":
+			threads = n
+		}
+	}
+	return rssKiB, threads, ok
 }

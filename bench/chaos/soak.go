@@ -77,7 +77,6 @@ type soakResult struct {
 	wrong                           int
 	wrongSample                     []packet
 	doubles                         int
-	longestDbl                      time.Duration
 	lost                            int
 	worstRecovery                   time.Duration
 	unrecovered                     int
@@ -276,17 +275,21 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 	take()
 	every(stopSampling, &swg, so.sampleEvery, take)
 
-	var events []time.Duration
+	type event struct {
+		at   time.Duration
+		what string
+	}
+	var events []event
 	for cycle := time.Duration(0); cycle < so.duration; cycle += so.killEvery {
 		for _, c := range churn {
 			if at := cycle + time.Duration(c.at*float64(so.killEvery)); at <= so.duration {
-				events = append(events, at)
+				events = append(events, event{at, c.what})
 			}
 		}
 	}
-	for i, at := range events {
-		time.Sleep(time.Until(start.Add(at))) // the churn's schedule: nothing to wait for
-		what := churn[i%len(churn)].what
+	for _, ev := range events {
+		time.Sleep(time.Until(start.Add(ev.at))) // the churn's schedule: nothing to wait for
+		what := ev.what
 		now := time.Since(start).Round(time.Second)
 		switch what {
 		case "edit", "edit-back":
@@ -355,7 +358,6 @@ func soakPlay(l *lab.Lab, so soakOptions, out io.Writer) (*soakResult, error) {
 	bad := wrongSources(r.tl, pkts, moveWindow)
 	res.wrong = len(bad)
 	for _, w := range doubleAnswers(r.arp.all(), arpGap) {
-		res.longestDbl = max(res.longestDbl, w.length())
 		if w.length() > doubleBudget {
 			res.doubles++
 		}
@@ -426,13 +428,7 @@ func busiestExcept(st *lab.Status, kept string) string {
 func quietest(st *lab.Status) string {
 	best, n := "", -1
 	for _, g := range st.Gateways {
-		c := 0
-		for _, ip := range g.EgressIPs {
-			if ip.Is4() {
-				c++
-			}
-		}
-		if n < 0 || c < n || (c == n && g.Name > best) {
+		if c := v4Count(g); n < 0 || c < n || (c == n && g.Name > best) {
 			best, n = g.Name, c
 		}
 	}
@@ -606,7 +602,7 @@ func sampleProcesses(l *lab.Lab, at time.Duration) []procSample {
 	}
 	var out []procSample
 	for _, p := range procs {
-		rss, ok := procRSS(p.pid)
+		rss, _, ok := procStatus(p.pid)
 		if !ok {
 			continue // not running at this moment (a reboot)
 		}
@@ -619,20 +615,6 @@ func sampleProcesses(l *lab.Lab, at time.Duration) []procSample {
 		out = append(out, s)
 	}
 	return out
-}
-
-func procRSS(pid int) (int, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil || pid <= 0 {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n, err == nil
-		}
-	}
-	return 0, false // a zombie has no VmRSS
 }
 
 func procFDs(pid int) int {
