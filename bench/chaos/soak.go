@@ -55,8 +55,8 @@ type soakOptions struct {
 }
 
 // warmUp is the part of a run that is not judged for memory growth: the
-// issue's 10 of 30 minutes, a third of any other length.
-func (o soakOptions) warmUp() time.Duration { return o.duration / 3 }
+// issue's 10 of 30 minutes, a third of any other length (whole seconds).
+func (o soakOptions) warmUp() time.Duration { return (o.duration / 3).Round(time.Second) }
 
 // procSample is one Egret process at one moment of the run.
 type procSample struct {
