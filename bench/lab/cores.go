@@ -157,6 +157,9 @@ const (
 	prioGateway   = 50
 	prioReceiver  = 50
 	prioGenerator = 49
+	// prioWriter is the NAT log writer's, on the generator's core
+	// (placeWriter): below everything measured there.
+	prioWriter = 1
 )
 
 // setAffinity pins thread tid to cpus and gives it SCHED_FIFO at prio.

@@ -413,6 +413,13 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 	case sideXDPReflector:
 		note += "; the XDP reflector on the gateway's eth0 (XDP_TX, in its NAPI thread), an XDP_PASS program on its fabric port (which XDP_TX on a veth needs)"
 	}
+	var writers []int
+	if mode == sideNATLogOn {
+		if writers, err = placeWriter(gwTasks, cfg.genCPU); err != nil {
+			return err
+		}
+		note += fmt.Sprintf("; the NAT log's writer thread %v on the generator's core %d, SCHED_FIFO below the generator (on a node: a core the workers do not use)", writers, cfg.genCPU)
+	}
 	if mode == sideSyncOn {
 		note += fmt.Sprintf("; egress IP %v on %s, its flows synced to the standby %s (unpinned: it shares the cores)", tg.egress, tg.gw.Name, standby)
 	}
@@ -444,7 +451,7 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 		case sideSyncOn:
 			st, err = measureSync(spec, tg.gw.Name, standby, run)
 		case sideNATLogOn:
-			nst, err = measureNATLog(spec, tg.gw.Name, run)
+			nst, err = measureNATLog(spec, tg.gw.Name, writers, run)
 		default:
 			err = run()
 		}
@@ -456,8 +463,8 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 				st.Primary, st.Standby, st.RecordsSent, st.BytesSent, st.FullResyncs, st.Stalls, st.PrimaryFlows, st.Primary, st.StandbyBackupFlows, st.Standby)
 		}
 		if res.NATLog = nst; nst != nil {
-			fmt.Printf("   NAT log on %s during the scenario: %d records written, %d lost to a full ring, %d failed; %d flows made\n",
-				tg.gw.Name, nst.Written, nst.Dropped, nst.Failed, nst.FlowsNew)
+			fmt.Printf("   NAT log on %s during the scenario: %d records written, %d lost to a full ring, %d failed; %d flows made; writer %.0f ns of CPU per record\n",
+				tg.gw.Name, nst.Written, nst.Dropped, nst.Failed, nst.FlowsNew, nst.WriterNsPerRecord)
 		}
 		res.Setup = setup
 		rep.runs = append(rep.runs, res)

@@ -2,7 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
+	"github.com/egret-gw/egret/gateway/natlog"
 	"github.com/egret-gw/egret/lab"
 )
 
@@ -24,11 +29,71 @@ type natlogStats struct {
 	// FlowsNew is the flows the gateway made meanwhile (each one
 	// record, and one more when it ends).
 	FlowsNew uint64 `json:"flows_new"`
+	// WriterNs is the CPU time the writer's thread (on the generator's
+	// core, see placeWriter) spent meanwhile, in ns; WriterNsPerRecord
+	// that over the records written.
+	WriterNs          uint64  `json:"writer_cpu_ns"`
+	WriterNsPerRecord float64 `json:"writer_cpu_ns_per_record"`
+}
+
+// placeWriter moves the NAT log writer's thread of each of pids (found by
+// its name, natlog.ThreadName) to the generator's core, after pinProcess
+// put it with the workers. On a real node the writer runs on a core the
+// workers do not use (docs/natlog.md); on two cores the generator's is the
+// only other one. It runs there SCHED_FIFO below the generator and the
+// receiver (prioWriter), so it cannot delay what they measure and gets
+// the time they leave (they sleep between batches). Not at the default
+// class: there the shared machine's other work delays it by milliseconds,
+// and a Go process's stop-the-world waits for every thread that runs Go
+// code, the workers on the gateway's core stopped meanwhile (seen: NDR at
+// a tenth of the log-off side's, the socket's receive ring overflowing
+// while the gateway's core idled). It returns the writers' thread ids.
+func placeWriter(pids []int, cpu int) ([]int, error) {
+	var tids []int
+	for _, pid := range pids {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			continue // a NAPI thread that is gone, or not a process of ours
+		}
+		for _, t := range tasks {
+			b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "task", t.Name(), "comm"))
+			if err != nil || strings.TrimSpace(string(b)) != natlog.ThreadName {
+				continue
+			}
+			tid, _ := strconv.Atoi(t.Name())
+			if err := setAffinity(tid, []int{cpu}, prioWriter); err != nil {
+				return nil, fmt.Errorf("the NAT log writer: %w", err)
+			}
+			tids = append(tids, tid)
+		}
+	}
+	if len(tids) == 0 {
+		return nil, fmt.Errorf("no thread named %s in %v: the gateway runs no NAT log writer", natlog.ThreadName, pids)
+	}
+	return tids, nil
+}
+
+// threadCPU is the CPU time of threads tids (of any process), in ns, from
+// their schedstat (nanoseconds, not the 10 ms ticks of stat).
+func threadCPU(tids []int) uint64 {
+	var sum uint64
+	for _, tid := range tids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", tid))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseUint(f[0], 10, 64)
+			sum += n
+		}
+	}
+	return sum
 }
 
 // measureNATLog runs fn (a scenario on the natlog-on side) and returns
-// what gateway gw's NAT log did meanwhile.
-func measureNATLog(spec *lab.Spec, gw string, fn func() error) (*natlogStats, error) {
+// what gateway gw's NAT log, written by threads writers, did meanwhile.
+func measureNATLog(spec *lab.Spec, gw string, writers []int, fn func() error) (*natlogStats, error) {
+	cpu0 := threadCPU(writers)
 	before, err := gatewayCounters(spec, gw)
 	if err != nil {
 		return nil, err
@@ -41,8 +106,13 @@ func measureNATLog(spec *lab.Spec, gw string, fn func() error) (*natlogStats, er
 		return nil, err
 	}
 	d := func(k string) uint64 { return after[k] - before[k] }
-	return &natlogStats{Written: d("egret_natlog_records_written_total"), Dropped: d("egret_natlog_records_dropped_total"),
-		Failed: d("egret_natlog_records_failed_total"), FlowsNew: d("egret_gateway_flows_created_total")}, nil
+	st := &natlogStats{Written: d("egret_natlog_records_written_total"), Dropped: d("egret_natlog_records_dropped_total"),
+		Failed: d("egret_natlog_records_failed_total"), FlowsNew: d("egret_gateway_flows_created_total"),
+		WriterNs: threadCPU(writers) - cpu0}
+	if st.Written > 0 {
+		st.WriterNsPerRecord = float64(st.WriterNs) / float64(st.Written)
+	}
+	return st, nil
 }
 
 // natlogCost is the table of what the NAT log costs the gateway, natlog-on
@@ -50,10 +120,10 @@ func measureNATLog(spec *lab.Spec, gw string, fn func() error) (*natlogStats, er
 func (rep *report) natlogCost() string {
 	return rep.costTable(sideNATLogOff, sideNATLogOn, "\nThe NAT log's cost: the gateway agent logging every binding ("+sideNATLogOn+
 		") over the same agent without the log ("+sideNATLogOff+"), each on a managed lab of its own, no flow sync:\n\n",
-		[]string{"records written / lost (full ring) during the scenario", "flows made"},
+		[]string{"records written / lost (full ring) during the scenario", "flows made", "writer CPU ns/record (generator's core)"},
 		func(on *result) []string {
 			if s := on.NATLog; s != nil {
-				return []string{fmt.Sprintf("%d / %d", s.Written, s.Dropped), fmt.Sprint(s.FlowsNew)}
+				return []string{fmt.Sprintf("%d / %d", s.Written, s.Dropped), fmt.Sprint(s.FlowsNew), fmt.Sprintf("%.0f", s.WriterNsPerRecord)}
 			}
 			return nil
 		})
