@@ -43,11 +43,11 @@ type natlogStats struct {
 // only other one. It runs there SCHED_FIFO below the generator and the
 // receiver (prioWriter), so it cannot delay what they measure and gets
 // the time they leave (they sleep between batches). Not at the default
-// class: there the shared machine's other work delays it by milliseconds,
-// and a Go process's stop-the-world waits for every thread that runs Go
-// code, the workers on the gateway's core stopped meanwhile (seen: NDR at
-// a tenth of the log-off side's, the socket's receive ring overflowing
-// while the gateway's core idled). It returns the writers' thread ids.
+// class, where the shared machine's other work delays it by milliseconds:
+// the one run tried so showed the gateway's NDR at a tenth of the log-off
+// side's, its socket's receive ring overflowing while the gateway's core
+// idled (cause not established; a stop-the-world, which waits for every
+// thread running Go code, would do it). It returns the writers' thread ids.
 func placeWriter(pids []int, cpu int) ([]int, error) {
 	var tids []int
 	for _, pid := range pids {
