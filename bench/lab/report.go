@@ -36,7 +36,9 @@ type report struct {
 	// (aggregate); runs are the repetitions as they ran.
 	Results []*result `json:"results"`
 	runs    []*result
-	Summary string `json:"summary"`
+	// Bulk are the bulk TCP scenarios' results (bulk.go).
+	Bulk    []*bulkResult `json:"bulk,omitempty"`
+	Summary string        `json:"summary"`
 }
 
 // result is one scenario on one side.
@@ -185,6 +187,7 @@ func (rep *report) tables() string {
 	b.WriteString(rep.scaling())
 	b.WriteString(rep.syncCost())
 	b.WriteString(rep.natlogCost())
+	b.WriteString(rep.bulkTable())
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {
