@@ -126,3 +126,22 @@ func TestBulkLab(t *testing.T) {
 		})
 	}
 }
+
+// TestBulkTable folds repetitions into medians and puts Egret over the
+// kernel: Gbit/s, and the gateway tasks' CPU per Gbit/s.
+func TestBulkTable(t *testing.T) {
+	sc := scenario{Name: "tcp-bulk", Bulk: &bulk{Streams: 8, UnderlayMTU: 1500, PodMTU: 1450}}
+	var runs []*bulkRun
+	for i, g := range []float64{2, 4, 3} {
+		runs = append(runs, &bulkRun{Scenario: sc, Mode: lab.ModeKernel, Rep: i, Gbps: g, TaskCoresPerGbps: 0.2, GatewayCoresPerGbps: 0.3})
+		runs = append(runs, &bulkRun{Scenario: sc, Mode: lab.ModeEgret, Rep: i, Gbps: g / 2, TaskCoresPerGbps: 0.5, GatewayCoresPerGbps: 0.3})
+	}
+	rep := &report{Bulk: aggregateBulk(runs)}
+	if len(rep.Bulk) != 2 || rep.Bulk[0].Gbps.Median != 3 || rep.Bulk[0].Gbps.Min != 2 || rep.Bulk[1].Gbps.Median != 1.5 || len(rep.Bulk[1].Reps) != 3 {
+		t.Fatalf("aggregated %+v", rep.Bulk)
+	}
+	tab := rep.bulkTable()
+	if !strings.Contains(tab, "| tcp-bulk | egret | 1.50 (1.00–2.00) | 0.500 (0.500–0.500) |") || !strings.Contains(tab, "| 0.50x | 2.50x |") {
+		t.Errorf("table:\n%s", tab)
+	}
+}
