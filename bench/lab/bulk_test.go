@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,9 +102,23 @@ func TestBulkLab(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			gwNS := spec.NS(b.tg.gw.Name)
+			var fwd0, rep0 float64
+			if mode == lab.ModeEgret {
+				fwd0, rep0 = egretCounter(t, gwNS, "egret_gateway_forwarded_packets_total"), egretCounter(t, gwNS, "egret_gateway_replied_packets_total")
+			}
 			r, err := b.run(spec.Workers[0].Pods[0], 2*time.Second)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if mode == lab.ModeEgret {
+				// Egret's own counters: every segment forwarded (at most
+				// 1500 bytes of payload each), the ACKs translated back.
+				fwd, rep := egretCounter(t, gwNS, "egret_gateway_forwarded_packets_total")-fwd0, egretCounter(t, gwNS, "egret_gateway_replied_packets_total")-rep0
+				t.Logf("egret forwarded %.0f packets, replied %.0f", fwd, rep)
+				if fwd < float64(r.ReceivedBytes)/1500 || rep == 0 {
+					t.Errorf("egret forwarded %.0f packets for %d bytes received and replied %.0f: want ≥ %d and > 0", fwd, r.ReceivedBytes, rep, r.ReceivedBytes/1500)
+				}
 			}
 			t.Logf("%s: %.2f Gbit/s, gateway in %d bytes, out %d, its tasks %.2f cores", mode, r.Gbps, r.GatewayInBytes, r.GatewayOutBytes, r.TaskCores)
 			if err := r.throughGateway(b.tg.egress); err != nil {
@@ -144,4 +163,33 @@ func TestBulkTable(t *testing.T) {
 	if !strings.Contains(tab, "| tcp-bulk | egret | 1.50 (1.00–2.00) | 0.500 (0.500–0.500) |") || !strings.Contains(tab, "| 0.50x | 2.50x |") {
 		t.Errorf("table:\n%s", tab)
 	}
+}
+
+// egretCounter reads an unlabelled counter from the metrics of the Egret
+// gateway in ns (the lab's gateways serve them on 127.0.0.1:9110).
+func egretCounter(t *testing.T, ns, name string) float64 {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return lab.DialContext(ctx, ns, network, addr)
+	}}}
+	resp, err := c.Get("http://127.0.0.1:9110/metrics")
+	if err != nil {
+		t.Fatalf("metrics in %s: %v", ns, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("metrics in %s: %v", ns, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metrics in %s: %q: %v", ns, line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metrics in %s have no %s", ns, name)
+	return 0
 }
