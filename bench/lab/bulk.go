@@ -172,11 +172,11 @@ func bulkSide(cfg config, st step, sc scenario) (*bulkRun, error) {
 	upLab.Lock()
 	upLab.name = spec.Name
 	upLab.Unlock()
+	defer restoreConntrack()
 	b, err := newBulkLab(l, st.Side, sc, cfg.genCPU, cfg.gwCPU)
 	if err != nil {
 		return nil, err
 	}
-	defer restoreConntrack()
 	fmt.Println("  " + b.setup)
 	fmt.Printf("-- %s, %s: %s\n", st.Side, sc.Name, sc.About)
 	r, err := b.run(spec.Workers[0].Pods[0], cfg.full)
@@ -187,8 +187,8 @@ func bulkSide(cfg config, st step, sc scenario) (*bulkRun, error) {
 	if err := r.throughGateway(b.tg.egress); err != nil {
 		return nil, err
 	}
-	fmt.Printf("   %.2f Gbit/s (%d bytes in %.1f s, %d retransmits), gateway core %.2f busy (its tasks %.2f) = %.3f cores per Gbit/s; the gateway took in %d bytes and sent out %d\n",
-		r.Gbps, r.ReceivedBytes, r.Seconds, r.Retransmits, r.GatewayCores, r.TaskCores, r.GatewayCoresPerGbps, r.GatewayInBytes, r.GatewayOutBytes)
+	fmt.Printf("   %.2f Gbit/s (%d bytes in %.1f s, %d retransmits), gateway tasks %.2f cores = %.3f per Gbit/s (its core %.2f busy); the gateway took in %d bytes and sent out %d\n",
+		r.Gbps, r.ReceivedBytes, r.Seconds, r.Retransmits, r.TaskCores, r.TaskCoresPerGbps, r.GatewayCores, r.GatewayInBytes, r.GatewayOutBytes)
 	return r, nil
 }
 
