@@ -163,6 +163,10 @@ func TestBulkTable(t *testing.T) {
 	if !strings.Contains(tab, "| tcp-bulk | egret | 1.50 (1.00–2.00) | 0.500 (0.500–0.500) |") || !strings.Contains(tab, "| 0.50x | 2.50x |") {
 		t.Errorf("table:\n%s", tab)
 	}
+	// A run of the bulk scenarios alone shows no empty NDR or latency table.
+	if all := rep.tables(); all != tab {
+		t.Errorf("the report's tables of a bulk-only run:\n%s", all)
+	}
 }
 
 // egretCounter reads an unlabelled counter from the metrics of the Egret

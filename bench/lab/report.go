@@ -158,6 +158,9 @@ func (rep *report) summary() string {
 
 // tables is the markdown both the terminal and dataplane.md show.
 func (rep *report) tables() string {
+	if len(rep.Results) == 0 { // a run of the bulk scenarios alone
+		return rep.bulkTable()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Each figure is the median of %d repetition(s), the sides interleaved, with the range in brackets; an NDR counts only when a second full-length trial at its rate passed too. "+
 		"† marks a rate within %.1f× of the generator's ceiling (the generator may have bounded it).\n\n", max(rep.Reps, 1), ceilingMargin)
