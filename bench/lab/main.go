@@ -17,7 +17,8 @@
 // Two more sides, afxdp-reflector and xdp-reflector (reflector.go), do only a
 // fixed rewrite on the same rig: the ceiling of each kind of gateway here.
 // Each side runs -reps times, the sides interleaved, and each figure is the
-// median (stats.go). It ends with the summary lines of 64-byte frames over
+// median (stats.go). The bulk TCP scenarios (bulk.go) run iperf3 through
+// the gateway instead, for a trial's length, in Gbit/s. It ends with the summary lines of 64-byte frames over
 // 10k flows.
 package main
 
@@ -52,6 +53,9 @@ type scenario struct {
 	Extra bool `json:"extra,omitempty"`
 	// Queues is the gateway's receive queues (a multi-queue veth; 0: one).
 	Queues int `json:"gateway_queues,omitempty"`
+	// Bulk makes it a bulk TCP scenario (bulk.go): iperf3 for a trial's
+	// length instead of frames at a rate, on a lab of its own per side.
+	Bulk *bulk `json:"bulk,omitempty"`
 }
 
 // scenarios are the standard set and the extra ones, in the order they
@@ -80,6 +84,10 @@ var scenarios = []scenario{
 		About: "TCP connection setup: the rate is connections per second, each a SYN from the pod on a 5-tuple never seen before, answered by a responder outside with a SYN-ACK when the SYN reaches it; a connection counts when its SYN-ACK reaches the pod; the table growing"},
 	{Name: "est-10k-v6", Underlay: lab.UnderlayIPv6, Traffic: traffic{Flows: 10_000, Dist: "uniform", Size: 64},
 		About: "10k established flows over an IPv6 underlay (IPv6-only lab: 82-byte frames, the smallest IPv6 frame with the stamp)"},
+	{Name: "tcp-bulk", Underlay: lab.UnderlayIPv4, Bulk: &bulk{Streams: 8, UnderlayMTU: 1500, PodMTU: lab.TunnelMTU},
+		About: "bulk TCP: iperf3, 8 streams from pod w1-p1 through its gateway to the server for a trial's length, underlay MTU 1500, the pods' 1450 (room for VXLAN); Gbit/s at the receiver"},
+	{Name: "tcp-bulk-jumbo", Underlay: lab.UnderlayIPv4, Bulk: &bulk{Streams: 8, UnderlayMTU: 9000, PodMTU: 1500},
+		About: "tcp-bulk on an underlay of MTU 9000, the pods' 1500"},
 }
 
 func main() {
@@ -256,7 +264,7 @@ func run(cfg config) error {
 		for _, q := range []int{1, 2} {
 			var scs []scenario
 			for _, sc := range cfg.scenarios {
-				if sc.Underlay == u && max(sc.Queues, 1) == q {
+				if sc.Underlay == u && max(sc.Queues, 1) == q && sc.Bulk == nil {
 					scs = append(scs, sc)
 				}
 			}
@@ -278,6 +286,9 @@ func run(cfg config) error {
 				}
 			}
 		}
+	}
+	if err := runBulk(cfg, rep); err != nil {
+		return err
 	}
 	// The flow sync's cost: the same gateway agent without and with it.
 	for _, st := range schedule([]string{sideSyncOff, sideSyncOn}, cfg.reps) {

@@ -36,7 +36,9 @@ type report struct {
 	// (aggregate); runs are the repetitions as they ran.
 	Results []*result `json:"results"`
 	runs    []*result
-	Summary string `json:"summary"`
+	// Bulk are the bulk TCP scenarios' results (bulk.go).
+	Bulk    []*bulkResult `json:"bulk,omitempty"`
+	Summary string        `json:"summary"`
 }
 
 // result is one scenario on one side.
@@ -156,6 +158,9 @@ func (rep *report) summary() string {
 
 // tables is the markdown both the terminal and dataplane.md show.
 func (rep *report) tables() string {
+	if len(rep.Results) == 0 { // a run of the bulk scenarios alone
+		return rep.bulkTable()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Each figure is the median of %d repetition(s), the sides interleaved, with the range in brackets; an NDR counts only when a second full-length trial at its rate passed too. "+
 		"† marks a rate within %.1f× of the generator's ceiling (the generator may have bounded it).\n\n", max(rep.Reps, 1), ceilingMargin)
@@ -185,6 +190,7 @@ func (rep *report) tables() string {
 	b.WriteString(rep.scaling())
 	b.WriteString(rep.syncCost())
 	b.WriteString(rep.natlogCost())
+	b.WriteString(rep.bulkTable())
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {
