@@ -44,34 +44,6 @@ func TestBusyPollCheck(t *testing.T) {
 	}
 }
 
-// privateSysfs gives the calling (locked) thread a mount namespace of its
-// own with a sysfs of the network namespace it is in, as `ip netns exec`
-// does, so that /sys/class/net shows that namespace's devices; the cleanup
-// moves the thread back to its mount namespace.
-func privateSysfs(t *testing.T) {
-	t.Helper()
-	orig, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		unix.Close(orig)
-		t.Fatalf("unshare the mount namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Setns(orig, unix.CLONE_NEWNS); err != nil {
-			t.Errorf("back to the mount namespace: %v", err)
-		}
-		unix.Close(orig)
-	})
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func readSys(t *testing.T, dev, knob string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("/sys/class/net", dev, knob))
@@ -90,7 +62,7 @@ func TestAFXDPBusyPollVeth(t *testing.T) {
 	d0, g0 := nstest.Pair(t, "d0", dutIP, "g0", genIP)
 	raw := g0.NS.OpenRaw(t, "g0")
 	d0.NS.Enter(t)
-	privateSysfs(t)
+	nstest.MountSysfs(t)
 	oldDefer, oldFlush := readSys(t, "d0", "napi_defer_hard_irqs"), readSys(t, "d0", "gro_flush_timeout")
 	if oldDefer == "2" || oldFlush == "200000" {
 		t.Fatalf("d0 starts with the mode's values (%s, %s): the test could not tell", oldDefer, oldFlush)
