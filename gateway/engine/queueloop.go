@@ -148,6 +148,13 @@ func (l *queueLoop) run(stop *atomic.Bool) {
 			for _, x := range l.xsks {
 				x.Flush() // idle: get transmitted buffers back
 			}
+			if l.busy {
+				// A spinning thread would starve the process' other
+				// threads where they share its core at its priority (a
+				// one-core cpuset, SCHED_FIFO): a turn with nothing to do
+				// yields, which costs a system call only when idle.
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
 			if len(l.ports) > 1 && !behind && !l.busy {
 				l.idle()
 			}
