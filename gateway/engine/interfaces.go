@@ -199,8 +199,14 @@ func (e *Engine) openInterface(name string, set *config.Settled) (*nic.Interface
 	if err := prog.Attach(); err != nil {
 		return fail(err)
 	}
+	zc := "unknown"
+	if x, ok := ifc.Queues[0].(*nic.XSK); ok {
+		if z, err := x.ZeroCopy(); err == nil {
+			zc = map[bool]string{true: "yes", false: "no (copy mode)"}[z]
+		}
+	}
 	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Queues), "xdp_mode", prog.Mode().String(),
-		"busy_poll", e.opt.BusyPoll.On())
+		"zero_copy", zc, "busy_poll", e.opt.BusyPoll.On())
 	e.logTxSkbBudget(name, ifc)
 	return ifc, nil
 }

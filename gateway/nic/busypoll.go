@@ -152,6 +152,20 @@ func (x *XSK) setTxSkbBudget(n int) error {
 // kernel refused it (the kernel's default of 32 applies then).
 func (x *XSK) TxSkbBudget() (int, error) { return x.txBudget, x.txBudgetErr }
 
+// ZeroCopy reports whether the kernel runs the socket in zero-copy mode
+// (XDP_OPTIONS): frames DMA'd straight into the UMEM and sent from it. A
+// driver without AF_XDP zero-copy (veth, most virtual NICs) runs copy mode,
+// which the kernel picks on its own unless XDPOptions forces one.
+func (x *XSK) ZeroCopy() (bool, error) {
+	var flags uint32 // struct xdp_options
+	n := uint32(unsafe.Sizeof(flags))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(x.fd), unix.SOL_XDP, unix.XDP_OPTIONS,
+		uintptr(unsafe.Pointer(&flags)), uintptr(unsafe.Pointer(&n)), 0); e != 0 {
+		return false, fmt.Errorf("nic: read XDP_OPTIONS of %s: %w", x.name, e)
+	}
+	return flags&unix.XDP_OPTIONS_ZEROCOPY != 0, nil
+}
+
 // napiKnobs are an interface's NAPI settings in sysfs that busy polling
 // changes, and the values to put back.
 var napiKnobs = []string{"napi_defer_hard_irqs", "gro_flush_timeout"}

@@ -111,6 +111,9 @@ func TestAFXDPBusyPollVeth(t *testing.T) {
 	if d, f := readSys(t, "d0", "napi_defer_hard_irqs"), readSys(t, "d0", "gro_flush_timeout"); d != "2" || f != "200000" {
 		t.Fatalf("napi_defer_hard_irqs %s, gro_flush_timeout %s while busy polling; want 2, 200000", d, f)
 	}
+	if zc, err := x.ZeroCopy(); err != nil || zc {
+		t.Fatalf("zero-copy %v, %v on a veth, which has only copy mode", zc, err)
+	}
 
 	// 64, as testVeth: the raw socket also queues the frames it sent, and more
 	// overflow its default receive buffer.
