@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ type busyPollFlags struct {
 	deferIRQs   int
 	groFlush    time.Duration
 	cpus        string
+	sysfs       string
+	nap         time.Duration
 	txSkbBudget int
 	set         map[string]bool // the busy-poll-* flags given on the command line
 }
@@ -32,6 +35,8 @@ func (b *busyPollFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&b.deferIRQs, "busy-poll-napi-defer-hard-irqs", d.DeferHardIRQs, "with --busy-poll: the interfaces' napi_defer_hard_irqs while the gateway runs (1–1000; put back on exit)")
 	fs.DurationVar(&b.groFlush, "busy-poll-gro-flush-timeout", d.GROFlushTimeout, "with --busy-poll: the interfaces' gro_flush_timeout while the gateway runs, how long the kernel leaves the device to the worker before it polls it itself (1µs–100ms; put back on exit)")
 	fs.StringVar(&b.cpus, "busy-poll-cpus", "", "with --busy-poll: comma-separated CPUs, one per queue: worker q runs on the q-th, and the process' other threads are kept off them; empty: no pinning")
+	fs.StringVar(&b.sysfs, "busy-poll-sysfs", "/sys", "with --busy-poll: where the node's sysfs is mounted writable, for the interfaces' NAPI settings (a container's own /sys is read-only: mount the host's /sys elsewhere, e.g. /host/sys)")
+	fs.DurationVar(&b.nap, "busy-poll-nap", 0, "with --busy-poll: a worker that found nothing sleeps this long instead of yielding and spinning on (0–gro_flush_timeout; 0: spin): for a core it does not have alone, e.g. a SCHED_FIFO worker, which the kernel throttles after 95 % of each second")
 	fs.IntVar(&b.txSkbBudget, "xdp-tx-skb-budget", 0, "XDP_MAX_TX_SKB_BUDGET of the AF_XDP sockets: frames one transmit call hands to a copy-mode driver (32–2048; 0: the kernel's 32); a kernel without it (before 6.17) is logged, not an error")
 }
 
@@ -64,17 +69,23 @@ func (b *busyPollFlags) check(fs *flag.FlagSet, mode string) error {
 	case b.groFlush < time.Microsecond || b.groFlush > 100*time.Millisecond:
 		return fmt.Errorf("--busy-poll-gro-flush-timeout %v: use 1µs–100ms", b.groFlush)
 	}
+	if b.nap < 0 || b.nap >= b.groFlush {
+		return fmt.Errorf("--busy-poll-nap %v: use 0 up to below --busy-poll-gro-flush-timeout (%v): the kernel takes the device back after that", b.nap, b.groFlush)
+	}
+	if !filepath.IsAbs(b.sysfs) {
+		return fmt.Errorf("--busy-poll-sysfs %q: give an absolute path", b.sysfs)
+	}
 	_, err := parseCPUs(b.cpus)
 	return err
 }
 
 // options are the engine's busy-poll settings (off without --busy-poll).
-func (b *busyPollFlags) options() (nic.BusyPoll, []int) {
+func (b *busyPollFlags) options() (nic.BusyPoll, []int, time.Duration) {
 	if !b.on {
-		return nic.BusyPoll{}, nil
+		return nic.BusyPoll{}, nil, 0
 	}
 	cpus, _ := parseCPUs(b.cpus) // checked by check
-	return nic.BusyPoll{Usecs: b.usecs, Budget: b.budget, DeferHardIRQs: b.deferIRQs, GROFlushTimeout: b.groFlush}, cpus
+	return nic.BusyPoll{Usecs: b.usecs, Budget: b.budget, DeferHardIRQs: b.deferIRQs, GROFlushTimeout: b.groFlush, Sysfs: b.sysfs}, cpus, b.nap
 }
 
 // parseCPUs parses --busy-poll-cpus: "" is none.

@@ -21,17 +21,19 @@ func TestBusyPollFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := f.engineOptions(nil); o.BusyPoll != nic.DefaultBusyPoll || o.BusyPollCPUs != nil {
+	def := nic.DefaultBusyPoll
+	def.Sysfs = "/sys"
+	if o := f.engineOptions(nil); o.BusyPoll != def || o.BusyPollCPUs != nil {
 		t.Fatalf("--busy-poll gave %+v %v, want the defaults %+v", o.BusyPoll, o.BusyPollCPUs, nic.DefaultBusyPoll)
 	}
 	f, err = parseGatewayFlags([]string{"--busy-poll", "--busy-poll-usecs=50", "--busy-poll-budget=16", "--busy-poll-napi-defer-hard-irqs=10",
-		"--busy-poll-gro-flush-timeout=1ms", "--busy-poll-cpus=1, 3", "--xdp-tx-skb-budget=64"})
+		"--busy-poll-gro-flush-timeout=1ms", "--busy-poll-cpus=1, 3", "--busy-poll-sysfs=/host/sys", "--busy-poll-nap=20us", "--xdp-tx-skb-budget=64"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := f.engineOptions(nil)
-	want := nic.BusyPoll{Usecs: 50, Budget: 16, DeferHardIRQs: 10, GROFlushTimeout: time.Millisecond}
-	if o.BusyPoll != want || !slices.Equal(o.BusyPollCPUs, []int{1, 3}) || o.TxSkbBudget != 64 {
+	want := nic.BusyPoll{Usecs: 50, Budget: 16, DeferHardIRQs: 10, GROFlushTimeout: time.Millisecond, Sysfs: "/host/sys"}
+	if o.BusyPoll != want || !slices.Equal(o.BusyPollCPUs, []int{1, 3}) || o.TxSkbBudget != 64 || o.BusyPollNap != 20*time.Microsecond {
 		t.Fatalf("got %+v %v %d, want %+v [1 3] 64", o.BusyPoll, o.BusyPollCPUs, o.TxSkbBudget, want)
 	}
 	for _, tc := range []struct {
@@ -49,6 +51,10 @@ func TestBusyPollFlags(t *testing.T) {
 		{[]string{"--busy-poll", "--busy-poll-gro-flush-timeout=1s"}, "use 1µs–100ms"},
 		{[]string{"--busy-poll", "--busy-poll-cpus=1,x"}, `"x" is not a CPU number`},
 		{[]string{"--busy-poll", "--busy-poll-cpus=1,1"}, "CPU 1 twice"},
+		{[]string{"--busy-poll", "--busy-poll-sysfs=host/sys"}, "give an absolute path"},
+		{[]string{"--busy-poll-sysfs=/host/sys"}, "--busy-poll-sysfs needs --busy-poll"},
+		{[]string{"--busy-poll", "--busy-poll-nap=200us"}, "--busy-poll-nap 200µs: use 0 up to below"},
+		{[]string{"--busy-poll-nap=10us"}, "--busy-poll-nap needs --busy-poll"},
 		{[]string{"--xdp-tx-skb-budget=16"}, "--xdp-tx-skb-budget 16: use 32–2048"},
 		{[]string{"--xdp-tx-skb-budget=4096"}, "--xdp-tx-skb-budget 4096"},
 	} {

@@ -779,7 +779,7 @@ func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
 func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
 	o := engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval, PinDir: f.pinDir,
 		Clock: f.natlog.clock, NATLog: f.natlog.log, TxSkbBudget: f.busyPoll.txSkbBudget}
-	o.BusyPoll, o.BusyPollCPUs = f.busyPoll.options()
+	o.BusyPoll, o.BusyPollCPUs, o.BusyPollNap = f.busyPoll.options()
 	return o
 }
 

@@ -17,10 +17,13 @@ import (
 // leave none for the rest of the process.
 func checkBusyPoll(set *config.Settled, opt Options) error {
 	if !opt.BusyPoll.On() {
-		if len(opt.BusyPollCPUs) > 0 {
-			return errors.New("engine: busy-poll CPUs given without busy polling")
+		if len(opt.BusyPollCPUs) > 0 || opt.BusyPollNap != 0 {
+			return errors.New("engine: busy-poll CPUs or nap given without busy polling")
 		}
 		return opt.BusyPoll.Check()
+	}
+	if opt.BusyPollNap < 0 || opt.BusyPollNap >= opt.BusyPoll.GROFlushTimeout {
+		return fmt.Errorf("engine: busy-poll nap %v: use 0 up to below the gro_flush_timeout (%v), or the kernel takes the device back meanwhile", opt.BusyPollNap, opt.BusyPoll.GROFlushTimeout)
 	}
 	if err := opt.BusyPoll.Check(); err != nil {
 		return err

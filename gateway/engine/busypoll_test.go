@@ -80,6 +80,7 @@ func TestEngineBusyPollRefused(t *testing.T) {
 	}{
 		{engine.Options{BusyPoll: nic.DefaultBusyPoll}, "needs AF_XDP"},
 		{engine.Options{BusyPollCPUs: []int{0}}, "without busy polling"},
+		{engine.Options{BusyPollNap: 1}, "without busy polling"},
 		{engine.Options{BusyPoll: nic.BusyPoll{Usecs: 20}}, "budget 0"},
 	} {
 		if _, err := engine.New(set, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -78,6 +78,13 @@ type Options struct {
 	// per queue) and keeps the process' other threads off those cores.
 	// Empty: no pinning (the node's CPU manager may do it).
 	BusyPollCPUs []int
+	// BusyPollNap, with BusyPoll, is how long a worker sleeps in a turn
+	// that found nothing, instead of yielding and spinning on (0: spin).
+	// A core that is not the worker's alone (a SCHED_FIFO worker meets
+	// the kernel's real-time throttling after 95 % of each second) needs
+	// the worker to leave it now and then; a nap well below the
+	// interface's gro_flush_timeout keeps the device to the worker.
+	BusyPollNap time.Duration
 	// TxSkbBudget, if not 0, sets XDP_MAX_TX_SKB_BUDGET on every AF_XDP
 	// socket where the kernel has it (nic.XDPOptions.TxSkbBudget).
 	TxSkbBudget int

@@ -98,7 +98,7 @@ func (e *Engine) buildQueueLoops(set *config.Settled) {
 	for q, pool := range e.pools {
 		l := &queueLoop{q: q, gw: e.pipe.NewProcessor(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
 			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget,
-			busy: e.opt.BusyPoll.On(), cpu: -1}
+			busy: e.opt.BusyPoll.On(), cpu: -1, nap: unix.NsecToTimespec(int64(e.opt.BusyPollNap))}
 		if q < len(e.opt.BusyPollCPUs) {
 			l.cpu = e.opt.BusyPollCPUs[q]
 		}

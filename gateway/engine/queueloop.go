@@ -87,6 +87,7 @@ type queueLoop struct {
 	// pinned to, or -1.
 	busy bool
 	cpu  int
+	nap  unix.Timespec // Options.BusyPollNap; zero: yield instead
 	now  func() int64
 
 	expireEvery  int64
@@ -152,8 +153,12 @@ func (l *queueLoop) run(stop *atomic.Bool) {
 				// A spinning thread would starve the process' other
 				// threads where they share its core at its priority (a
 				// one-core cpuset, SCHED_FIFO): a turn with nothing to do
-				// yields, which costs a system call only when idle.
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				// yields, or naps, which costs a system call only when idle.
+				if l.nap.Nsec == 0 {
+					unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				} else {
+					unix.Nanosleep(&l.nap, nil)
+				}
 			}
 			if len(l.ports) > 1 && !behind && !l.busy {
 				l.idle()

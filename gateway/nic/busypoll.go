@@ -34,6 +34,10 @@ type BusyPoll struct {
 	// kernel waits, with interrupts off, before it polls the device itself
 	// (a worker that stops polling is covered after this long).
 	GROFlushTimeout time.Duration
+	// Sysfs is where the network namespace's sysfs is mounted ("" is
+	// /sys): a container whose /sys is read-only mounts the host's
+	// elsewhere, writable.
+	Sysfs string
 }
 
 // DefaultBusyPoll are the values the kernel's and DPDK's AF_XDP guides use.
@@ -46,7 +50,7 @@ func (b BusyPoll) On() bool { return b.Usecs > 0 }
 // busy-polling worker; the zero value (off) passes.
 func (b BusyPoll) Check() error {
 	if !b.On() {
-		if b != (BusyPoll{}) {
+		if b != (BusyPoll{Sysfs: b.Sysfs}) {
 			return errors.New("nic: busy poll: a budget, IRQ deferral or flush timeout without a poll time (µs)")
 		}
 		return nil
@@ -170,9 +174,6 @@ func (x *XSK) ZeroCopy() (bool, error) {
 // changes, and the values to put back.
 var napiKnobs = []string{"napi_defer_hard_irqs", "gro_flush_timeout"}
 
-// sysClassNet is where an interface's sysfs directory is.
-const sysClassNet = "/sys/class/net"
-
 // PreferBusyPoll sets the interface's napi_defer_hard_irqs and
 // gro_flush_timeout (sysfs) for b and remembers the previous values, which
 // Close and Leave put back. It writes only if sysfs shows this very device
@@ -182,7 +183,11 @@ func (ifc *Interface) PreferBusyPoll(b BusyPoll) error {
 	if !b.On() {
 		return nil
 	}
-	dir := filepath.Join(sysClassNet, ifc.Name)
+	root := b.Sysfs
+	if root == "" {
+		root = "/sys"
+	}
+	dir := filepath.Join(root, "class", "net", ifc.Name)
 	if err := sameDevice(dir, ifc.Index, ifc.MAC); err != nil {
 		return fmt.Errorf("%w: %w", ErrBusyPoll, err)
 	}
