@@ -151,6 +151,8 @@ type Egret struct {
 	// and dies with it: a restarted gateway cannot take it over, which a
 	// benchmark never does.
 	BusyPoll bool
+	// BusyPollNap is the gateway's --busy-poll-nap with BusyPoll.
+	BusyPollNap time.Duration
 }
 
 // FlowLimits go into a gateway's file when set (the benchmark's one pod
@@ -210,7 +212,7 @@ func (e Egret) Start(env GatewayEnv) error {
 	}
 	start := startGatewayDaemon
 	if e.BusyPoll {
-		args = append(args, "--busy-poll")
+		args = append(args, "--busy-poll", "--busy-poll-nap", e.BusyPollNap.String())
 		start = startDaemon
 	}
 	pid, err := start(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, args...)

@@ -22,11 +22,11 @@ func checkBusyPoll(set *config.Settled, opt Options) error {
 		}
 		return opt.BusyPoll.Check()
 	}
-	if opt.BusyPollNap < 0 || opt.BusyPollNap >= opt.BusyPoll.GROFlushTimeout {
-		return fmt.Errorf("engine: busy-poll nap %v: use 0 up to below the gro_flush_timeout (%v), or the kernel takes the device back meanwhile", opt.BusyPollNap, opt.BusyPoll.GROFlushTimeout)
-	}
 	if err := opt.BusyPoll.Check(); err != nil {
 		return err
+	}
+	if opt.BusyPollNap < 0 || opt.BusyPollNap >= opt.BusyPoll.GROFlushTimeout {
+		return fmt.Errorf("engine: busy-poll nap %v: use 0 up to below the gro_flush_timeout (%v), or the kernel takes the device back meanwhile", opt.BusyPollNap, opt.BusyPoll.GROFlushTimeout)
 	}
 	if set.Mode == "afpacket" {
 		return errors.New("engine: busy polling needs AF_XDP sockets; mode afpacket has none")
