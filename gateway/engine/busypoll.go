@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -121,5 +122,46 @@ func (e *Engine) logTxSkbBudget(name string, ifc *nic.Interface) {
 			e.log.Warn("engine: XDP_MAX_TX_SKB_BUDGET not set; the kernel's 32 frames per sendto apply", "interface", name, "err", err)
 		}
 		return // the same on every queue of an interface
+	}
+}
+
+// checkNAPI says, once per busy-polling socket and after its first frame,
+// whether the socket has a NAPI instance to poll: without one (veth, and
+// drivers that register their XDP queues before their NAPI has an id)
+// recvfrom polls nothing, and the mode only defers the device's work by
+// up to gro_flush_timeout. It runs until every socket was checked or the
+// engine stops.
+func (e *Engine) checkNAPI() {
+	checked := map[*nic.XSK]bool{}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.done:
+			return
+		case <-tick.C:
+		}
+		e.mu.Lock()
+		var xs []*nic.XSK
+		for _, ifc := range e.ifcs {
+			for _, q := range ifc.Queues {
+				if x, ok := q.(*nic.XSK); ok && !checked[x] && x.Stats().RxFrames > 0 {
+					xs = append(xs, x)
+				}
+			}
+		}
+		e.mu.Unlock()
+		for _, x := range xs {
+			checked[x] = true
+			switch id, err := x.NAPIID(); {
+			case err != nil:
+				e.log.Warn("engine: busy poll: cannot read the socket's NAPI id", "socket", x.Name(), "err", err)
+			case id == 0:
+				e.log.Warn("engine: busy poll cannot poll this device: its AF_XDP socket has no NAPI id (veth and some drivers); the mode only defers the device's work, by up to gro_flush_timeout",
+					"socket", x.Name())
+			default:
+				e.log.Info("engine: busy polling", "socket", x.Name(), "napi_id", id)
+			}
+		}
 	}
 }

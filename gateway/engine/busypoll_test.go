@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/gateway/nic"
@@ -36,7 +39,9 @@ func TestEngineBusyPoll(t *testing.T) {
 	tp.gw.Enter(t)
 	nstest.MountSysfs(t)
 	oldDefer, oldFlush := napiKnobs(t)
-	eng, err := engine.New(set, engine.Options{Logger: testLogger(), BusyPoll: nic.DefaultBusyPoll, TxSkbBudget: 64})
+	var log syncBuffer
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(os.Stderr, &log), nil))
+	eng, err := engine.New(set, engine.Options{Logger: logger, BusyPoll: nic.DefaultBusyPoll, TxSkbBudget: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +60,11 @@ func TestEngineBusyPoll(t *testing.T) {
 	if snat == nil || reply == nil {
 		t.Fatalf("round trip through the busy-polling gateway: SNATed %v, reply %v; stats %+v", snat != nil, reply != nil, eng.Stats())
 	}
+	// A veth registers its XDP queue before its NAPI has an id: the
+	// engine must say that busy polling has nothing to poll there.
+	nstest.Until(t, "the engine says the veth socket has no NAPI to busy-poll", 5*time.Second, func() (bool, string) {
+		return strings.Contains(log.String(), "has no NAPI id"), ""
+	})
 	closed = true
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)

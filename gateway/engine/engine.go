@@ -341,6 +341,13 @@ func (e *Engine) Start() {
 	for _, l := range e.loops {
 		e.runLoop(l)
 	}
+	if e.opt.BusyPoll.On() {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.checkNAPI()
+		}()
+	}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()

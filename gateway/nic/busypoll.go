@@ -129,6 +129,19 @@ func (x *XSK) BusyPollState() (prefer bool, usecs int, err error) {
 	return p != 0, usecs, nil
 }
 
+// NAPIID is the NAPI instance the socket's receive queue belongs to
+// (SO_INCOMING_NAPI_ID), known once a frame has arrived: what recvfrom and
+// sendto poll in busy-poll mode. 0 means there is none to poll: the driver
+// registered its XDP receive queue without one (veth does, its NAPI gets
+// its id only when it is enabled, after the queue is registered).
+func (x *XSK) NAPIID() (int, error) {
+	id, err := unix.GetsockoptInt(x.fd, unix.SOL_SOCKET, unix.SO_INCOMING_NAPI_ID)
+	if err != nil {
+		return 0, fmt.Errorf("nic: read SO_INCOMING_NAPI_ID of %s: %w", x.name, err)
+	}
+	return id, nil
+}
+
 // BusyPolling reports whether the socket is driven by busy polling.
 func (x *XSK) BusyPolling() bool { return x.busy }
 
