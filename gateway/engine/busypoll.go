@@ -127,7 +127,7 @@ func (e *Engine) logTxSkbBudget(name string, ifc *nic.Interface) {
 
 // checkNAPI says, once per busy-polling socket and after its first frame,
 // whether the socket has a NAPI instance to poll: without one (veth, and
-// drivers that register their XDP queues before their NAPI has an id)
+// drivers that register their XDP queues without a NAPI id)
 // recvfrom polls nothing, and the mode only defers the device's work by
 // up to gro_flush_timeout. It runs until every socket was checked or the
 // engine stops.

@@ -132,8 +132,8 @@ func (x *XSK) BusyPollState() (prefer bool, usecs int, err error) {
 // NAPIID is the NAPI instance the socket's receive queue belongs to
 // (SO_INCOMING_NAPI_ID), known once a frame has arrived: what recvfrom and
 // sendto poll in busy-poll mode. 0 means there is none to poll: the driver
-// registered its XDP receive queue without one (veth does, its NAPI gets
-// its id only when it is enabled, after the queue is registered).
+// registered its XDP receive queue without one (veth does, also with GRO
+// and threaded NAPI on).
 func (x *XSK) NAPIID() (int, error) {
 	id, err := unix.GetsockoptInt(x.fd, unix.SOL_SOCKET, unix.SO_INCOMING_NAPI_ID)
 	if err != nil {
