@@ -2,13 +2,17 @@ package engine_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/egret-gw/egret/gateway/engine"
 	"github.com/egret-gw/egret/gateway/nic"
@@ -106,4 +110,116 @@ func TestEngineBusyPollRefused(t *testing.T) {
 			t.Errorf("%+v: got %v, want an error saying %q", tc.opt, err, tc.want)
 		}
 	}
+}
+
+// cpusAllowed maps each thread of this process to its Cpus_allowed_list.
+func cpusAllowed(t *testing.T) map[string]string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+				out[task.Name()] = strings.TrimSpace(v)
+			}
+		}
+	}
+	return out
+}
+
+// TestEngineBusyPollPinsWorker: with BusyPollCPUs the worker's thread runs
+// on its CPU alone and every other thread of the process is kept off it;
+// after Close no thread is left on it alone.
+func TestEngineBusyPollPinsWorker(t *testing.T) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for c := 0; c < 1024; c++ {
+		if all.IsSet(c) {
+			last = c
+		}
+	}
+	if all.Count() < 2 {
+		t.Skip("needs two CPUs: one for the worker, one for the rest")
+	}
+	// The engine moves every thread of the process: give them all back.
+	t.Cleanup(func() {
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			if tid, err := strconv.Atoi(task.Name()); err == nil {
+				unix.SchedSetaffinity(tid, &all)
+			}
+		}
+	})
+	tp := newTopo(t)
+	set, err := tp.config().Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.gw.Enter(t)
+	nstest.MountSysfs(t)
+	eng, err := engine.New(set, engine.Options{Logger: testLogger(), BusyPoll: nic.DefaultBusyPoll, BusyPollCPUs: []int{last}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			eng.Close()
+		}
+	}()
+	eng.Start()
+	want := strconv.Itoa(last)
+	nstest.Until(t, "the worker alone on CPU "+want, 5*time.Second, func() (bool, string) {
+		m := cpusAllowed(t)
+		on, others := 0, 0
+		for _, v := range m {
+			switch {
+			case v == want:
+				on++
+			case cpuListHas(v, last):
+				others++
+			}
+		}
+		return on == 1 && others == 0, fmt.Sprintf("threads' CPUs %v", m)
+	})
+	closed = true
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for tid, v := range cpusAllowed(t) {
+		if v == want {
+			t.Fatalf("thread %s still pinned to CPU %s after Close", tid, want)
+		}
+	}
+}
+
+// cpuListHas reports whether a Cpus_allowed_list ("0-1,3") holds cpu.
+func cpuListHas(list string, cpu int) bool {
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, found := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			continue
+		}
+		b := a
+		if found {
+			if b, err = strconv.Atoi(hi); err != nil {
+				continue
+			}
+		}
+		if cpu >= a && cpu <= b {
+			return true
+		}
+	}
+	return false
 }
