@@ -144,6 +144,15 @@ type Egret struct {
 	// NATLog has the gateway write its NAT log into NATLogDir (the
 	// benchmark measures it on and off).
 	NATLog bool
+	// BusyPoll runs the gateway with --busy-poll (the benchmark measures
+	// it on and off), under ip netns exec (startDaemon): the mode sets the
+	// interface's NAPI knobs in sysfs, which must be the namespace's own.
+	// Its pinned XDP program then lives in that mount namespace's bpffs
+	// and dies with it: a restarted gateway cannot take it over, which a
+	// benchmark never does.
+	BusyPoll bool
+	// BusyPollNap is the gateway's --busy-poll-nap with BusyPoll.
+	BusyPollNap time.Duration
 }
 
 // FlowLimits go into a gateway's file when set (the benchmark's one pod
@@ -201,7 +210,12 @@ func (e Egret) Start(env GatewayEnv) error {
 	if e.NATLog {
 		args = append(args, "--natlog-dir", NATLogDir(env.RunDir, env.Gateway.Name))
 	}
-	pid, err := startGatewayDaemon(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, args...)
+	start := startGatewayDaemon
+	if e.BusyPoll {
+		args = append(args, "--busy-poll", "--busy-poll-nap", e.BusyPollNap.String())
+		start = startDaemon
+	}
+	pid, err := start(env.RunDir, "gateway-"+env.Gateway.Name, env.NS, e.Binary, args...)
 	if err != nil {
 		return err
 	}

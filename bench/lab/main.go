@@ -112,6 +112,7 @@ func main() {
 	hold := flag.Float64("hold", 0, "instead of searching, offer this many frames per second for one trial per scenario (to profile a side under load: perf record -C <gw-cpu>)")
 	sides := flag.String("sides", strings.Join(allSides, ","), "the gateways to measure (kernel and egret for the ratios, the reflectors for the ceiling; empty: none, for a run of the -sync sides alone)")
 	syncs := flag.String("sync", "est-10k,est-1M", "scenarios that measure the flow sync's cost: the gateway agent as the DaemonSet runs it (the managed lab) without the flow sync ("+sideSyncOff+") and with it, to a standby ("+sideSyncOn+"), one lab each; empty: none")
+	busyPoll := flag.Bool("busy-poll", false, "also run Egret's gateway with --busy-poll, as side "+sideEgretBusyPoll+" after egret, interleaved with the others (busypoll.go)")
 	natlogs := flag.String("natlog", "est-10k,cps", "scenarios that measure the NAT log's cost: the gateway agent of the managed lab without the flow sync, without the NAT log ("+sideNATLogOff+") and with it ("+sideNATLogOn+"), one lab each; empty: none")
 	flag.Parse()
 	cfg := config{hold: *hold, sides: strings.FieldsFunc(*sides, func(r rune) bool { return r == ',' }), full: *full, short: *full / 5, goal: 0.03, coarse: 0.1, genCPU: *genCPU, gwCPU: *gwCPU, gwCPU2: *gwCPU2, bin: *bin, out: *out}
@@ -146,6 +147,9 @@ func main() {
 		if !slices.Contains(allSides, m) {
 			err = fmt.Errorf("-sides: %q is none of %s", m, strings.Join(allSides, ", "))
 		}
+	}
+	if *busyPoll {
+		cfg.sides = append(cfg.sides, sideEgretBusyPoll)
 	}
 	if err != nil {
 	} else if cfg.scenarios, err = pick(*names, *extra); err != nil {
@@ -343,6 +347,8 @@ func runMode(cfg config, rep *report, st step, underlay string, queues int, scs 
 		// longest budget, 60 s.
 		impl = lab.Managed{Binary: cfg.bin, ReachabilityTotalTimeoutSeconds: 60, FenceAfter: 10 * time.Minute,
 			SyncOff: mode != sideSyncOn, NATLogOff: mode != sideNATLogOn, FlowLimits: limits}
+	case sideEgretBusyPoll:
+		impl = egretBusyPoll(cfg.bin, limits)
 	case sideAFXDPReflector, sideXDPReflector:
 		// The kernel side's lab, which forwards (lab.Up checks it); the
 		// reflector's XDP program takes the tunnel frames before the
@@ -560,7 +566,7 @@ func runScenario(cfg config, rep *report, r *rig, st step, sc scenario) (*result
 	}
 	// The target's comparison: both sides at half the kernel's NDR, the
 	// kernel's of the same round.
-	if k := rep.findRun(lab.ModeKernel, sc.Name, sc.Underlay, st.Rep); mode == lab.ModeEgret && k != nil && k.NDR.Rate > 0 {
+	if k := rep.findRun(lab.ModeKernel, sc.Name, sc.Underlay, st.Rep); egretSide(mode) && k != nil && k.NDR.Rate > 0 {
 		t, err := run(0.5*k.NDR.Rate, cfg.full)
 		if err != nil {
 			return nil, err

@@ -191,6 +191,7 @@ func (rep *report) tables() string {
 	b.WriteString(rep.syncCost())
 	b.WriteString(rep.natlogCost())
 	b.WriteString(rep.bulkTable())
+	b.WriteString(rep.busyPollCost())
 	b.WriteString("\n| scenario | side | load | pps | p50 µs | p90 µs | p99 µs | p99.9 µs | loss |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {

@@ -65,6 +65,7 @@ type gatewayFlags struct {
 	watch       time.Duration
 	pinDir      string
 	natlog      natlogFlags
+	busyPoll    busyPollFlags
 
 	// Agent mode (--source or --kubeconfig): the configuration is built
 	// from the cluster's objects; docs/gateway-agent.md.
@@ -135,6 +136,7 @@ func (f *gatewayFlags) bindDataPlane() {
 	fs.IntVar(&f.natlog.maxFiles, "natlog-max-files", natlog.DefaultMaxFiles, "NAT log: files kept, the current one included; the oldest go first")
 	fs.DurationVar(&f.natlog.maxAge, "natlog-max-age", 0, "NAT log: rotated files older than this are removed (checked at each rotation); 0: by count only")
 	fs.StringVar(&f.natlog.ipfix, "natlog-ipfix", "", "NAT log: also send every record as an IPFIX NAT event (RFC 8158) over UDP to this host:port")
+	f.busyPoll.bind(fs)
 	fs.BoolVar(&f.checkConfig, "check-config", false, "parse the flags and the config file, validate them, print the result and exit (0 valid, 1 not); touches neither the NIC nor the API")
 }
 
@@ -179,6 +181,9 @@ func (f *gatewayFlags) check() error {
 		return errors.New("--cloud-provider publishes the node's egress-ipconfig: it needs agent mode with the Kubernetes API and --publish-interfaces")
 	}
 	if err := f.natlog.check(); err != nil {
+		return err
+	}
+	if err := f.busyPoll.check(f.fs, f.mode); err != nil {
 		return err
 	}
 	if f.announceCount < 1 || f.announceCount > 20 {
@@ -772,8 +777,10 @@ func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
 
 // engineOptions are the engine's options from the flags.
 func (f *gatewayFlags) engineOptions(log *slog.Logger) engine.Options {
-	return engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval, PinDir: f.pinDir,
-		Clock: f.natlog.clock, NATLog: f.natlog.log}
+	o := engine.Options{Logger: log, Announcements: f.announceCount, AnnounceInterval: f.announceInterval, PinDir: f.pinDir,
+		Clock: f.natlog.clock, NATLog: f.natlog.log, TxSkbBudget: f.busyPoll.txSkbBudget}
+	o.BusyPoll, o.BusyPollCPUs, o.BusyPollNap = f.busyPoll.options()
+	return o
 }
 
 // loadSyncKey reads --sync-key-file: nil (flow sync off) without the flag

@@ -69,6 +69,25 @@ type Options struct {
 	// must be Clock. The engine names the pods in it from each
 	// configuration; the caller runs its writer.
 	NATLog *natlog.Log
+	// BusyPoll, when on, runs every AF_XDP socket in busy-poll mode and
+	// its worker never sleeps: for dedicated cores (it keeps one busy per
+	// worker). It needs AF_XDP: an interface that would fall back to
+	// AF_PACKET is an error instead. docs/gateway.md#busy-polling.
+	BusyPoll nic.BusyPoll
+	// BusyPollCPUs, with BusyPoll, pins worker q to BusyPollCPUs[q] (one
+	// per queue) and keeps the process' other threads off those cores.
+	// Empty: no pinning (the node's CPU manager may do it).
+	BusyPollCPUs []int
+	// BusyPollNap, with BusyPoll, is how long a worker sleeps in a turn
+	// that found nothing, instead of yielding and spinning on (0: spin).
+	// A core that is not the worker's alone (a SCHED_FIFO worker meets
+	// the kernel's real-time throttling after 95 % of each second) needs
+	// the worker to leave it now and then; a nap well below the
+	// interface's gro_flush_timeout keeps the device to the worker.
+	BusyPollNap time.Duration
+	// TxSkbBudget, if not 0, sets XDP_MAX_TX_SKB_BUDGET on every AF_XDP
+	// socket where the kernel has it (nic.XDPOptions.TxSkbBudget).
+	TxSkbBudget int
 }
 
 // Engine is a running gateway data plane. Build it with New inside the
@@ -140,6 +159,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 	}
 	if opt.PoolFrames <= 0 {
 		opt.PoolFrames = 4096
+	}
+	if err := checkBusyPoll(set, opt); err != nil {
+		return nil, err
 	}
 	e := &Engine{opt: opt, log: opt.Logger, ns: netns.None(), steered: map[netip.Addr]bool{}, vteps: map[netip.Addr]bool{},
 		claimed: map[netip.Addr]string{}, retired: map[netip.Addr]bool{}, done: make(chan struct{}),
@@ -221,6 +243,9 @@ func New(set *config.Settled, opt Options) (_ *Engine, err error) {
 		return nil, err
 	}
 	e.frameSize = frameSize
+	if n := len(opt.BusyPollCPUs); n > 0 && n != queues {
+		return nil, fmt.Errorf("engine: %d busy-poll CPUs for %d queues: give one per queue", n, queues)
+	}
 	for q := 0; q < queues; q++ {
 		p, err := nic.NewUmem(opt.PoolFrames, frameSize, 0)
 		if err != nil {
@@ -308,8 +333,20 @@ func (e *Engine) Start() {
 		return
 	}
 	e.started = true
+	if len(e.opt.BusyPollCPUs) > 0 {
+		if err := keepOffCPUs(e.opt.BusyPollCPUs); err != nil {
+			e.log.Warn("engine: could not keep the process' other threads off the busy-poll cores", "cpus", e.opt.BusyPollCPUs, "err", err)
+		}
+	}
 	for _, l := range e.loops {
 		e.runLoop(l)
+	}
+	if e.opt.BusyPoll.On() {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.checkNAPI()
+		}()
 	}
 	e.wg.Add(1)
 	go func() {

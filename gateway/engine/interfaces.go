@@ -97,7 +97,11 @@ func (e *Engine) sizeQueues(set *config.Settled) (queues, frameSize int, err err
 func (e *Engine) buildQueueLoops(set *config.Settled) {
 	for q, pool := range e.pools {
 		l := &queueLoop{q: q, gw: e.pipe.NewProcessor(uint64(q+1) * 0x9e3779b97f4a7c15), pool: pool, batch: set.Batch,
-			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget}
+			wait: e.opt.Wait, now: e.opt.Clock, expireEvery: int64(e.opt.ExpireEvery), expireBudget: e.opt.ExpireBudget,
+			busy: e.opt.BusyPoll.On(), cpu: -1, nap: unix.NsecToTimespec(int64(e.opt.BusyPollNap))}
+		if q < len(e.opt.BusyPollCPUs) {
+			l.cpu = e.opt.BusyPollCPUs[q]
+		}
 		for _, ifc := range e.ifcs {
 			l.addPort(ifc)
 		}
@@ -136,7 +140,8 @@ const xskBusyWait = 5 * time.Second
 // left attached (xdp.Program.Attach) it steers from its first frame.
 func (e *Engine) openInterface(name string, set *config.Settled) (*nic.Interface, error) {
 	cfg := nic.Config{Interface: name, Pools: e.pools, Packet: set.Mode == "afpacket",
-		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log}
+		XDP: xdp.Options{PinDir: e.opt.PinDir, Logger: e.log}, Logger: e.log,
+		Socket: nic.XDPOptions{BusyPoll: e.opt.BusyPoll, TxSkbBudget: e.opt.TxSkbBudget}}
 	if cfg.Packet {
 		return nic.Open(cfg)
 	}
@@ -147,6 +152,9 @@ func (e *Engine) openInterface(name string, set *config.Settled) (*nic.Interface
 	ifc := &nic.Interface{Name: nif.Name, Index: nif.Index, MAC: nif.HardwareAddr}
 	fail := func(err error) (*nic.Interface, error) {
 		ifc.Close()
+		if e.opt.BusyPoll.On() {
+			return nil, fmt.Errorf("engine: %s: AF_XDP: %w (and busy polling needs AF_XDP)", name, err)
+		}
 		if set.Mode == "afxdp" {
 			return nil, fmt.Errorf("engine: %s: AF_XDP: %w (and --mode afxdp forbids the AF_PACKET fallback)", name, err)
 		}
@@ -162,6 +170,10 @@ func (e *Engine) openInterface(name string, set *config.Settled) (*nic.Interface
 	if err := checkRxQueues(name, rxQueues(name), len(e.pools)); err != nil {
 		ifc.Close() // not fail(): AF_PACKET would hide the misconfiguration, not serve it
 		return nil, err
+	}
+	if err := ifc.PreferBusyPoll(e.opt.BusyPoll); err != nil {
+		ifc.Close()
+		return nil, fmt.Errorf("engine: %s: %w", name, err)
 	}
 	for q, pool := range e.pools {
 		var s *nic.XSK
@@ -187,6 +199,14 @@ func (e *Engine) openInterface(name string, set *config.Settled) (*nic.Interface
 	if err := prog.Attach(); err != nil {
 		return fail(err)
 	}
-	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Queues), "xdp_mode", prog.Mode().String())
+	zc := "unknown"
+	if x, ok := ifc.Queues[0].(*nic.XSK); ok {
+		if z, err := x.ZeroCopy(); err == nil {
+			zc = map[bool]string{true: "yes", false: "no (copy mode)"}[z]
+		}
+	}
+	e.log.Info("engine: AF_XDP ready", "interface", name, "queues", len(ifc.Queues), "xdp_mode", prog.Mode().String(),
+		"zero_copy", zc, "busy_poll", e.opt.BusyPoll.On())
+	e.logTxSkbBudget(name, ifc)
 	return ifc, nil
 }

@@ -82,7 +82,13 @@ type queueLoop struct {
 	pfd       []unix.PollFd
 	batch     int
 	wait      time.Duration
-	now       func() int64
+	// busy: the sockets busy-poll (Options.BusyPoll): never wait in
+	// receive or poll(2), spin. cpu is the core the loop's thread is
+	// pinned to, or -1.
+	busy bool
+	cpu  int
+	nap  unix.Timespec // Options.BusyPollNap; zero: yield instead
+	now  func() int64
 
 	expireEvery  int64
 	expireBudget int
@@ -113,13 +119,16 @@ type queueLoop struct {
 func (l *queueLoop) run(stop *atomic.Bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if l.cpu >= 0 {
+		defer l.pin()()
+	}
 	next := l.now() + l.expireEvery
 	behind := false
 	for !stop.Load() && !l.hold.Load() {
 		got := 0
 		if len(l.ports) == 1 {
 			wait := l.wait
-			if behind {
+			if behind || l.busy {
 				wait = 0
 			}
 			got = l.receive(0, wait)
@@ -140,7 +149,18 @@ func (l *queueLoop) run(stop *atomic.Bool) {
 			for _, x := range l.xsks {
 				x.Flush() // idle: get transmitted buffers back
 			}
-			if len(l.ports) > 1 && !behind {
+			if l.busy {
+				// A spinning thread would starve the process' other
+				// threads where they share its core at its priority (a
+				// one-core cpuset, SCHED_FIFO): a turn with nothing to do
+				// yields, or naps, which costs a system call only when idle.
+				if l.nap.Nsec == 0 {
+					unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				} else {
+					unix.Nanosleep(&l.nap, nil)
+				}
+			}
+			if len(l.ports) > 1 && !behind && !l.busy {
 				l.idle()
 			}
 		}

@@ -15,6 +15,14 @@ type XDPOptions struct {
 	RingSize int  // descriptors per ring, power of two; default 2048
 	ZeroCopy bool // require zero-copy mode (fails where the driver lacks it)
 	Copy     bool // force copy mode
+	// BusyPoll, when on, sets the socket's busy-poll options (an error if
+	// the kernel refuses them) and drives its rings by busy polling:
+	// Receive never sleeps in poll(2), whatever its timeout.
+	BusyPoll BusyPoll
+	// TxSkbBudget, if not 0, is XDP_MAX_TX_SKB_BUDGET (32 up to RingSize):
+	// frames one sendto transmits in copy mode. A kernel without it is no
+	// error: XSK.TxSkbBudget says what took.
+	TxSkbBudget int
 }
 
 // NewUmem allocates n frame buffers of frameSize bytes in page-aligned memory
@@ -58,7 +66,12 @@ type XSK struct {
 	txD     []unix.XDPDesc
 	pending int // frames on the TX ring not yet completed
 	closed  bool
-	cnt     counters
+	busy    bool // busy-poll mode (XDPOptions.BusyPoll)
+	// txBudget is the XDP_MAX_TX_SKB_BUDGET set (0: the kernel's), and
+	// txBudgetErr why it is not the one asked for.
+	txBudget    int
+	txBudgetErr error
+	cnt         counters
 }
 
 // OpenXSK opens an AF_XDP socket on queue of the interface ifindex, with its
@@ -151,6 +164,17 @@ func (x *XSK) setup(ifindex, queue int, opt XDPOptions) error {
 	if !shared {
 		x.pool.umemFD = x.fd
 	}
+	if opt.BusyPoll.On() {
+		if err := opt.BusyPoll.Check(); err != nil {
+			return fmt.Errorf("%w: %w", ErrBusyPoll, err)
+		}
+		if err := x.setBusyPoll(opt.BusyPoll); err != nil {
+			return err
+		}
+	}
+	if opt.TxSkbBudget != 0 {
+		x.txBudgetErr = x.setTxSkbBudget(opt.TxSkbBudget)
+	}
 	x.refill()
 	return nil
 }
@@ -227,19 +251,28 @@ func (x *XSK) Receive(b *Batch, timeout time.Duration) error {
 	cons := x.rx.cons.Load()
 	n := x.rx.prod.Load() - cons
 	if n == 0 {
-		if timeout <= 0 {
+		if x.busy {
+			// Busy poll: recvfrom runs the device's NAPI in this thread
+			// (SO_PREFER_BUSY_POLL), whether or not the fill ring asks.
+			unix.Syscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+			n = x.rx.prod.Load() - cons
+			if n == 0 {
+				return nil
+			}
+		} else if timeout <= 0 {
 			if x.fill.needWakeup() {
 				unix.Syscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 			}
 			return nil
+		} else {
+			// poll also wakes the driver when the fill ring asks for it.
+			pfd := [1]unix.PollFd{{Fd: int32(x.fd), Events: unix.POLLIN}}
+			if _, err := unix.Poll(pfd[:], pollMillis(timeout)); err != nil && err != unix.EINTR {
+				x.cnt.rxErr.Add(1)
+				return fmt.Errorf("nic: poll %s: %w", x.name, err)
+			}
+			n = x.rx.prod.Load() - cons
 		}
-		// poll also wakes the driver when the fill ring asks for it.
-		pfd := [1]unix.PollFd{{Fd: int32(x.fd), Events: unix.POLLIN}}
-		if _, err := unix.Poll(pfd[:], pollMillis(timeout)); err != nil && err != unix.EINTR {
-			x.cnt.rxErr.Add(1)
-			return fmt.Errorf("nic: poll %s: %w", x.name, err)
-		}
-		n = x.rx.prod.Load() - cons
 	}
 	if n > MaxBatch {
 		n = MaxBatch
@@ -322,11 +355,14 @@ func (x *XSK) Transmit(b *Batch) {
 
 // kick tells the kernel there is work on the TX ring. Copy mode (and
 // drivers asking through need_wakeup) transmit only inside sendto, at most
-// 32 frames a call (then EAGAIN), so it repeats while the ring drains.
+// 32 frames a call (then EAGAIN; XDPOptions.TxSkbBudget raises that), so
+// it repeats while the ring drains. In busy-poll mode sendto also polls
+// the device (completions, zero-copy transmit), so it is called whenever
+// frames are on the ring, asked for or not.
 func (x *XSK) kick() {
 	for try := 0; try < 2*MaxBatch/32; try++ {
 		cons := x.tx.cons.Load()
-		if cons == x.tx.prod.Load() || !x.tx.needWakeup() {
+		if cons == x.tx.prod.Load() || !(x.busy || x.tx.needWakeup()) {
 			return
 		}
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)

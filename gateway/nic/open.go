@@ -32,6 +32,9 @@ type Interface struct {
 	MAC     net.HardwareAddr
 	Program *xdp.Program // nil in AF_PACKET mode
 	Queues  []Queue      // Queues[q] belongs to the worker of queue q
+	// napiSaved are the sysfs files PreferBusyPoll changed, with their
+	// previous values: {path, value}.
+	napiSaved [][2]string
 }
 
 // Mode is "afxdp" or "afpacket".
@@ -61,8 +64,13 @@ func Open(cfg Config) (*Interface, error) {
 	if !cfg.Packet {
 		err := ifc.openXDP(cfg, log)
 		if err == nil {
-			log.Info("nic: AF_XDP ready", "interface", ifc.Name, "queues", len(ifc.Queues), "xdp_mode", ifc.Program.Mode().String())
+			log.Info("nic: AF_XDP ready", "interface", ifc.Name, "queues", len(ifc.Queues), "xdp_mode", ifc.Program.Mode().String(),
+				"busy_poll", cfg.Socket.BusyPoll.On())
 			return ifc, nil
+		}
+		if errors.Is(err, ErrBusyPoll) {
+			// Asked for, so not dropped silently by a fallback that cannot do it.
+			return nil, fmt.Errorf("%w (interface %s)", err, ifc.Name)
 		}
 		log.Warn("nic: XDP cannot serve this interface; falling back to AF_PACKET", "interface", ifc.Name, "reason", err)
 	}
@@ -93,6 +101,10 @@ func (ifc *Interface) openXDP(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	ifc.Program = prog
+	if err := ifc.PreferBusyPoll(cfg.Socket.BusyPoll); err != nil {
+		ifc.Close()
+		return err
+	}
 	for q, pool := range cfg.Pools {
 		s, err := OpenXSK(pool, ifc.Name, ifc.Index, q, cfg.Socket)
 		if err == nil {
@@ -130,10 +142,12 @@ func (ifc *Interface) Leave(d time.Duration) error {
 	ifc.Queues = nil
 	errs = append(errs, ifc.Program.Close())
 	ifc.Program = nil
+	errs = append(errs, ifc.restoreNAPI())
 	return errors.Join(errs...)
 }
 
-// Close closes the ports and detaches the XDP program.
+// Close closes the ports, detaches the XDP program and puts back the NAPI
+// settings PreferBusyPoll changed.
 func (ifc *Interface) Close() error {
 	var errs []error
 	for _, p := range ifc.Queues {
@@ -144,5 +158,6 @@ func (ifc *Interface) Close() error {
 		errs = append(errs, ifc.Program.Detach())
 		ifc.Program = nil
 	}
+	errs = append(errs, ifc.restoreNAPI())
 	return errors.Join(errs...)
 }

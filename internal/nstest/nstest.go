@@ -431,3 +431,34 @@ func poll(t testing.TB, within time.Duration, every time.Duration, cond func() b
 // pollEvery is Eventually's interval: short against the waits it bounds
 // (100 ms and up), long enough not to load the shared test machine.
 const pollEvery = 10 * time.Millisecond
+
+// MountSysfs gives the calling thread, locked by Enter, a mount namespace
+// of its own with a sysfs of the network namespace it is in, as `ip netns
+// exec` does, so that /sys/class/net shows that namespace's devices (a
+// thread moved by setns alone still sees those of the namespace /sys was
+// mounted in). The cleanup moves the thread back to its mount namespace;
+// call it after Enter, so that it runs before Enter's.
+func MountSysfs(t testing.TB) {
+	t.Helper()
+	orig, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		unix.Close(orig)
+		t.Fatalf("unshare the mount namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Setns(orig, unix.CLONE_NEWNS); err != nil {
+			t.Errorf("back to the mount namespace: %v", err)
+		}
+		unix.Close(orig)
+	})
+	// Slave: nothing mounted here propagates back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+}
