@@ -15,7 +15,7 @@
 // files, goroutines, flows and NAT ports sampled, plotted into -out, and
 // the RSS judged for growth after the warm-up. Root.
 //
-//	go run ./bench/chaos [-short] [-egret bin/egret]
+//	go run ./bench/chaos [-short] [-egret bin/egret] [-controller-lease any|off]
 //	go run ./bench/chaos -soak 30m [-kill-every 5m] [-out DIR] [-egret bin/egret]
 package main
 
