@@ -63,6 +63,11 @@ type Managed struct {
 	// 3 s). The benchmark's overload trials starve the agent (its core's
 	// real-time NAPI thread runs above it) for longer than that.
 	FenceAfter time.Duration
+	// ControllerLease is the gateway agents' --controller-lease (default:
+	// theirs, tls, which takes no lease in the lab: its probes are plain
+	// gRPC). The fault harness passes "any": nothing but the controller
+	// probes the gateways' namespaces.
+	ControllerLease string
 	// NATLogOff runs the gateway agents without the NAT log (by default
 	// each logs into NATLogDir, which `egret natlog --lab` reads).
 	NATLogOff bool
@@ -101,6 +106,25 @@ func (m Managed) holdDown() time.Duration {
 // controller's status/ and events.log.
 func ObjectsDir(runDir string) string { return filepath.Join(runDir, "objects") }
 
+// GatewayObjectsDir is where gateway gw reads the objects (its --source
+// dir:): a symbolic link to ObjectsDir of its own, so that one gateway can
+// lose the "API server" alone (the fault harness takes the link away).
+func GatewayObjectsDir(runDir, gw string) string {
+	return filepath.Join(runDir, "objects-"+gw)
+}
+
+// gatewayObjectsLink makes GatewayObjectsDir point at ObjectsDir.
+func gatewayObjectsLink(runDir, gw string) (string, error) {
+	link := GatewayObjectsDir(runDir, gw)
+	if _, err := os.Lstat(link); err == nil {
+		return link, nil
+	}
+	if err := os.Symlink(filepath.Base(ObjectsDir(runDir)), link); err != nil {
+		return "", fmt.Errorf("linking %s's object directory: %w", gw, err)
+	}
+	return link, nil
+}
+
 // syncKey returns the flow sync key file the managed lab's gateways share,
 // written with a fresh random key on first use.
 func syncKey(runDir string) (string, error) {
@@ -123,10 +147,17 @@ func (m Managed) Start(env GatewayEnv) error {
 		return err
 	}
 	id := "gateway-" + env.Gateway.Name
-	args := []string{"gateway", "--node", env.Gateway.Name, "--source", "dir:" + ObjectsDir(env.RunDir), "--iface", "eth0",
+	objs, err := gatewayObjectsLink(env.RunDir, env.Gateway.Name)
+	if err != nil {
+		return err
+	}
+	args := []string{"gateway", "--node", env.Gateway.Name, "--source", "dir:" + objs, "--iface", "eth0",
 		"--state-file", StateFile(env.RunDir, env.Gateway.Name), "--flows-socket", FlowsSocket(env.RunDir, env.Gateway.Name)}
 	if m.FenceAfter > 0 {
 		args = append(args, "--fence-after", m.FenceAfter.String())
+	}
+	if m.ControllerLease != "" {
+		args = append(args, "--controller-lease", m.ControllerLease)
 	}
 	if !m.NATLogOff {
 		args = append(args, "--natlog-dir", NATLogDir(env.RunDir, env.Gateway.Name))

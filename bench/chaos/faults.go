@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -32,6 +33,24 @@ func faults() []fault {
 			inject: func(l *lab.Lab, st *lab.Status) (func() error, error) {
 				gw := busiest(st)
 				return partition(l.Spec.NS(gw), l.Spec.Controller.IP)
+			}},
+		{name: "gateway partitioned from the API server", hold: 20 * time.Second, short: true,
+			inject: func(l *lab.Lab, st *lab.Status) (func() error, error) {
+				return cutObjects(l, busiest(st))
+			}},
+		{name: "gateway partitioned from both", hold: 20 * time.Second, short: true,
+			inject: func(l *lab.Lab, st *lab.Status) (func() error, error) {
+				gw := busiest(st)
+				healAPI, err := cutObjects(l, gw)
+				if err != nil {
+					return nil, err
+				}
+				healCtl, err := partition(l.Spec.NS(gw), l.Spec.Controller.IP)
+				if err != nil {
+					healAPI()
+					return nil, err
+				}
+				return func() error { return errors.Join(healCtl(), healAPI()) }, nil
 			}},
 		{name: "controller killed and restarted", hold: 5 * time.Second, short: true,
 			inject: func(l *lab.Lab, _ *lab.Status) (func() error, error) {
@@ -233,4 +252,17 @@ func nsRun(ns, stdin, name string, args ...string) error {
 		return fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), ns, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// cutObjects takes gateway gw's own link to the object directory away (the
+// lab's API server, lab.GatewayObjectsDir), so that it alone can neither
+// list the objects nor read the status, while the controller and the other
+// gateways still can; clearing puts the link back.
+func cutObjects(l *lab.Lab, gw string) (func() error, error) {
+	link := lab.GatewayObjectsDir(l.RunDir(), gw)
+	away := link + ".chaos-away"
+	if err := os.Rename(link, away); err != nil {
+		return nil, fmt.Errorf("taking %s's object directory away: %w", gw, err)
+	}
+	return func() error { return os.Rename(away, link) }, nil
 }

@@ -15,7 +15,7 @@
 // files, goroutines, flows and NAT ports sampled, plotted into -out, and
 // the RSS judged for growth after the warm-up. Root.
 //
-//	go run ./bench/chaos [-short] [-egret bin/egret]
+//	go run ./bench/chaos [-short] [-egret bin/egret] [-controller-lease any|off]
 //	go run ./bench/chaos -soak 30m [-kill-every 5m] [-out DIR] [-egret bin/egret]
 package main
 
@@ -31,6 +31,7 @@ func main() {
 	so := soakOptions{}
 	flag.BoolVar(&o.short, "short", false, "the short variant of make test: fewer faults, each held at most "+shortHold.String())
 	flag.StringVar(&o.egret, "egret", "", "egret binary (default: go build ./cmd/egret into a temporary folder)")
+	flag.StringVar(&o.lease, "controller-lease", "any", "the gateway agents' --controller-lease: any (the lab's probes are plain gRPC) or off (--fence-after alone, the fence before the lease)")
 	flag.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the faults (make soak: 30m)")
 	flag.DurationVar(&so.killEvery, "kill-every", 5*time.Minute, "soak: one churn cycle, ending in the busiest gateway's reboot")
 	flag.DurationVar(&so.sampleEvery, "sample-every", 10*time.Second, "soak: how often every Egret process is sampled")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,9 @@ const (
 type options struct {
 	short bool
 	egret string
+	// lease is the gateways' --controller-lease ("off": the fence of
+	// --fence-after alone, as before the lease).
+	lease string
 }
 
 // faultResult is one fault's line.
@@ -147,6 +151,12 @@ func withLab(o options, fn func(l *lab.Lab) error) error {
 	impl, err := lab.NewImpl(lab.ModeManaged, bin)
 	if err != nil {
 		return err
+	}
+	if m, ok := impl.(lab.Managed); ok {
+		// The lab's probes are plain gRPC, and nothing but the controller
+		// probes the gateways' namespaces.
+		m.ControllerLease = cmp.Or(o.lease, "any")
+		impl = m
 	}
 	l := &lab.Lab{Spec: spec, Impl: impl, Binary: bin}
 	if err := l.Up(); err != nil {

@@ -76,6 +76,7 @@ type gatewayFlags struct {
 	healthMaxConns   int
 	healthTLS        health.TLSFiles
 	fenceAfter       time.Duration
+	controllerLease  string
 	announceCount    int
 	announceInterval time.Duration
 	checkConfig      bool
@@ -151,7 +152,8 @@ func (f *gatewayFlags) bindAgent() {
 	fs.StringVar(&f.healthTLS.Cert, "health-tls-cert", "", "agent mode: mutual TLS for the health service: this gateway's certificate (PEM, with --health-tls-key and --health-tls-client-ca; docs/security.md)")
 	fs.StringVar(&f.healthTLS.Key, "health-tls-key", "", "agent mode: mutual TLS: the certificate's private key")
 	fs.StringVar(&f.healthTLS.CA, "health-tls-client-ca", "", "agent mode: mutual TLS: the CA the controller's client certificate must chain to")
-	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source")
+	fs.DurationVar(&f.fenceAfter, "fence-after", gwagent.DefaultFenceAfter, "agent mode: release every egress IP after this long without contact with the source (and without the controller's lease)")
+	fs.StringVar(&f.controllerLease, "controller-lease", gwagent.LeaseMutualTLS.String(), "agent mode: take the lease each reachability probe of the controller carries, which keeps the IPs it names hosted without the source until shortly before the controller may move them: tls (only over mutual TLS, --health-tls-*), any (plain gRPC too: only where nothing but the controller reaches the health port) or off (--fence-after alone)")
 	fs.BoolVar(&f.publishIfaces, "publish-interfaces", true, "agent mode with the Kubernetes API: write the served interfaces' subnets on this Node (egret.io/node-primary-ifaddr, egret.io/host-cidrs) unless OVN-Kubernetes publishes its own; needs the right to patch nodes")
 	fs.BoolVar(&f.trustPodIPs, "trust-pod-ips", false, "agent mode: accept pod addresses as the API gives them, even outside their Node's spec.podCIDRs (CNIs whose IPAM ignores them); the steer agents' trustPodIPs must agree")
 	fs.StringVar(&f.cloud.Provider, "cloud-provider", "", `agent mode with the Kubernetes API and --publish-interfaces: this node is an instance of this cloud ("aws", "gcp", "azure"; on OpenStack the controller does it); also write its cloud.network.openshift.io/egress-ipconfig (interface, subnets, capacity) unless another component owns it (docs/cloud.md)`)
@@ -213,6 +215,9 @@ func (f *gatewayFlags) check() error {
 			return fmt.Errorf("--health-max-conns %d: use 1–4096", f.healthMaxConns)
 		case f.drain < 0 || f.drain > time.Minute:
 			return fmt.Errorf("--drain-timeout %v: use 0–1m, and keep it below the pod's termination grace period", f.drain)
+		}
+		if _, err := gwagent.ParseLeaseMode(f.controllerLease); err != nil {
+			return fmt.Errorf("--controller-lease: %w", err)
 		}
 		if err := f.healthTLS.Check(); err != nil {
 			return fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
@@ -572,8 +577,10 @@ func runGatewayAgent(f *gatewayFlags) error {
 	var src cluster.Source
 	src, dp.admit = syncAdmission(in.src, f.node)
 	dp.denied = &gwagent.DeniedEvents{Node: f.node, Record: src.Event, Log: log}
+	leaseMode, _ := gwagent.ParseLeaseMode(f.controllerLease) // checked with the flags
 	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *cf.base, Source: src, FenceAfter: f.fenceAfter, Log: log,
-		Options: gwagent.Options{TrustPodIPs: f.trustPodIPs, Admission: adm}, StartDataPlane: dp.start,
+		ControllerLease: leaseMode,
+		Options:         gwagent.Options{TrustPodIPs: f.trustPodIPs, Admission: adm}, StartDataPlane: dp.start,
 		ReleaseStale: engine.ReleaseStaleClaims, OnStandbys: dp.setStandbys}
 	if f.healthAddr != "" {
 		if a.Health, err = f.startHealth(gm, log); err != nil {
@@ -591,6 +598,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 		return c.base, nil
 	}, in.onBase)
 	gm.setReady(func() error { return agentReady(a.State()) })
+	registerFenceMetrics(gm, a)
 	if in.facts != nil {
 		a.OnNode = in.facts.NodeChanged
 		go func() {
@@ -600,7 +608,7 @@ func runGatewayAgent(f *gatewayFlags) error {
 		}()
 	}
 	log.Info("gateway agent: starting", "node", f.node, "source", f.source, "kubeconfig", f.kubeconfig,
-		"health", f.healthAddr, "fence_after", f.fenceAfter)
+		"health", f.healthAddr, "fence_after", f.fenceAfter, "controller_lease", leaseMode)
 	err = a.Run(ctx)
 	if dp.stopDenied != nil {
 		dp.stopDenied()
@@ -618,7 +626,7 @@ func agentReady(st gwagent.State) error {
 	case !st.Running:
 		return errors.New("data plane not running yet (waiting for a usable configuration)")
 	case st.Fenced:
-		return errors.New("fenced: no contact with the source, every egress IP released")
+		return fmt.Errorf("fenced (%s): no contact with the source nor a controller lease, every egress IP released", st.FenceReason)
 	}
 	return nil
 }
@@ -748,6 +756,46 @@ func registerAdmissionDrops(gm *gatewayMetrics, e *engine.Engine, a *gwagent.Adm
 		})
 		if err := gm.reg.Register(c); err != nil {
 			gm.log.Warn("gateway: admission metric not registered", "listener", l.name, "err", err)
+		}
+	}
+}
+
+// registerFenceMetrics registers the agent's fence and lease metrics, read
+// from its State at scrape time (docs/metrics.md).
+func registerFenceMetrics(gm *gatewayMetrics, a *gwagent.Agent) {
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "egret_gateway_fenced",
+			Help: "1 while the agent is fenced: no contact with the source nor a controller lease, every egress IP released."},
+			func() float64 { return b2f(a.State().Fenced) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "egret_gateway_leased",
+			Help: "1 while the source is out of contact and only the controller's lease keeps the egress IPs it names hosted."},
+			func() float64 { return b2f(a.State().Leased) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "egret_gateway_controller_lease_remaining_seconds",
+			Help: "How long the controller's last lease still runs (0: none taken, or it ran out)."},
+			func() float64 { return a.State().LeaseLeft.Seconds() }),
+	}
+	for _, reason := range []string{gwagent.FenceSourceLost, gwagent.FenceLeaseExpired} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egret_gateway_fences_total",
+			Help:        "Times the agent fenced (released every egress IP), by why: source_lost (no contact for --fence-after, no lease taken), lease_expired (no contact, and the controller's lease ran out).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(a.State().Fences[reason]) }))
+	}
+	for _, c := range []struct {
+		reason string
+		get    func(gwagent.State) uint64
+	}{{"plaintext", func(s gwagent.State) uint64 { return s.LeasesRefused }}, {"malformed", func(s gwagent.State) uint64 { return s.LeasesMalformed }}} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egret_gateway_controller_leases_refused_total",
+			Help:        "Controller leases not taken: plaintext (over plain gRPC with --controller-lease=tls), malformed (did not parse).",
+			ConstLabels: prometheus.Labels{"reason": c.reason}}, func() float64 { return float64(c.get(a.State())) }))
+	}
+	for _, c := range cs {
+		if err := gm.reg.Register(c); err != nil {
+			gm.log.Warn("gateway agent: fence metric not registered", "err", err)
 		}
 	}
 }

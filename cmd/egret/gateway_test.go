@@ -75,9 +75,15 @@ func TestHealthListenerFlags(t *testing.T) {
 		{"--health-max-conns=0"},
 		{"--health-tls-cert=/c.pem"},
 		{"--health-tls-cert=/c.pem", "--health-tls-key=/k.pem"},
+		{"--controller-lease=plain"},
 	} {
 		if _, err := parseGatewayFlags(append([]string{"--source=dir:/x", "--node=g1"}, bad...)); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+	for _, good := range []string{"tls", "any", "off"} {
+		if _, err := parseGatewayFlags([]string{"--source=dir:/x", "--node=g1", "--controller-lease=" + good}); err != nil {
+			t.Errorf("--controller-lease=%s: %v", good, err)
 		}
 	}
 }

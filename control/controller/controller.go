@@ -414,6 +414,10 @@ func (c *Controller) assign() error {
 	c.statusMu.Lock()
 	dec := c.mem.decide(res, delta, eips, in, jn.eligible)
 	c.statusMu.Unlock()
+	// Before any status write is queued: the next probe of a node an IP
+	// left no longer covers the IP there, while the node it moved to
+	// still has to read the new status before it answers.
+	c.reach.setPlaced(c.mem.placed)
 
 	changed := delta.Full || len(delta.Objects) > 0 || dec.refreshed
 	for _, e := range eips {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,10 @@ type reachability struct {
 	ctx   context.Context
 	nodes map[string]*probeState
 	wg    sync.WaitGroup
+	// placed is every egress IP the last cycle placed, by node, for the
+	// probes' leases; nil until the first cycle decided (no lease before:
+	// an empty one would tell every gateway it hosts nothing).
+	placed map[string][]netip.Addr
 }
 
 type probeState struct {
@@ -156,7 +162,7 @@ func (r *reachability) loop(ctx context.Context, name string, s *probeState) {
 		case <-t.C:
 		}
 		start := time.Now()
-		err := r.prober.Probe(ctx, s.target, r.timeout())
+		err := r.prober.Probe(ctx, s.target, r.timeout(), func() (health.Lease, bool) { return r.lease(name) })
 		if ctx.Err() != nil {
 			return
 		}
@@ -214,4 +220,55 @@ func (r *reachability) waitKnown(ctx context.Context) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// leaseFor is the lease a successful probe grants, for the reachability
+// check's probe interval and total timeout: shorter, by construction, than
+// the earliest time after a successful probe at which the controller may
+// move the node's IPs because it stopped answering. That is interval +
+// total (the next probe starts interval after the last one ended and
+// declares the node down after total; the second look only adds to it);
+// the gateway counts the lease from the probe's arrival, which is before
+// the probe ended here. The margin, a quarter of that and at least 100 ms,
+// covers the gateway's own delay in releasing (its loop, the reload) and
+// the two clocks' rates.
+func leaseFor(interval, total time.Duration) time.Duration {
+	budget := interval + total
+	return budget - max(budget/4, 100*time.Millisecond)
+}
+
+// lease is what a probe of node grants, at the moment it is sent: false
+// while the check is disabled (no probes move anything), before the first
+// cycle decided, or when the node holds more IPs than a lease names.
+func (r *reachability) lease(node string) (health.Lease, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.total == 0 || r.placed == nil {
+		return health.Lease{}, false
+	}
+	d := leaseFor(r.interval, r.total)
+	ips := r.placed[node]
+	if d <= 0 || len(ips) > health.MaxLeaseIPs {
+		return health.Lease{}, false
+	}
+	return health.Lease{For: d, IPs: ips}, true
+}
+
+// setPlaced records what a cycle placed ("object/ip" → node, as
+// memory.placed): from the next probe on, each node's lease names its IPs,
+// so an IP moved off a node that still answers stops being covered there
+// within a probe interval.
+func (r *reachability) setPlaced(placed map[string]string) {
+	byNode := map[string][]netip.Addr{}
+	for k, node := range placed {
+		i := strings.LastIndexByte(k, '/')
+		ip, err := netip.ParseAddr(k[i+1:])
+		if err != nil {
+			continue // not an address: placed only holds parsed ones
+		}
+		byNode[node] = append(byNode[node], ip)
+	}
+	r.mu.Lock()
+	r.placed = byNode
+	r.mu.Unlock()
 }

@@ -110,7 +110,7 @@ func TestProbeMutualTLS(t *testing.T) {
 			t.Fatalf("newReachability: %v", err)
 		}
 		defer r.prober.Close()
-		return r.prober.Probe(context.Background(), target, time.Second)
+		return r.prober.Probe(context.Background(), target, time.Second, nil)
 	}
 	good := ProbeTLS{CertFile: ctlCrt, KeyFile: ctlKey, CAFile: ca.file}
 	if err := probe(good); err != nil {
@@ -135,7 +135,7 @@ func TestProbeMutualTLS(t *testing.T) {
 	pool.AddCert(ca.cert)
 	noCert := health.NewProber(health.ProbeTLS(&tls.Config{RootCAs: pool, ServerName: health.DefaultServerName, MinVersion: tls.VersionTLS13}))
 	defer noCert.Close()
-	if err := noCert.Probe(context.Background(), target, time.Second); err == nil {
+	if err := noCert.Probe(context.Background(), target, time.Second, nil); err == nil {
 		t.Error("a client without a certificate was accepted")
 	}
 	if err := probe(ProbeTLS{}); err == nil {

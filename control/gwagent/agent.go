@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -87,10 +88,15 @@ type Agent struct {
 	// standbys (which hold their flows), and forwards until the status
 	// places none here or Drain has passed. Zero: close at once.
 	Drain time.Duration
-	Log   *slog.Logger
+	// ControllerLease says which leases of the controller's probes the
+	// agent takes (lease.go): while one runs, the agent keeps hosting the
+	// IPs it names without contact with the source.
+	ControllerLease LeaseMode
+	Log             *slog.Logger
 
 	mu      sync.Mutex
 	state   State
+	lease   lease
 	base    *config.Spec // set by SetBase, replaces Base
 	rebuild func()       // asks the running loop for a pass
 }
@@ -120,8 +126,22 @@ func (a *Agent) currentBase() config.Spec {
 type State struct {
 	// Running is true once the data plane runs.
 	Running bool
-	// Fenced is true while the source is out of reach (every egress IP released).
-	Fenced bool
+	// Fenced is true while the source is out of reach and no controller
+	// lease holds (every egress IP released); FenceReason says why
+	// (FenceSourceLost, FenceLeaseExpired).
+	Fenced      bool
+	FenceReason string
+	// Leased is true while the source is out of reach and the controller's
+	// lease alone keeps the IPs it names hosted.
+	Leased bool
+	// LeaseLeft is how long the controller's last lease still runs (0:
+	// none, or ran out).
+	LeaseLeft time.Duration
+	// Fences counts the times the agent fenced, by FenceReason.
+	Fences map[string]uint64
+	// LeasesRefused counts leases not taken because they came over plain
+	// gRPC (LeaseMutualTLS); LeasesMalformed those that did not parse.
+	LeasesRefused, LeasesMalformed uint64
 	// Serving is what the health service reports.
 	Serving bool
 	// Hosted are the egress IPs in the running configuration.
@@ -136,6 +156,10 @@ func (a *Agent) State() State {
 	defer a.mu.Unlock()
 	s := a.state
 	s.Hosted = slices.Clone(s.Hosted)
+	s.Fences = maps.Clone(s.Fences)
+	if left := time.Until(a.lease.until); a.lease.taken && left > 0 {
+		s.LeaseLeft = left
+	}
 	return s
 }
 
@@ -172,6 +196,8 @@ type loop struct {
 	dp          DataPlane
 	applied     config.Spec
 	fenced      bool
+	verdict     verdict // of the last pass
+	leaseGen    uint64  // the lease's gen the last pass hosted under
 	retry       bool
 	lastErr     string
 	lastProblem string
@@ -193,6 +219,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.releaseStale()
 	a.setServing(false)
+	if a.Health != nil && a.ControllerLease != LeaseOff {
+		a.Health.SetLeaseHandler(a.takeLease)
+		defer a.Health.SetLeaseHandler(nil)
+	}
 	// The source outlives ctx by the drain, which needs its updates.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer scancel()
@@ -242,6 +272,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	tick := time.NewTicker(a.CheckEvery)
 	defer tick.Stop()
+	// wake fires when the fence verdict may change with no new input (the
+	// contact or the lease running out): on time, not at the next tick.
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
 	resync := time.NewTicker(a.Resync)
 	defer resync.Stop()
 	var retry, drained <-chan time.Time
@@ -255,6 +289,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			freshMu.Unlock()
 			if err := a.reconcile(l, time.Unix(0, lastOK.Load()), f); err != nil {
 				return err
+			}
+			if !l.verdict.next.IsZero() {
+				wake.Reset(time.Until(l.verdict.next) + time.Millisecond)
 			}
 			if l.draining && len(hostedOf(l.applied)) == 0 {
 				a.Log.Info("gateway agent: stopping: every egress IP moved elsewhere")
@@ -286,8 +323,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-kick:
 			time.Sleep(20 * time.Millisecond) // let a burst of changes settle into one pass
 		case <-tick.C:
-			// Only the fence state can change here (a new fresh list pokes).
-			dirty = (time.Since(time.Unix(0, lastOK.Load())) > a.FenceAfter) != l.fenced
+			// Only the fence verdict can change here (a new fresh list
+			// and a new lease poke).
+			dirty, _ = a.verdictChanged(l, time.Unix(0, lastOK.Load()))
+		case <-wake.C:
+			var next time.Time
+			if dirty, next = a.verdictChanged(l, time.Unix(0, lastOK.Load())); !dirty && !next.IsZero() {
+				wake.Reset(time.Until(next) + time.Millisecond) // renewed meanwhile
+			}
 		case <-resync.C:
 		case <-retry:
 		}
@@ -339,13 +382,29 @@ func (a *Agent) checkLoop(ctx context.Context, ok func(cluster.Statuses)) {
 	}
 }
 
+// verdictChanged reports whether the fence rule now decides otherwise than
+// at the last pass, and when it may change next.
+func (a *Agent) verdictChanged(l *loop, lastOK time.Time) (bool, time.Time) {
+	ls := a.currentLease()
+	v := fenceRule(time.Now(), lastOK, a.FenceAfter, ls, l.fenced)
+	return v.fenced != l.verdict.fenced || v.leased != l.verdict.leased || (v.leased && ls.gen != l.leaseGen), v.next
+}
+
 // reconcile builds the configuration and applies it if it changed.
 func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) error {
 	now := time.Now()
-	fenced := now.Sub(lastOK) > a.FenceAfter
+	ls := a.currentLease()
+	vd := fenceRule(now, lastOK, a.FenceAfter, ls, l.fenced)
+	fenced := vd.fenced
+	if vd.leased && !l.verdict.leased && !fenced {
+		a.Log.Warn("gateway agent: no contact with the source; hosting what the controller's lease covers while it is renewed",
+			"last_contact", lastOK.Format(time.RFC3339Nano), "lease_left", time.Until(ls.until), "leased_ips", len(ls.ips))
+	}
 	if fenced != l.fenced {
 		if fenced {
-			a.Log.Warn("gateway agent: fenced: no contact with the source; releasing every egress IP", "last_contact", lastOK.Format(time.RFC3339Nano), "fence_after", a.FenceAfter)
+			a.Log.Warn("gateway agent: fenced: no contact with the source and no controller lease; releasing every egress IP",
+				"reason", vd.reason, "last_contact", lastOK.Format(time.RFC3339Nano), "fence_after", a.FenceAfter,
+				"lease_ended", leaseEnd(ls))
 		} else {
 			a.Log.Info("gateway agent: contact restored; hosting what the fresh status says")
 		}
@@ -355,12 +414,25 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 		serving := l.dp != nil && !fenced && !l.draining
 		a.mu.Lock()
 		a.state.Fenced = fenced
+		a.state.FenceReason = vd.reason
+		if fenced {
+			if a.state.Fences == nil {
+				a.state.Fences = map[string]uint64{}
+			}
+			a.state.Fences[vd.reason]++
+		}
 		a.state.Serving = serving
 		a.mu.Unlock()
 		if a.Health != nil {
 			a.Health.SetServing(serving)
 		}
+	} else if !vd.leased && l.verdict.leased && !fenced {
+		a.Log.Info("gateway agent: contact with the source restored while the controller's lease ran; hosting what the fresh status says")
 	}
+	l.verdict, l.leaseGen = vd, ls.gen
+	a.mu.Lock()
+	a.state.Leased = vd.leased
+	a.mu.Unlock()
 	v := a.Source.View()
 	// Host only what the last fresh list agrees with, at all times: a
 	// watch can stall while List still works (or lag after contact
@@ -375,6 +447,11 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 			a.Log.Warn("gateway agent: the watch cache places egress IPs here that the last fresh list does not; not hosting them", "ips", held)
 		}
 		l.heldBack = held
+	}
+	if vd.leased {
+		// Out of contact: of what the last fresh list placed here, only
+		// what the controller still placed here when it sent its probe.
+		v.EgressIPs = leased(v.EgressIPs, a.Node, ls.ips)
 	}
 	r := Build(a.currentBase(), a.Node, v, a.Options)
 	if p := joinErrs(r.Problems); p != l.lastProblem {
@@ -459,4 +536,12 @@ func joinErrs(errs []error) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// leaseEnd is when the lease ran out, for the fence's log line ("" without one).
+func leaseEnd(l lease) string {
+	if !l.taken {
+		return ""
+	}
+	return l.until.Format(time.RFC3339Nano)
 }

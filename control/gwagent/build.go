@@ -147,13 +147,16 @@ func podOf(p plan.PodAddr, pods map[netip.Addr]*plan.Pod) config.Pod {
 }
 
 // Fenced returns s with no egress IP hosted: the data plane keeps its nodes,
-// pods and policies (and flows) but answers for no address.
+// pods and policies (and flows) but answers for no address. The subnets of
+// the hosted IPs go too: Settle refuses a subnet for an IP no policy hosts,
+// and a fence that does not settle releases nothing.
 func Fenced(s config.Spec) config.Spec {
 	out := s
 	out.Policies = make([]config.Policy, len(s.Policies))
 	for i, p := range s.Policies {
 		out.Policies[i] = config.Policy{Name: p.Name}
 	}
+	out.EgressIPSubnets = nil
 	return out
 }
 

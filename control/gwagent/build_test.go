@@ -232,6 +232,12 @@ func TestFenced(t *testing.T) {
 	c.Policies = []config.Policy{{Name: "a", EgressIPs: []netip.Addr{addr("192.0.2.1")}}, {Name: "b"}}
 	c.Nodes = []config.Node{{Name: "w1", VTEP: addr("10.0.0.11"), InnerMAC: [6]byte{2, 0, 0, 0, 0, 2},
 		Pods: []config.Pod{{Addr: addr("10.244.1.1"), Policy: "a"}}}}
+	// The node's annotations name the hosted IP's subnet (Build's
+	// placedSubnets), as on every node whose subnets are published.
+	c.EgressIPSubnets = map[netip.Addr]netip.Prefix{addr("192.0.2.1"): netip.MustParsePrefix("192.0.2.0/24")}
+	if _, err := c.Settle(); err != nil {
+		t.Fatal(err)
+	}
 	f := Fenced(c)
 	if len(hostedOf(f)) != 0 || len(f.Policies) != 2 || f.Policies[0].Name != "a" || len(f.Nodes) != 1 {
 		t.Fatalf("fenced %+v", f)

@@ -45,6 +45,8 @@ type Server struct {
 	done   chan struct{}
 	err    error
 	once   sync.Once
+	// onLease is SetLeaseHandler's function, nil: leases are ignored.
+	onLease atomic.Pointer[leaseHandler]
 }
 
 // Option adjusts a Server before it starts serving.
@@ -97,20 +99,18 @@ func Serve(lis net.Listener, opts ...Option) *Server {
 	for _, f := range opts {
 		f(&o)
 	}
+	s := &Server{health: grpchealth.NewServer(), done: make(chan struct{})}
 	gopts := []grpc.ServerOption{
 		grpc.ConnectionTimeout(HandshakeTimeout),
+		grpc.UnaryInterceptor(interceptLeases(&s.onLease)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: MaxIdle}),
 		grpc.MaxConcurrentStreams(16),
 	}
 	if o.tls != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.tls)))
 	}
-	s := &Server{
-		grpc:   grpc.NewServer(gopts...),
-		health: grpchealth.NewServer(),
-		lis:    LimitPerSource(lis, o.maxConns, DefaultMaxPerSource),
-		done:   make(chan struct{}),
-	}
+	s.grpc = grpc.NewServer(gopts...)
+	s.lis = LimitPerSource(lis, o.maxConns, DefaultMaxPerSource)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.SetServing(!o.notServing) // before the first connection is accepted
 	go func() {
@@ -235,9 +235,19 @@ func (p *Prober) conn(target string) (*proberConn, error) {
 // Check asks the node at target (host:port) once whether it serves; ctx
 // bounds the wait. A nil error means SERVING.
 func (p *Prober) Check(ctx context.Context, target string) error {
+	return p.check(ctx, target, nil)
+}
+
+// check is Check granting the lease lease returns, if it returns one.
+func (p *Prober) check(ctx context.Context, target string, lease func() (Lease, bool)) error {
 	c, err := p.conn(target)
 	if err != nil {
 		return err
+	}
+	if lease != nil {
+		if l, ok := lease(); ok {
+			ctx = l.outgoing(ctx)
+		}
 	}
 	resp, err := healthpb.NewHealthClient(c.ClientConn).Check(ctx, &healthpb.HealthCheckRequest{Service: Service})
 	if err != nil {
@@ -260,7 +270,11 @@ func (p *Prober) Check(ctx context.Context, target string) error {
 // connection the agent's listener accepts and then closes because it holds
 // its maximum (LimitListener) is neither: the kernel accepted it, so it is
 // not ErrRefused, and it is retried like a lost packet until total.
-func (p *Prober) Probe(ctx context.Context, target string, total time.Duration) error {
+//
+// lease, if not nil, is asked before each attempt for the Lease that
+// attempt grants the node (none when it returns false): asked at sending
+// time, so that a lease names what the controller places there then.
+func (p *Prober) Probe(ctx context.Context, target string, total time.Duration, lease func() (Lease, bool)) error {
 	ctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()
 	const retry = 100 * time.Millisecond
@@ -268,7 +282,7 @@ func (p *Prober) Probe(ctx context.Context, target string, total time.Duration) 
 	for {
 		// Wait for the connection while the budget lasts, rather than
 		// failing fast on a transport still reconnecting.
-		err := p.Check(ctx, target)
+		err := p.check(ctx, target, lease)
 		if err == nil {
 			return nil
 		}

@@ -18,7 +18,7 @@ func TestServeProbeStopRestart(t *testing.T) {
 	p := NewProber()
 	defer p.Close()
 	ctx := context.Background()
-	if err := p.Probe(ctx, addr, time.Second); err != nil {
+	if err := p.Probe(ctx, addr, time.Second, nil); err != nil {
 		t.Fatalf("probe of a serving node: %v", err)
 	}
 
@@ -42,11 +42,11 @@ func TestServeProbeStopRestart(t *testing.T) {
 	// an answer that the agent is not running, so the probe says so at once
 	// instead of waiting out its budget (the budget is long here so that
 	// waiting it out would show).
-	if err := p.Probe(ctx, addr, time.Minute); !errors.Is(err, ErrRefused) {
+	if err := p.Probe(ctx, addr, time.Minute, nil); !errors.Is(err, ErrRefused) {
 		t.Fatalf("probe of a stopped server: %v, want %v", err, ErrRefused)
 	}
 	// NOT_SERVING is an answer too.
-	if err := p.Probe(ctx, ns.Addr().String(), time.Minute); !errors.Is(err, ErrNotServing) {
+	if err := p.Probe(ctx, ns.Addr().String(), time.Minute, nil); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("probe of a NOT_SERVING server: %v, want %v", err, ErrNotServing)
 	}
 
@@ -57,7 +57,7 @@ func TestServeProbeStopRestart(t *testing.T) {
 		t.Fatalf("re-listening on %s: %v", addr, err)
 	}
 	defer s2.Stop()
-	if err := p.Probe(ctx, addr, 2*time.Second); err != nil {
+	if err := p.Probe(ctx, addr, 2*time.Second, nil); err != nil {
 		t.Fatalf("probe after restart: %v", err)
 	}
 }
@@ -84,7 +84,7 @@ func TestProbeSilentNodeUsesItsBudget(t *testing.T) {
 	p := NewProber()
 	defer p.Close()
 	start := time.Now()
-	err = p.Probe(context.Background(), ln.Addr().String(), 500*time.Millisecond)
+	err = p.Probe(context.Background(), ln.Addr().String(), 500*time.Millisecond, nil)
 	if err == nil {
 		t.Fatal("probe of a silent node succeeded")
 	}
@@ -100,7 +100,7 @@ func TestProbeBadTargets(t *testing.T) {
 	p := NewProber()
 	defer p.Close()
 	for _, target := range []string{"", "not an address", "127.0.0.1:1", "[::1"} {
-		if err := p.Probe(context.Background(), target, 200*time.Millisecond); err == nil {
+		if err := p.Probe(context.Background(), target, 200*time.Millisecond, nil); err == nil {
 			t.Errorf("probe of %q succeeded", target)
 		}
 	}

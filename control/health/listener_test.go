@@ -54,7 +54,7 @@ func TestConnectionCap(t *testing.T) {
 	held[1].Close()
 	p := NewProber()
 	defer p.Close()
-	if err := p.Probe(context.Background(), addr, 5*time.Second); err != nil {
+	if err := p.Probe(context.Background(), addr, 5*time.Second, nil); err != nil {
 		t.Errorf("probe once the held connections closed: %v", err)
 	}
 }
@@ -96,7 +96,7 @@ func TestHostileClients(t *testing.T) {
 	attack(t, "127.0.0.2", addr, 75, []byte("PRI * HTTP/2.0\r\n"))
 	p := NewProber()
 	defer p.Close()
-	if err := p.Probe(context.Background(), addr, 5*time.Second); err != nil {
+	if err := p.Probe(context.Background(), addr, 5*time.Second, nil); err != nil {
 		t.Fatalf("the controller's probe under attack: %v", err)
 	}
 	// Every attacker connection beyond the per-source cap was refused; the
@@ -146,7 +146,7 @@ func TestCapRefusalIsNotDown(t *testing.T) {
 	attack(t, "127.0.0.2", s.Addr().String(), 2, nil)
 	p := NewProber()
 	defer p.Close()
-	err = p.Probe(context.Background(), s.Addr().String(), 500*time.Millisecond)
+	err = p.Probe(context.Background(), s.Addr().String(), 500*time.Millisecond, nil)
 	if err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrNotServing) {
 		t.Fatalf("probe of a full listener: %v; want a plain unreachable error", err)
 	}
