@@ -150,7 +150,7 @@ func TestAgentFencing(t *testing.T) {
 	serving := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		return prober.Check(ctx, target) == nil
+		return prober.Check(ctx, target, nil) == nil
 	}
 
 	dp := &fakeDP{}
@@ -343,7 +343,7 @@ func TestAgentDrain(t *testing.T) {
 		check := func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			return prober.Check(ctx, target)
+			return prober.Check(ctx, target, nil)
 		}
 		dp := &fakeDP{}
 		drain := time.Hour // the moved case must end by the move, not the clock

@@ -232,14 +232,10 @@ func (p *Prober) conn(target string) (*proberConn, error) {
 	return pc, nil
 }
 
-// Check asks the node at target (host:port) once whether it serves; ctx
+// Check asks the node at target (host:port) once whether it serves, and
+// grants it the lease lease returns, if lease is set and returns one; ctx
 // bounds the wait. A nil error means SERVING.
-func (p *Prober) Check(ctx context.Context, target string) error {
-	return p.check(ctx, target, nil)
-}
-
-// check is Check granting the lease lease returns, if it returns one.
-func (p *Prober) check(ctx context.Context, target string, lease func() (Lease, bool)) error {
+func (p *Prober) Check(ctx context.Context, target string, lease func() (Lease, bool)) error {
 	c, err := p.conn(target)
 	if err != nil {
 		return err
@@ -282,7 +278,7 @@ func (p *Prober) Probe(ctx context.Context, target string, total time.Duration, 
 	for {
 		// Wait for the connection while the budget lasts, rather than
 		// failing fast on a transport still reconnecting.
-		err := p.check(ctx, target, lease)
+		err := p.Check(ctx, target, lease)
 		if err == nil {
 			return nil
 		}

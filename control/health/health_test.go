@@ -23,7 +23,7 @@ func TestServeProbeStopRestart(t *testing.T) {
 	}
 
 	s.SetServing(false)
-	if err := p.Check(ctx, addr); !errors.Is(err, ErrNotServing) {
+	if err := p.Check(ctx, addr, nil); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("check of a NOT_SERVING node: %v", err)
 	}
 	s.SetServing(true)
@@ -121,11 +121,11 @@ func TestNotServingFromTheStart(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := p.Check(ctx, s.Addr().String()); !errors.Is(err, ErrNotServing) {
+	if err := p.Check(ctx, s.Addr().String(), nil); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("first check = %v, want %v", err, ErrNotServing)
 	}
 	s.SetServing(true)
-	if err := p.Check(ctx, s.Addr().String()); err != nil {
+	if err := p.Check(ctx, s.Addr().String(), nil); err != nil {
 		t.Fatalf("check after SetServing(true): %v", err)
 	}
 }

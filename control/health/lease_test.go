@@ -44,7 +44,7 @@ func TestLeaseOverTheWire(t *testing.T) {
 	if err := p.Probe(ctx, target, time.Second, func() (Lease, bool) { return Lease{}, false }); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Check(ctx, target); err != nil {
+	if err := p.Check(ctx, target, nil); err != nil {
 		t.Fatal(err)
 	}
 
