@@ -53,8 +53,12 @@ func (r *leaseRig) grant(d time.Duration, authenticated bool, ips ...netip.Addr)
 	r.a.takeLease(health.Grant{At: time.Now(), Lease: health.Lease{For: d, IPs: ips}, Authenticated: authenticated})
 }
 
-// after lets d of the bubble's time pass and every goroutine settle.
+// after lets d of the bubble's time pass and every goroutine settle. Only
+// for tests inside a testing/synctest bubble (every caller is one).
 func after(d time.Duration) {
+	// sleep: inside a testing/synctest bubble a sleep is how the fake clock
+	// moves (synctest.Wait does not advance it): the lease's timers fire at
+	// once, in order; nothing real is waited for
 	time.Sleep(d)
 	synctest.Wait()
 }
