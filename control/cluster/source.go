@@ -16,6 +16,7 @@ const (
 	KindNode
 	KindNamespace
 	KindPod
+	KindTraffic
 )
 
 func (k Kind) String() string {
@@ -28,6 +29,8 @@ func (k Kind) String() string {
 		return "Namespace"
 	case KindPod:
 		return "Pod"
+	case KindTraffic:
+		return "EgressIPTraffic"
 	}
 	return "unknown"
 }
@@ -39,6 +42,9 @@ type View struct {
 	Nodes      []*corev1.Node
 	Namespaces []*corev1.Namespace
 	Pods       []*corev1.Pod
+	// Traffic are the EgressIPTraffic objects EgressIPs' trafficSelectors
+	// pick destinations from.
+	Traffic []*egressv1.EgressIPTraffic
 }
 
 // Statuses maps an EgressIP name to its status as last read from the

@@ -17,7 +17,8 @@ type WorkerPart struct {
 	PodCIDRs []netip.Prefix
 	// Pods are the node's pods, selected or not, in namespace/name order.
 	Pods []Pod
-	// Objects are the owners of the node's selected pods, in name order.
+	// Objects are the owners of the node's selected pods (every object
+	// whose egress IPs some of their traffic uses), in name order.
 	Objects []Route
 	// TunnelPeers are the endpoints, of the local endpoint's family, of every
 	// node hosting an egress IP (the local one left out): the only sources
@@ -58,8 +59,10 @@ func (p *Plan) Worker(node string, local netip.Addr) WorkerPart {
 			continue
 		}
 		w.Pods = append(w.Pods, pod)
-		if pod.Owner != "" && len(pod.IPs) > 0 {
-			owners[pod.Owner] = true
+		if pod.Selected() && len(pod.IPs) > 0 {
+			for _, o := range pod.Owners() {
+				owners[o] = true
+			}
 		}
 	}
 	for i := range p.Objects {
@@ -147,10 +150,14 @@ type Worker struct {
 	Pods []PodAddr
 }
 
-// PodAddr is a pod address and the object it leaves by.
+// PodAddr is a pod address and the objects it leaves by.
 type PodAddr struct {
-	Addr  netip.Addr
+	Addr netip.Addr
+	// Owner is the object serving destinations Dest does not decide ("" for
+	// none), Dest the pod's destination rules (nil when it has none): as
+	// in Pod.
 	Owner string
+	Dest  *Dest
 }
 
 // Gateway returns node's part of the plan for a gateway whose tunnel
@@ -205,7 +212,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 		g.Workers = append(g.Workers, Worker{Node: n, VTEP: vtep})
 	}
 	for _, pod := range p.Pods {
-		if pod.Owner == "" || len(pod.IPs) == 0 {
+		if !pod.Selected() || len(pod.IPs) == 0 {
 			continue
 		}
 		i, ok := workers[pod.Node]
@@ -213,7 +220,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 			switch {
 			case pod.Node == node:
 				for _, ip := range pod.IPs {
-					g.Local = append(g.Local, PodAddr{Addr: ip, Owner: pod.Owner})
+					g.Local = append(g.Local, PodAddr{Addr: ip, Owner: pod.Owner, Dest: pod.Dest})
 				}
 			case p.Nodes[pod.Node] != nil:
 				problem("pod %s (EgressIP %s): node %s has no VTEP of this gateway's families; not accepted", pod.Key(), pod.Owner, pod.Node)
@@ -223,7 +230,7 @@ func (p *Plan) Gateway(node string, vteps []netip.Addr) GatewayPart {
 			continue
 		}
 		for _, ip := range pod.IPs {
-			g.Workers[i].Pods = append(g.Workers[i].Pods, PodAddr{Addr: ip, Owner: pod.Owner})
+			g.Workers[i].Pods = append(g.Workers[i].Pods, PodAddr{Addr: ip, Owner: pod.Owner, Dest: pod.Dest})
 		}
 	}
 	for i := range g.Workers {

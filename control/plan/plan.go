@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
@@ -42,9 +43,15 @@ type Plan struct {
 	// gateway because they are the cluster's nodes: every node's
 	// InternalIP addresses and interface subnets (host-cidrs).
 	NodeNetworks []netip.Prefix
+	// Conflicts are destinations claimed by two objects that select a pod
+	// in common, in the order found.
+	Conflicts []Conflict
 	// Problems are the inputs that were refused or could only be used in
 	// part, each as one sentence; the rest of the plan is still built.
 	Problems []error
+
+	dests        map[string]*Dest          // by Dest.Key
+	trafficCache map[string][]netip.Prefix // EgressIPTraffic name → usable networks
 }
 
 // Object is a usable EgressIP object.
@@ -58,6 +65,9 @@ type Object struct {
 	// Standbys maps an egress IP to its standby node (the controller's
 	// egret.io/standby annotation).
 	Standbys map[netip.Addr]string
+	// Destinations are what its trafficSelector picks, nil when it has
+	// none (it serves every destination).
+	Destinations *Destinations
 }
 
 // Placement is an egress IP on the node that hosts it.
@@ -84,10 +94,14 @@ type Pod struct {
 	// UID is the Pod object's: what the gateway names it by in drop
 	// samples and Events.
 	UID types.UID
-	// Owner is the EgressIP object that owns the pod, "" when none selects it.
+	// Owner is the EgressIP object without a trafficSelector that owns the
+	// pod's traffic (to destinations Dest does not decide), "" when none.
 	Owner string
-	// IPs are the addresses that leave as the owner's egress IPs (all the
-	// pod's usable addresses when Owner is "").
+	// Dest maps the pod's destinations to the objects with a
+	// trafficSelector that select it, nil when none does.
+	Dest *Dest
+	// IPs are the addresses that leave as the owners' egress IPs (all the
+	// pod's usable addresses when the pod is not Selected).
 	IPs []netip.Addr
 	// Refused are selected addresses that may not use the owner's egress
 	// IPs (outside the node's pod networks, used by another pod, a node's
@@ -99,16 +113,51 @@ type Pod struct {
 // Key is the pod's namespace/name.
 func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
 
+// Selected says some object uses its egress IPs for some of the pod's
+// traffic.
+func (p Pod) Selected() bool { return p.Owner != "" || p.Dest != nil }
+
+// Owners are the objects whose egress IPs some of the pod's traffic uses,
+// in name order.
+func (p Pod) Owners() []string {
+	if p.Dest != nil {
+		return p.Dest.Owners()
+	}
+	if p.Owner != "" {
+		return []string{p.Owner}
+	}
+	return nil
+}
+
+// OwnerFor returns the object whose egress IPs the pod's traffic to dst
+// uses, "" when it uses none; excluded says an exclusion of the object
+// decided that (its no-egress-IP mode applies), rather than no object
+// claiming dst.
+func (p Pod) OwnerFor(dst netip.Addr) (owner string, excluded bool) {
+	if p.Dest == nil {
+		return p.Owner, false
+	}
+	if r, ok := p.Dest.Choose(dst); ok {
+		if r.Exclude {
+			return r.Owner, true
+		}
+		return r.Owner, false
+	}
+	return p.Dest.Fallback, false
+}
+
 // Build computes the plan of the cluster in v. It is a pure function: it
 // reads v and modifies nothing in it.
 //
 // A pod is selected by the objects whose namespaceSelector matches its
-// namespace's labels and whose podSelector matches its labels; when
-// several do, the one whose name sorts first owns it (cluster.Selector).
+// namespace's labels and whose podSelector matches its labels. Objects
+// with a trafficSelector own the destinations they pick (the longest
+// network wins, Dest); of those without, the one whose name sorts first
+// owns the rest.
 func Build(v cluster.View, opt Options) *Plan {
 	p := &Plan{Nodes: map[string]*Node{}}
 	p.buildNodes(v.Nodes)
-	sel := p.buildObjects(v.EgressIPs)
+	sel := p.buildObjects(v.EgressIPs, v.Traffic)
 	p.buildPods(v, sel, opt)
 	return p
 }
@@ -175,7 +224,9 @@ func (p *Plan) buildNodes(nodes []*corev1.Node) {
 // buildObjects compiles the selectors and keeps each object's usable
 // placements: an egress IP is placed for at most one object (the first by
 // name) on one node.
-func (p *Plan) buildObjects(eips []*egressv1.EgressIP) *cluster.Selector {
+func (p *Plan) buildObjects(eips []*egressv1.EgressIP, traffic []*egressv1.EgressIPTraffic) *cluster.Selector {
+	traffic = slices.DeleteFunc(slices.Clone(traffic), func(t *egressv1.EgressIPTraffic) bool { return t == nil })
+	slices.SortFunc(traffic, func(a, b *egressv1.EgressIPTraffic) int { return cmp.Compare(a.Name, b.Name) })
 	sel, problems := cluster.NewSelector(eips)
 	p.Problems = append(p.Problems, problems...)
 	placedFor := map[netip.Addr]string{}
@@ -213,6 +264,7 @@ func (p *Plan) buildObjects(eips []*egressv1.EgressIP) *cluster.Selector {
 			p.Problems = append(p.Problems, err)
 		}
 		o.Standbys = sb
+		o.Destinations = p.destinations(e, traffic)
 		p.Objects = append(p.Objects, o)
 	}
 	return sel
@@ -262,21 +314,33 @@ func (p *Plan) buildPods(v cluster.View, sel *cluster.Selector, opt Options) {
 		}
 		out := Pod{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Spec.NodeName, UID: pod.UID}
 		matches := sel.Match(nl, pod.Labels)
-		if len(matches) > 0 {
-			out.Owner = sel.Object(matches[0]).Name
-			for _, i := range matches[1:] {
-				p.problem("pod %s is selected by EgressIP %s and %s; it uses %s (first by name)", out.Key(), out.Owner, sel.Object(i).Name, out.Owner)
+		for _, i := range matches {
+			o := &p.Objects[i]
+			if o.Destinations != nil {
+				continue
 			}
+			if out.Owner == "" {
+				out.Owner = o.Name
+				continue
+			}
+			p.problem("pod %s is selected by EgressIP %s and %s; it uses %s (first by name; neither has a trafficSelector)", out.Key(), out.Owner, o.Name, out.Owner)
+		}
+		if d := p.dest(matches, out.Key()); d != nil && len(d.Rules) > 0 {
+			out.Dest = d
+		}
+		owner := out.Owner // for the problems below
+		if owner == "" && out.Dest != nil {
+			owner = strings.Join(out.Dest.Owners(), ", ")
 		}
 		node := p.Nodes[out.Node]
 		for _, ip := range ips {
 			if !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() {
-				if out.Owner != "" {
+				if out.Selected() {
 					p.problem("pod %s: address %v cannot be a pod source; not used", out.Key(), ip)
 				}
 				continue
 			}
-			if out.Owner == "" {
+			if !out.Selected() {
 				out.IPs = append(out.IPs, ip)
 				continue
 			}
@@ -293,7 +357,7 @@ func (p *Plan) buildPods(v cluster.View, sel *cluster.Selector, opt Options) {
 			}
 			if why != "" {
 				if out.Node != "" {
-					p.problem("pod %s (EgressIP %s): address %v does not use the egress IPs: %s; its traffic is blocked", out.Key(), out.Owner, ip, why)
+					p.problem("pod %s (EgressIP %s): address %v does not use the egress IPs: %s; its traffic is blocked", out.Key(), owner, ip, why)
 				}
 				out.Refused = append(out.Refused, ip)
 				continue

@@ -1,11 +1,13 @@
 package v1
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Deep copies written by hand: the types are small, and a generator would
-// add a build step for four structs. TestDeepCopyIndependent guards them.
+// add a build step for a handful of structs. TestDeepCopyIndependent guards them.
 
 // DeepCopyInto copies in into out, sharing no memory.
 func (in *EgressIP) DeepCopyInto(out *EgressIP) {
@@ -102,6 +104,73 @@ func (in *EgressIPList) DeepCopy() *EgressIPList {
 
 // DeepCopyObject implements runtime.Object.
 func (in *EgressIPList) DeepCopyObject() runtime.Object {
+	if c := in.DeepCopy(); c != nil {
+		return c
+	}
+	return nil
+}
+
+// DeepCopyInto copies in into out, sharing no memory.
+func (in *EgressIPTraffic) DeepCopyInto(out *EgressIPTraffic) {
+	*out = *in
+	out.TypeMeta = in.TypeMeta
+	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Spec.DestinationNetworks = slices.Clone(in.Spec.DestinationNetworks)
+	out.Spec.DNSNames = slices.Clone(in.Spec.DNSNames)
+	if in.Status.DNSNames != nil {
+		out.Status.DNSNames = make([]ResolvedName, len(in.Status.DNSNames))
+		for i, r := range in.Status.DNSNames {
+			r.Addresses = slices.Clone(r.Addresses)
+			r.ResolvedAt = *r.ResolvedAt.DeepCopy()
+			r.NextResolution = *r.NextResolution.DeepCopy()
+			out.Status.DNSNames[i] = r
+		}
+	}
+}
+
+// DeepCopy returns an independent copy of in.
+func (in *EgressIPTraffic) DeepCopy() *EgressIPTraffic {
+	if in == nil {
+		return nil
+	}
+	out := new(EgressIPTraffic)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *EgressIPTraffic) DeepCopyObject() runtime.Object {
+	if c := in.DeepCopy(); c != nil {
+		return c
+	}
+	return nil
+}
+
+// DeepCopyInto copies in into out, sharing no memory.
+func (in *EgressIPTrafficList) DeepCopyInto(out *EgressIPTrafficList) {
+	*out = *in
+	out.TypeMeta = in.TypeMeta
+	in.ListMeta.DeepCopyInto(&out.ListMeta)
+	if in.Items != nil {
+		out.Items = make([]EgressIPTraffic, len(in.Items))
+		for i := range in.Items {
+			in.Items[i].DeepCopyInto(&out.Items[i])
+		}
+	}
+}
+
+// DeepCopy returns an independent copy of in.
+func (in *EgressIPTrafficList) DeepCopy() *EgressIPTrafficList {
+	if in == nil {
+		return nil
+	}
+	out := new(EgressIPTrafficList)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *EgressIPTrafficList) DeepCopyObject() runtime.Object {
 	if c := in.DeepCopy(); c != nil {
 		return c
 	}

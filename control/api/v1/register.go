@@ -30,12 +30,12 @@ var GroupVersionKind = SchemeGroupVersion.WithKind(Kind)
 var (
 	// SchemeBuilder registers the EgressIP types.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
-	// AddToScheme adds EgressIP and EgressIPList to a scheme.
+	// AddToScheme adds EgressIP, EgressIPTraffic and their lists to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &EgressIP{}, &EgressIPList{})
+	s.AddKnownTypes(SchemeGroupVersion, &EgressIP{}, &EgressIPList{}, &EgressIPTraffic{}, &EgressIPTrafficList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

@@ -45,12 +45,13 @@ type EgressIPSpec struct {
 	// PodSelector, if set, narrows the selection to matching pods in the
 	// selected namespaces; empty selects every pod there.
 	PodSelector metav1.LabelSelector `json:"podSelector,omitzero"`
-	// TrafficSelector is the destination filter proposed upstream
-	// (OVN-Kubernetes OKEP-6227: it selects EgressTrafficClass objects
-	// listing destination CIDRs). It is stored so such objects are not
-	// pruned, but not applied: the egress IPs serve every destination, as
-	// in OVN-Kubernetes with that feature off, and the controller says so
-	// in a TrafficSelectorNotApplied Event.
+	// TrafficSelector, if set, narrows the egress IPs to destinations: it
+	// selects EgressIPTraffic objects by label, and the egress IPs serve
+	// only their destinations (less those of the selected objects marked
+	// egret.io/exclude). Unset, they serve every destination outside the
+	// cluster. Set but selecting no destination, they serve none: the
+	// selected pods leave as their node. docs/api.md has the rules when
+	// several objects select one pod.
 	TrafficSelector *metav1.LabelSelector `json:"trafficSelector,omitempty"`
 }
 

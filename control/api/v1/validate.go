@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -160,4 +161,75 @@ func standbyJSON(m map[netip.Addr]string) map[string]string {
 		out[a.String()] = n
 	}
 	return out
+}
+
+// ParseDestinationNetwork parses one spec.destinationNetworks entry with the
+// CRD's rules (isCIDR, written masked, no zone, no IPv4-mapped IPv6).
+func ParseDestinationNetwork(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil:
+		return netip.Prefix{}, fmt.Errorf("%q is not a network in CIDR notation", s)
+	case p.Addr().Is4In6():
+		return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped IPv6 network; write the IPv4 network", s)
+	case p.Masked() != p:
+		return netip.Prefix{}, fmt.Errorf("%q has host bits set; write %v", s, p.Masked())
+	}
+	return p, nil
+}
+
+// Problems lists what is wrong with t, one error per problem, each naming
+// its field. Bad entries are left out of the plan; the rest is used.
+func (t *EgressIPTraffic) Problems() []error {
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(t.Spec.DestinationNetworks) == 0 && len(t.Spec.DNSNames) == 0 {
+		fail("spec: set destinationNetworks or dnsNames")
+	}
+	if n := len(t.Spec.DestinationNetworks); n > MaxDestinations {
+		fail("spec.destinationNetworks: %d entries, at most %d allowed", n, MaxDestinations)
+	}
+	if n := len(t.Spec.DNSNames); n > MaxDestinations {
+		fail("spec.dnsNames: %d entries, at most %d allowed", n, MaxDestinations)
+	}
+	for i, s := range t.Spec.DestinationNetworks {
+		if _, err := ParseDestinationNetwork(s); err != nil {
+			fail("spec.destinationNetworks[%d]: %w", i, err)
+		}
+	}
+	for i, s := range t.Spec.DNSNames {
+		if err := CheckDNSName(s); err != nil {
+			fail("spec.dnsNames[%d]: %w", i, err)
+		}
+	}
+	if v, ok := t.Annotations[AnnotationExclude]; ok && v != "true" && v != "false" {
+		fail("metadata.annotations[%s]: %q, want \"true\" or \"false\"", AnnotationExclude, v)
+	}
+	return errs
+}
+
+// CheckDNSName checks a spec.dnsNames entry: a DNS name of at most 253
+// characters, labels of letters, digits and hyphens, at least two labels,
+// an optional final dot; no wildcards (a wildcard has no addresses to
+// resolve).
+func CheckDNSName(s string) error {
+	name := strings.TrimSuffix(s, ".")
+	if name == "" || len(name) > 253 {
+		return fmt.Errorf("%q is not a DNS name (1 to 253 characters)", s)
+	}
+	labels := strings.Split(name, ".")
+	if len(labels) < 2 {
+		return fmt.Errorf("%q is not fully qualified (write the whole name, e.g. db.example.com)", s)
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return fmt.Errorf("%q has an empty, too long or hyphen-edged label %q", s, l)
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("%q has a character %q a DNS name cannot have", s, c)
+			}
+		}
+	}
+	return nil
 }
