@@ -129,12 +129,19 @@ func (v *planView) planned(st *Pod, pp *plan.Pod) {
 			st.Problems = append(st.Problems, err.Error())
 		}
 	}
-	if pp.Owner == "" {
+	if !pp.Selected() {
 		st.State = StateNotSelected
 		return
 	}
-	owner := pp.Owner
-	st.EgressIP = &owner
+	if pp.Owner != "" {
+		owner := pp.Owner
+		st.EgressIP = &owner
+	}
+	if pp.Dest != nil {
+		for _, r := range pp.Dest.Rules {
+			st.Destinations = append(st.Destinations, Destination{Network: r.Prefix, EgressIP: r.Owner, Excluded: r.Exclude})
+		}
+	}
 	if v.pl.Nodes[pp.Node] == nil {
 		st.State = StateNodeUnknown
 		if pp.Node == "" {
@@ -152,21 +159,23 @@ func (v *planView) planned(st *Pod, pp *plan.Pod) {
 		}
 	}
 	w := v.worker(pp.Node)
-	var route *plan.Route
-	if i := slices.IndexFunc(w.Objects, func(r plan.Route) bool { return r.Name == owner }); i >= 0 {
-		route = &w.Objects[i]
-	}
 	ok, none := 0, 0
-	for _, ip := range pp.IPs {
-		srcs := v.sources(st, pp, route, ip)
-		if len(srcs) == 0 {
-			none++
-			continue
+	for _, owner := range pp.Owners() {
+		var route *plan.Route
+		if i := slices.IndexFunc(w.Objects, func(r plan.Route) bool { return r.Name == owner }); i >= 0 {
+			route = &w.Objects[i]
 		}
-		ok++
-		for _, s := range srcs {
-			if !slices.ContainsFunc(st.Sources, func(x Source) bool { return x.IP == s.IP }) {
-				st.Sources = append(st.Sources, s)
+		for _, ip := range pp.IPs {
+			srcs := v.sources(st, pp, owner, route, ip)
+			if len(srcs) == 0 {
+				none++
+				continue
+			}
+			ok++
+			for _, s := range srcs {
+				if !slices.ContainsFunc(st.Sources, func(x Source) bool { return x.IP == s.IP }) {
+					st.Sources = append(st.Sources, s)
+				}
 			}
 		}
 	}
@@ -183,11 +192,11 @@ func (v *planView) planned(st *Pod, pp *plan.Pod) {
 	}
 }
 
-// sources are the egress IPs pod address ip leaves as: those of its
-// owner's family-matching placements whose node its steer agent routes to
-// (route.Gateways), and whose gateway agent hosts the IP and takes the
-// pod's traffic. Each placement left out is a problem of st.
-func (v *planView) sources(st *Pod, pp *plan.Pod, route *plan.Route, ip netip.Addr) []Source {
+// sources are the egress IPs pod address ip leaves as by object owner:
+// those of owner's family-matching placements whose node its steer agent
+// routes to (route.Gateways), and whose gateway agent hosts the IP and
+// takes the pod's traffic. Each placement left out is a problem of st.
+func (v *planView) sources(st *Pod, pp *plan.Pod, owner string, route *plan.Route, ip netip.Addr) []Source {
 	f := plan.Family(ip)
 	fam := familyName(f)
 	var out []Source
@@ -198,19 +207,19 @@ func (v *planView) sources(st *Pod, pp *plan.Pod, route *plan.Route, ip netip.Ad
 				continue
 			}
 			placed = true
-			if why := v.unusable(pp, route, f, pl, ip); why != "" {
+			if why := v.unusable(pp, owner, route, f, pl, ip); why != "" {
 				st.Problems = append(st.Problems, fmt.Sprintf("%s (%v) is not used: %s", pl.IP, pl.Node, why))
 				continue
 			}
-			out = append(out, Source{Family: fam, IP: pl.IP, Gateways: []string{pl.Node}})
+			out = append(out, Source{Family: fam, IP: pl.IP, Gateways: []string{pl.Node}, Object: owner})
 		}
 	}
 	if len(out) > 0 {
 		return out
 	}
-	why := fmt.Sprintf("address %v leaves as no egress IP: EgressIP %s has no %s egress IP on a node", ip, pp.Owner, fam)
+	why := fmt.Sprintf("address %v leaves as no egress IP: EgressIP %s has no %s egress IP on a node", ip, owner, fam)
 	if placed {
-		why = fmt.Sprintf("address %v leaves as no egress IP: no node hosting an %s egress IP of EgressIP %s can serve it", ip, fam, pp.Owner)
+		why = fmt.Sprintf("address %v leaves as no egress IP: no node hosting an %s egress IP of EgressIP %s can serve it", ip, fam, owner)
 	}
 	if route != nil && route.EgressIP.Annotations[egressv1.AnnotationNoEgressIP] == "node" {
 		why += fmt.Sprintf("; it leaves as its node's address (%s: node)", egressv1.AnnotationNoEgressIP)
@@ -221,9 +230,9 @@ func (v *planView) sources(st *Pod, pp *plan.Pod, route *plan.Route, ip netip.Ad
 	return nil
 }
 
-// unusable says why placement pl of pod pp's owner does not serve pod
-// address ip, "" when it does.
-func (v *planView) unusable(pp *plan.Pod, route *plan.Route, f int, pl plan.Placement, ip netip.Addr) string {
+// unusable says why placement pl of pod pp's object owner does not serve
+// pod address ip, "" when it does.
+func (v *planView) unusable(pp *plan.Pod, owner string, route *plan.Route, f int, pl plan.Placement, ip netip.Addr) string {
 	if !slices.ContainsFunc(route.Gateways[f], func(h plan.Hop) bool { return h.Node == pl.Node }) {
 		for _, err := range v.worker(pp.Node).Problems {
 			if mentions(err.Error(), pl.IP.String()) {
@@ -233,7 +242,7 @@ func (v *planView) unusable(pp *plan.Pod, route *plan.Route, f int, pl plan.Plac
 		return fmt.Sprintf("node %s's steer agent does not route to %s", pp.Node, pl.Node)
 	}
 	g := v.gateway(pl.Node)
-	if !slices.ContainsFunc(g.Policies, func(p plan.Policy) bool { return p.Name == pp.Owner && slices.Contains(p.Hosted, pl.IP) }) {
+	if !slices.ContainsFunc(g.Policies, func(p plan.Policy) bool { return p.Name == owner && slices.Contains(p.Hosted, pl.IP) }) {
 		for _, err := range g.Problems {
 			if mentions(err.Error(), pl.IP.String()) {
 				return "gateway " + pl.Node + ": " + err.Error()
@@ -247,7 +256,9 @@ func (v *planView) unusable(pp *plan.Pod, route *plan.Route, f int, pl plan.Plac
 		return ""
 	}
 	i := slices.IndexFunc(g.Workers, func(w plan.Worker) bool { return w.Name == pp.Node })
-	if i >= 0 && slices.Contains(g.Workers[i].Pods, plan.PodAddr{Addr: ip, Owner: pp.Owner}) {
+	if i >= 0 && slices.ContainsFunc(g.Workers[i].Pods, func(a plan.PodAddr) bool {
+		return a.Addr == ip && (a.Owner == owner || a.Dest != nil && slices.Contains(a.Dest.Owners(), owner))
+	}) {
 		return ""
 	}
 	for _, err := range g.Problems {

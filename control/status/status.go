@@ -85,7 +85,12 @@ type Pod struct {
 	// PodIPs are its addresses (status.podIPs).
 	PodIPs []netip.Addr `json:"podIPs"`
 	// EgressIP is the object that owns it in the plan; nil when none does.
+	// With Destinations, it is the object serving the destinations no
+	// entry there decides (nil: those leave as the node).
 	EgressIP *string `json:"egressIP"`
+	// Destinations are the networks that objects with a trafficSelector
+	// decide for it, sorted; the longest containing a destination wins.
+	Destinations []Destination `json:"destinations,omitempty"`
 	// Sources are the egress IPs its new connections may leave as, each
 	// with the gateways that serve it to this pod.
 	Sources []Source `json:"sources"`
@@ -102,6 +107,18 @@ type Source struct {
 	Family   string     `json:"family"`
 	IP       netip.Addr `json:"ip"`
 	Gateways []string   `json:"gateways"`
+	// Object is the EgressIP object whose egress IP it is.
+	Object string `json:"object"`
+}
+
+// Destination is a network an object's trafficSelector decides for a pod.
+type Destination struct {
+	Network netip.Prefix `json:"network"`
+	// EgressIP is the object deciding it.
+	EgressIP string `json:"egressIP"`
+	// Excluded says the network is one of its exclusions: traffic there
+	// leaves as the node or is blocked (egret.io/no-egress-ip).
+	Excluded bool `json:"excluded,omitempty"`
 }
 
 // Pod states. A selected pod is StateEgress when every address has a

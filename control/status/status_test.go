@@ -326,3 +326,30 @@ func TestNoEgressIPNode(t *testing.T) {
 	}
 	t.Fatal("qa/app is not in the report")
 }
+
+// TestByDestination: a pod two objects select by destination lists both
+// objects' networks and leaves as both objects' egress IPs.
+func TestByDestination(t *testing.T) {
+	v := testView()
+	green := eip("green", []string{"192.0.2.20"}, map[string]string{"env": "prod"}, "g2", "192.0.2.20")
+	green.Spec.TrafficSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"to": "bank"}}
+	v.EgressIPs[2] = green
+	v.Traffic = []*egressv1.EgressIPTraffic{{ObjectMeta: metav1.ObjectMeta{Name: "bank", Labels: map[string]string{"to": "bank"}},
+		Spec: egressv1.EgressIPTrafficSpec{DestinationNetworks: []string{"203.0.113.0/24"}}}}
+	r := Build(v, Inputs{})
+	r.Only(func(p Pod) bool { return p.Namespace == "prod" && p.Name == "web" })
+	var b strings.Builder
+	if err := r.WriteTable(&b, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := `NAMESPACE  POD  NODE  EGRESSIP              STATE   SOURCES (GATEWAYS)
+prod       web  w1    blue +by destination  egress  192.0.2.10 (g1), 192.0.2.11 (g2), 192.0.2.20 (g2)
+    to 203.0.113.0/24: EgressIP green
+`
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant\n%s", b.String(), want)
+	}
+	if s := r.Pods[0].Sources; len(s) != 3 || s[2].Object != "green" || s[0].Object != "blue" {
+		t.Errorf("sources %+v", s)
+	}
+}

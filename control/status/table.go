@@ -44,7 +44,18 @@ func (r *Report) WriteTable(w io.Writer, objects bool, now time.Time) error {
 		if len(srcs) == 0 {
 			srcs = []string{"-"}
 		}
-		t.row(p.Namespace, p.Name, dash(p.Node), orDash(p.EgressIP), p.State, strings.Join(srcs, ", "))
+		owner := orDash(p.EgressIP)
+		if len(p.Destinations) > 0 {
+			owner += " +by destination"
+		}
+		t.row(p.Namespace, p.Name, dash(p.Node), owner, p.State, strings.Join(srcs, ", "))
+		for _, d := range p.Destinations {
+			if d.Excluded {
+				t.note(fmt.Sprintf("to %v: not through egress IPs (an exclusion of EgressIP %s)", d.Network, d.EgressIP))
+			} else {
+				t.note(fmt.Sprintf("to %v: EgressIP %s", d.Network, d.EgressIP))
+			}
+		}
 		for _, pr := range p.Problems {
 			t.note("problem: " + pr)
 		}

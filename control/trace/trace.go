@@ -191,7 +191,11 @@ func Build(v cluster.View, in Inputs, q Query) (*Trace, error) {
 	i := slices.IndexFunc(r.Pods, func(p status.Pod) bool { return p.Namespace == q.Namespace && p.Name == q.Pod })
 	st := r.Pods[i]
 	t := &Trace{Pod: q.Namespace + "/" + q.Pod, Node: st.Node, Destination: destString(q), SelectedBy: []string{}, Checks: []Check{}, Gateways: []Gateway{}, EgressIP: st.EgressIP}
-	tr := tracer{t: t, v: v, in: in, q: q, st: st, nodeNets: plan.Build(v, in.Plan).NodeNetworks}
+	pl := plan.Build(v, in.Plan)
+	tr := tracer{t: t, v: v, in: in, q: q, st: st, nodeNets: pl.NodeNetworks}
+	if i := slices.IndexFunc(pl.Pods, func(p plan.Pod) bool { return p.Namespace == q.Namespace && p.Name == q.Pod }); i >= 0 {
+		tr.pp = &pl.Pods[i]
+	}
 	tr.run(pod)
 	return t, nil
 }
@@ -213,6 +217,11 @@ type tracer struct {
 	// nodeNets are the plan's node networks, which the gateway agent adds
 	// to every gateway's deniedDestinations.
 	nodeNets []netip.Prefix
+	// pp is the pod in the plan, nil when the plan left it out.
+	pp *plan.Pod
+	// owner is the object whose egress IPs the connection uses, once the
+	// selection and destination steps found it.
+	owner string
 }
 
 func (tr *tracer) check(name, result, detail string) {
@@ -270,15 +279,23 @@ func (tr *tracer) run(pod *corev1.Pod) {
 	// 2. The objects that select it; the plan's owner wins.
 	t.SelectedBy = tr.selectedBy(pod)
 	switch {
-	case st.EgressIP == nil:
+	case tr.pp == nil || !tr.pp.Selected():
 		tr.check("selection", ResultFail, "no EgressIP selects the pod")
 		tr.decide(VerdictNode, tr.nodeAddr(), "no EgressIP selects the pod: it leaves through its node's routing", selectorSetting)
 		return
+	case tr.pp.Dest != nil:
+		tr.check("selection", ResultPass, fmt.Sprintf("selected by EgressIP %s; the destination decides which owns the connection", strings.Join(t.SelectedBy, ", ")))
 	case len(t.SelectedBy) > 1:
 		tr.check("selection", ResultPass, fmt.Sprintf("selected by EgressIP %s; %s owns it (the first by name)", strings.Join(t.SelectedBy, ", "), *st.EgressIP))
 	default:
 		tr.check("selection", ResultPass, "EgressIP "+*st.EgressIP+" selects and owns the pod")
 	}
+	if tr.pp.Dest == nil {
+		tr.owner = *st.EgressIP
+	} else if tr.destination() {
+		return
+	}
+	t.EgressIP = &tr.owner
 
 	// 3. The steer agent: cluster, service and node networks stay direct.
 	if !tr.in.SteerRead {
@@ -297,12 +314,14 @@ func (tr *tracer) run(pod *corev1.Pod) {
 	// 4. The egress IPs of the destination's family that serve the pod.
 	var srcs []status.Source
 	for _, s := range st.Sources {
-		if s.IP.Is4() == q.Dst.Is4() {
+		if s.IP.Is4() == q.Dst.Is4() && s.Object == tr.owner {
 			srcs = append(srcs, s)
 		}
 	}
 	if len(srcs) == 0 {
-		why := slices.DeleteFunc(slices.Clone(st.Problems), func(p string) bool { return !strings.Contains(p, t.PodIP.String()) })
+		why := slices.DeleteFunc(slices.Clone(st.Problems), func(p string) bool {
+			return !strings.Contains(p, t.PodIP.String()) || strings.Contains(p, "EgressIP ") && !strings.Contains(p, "EgressIP "+tr.owner+" ")
+		})
 		if len(why) == 0 {
 			why = st.Problems
 		}
@@ -315,9 +334,9 @@ func (tr *tracer) run(pod *corev1.Pod) {
 			if !strings.Contains(reason, "leaves as its node's address") {
 				reason = strings.ReplaceAll(reason, "; its traffic is blocked", "") + "; the steer agents' noEgressIP: node lets it leave as its node's address (" + tr.in.SteerConfig + ")"
 			}
-			tr.decide(VerdictNode, tr.nodeAddr(), reason, "an egress IP of the family on EgressIP "+*st.EgressIP+", assignable to a node (egret status)")
+			tr.decide(VerdictNode, tr.nodeAddr(), reason, "an egress IP of the family on EgressIP "+tr.owner+", assignable to a node (egret status)")
 		default:
-			tr.decide(VerdictBlocked, "", reason, "an "+fam+" egress IP on EgressIP "+*st.EgressIP+" that a node can host (egret status); or the annotation egret.io/no-egress-ip: node on it, or noEgressIP: node in the steer agents' configuration, to leave as the node")
+			tr.decide(VerdictBlocked, "", reason, "an "+fam+" egress IP on EgressIP "+tr.owner+" that a node can host (egret status); or the annotation egret.io/no-egress-ip: node on it, or noEgressIP: node in the steer agents' configuration, to leave as the node")
 		}
 		return
 	}
@@ -360,7 +379,43 @@ func (tr *tracer) run(pod *corev1.Pod) {
 		port = ":<the pod's source port if free on it, else another>"
 	}
 	t.Verdict, t.SeenAs = VerdictEgress, strings.Join(seen, " or ")+port
-	t.Reason = fmt.Sprintf("EgressIP %s owns the pod and the gateways let %v through", *st.EgressIP, q.Dst)
+	t.Reason = fmt.Sprintf("EgressIP %s owns the pod and the gateways let %v through", tr.owner, q.Dst)
+	if tr.pp.Dest != nil {
+		t.Reason = fmt.Sprintf("EgressIP %s owns the pod's connections to %v and the gateways let it through", tr.owner, q.Dst)
+	}
+}
+
+// destination finds the object that owns the connection of a pod whose
+// selecting objects have trafficSelectors, and decides the trace when none
+// does or an exclusion claims the destination. It reports whether it
+// decided.
+func (tr *tracer) destination() bool {
+	q, d := tr.q, tr.pp.Dest
+	owner, excluded := tr.pp.OwnerFor(q.Dst)
+	r, ok := d.Choose(q.Dst)
+	switch {
+	case excluded:
+		tr.owner = owner
+		tr.check("destination", ResultFail, fmt.Sprintf("%v is in %v, an exclusion of EgressIP %s (egret.io/exclude on the EgressIPTraffic it selects)", q.Dst, r.Prefix, owner))
+		reason := fmt.Sprintf("EgressIP %s excludes %v: its egress IPs are not used there", owner, r.Prefix)
+		if tr.noEgressIPNode() {
+			tr.decide(VerdictNode, tr.nodeAddr(), reason+"; it leaves as its node's address (no-egress-ip: node)", "the EgressIPTraffic objects EgressIP "+owner+"'s trafficSelector picks")
+		} else {
+			tr.decide(VerdictBlocked, "", reason+"; its traffic there is blocked (no-egress-ip: block)", "the egret.io/no-egress-ip annotation on EgressIP "+owner+", or the EgressIPTraffic objects its trafficSelector picks")
+		}
+		return true
+	case owner == "":
+		tr.check("destination", ResultFail, fmt.Sprintf("%v is in no network of the EgressIPTraffic objects that EgressIP %s pick, and none of them lacks a trafficSelector", q.Dst, strings.Join(tr.t.SelectedBy, ", ")))
+		tr.decide(VerdictNode, tr.nodeAddr(), fmt.Sprintf("no EgressIP that selects the pod claims %v: it leaves through its node's routing", q.Dst),
+			"an EgressIPTraffic with "+q.Dst.String()+" in spec.destinationNetworks, picked by the trafficSelector of an EgressIP that selects the pod")
+		return true
+	case ok:
+		tr.check("destination", ResultPass, fmt.Sprintf("%v is in %v, which EgressIP %s's trafficSelector picks (the longest match)", q.Dst, r.Prefix, owner))
+	default:
+		tr.check("destination", ResultPass, fmt.Sprintf("%v is in no network the trafficSelectors pick: EgressIP %s, which has none, serves it", q.Dst, owner))
+	}
+	tr.owner = owner
+	return false
 }
 
 // noEgressIPNode says a selected address of the pod without an egress IP
@@ -368,7 +423,7 @@ func (tr *tracer) run(pod *corev1.Pod) {
 // and the steer agents' noEgressIP does.
 func (tr *tracer) noEgressIPNode() bool {
 	for _, e := range tr.v.EgressIPs {
-		if e != nil && e.Name == *tr.st.EgressIP {
+		if e != nil && e.Name == tr.owner {
 			if a, ok := e.Annotations[egressv1.AnnotationNoEgressIP]; ok {
 				return a == "node"
 			}

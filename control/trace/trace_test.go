@@ -270,3 +270,44 @@ func TestTraceNoEgressIP(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceByDestination: a pod two objects select by destination is
+// traced to the object its destination picks; an excluded destination and
+// one no object claims leave as the node (or are blocked).
+func TestTraceByDestination(t *testing.T) {
+	v := testView()
+	// blue serves the bank's network but not its card host; blue2 the
+	// partner's. prod/web is selected by both.
+	v.EgressIPs[0].Spec.TrafficSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"to": "bank"}}
+	v.EgressIPs[1].Spec.TrafficSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"to": "partner"}}
+	card := &egressv1.EgressIPTraffic{ObjectMeta: metav1.ObjectMeta{Name: "card", Labels: map[string]string{"to": "bank"},
+		Annotations: map[string]string{egressv1.AnnotationExclude: "true"}}}
+	card.Spec.DestinationNetworks = []string{"203.0.113.64/26"}
+	v.Traffic = []*egressv1.EgressIPTraffic{
+		{ObjectMeta: metav1.ObjectMeta{Name: "bank", Labels: map[string]string{"to": "bank"}}, Spec: egressv1.EgressIPTrafficSpec{DestinationNetworks: []string{"203.0.113.0/24"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "partner", Labels: map[string]string{"to": "partner"}}, Spec: egressv1.EgressIPTrafficSpec{DestinationNetworks: []string{"198.51.100.0/24"}}},
+		card,
+	}
+	for _, tc := range []struct {
+		dst, noEgressIP, verdict, seen, check string
+	}{
+		{"203.0.113.10", "block", VerdictEgress, "192.0.2.10", "203.0.113.0/24, which EgressIP blue's"},
+		{"198.51.100.7", "block", VerdictEgress, "192.0.2.12", "198.51.100.0/24, which EgressIP blue2's"},
+		{"203.0.113.70", "node", VerdictNode, "node w1's address", "an exclusion of EgressIP blue"},
+		{"203.0.113.70", "block", VerdictBlocked, "", "an exclusion of EgressIP blue"},
+		{"8.8.8.8", "block", VerdictNode, "node w1's address", "in no network"},
+	} {
+		in := testInputs(v, nil, 0)
+		in.NoEgressIP = tc.noEgressIP
+		q, _ := ParseQuery("prod/web", tc.dst)
+		tr, err := Build(v, in, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(tr.Checks, func(c Check) bool { return c.Name == "destination" })
+		if tr.Verdict != tc.verdict || !strings.Contains(tr.SeenAs, tc.seen) || i < 0 || !strings.Contains(tr.Checks[i].Detail, tc.check) {
+			t.Errorf("to %s (noEgressIP %s): %s as %q (%s), checks %+v; want %s as %q with a destination check saying %q",
+				tc.dst, tc.noEgressIP, tr.Verdict, tr.SeenAs, tr.Reason, tr.Checks, tc.verdict, tc.seen, tc.check)
+		}
+	}
+}
