@@ -247,6 +247,9 @@ func TestCluster(t *testing.T) {
 	e.checkAdmission(nss[3])
 	// An EgressIP of the gateways' second network leaves by their eth1.
 	e.checkSecondNIC()
+	// A pod leaves as one object towards one server and as another
+	// towards the other (deploy/examples/per-destination).
+	e.checkByDestination()
 	// egret check: every selected namespace's probe leaves as the status
 	// says, and a deliberately unsteered path is caught.
 	e.checkCheck(nss)
@@ -353,7 +356,12 @@ func (e *env) installCRDs(root string) {
 	e.t.Helper()
 	crds := filepath.Join(root, "deploy/crd")
 	e.kubectl("apply", "--server-side", "-k", crds)
-	e.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org", "crd/cloudprivateipconfigs.cloud.network.openshift.io")
+	wait := []string{"wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org", "crd/cloudprivateipconfigs.cloud.network.openshift.io"}
+	// Release N-1 has no EgressIPTraffic.
+	if _, err := os.Stat(filepath.Join(crds, "k8s.ovn.org_egressiptraffics.yaml")); err == nil {
+		wait = append(wait, "crd/egressiptraffics.k8s.ovn.org")
+	}
+	e.kubectl(wait...)
 	if !e.crdCleanup {
 		e.crdCleanup = true
 		e.t.Cleanup(func() { e.kubectlErr("delete", "-k", crds, "--ignore-not-found") })

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/egret-gw/egret/control/cluster"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 func traffic(name string, l map[string]string, exclude bool, nets ...string) *egressv1.EgressIPTraffic {
@@ -299,4 +302,70 @@ func describe(eips []*egressv1.EgressIP, tr []*egressv1.EgressIPTraffic) string 
 		fmt.Fprintf(&b, "%s %v ex=%v %v; ", t.Name, t.Labels, t.Excluded(), t.Spec.DestinationNetworks)
 	}
 	return b.String()
+}
+
+// TestPerDestinationExamples: the shipped per-destination examples decode
+// strictly, pass the objects' own validation, and mean what their comments
+// say for a pod of a team=payments namespace.
+func TestPerDestinationExamples(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/examples/per-destination/*.yaml")
+	if err != nil || len(files) != 5 {
+		t.Fatalf("examples %v (%v), want 5", files, err)
+	}
+	v := destCluster(nil)
+	v.Namespaces = append(v.Namespaces, ns("pay", map[string]string{"team": "payments"}))
+	v.Pods = append(v.Pods, pod("pay", "api", "w1", nil, "10.128.1.9"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(b, &tm); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		switch tm.Kind {
+		case egressv1.Kind:
+			var e egressv1.EgressIP
+			if err := yaml.UnmarshalStrict(b, &e); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if err := e.Validate(); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+			// Placed as the controller would, each IP on g1.
+			for _, ip := range e.Spec.EgressIPs {
+				e.Status.Items = append(e.Status.Items, egressv1.EgressIPStatusItem{Node: "g1", EgressIP: ip})
+			}
+			v.EgressIPs = append(v.EgressIPs, &e)
+		case egressv1.TrafficKind:
+			var tr egressv1.EgressIPTraffic
+			if err := yaml.UnmarshalStrict(b, &tr); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if errs := tr.Problems(); len(errs) > 0 {
+				t.Errorf("%s: %v", f, errs)
+			}
+			v.Traffic = append(v.Traffic, &tr)
+		default:
+			t.Errorf("%s: kind %q", f, tm.Kind)
+		}
+	}
+	p := Build(v, Options{})
+	if len(p.Problems) > 0 || len(p.Conflicts) > 0 {
+		t.Errorf("problems %v, conflicts %v", p.Problems, p.Conflicts)
+	}
+	i := slices.IndexFunc(p.Pods, func(pd Pod) bool { return pd.Key() == "pay/api" })
+	for dst, want := range map[string]string{
+		"203.0.113.10": "payments-to-bank", "203.0.113.70": "payments-to-bank excluded",
+		"198.51.100.5": "payments-to-partner", "2001:db8:5200::10": "payments-to-partner", "8.8.8.8": "",
+	} {
+		owner, ex := p.Pods[i].OwnerFor(netip.MustParseAddr(dst))
+		if ex {
+			owner += " excluded"
+		}
+		if owner != want {
+			t.Errorf("pay/api to %s: %q, want %q", dst, owner, want)
+		}
+	}
 }
