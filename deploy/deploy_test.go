@@ -161,8 +161,13 @@ func TestKustomizeBuild(t *testing.T) {
 	if get(spec, "hostNetwork") != true {
 		t.Error("gateway is not on the host network")
 	}
-	if v, ok := get(spec, "nodeSelector", "k8s.ovn.org/egress-assignable").(string); !ok || v != "" {
-		t.Errorf("gateway nodeSelector %v, want k8s.ovn.org/egress-assignable: \"\"", get(spec, "nodeSelector"))
+	// An admin-owned label, which a kubelet cannot set on its own Node,
+	// and the controller places egress IPs by the same one (issue 33).
+	if sel := fmt.Sprint(get(spec, "nodeSelector")); sel != "map[node-restriction.kubernetes.io/egret-gateway:true]" {
+		t.Errorf("gateway nodeSelector %v, want only node-restriction.kubernetes.io/egret-gateway: \"true\"", sel)
+	}
+	if args := fmt.Sprint(get(ctl, "spec", "template", "spec", "containers", 0, "args")); !strings.Contains(args, "--node-selector=node-restriction.kubernetes.io/egret-gateway=true") {
+		t.Errorf("controller args %s lack the gateway nodes' --node-selector", args)
 	}
 	if get(spec, "tolerations") == nil {
 		t.Error("gateway has no tolerations")

@@ -300,8 +300,7 @@ var otherValues = []string{
 	"--set", "controller.reachabilityTimeoutSeconds=3,controller.replicas=3",
 	"--set", "log.level=debug,log.format=text",
 	"--set", "gateway.mode=afpacket,gateway.nodeSelector.egret/gateway=yes",
-	// Helm merges maps: the default selector goes only when named.
-	"--set", "gateway.nodeSelector.k8s\\.ovn\\.org/egress-assignable=null",
+	"--set", "gatewayNodeLabel=node-restriction.kubernetes.io/egress-gateway",
 	"--set", "gateway.resources.limits.memory=8Gi,steer.nodeSelector.kubernetes\\.io/os=linux",
 	"--set", "controller.tolerations=null,imagePullSecrets[0].name=regcred",
 	"--set", "createNamespace=false,cni.enabled=false",
@@ -498,7 +497,8 @@ func TestHelmValues(t *testing.T) {
 		}
 	}
 	gwD, gwC := container("DaemonSet/egret-gateway")
-	eq("gateway nodeSelector", get(gwD, "spec", "template", "spec", "nodeSelector"), map[string]string{"egret/gateway": "yes"})
+	eq("gateway nodeSelector", get(gwD, "spec", "template", "spec", "nodeSelector"),
+		map[string]string{"egret/gateway": "yes", "node-restriction.kubernetes.io/egress-gateway": "true"})
 	eq("gateway memory limit", get(gwC, "resources", "limits", "memory"), "8Gi")
 	eq("gateway cpu request", get(gwC, "resources", "requests", "cpu"), "1")
 	for _, a := range []string{"--health-addr=[$(POD_IP)]:9207", "--trust-pod-ips", "--publish-interfaces=false"} {
@@ -894,6 +894,41 @@ func TestHelmHealthHost(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("gateway.health.host=%q: no gateway DaemonSet with %s", host, want)
+		}
+	}
+}
+
+// TestHelmGatewayNodeLabel: one value makes a node a gateway node for both
+// the DaemonSet and the controller; emptied, the egress-assignable label
+// alone does, as before (and any kubelet can then make its node one).
+func TestHelmGatewayNodeLabel(t *testing.T) {
+	hb := helmBin(t)
+	for _, c := range []struct {
+		set      []string
+		selector map[string]string
+		arg      string // the controller's --node-selector, "" for none
+	}{
+		{nil, map[string]string{"node-restriction.kubernetes.io/egret-gateway": "true"}, "--node-selector=node-restriction.kubernetes.io/egret-gateway=true"},
+		{[]string{"--set", "gatewayNodeLabel=node-restriction.kubernetes.io/egress"}, map[string]string{"node-restriction.kubernetes.io/egress": "true"}, "--node-selector=node-restriction.kubernetes.io/egress=true"},
+		{[]string{"--set", "gatewayNodeLabel="}, map[string]string{"k8s.ovn.org/egress-assignable": ""}, ""},
+		{[]string{"--set", "gatewayNodeLabel=,controller.egressNodeSelector=pool=egress"}, map[string]string{"k8s.ovn.org/egress-assignable": ""}, "--node-selector=pool=egress"},
+	} {
+		objs := map[string]obj{}
+		for _, m := range helmTemplate(t, hb, c.set...) {
+			objs[m.o.kind()+"/"+m.o.name()] = m.o
+		}
+		sel := get(objs["DaemonSet/egret-gateway"], "spec", "template", "spec", "nodeSelector")
+		if fmt.Sprint(sel) != fmt.Sprint(c.selector) {
+			t.Errorf("%v: gateway nodeSelector %v, want %v", c.set, sel, c.selector)
+		}
+		var got string
+		for _, a := range get(objs["Deployment/egret-controller"], "spec", "template", "spec", "containers", 0, "args").([]any) {
+			if s, _ := a.(string); strings.HasPrefix(s, "--node-selector=") {
+				got = s
+			}
+		}
+		if got != c.arg {
+			t.Errorf("%v: controller %q, want %q", c.set, got, c.arg)
 		}
 	}
 }

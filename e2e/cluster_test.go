@@ -42,6 +42,8 @@ const (
 	// of the examples (in file order) becomes <node network><egressBase+i>,
 	// in the nodes' subnet where a gateway can claim it.
 	egressBase = 101
+	// gatewayLabel is the admin-owned label deploy/ makes gateway nodes by.
+	gatewayLabel = "node-restriction.kubernetes.io/egret-gateway"
 	// reachabilityTotalTimeout is the controller's default (control/controller).
 	reachabilityTotalTimeout = 1 * time.Second
 )
@@ -170,12 +172,14 @@ func TestCluster(t *testing.T) {
 		prev = e.previousRelease()
 	}
 	e.buildProbeImage()
+	// As README says: egress-assignable, and the admin-owned label the
+	// gateway DaemonSet selects (release N-1 selects egress-assignable).
 	for _, g := range gateways {
-		e.kubectl("label", "node", g, "k8s.ovn.org/egress-assignable=", "--overwrite")
+		e.kubectl("label", "node", g, "k8s.ovn.org/egress-assignable=", gatewayLabel+"=true", "--overwrite")
 	}
 	t.Cleanup(func() {
 		for _, g := range gateways {
-			e.kubectlErr("label", "node", g, "k8s.ovn.org/egress-assignable-")
+			e.kubectlErr("label", "node", g, "k8s.ovn.org/egress-assignable-", gatewayLabel+"-")
 		}
 	})
 	// Release N-1 as its users installed it: its CRDs once, apart from either
@@ -245,6 +249,8 @@ func TestCluster(t *testing.T) {
 	// What egret status says of every client pod matches what the server saw.
 	e.checkStatus(nss)
 	e.checkAdmission(nss[3])
+	// A worker that labels itself egress-assignable gets no gateway.
+	e.checkSelfLabel()
 	// An EgressIP of the gateways' second network leaves by their eth1.
 	e.checkSecondNIC()
 	// A pod leaves as one object towards one server and as another
