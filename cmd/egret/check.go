@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -93,6 +94,14 @@ func runCheck(args []string) error {
 		v, _, err := sf.inputs(ctx)
 		return v, err
 	}}
+	// The server's address, as the probe pods will reach it, decides which
+	// object a pod that leaves by destination uses; a name is resolved here
+	// (the pods' resolver may answer otherwise: then the check says so).
+	if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil {
+		c.dst = a.Unmap()
+	} else if as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname()); err == nil && len(as) > 0 {
+		c.dst = as[0].Unmap()
+	}
 	rows, err := c.run(ctx)
 	if err != nil {
 		return err
@@ -112,6 +121,9 @@ type checker struct {
 	f    *checkFlags
 	id   string
 	view func(context.Context) (cluster.View, error)
+	// dst is the echo server's address, invalid when --url names a host
+	// that did not resolve.
+	dst netip.Addr
 }
 
 // checkRow is one probe's outcome.
@@ -153,7 +165,7 @@ func (c *checker) run(ctx context.Context) ([]checkRow, error) {
 	}
 	var rows []checkRow
 	for _, ns := range nss {
-		rows = append(rows, compare(v, answers[ns], c.f.trustPodIPs))
+		rows = append(rows, compare(v, answers[ns], c.dst, c.f.trustPodIPs))
 	}
 	return rows, nil
 }
@@ -165,21 +177,25 @@ func (c *checker) run(ctx context.Context) ([]checkRow, error) {
 // Service takes the probe for one of its pods.
 func (c *checker) targets(v cluster.View) ([]string, map[string]map[string]string) {
 	r := status.Build(v, status.Inputs{Plan: plan.Options{TrustPodIPs: c.f.trustPodIPs}})
-	owner := map[string]string{} // namespace/name → owner
+	owners := map[string][]string{} // namespace/name → owners
 	for _, p := range r.Pods {
+		k := p.Namespace + "/" + p.Name
 		if p.EgressIP != nil {
-			owner[p.Namespace+"/"+p.Name] = *p.EgressIP
+			owners[k] = append(owners[k], *p.EgressIP)
+		}
+		for _, d := range p.Destinations {
+			owners[k] = append(owners[k], d.EgressIP)
 		}
 	}
 	labels := map[string]map[string]string{}
 	var nss []string
 	for _, p := range v.Pods {
-		if p == nil || owner[p.Namespace+"/"+p.Name] == "" || labels[p.Namespace] != nil {
+		if p == nil || len(owners[p.Namespace+"/"+p.Name]) == 0 || labels[p.Namespace] != nil {
 			continue
 		}
 		l := map[string]string{}
 		for _, e := range v.EgressIPs {
-			if e == nil || e.Name != owner[p.Namespace+"/"+p.Name] {
+			if e == nil || !slices.Contains(owners[p.Namespace+"/"+p.Name], e.Name) {
 				continue
 			}
 			keys := slices.Collect(maps.Keys(e.Spec.PodSelector.MatchLabels))
@@ -313,8 +329,10 @@ func podPhase(p *corev1.Pod) string {
 }
 
 // compare judges answer a against egret status for its pod, as the pod
-// was while it ran (the status of an ended pod has no sources).
-func compare(v cluster.View, a answer, trustPodIPs bool) checkRow {
+// was while it ran (the status of an ended pod has no sources). dst is the
+// echo server's address (invalid when unknown): for a pod whose objects
+// choose by destination, only the object it picks counts.
+func compare(v cluster.View, a answer, dst netip.Addr, trustPodIPs bool) checkRow {
 	row := checkRow{Namespace: a.pod.Namespace, Pod: a.pod.Name, Node: a.pod.Spec.NodeName}
 	running := a.pod.DeepCopy()
 	running.Status.Phase = corev1.PodRunning
@@ -336,9 +354,20 @@ func compare(v cluster.View, a answer, trustPodIPs bool) checkRow {
 	default:
 		row.Seen = seen.String()
 	}
+	// The object the pod's connection to dst uses, when its objects
+	// choose by destination ("" and outside: none, the node's address).
+	byDest, owner, outside := false, "", false
+	if dst.IsValid() && len(st.Destinations) > 0 {
+		pl := plan.Build(v, plan.Options{TrustPodIPs: trustPodIPs})
+		if i := slices.IndexFunc(pl.Pods, func(p plan.Pod) bool { return p.Namespace == running.Namespace && p.Name == running.Name }); i >= 0 {
+			byDest = true
+			owner, outside = pl.Pods[i].OwnerFor(dst)
+			outside = outside || owner == ""
+		}
+	}
 	var want []string
 	for _, s := range st.Sources {
-		if !seen.IsValid() || s.IP.Is4() == seen.Is4() {
+		if (!seen.IsValid() || s.IP.Is4() == seen.Is4()) && (!byDest || !outside && s.Object == owner) {
 			want = append(want, s.IP.String())
 		}
 	}
@@ -354,6 +383,11 @@ func compare(v cluster.View, a answer, trustPodIPs bool) checkRow {
 	case len(want) > 0:
 		row.Expected = strings.Join(want, " or ")
 		row.Mismatch = !slices.Contains(want, row.Seen)
+	case byDest && outside:
+		// No object's egress IPs towards dst: the node's address, or
+		// nothing when an exclusion's object blocks; never an egress IP.
+		row.Expected = "not an egress IP (no EgressIP of the pod claims " + dst.String() + ")"
+		row.Mismatch = egress[seen]
 	case st.State == status.StateNotSelected, slices.ContainsFunc(st.Problems, func(p string) bool { return strings.Contains(p, "leaves as its node's address") }):
 		// Its node's address, whatever the node's SNAT makes it; never an
 		// egress IP of an object.

@@ -196,6 +196,9 @@ func (r *Report) Only(keep func(Pod) bool) {
 			if p.EgressIP != nil {
 				owners[*p.EgressIP] = true
 			}
+			for _, d := range p.Destinations {
+				owners[d.EgressIP] = true
+			}
 		}
 	}
 	r.Pods = pods
