@@ -84,8 +84,12 @@ func TestSummary(t *testing.T) {
 	if b := r.broken(); !strings.Contains(b, "2 wrong-source packets") || !strings.Contains(b, "1 double-answer windows") {
 		t.Errorf("broken %q", b)
 	}
-	if b := (&result{faults: []faultResult{{name: "ok", recovered: true, lost: 3}}}).broken(); b != "" {
+	if b := (&result{faults: []faultResult{{name: "ok", recovered: true, lost: 3}, {name: "still", recovered: true, noMove: true}}}).broken(); b != "" {
 		t.Errorf("a run that kept every invariant is broken: %q", b)
+	}
+	// A fault under which nothing may move, and something did.
+	if b := (&result{faults: []faultResult{{name: "hostile", recovered: true, noMove: true, moves: 2}}}).broken(); !strings.Contains(b, "hostile: the status changed 2 times") {
+		t.Errorf("a move under a no-move fault: broken %q", b)
 	}
 }
 

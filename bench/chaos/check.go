@@ -70,6 +70,20 @@ func (tl *timeline) allows(pod string, src netip.Addr, at time.Time, window time
 	return false
 }
 
+// changes counts the snapshots taken after from and up to to: how often
+// what the status allows some pod changed in that time.
+func (tl *timeline) changes(from, to time.Time) int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	n := 0
+	for _, s := range tl.snaps {
+		if s.at.After(from) && !s.at.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
 // allowedAt is what the status allowed pod at time at (nil before the
 // first snapshot).
 func (tl *timeline) allowedAt(pod string, at time.Time) []netip.Addr {

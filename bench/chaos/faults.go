@@ -23,6 +23,10 @@ type fault struct {
 	short bool
 	// inject starts the fault in the lab and returns what clears it.
 	inject func(l *lab.Lab, st *lab.Status) (clear func() error, err error)
+	// noMove: no egress IP may move while the fault lasts (the status
+	// must not change); note, if set, adds a line of what the fault did.
+	noMove bool
+	note   func() string
 }
 
 // faults is the list as the managed lab can play it
@@ -102,7 +106,26 @@ func faults() []fault {
 			}},
 		{name: "fabric 5% loss, 200 ms delay", hold: 60 * time.Second, short: true,
 			inject: func(l *lab.Lab, _ *lab.Status) (func() error, error) { return netem(l) }},
+		hostileFault(),
 	}
+}
+
+// hostileFault is a pod holding hostileConns connections to every port
+// of every gateway (hostile): nothing may move meanwhile.
+func hostileFault() fault {
+	var cnt *hostileCount
+	return fault{name: "hostile pod, 150 connections per port", hold: 20 * time.Second, short: true, noMove: true,
+		inject: func(l *lab.Lab, st *lab.Status) (func() error, error) {
+			clear, c, err := hostile(l, st)
+			cnt = c
+			return clear, err
+		},
+		note: func() string {
+			if cnt == nil {
+				return ""
+			}
+			return cnt.String()
+		}}
 }
 
 // busiest is the gateway that hosts the most IPv4 egress IPs (the first by

@@ -58,6 +58,10 @@ type faultResult struct {
 	stall       time.Duration
 	recovery    time.Duration
 	recovered   bool
+	// noMove faults: how often the status changed while the fault lasted.
+	noMove bool
+	moves  int
+	note   string
 }
 
 // result is the whole run.
@@ -97,6 +101,9 @@ func (r *result) broken() string {
 		if !f.recovered {
 			out = append(out, fmt.Sprintf("%s: not recovered within %v", f.name, recoverLimit))
 		}
+		if f.noMove && f.moves > 0 {
+			out = append(out, fmt.Sprintf("%s: the status changed %d times (egress IPs moved)", f.name, f.moves))
+		}
 	}
 	return strings.Join(out, "; ")
 }
@@ -108,6 +115,12 @@ func (f faultResult) line() string {
 	}
 	s := fmt.Sprintf("  %-42s held %4.1f s: %d wrong-source packets, %d double-answer windows over budget (longest %.1f s), %d connections lost, longest stall %.1f s, %s",
 		f.name, f.held.Seconds(), f.wrong, f.doubles, f.longestDbl.Seconds(), f.lost, f.stall.Seconds(), rec)
+	if f.noMove {
+		s += fmt.Sprintf(", %d status changes (none allowed)", f.moves)
+	}
+	if f.note != "" {
+		s += "\n      " + f.note
+	}
 	for _, p := range f.wrongSample {
 		s += fmt.Sprintf("\n      wrong: %s %s from %s as %v", p.at.Format("15:04:05.000"), p.kind, p.pod, p.src)
 	}
@@ -210,7 +223,13 @@ func play(l *lab.Lab, o options, out io.Writer) (*result, error) {
 		if err := clear(); err != nil {
 			return res, fmt.Errorf("clearing %s: %w", f.name, err)
 		}
-		fr := faultResult{name: f.name, held: cleared.Sub(start)}
+		fr := faultResult{name: f.name, held: cleared.Sub(start), noMove: f.noMove}
+		if f.noMove {
+			fr.moves = r.tl.changes(start, cleared)
+		}
+		if f.note != nil {
+			fr.note = f.note()
+		}
 		var at time.Time
 		at, fr.recovered = recovered(l, r.traffic, cleared, recoverLimit)
 		fr.recovery = at.Sub(cleared)
