@@ -210,6 +210,15 @@ func (s *Kube) servesTraffic(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("asking the API server whether it serves %s: %w", egressv1.TrafficResource, err)
 	}
+	if served {
+		// An identity without the grant (RBAC of an older release, a
+		// person's role) would wait forever for the informer to list:
+		// say so instead. Other errors the informer retries.
+		_, err := s.eip.Traffic().List(ctx, metav1.ListOptions{Limit: 1})
+		if apierrors.IsForbidden(err) {
+			return false, fmt.Errorf("listing EgressIPTraffic objects: %w", err)
+		}
+	}
 	return served, nil
 }
 

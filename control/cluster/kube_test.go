@@ -166,6 +166,19 @@ func TestKubeTraffic(t *testing.T) {
 		t.Errorf("UpdateTrafficStatus of a deleted object: %v, want NotFound", err)
 	}
 	waitKind(KindTraffic)
+
+	// An identity that may not list them is told so by Start, with the
+	// API server's Forbidden error (egret status explains it), instead of
+	// waiting forever.
+	denied, err := NewKube(env.UserConfig(t, "no-grants"), Only(KindTraffic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if err := denied.Start(sctx, func(Kind) {}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "EgressIPTraffic") {
+		t.Errorf("Start without the right to list EgressIPTraffic: %v, want Forbidden", err)
+	}
 }
 
 // An upgrade that applies deploy/ before deploy/crd/ leaves the API server
