@@ -112,20 +112,25 @@ func TestBadInputIsCountedNotFatal(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "a-good.yaml", manifests)
 	for name, body := range map[string]string{
-		"b-syntax.yaml":  "apiVersion: v1\nkind: Node\nmetadata: {name: [unclosed\n",
-		"c-kind.yaml":    "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
-		"d-noname.yaml":  "apiVersion: v1\nkind: Node\nmetadata: {}\n",
-		"e-dup.yaml":     "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n",
-		"f-typo.yaml":    "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: typo}\nspec: {egressIP: [1.2.3.4]}\n",
-		"g-scalar.yaml":  "42\n",
-		"h-badtype.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
-		"i-badip.yaml":   "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: badip}\nspec: {egressIPs: [300.1.1.1], namespaceSelector: {}}\n",
+		"b-syntax.yaml":    "apiVersion: v1\nkind: Node\nmetadata: {name: [unclosed\n",
+		"c-kind.yaml":      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+		"d-noname.yaml":    "apiVersion: v1\nkind: Node\nmetadata: {}\n",
+		"e-dup.yaml":       "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n",
+		"f-typo.yaml":      "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: typo}\nspec: {egressIP: [1.2.3.4]}\n",
+		"g-scalar.yaml":    "42\n",
+		"h-badtype.yaml":   "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
+		"i-badip.yaml":     "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: badip}\nspec: {egressIPs: [300.1.1.1], namespaceSelector: {}}\n",
+		"j-eipt-typo.yaml": "apiVersion: k8s.ovn.org/v1\nkind: EgressIPTraffic\nmetadata: {name: t}\nspec: {destinationNetwork: [192.0.2.0/24]}\n",
+		"k-eipt-dup.yaml":  "apiVersion: k8s.ovn.org/v1\nkind: EgressIPTraffic\nmetadata: {name: u}\nspec: {dnsNames: [a.example]}\n---\napiVersion: k8s.ovn.org/v1\nkind: EgressIPTraffic\nmetadata: {name: u}\nspec: {dnsNames: [b.example]}\n",
 	} {
 		write(t, dir, name, body)
 	}
 	s, _ := start(t, dir)
-	if got := s.Errors.Load(); got != 7 {
-		t.Errorf("Errors = %d, want 7 (every bad document but the bad IP, which the controller reports)", got)
+	if got := s.Errors.Load(); got != 9 {
+		t.Errorf("Errors = %d, want 9 (every bad document but the bad IP, which the controller reports)", got)
+	}
+	if v := s.View().Traffic; len(v) != 1 || v[0].Name != "u" || v[0].Spec.DNSNames[0] != "a.example" {
+		t.Errorf("EgressIPTraffic %v, want only the first u", v)
 	}
 	var names []string
 	for _, e := range s.View().EgressIPs {
