@@ -224,7 +224,7 @@ func TestCRDsApart(t *testing.T) {
 		names = append(names, o.name())
 	}
 	sort.Strings(names)
-	if want := []string{"cloudprivateipconfigs.cloud.network.openshift.io", "egressips.k8s.ovn.org"}; !slices.Equal(names, want) {
+	if want := []string{"cloudprivateipconfigs.cloud.network.openshift.io", "egressips.k8s.ovn.org", "egressiptraffics.k8s.ovn.org"}; !slices.Equal(names, want) {
 		t.Errorf("deploy/crd/ builds %v, want %v", names, want)
 	}
 	for _, dir := range []string{".", "monitoring", "../hack/cluster/overlay", "../hack/cluster/overlay-ipv6"} {
@@ -313,7 +313,7 @@ func TestApply(t *testing.T) {
 	// The CRDs first, as docs/operations.md says: once, apart from deploy/.
 	k(crds, "apply", "--server-side", "--dry-run=server", "-f", "-")
 	k(crds, "apply", "--server-side", "-f", "-")
-	k(nil, "wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org", "crd/cloudprivateipconfigs.cloud.network.openshift.io")
+	k(nil, "wait", "--for=condition=established", "--timeout=60s", "crd/egressips.k8s.ovn.org", "crd/egressiptraffics.k8s.ovn.org", "crd/cloudprivateipconfigs.cloud.network.openshift.io")
 
 	// Cluster-scoped objects and the namespace dry-run on an empty cluster;
 	// namespaced ones need the namespace, so the whole set dry-runs after
@@ -353,8 +353,13 @@ func TestApply(t *testing.T) {
 
 	// Least privilege, asked of the API server's authorizer.
 	can := func(sa, verb, res string) bool {
-		cmd := exec.Command(kc, "--kubeconfig", env.Kubeconfig, "auth", "can-i", verb, res,
-			"--as=system:serviceaccount:egret-system:"+sa, "-n", "egret-system")
+		args := []string{"--kubeconfig", env.Kubeconfig, "auth", "can-i", verb}
+		if r, ok := strings.CutSuffix(res, "/status"); ok {
+			args = append(args, r, "--subresource=status")
+		} else {
+			args = append(args, res)
+		}
+		cmd := exec.Command(kc, append(args, "--as=system:serviceaccount:egret-system:"+sa, "-n", "egret-system")...)
 		out, _ := cmd.Output() // exit status 1 means "no"
 		return strings.TrimSpace(string(out)) == "yes"
 	}
@@ -366,6 +371,13 @@ func TestApply(t *testing.T) {
 		{"egret-controller", "update", "leases.coordination.k8s.io", true},
 		{"egret-controller", "get", "secrets", false},
 		{"egret-controller", "delete", "egressips.k8s.ovn.org", false},
+		{"egret-controller", "watch", "egressiptraffics.k8s.ovn.org", true},
+		{"egret-controller", "update", "egressiptraffics.k8s.ovn.org/status", true},
+		{"egret-controller", "update", "egressiptraffics.k8s.ovn.org", false},
+		{"egret-gateway", "watch", "egressiptraffics.k8s.ovn.org", true},
+		{"egret-gateway", "update", "egressiptraffics.k8s.ovn.org/status", false},
+		{"egret-steer", "list", "egressiptraffics.k8s.ovn.org", true},
+		{"egret-steer", "update", "egressiptraffics.k8s.ovn.org/status", false},
 		{"egret-controller", "create", "cloudprivateipconfigs.cloud.network.openshift.io", true},
 		{"egret-gateway", "update", "cloudprivateipconfigs.cloud.network.openshift.io", false},
 		{"egret-gateway", "watch", "egressips.k8s.ovn.org", true},

@@ -57,6 +57,7 @@ type Command struct {
 // lists and watches every kind) and the EgressIPs' Events.
 var reads = []Request{
 	{Group: "k8s.ovn.org", Resource: "egressips", Verbs: []string{"list", "watch"}, Where: Cluster},
+	{Group: "k8s.ovn.org", Resource: "egressiptraffics", Verbs: []string{"list", "watch"}, Where: Cluster},
 	{Resource: "nodes", Verbs: []string{"list", "watch"}, Where: Cluster},
 	{Resource: "namespaces", Verbs: []string{"list", "watch"}, Where: Cluster},
 	{Resource: "pods", Verbs: []string{"list", "watch"}, Where: Cluster},

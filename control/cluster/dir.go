@@ -50,6 +50,8 @@ const maxFileSize = 16 << 20
 // the poll interval. The controller's results go back into the directory:
 //
 //	status/<name>.yaml  each EgressIP with the status the controller wrote
+//	status/egressiptraffics/<name>.yaml
+//	                    each EgressIPTraffic's status (resolved DNS names)
 //	events.log          one JSON object per Event (also logged)
 //
 // A status file is read back on start, so a restarted controller keeps its
@@ -86,6 +88,7 @@ type Dir struct {
 	nodes   map[string]*corev1.Node
 	nss     map[string]*corev1.Namespace
 	pods    map[string]*corev1.Pod
+	traffic map[string]*egressv1.EgressIPTraffic
 	changed func(Kind)
 	events  *os.File
 	listErr string // the last "cannot list" error, logged once per change
@@ -94,6 +97,10 @@ type Dir struct {
 	// annotation the controller wrote beside each status.
 	status   Statuses
 	standbys map[string]string
+	// trafficStatus is, for a reader, the last read of the EgressIPTraffic
+	// status files, laid over the manifests' objects in View.
+	trafficStatus map[string]egressv1.EgressIPTrafficStatus
+	trafficErr    string // the last error reading them, logged once per change
 	// good is, per file, its last load without a refused document.
 	good map[string]loaded
 }
@@ -122,7 +129,8 @@ func NewDir(dir string, interval time.Duration, log *slog.Logger) (*Dir, error) 
 	}
 	return &Dir{dir: dir, interval: interval, log: log, seen: map[string]time.Time{},
 		eips: map[string]*egressv1.EgressIP{}, nodes: map[string]*corev1.Node{},
-		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{}}, nil
+		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{},
+		traffic: map[string]*egressv1.EgressIPTraffic{}}, nil
 }
 
 // NewDirReader is NewDir for a process that only reads the directory (the
@@ -161,6 +169,7 @@ func (s *Dir) Start(ctx context.Context, changed func(Kind)) error {
 	}
 	s.Reload()
 	if s.readOnly {
+		s.readTrafficStatus()
 		if _, err := s.Check(ctx); err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				return err
@@ -190,6 +199,7 @@ func (s *Dir) Start(ctx context.Context, changed func(Kind)) error {
 			case <-t.C:
 				s.Reload()
 				if s.readOnly {
+					s.readTrafficStatus()
 					s.Check(ctx) // a failure shows in the agents' own checks
 				}
 			}
@@ -233,6 +243,9 @@ type loaded struct {
 	nodes map[string]*corev1.Node
 	nss   map[string]*corev1.Namespace
 	pods  map[string]*corev1.Pod
+	// traffic are the EgressIPTraffic objects, status left out (it is the
+	// controller's, kept in the status files).
+	traffic map[string]*egressv1.EgressIPTraffic
 	// doc is each object's document number in its file ("Kind/name"),
 	// for the message that refuses a second definition in a later file.
 	doc map[string]int
@@ -240,7 +253,8 @@ type loaded struct {
 
 func newLoaded() loaded {
 	return loaded{eips: map[string]*egressv1.EgressIP{}, nodes: map[string]*corev1.Node{},
-		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{}, doc: map[string]int{}}
+		nss: map[string]*corev1.Namespace{}, pods: map[string]*corev1.Pod{},
+		traffic: map[string]*egressv1.EgressIPTraffic{}, doc: map[string]int{}}
 }
 
 // copy is a deep copy: a file's last good objects are kept apart from the
@@ -251,6 +265,7 @@ func (l loaded) copy() loaded {
 	copyAll(c.nodes, l.nodes, (*corev1.Node).DeepCopy)
 	copyAll(c.nss, l.nss, (*corev1.Namespace).DeepCopy)
 	copyAll(c.pods, l.pods, (*corev1.Pod).DeepCopy)
+	copyAll(c.traffic, l.traffic, (*egressv1.EgressIPTraffic).DeepCopy)
 	maps.Copy(c.doc, l.doc)
 	return c
 }
@@ -273,6 +288,7 @@ func (s *Dir) add(l *loaded, path string, f loaded) {
 	addAll(l.nodes, f.nodes, dup("Node"))
 	addAll(l.nss, f.nss, dup("Namespace"))
 	addAll(l.pods, f.pods, dup("Pod"))
+	addAll(l.traffic, f.traffic, dup(egressv1.TrafficKind))
 }
 
 func addAll[T any](dst, src map[string]T, dup func(name string)) {
@@ -358,6 +374,9 @@ func (s *Dir) Reload() {
 		s.pods = l.pods
 		kinds = append(kinds, KindPod)
 	}
+	if s.mergeTraffic(l.traffic) {
+		kinds = append(kinds, KindTraffic)
+	}
 	changed := s.changed
 	s.mu.Unlock()
 	if changed != nil {
@@ -433,6 +452,28 @@ func (s *Dir) loadFile(path string) (l loaded, bad int) {
 				continue
 			}
 			l.eips[e.Name], l.doc["EgressIP/"+e.Name] = e, doc
+		case tm.APIVersion == egressv1.SchemeGroupVersion.String() && tm.Kind == egressv1.TrafficKind:
+			x := &egressv1.EgressIPTraffic{}
+			if err := strictUnmarshal(raw, x); err != nil {
+				refuse(doc, "EgressIPTraffic does not decode: %v", err)
+				continue
+			}
+			if x.Name == "" {
+				refuse(doc, "EgressIPTraffic has no metadata.name")
+				continue
+			}
+			// Still used, as the API server would have refused it: the plan
+			// leaves the bad entries out and uses the rest.
+			for _, err := range x.Problems() {
+				s.log.Warn("file source: EgressIPTraffic has problems; the bad entries are not used", "file", path, "name", x.Name, "err", err)
+			}
+			if _, dup := l.traffic[x.Name]; dup {
+				refuse(doc, "EgressIPTraffic %q is defined twice; the first definition is used", x.Name)
+				continue
+			}
+			// Status is the controller's (a status subresource in the API).
+			x.Status = egressv1.EgressIPTrafficStatus{}
+			l.traffic[x.Name], l.doc[egressv1.TrafficKind+"/"+x.Name] = x, doc
 		case tm.APIVersion == "v1" && tm.Kind == "Node":
 			n := &corev1.Node{}
 			if !s.decodeCore(path, doc, raw, n, &n.ObjectMeta, false) {
@@ -473,7 +514,7 @@ func (s *Dir) loadFile(path string) (l loaded, bad int) {
 			}
 			l.pods[key], l.doc["Pod/"+key] = p, doc
 		default:
-			refuse(doc, "kind %q of apiVersion %q is not one the controller reads (EgressIP k8s.ovn.org/v1, Node, Namespace, Pod v1)", tm.Kind, tm.APIVersion)
+			refuse(doc, "kind %q of apiVersion %q is not one the controller reads (EgressIP and EgressIPTraffic k8s.ovn.org/v1, Node, Namespace, Pod v1)", tm.Kind, tm.APIVersion)
 		}
 	}
 }
@@ -547,6 +588,112 @@ func (s *Dir) mergeEgressIPs(in map[string]*egressv1.EgressIP) bool {
 		changed = true
 	}
 	return changed
+}
+
+// mergeTraffic installs the loaded EgressIPTraffic objects as
+// mergeEgressIPs does EgressIPs: an unchanged object keeps its status and
+// resourceVersion, a new one takes the status its file holds (a restarted
+// controller keeps what it resolved). The caller holds s.mu.
+func (s *Dir) mergeTraffic(in map[string]*egressv1.EgressIPTraffic) bool {
+	changed := false
+	for name := range s.traffic {
+		if _, ok := in[name]; !ok {
+			delete(s.traffic, name)
+			if !s.readOnly {
+				os.Remove(s.trafficStatusPath(name))
+			}
+			changed = true
+		}
+	}
+	for name, x := range in {
+		x.UID = types.UID("file-" + egressv1.TrafficResource + "-" + name)
+		old, ok := s.traffic[name]
+		if ok {
+			if reflect.DeepEqual(old.Spec, x.Spec) && reflect.DeepEqual(old.Labels, x.Labels) && reflect.DeepEqual(old.Annotations, x.Annotations) {
+				continue
+			}
+			x.Status = old.Status
+		} else if !s.readOnly {
+			st, err := readTrafficStatusFile(s.trafficStatusPath(name))
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Warn("file source: ignoring an unreadable status file", "file", s.trafficStatusPath(name), "err", err)
+			}
+			x.Status = st
+		}
+		s.rv++
+		x.ResourceVersion = strconv.FormatUint(s.rv, 10)
+		s.traffic[name] = x
+		changed = true
+	}
+	return changed
+}
+
+// TrafficStatusDir is the folder of the EgressIPTraffic status files,
+// inside StatusDir (an EgressIP name cannot hold a "/", so no EgressIP
+// status file can be it).
+const TrafficStatusDir = egressv1.TrafficResource
+
+func (s *Dir) trafficStatusPath(name string) string {
+	return filepath.Join(s.dir, StatusDir, TrafficStatusDir, name+".yaml")
+}
+
+// readTrafficStatusFile reads one EgressIPTraffic status file; a missing
+// file is an os.ErrNotExist error.
+func readTrafficStatusFile(path string) (egressv1.EgressIPTrafficStatus, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return egressv1.EgressIPTrafficStatus{}, err
+	}
+	var x egressv1.EgressIPTraffic
+	if err := yaml.Unmarshal(b, &x); err != nil {
+		return egressv1.EgressIPTrafficStatus{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return x.Status, nil
+}
+
+// readTrafficStatus is a reader's poll of the EgressIPTraffic status files
+// the controller writes: a change is reported as a change of KindTraffic.
+// No folder means no status yet; an unreadable file keeps the last read.
+func (s *Dir) readTrafficStatus() {
+	dir := filepath.Join(s.dir, StatusDir, TrafficStatusDir)
+	out := map[string]egressv1.EgressIPTrafficStatus{}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".yaml")
+		if e.IsDir() || !ok || name == "" || strings.HasPrefix(name, ".") {
+			continue
+		}
+		st, ferr := readTrafficStatusFile(filepath.Join(dir, e.Name()))
+		if errors.Is(ferr, os.ErrNotExist) {
+			continue // replaced or removed meanwhile
+		}
+		if ferr != nil {
+			err = ferr
+			break
+		}
+		out[name] = st
+	}
+	s.mu.Lock()
+	last := s.trafficErr
+	if err != nil {
+		s.trafficErr = err.Error()
+		s.mu.Unlock()
+		if err.Error() != last {
+			s.log.Warn("file source: cannot read the EgressIPTraffic status files; the last read stays in force", "dir", dir, "err", err)
+		}
+		return
+	}
+	s.trafficErr = ""
+	differ := !reflect.DeepEqual(s.trafficStatus, out)
+	s.trafficStatus = out
+	changed := s.changed
+	s.mu.Unlock()
+	if differ && changed != nil {
+		changed(KindTraffic)
+	}
 }
 
 func (s *Dir) statusPath(name string) string {
@@ -639,7 +786,15 @@ func (s *Dir) View() View {
 			eips[i] = c
 		}
 	}
-	return View{EgressIPs: eips, Nodes: sorted(s.nodes), Namespaces: sorted(s.nss), Pods: sorted(s.pods)}
+	traffic := sorted(s.traffic)
+	for i, x := range traffic {
+		if st, ok := s.trafficStatus[x.Name]; ok {
+			c := x.DeepCopy()
+			c.Status = *st.DeepCopy()
+			traffic[i] = c
+		}
+	}
+	return View{EgressIPs: eips, Nodes: sorted(s.nodes), Namespaces: sorted(s.nss), Pods: sorted(s.pods), Traffic: traffic}
 }
 
 // EgressIP implements Source.
@@ -711,6 +866,57 @@ func (s *Dir) UpdateEgressIP(_ context.Context, eip *egressv1.EgressIP) error {
 		changed(KindEgressIP)
 	}
 	return nil
+}
+
+var trafficResource = egressv1.TrafficGroupVersionResource.GroupResource()
+
+// UpdateTrafficStatus implements Source: t's status goes to its status
+// file, with the API server's conflict rule; the manifest is the user's.
+func (s *Dir) UpdateTrafficStatus(_ context.Context, t *egressv1.EgressIPTraffic) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	changed, err := s.storeTrafficStatus(t)
+	if err == nil && changed != nil {
+		changed(KindTraffic)
+	}
+	return err
+}
+
+// storeTrafficStatus is UpdateTrafficStatus under s.mu; it returns the
+// change callback to call once s.mu is released.
+func (s *Dir) storeTrafficStatus(t *egressv1.EgressIPTraffic) (func(Kind), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.traffic[t.Name]
+	if !ok {
+		return nil, apierrors.NewNotFound(trafficResource, t.Name)
+	}
+	if cur.ResourceVersion != t.ResourceVersion {
+		return nil, apierrors.NewConflict(trafficResource, t.Name,
+			fmt.Errorf("the object has been modified (resourceVersion %s, now %s); please apply your changes to the latest version and try again", t.ResourceVersion, cur.ResourceVersion))
+	}
+	next := cur.DeepCopy()
+	next.Status = *t.Status.DeepCopy()
+	out := &egressv1.EgressIPTraffic{
+		TypeMeta:   metav1.TypeMeta{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.TrafficKind},
+		ObjectMeta: metav1.ObjectMeta{Name: t.Name},
+		Status:     next.Status,
+	}
+	b, err := yaml.Marshal(out)
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(s.trafficStatusPath(t.Name)), 0o755)
+	}
+	if err == nil {
+		err = writeAtomic(s.trafficStatusPath(t.Name), b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing the status of EgressIPTraffic %s: %w", t.Name, err)
+	}
+	s.rv++
+	next.ResourceVersion = strconv.FormatUint(s.rv, 10)
+	s.traffic[t.Name] = next
+	return s.changed, nil
 }
 
 func writeAtomic(path string, b []byte) error {

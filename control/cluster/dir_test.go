@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -111,20 +112,25 @@ func TestBadInputIsCountedNotFatal(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "a-good.yaml", manifests)
 	for name, body := range map[string]string{
-		"b-syntax.yaml":  "apiVersion: v1\nkind: Node\nmetadata: {name: [unclosed\n",
-		"c-kind.yaml":    "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
-		"d-noname.yaml":  "apiVersion: v1\nkind: Node\nmetadata: {}\n",
-		"e-dup.yaml":     "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n",
-		"f-typo.yaml":    "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: typo}\nspec: {egressIP: [1.2.3.4]}\n",
-		"g-scalar.yaml":  "42\n",
-		"h-badtype.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
-		"i-badip.yaml":   "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: badip}\nspec: {egressIPs: [300.1.1.1], namespaceSelector: {}}\n",
+		"b-syntax.yaml":    "apiVersion: v1\nkind: Node\nmetadata: {name: [unclosed\n",
+		"c-kind.yaml":      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+		"d-noname.yaml":    "apiVersion: v1\nkind: Node\nmetadata: {}\n",
+		"e-dup.yaml":       "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n",
+		"f-typo.yaml":      "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: typo}\nspec: {egressIP: [1.2.3.4]}\n",
+		"g-scalar.yaml":    "42\n",
+		"h-badtype.yaml":   "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
+		"i-badip.yaml":     "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: badip}\nspec: {egressIPs: [300.1.1.1], namespaceSelector: {}}\n",
+		"j-eipt-typo.yaml": "apiVersion: k8s.ovn.org/v1\nkind: EgressIPTraffic\nmetadata: {name: t}\nspec: {destinationNetwork: [192.0.2.0/24]}\n",
+		"k-eipt-dup.yaml":  "apiVersion: k8s.ovn.org/v1\nkind: EgressIPTraffic\nmetadata: {name: u}\nspec: {dnsNames: [a.example]}\n---\napiVersion: k8s.ovn.org/v1\nkind: EgressIPTraffic\nmetadata: {name: u}\nspec: {dnsNames: [b.example]}\n",
 	} {
 		write(t, dir, name, body)
 	}
 	s, _ := start(t, dir)
-	if got := s.Errors.Load(); got != 7 {
-		t.Errorf("Errors = %d, want 7 (every bad document but the bad IP, which the controller reports)", got)
+	if got := s.Errors.Load(); got != 9 {
+		t.Errorf("Errors = %d, want 9 (every bad document but the bad IP, which the controller reports)", got)
+	}
+	if v := s.View().Traffic; len(v) != 1 || v[0].Name != "u" || v[0].Spec.DNSNames[0] != "a.example" {
+		t.Errorf("EgressIPTraffic %v, want only the first u", v)
 	}
 	var names []string
 	for _, e := range s.View().EgressIPs {
@@ -374,5 +380,180 @@ func TestBadFileKeepsLastGoodVersion(t *testing.T) {
 	s.Reload()
 	if eip() != nil || len(s.View().Pods) != 0 {
 		t.Errorf("after removing the file: %d eips, %d pods; want none", len(s.View().EgressIPs), len(s.View().Pods))
+	}
+}
+
+const trafficManifests = `apiVersion: k8s.ovn.org/v1
+kind: EgressIPTraffic
+metadata: {name: db, labels: {traffic: db}}
+spec:
+  destinationNetworks: [192.0.2.0/24]
+  dnsNames: [db.example.com]
+---
+apiVersion: k8s.ovn.org/v1
+kind: EgressIPTraffic
+metadata: {name: a-partly-bad, annotations: {egret.io/exclude: "true"}}
+spec:
+  destinationNetworks: [198.51.100.0/24, 203.0.113.1/24]
+`
+
+// The file source reads EgressIPTraffic objects beside the EgressIPs,
+// keeps their status in status/egressiptraffics/, and reports changes of
+// them as KindTraffic.
+func TestDirTraffic(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "all.yaml", manifests)
+	write(t, dir, "traffic.yaml", trafficManifests)
+	var logs bytes.Buffer
+	s, err := NewDir(dir, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := &kinds{}
+	if err := s.Start(ctx, k.add); err != nil {
+		t.Fatal(err)
+	}
+	v := s.View()
+	if len(v.Traffic) != 2 || v.Traffic[0].Name != "a-partly-bad" || v.Traffic[1].Name != "db" || len(v.EgressIPs) != 1 {
+		t.Fatalf("View: %d EgressIPs, EgressIPTraffic %v", len(v.EgressIPs), v.Traffic)
+	}
+	db := v.Traffic[1]
+	if db.UID == "" || db.ResourceVersion == "" || db.Labels["traffic"] != "db" || !v.Traffic[0].Excluded() {
+		t.Errorf("db metadata %+v, a-partly-bad excluded %v", db.ObjectMeta, v.Traffic[0].Excluded())
+	}
+	// A problem is logged with its field, and the object still used (the
+	// plan leaves the bad entry out), as the controller would see it.
+	if !strings.Contains(logs.String(), "spec.destinationNetworks[1]") || !strings.Contains(logs.String(), "has host bits set") {
+		t.Errorf("the unmasked network was not reported; log:\n%s", logs.String())
+	}
+	if s.Errors.Load() != 0 {
+		t.Errorf("Errors = %d for decodable objects", s.Errors.Load())
+	}
+
+	// Status: only status is taken, with the API server's conflict and
+	// not-found errors.
+	mine := db.DeepCopy()
+	mine.Status.DNSNames = []egressv1.ResolvedName{{Name: "db.example.com", Addresses: []string{"192.0.2.7"}}}
+	mine.Spec.DestinationNetworks = nil
+	mine.Labels = nil
+	k.take()
+	if err := s.UpdateTrafficStatus(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.take(); !slices.Equal(got, []Kind{KindTraffic}) {
+		t.Errorf("changes after a status write: %v, want [EgressIPTraffic]", got)
+	}
+	after := s.View().Traffic[1]
+	if len(after.Status.DNSNames) != 1 || after.Status.DNSNames[0].Addresses[0] != "192.0.2.7" ||
+		len(after.Spec.DestinationNetworks) != 1 || after.Labels["traffic"] != "db" || after.ResourceVersion == db.ResourceVersion {
+		t.Errorf("after UpdateTrafficStatus: %+v", after)
+	}
+	if db.Status.DNSNames != nil || mine.Status.DNSNames[0].Addresses[0] != "192.0.2.7" {
+		t.Error("the status write changed an object handed out before")
+	}
+	if err := s.UpdateTrafficStatus(ctx, mine); !apierrors.IsConflict(err) {
+		t.Errorf("second write with the old resourceVersion: %v, want a conflict", err)
+	}
+	gone := after.DeepCopy()
+	gone.Name = "nope"
+	if err := s.UpdateTrafficStatus(ctx, gone); !apierrors.IsNotFound(err) {
+		t.Errorf("write of an unknown object: %v, want not found", err)
+	}
+	statusFile := filepath.Join(dir, StatusDir, TrafficStatusDir, "db.yaml")
+	if _, err := os.Stat(statusFile); err != nil {
+		t.Fatalf("no status file: %v", err)
+	}
+	// The EgressIP status files are read as before, the folder beside them ignored.
+	if st, err := s.Check(ctx); err != nil || len(st) != 0 {
+		t.Errorf("Check with an EgressIPTraffic status folder: %v, %v", st, err)
+	}
+
+	// A restarted controller reads the status back; a spec edit keeps it.
+	s2, k2 := start(t, dir)
+	if got := s2.View().Traffic[1]; len(got.Status.DNSNames) != 1 || got.Status.DNSNames[0].Addresses[0] != "192.0.2.7" {
+		t.Errorf("status after a restart: %+v", got.Status)
+	}
+	k2.take()
+	write(t, dir, "traffic.yaml", strings.Replace(trafficManifests, "192.0.2.0/24", "192.0.2.0/25", 1))
+	s2.Reload()
+	if got := s2.View().Traffic[1]; len(got.Status.DNSNames) != 1 || got.Spec.DestinationNetworks[0] != "192.0.2.0/25" {
+		t.Errorf("after a spec edit: %+v", got)
+	}
+	if got := k2.take(); !slices.Equal(got, []Kind{KindTraffic}) {
+		t.Errorf("changes after editing an EgressIPTraffic: %v, want [EgressIPTraffic]", got)
+	}
+	// Removing the object removes its status file.
+	os.Remove(filepath.Join(dir, "traffic.yaml"))
+	s2.Reload()
+	if got := s2.View().Traffic; len(got) != 0 {
+		t.Errorf("EgressIPTraffic %v after its file was removed", got)
+	}
+	if _, err := os.Stat(statusFile); !os.IsNotExist(err) {
+		t.Errorf("status file of a deleted object: %v", err)
+	}
+}
+
+// A reader (steer and gateway agents) follows the EgressIPTraffic status
+// files the controller writes, and writes none itself.
+func TestDirReaderFollowsTrafficStatus(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "traffic.yaml", trafficManifests)
+	ro, err := NewDirReader(dir, time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := &kinds{}
+	if err := ro.Start(ctx, k.add); err != nil {
+		t.Fatal(err)
+	}
+	addrs := func() []string {
+		v := ro.View()
+		if len(v.Traffic) != 2 {
+			t.Fatalf("%d EgressIPTraffic, want 2", len(v.Traffic))
+		}
+		if len(v.Traffic[1].Status.DNSNames) == 0 {
+			return nil
+		}
+		return v.Traffic[1].Status.DNSNames[0].Addresses
+	}
+	if got := addrs(); got != nil {
+		t.Errorf("addresses %v before any status file", got)
+	}
+	if err := ro.UpdateTrafficStatus(ctx, ro.View().Traffic[1]); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("a reader's UpdateTrafficStatus: %v, want ErrReadOnly", err)
+	}
+
+	ctl, err := NewDir(dir, time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Start(ctx, func(Kind) {}); err != nil {
+		t.Fatal(err)
+	}
+	db := ctl.View().Traffic[1].DeepCopy()
+	db.Status.DNSNames = []egressv1.ResolvedName{{Name: "db.example.com", Addresses: []string{"192.0.2.8", "2001:db8::8"}}}
+	if err := ctl.UpdateTrafficStatus(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	k.take()
+	ro.readTrafficStatus() // what the reader's poll does
+	if got := addrs(); !slices.Equal(got, []string{"192.0.2.8", "2001:db8::8"}) {
+		t.Errorf("reader's addresses %v, want the controller's", got)
+	}
+	if got := k.take(); !slices.Equal(got, []Kind{KindTraffic}) {
+		t.Errorf("changes %v, want one EgressIPTraffic change", got)
+	}
+	ro.readTrafficStatus()
+	if got := k.take(); len(got) != 0 {
+		t.Errorf("an unchanged status file was reported as %v", got)
+	}
+	write(t, filepath.Join(dir, StatusDir, TrafficStatusDir), "db.yaml", "status: [not, a, map")
+	ro.readTrafficStatus()
+	if got := addrs(); !slices.Equal(got, []string{"192.0.2.8", "2001:db8::8"}) {
+		t.Errorf("reader's addresses %v after a corrupt file, want the last good read", got)
 	}
 }

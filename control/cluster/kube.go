@@ -5,15 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -37,8 +41,13 @@ type Kube struct {
 	factories              []informers.SharedInformerFactory
 	eipInf                 cache.SharedIndexInformer
 	nodeInf, nsInf, podInf cache.SharedIndexInformer // nil when not watched
-	bcast                  record.EventBroadcaster
-	recorder               record.EventRecorder
+	// trafficInf is built by Start, and only when the API server serves
+	// EgressIPTraffic (watchTraffic: the kind is watched at all).
+	trafficInf   cache.SharedIndexInformer
+	watchTraffic bool
+	log          *slog.Logger
+	bcast        record.EventBroadcaster
+	recorder     record.EventRecorder
 }
 
 // KubeOption narrows what a Kube source watches. Each role watches only what
@@ -84,7 +93,7 @@ func NewKube(cfg *rest.Config, opts ...KubeOption) (*Kube, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the dynamic Kubernetes client: %w", err)
 	}
-	s := &Kube{cs: cs, dyn: dyn, eip: eip}
+	s := &Kube{cs: cs, dyn: dyn, eip: eip, watchTraffic: watched(KindTraffic), log: slog.Default()}
 	// Managed fields are large and never read here: keep them out of the cache.
 	strip := informers.WithTransform(func(o any) (any, error) {
 		if m, ok := o.(metav1.Object); ok {
@@ -125,13 +134,27 @@ func NewKube(cfg *rest.Config, opts ...KubeOption) (*Kube, error) {
 	return s, nil
 }
 
-// Start implements Source.
+// Start implements Source. EgressIPTraffic is watched only if the API
+// server serves it: a cluster upgraded by applying deploy/ before
+// deploy/crd/ runs with no EgressIPTraffic objects (every trafficSelector
+// selects nothing) and a warning, instead of never starting.
 func (s *Kube) Start(ctx context.Context, changed func(Kind)) error {
+	if s.watchTraffic {
+		served, err := s.servesTraffic(ctx)
+		if err != nil {
+			return err
+		}
+		if served {
+			s.trafficInf = cache.NewSharedIndexInformer(s.eip.Traffic().ListWatch(), &egressv1.EgressIPTraffic{}, 0, cache.Indexers{})
+		} else {
+			s.log.Warn("the API server does not serve EgressIPTraffic (k8s.ovn.org/v1 egressiptraffics): running with no EgressIPTraffic objects, so every EgressIP with a trafficSelector selects no destination; apply deploy/crd/ (kubectl apply --server-side -k deploy/crd/) and restart Egret's pods")
+		}
+	}
 	var synced []cache.InformerSynced
 	for _, x := range []struct {
 		inf  cache.SharedIndexInformer
 		kind Kind
-	}{{s.eipInf, KindEgressIP}, {s.nodeInf, KindNode}, {s.nsInf, KindNamespace}, {s.podInf, KindPod}} {
+	}{{s.eipInf, KindEgressIP}, {s.nodeInf, KindNode}, {s.nsInf, KindNamespace}, {s.podInf, KindPod}, {s.trafficInf, KindTraffic}} {
 		if x.inf == nil {
 			continue
 		}
@@ -151,13 +174,52 @@ func (s *Kube) Start(ctx context.Context, changed func(Kind)) error {
 	for _, f := range s.factories {
 		f.Start(ctx.Done())
 	}
-	if s.eipInf != nil {
-		go s.eipInf.RunWithContext(ctx)
+	for _, inf := range []cache.SharedIndexInformer{s.eipInf, s.trafficInf} {
+		if inf != nil {
+			go inf.RunWithContext(ctx)
+		}
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return errors.New("informer caches did not sync (is the EgressIP CRD installed, and may this identity list egressips, nodes, namespaces and pods?)")
+		return errors.New("informer caches did not sync (is the EgressIP CRD installed, and may this identity list egressips, egressiptraffics, nodes, namespaces and pods?)")
 	}
 	return nil
+}
+
+// servesTraffic asks discovery whether k8s.ovn.org/v1 has
+// egressiptraffics. Only a definite answer counts: an unreachable API
+// server is asked again until ctx ends, as the informers would retry.
+func (s *Kube) servesTraffic(ctx context.Context) (bool, error) {
+	var served bool
+	gv := egressv1.SchemeGroupVersion.String()
+	logged := false
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		rl, err := s.cs.Discovery().ServerResourcesForGroupVersion(gv)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil // not even EgressIP (the EgressIP informer says so)
+		case err != nil:
+			if !logged {
+				s.log.Warn("asking the API server which k8s.ovn.org/v1 resources it serves; retrying", "err", err)
+				logged = true
+			}
+			return false, nil
+		}
+		served = slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == egressv1.TrafficResource })
+		return true, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("asking the API server whether it serves %s: %w", egressv1.TrafficResource, err)
+	}
+	if served {
+		// An identity without the grant (RBAC of an older release, a
+		// person's role) would wait forever for the informer to list:
+		// say so instead. Other errors the informer retries.
+		_, err := s.eip.Traffic().List(ctx, metav1.ListOptions{Limit: 1})
+		if apierrors.IsForbidden(err) {
+			return false, fmt.Errorf("listing EgressIPTraffic objects: %w", err)
+		}
+	}
+	return served, nil
 }
 
 func list[T any](inf cache.SharedIndexInformer) []*T {
@@ -177,7 +239,8 @@ func list[T any](inf cache.SharedIndexInformer) []*T {
 // View implements Source.
 func (s *Kube) View() View {
 	return View{EgressIPs: list[egressv1.EgressIP](s.eipInf), Nodes: list[corev1.Node](s.nodeInf),
-		Namespaces: list[corev1.Namespace](s.nsInf), Pods: list[corev1.Pod](s.podInf)}
+		Namespaces: list[corev1.Namespace](s.nsInf), Pods: list[corev1.Pod](s.podInf),
+		Traffic: list[egressv1.EgressIPTraffic](s.trafficInf)}
 }
 
 // EgressIP implements Source.
@@ -211,6 +274,12 @@ func (s *Kube) Check(ctx context.Context) (Statuses, error) {
 // status subresource).
 func (s *Kube) UpdateEgressIP(ctx context.Context, eip *egressv1.EgressIP) error {
 	_, err := s.eip.Update(ctx, eip, metav1.UpdateOptions{FieldManager: Component})
+	return err
+}
+
+// UpdateTrafficStatus implements Source through the status subresource.
+func (s *Kube) UpdateTrafficStatus(ctx context.Context, t *egressv1.EgressIPTraffic) error {
+	_, err := s.eip.Traffic().UpdateStatus(ctx, t, metav1.UpdateOptions{FieldManager: Component})
 	return err
 }
 

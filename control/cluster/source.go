@@ -75,6 +75,11 @@ type Source interface {
 	// eip.ResourceVersion is not the stored one, and IsNotFound when the
 	// object is gone.
 	UpdateEgressIP(ctx context.Context, eip *egressv1.EgressIP) error
+	// UpdateTrafficStatus stores t.Status (t is the caller's own copy) and
+	// nothing else of t, with UpdateEgressIP's conflict and not-found
+	// errors: through the status subresource (Kube) or the status files
+	// (Dir).
+	UpdateTrafficStatus(ctx context.Context, t *egressv1.EgressIPTraffic) error
 	// Event records an Event about the object ref points to.
 	Event(ref *corev1.ObjectReference, eventType, reason, message string)
 }

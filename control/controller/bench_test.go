@@ -27,7 +27,10 @@ func (s *staticSource) EgressIP(string) (*egressv1.EgressIP, bool) {
 	return nil, false
 }
 func (s *staticSource) UpdateEgressIP(context.Context, *egressv1.EgressIP) error { return nil }
-func (s *staticSource) Event(*corev1.ObjectReference, string, string, string)    {}
+func (s *staticSource) UpdateTrafficStatus(context.Context, *egressv1.EgressIPTraffic) error {
+	return nil
+}
+func (s *staticSource) Event(*corev1.ObjectReference, string, string, string) {}
 
 // BenchmarkAssignCycle is one assignment cycle from the cache, as run on
 // every EgressIP or Node change: 1,000 objects of 2 IPs over 50 nodes, and

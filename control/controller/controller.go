@@ -50,9 +50,6 @@ const (
 	// source applies (egressv1.EgressIP.Validate): an empty egressIPs list,
 	// a selector that selects nothing usable (In/NotIn without values), ...
 	ReasonInvalidSpec = "InvalidEgressIPSpec"
-	// ReasonTrafficSelectorNotApplied: spec.trafficSelector is set; Egret
-	// stores it but the egress IPs serve every destination.
-	ReasonTrafficSelectorNotApplied = "TrafficSelectorNotApplied"
 	// ReasonStatusOwnedElsewhere: another controller (OVN-Kubernetes) owns
 	// the object's status, so Egret does not write it.
 	ReasonStatusOwnedElsewhere = "StatusOwnedByAnotherController"
@@ -71,10 +68,6 @@ func specEvents(e *egressv1.EgressIP) []assign.Event {
 	if len(msgs) > 0 {
 		out = append(out, assign.Event{Object: e.Name, Reason: ReasonInvalidSpec,
 			Message: fmt.Sprintf("EgressIP %q is invalid: %s; the valid parts are still used, an invalid selector selects no pod", e.Name, strings.Join(msgs, "; "))})
-	}
-	if e.Spec.TrafficSelector != nil {
-		out = append(out, assign.Event{Object: e.Name, Reason: ReasonTrafficSelectorNotApplied,
-			Message: "spec.trafficSelector is not applied by Egret (EgressTrafficClass is not implemented): the egress IPs of this object serve every destination of the selected pods"})
 	}
 	return out
 }

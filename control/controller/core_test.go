@@ -30,6 +30,7 @@ type memSource struct {
 	nodes    []*corev1.Node
 	nss      []*corev1.Namespace
 	pods     []*corev1.Pod
+	traffic  map[string]*egressv1.EgressIPTraffic
 	failNext []error
 	updates  int
 	events   []recorded
@@ -50,7 +51,11 @@ func (m *memSource) View() cluster.View {
 	for _, e := range m.eips {
 		out = append(out, e)
 	}
-	return cluster.View{EgressIPs: out, Nodes: m.nodes, Namespaces: m.nss, Pods: m.pods}
+	var traffic []*egressv1.EgressIPTraffic
+	for _, t := range m.traffic {
+		traffic = append(traffic, t)
+	}
+	return cluster.View{EgressIPs: out, Nodes: m.nodes, Namespaces: m.nss, Pods: m.pods, Traffic: traffic}
 }
 
 func (m *memSource) Check(context.Context) (cluster.Statuses, error) { return nil, nil }
@@ -82,6 +87,30 @@ func (m *memSource) UpdateEgressIP(_ context.Context, e *egressv1.EgressIP) erro
 	changed := m.changed
 	m.mu.Unlock()
 	changed(cluster.KindEgressIP)
+	return nil
+}
+
+// UpdateTrafficStatus stores t's status with the API server's conflict
+// and not-found errors.
+func (m *memSource) UpdateTrafficStatus(_ context.Context, t *egressv1.EgressIPTraffic) error {
+	m.mu.Lock()
+	cur, ok := m.traffic[t.Name]
+	if !ok {
+		m.mu.Unlock()
+		return apierrors.NewNotFound(egressv1.TrafficGroupVersionResource.GroupResource(), t.Name)
+	}
+	if cur.ResourceVersion != t.ResourceVersion {
+		m.mu.Unlock()
+		return apierrors.NewConflict(egressv1.TrafficGroupVersionResource.GroupResource(), t.Name, fmt.Errorf("stale"))
+	}
+	m.rv++
+	cp := cur.DeepCopy()
+	cp.Status = *t.Status.DeepCopy()
+	cp.ResourceVersion = strconv.Itoa(m.rv)
+	m.traffic[t.Name] = cp // replaced, never modified in place
+	changed := m.changed
+	m.mu.Unlock()
+	changed(cluster.KindTraffic)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package v1_test
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -50,6 +51,9 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("StatusByUpdate", func(t *testing.T) { testStatus(t, env, c) })
 	t.Run("Informer", func(t *testing.T) { testInformer(t, c) })
 	t.Run("Kubectl", func(t *testing.T) { testKubectl(t, env, c) })
+	t.Run("TrafficRefused", func(t *testing.T) { testTrafficRefused(t, c.Traffic(), dyn) })
+	t.Run("TrafficStatus", func(t *testing.T) { testTrafficStatus(t, c.Traffic()) })
+	t.Run("TrafficKubectl", func(t *testing.T) { testTrafficKubectl(t, env, c) })
 }
 
 func testCRDShape(t *testing.T, env *kubetest.Env) {
@@ -71,10 +75,18 @@ func testCRDShape(t *testing.T, env *kubetest.Env) {
 					r.Namespaced, r.Kind, r.ShortNames)
 			}
 		}
+		if r.Name == v1.TrafficResource {
+			if r.Namespaced || r.Kind != v1.TrafficKind || !slices.Equal(r.ShortNames, []string{v1.TrafficShortName}) {
+				t.Errorf("egressiptraffics discovery = namespaced %v kind %q shortNames %v; want cluster-scoped EgressIPTraffic [eipt]",
+					r.Namespaced, r.Kind, r.ShortNames)
+			}
+		}
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"egressips"}) {
-		t.Errorf("k8s.ovn.org/v1 serves %v, want only egressips (no status subresource)", names)
+	// EgressIP has no status subresource, as upstream; EgressIPTraffic has
+	// one, for the controller's resolved DNS names.
+	if want := []string{"egressips", "egressiptraffics", "egressiptraffics/status"}; !slices.Equal(names, want) {
+		t.Errorf("k8s.ovn.org/v1 serves %v, want %v", names, want)
 	}
 }
 
@@ -407,4 +419,183 @@ func testKubectl(t *testing.T, env *kubetest.Env, c *v1.Client) {
 			t.Errorf("get egressips vs eip: %q (%v) / %q (%v)", long, err1, short, err2)
 		}
 	})
+}
+
+func trafficObj(name string, nets []string, names ...string) *v1.EgressIPTraffic {
+	return &v1.EgressIPTraffic{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.EgressIPTrafficSpec{DestinationNetworks: nets, DNSNames: names},
+	}
+}
+
+func testTrafficRefused(t *testing.T, c *v1.TrafficClient, dyn dynamic.Interface) {
+	ctx := context.Background()
+	for _, tc := range []struct{ net, want string }{
+		{"192.0.2.1/24", "must be written masked"},
+		{"2001:db8::1/64", "must be written masked"},
+		{"192.0.2.0", "CIDR must be in valid IPv4 or IPv6 CIDR format"},
+		{"192.0.2.0/33", "CIDR must be in valid IPv4 or IPv6 CIDR format"},
+		{"not-a-network", "CIDR must be in valid IPv4 or IPv6 CIDR format"},
+		{"", "CIDR must be in valid IPv4 or IPv6 CIDR format"},
+	} {
+		_, err := c.Create(ctx, trafficObj("bad-net", []string{"198.51.100.0/24", tc.net}), metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.destinationNetworks[1]") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("destination network %q: err = %v, want Invalid naming spec.destinationNetworks[1]: %s", tc.net, err, tc.want)
+		}
+		// The Go check the Dir source uses agrees with the CRD.
+		if _, err := v1.ParseDestinationNetwork(tc.net); err == nil {
+			t.Errorf("ParseDestinationNetwork(%q) accepts what the CRD refuses", tc.net)
+		}
+	}
+	for _, bad := range []string{"localhost", "-db.example.com", "db..example.com", "*.example.com", "db_1.example.com", strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 62)} {
+		_, err := c.Create(ctx, trafficObj("bad-name", nil, "db.example.com", bad), metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.dnsNames[1]") {
+			t.Errorf("DNS name %q: err = %v, want Invalid naming spec.dnsNames[1]", bad, err)
+		}
+		if v1.CheckDNSName(bad) == nil {
+			t.Errorf("CheckDNSName(%q) accepts what the CRD refuses", bad)
+		}
+	}
+	// An empty spec, or one with empty lists, names no destination.
+	for name, spec := range map[string]map[string]any{
+		"empty-spec":  {},
+		"empty-lists": {"destinationNetworks": []any{}, "dnsNames": []any{}},
+	} {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "k8s.ovn.org/v1", "kind": v1.TrafficKind,
+			"metadata": map[string]any{"name": name}, "spec": spec,
+		}}
+		_, err := dyn.Resource(v1.TrafficGroupVersionResource).Create(ctx, u, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec") {
+			t.Errorf("EgressIPTraffic with spec %v: err = %v, want Invalid", spec, err)
+		}
+	}
+	// Too many entries.
+	many := make([]string, v1.MaxDestinations+1)
+	for i := range many {
+		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24).String()
+	}
+	if _, err := c.Create(ctx, trafficObj("too-many", many), metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.destinationNetworks: Too many") {
+		t.Errorf("%d destination networks: err = %v, want Invalid: Too many", len(many), err)
+	}
+	for _, n := range []string{"bad-net", "bad-name", "empty-spec", "empty-lists", "too-many"} {
+		if _, err := c.Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("refused object %s exists anyway (err %v)", n, err)
+		}
+	}
+
+	// Good objects: either list alone, both, both families, the longest
+	// name, and the most entries.
+	good := []*v1.EgressIPTraffic{
+		trafficObj("good-nets", []string{"192.0.2.0/24", "2001:db8::/32", "198.51.100.7/32", "0.0.0.0/0"}),
+		trafficObj("good-names", nil, "db.example.com", "DB-2.Example.COM.", strings.Repeat("a", 63)+"."+strings.Repeat("b", 63)+"."+strings.Repeat("c", 63)+"."+strings.Repeat("d", 61)),
+		trafficObj("good-both", []string{"203.0.113.0/24"}, "api.example.org"),
+		trafficObj("good-max", many[:v1.MaxDestinations]),
+	}
+	for _, g := range good {
+		if errs := g.Problems(); len(errs) != 0 {
+			t.Fatalf("test object %s has problems: %v", g.Name, errs)
+		}
+		got, err := c.Create(ctx, g, metav1.CreateOptions{})
+		if err != nil {
+			t.Errorf("valid EgressIPTraffic %s refused: %v", g.Name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got.Spec, g.Spec) {
+			t.Errorf("%s stored as %+v, sent %+v", g.Name, got.Spec, g.Spec)
+		}
+	}
+	l, err := c.List(ctx, metav1.ListOptions{})
+	if err != nil || len(l.Items) != len(good) {
+		t.Errorf("List: %v, %d items, want %d", err, len(l.Items), len(good))
+	}
+}
+
+func testTrafficStatus(t *testing.T, c *v1.TrafficClient) {
+	ctx := context.Background()
+	withStatus := trafficObj("status-traffic", nil, "db.example.com")
+	withStatus.Status.DNSNames = []v1.ResolvedName{{Name: "db.example.com", Addresses: []string{"192.0.2.9"}}}
+	created, err := c.Create(ctx, withStatus, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With a status subresource the main resource ignores status.
+	if len(created.Status.DNSNames) != 0 {
+		t.Errorf("Create stored status %+v; the status subresource should drop it", created.Status)
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	st := created.DeepCopy()
+	st.Status.DNSNames = []v1.ResolvedName{{Name: "db.example.com", Addresses: []string{"192.0.2.10", "2001:db8::10"},
+		ResolvedAt: now, NextResolution: metav1.NewTime(now.Add(30 * time.Second))}}
+	st.Spec.DNSNames = []string{"changed.example.com"} // ignored by /status
+	updated, err := c.UpdateStatus(ctx, st, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("UpdateStatus: %v", err)
+	}
+	if !reflect.DeepEqual(updated.Status, st.Status) || !slices.Equal(updated.Spec.DNSNames, []string{"db.example.com"}) {
+		t.Errorf("after UpdateStatus: spec %+v status %+v; want spec unchanged and status %+v", updated.Spec, updated.Status, st.Status)
+	}
+	// A spec update keeps the status the controller wrote.
+	spec := updated.DeepCopy()
+	spec.Spec.DestinationNetworks = []string{"192.0.2.0/24"}
+	spec.Status = v1.EgressIPTrafficStatus{}
+	after, err := c.Update(ctx, spec, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if !reflect.DeepEqual(after.Status, st.Status) {
+		t.Errorf("a spec update changed status to %+v", after.Status)
+	}
+	// A bad address in status is refused.
+	bad := after.DeepCopy()
+	bad.Status.DNSNames[0].Addresses = []string{"192.0.2.300"}
+	if _, err := c.UpdateStatus(ctx, bad, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.dnsNames[0].addresses[0]") {
+		t.Errorf("status with a bad address: err = %v, want Invalid naming status.dnsNames[0].addresses[0]", err)
+	}
+	// Optimistic concurrency guards status writes; a deleted object is gone.
+	if _, err := c.UpdateStatus(ctx, st, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("UpdateStatus with a stale resourceVersion: err = %v, want Conflict", err)
+	}
+	if err := c.Delete(ctx, "status-traffic", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateStatus(ctx, after, metav1.UpdateOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("UpdateStatus after Delete: err = %v, want NotFound", err)
+	}
+
+	// An informer built on ListWatch sees objects come.
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inf := cache.NewSharedIndexInformer(c.ListWatch(), &v1.EgressIPTraffic{}, 0, cache.Indexers{})
+	go inf.RunWithContext(ictx)
+	if !cache.WaitForCacheSync(ictx.Done(), inf.HasSynced) {
+		t.Fatal("informer never synced")
+	}
+	if _, err := c.Create(ctx, trafficObj("watched-traffic", []string{"192.0.2.0/25"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, "the informer seeing the created EgressIPTraffic through Watch", 30*time.Second, func() bool {
+		_, ok, _ := inf.GetStore().GetByKey("watched-traffic")
+		return ok
+	})
+}
+
+func testTrafficKubectl(t *testing.T, env *kubetest.Env, c *v1.Client) {
+	if _, err := c.Traffic().Create(context.Background(), trafficObj("columns-traffic", []string{"192.0.2.0/24", "198.51.100.0/24"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := env.Kubectl(t, "get", "eipt", "columns-traffic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("kubectl get eipt printed %q", out)
+	}
+	if h := strings.Fields(lines[0]); !slices.Equal(h, []string{"NAME", "DESTINATIONNETWORKS", "AGE"}) {
+		t.Errorf("header %q, want NAME DESTINATIONNETWORKS AGE (the enhancement's columns)", lines[0])
+	}
+	if f := strings.Fields(lines[1]); len(f) != 3 || f[0] != "columns-traffic" || f[1] != `["192.0.2.0/24","198.51.100.0/24"]` {
+		t.Errorf("row %q, want columns-traffic [\"192.0.2.0/24\",\"198.51.100.0/24\"] AGE", lines[1])
+	}
 }

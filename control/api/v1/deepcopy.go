@@ -117,15 +117,31 @@ func (in *EgressIPTraffic) DeepCopyInto(out *EgressIPTraffic) {
 	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	out.Spec.DestinationNetworks = slices.Clone(in.Spec.DestinationNetworks)
 	out.Spec.DNSNames = slices.Clone(in.Spec.DNSNames)
-	if in.Status.DNSNames != nil {
-		out.Status.DNSNames = make([]ResolvedName, len(in.Status.DNSNames))
-		for i, r := range in.Status.DNSNames {
+	in.Status.DeepCopyInto(&out.Status)
+}
+
+// DeepCopyInto copies in into out, sharing no memory.
+func (in *EgressIPTrafficStatus) DeepCopyInto(out *EgressIPTrafficStatus) {
+	*out = EgressIPTrafficStatus{}
+	if in.DNSNames != nil {
+		out.DNSNames = make([]ResolvedName, len(in.DNSNames))
+		for i, r := range in.DNSNames {
 			r.Addresses = slices.Clone(r.Addresses)
 			r.ResolvedAt = *r.ResolvedAt.DeepCopy()
 			r.NextResolution = *r.NextResolution.DeepCopy()
-			out.Status.DNSNames[i] = r
+			out.DNSNames[i] = r
 		}
 	}
+}
+
+// DeepCopy returns an independent copy of in.
+func (in *EgressIPTrafficStatus) DeepCopy() *EgressIPTrafficStatus {
+	if in == nil {
+		return nil
+	}
+	out := new(EgressIPTrafficStatus)
+	in.DeepCopyInto(out)
+	return out
 }
 
 // DeepCopy returns an independent copy of in.
