@@ -96,7 +96,7 @@ func NewKernel(cfg Config, ns netns.NsHandle, log *slog.Logger) (*Kernel, error)
 	} else {
 		k.mac = cluster.VTEPMAC(k.vtep)
 	}
-	k.nft = &nftState{ns: ns, dev: cfg.Device, port: cfg.Port, vni: cfg.VNI}
+	k.nft = &nftState{ns: ns, dev: cfg.Device, port: cfg.Port, vni: cfg.VNI, mask: cfg.MarkMask}
 	return k, nil
 }
 
@@ -113,7 +113,7 @@ func (k *Kernel) TunnelMAC() [6]byte { return k.mac }
 func (k *Kernel) Params() Params {
 	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount,
 		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs, TrustPodIPs: k.cfg.TrustPodIPs,
-		NoEgressIP: k.cfg.NoEgressIP, LocalPort: k.localIndex() > 0}
+		NoEgressIP: k.cfg.NoEgressIP, LocalPort: k.localIndex() > 0, MarkMask: k.cfg.MarkMask}
 }
 
 // localIndex is the index of this node's gateway's local port
