@@ -208,6 +208,7 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 	selected := map[netip.Addr]bool{}
 	var unselected, refused []netip.Addr
 	var classified []classifiedPod
+	owners := map[*plan.Dest][]string{} // Dest.Owners walks every rule: once per Dest
 	for _, pod := range w.Pods {
 		if pod.Dest != nil {
 			// Owners by destination: a class, not a rule per address;
@@ -223,7 +224,12 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 				selected[ip] = true
 				classified = append(classified, classifiedPod{ip, pod.Dest})
 			}
-			for _, name := range pod.Dest.Owners() {
+			os, ok := owners[pod.Dest]
+			if !ok {
+				os = pod.Dest.Owners()
+				owners[pod.Dest] = os
+			}
+			for _, name := range os {
 				o := objs[name]
 				if o == nil {
 					problem("pod %s: its owner EgressIP %s is not in the node's plan; its traffic there is held", pod.Key(), name)

@@ -451,8 +451,9 @@ func (ch nftChange) empty() bool {
 	return len(ch.addSel)+len(ch.delSel)+len(ch.addAllow)+len(ch.delAllow)+len(ch.addPeers)+len(ch.delPeers) == 0 && !ch.setPods
 }
 
-// apply changes the sets in one transaction: the kernel sees all of it or
-// none of it.
+// apply changes the sets in one transaction, the kernel seeing all of it
+// or none of it, unless it is too large for one (nftBatch): then in
+// commits of the same order, each state between them safe.
 func (n *nftState) apply(ch nftChange) error {
 	if ch.empty() {
 		return nil
@@ -462,6 +463,7 @@ func (n *nftState) apply(ch nftChange) error {
 		return err
 	}
 	_, sets := n.objects()
+	b := &nftBatch{c: c}
 	split := func(list []netip.Addr) (out [2][]nftables.SetElement) {
 		for _, a := range list {
 			out[famIndex(a)] = append(out[famIndex(a)], nftables.SetElement{Key: a.AsSlice()})
@@ -485,11 +487,7 @@ func (n *nftState) apply(ch nftChange) error {
 			if len(op.els) == 0 {
 				continue
 			}
-			if op.add {
-				err = c.SetAddElements(op.set, op.els)
-			} else {
-				err = c.SetDeleteElements(op.set, op.els)
-			}
+			err = b.elements(op.add, op.set, op.els)
 			if err != nil {
 				return fmt.Errorf("nftables set %s: %w", op.set.Name, err)
 			}
@@ -497,7 +495,7 @@ func (n *nftState) apply(ch nftChange) error {
 		if ch.setPods {
 			c.FlushSet(sets.pods[f])
 			if len(pods[f]) > 0 {
-				if err := c.SetAddElements(sets.pods[f], pods[f]); err != nil {
+				if err := b.elements(true, sets.pods[f], pods[f]); err != nil {
 					return fmt.Errorf("nftables set %s: %w", sets.pods[f].Name, err)
 				}
 			}

@@ -398,9 +398,10 @@ func (n *nftState) applyClasses(want State, have classRead) (added, updated, rem
 	}
 	t, _ := n.objects()
 	class, restore := classSets(t)
+	b := &nftBatch{c: c}
 	for _, v := range newMarks {
 		n.addMarkChain(c, t, v)
-		if err := c.SetAddElements(restore, []nftables.SetElement{restoreElement(v)}); err != nil {
+		if err := b.elements(true, restore, []nftables.SetElement{restoreElement(v)}); err != nil {
 			return 0, 0, 0, fmt.Errorf("nftables map %s: %w", restore.Name, err)
 		}
 		added++
@@ -420,7 +421,7 @@ func (n *nftState) applyClasses(want State, have classRead) (added, updated, rem
 			els := classElements(cl.Intervals, f)
 			c.FlushSet(s)
 			if len(els) > 0 {
-				if err := c.SetAddElements(s, els); err != nil {
+				if err := b.elements(true, s, els); err != nil {
 					return 0, 0, 0, fmt.Errorf("nftables map %s: %w", s.Name, err)
 				}
 			}
@@ -455,12 +456,12 @@ func (n *nftState) applyClasses(want State, have classRead) (added, updated, rem
 	del, add := split(delPods), split(addPods)
 	for f := range 2 {
 		if len(del[f]) > 0 {
-			if err := c.SetDeleteElements(class[f], del[f]); err != nil {
+			if err := b.elements(false, class[f], del[f]); err != nil {
 				return 0, 0, 0, fmt.Errorf("nftables map %s: %w", class[f].Name, err)
 			}
 		}
 		if len(add[f]) > 0 {
-			if err := c.SetAddElements(class[f], add[f]); err != nil {
+			if err := b.elements(true, class[f], add[f]); err != nil {
 				return 0, 0, 0, fmt.Errorf("nftables map %s: %w", class[f].Name, err)
 			}
 		}
@@ -484,7 +485,7 @@ func (n *nftState) applyClasses(want State, have classRead) (added, updated, rem
 		removed++
 	}
 	for _, v := range oldMarks {
-		if err := c.SetDeleteElements(restore, []nftables.SetElement{{Key: ne(v)}}); err != nil {
+		if err := b.elements(false, restore, []nftables.SetElement{{Key: ne(v)}}); err != nil {
 			return 0, 0, 0, fmt.Errorf("nftables map %s: %w", restore.Name, err)
 		}
 		removed++
@@ -511,4 +512,44 @@ func familyOf(ivs []Interval, f int) []Interval {
 		}
 	}
 	return out
+}
+
+// nftBatch writes set elements in messages of a bounded size, and
+// commits what it holds once that reaches what one netlink send takes
+// (the socket's send buffer, 208 KiB by default): ten thousand pods do
+// not fit in one. A commit in the middle is safe because every partial
+// state errs on the closed side: an address selected but not yet
+// classified, or a class map being filled, gives its new flows no mark,
+// which the filter drops, and their next packet is decided again.
+type nftBatch struct {
+	c       *nftables.Conn
+	pending int
+}
+
+const (
+	nftChunk  = 512  // elements per message: its attributes' lengths are 16 bits
+	nftCommit = 2048 // elements per commit
+)
+
+func (b *nftBatch) elements(add bool, s *nftables.Set, els []nftables.SetElement) error {
+	for len(els) > 0 {
+		n := min(len(els), nftChunk)
+		var err error
+		if add {
+			err = b.c.SetAddElements(s, els[:n])
+		} else {
+			err = b.c.SetDeleteElements(s, els[:n])
+		}
+		if err != nil {
+			return err
+		}
+		els = els[n:]
+		if b.pending += n; b.pending >= nftCommit {
+			if err := b.c.Flush(); err != nil {
+				return err
+			}
+			b.pending = 0
+		}
+	}
+	return nil
 }
