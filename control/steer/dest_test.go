@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -327,19 +328,21 @@ func TestByDestinationInNetns(t *testing.T) {
 	cfg.PodCIDRs = fcPodNets
 	k := setupKernel(t, cfg, l.nodeH)
 	uplink := capture(t, l.nodeH, "eth0")
-	apply := func(in Inputs) {
+	apply := func(in Inputs) Changes {
 		t.Helper()
 		st := desired(in, k.Params())
 		if len(st.Problems) != 0 {
 			t.Fatalf("problems: %v", st.Problems)
 		}
-		if _, err := k.Apply(st); err != nil {
+		ch, err := k.Apply(st)
+		if err != nil {
 			t.Fatal(err)
 		}
 		// Read back, the kernel matches: a second Apply changes nothing.
 		if ch, err := k.Apply(st); err != nil || !ch.Zero() {
 			t.Fatalf("second Apply: %v, %v; want no change", ch, err)
 		}
+		return ch
 	}
 	a4, b4, x4, none4 := addr("203.0.113.10"), addr("198.51.100.10"), addr("198.51.100.99"), addr("100.64.0.1")
 	a6 := addr("2001:db8:100::10")
@@ -373,6 +376,17 @@ func TestByDestinationInNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("one more pod is two elements", func(t *testing.T) {
+		in := destInputs()
+		in.Pods = append(in.Pods, Pod{Namespace: "blue", Name: "p2", Node: "w1", IPs: []netip.Addr{addr("198.18.1.5")}})
+		if ch := apply(in); ch != (Changes{Added: 2}) {
+			t.Fatalf("one more pod: %v, want 2 added (sel and class4)", ch)
+		}
+		if ch := apply(destInputs()); ch != (Changes{Removed: 2}) {
+			t.Fatalf("one pod less: %v, want 2 removed", ch)
+		}
+	})
+
 	t.Run("exclusion leaves as the node", func(t *testing.T) {
 		in := destInputs()
 		in.EgressIPs[1].Annotations = map[string]string{egressv1.AnnotationNoEgressIP: NoEgressIPNode}
@@ -399,7 +413,10 @@ func TestByDestinationInNetns(t *testing.T) {
 		// 203.0.113.10.
 		in := destInputs()
 		in.Traffic = append(in.Traffic, traffic("tb2", "b", false, "203.0.113.0/25"))
-		apply(in)
+		// Incremental: one class's IPv4 map, nothing else.
+		if ch := apply(in); ch != (Changes{Updated: 1}) {
+			t.Fatalf("one more network: %v, want the class updated and nothing else", ch)
+		}
 		sendUDPPort(t, l.podH, podIP4, a4, old, 6200)             // the same flow
 		sendUDPPort(t, l.podH, podIP4, a4, ports(42001, 1), 6200) // a new one
 		c := waitDest(uplink, func(c destCount) bool { return c.g1[6200] >= 1 && c.g2[6200] >= 1 })
@@ -407,4 +424,27 @@ func TestByDestinationInNetns(t *testing.T) {
 			t.Fatalf("after the change: %+v, want the old flow on g1 and the new one on g2", c)
 		}
 	})
+}
+
+func TestConfigMarkMask(t *testing.T) {
+	p := t.TempDir() + "/steer.yaml"
+	if err := os.WriteFile(p, []byte("underlay: eth0\nmarkMask: 0x00ff0000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MarkMask != 0x00ff0000 {
+		t.Fatalf("markMask %#x, want 0x00ff0000 from hex YAML", c.MarkMask)
+	}
+	if got := (Config{Underlay: "eth0"}).WithDefaults().MarkMask; got != DefaultMarkMask {
+		t.Fatalf("default markMask %#x", got)
+	}
+	for mask, ok := range map[uint32]bool{DefaultMarkMask: true, 0x3: true, 0xffffffff: true, 0x0f0f0000: false, 0x10000: false, 0x30000: true, 0x70000: true} {
+		c := Config{Underlay: "eth0", MarkMask: mask}.WithDefaults()
+		if err := c.Validate(); (err == nil) != ok {
+			t.Errorf("markMask %#x: %v, want valid %v", mask, err, ok)
+		}
+	}
 }
