@@ -312,6 +312,12 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	k.forgetFlows(first.addSel)
 	k.step("filter")
 
+	if len(want.Classified) > 0 {
+		if err := k.markTunnel(); err != nil {
+			return ch, err
+		}
+	}
+
 	// 1b. Classification by destination, in one transaction: a pod's
 	// address is in sel before it is classified, so until the rules and
 	// routes below exist its marked traffic is held in, not leaked.

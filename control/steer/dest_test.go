@@ -3,6 +3,7 @@ package steer
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/plan"
+	"github.com/egret-gw/egret/internal/nsenter"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -384,6 +387,39 @@ func TestByDestinationInNetns(t *testing.T) {
 		}
 		if ch := apply(destInputs()); ch != (Changes{Removed: 2}) {
 			t.Fatalf("one pod less: %v, want 2 removed", ch)
+		}
+	})
+
+	t.Run("reply from a gateway reaches the pod", func(t *testing.T) {
+		// Strict reverse-path filtering: the pod has no rule whose
+		// reverse lookup would find the tunnel; the reply's restored
+		// mark leads it there.
+		sh(t, "ip", "netns", "exec", l.node, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1",
+			"net.ipv4.conf."+cfg.Device+".rp_filter=1")
+		apply(destInputs())
+		sendUDPPort(t, l.podH, podIP4, a4, []uint16{45000}, 9999)
+		if c := waitDest(uplink, func(c destCount) bool { return c.g1[9999] >= 1 }); c.g1[9999] != 1 {
+			t.Fatalf("request: %+v, want it to g1", c)
+		}
+		pc, err := listenUDP(l.podH, netip.AddrPortFrom(podIP4, 45000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		frame := vxlanReply(cfg.VNI, k.TunnelMAC(), cluster.VTEPMAC(g1VTEP), a4, podIP4, 9999, 45000, []byte("reply"))
+		if err := nsenter.Do(l.g1H, func() error {
+			return writeUDP(netip.AddrPort{}, netip.AddrPortFrom(nodeVTEP, DefaultPort), frame, 1)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 100)
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("pod got no reply through the tunnel: %v", err)
+		}
+		if string(buf[:n]) != "reply" || from.(*net.UDPAddr).AddrPort() != netip.AddrPortFrom(a4, 9999) {
+			t.Fatalf("pod got %q from %v", buf[:n], from)
 		}
 	})
 

@@ -229,6 +229,27 @@ func (k *Kernel) localSysctls() error {
 	})
 }
 
+// markTunnel makes reverse-path filtering use the packet's mark on the
+// tunnel devices: a pod classified by destination has no rule from its
+// address, so the reverse lookup of a gateway's reply (from the server to
+// the pod) would find the main table's route, not the tunnel, and drop it.
+// With the connection's mark restored on the reply (nftclass.go) and
+// src_valid_mark, the lookup takes the object's fwmark rule to the tunnel.
+func (k *Kernel) markTunnel() error {
+	devs := []string{k.cfg.Device}
+	if k.localIndex() > 0 {
+		devs = append(devs, gwconfig.LocalKernelLink)
+	}
+	return nsenter.Do(k.ns, func() error {
+		for _, d := range devs {
+			if err := setSysctl(k.cfg.ProcSysNet, "ipv4/conf/"+d+"/src_valid_mark", "1"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // setSysctl writes v to dir/key unless it holds v already.
 func setSysctl(dir, key, v string) error {
 	p := filepath.Join(dir, key)

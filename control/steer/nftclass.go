@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	gwconfig "github.com/egret-gw/egret/gateway/config"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -23,6 +24,7 @@ import (
 //	  ct direction original ct mark & M vmap @restore   # a decided connection keeps its mark
 //	  ct direction original ip saddr vmap @class4       # otherwise its first packet decides
 //	  ct direction original ip6 saddr vmap @class6
+//	  iifname "egret0" ct direction reply ct mark & M vmap @restore  # and "egret-lh": replies
 //	}
 //	map cls-7-4 { type ipv4_addr : verdict; flags interval }  # destination → goto mark-<mark>
 //	map cls-7-6 { type ipv6_addr : verdict; flags interval }
@@ -116,6 +118,23 @@ func (n *nftState) setupClassify(c *nftables.Conn, t *nftables.Table) ([][]expr.
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: ne(m.mask), Xor: ne(0)},
 		&expr.Lookup{SourceRegister: 1, SetName: restore.Name, IsDestRegSet: true, DestRegister: 0},
 	)})
+	// Replies from a gateway get their connection's mark too, so that
+	// reverse-path filtering (src_valid_mark, Kernel.markTunnel) finds
+	// the tunnel; routing then throws the pod's address (a cluster
+	// network) back to the main table.
+	for _, dev := range []string{n.dev, gwconfig.LocalKernelLink} {
+		name := make([]byte, unix.IFNAMSIZ)
+		copy(name, dev)
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+			&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}, // IP_CT_DIR_REPLY
+			&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: ne(m.mask), Xor: ne(0)},
+			&expr.Lookup{SourceRegister: 1, SetName: restore.Name, IsDestRegSet: true, DestRegister: 0},
+		}})
+	}
 	for f, fam := range nftFam {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(slices.Clone(original),
 			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
