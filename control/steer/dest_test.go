@@ -460,6 +460,15 @@ func TestByDestinationInNetns(t *testing.T) {
 			t.Fatalf("after the change: %+v, want the old flow on g1 and the new one on g2", c)
 		}
 	})
+
+	t.Run("cleanup removes the mark rules", func(t *testing.T) {
+		if err := k.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := k.markRules(); err != nil || len(m[0])+len(m[1]) != 0 {
+			t.Fatalf("after cleanup: %+v, %v", m, err)
+		}
+	})
 }
 
 func TestConfigMarkMask(t *testing.T) {
