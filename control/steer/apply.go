@@ -56,7 +56,7 @@ func (k *Kernel) read() (State, []kernelRoute, nftRead, error) {
 	st.Selected, st.Allowed, st.PodCIDRs, st.TunnelPeers = sets.selected, sets.allowed, sets.pods, sets.peers
 	st.Classified, st.Classes = sets.classes.pods, sets.classes.classes
 	// Marks as the IPv4 rules have them; Apply compares each family.
-	marks, err := k.markRules()
+	marks, _, err := k.markRules()
 	if err != nil {
 		return st, nil, sets, err
 	}
@@ -65,24 +65,31 @@ func (k *Kernel) read() (State, []kernelRoute, nftRead, error) {
 	return st, routes, sets, nil
 }
 
-// markRules lists the agent's fwmark rules per family (0 IPv4, 1 IPv6).
-func (k *Kernel) markRules() ([2][]MarkRule, error) {
+// markRules lists the agent's fwmark rules per family (0 IPv4, 1 IPv6),
+// and apart those under another mask (the markMask setting changed), which
+// Apply removes.
+func (k *Kernel) markRules() ([2][]MarkRule, []netlink.Rule, error) {
 	var out [2][]MarkRule
+	var stale []netlink.Rule
 	mask := k.nft.marks().mask
 	for f, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		list, err := k.h.RuleList(fam)
 		if err != nil {
-			return out, fmt.Errorf("list ip rules: %w", err)
+			return out, nil, fmt.Errorf("list ip rules: %w", err)
 		}
 		for _, r := range list {
-			if r.Priority != k.cfg.RulePriority || !k.ownTable(r.Table) || r.Src != nil || r.Mark == 0 || r.Mask == nil || *r.Mask != mask {
+			if r.Priority != k.cfg.RulePriority || !k.ownTable(r.Table) || r.Src != nil || r.Mark == 0 || r.Mask == nil {
+				continue
+			}
+			if *r.Mask != mask {
+				stale = append(stale, r)
 				continue
 			}
 			out[f] = append(out[f], MarkRule{Mark: r.Mark, Table: uint32(r.Table)})
 		}
 		slices.SortFunc(out[f], markRuleCmp)
 	}
-	return out, nil
+	return out, stale, nil
 }
 
 func markRuleCmp(a, b MarkRule) int {
@@ -424,7 +431,7 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		}
 		ch.Added++
 	}
-	haveMarkRules, err := k.markRules()
+	haveMarkRules, staleMarkRules, err := k.markRules()
 	if err != nil {
 		fail(err)
 	}
@@ -447,6 +454,13 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	for _, r := range missing(have.Rules, want.Rules, ruleCmp) {
 		if err := k.h.RuleDel(k.nlRule(r)); err != nil && !errors.Is(err, unix.ENOENT) {
 			fail(fmt.Errorf("remove rule from %v lookup %d: %w", r.Src, r.Table, err))
+			continue
+		}
+		ch.Removed++
+	}
+	for _, r := range staleMarkRules {
+		if err := k.h.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+			fail(fmt.Errorf("remove rule fwmark %#x/%#x lookup %d: %w", r.Mark, *r.Mask, r.Table, err))
 			continue
 		}
 		ch.Removed++

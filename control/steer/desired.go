@@ -187,11 +187,11 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 		hops     [2][]NextHop
 		gateways []string
 		// destPods counts the pods that use the object for some of
-		// their destinations (plan.Pod.Dest); table and mark are set once
-		// allocated.
+		// their destinations (plan.Pod.Dest); table is set (tabled)
+		// once allocated.
 		destPods int
 		table    uint32
-		mark     uint32
+		tabled   bool
 	}
 	podNets := podNetworks(w, p, &st, problem)
 
@@ -224,12 +224,12 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 				selected[ip] = true
 				classified = append(classified, classifiedPod{ip, pod.Dest})
 			}
-			os, ok := owners[pod.Dest]
+			names, ok := owners[pod.Dest]
 			if !ok {
-				os = pod.Dest.Owners()
-				owners[pod.Dest] = os
+				names = pod.Dest.Owners()
+				owners[pod.Dest] = names
 			}
-			for _, name := range os {
+			for _, name := range names {
 				o := objs[name]
 				if o == nil {
 					problem("pod %s: its owner EgressIP %s is not in the node's plan; its traffic there is held", pod.Key(), name)
@@ -326,7 +326,7 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 			st.Selected = append(st.Selected, o.pods...)
 			continue
 		}
-		o.table = t
+		o.table, o.tabled = t, true
 		slices.SortFunc(o.gateways, cmp.Compare)
 		st.Objects = append(st.Objects, ObjectState{Name: o.r.Name, Table: t, Pods: len(o.pods) + o.destPods, Gateways: o.gateways})
 		for _, ip := range o.pods {
@@ -358,7 +358,7 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 		dobjs := make([]destObject, 0, len(order))
 		for _, o := range order {
 			dobjs = append(dobjs, destObject{name: o.r.Name, hops: [2]bool{len(o.hops[0]) > 0, len(o.hops[1]) > 0},
-				table: o.table, used: o.destPods > 0 && slices.ContainsFunc(st.Objects, func(s ObjectState) bool { return s.Name == o.r.Name })})
+				table: o.table, used: o.destPods > 0 && o.tabled})
 		}
 		classify(&st, pl, classified, dobjs, p, problem)
 		for _, c := range classified {

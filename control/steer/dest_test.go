@@ -461,11 +461,32 @@ func TestByDestinationInNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("a new markMask replaces the marks", func(t *testing.T) {
+		k.cfg.MarkMask, k.nft.mask = 0x00ff0000, 0x00ff0000 // as a restart with the new setting
+		if err := k.Setup(); err != nil {
+			t.Fatal(err)
+		}
+		apply(destInputs())
+		m, stale, err := k.markRules()
+		if err != nil || len(stale) != 0 || len(m[0]) != 2 || len(m[1]) != 2 {
+			t.Fatalf("rules %+v, stale %+v, %v: want two per family under the new mask", m, stale, err)
+		}
+		for _, r := range m[0] {
+			if r.Mark&^0x00ff0000 != 0 {
+				t.Fatalf("mark %#x outside the new mask", r.Mark)
+			}
+		}
+		sendUDPPort(t, l.podH, podIP4, b4, ports(43000, 2), 6300)
+		if c := waitDest(uplink, func(c destCount) bool { return c.g2[6300] >= 2 }); c.g2[6300] != 2 {
+			t.Fatalf("to %v under the new mask: %+v, want 2 frames to g2", b4, c)
+		}
+	})
+
 	t.Run("cleanup removes the mark rules", func(t *testing.T) {
 		if err := k.Cleanup(); err != nil {
 			t.Fatal(err)
 		}
-		if m, err := k.markRules(); err != nil || len(m[0])+len(m[1]) != 0 {
+		if m, _, err := k.markRules(); err != nil || len(m[0])+len(m[1]) != 0 {
 			t.Fatalf("after cleanup: %+v, %v", m, err)
 		}
 	})
