@@ -489,6 +489,13 @@ func TestByDestinationInNetns(t *testing.T) {
 		}
 	})
 
+	t.Run("a restarted agent finds its classification", func(t *testing.T) {
+		k2 := setupKernel(t, k.cfg, l.nodeH)
+		if ch, err := k2.Apply(desired(destInputs(), k2.Params())); err != nil || !ch.Zero() {
+			t.Fatalf("first Apply after a restart: %v, %v; want no change", ch, err)
+		}
+	})
+
 	t.Run("cleanup removes the mark rules", func(t *testing.T) {
 		if err := k.Cleanup(); err != nil {
 			t.Fatal(err)
