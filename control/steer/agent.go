@@ -120,6 +120,9 @@ func (a *Agent) ReconcileOnce() (Changes, State, error) {
 		for _, obj := range st.Objects {
 			a.Log.Info("steering", "egressIP", obj.Name, "table", obj.Table, "pods", obj.Pods, "gateways", obj.Gateways)
 		}
+		for _, c := range st.Classes {
+			a.Log.Info("steering by destination", "class", c.ID, "egressIPs", c.Key, "intervals", len(c.Intervals))
+		}
 		a.Log.Info("kernel updated", "changes", ch.String())
 	}
 	return ch, st, err

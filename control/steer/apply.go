@@ -19,37 +19,93 @@ import (
 // Next hops carry only Addr (the kernel does not know MAC and VTEP per route).
 // It also returns the routes as the kernel holds them (next hops in order,
 // with weights), which Apply needs to keep each gateway's slot.
-func (k *Kernel) actual() (State, []kernelRoute, error) {
+func (k *Kernel) actual() (State, []kernelRoute, classRead, error) {
+	st, routes, sets, err := k.read()
+	return st, routes, sets.classes, err
+}
+
+func (k *Kernel) read() (State, []kernelRoute, nftRead, error) {
 	var st State
+	var sets nftRead
 	rules, err := k.rules()
 	if err != nil {
-		return st, nil, err
+		return st, nil, sets, err
 	}
 	for _, r := range rules {
 		st.Rules = append(st.Rules, r.want)
 	}
 	routes, err := k.routes()
 	if err != nil {
-		return st, nil, err
+		return st, nil, sets, err
 	}
 	for _, r := range routes {
 		st.Routes = append(st.Routes, r.want)
 	}
 	if idx, err := k.devIndex(); err == nil {
 		if st.Neighs, err = k.neighs(idx); err != nil {
-			return st, nil, err
+			return st, nil, sets, err
 		}
 		if st.FDB, err = k.fdb(idx); err != nil {
-			return st, nil, err
+			return st, nil, sets, err
 		}
 	}
-	sets, err := k.nft.read()
+	sets, err = k.nft.read()
 	if err != nil {
-		return st, nil, err
+		return st, nil, sets, err
 	}
 	st.Selected, st.Allowed, st.PodCIDRs, st.TunnelPeers = sets.selected, sets.allowed, sets.pods, sets.peers
+	st.Classified, st.Classes = sets.classes.pods, sets.classes.classes
+	// Marks as the IPv4 rules have them; Apply compares each family.
+	marks, _, err := k.markRules()
+	if err != nil {
+		return st, nil, sets, err
+	}
+	st.Marks = marks[0]
 	st.sort()
-	return st, routes, nil
+	return st, routes, sets, nil
+}
+
+// markRules lists the agent's fwmark rules per family (0 IPv4, 1 IPv6),
+// and apart those under another mask (the markMask setting changed), which
+// Apply removes.
+func (k *Kernel) markRules() ([2][]MarkRule, []netlink.Rule, error) {
+	var out [2][]MarkRule
+	var stale []netlink.Rule
+	mask := k.nft.marks().mask
+	for f, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		list, err := k.h.RuleList(fam)
+		if err != nil {
+			return out, nil, fmt.Errorf("list ip rules: %w", err)
+		}
+		for _, r := range list {
+			if r.Priority != k.cfg.RulePriority || !k.ownTable(r.Table) || r.Src != nil || r.Mark == 0 || r.Mask == nil {
+				continue
+			}
+			if *r.Mask != mask {
+				stale = append(stale, r)
+				continue
+			}
+			out[f] = append(out[f], MarkRule{Mark: r.Mark, Table: uint32(r.Table)})
+		}
+		slices.SortFunc(out[f], markRuleCmp)
+	}
+	return out, stale, nil
+}
+
+func markRuleCmp(a, b MarkRule) int {
+	return cmp.Or(cmp.Compare(a.Mark, b.Mark), cmp.Compare(a.Table, b.Table))
+}
+
+func (k *Kernel) nlMarkRule(r MarkRule, f int) *netlink.Rule {
+	nl := netlink.NewRule()
+	nl.Priority = k.cfg.RulePriority
+	nl.Family = [2]int{netlink.FAMILY_V4, netlink.FAMILY_V6}[f]
+	nl.Table = int(r.Table)
+	nl.Mark = r.Mark
+	mask := k.nft.marks().mask
+	nl.Mask = &mask
+	nl.Protocol = RouteProtocol
+	return nl
 }
 
 type kernelRule struct {
@@ -195,7 +251,7 @@ func (k *Kernel) fdb(idx int) ([]FDB, error) {
 // allowed only once its steering is removed.
 func (k *Kernel) Apply(want State) (Changes, error) {
 	var ch Changes
-	have, haveKernel, err := k.actual()
+	have, haveKernel, haveClasses, err := k.actual()
 	if err != nil {
 		return ch, err
 	}
@@ -262,6 +318,21 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 	// masquerade, which would follow the flow into the tunnel.
 	k.forgetFlows(first.addSel)
 	k.step("filter")
+
+	if len(want.Classified) > 0 {
+		if err := k.markTunnel(); err != nil {
+			return ch, err
+		}
+	}
+
+	// 1b. Classification by destination, in one transaction: a pod's
+	// address is in sel before it is classified, so until the rules and
+	// routes below exist its marked traffic is held in, not leaked.
+	a, u, r, err := k.nft.applyClasses(want, haveClasses)
+	if err != nil {
+		return ch, err
+	}
+	ch.Added, ch.Updated, ch.Removed = ch.Added+a, ch.Updated+u, ch.Removed+r
 
 	// 2. FDB and neighbours.
 	haveFDB := map[[6]byte]FDB{}
@@ -360,6 +431,19 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 		}
 		ch.Added++
 	}
+	haveMarkRules, staleMarkRules, err := k.markRules()
+	if err != nil {
+		fail(err)
+	}
+	for f := range 2 {
+		for _, r := range missing(want.Marks, haveMarkRules[f], markRuleCmp) {
+			if err := k.h.RuleAdd(k.nlMarkRule(r, f)); err != nil && !errors.Is(err, unix.EEXIST) {
+				fail(fmt.Errorf("add rule fwmark %#x lookup %d: %w", r.Mark, r.Table, err))
+				continue
+			}
+			ch.Added++
+		}
+	}
 	if len(errs) > 0 {
 		// Keep the old state where the new one failed: remove nothing.
 		return ch, errors.Join(errs...)
@@ -373,6 +457,22 @@ func (k *Kernel) Apply(want State) (Changes, error) {
 			continue
 		}
 		ch.Removed++
+	}
+	for _, r := range staleMarkRules {
+		if err := k.h.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+			fail(fmt.Errorf("remove rule fwmark %#x/%#x lookup %d: %w", r.Mark, *r.Mask, r.Table, err))
+			continue
+		}
+		ch.Removed++
+	}
+	for f := range 2 {
+		for _, r := range missing(haveMarkRules[f], want.Marks, markRuleCmp) {
+			if err := k.h.RuleDel(k.nlMarkRule(r, f)); err != nil && !errors.Is(err, unix.ENOENT) {
+				fail(fmt.Errorf("remove rule fwmark %#x lookup %d: %w", r.Mark, r.Table, err))
+				continue
+			}
+			ch.Removed++
+		}
 	}
 	k.step("rules removed")
 	wantRoute := map[routeKey]bool{}

@@ -25,6 +25,6 @@ func (k *Kernel) DropsByReason() (selected, unclassified uint64, err error) {
 
 // Actual is the kernel state as Apply reads it, for the tests.
 func (k *Kernel) Actual() (State, error) {
-	st, _, err := k.actual()
+	st, _, _, err := k.actual()
 	return st, err
 }

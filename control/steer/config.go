@@ -102,6 +102,10 @@ type Config struct {
 	RulePriority int    `json:"rulePriority,omitempty"`
 	TableBase    uint32 `json:"tableBase,omitempty"`
 	TableCount   uint32 `json:"tableCount,omitempty"`
+	// MarkMask are the packet and connection mark bits the agent owns
+	// to steer pods whose EgressIP depends on the destination (default
+	// 0x0fff0000): contiguous bits no other component on the node uses.
+	MarkMask uint32 `json:"markMask,omitempty"`
 	// Resync is how often the kernel is reconciled without a change (default 30s).
 	Resync Duration `json:"resync,omitempty"`
 	// LogFormat is "text" (default) or "json".
@@ -162,6 +166,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Port == 0 {
 		c.Port = DefaultPort
+	}
+	if c.MarkMask == 0 {
+		c.MarkMask = DefaultMarkMask
 	}
 	if c.RulePriority == 0 {
 		c.RulePriority = DefaultRulePriority
@@ -237,6 +244,9 @@ func (c Config) Validate() error {
 	}
 	if c.NoEgressIP != NoEgressIPBlock && c.NoEgressIP != NoEgressIPNode {
 		errs = append(errs, fmt.Errorf("noEgressIP %q: use block or node", c.NoEgressIP))
+	}
+	if m := (marks{c.MarkMask}); c.MarkMask != 0 && (m.objects() == 0 || c.MarkMask>>m.shift()&(c.MarkMask>>m.shift()+1) != 0) {
+		errs = append(errs, fmt.Errorf("markMask %#x: give contiguous bits, at least two (such as 0x0fff0000)", c.MarkMask))
 	}
 	if c.RulePriority <= 0 || c.RulePriority >= 32766 {
 		errs = append(errs, fmt.Errorf("rulePriority %d: give 1–32765 so the rules come before the main table's", c.RulePriority))

@@ -119,6 +119,13 @@ type State struct {
 	// Objects says, per EgressIP that selects a local pod, its table and
 	// gateways, for logs and status.
 	Objects []ObjectState
+	// Classes are the destination classes of the local pods whose owner
+	// depends on the destination (plan.Pod.Dest), by ID; Classified maps
+	// those pods' addresses to their class, and Marks the mark of each
+	// object a class sends to, to its table (see dest.go).
+	Classes    []Class
+	Classified []ClassPod
+	Marks      []MarkRule
 	// Problems are input errors that were skipped (an invalid selector,
 	// a gateway without VTEP...). They do not stop the rest.
 	Problems []error
@@ -154,6 +161,10 @@ type Params struct {
 	// (config.LocalKernelLink): the node's pods can use the egress IPs it
 	// hosts. Without it those IPs are not used from this node.
 	LocalPort bool
+	// MarkMask are the packet and connection mark bits the agent owns to
+	// classify traffic by destination (Config.MarkMask); 0 means
+	// DefaultMarkMask.
+	MarkMask uint32
 }
 
 // Desired computes the kernel state of node from the egress plan. It is a
@@ -175,6 +186,12 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 		fams     [2]bool
 		hops     [2][]NextHop
 		gateways []string
+		// destPods counts the pods that use the object for some of
+		// their destinations (plan.Pod.Dest); table is set (tabled)
+		// once allocated.
+		destPods int
+		table    uint32
+		tabled   bool
 	}
 	podNets := podNetworks(w, p, &st, problem)
 
@@ -190,7 +207,41 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 	}
 	selected := map[netip.Addr]bool{}
 	var unselected, refused []netip.Addr
+	var classified []classifiedPod
+	owners := map[*plan.Dest][]string{} // Dest.Owners walks every rule: once per Dest
 	for _, pod := range w.Pods {
+		if pod.Dest != nil {
+			// Owners by destination: a class, not a rule per address;
+			// the pod is selected (held in) whatever its destinations.
+			for _, ip := range pod.Refused {
+				selected[ip] = true
+				refused = append(refused, ip)
+			}
+			if len(pod.IPs) == 0 {
+				continue
+			}
+			for _, ip := range pod.IPs {
+				selected[ip] = true
+				classified = append(classified, classifiedPod{ip, pod.Dest})
+			}
+			names, ok := owners[pod.Dest]
+			if !ok {
+				names = pod.Dest.Owners()
+				owners[pod.Dest] = names
+			}
+			for _, name := range names {
+				o := objs[name]
+				if o == nil {
+					problem("pod %s: its owner EgressIP %s is not in the node's plan; its traffic there is held", pod.Key(), name)
+					continue
+				}
+				o.destPods++
+				for _, ip := range pod.IPs {
+					o.fams[plan.Family(ip)] = true
+				}
+			}
+			continue
+		}
 		if pod.Owner == "" {
 			unselected = append(unselected, pod.IPs...)
 			continue
@@ -265,7 +316,7 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 	// Tables: a stable hash of the name, probing in name order on collision.
 	used := map[uint32]bool{}
 	for _, o := range order {
-		if len(o.pods) == 0 {
+		if len(o.pods) == 0 && o.destPods == 0 {
 			continue
 		}
 		t, ok := tableFor(o.r.Name, p.TableBase, p.TableCount, used)
@@ -275,8 +326,9 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 			st.Selected = append(st.Selected, o.pods...)
 			continue
 		}
+		o.table, o.tabled = t, true
 		slices.SortFunc(o.gateways, cmp.Compare)
-		st.Objects = append(st.Objects, ObjectState{Name: o.r.Name, Table: t, Pods: len(o.pods), Gateways: o.gateways})
+		st.Objects = append(st.Objects, ObjectState{Name: o.r.Name, Table: t, Pods: len(o.pods) + o.destPods, Gateways: o.gateways})
 		for _, ip := range o.pods {
 			st.Selected = append(st.Selected, ip)
 			st.Rules = append(st.Rules, Rule{Src: ip, Table: t})
@@ -300,6 +352,17 @@ func Desired(pl *plan.Plan, node string, p Params) State {
 					st.Routes = append(st.Routes, Route{Table: t, Dst: x.Masked(), Type: RouteThrow})
 				}
 			}
+		}
+	}
+	if len(classified) > 0 {
+		dobjs := make([]destObject, 0, len(order))
+		for _, o := range order {
+			dobjs = append(dobjs, destObject{name: o.r.Name, hops: [2]bool{len(o.hops[0]) > 0, len(o.hops[1]) > 0},
+				table: o.table, used: o.destPods > 0 && o.tabled})
+		}
+		classify(&st, pl, classified, dobjs, p, problem)
+		for _, c := range classified {
+			st.Selected = append(st.Selected, c.addr)
 		}
 	}
 	st.Selected = append(st.Selected, refused...)
@@ -410,6 +473,10 @@ func (st *State) sort() {
 	slices.SortFunc(st.Neighs, func(a, b Neigh) int { return a.Addr.Compare(b.Addr) })
 	slices.SortFunc(st.FDB, func(a, b FDB) int { return slices.Compare(a.MAC[:], b.MAC[:]) })
 	slices.SortFunc(st.Objects, func(a, b ObjectState) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(st.Classes, func(a, b Class) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Classified, func(a, b ClassPod) int { return a.Addr.Compare(b.Addr) })
+	st.Classified = slices.CompactFunc(st.Classified, func(a, b ClassPod) bool { return a.Addr == b.Addr })
+	slices.SortFunc(st.Marks, func(a, b MarkRule) int { return cmp.Compare(a.Mark, b.Mark) })
 }
 
 func famIndex(a netip.Addr) int {

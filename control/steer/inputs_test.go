@@ -18,6 +18,7 @@ type Inputs struct {
 	Pods       []Pod
 	Namespaces map[string]map[string]string
 	EgressIPs  []*egressv1.EgressIP
+	Traffic    []*egressv1.EgressIPTraffic
 	// VTEPs maps a node name to its InternalIP addresses (its VTEPs).
 	VTEPs map[string][]netip.Addr
 	// NodeKnown puts Node's own Node object in the view, with NodePodCIDRs.
@@ -36,6 +37,7 @@ type Pod struct {
 func (in Inputs) view() cluster.View {
 	var v cluster.View
 	v.EgressIPs = in.EgressIPs
+	v.Traffic = in.Traffic
 	for name, l := range in.Namespaces {
 		v.Namespaces = append(v.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}})
 	}

@@ -96,7 +96,7 @@ func NewKernel(cfg Config, ns netns.NsHandle, log *slog.Logger) (*Kernel, error)
 	} else {
 		k.mac = cluster.VTEPMAC(k.vtep)
 	}
-	k.nft = &nftState{ns: ns, dev: cfg.Device, port: cfg.Port, vni: cfg.VNI}
+	k.nft = &nftState{ns: ns, dev: cfg.Device, port: cfg.Port, vni: cfg.VNI, mask: cfg.MarkMask}
 	return k, nil
 }
 
@@ -113,7 +113,7 @@ func (k *Kernel) TunnelMAC() [6]byte { return k.mac }
 func (k *Kernel) Params() Params {
 	return Params{Excluded: k.excluded, LocalVTEP: k.vtep, TableBase: k.cfg.TableBase, TableCount: k.cfg.TableCount,
 		FailClosed: k.cfg.FailClosed, PodCIDRs: k.podCIDRs, TrustPodIPs: k.cfg.TrustPodIPs,
-		NoEgressIP: k.cfg.NoEgressIP, LocalPort: k.localIndex() > 0}
+		NoEgressIP: k.cfg.NoEgressIP, LocalPort: k.localIndex() > 0, MarkMask: k.cfg.MarkMask}
 }
 
 // localIndex is the index of this node's gateway's local port
@@ -226,6 +226,27 @@ func (k *Kernel) sysctls() error {
 func (k *Kernel) localSysctls() error {
 	return nsenter.Do(k.ns, func() error {
 		return setSysctl(k.cfg.ProcSysNet, "ipv4/conf/"+gwconfig.LocalKernelLink+"/rp_filter", "2")
+	})
+}
+
+// markTunnel makes reverse-path filtering use the packet's mark on the
+// tunnel devices: a pod classified by destination has no rule from its
+// address, so the reverse lookup of a gateway's reply (from the server to
+// the pod) would find the main table's route, not the tunnel, and drop it.
+// With the connection's mark restored on the reply (nftclass.go) and
+// src_valid_mark, the lookup takes the object's fwmark rule to the tunnel.
+func (k *Kernel) markTunnel() error {
+	devs := []string{k.cfg.Device}
+	if k.localIndex() > 0 {
+		devs = append(devs, gwconfig.LocalKernelLink)
+	}
+	return nsenter.Do(k.ns, func() error {
+		for _, d := range devs {
+			if err := setSysctl(k.cfg.ProcSysNet, "ipv4/conf/"+d+"/src_valid_mark", "1"); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

@@ -39,7 +39,7 @@ var (
 	g2VTEP   = addr("192.0.2.22")
 )
 
-func buildLab(t *testing.T) *testLab {
+func buildLab(t testing.TB) *testLab {
 	t.Helper()
 	l := &testLab{}
 	l.fabric, _ = newNS(t, "fab")
@@ -65,7 +65,7 @@ func buildLab(t *testing.T) *testLab {
 
 // setupKernel opens a Kernel for the namespace ns, closed when the test
 // ends, and runs its Setup.
-func setupKernel(t *testing.T, cfg Config, ns netns.NsHandle) *Kernel {
+func setupKernel(t testing.TB, cfg Config, ns netns.NsHandle) *Kernel {
 	t.Helper()
 	k, err := NewKernel(cfg, ns, nil)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 
 // requirePrivileged skips outside CI when the test cannot build namespaces,
 // and fails under CI=true: everything it needs can be installed.
-func requirePrivileged(t *testing.T) {
+func requirePrivileged(t testing.TB) {
 	t.Helper()
 	var missing []string
 	if os.Geteuid() != 0 {
@@ -38,7 +38,7 @@ func requirePrivileged(t *testing.T) {
 	t.Skipf("privileged test needs %s", strings.Join(missing, ", "))
 }
 
-func sh(t *testing.T, name string, args ...string) string {
+func sh(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -48,7 +48,7 @@ func sh(t *testing.T, name string, args ...string) string {
 }
 
 // ipb runs `ip -n ns -batch -` with the given lines.
-func ipb(t *testing.T, ns string, lines ...string) {
+func ipb(t testing.TB, ns string, lines ...string) {
 	t.Helper()
 	cmd := exec.Command("ip", "-n", ns, "-batch", "-")
 	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
@@ -60,7 +60,7 @@ func ipb(t *testing.T, ns string, lines ...string) {
 var nsSeq int
 
 // newNS creates a uniquely named network namespace removed at cleanup.
-func newNS(t *testing.T, role string) (string, netns.NsHandle) {
+func newNS(t testing.TB, role string) (string, netns.NsHandle) {
 	t.Helper()
 	nsSeq++
 	name := fmt.Sprintf("est%d%d-%s", os.Getpid()%100000, nsSeq, role)

@@ -74,6 +74,9 @@ type nftState struct {
 	dev  string
 	port uint16 // the tunnel's UDP port
 	vni  uint32
+	// mask are the mark bits of the classification by destination
+	// (nftclass.go); 0 means DefaultMarkMask.
+	mask uint32
 }
 
 const (
@@ -221,6 +224,10 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 			}
 		}
 	}
+	markRules, err := n.setupClassify(c, t)
+	if err != nil {
+		return err
+	}
 	for _, p := range excluded {
 		off, l := uint32(16), uint32(4)
 		proto := byte(unix.NFPROTO_IPV4)
@@ -248,6 +255,15 @@ func (n *nftState) setup(excluded []netip.Prefix) error {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: local},
 		&expr.Counter{},
 		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
+	// Traffic classified by destination that is dropped (counted with the
+	// selected pods') or leaves by the node, past the excluded networks.
+	for _, e := range markRules {
+		tag := []byte(nil)
+		if slices.ContainsFunc(e, func(x expr.Any) bool { _, ok := x.(*expr.Counter); return ok }) {
+			tag = []byte(tagSelected)
+		}
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: tag, Exprs: e})
 	}
 	// Selected pods first: their drop does not depend on allow.
 	for f, fam := range nftFam {
@@ -308,6 +324,7 @@ func (n *nftState) ourVXLAN(proto byte) []expr.Any {
 type nftRead struct {
 	selected, allowed, peers []netip.Addr
 	pods                     []netip.Prefix
+	classes                  classRead
 }
 
 // read lists the addresses and networks in the sets.
@@ -344,6 +361,9 @@ func (n *nftState) read() (nftRead, error) {
 			return out, fmt.Errorf("read nftables set %s: %w", sets.pods[f].Name, err)
 		}
 		out.pods = append(out.pods, intervalPrefixes(els)...)
+	}
+	if out.classes, err = n.readClasses(c); err != nil {
+		return out, err
 	}
 	return out, nil
 }
@@ -431,8 +451,9 @@ func (ch nftChange) empty() bool {
 	return len(ch.addSel)+len(ch.delSel)+len(ch.addAllow)+len(ch.delAllow)+len(ch.addPeers)+len(ch.delPeers) == 0 && !ch.setPods
 }
 
-// apply changes the sets in one transaction: the kernel sees all of it or
-// none of it.
+// apply changes the sets in one transaction, the kernel seeing all of it
+// or none of it, unless it is too large for one (nftBatch): then in
+// commits of the same order, each state between them safe.
 func (n *nftState) apply(ch nftChange) error {
 	if ch.empty() {
 		return nil
@@ -442,6 +463,7 @@ func (n *nftState) apply(ch nftChange) error {
 		return err
 	}
 	_, sets := n.objects()
+	b := &nftBatch{c: c}
 	split := func(list []netip.Addr) (out [2][]nftables.SetElement) {
 		for _, a := range list {
 			out[famIndex(a)] = append(out[famIndex(a)], nftables.SetElement{Key: a.AsSlice()})
@@ -465,11 +487,7 @@ func (n *nftState) apply(ch nftChange) error {
 			if len(op.els) == 0 {
 				continue
 			}
-			if op.add {
-				err = c.SetAddElements(op.set, op.els)
-			} else {
-				err = c.SetDeleteElements(op.set, op.els)
-			}
+			err = b.elements(op.add, op.set, op.els)
 			if err != nil {
 				return fmt.Errorf("nftables set %s: %w", op.set.Name, err)
 			}
@@ -477,7 +495,7 @@ func (n *nftState) apply(ch nftChange) error {
 		if ch.setPods {
 			c.FlushSet(sets.pods[f])
 			if len(pods[f]) > 0 {
-				if err := c.SetAddElements(sets.pods[f], pods[f]); err != nil {
+				if err := b.elements(true, sets.pods[f], pods[f]); err != nil {
 					return fmt.Errorf("nftables set %s: %w", sets.pods[f].Name, err)
 				}
 			}
