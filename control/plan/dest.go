@@ -39,6 +39,8 @@ type Dest struct {
 	// destinations no rule contains, "" when none does: those leave as
 	// the node, as for a pod no object selects.
 	Fallback string
+
+	owners []string // Owners, computed once with the rules
 }
 
 // DestRule is a destination network and the object that decides it.
@@ -66,8 +68,16 @@ func (d *Dest) Choose(dst netip.Addr) (r DestRule, ok bool) {
 
 // Owners are the objects whose egress IPs some destination uses: the
 // rules' non-excluding owners and the fallback, in name order, each once.
+// The slice is shared: callers must not modify it.
 func (d *Dest) Owners() []string {
-	var out []string
+	if d.owners == nil {
+		d.owners = d.computeOwners()
+	}
+	return d.owners
+}
+
+func (d *Dest) computeOwners() []string {
+	out := []string{}
 	for _, r := range d.Rules {
 		if !r.Exclude {
 			out = append(out, r.Owner)
@@ -265,6 +275,7 @@ func (p *Plan) dest(objs []int, pod string) *Dest {
 		}
 		open = append(open, r)
 	}
+	d.owners = d.computeOwners() // before the plan is shared: Owners never writes after
 	if p.dests == nil {
 		p.dests = map[string]*Dest{}
 	}
