@@ -163,7 +163,7 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 			return pr.drop(r)
 		}
 	} else {
-		stale := l.Hit && !natCurrent(st, s, &l.Flow)
+		stale := l.Hit && !natOwn(st, s, &l.Flow) && (s.dest < 0 || !natByDest(st, s, &l.Flow))
 		if stale && s.dest >= 0 {
 			// A flow of a pod with destination rules keeps its egress IP
 			// while that stays one of the pod's policies' here, whatever
@@ -245,15 +245,30 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 // the pod's: a flow keeps its IP when the rules give its destination to
 // another of them (new flows follow the rules, established ones do not).
 func natCurrent(st *installed, s *frame, f *conntrack.Flow) bool {
-	fa := fam(s.pk.IPVer)
-	if s.fallbk >= 0 && hasNAT(st.snap.policies[s.fallbk].ips[fa], f) {
-		return true
+	return natOwn(st, s, f) || (s.dest >= 0 && natByDest(st, s, f))
+}
+
+// natOwn is natCurrent for the pod's own policy alone: small enough to
+// inline where every established packet asks it.
+func natOwn(st *installed, s *frame, f *conntrack.Flow) bool {
+	if s.fallbk < 0 {
+		return false
 	}
-	if s.dest >= 0 {
-		for _, o := range st.snap.dests[s.dest].owners {
-			if hasNAT(st.snap.policies[o].ips[fa], f) {
-				return true
-			}
+	for _, ip := range st.snap.policies[s.fallbk].ips[fam(s.pk.IPVer)] {
+		if ip == nat.Addr(f.NATAddr) {
+			return true
+		}
+	}
+	return false
+}
+
+// natByDest is natCurrent for the policies frame s's pod's destination
+// rules name.
+func natByDest(st *installed, s *frame, f *conntrack.Flow) bool {
+	fa := fam(s.pk.IPVer)
+	for _, o := range st.snap.dests[s.dest].owners {
+		if hasNAT(st.snap.policies[o].ips[fa], f) {
+			return true
 		}
 	}
 	return false
