@@ -437,3 +437,119 @@ func benchFrames(b *testing.B, w *Processor, single bool, frames [][]byte, batch
 		clear(next)
 	}
 }
+
+// destBenchConfig is testConfig where pod1v4 has destination rules: three
+// policies of 1000 networks each (web's hold server4), the pod's own
+// policy web its fallback. n is the networks per policy (0: no rules).
+func destBenchConfig(n int) Config {
+	cfg := testConfig()
+	if n == 0 {
+		return cfg
+	}
+	cfg.Policies = append(cfg.Policies,
+		Policy{Name: "db", EgressIPs: []netip.Addr{netip.MustParseAddr("192.0.2.31")}},
+		Policy{Name: "api", EgressIPs: []netip.Addr{netip.MustParseAddr("192.0.2.32")}})
+	t := DestTable{Name: "web,db,api"}
+	for i, pol := range []string{"web", "db", "api"} {
+		for j := range n {
+			// /24s spread over 100.64/10 ... and web's last one server4's.
+			p := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + i*16 + j/256), byte(j % 256), 0}), 24)
+			if pol == "web" && j == n-1 {
+				p = netip.PrefixFrom(server4, 24).Masked()
+			}
+			t.Rules = append(t.Rules, DestRule{Prefix: p, Policy: pol})
+		}
+	}
+	cfg.DestTables = []DestTable{t}
+	cfg.Nodes[0].Pods[0].Dest = t.Name
+	return cfg
+}
+
+// BenchmarkDestRules is the per-packet cost of destination rules: a pod
+// with 1000 networks per policy (three policies) against the same pod
+// without rules, for a new flow (where the rules are looked up) and an
+// established one (where they are not), each pair in the same run.
+func BenchmarkDestRules(b *testing.B) {
+	const round = 4096
+	syns := newFlowFrames(b, round)
+	for _, name := range []string{"new_flow_v4", "established_v4"} {
+		for _, n := range []int{0, 1000} {
+			b.Run(fmt.Sprintf("%s/prefixes=%d", name, n), func(b *testing.B) {
+				f := newFixture(b, 2*round, destBenchConfig(n))
+				if name == "established_v4" {
+					fr := hotFrames(b, f)["established_v4"]
+					in := make([][]byte, benchBatch)
+					for i := range in {
+						in[i] = fr
+					}
+					benchLoop(b, f.w, in)
+					return
+				}
+				// As BenchmarkPipeline/new_flow_v4: each round's flows
+				// expire off the clock.
+				benchFrames(b, f.w, false, syns, benchBatch, func(int) {
+					f.w.Expire(testNow+1e15, 2*round)
+					if f.ct.Len() != 0 {
+						b.Fatalf("%d flows left after expiry", f.ct.Len())
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestDestRulesAllocs: destination rules cost no allocation, on a new
+// flow or an established one.
+func TestDestRulesAllocs(t *testing.T) {
+	f := newFixture(t, 1<<12, destBenchConfig(1000))
+	out := make([]byte, 2048)
+	est := hotFrames(t, f)["established_v4"]
+	if n := testing.AllocsPerRun(200, func() { processOne(f.w, testNow, est, out) }); n != 0 {
+		t.Errorf("established: %v allocations per packet", n)
+	}
+	frames := newFlowFrames(t, 300)
+	i := 0
+	if n := testing.AllocsPerRun(200, func() {
+		if r := processOne(f.w, testNow, frames[i], out); r.Verdict != VerdictTx {
+			t.Fatalf("new flow %d: %v", i, r.Reason)
+		}
+		i++
+	}); n != 0 {
+		t.Errorf("new flow: %v allocations per packet", n)
+	}
+	// The batch path, whose prefetch looks the rules up too.
+	in, outs, res := make([][]byte, 1), [][]byte{out}, make([]Result, 1)
+	if n := testing.AllocsPerRun(50, func() {
+		in[0] = frames[i]
+		if f.w.Process(testNow, in, outs, res); res[0].Verdict != VerdictTx {
+			t.Fatalf("new flow %d (batch): %v", i, res[0].Reason)
+		}
+		i++
+	}); n != 0 {
+		t.Errorf("new flow (batch): %v allocations per packet", n)
+	}
+}
+
+// BenchmarkDestChoose is the rules' own lookup, the part of a new flow
+// they add: destBenchConfig's table (3000 networks), random IPv4
+// destinations in and around them.
+func BenchmarkDestChoose(b *testing.B) {
+	cfg := destBenchConfig(1000)
+	d, err := newSnapDest(cfg.DestTables[0], map[string]int32{"web": 0, "db": 1, "api": 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	dsts := make([][16]byte, 4096)
+	for i := range dsts {
+		dsts[i] = netip.AddrFrom4([4]byte{100, byte(64 + rng.IntN(64)), byte(rng.IntN(256)), 1}).As16()
+	}
+	b.ReportAllocs()
+	var sum int32
+	for i := 0; i < b.N; i++ {
+		sum += d.choose(&dsts[i&4095], true)
+	}
+	destSink = sum // keeps the lookups
+}
+
+var destSink int32

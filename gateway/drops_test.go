@@ -278,6 +278,9 @@ func dropCases() []dropCase {
 		badAddrCase(func(t *testing.T) []byte { // outside IPv6 multicast source to an egress IP
 			return plainFrame(t, udpFrom(netip.MustParseAddr("ff02::9"), egress6).build(t))
 		}),
+		{reason: DropDestNotOwned, cfg: func(c *Config) { *c = destConfig(nil, []netip.Addr{egressB}, nil) }, frame: func(t *testing.T) []byte {
+			return tunnelFrame(t, podTun(), udpFrom(podDest, dstA).build(t))
+		}},
 		{reason: DropNoConfig, noSwap: true, frame: func(t *testing.T) []byte {
 			return tunnelFrame(t, podTun(), udpFrom(pod1v4, server4).build(t))
 		}},

@@ -33,6 +33,9 @@ func (pr *Processor) prefetchNewFlows(st *installed, in [][]byte) {
 		if l.Hit || !opensFlow(&l.Key, l.Flags) {
 			continue
 		}
+		if fr.dest >= 0 && chooseByDest(st.snap, fr) != DropNone {
+			continue
+		}
 		ips := st.snap.policies[fr.policy].ips[fam(fr.pk.IPVer)]
 		if len(ips) == 0 {
 			continue
@@ -82,7 +85,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 		// worker through the local port: neither is what it claims.
 		return pr.drop(DropUnknownVTEP)
 	}
-	if pod.policy < 0 {
+	if pod.policy < 0 && pod.dest < 0 {
 		return pr.drop(DropNotSelected)
 	}
 	if pk.TTL <= 1 {
@@ -109,7 +112,7 @@ func (pr *Processor) forwardPrepare(st *installed, now int64, s *frame, l *connt
 	if s.n > len(out) {
 		return pr.drop(DropOutBuffer)
 	}
-	s.ni, s.policy = ni, pod.policy
+	s.ni, s.policy, s.fallbk, s.dest, s.chosen = ni, pod.policy, pod.policy, pod.dest, false
 	if pk.Frag && pk.FragOff != 0 {
 		s.op, s.later = stepForward, true
 		return Result{}
@@ -160,7 +163,19 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 			return pr.drop(r)
 		}
 	} else {
-		if l.Hit && len(st.snap.policies[s.policy].ips[fam(pk.IPVer)]) == 0 {
+		stale := l.Hit && !natOwn(st, s, &l.Flow) && (s.dest < 0 || !natByDest(st, s, &l.Flow))
+		if stale && s.dest >= 0 {
+			// A flow of a pod with destination rules keeps its egress IP
+			// while that stays one of the pod's policies' here, whatever
+			// the rules now say of its destination (natCurrent). Past
+			// that, the flow is treated as a new one's policy would be:
+			// the destination's owner decides below whether it is in
+			// transit or moves.
+			if r := chooseByDest(st.snap, s); r != DropNone {
+				return pr.drop(r)
+			}
+		}
+		if stale && len(st.snap.policies[s.policy].ips[fam(pk.IPVer)]) == 0 {
 			// A flow while the pod's policy has no egress IP of the family
 			// here: its IP is in transit. It has just left for another
 			// gateway, which holds the flow's synced copy and carries the
@@ -184,7 +199,7 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 			}
 		}
 		retired := false
-		if l.Hit && !natCurrent(st, s, &l.Flow) {
+		if stale {
 			l.Hit, retired = pr.retire(st, s, l, now)
 		}
 		if !l.Hit {
@@ -226,13 +241,67 @@ func (pr *Processor) forwardFinish(st *installed, now int64, s *frame, l *conntr
 // natCurrent reports whether flow f's egress IP is still one of the IPs of
 // frame s's pod's policy hosted here, for the packet's family. Pick keeps a
 // flow on its IP for life; this is what ends that life when the IP leaves.
+// For a pod with destination rules, any policy the rules name counts as
+// the pod's: a flow keeps its IP when the rules give its destination to
+// another of them (new flows follow the rules, established ones do not).
 func natCurrent(st *installed, s *frame, f *conntrack.Flow) bool {
-	for _, ip := range st.snap.policies[s.policy].ips[fam(s.pk.IPVer)] {
+	return natOwn(st, s, f) || (s.dest >= 0 && natByDest(st, s, f))
+}
+
+// natOwn is natCurrent for the pod's own policy alone: small enough to
+// inline where every established packet asks it.
+func natOwn(st *installed, s *frame, f *conntrack.Flow) bool {
+	if s.fallbk < 0 {
+		return false
+	}
+	for _, ip := range st.snap.policies[s.fallbk].ips[fam(s.pk.IPVer)] {
 		if ip == nat.Addr(f.NATAddr) {
 			return true
 		}
 	}
 	return false
+}
+
+// natByDest is natCurrent for the policies frame s's pod's destination
+// rules name.
+func natByDest(st *installed, s *frame, f *conntrack.Flow) bool {
+	fa := fam(s.pk.IPVer)
+	for _, o := range st.snap.dests[s.dest].owners {
+		if hasNAT(st.snap.policies[o].ips[fa], f) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasNAT(ips []nat.Addr, f *conntrack.Flow) bool {
+	for _, ip := range ips {
+		if ip == nat.Addr(f.NATAddr) {
+			return true
+		}
+	}
+	return false
+}
+
+// chooseByDest sets the policy of a new flow of frame s, whose pod has
+// destination rules, from the rule holding its destination (the pod's
+// fallback where none does), once per frame. It returns DropDestNotOwned
+// when that leaves no policy (an exclusion, or no rule and no fallback)
+// or a policy with no egress IP hosted here: the worker steered the flow
+// to a gateway that is not its destination's, and no other policy's IP
+// may stand in for it.
+func chooseByDest(snap *Snapshot, s *frame) DropReason {
+	if !s.chosen {
+		v := snap.dests[s.dest].choose(&s.pk.Dst, s.pk.IPVer == 4)
+		if v == destNoRule {
+			v = s.fallbk
+		}
+		s.policy, s.chosen = v, true
+	}
+	if s.policy < 0 || !snap.policies[s.policy].hosted {
+		return DropDestNotOwned
+	}
+	return DropNone
 }
 
 // retire handles a hit on a flow whose egress IP is no longer one of its
@@ -310,6 +379,12 @@ func (pr *Processor) newFlow(st *installed, s *frame, l *conntrack.Lookup, now i
 	}
 	if st.snap.denied(&pk.Dst, fam(pk.IPVer)) {
 		return DropDeniedDestination
+	}
+	if s.dest >= 0 {
+		if r := chooseByDest(st.snap, s); r != DropNone {
+			return r
+		}
+		policy = s.policy
 	}
 	ips := st.snap.policies[policy].ips[fam(pk.IPVer)]
 	if len(ips) == 0 {

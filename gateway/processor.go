@@ -69,7 +69,10 @@ type frame struct {
 	hop    route.Hop // forward: the next hop towards the destination
 	n      int       // forward: length of the frame to send
 	ni     int32     // forward: index of the sending node
-	policy int32     // forward: the pod's policy
+	policy int32     // forward: the policy of a new flow (the pod's; by destination once chosen, iff dest >= 0)
+	fallbk int32     // forward: the pod's own policy (-1: none)
+	dest   int32     // forward: the pod's destination table (-1: none)
+	chosen bool      // forward: policy was chosen by destination (chooseByDest)
 	op     uint8     // stepDone, stepForward or stepReply
 	later  bool      // IPv4 later fragment: follows the fragment table, no lookup
 	isErr  bool      // reply: an ICMP error from outside, looked up by its quote

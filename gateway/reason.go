@@ -42,6 +42,7 @@ const (
 	DropDeniedDestination                   // new flow refused: the destination is on the deny-list (link-local, metadata, loopback, node networks...)
 	DropTunnelChecksum                      // tunnel packet over IPv6 whose outer UDP checksum is zero or wrong (RFC 6935/6936)
 	DropSourceRoute                         // IPv4 loose/strict source route option, or an IPv6 Routing header with Segments Left > 0
+	DropDestNotOwned                        // new flow refused: the pod's destination rules give it to a policy with no egress IP hosted here, or to none (excluded, or no rule and no fallback)
 	numDropReasons
 )
 
@@ -80,6 +81,7 @@ var dropNames = [numDropReasons]string{
 	DropDeniedDestination: "denied_destination",
 	DropTunnelChecksum:    "tunnel_checksum",
 	DropSourceRoute:       "source_route",
+	DropDestNotOwned:      "dest_not_owned",
 }
 
 // String returns the reason's label value.

@@ -32,6 +32,9 @@ type Config struct {
 	Nodes []Node
 	// Policies are the egress policies with the egress IPs hosted here.
 	Policies []Policy
+	// DestTables are the destination rules pods name by Pod.Dest, each
+	// compiled once however many pods share it.
+	DestTables []DestTable
 	// DeniedDestinations are destinations a pod may not open a flow to
 	// (DropDeniedDestination), besides DefaultDeniedDestinations and every
 	// node's and this gateway's VTEP, which are always denied: the cluster's
@@ -65,6 +68,11 @@ type Node struct {
 type Pod struct {
 	Addr   netip.Addr
 	Policy string
+	// Dest names the pod's table in Config.DestTables, "" for none: then
+	// every destination uses Policy. With one, a new flow uses the policy
+	// of the table's rule for its destination, and Policy only where no
+	// rule decides (DropDestNotOwned where that leaves none).
+	Dest string
 	// Ref names the pod, when the configuration knows it: drop samples
 	// and the NAT log report it. The packet path never reads it.
 	Ref natlog.Pod
@@ -92,6 +100,7 @@ type Snapshot struct {
 	nodeByVTEP addrTable[int32]
 	pods       addrTable[snapPod]
 	policies   []snapPolicy
+	dests      []snapDest
 	hosted     addrTable[struct{}]
 	routes     *route.Cache
 	destFilter // destinations no flow may be opened to (deny.go)
@@ -112,12 +121,14 @@ type snapNode struct {
 type snapPod struct {
 	vtep   [16]byte // the node's VTEP: one compare settles the VTEP and anti-spoof checks
 	node   int32
-	policy int32 // -1: not selected
+	policy int32 // -1: none (not selected, unless dest says otherwise)
+	dest   int32 // index in Snapshot.dests; -1: none
 }
 
 type snapPolicy struct {
-	name string
-	ips  [2][]nat.Addr // by family
+	name   string
+	ips    [2][]nat.Addr // by family
+	hosted bool          // some egress IP of it is hosted here
 }
 
 func famOf(a netip.Addr) uint8 {
@@ -192,9 +203,25 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			hosted[k] = struct{}{}
 			f := famOf(ip)
 			sp.ips[f] = append(sp.ips[f], nat.Addr(k))
+			sp.hosted = true
 		}
 		policyIdx[p.Name] = int32(len(s.policies))
 		s.policies = append(s.policies, sp)
+	}
+	destIdx := make(map[string]int32, len(cfg.DestTables))
+	for _, t := range cfg.DestTables {
+		if t.Name == "" {
+			return nil, errors.New("gateway config: a destination table has no name")
+		}
+		if _, dup := destIdx[t.Name]; dup {
+			return nil, fmt.Errorf("gateway config: destination table %q is listed twice", t.Name)
+		}
+		d, err := newSnapDest(t, policyIdx)
+		if err != nil {
+			return nil, err
+		}
+		destIdx[t.Name] = int32(len(s.dests))
+		s.dests = append(s.dests, d)
 	}
 	for _, n := range cfg.Nodes {
 		v := n.VTEP.Unmap()
@@ -232,7 +259,14 @@ func NewSnapshot(cfg Config) (*Snapshot, error) {
 			if _, dup := pods[pk]; dup {
 				return nil, fmt.Errorf("gateway config: pod address %v is on two nodes or listed twice", a)
 			}
-			sp := snapPod{vtep: k, node: idx, policy: -1}
+			sp := snapPod{vtep: k, node: idx, policy: -1, dest: -1}
+			if p.Dest != "" {
+				di, ok := destIdx[p.Dest]
+				if !ok {
+					return nil, fmt.Errorf("gateway config: pod %v on node %q names destination table %q, which is not configured", a, n.Name, p.Dest)
+				}
+				sp.dest = di
+			}
 			if p.Policy != "" {
 				pi, ok := policyIdx[p.Policy]
 				if !ok {

@@ -16,7 +16,9 @@ import (
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/control/plan"
 	"github.com/egret-gw/egret/gateway/config"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 )
 
@@ -201,8 +203,9 @@ type loop struct {
 	retry       bool
 	lastErr     string
 	lastProblem string
-	heldBack    int  // egress IPs the cache places here and the fresh list does not
-	draining    bool // stopping: NOT_SERVING until the egress IPs moved (Agent.Drain)
+	conflicts   map[string]bool // the plan's conflicts last told (conflictEvents)
+	heldBack    int             // egress IPs the cache places here and the fresh list does not
+	draining    bool            // stopping: NOT_SERVING until the egress IPs moved (Agent.Drain)
 
 	standbys       map[netip.Addr]netip.Addr // as last given to OnStandbys
 	lastStandbyErr string
@@ -460,6 +463,7 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 		}
 		l.lastProblem = p
 	}
+	a.conflictEvents(l, r.Conflicts, v.EgressIPs)
 	cfg := r.Spec
 	if fenced {
 		cfg = Fenced(cfg)
@@ -509,6 +513,35 @@ func (a *Agent) reconcile(l *loop, lastOK time.Time, fresh cluster.Statuses) err
 	a.state.Reloads++
 	a.mu.Unlock()
 	return nil
+}
+
+// ReasonDestinationOverlap is the reason of the Warning Event both
+// EgressIP objects of a plan.Conflict get: they claim the same or nested
+// destination networks for a pod they both select.
+const ReasonDestinationOverlap = "DestinationOverlap"
+
+// conflictEvents tells both objects of each conflict of the plan, with a
+// Warning Event, once per change: a conflict already told on an earlier
+// pass is not told again while it lasts (as problems are logged once),
+// and is told again if it goes and comes back.
+func (a *Agent) conflictEvents(l *loop, cs []plan.Conflict, eips []*egressv1.EgressIP) {
+	now := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		msg := c.String()
+		now[msg] = true
+		if l.conflicts[msg] {
+			continue
+		}
+		for _, name := range []string{c.A, c.B} {
+			ref := &corev1.ObjectReference{APIVersion: egressv1.SchemeGroupVersion.String(), Kind: egressv1.Kind, Name: name}
+			if i := slices.IndexFunc(eips, func(e *egressv1.EgressIP) bool { return e.Name == name }); i >= 0 {
+				ref.UID = eips[i].UID
+			}
+			a.Source.Event(ref, corev1.EventTypeWarning, ReasonDestinationOverlap, msg)
+		}
+		a.Log.Warn("gateway agent: egress objects claim overlapping destinations", "conflict", msg)
+	}
+	l.conflicts = now
 }
 
 func (a *Agent) setServing(ok bool) {

@@ -31,6 +31,20 @@ type fakeSource struct {
 	down           bool
 	changed        func(cluster.Kind)
 	views          int // View calls: one per pass of the agent's loop
+	events         []string
+}
+
+// Event records "kind/name reason: message".
+func (s *fakeSource) Event(ref *corev1.ObjectReference, eventType, reason, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, ref.Kind+"/"+ref.Name+" "+eventType+" "+reason+": "+message)
+}
+
+func (s *fakeSource) eventList() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
 }
 
 func (s *fakeSource) Start(_ context.Context, changed func(cluster.Kind)) error {
@@ -390,5 +404,55 @@ func TestAgentDrain(t *testing.T) {
 		}
 		prober.Close()
 		hs.Stop()
+	}
+}
+
+// TestAgentDestinationOverlapEvents: each conflict of the plan is told on
+// both objects with a Warning Event, once while it lasts, and again after
+// it went away and came back.
+func TestAgentDestinationOverlapEvents(t *testing.T) {
+	in := destInputs()
+	src := &fakeSource{cache: in.view(), backend: cluster.Statuses{}}
+	a := &Agent{Node: "g1", Base: base(), Source: src, Log: testLog(t),
+		StartDataPlane: func(*config.Settled) (DataPlane, error) { return &fakeDP{}, nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	msg := "EgressIP green's 203.0.113.0/24 and orange's 203.0.113.0/28 overlap for pod prod/web-1 and any other both select; the longer prefix decides"
+	want := []string{
+		"EgressIP/green Warning DestinationOverlap: " + msg,
+		"EgressIP/orange Warning DestinationOverlap: " + msg,
+	}
+	nstest.Eventually(t, "the conflict told", 2*time.Second, func() bool { return len(src.eventList()) >= 2 })
+	src.passes(t, 3)
+	if got := src.eventList(); !slices.Equal(got, want) {
+		t.Fatalf("events\n got %q\nwant %q", got, want)
+	}
+
+	// Orange stops selecting the nested network: nothing more is told;
+	// when it selects it again, both objects hear of it again.
+	set := func(l string) {
+		src.mu.Lock()
+		v := src.cache
+		eips := slices.Clone(v.EgressIPs)
+		o := eips[3].DeepCopy()
+		o.Spec.TrafficSelector.MatchLabels = map[string]string{"dest": l}
+		eips[3] = o
+		v.EgressIPs = eips
+		src.cache = v
+		src.mu.Unlock()
+		src.passes(t, 3)
+	}
+	set("none")
+	if got := src.eventList(); len(got) != 2 {
+		t.Fatalf("events after the conflict went: %q", got)
+	}
+	set("db-primary")
+	if got := src.eventList(); !slices.Equal(got, append(want, want...)) {
+		t.Fatalf("events after the conflict came back\n got %q", got)
 	}
 }

@@ -30,6 +30,10 @@ type Result struct {
 	Hosted []netip.Addr
 	// Problems are inputs that were skipped; the rest is still built.
 	Problems []error
+	// Conflicts are the destinations two EgressIP objects selecting a pod
+	// in common both claim (plan.Plan.Conflicts): the agent tells both
+	// objects with an Event.
+	Conflicts []plan.Conflict
 }
 
 // Options are the agent's settings that Build depends on.
@@ -55,9 +59,10 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Errorf(format, a...)) }
 	pl := plan.Build(in, plan.Options{TrustPodIPs: opt.TrustPodIPs})
 	r.Problems = append(r.Problems, pl.Problems...)
+	r.Conflicts = pl.Conflicts
 	c := base
 	c.Node = node
-	c.Nodes, c.Policies = nil, nil
+	c.Nodes, c.Policies, c.DestTables = nil, nil, nil
 	c.VTEPs = slices.Clone(base.VTEPs)
 
 	if len(c.VTEPs) == 0 {
@@ -89,7 +94,7 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	// the addresses they leave with.
 	pods := make(map[netip.Addr]*plan.Pod)
 	for i := range pl.Pods {
-		if p := &pl.Pods[i]; p.Owner != "" {
+		if p := &pl.Pods[i]; p.Selected() {
 			for _, ip := range p.IPs {
 				pods[ip] = p
 			}
@@ -106,6 +111,7 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		c.EgressIPSubnets, errs = placedSubnets(self.Object.Annotations, r.Hosted)
 		r.Problems = append(r.Problems, errs...)
 	}
+	tables := destTables{}
 	for _, w := range part.Workers {
 		mac, err := cluster.NodeTunnelMAC(w.Object, w.VTEP)
 		if err != nil {
@@ -113,19 +119,20 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 		}
 		n := config.Node{Name: w.Name, VTEP: w.VTEP, InnerMAC: mac}
 		for _, p := range w.Pods {
-			n.Pods = append(n.Pods, podOf(p, pods))
+			n.Pods = append(n.Pods, tables.podOf(p, pods))
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	if lv := config.LocalVTEP(gwVTEPs); c.LocalPort && lv.IsValid() {
 		n := config.Node{Name: node, VTEP: lv, InnerMAC: config.LocalKernelMAC, Local: true}
 		for _, p := range part.Local {
-			n.Pods = append(n.Pods, podOf(p, pods))
+			n.Pods = append(n.Pods, tables.podOf(p, pods))
 		}
 		c.Nodes = append(c.Nodes, n)
 	} else if len(part.Local) > 0 {
 		problem("%d selected pod addresses run on this gateway node, whose local port is off (--local-port); they cannot leave through it", len(part.Local))
 	}
+	c.DestTables = tables.list
 	c.DeniedDestinations = append(slices.Clone(base.DeniedDestinations), pl.NodeNetworks...)
 	if opt.Admission != nil {
 		var errs []error
@@ -136,10 +143,35 @@ func Build(base config.Spec, node string, in cluster.View, opt Options) Result {
 	return r
 }
 
+// destTables are the engine's destination tables of the pods rendered so
+// far, one per plan.Dest (pods selected by the same objects share it, by
+// Key), in the order first met.
+type destTables struct {
+	list []config.DestTable
+	seen map[string]bool
+}
+
 // podOf is the engine's pod for address p of the plan, named after the
-// pod pods gives for it.
-func podOf(p plan.PodAddr, pods map[netip.Addr]*plan.Pod) config.Pod {
+// pod pods gives for it, with its destination rules added to t.
+func (t *destTables) podOf(p plan.PodAddr, pods map[netip.Addr]*plan.Pod) config.Pod {
 	c := config.Pod{Addr: p.Addr, Policy: p.Owner}
+	if d := p.Dest; d != nil {
+		c.Dest = d.Key
+		if !t.seen[d.Key] {
+			if t.seen == nil {
+				t.seen = map[string]bool{}
+			}
+			t.seen[d.Key] = true
+			ct := config.DestTable{Name: d.Key, Rules: make([]config.DestRule, len(d.Rules))}
+			for i, r := range d.Rules {
+				ct.Rules[i] = config.DestRule{Prefix: r.Prefix, Exclude: r.Exclude}
+				if !r.Exclude {
+					ct.Rules[i].Policy = r.Owner
+				}
+			}
+			t.list = append(t.list, ct)
+		}
+	}
 	if pp := pods[p.Addr]; pp != nil {
 		c.Namespace, c.Name, c.UID = pp.Namespace, pp.Name, string(pp.UID)
 	}

@@ -377,10 +377,11 @@ type inputs struct {
 	Nodes      []*corev1.Node
 	Namespaces []*corev1.Namespace
 	Pods       []*corev1.Pod
+	Traffic    []*egressv1.EgressIPTraffic
 }
 
 func (in inputs) view() cluster.View {
-	return cluster.View{EgressIPs: in.EgressIPs, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods}
+	return cluster.View{EgressIPs: in.EgressIPs, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods, Traffic: in.Traffic}
 }
 
 // build is Build for in.Node.
@@ -518,5 +519,128 @@ func TestBuildEgressIPSubnets(t *testing.T) {
 	in.Nodes = []*corev1.Node{node("g1", "10.0.0.21", nil)}
 	if r := build(base(), in); r.Spec.EgressIPSubnets != nil || len(r.Problems) != 0 {
 		t.Errorf("unannotated node: subnets %v problems %v", r.Spec.EgressIPSubnets, r.Problems)
+	}
+}
+
+// traffic is an EgressIPTraffic with labels l and networks nets, an
+// exclusion if exclude.
+func traffic(name string, l map[string]string, exclude bool, nets ...string) *egressv1.EgressIPTraffic {
+	t := &egressv1.EgressIPTraffic{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
+	if exclude {
+		t.Annotations = map[string]string{egressv1.AnnotationExclude: "true"}
+	}
+	t.Spec.DestinationNetworks = nets
+	return t
+}
+
+// destInputs: blue (no trafficSelector) and green (db networks less an
+// exclusion) both select the prod pods; red (api networks) selects the
+// dev pods only; orange nests a network in green's for the prod pods
+// too. Pods selected by the same objects share one table.
+func destInputs() inputs {
+	sel := func(l string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"dest": l}}
+	}
+	green := eip("green", []string{"192.0.2.20"}, map[string]string{"env": "prod"}, nil, "g1", "192.0.2.20")
+	green.Spec.TrafficSelector = sel("db")
+	red := eip("red", []string{"192.0.2.30"}, map[string]string{"env": "dev"}, nil, "g2", "192.0.2.30")
+	red.Spec.TrafficSelector = sel("api")
+	orange := eip("orange", []string{"192.0.2.40"}, map[string]string{"env": "prod"}, nil, "g2", "192.0.2.40")
+	orange.Spec.TrafficSelector = sel("db-primary")
+	return inputs{
+		Node: "g1",
+		EgressIPs: []*egressv1.EgressIP{
+			eip("blue", []string{"192.0.2.10"}, map[string]string{"env": "prod"}, nil, "g1", "192.0.2.10"),
+			green, red, orange,
+		},
+		Traffic: []*egressv1.EgressIPTraffic{
+			traffic("db", map[string]string{"dest": "db"}, false, "203.0.113.0/24", "2001:db8:db::/48"),
+			traffic("db-test", map[string]string{"dest": "db"}, true, "203.0.113.128/25"),
+			traffic("db-primary", map[string]string{"dest": "db-primary"}, false, "203.0.113.0/28"),
+			traffic("api", map[string]string{"dest": "api"}, false, "198.51.100.0/24"),
+		},
+		Nodes:      []*corev1.Node{node("g1", "10.0.0.21", nil), node("g2", "10.0.0.22", nil), node("w1", "10.0.0.11", nil), node("w2", "10.0.0.12", nil)},
+		Namespaces: []*corev1.Namespace{ns("prod", map[string]string{"env": "prod"}), ns("dev", map[string]string{"env": "dev"})},
+		Pods: []*corev1.Pod{
+			pod("prod", "web-1", "w1", nil, "10.244.1.5"),
+			pod("prod", "web-2", "w2", nil, "10.244.2.5"),
+			pod("dev", "web-3", "w1", nil, "10.244.1.6"),
+		},
+	}
+}
+
+// TestBuildDestTables: the plan's destination rules become one table per
+// set of selecting objects, shared by its pods; the fallback stays the
+// pod's policy; exclusions name no policy; the result settles; and the
+// plan's conflicts come back for the agent's Events.
+func TestBuildDestTables(t *testing.T) {
+	r := build(base(), destInputs())
+	c := r.Spec
+	set, err := c.Settle()
+	if err != nil {
+		t.Fatalf("built config does not validate: %v", err)
+	}
+	prod := config.DestTable{Name: "blue,green,orange", Rules: []config.DestRule{
+		{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Policy: "green"},
+		{Prefix: netip.MustParsePrefix("203.0.113.0/28"), Policy: "orange"},
+		{Prefix: netip.MustParsePrefix("203.0.113.128/25"), Exclude: true},
+		{Prefix: netip.MustParsePrefix("2001:db8:db::/48"), Policy: "green"},
+	}}
+	dev := config.DestTable{Name: "red", Rules: []config.DestRule{{Prefix: netip.MustParsePrefix("198.51.100.0/24"), Policy: "red"}}}
+	if fmt.Sprint(set.DestTables) != fmt.Sprint([]config.DestTable{prod, dev}) {
+		t.Errorf("tables\n got %v\nwant %v", set.DestTables, []config.DestTable{prod, dev})
+	}
+	want := map[string]string{
+		"w1/10.244.1.5": "blue|blue,green,orange",
+		"w2/10.244.2.5": "blue|blue,green,orange",
+		"w1/10.244.1.6": "|red",
+	}
+	got := map[string]string{}
+	for _, n := range c.Nodes {
+		for _, p := range n.Pods {
+			got[n.Name+"/"+p.Addr.String()] = p.Policy + "|" + p.Dest
+			if p.Name == "" {
+				t.Errorf("pod %v built without its name", p.Addr)
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("pods %v, want %v", got, want)
+	}
+	if len(r.Conflicts) != 1 || r.Conflicts[0].A != "green" || r.Conflicts[0].B != "orange" {
+		t.Errorf("conflicts %v, want green's and orange's nested networks", r.Conflicts)
+	}
+}
+
+// TestBuildDestTablesShared: ten thousand pods selected by the same
+// objects share one table, whatever its size.
+func TestBuildDestTablesShared(t *testing.T) {
+	in := destInputs()
+	in.Pods = nil
+	for i := range 2000 {
+		in.Pods = append(in.Pods, pod("prod", fmt.Sprintf("p%d", i), []string{"w1", "w2"}[i%2], nil, fmt.Sprintf("10.%d.%d.%d", 100+i%2, i/2/250, 1+i/2%250)))
+	}
+	var nets []string
+	for i := range 1000 {
+		nets = append(nets, fmt.Sprintf("100.%d.%d.0/24", 64+i/256, i%256))
+	}
+	in.Traffic[0].Spec.DestinationNetworks = nets
+	r := build(base(), in)
+	if len(r.Spec.DestTables) != 1 || len(r.Spec.DestTables[0].Rules) != 1002 {
+		t.Fatalf("%d tables, want one of 1002 rules", len(r.Spec.DestTables))
+	}
+	n := 0
+	for _, nd := range r.Spec.Nodes {
+		for _, p := range nd.Pods {
+			if p.Dest == r.Spec.DestTables[0].Name {
+				n++
+			}
+		}
+	}
+	if n != 2000 {
+		t.Errorf("%d pods name the table, want 2000", n)
+	}
+	if _, err := r.Spec.Settle(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -319,5 +320,92 @@ func TestSettleEgressIPSubnets(t *testing.T) {
 		if _, err := spec.Settle(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one saying %q", tc.m, err, tc.want)
 		}
+	}
+}
+
+// destConfig is labConfig with destination rules: pod 198.18.1.3 leaves
+// as green for 203.0.113.0/24 and as blue (its fallback) elsewhere, but
+// not at all for 203.0.113.128/25.
+const destConfig = labConfig + `destTables:
+- name: blue,green
+  rules:
+  - prefix: 203.0.113.0/24
+    policy: green
+  - prefix: 203.0.113.128/25
+    exclude: true
+  - prefix: 2001:db8:1::/48
+    policy: blue
+`
+
+// TestSettleDestTables: a file's destination tables settle with their
+// pods naming them, and every wrong table, rule or reference is refused
+// with the field named.
+func TestSettleDestTables(t *testing.T) {
+	parse := func() *config.Config {
+		c, err := config.ParseConfig([]byte(destConfig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Nodes[0].Pods[1].Dest = "blue,green"
+		c.Nodes[0].Pods[1].Policy = "blue"
+		return c
+	}
+	s, err := parse().Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.DestTable{Name: "blue,green", Rules: []config.DestRule{
+		{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Policy: "green"},
+		{Prefix: netip.MustParsePrefix("203.0.113.128/25"), Exclude: true},
+		{Prefix: netip.MustParsePrefix("2001:db8:1::/48"), Policy: "blue"},
+	}}
+	if len(s.DestTables) != 1 || s.DestTables[0].Name != want.Name || !slices.Equal(s.DestTables[0].Rules, want.Rules) {
+		t.Fatalf("destTables %+v, want %+v", s.DestTables, want)
+	}
+	if p := s.Nodes[0].Pods[1]; p.Dest != "blue,green" || p.Policy != "blue" {
+		t.Fatalf("pod %+v", p)
+	}
+
+	for _, tc := range []struct {
+		field string
+		edit  func(c *config.Config)
+	}{
+		{"destTables[0].rules[0].prefix", func(c *config.Config) { c.DestTables[0].Rules[0].Prefix = "203.0.113.0" }},
+		{"destTables[0].rules[0].prefix", func(c *config.Config) { c.DestTables[0].Rules[0].Prefix = "203.0.113.1/24" }},
+		{"destTables[0].rules[1].prefix", func(c *config.Config) { c.DestTables[0].Rules[1].Prefix = "203.0.113.0/24" }},
+		{"destTables[0].rules[0].policy", func(c *config.Config) { c.DestTables[0].Rules[0].Policy = "red" }},
+		{"destTables[0].rules[0].policy", func(c *config.Config) { c.DestTables[0].Rules[0].Policy = "" }},
+		{"destTables[0].rules[1].policy", func(c *config.Config) { c.DestTables[0].Rules[1].Policy = "blue" }},
+		{"destTables[0].name", func(c *config.Config) { c.DestTables[0].Name = "" }},
+		{"destTables[1].name", func(c *config.Config) { c.DestTables = append(c.DestTables, c.DestTables[0]) }},
+		{"nodes[0].pods[1].dest", func(c *config.Config) { c.Nodes[0].Pods[1].Dest = "blue" }},
+	} {
+		c := parse()
+		tc.edit(c)
+		_, err := c.Settle()
+		if err == nil {
+			t.Errorf("%s: invalid config accepted", tc.field)
+			continue
+		}
+		if !strings.Contains(err.Error(), "config field "+tc.field+":") {
+			t.Errorf("%s: error %q does not name the field", tc.field, err)
+		}
+	}
+
+	// A Spec built in code: IPv4-mapped prefixes are unmapped.
+	sp, err := parse().Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.DestTables[0].Rules[0].Prefix = netip.MustParsePrefix("::ffff:203.0.113.0/120")
+	set, err := sp.Settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.DestTables[0].Rules[0].Prefix; got != netip.MustParsePrefix("203.0.113.0/24") {
+		t.Errorf("mapped prefix settled as %v", got)
+	}
+	if sp.DestTables[0].Rules[0].Prefix == set.DestTables[0].Rules[0].Prefix {
+		t.Error("Settle shares the rules with the Spec")
 	}
 }

@@ -70,6 +70,8 @@ type Config struct {
 	Nodes []NodeEntry `json:"nodes"`
 	// Policies are the egress policies; EgressIPs lists only those hosted here.
 	Policies []PolicyEntry `json:"policies"`
+	// DestTables are destination rules that pods name (PodEntry.Dest).
+	DestTables []DestTableEntry `json:"destTables,omitempty"`
 	// EgressIPsClaimed says the hosted egress IPs are already on the
 	// interface (put there by someone else): the gateway neither claims nor
 	// releases them.
@@ -94,10 +96,28 @@ type NodeEntry struct {
 }
 
 // PodEntry is a pod of a node as a config file lists it; Policy is "" when
-// no policy selects it.
+// no policy selects it. Dest names its destination rules in destTables
+// ("" for none); then Policy serves only what no rule decides.
 type PodEntry struct {
 	Addr   string `json:"addr"`
 	Policy string `json:"policy,omitempty"`
+	Dest   string `json:"dest,omitempty"`
+}
+
+// DestTableEntry is a named set of destination rules as a config file
+// lists it.
+type DestTableEntry struct {
+	Name  string          `json:"name"`
+	Rules []DestRuleEntry `json:"rules"`
+}
+
+// DestRuleEntry is a destination network (a masked CIDR) and the policy
+// serving it, or an exclusion (exclude: true, no policy): the longest
+// rule holding a destination decides it.
+type DestRuleEntry struct {
+	Prefix  string `json:"prefix"`
+	Policy  string `json:"policy,omitempty"`
+	Exclude bool   `json:"exclude,omitempty"`
 }
 
 // PolicyEntry is an egress policy as a config file lists it, with the
@@ -208,6 +228,17 @@ func (c *Config) Spec() (*Spec, error) {
 		}
 		s.Policies = append(s.Policies, gp)
 	}
+	for i, t := range c.DestTables {
+		gt := DestTable{Name: t.Name}
+		for j, r := range t.Rules {
+			p, err := netip.ParsePrefix(strings.TrimSpace(r.Prefix))
+			if err != nil || p.Addr().Zone() != "" {
+				return nil, fieldErr(fmt.Sprintf("destTables[%d].rules[%d].prefix", i, j), "%q is not a CIDR such as 10.0.0.0/16", r.Prefix)
+			}
+			gt.Rules = append(gt.Rules, DestRule{Prefix: p, Policy: r.Policy, Exclude: r.Exclude})
+		}
+		s.DestTables = append(s.DestTables, gt)
+	}
 	for i, n := range c.Nodes {
 		f := fmt.Sprintf("nodes[%d]", i)
 		gn := Node{Name: n.Name, Local: n.Local}
@@ -222,7 +253,7 @@ func (c *Config) Spec() (*Spec, error) {
 			if err != nil {
 				return nil, err
 			}
-			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy})
+			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy, Dest: p.Dest})
 		}
 		s.Nodes = append(s.Nodes, gn)
 	}

@@ -49,10 +49,15 @@ type Node struct {
 }
 
 // Pod is a pod address of a node and the policy that selects it ("" for
-// none: its packets are dropped as not selected).
+// none: its packets are dropped as not selected, unless Dest names rules).
 type Pod struct {
 	Addr   netip.Addr
 	Policy string
+	// Dest names the pod's destination rules in Spec.DestTables ("" for
+	// none: every destination uses Policy). With rules, a new flow uses
+	// the policy of the longest rule holding its destination, and Policy
+	// (the fallback) where none does.
+	Dest string
 	// Namespace, Name and UID name the pod when the gateway agent built
 	// the configuration (a config file does not): drop samples, the
 	// agent's Events and the NAT log (gateway/natlog) report them. The
@@ -64,6 +69,24 @@ type Pod struct {
 type Policy struct {
 	Name      string
 	EgressIPs []netip.Addr
+}
+
+// DestTable is destination rules that pods share by name (Pod.Dest): the
+// gateway agent makes one per set of EgressIP objects selecting pods
+// (plan.Dest.Key), so that ten thousand pods and a thousand networks are
+// a thousand rules, not ten million.
+type DestTable struct {
+	Name  string
+	Rules []DestRule
+}
+
+// DestRule is a destination network and the policy that serves it, or an
+// exclusion: no egress IP serves it (the pod's fallback neither).
+type DestRule struct {
+	Prefix netip.Prefix
+	// Policy names the policy; "" iff Exclude.
+	Policy  string
+	Exclude bool
 }
 
 // Spec is the engine's configuration in typed form. The gateway agent
@@ -120,6 +143,8 @@ type Spec struct {
 	// Policies are the egress policies, each with the egress IPs of it
 	// hosted here.
 	Policies []Policy
+	// DestTables are the destination rules pods name (Pod.Dest).
+	DestTables []DestTable
 	// EgressIPSubnets are the interface subnets (an interface address
 	// with its mask, or a masked cloud subnet) the controller placed the
 	// hosted egress IPs on (internal/hostsubnet.Pick, the gateway agent
@@ -340,6 +365,12 @@ func (s Spec) Settle() (*Settled, error) {
 		return nil, err
 	}
 
+	tables, err := settleDestTables(s.DestTables, policies)
+	if err != nil {
+		return nil, err
+	}
+	sp.DestTables = tables
+
 	sp.Nodes = nil
 	nodeNames := map[string]bool{}
 	vtepNode := map[netip.Addr]string{}
@@ -391,7 +422,10 @@ func (s Spec) Settle() (*Settled, error) {
 			if p.Policy != "" && !policies[p.Policy] {
 				return nil, fieldErr(ff+".policy", "%q is not in policies", p.Policy)
 			}
-			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy, Namespace: p.Namespace, Name: p.Name, UID: p.UID})
+			if p.Dest != "" && !slices.ContainsFunc(tables, func(t DestTable) bool { return t.Name == p.Dest }) {
+				return nil, fieldErr(ff+".dest", "%q is not in destTables", p.Dest)
+			}
+			gn.Pods = append(gn.Pods, Pod{Addr: a, Policy: p.Policy, Dest: p.Dest, Namespace: p.Namespace, Name: p.Name, UID: p.UID})
 		}
 		sp.Nodes = append(sp.Nodes, gn)
 	}
@@ -510,6 +544,59 @@ func settleSubnets(m map[netip.Addr]netip.Prefix, hosted map[netip.Addr]string) 
 			return nil, fieldErr(f, "subnet %v does not hold the egress IP", p)
 		}
 		out[a] = p
+	}
+	return out, nil
+}
+
+// settleDestTables checks the destination tables against the policies and
+// returns a copy with unmapped, masked prefixes.
+func settleDestTables(ts []DestTable, policies map[string]bool) ([]DestTable, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	out := make([]DestTable, 0, len(ts))
+	names := make(map[string]bool, len(ts))
+	for i, t := range ts {
+		f := fmt.Sprintf("destTables[%d]", i)
+		switch {
+		case t.Name == "":
+			return nil, fieldErr(f+".name", "empty; every destination table needs a name")
+		case names[t.Name]:
+			return nil, fieldErr(f+".name", "destination table %q is listed twice", t.Name)
+		}
+		names[t.Name] = true
+		gt := DestTable{Name: t.Name, Rules: make([]DestRule, 0, len(t.Rules))}
+		seen := make(map[netip.Prefix]int, len(t.Rules))
+		for j, r := range t.Rules {
+			ff := fmt.Sprintf("%s.rules[%d]", f, j)
+			p := r.Prefix
+			if !p.IsValid() || p.Addr().Zone() != "" {
+				return nil, fieldErr(ff+".prefix", "%v is not a plain IPv4 or IPv6 prefix", p)
+			}
+			if p.Addr().Is4In6() {
+				if p.Bits() < 96 {
+					return nil, fieldErr(ff+".prefix", "%v is shorter than the IPv4-mapped prefix", p)
+				}
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+			if p.Masked() != p {
+				return nil, fieldErr(ff+".prefix", "%v has host bits set; give %v", r.Prefix, p.Masked())
+			}
+			if k, dup := seen[p]; dup {
+				return nil, fieldErr(ff+".prefix", "%v is also rule %d of the table; a network has one rule", p, k)
+			}
+			seen[p] = j
+			switch {
+			case r.Exclude && r.Policy != "":
+				return nil, fieldErr(ff+".policy", "%q on an exclusion; an exclusion names no policy", r.Policy)
+			case !r.Exclude && r.Policy == "":
+				return nil, fieldErr(ff+".policy", "empty; name the policy serving %v, or make it an exclusion", p)
+			case !r.Exclude && !policies[r.Policy]:
+				return nil, fieldErr(ff+".policy", "%q is not in policies", r.Policy)
+			}
+			gt.Rules = append(gt.Rules, DestRule{Prefix: p, Policy: r.Policy, Exclude: r.Exclude})
+		}
+		out = append(out, gt)
 	}
 	return out, nil
 }

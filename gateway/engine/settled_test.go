@@ -44,7 +44,9 @@ deniedDestinations: [10.0.0.0/16]
 allowedDestinations: [10.0.5.7/32]
 nodes:
 - {name: w1, vtep: 192.0.2.11, innerMAC: "02:65:67:00:00:0b", pods: [{addr: 198.18.1.2, policy: blue}, {addr: "fd00:1::2"}]}
-- {name: w2, vtep: "fd00::12", innerMAC: "02:65:67:00:00:0c", pods: [{addr: 198.18.2.2, policy: blue}]}
+- {name: w2, vtep: "fd00::12", innerMAC: "02:65:67:00:00:0c", pods: [{addr: 198.18.2.2, policy: blue}, {addr: 198.18.2.3, dest: "blue,green"}]}
+destTables:
+- {name: "blue,green", rules: [{prefix: 203.0.113.0/24, policy: green}, {prefix: 203.0.113.0/25, exclude: true}, {prefix: "2001:db8::/32", policy: blue}]}
 policies:
 - {name: blue, egressIPs: [192.0.2.101, "fd00::101"]}
 - {name: green, egressIPs: []}
@@ -58,6 +60,9 @@ policies:
 	}
 	g := gatewayConfig(set)
 	g.Routes = route.NewStatic()
+	if len(g.DestTables) != 1 || len(g.DestTables[0].Rules) != 3 || !g.DestTables[0].Rules[1].Exclude || g.Nodes[1].Pods[1].Dest != "blue,green" {
+		t.Errorf("destination rules not carried over: %+v, pod %+v", g.DestTables, g.Nodes[1].Pods[1])
+	}
 	snap, err := gateway.NewSnapshot(g)
 	if err != nil {
 		t.Fatalf("settled configuration refused by the pipeline: %v", err)
