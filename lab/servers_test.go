@@ -168,8 +168,9 @@ func testLabDNS(t *testing.T, l *Lab) {
 	if got, _, _ := addrs(DNSName, dnsmessage.TypeAAAA); len(got) != 0 {
 		t.Errorf("after SetDNS to an IPv4 address only, AAAA answers %v", got)
 	}
-	if err := l.SetDNS(DNSRecord{Name: DNSName, Fail: true}); err != nil {
-		t.Fatal(err)
+	// The command does the same (egret lab dns).
+	if out, err := exec.Command(l.Binary, "lab", "dns", "--name", s.Name, "--host", DNSName, "--fail").CombinedOutput(); err != nil {
+		t.Fatalf("egret lab dns --fail: %v\n%s", err, out)
 	}
 	if _, rc, _ := addrs(DNSName, dnsmessage.TypeA); rc != dnsmessage.RCodeServerFailure {
 		t.Errorf("after Fail: %v, want SERVFAIL", rc)

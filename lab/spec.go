@@ -1,5 +1,5 @@
 // Package lab builds Egret's network-namespace lab: worker nodes with pods,
-// gateway nodes, a router and an outside echo server, joined by a bridge in
+// gateway nodes, a router and two outside echo servers, joined by a bridge in
 // a namespace of its own. The demo, the end-to-end tests and the lab
 // benchmark use it; docs/lab.md draws the topology.
 //
@@ -171,9 +171,13 @@ func tunnelMAC(last byte) [6]byte { return [6]byte{0x02, 0x65, 0x67, 0x00, 0x00,
 // g1), policy "green" selecting w1-p2 (192.0.2.102 on g2), policy "dual"
 // selecting the dual-stack pod w1-p3 (192.0.2.104 on g2 in the static
 // modes; managed mode adds its IPv6 egress IP), w2-p2 (dual-stack too)
-// selected by none, g3 spare. Every node, the router and the server are
-// dual-stack; the VTEPs stay IPv4 (IPv6 inside the tunnel). Only
-// documentation and benchmark ranges are used (2001:db8::/32 for IPv6).
+// selected by none, w2-p3 selected by none in the static modes and by
+// destination in managed mode (deploy/examples/lab/partner.yaml), g3
+// spare. A second server, srv2, sits in a network of its own
+// (203.0.113.0/24, 2001:db8:5200::/64). Every node, the router and the
+// servers are dual-stack; the VTEPs stay IPv4 (IPv6 inside the tunnel).
+// Only documentation and benchmark ranges are used (2001:db8::/32 for
+// IPv6).
 func DefaultSpec(name string) (*Spec, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
@@ -248,7 +252,9 @@ func DefaultSpec(name string) (*Spec, error) {
 // underlay and the pods' MTU is TunnelMTU6. The static policies are blue
 // (2001:db8:2::101 on g1) for w1-p1 and w2-p1 and green (2001:db8:2::102
 // on g2) for w1-p2; w1-p3 and w2-p2 are selected by none (managed mode
-// applies deploy/examples/lab/ipv6, which selects the same pods).
+// applies deploy/examples/lab/ipv6, which selects the same pods). The
+// second server is 2001:db8:5200::10; there is no w2-p3 and no
+// per-destination object.
 func IPv6Spec(name string) (*Spec, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err

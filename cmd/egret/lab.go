@@ -26,6 +26,7 @@ func init() {
 		{name: "up", summary: "build the lab (namespaces, tunnel, gateways, echo server); a second up is a no-op; --gateway managed runs the real controller, gateway and steer agents", run: labUp},
 		{name: "down", summary: "remove the lab and any leftovers of a crashed one", run: labDown},
 		{name: "status", summary: "print the topology and what runs (--json for scripts)", run: labStatus},
+		{name: "dns", summary: "change what a name of the lab's DNS answers (--host NAME with --addrs, --cname or --fail; none of them removes it)", run: labDNS},
 		{name: "echo-server", summary: "the lab's outside echo server, started by lab up inside the server namespace", run: labEcho, hidden: true},
 	}
 }
@@ -153,6 +154,34 @@ func labStatus(args []string) error {
 	}
 	st.WriteText(os.Stdout)
 	return nil
+}
+
+func labDNS(args []string) error {
+	fs, name := labFlags("dns")
+	host := fs.String("host", "", "the name to change, e.g. "+lab.DNSName)
+	addrs := fs.String("addrs", "", "its addresses, comma-separated (A and AAAA)")
+	ttl := fs.Duration("ttl", lab.DNSTTL, "the answer's TTL")
+	cname := fs.String("cname", "", "make the name an alias of this name instead")
+	fail := fs.Bool("fail", false, "answer SERVFAIL for the name instead")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *host == "" {
+		return &usageError{cmd: fs.Name(), err: errors.New("give --host")}
+	}
+	r := lab.DNSRecord{Name: *host, TTL: *ttl, CNAME: *cname, Fail: *fail}
+	for _, a := range strings.FieldsFunc(*addrs, func(r rune) bool { return r == ',' }) {
+		ip, err := netip.ParseAddr(strings.TrimSpace(a))
+		if err != nil {
+			return &usageError{cmd: fs.Name(), err: fmt.Errorf("--addrs: %w", err)}
+		}
+		r.Addrs = append(r.Addrs, ip)
+	}
+	l, err := newLab(*name, lab.ModeKernel, lab.BuiltUnderlay("", *name))
+	if err != nil {
+		return err
+	}
+	return l.SetDNS(r)
 }
 
 func labEcho(args []string) error {
