@@ -118,6 +118,13 @@ func (s *Server) Set(name string, ttl time.Duration, addrs ...netip.Addr) {
 // (a chain is followed here up to 8 links).
 func (s *Server) CNAME(name string, ttl time.Duration, target string) error {
 	t, err := dnsmessage.NewName(canonical(target))
+	if err == nil {
+		// NewName checks the length only; a question holding the name
+		// checks its labels as an answer would need them.
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{})
+		b.StartQuestions()
+		err = b.Question(dnsmessage.Question{Name: t, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	}
 	if err != nil {
 		return fmt.Errorf("CNAME target %q: %w", target, err)
 	}
