@@ -210,7 +210,9 @@ func (dm *Demo) Run() error {
 	d.step("sending HTTP from the pods selected by destination to each outside address")
 	dests, ok3 := probeDestinations(l, st, "before")
 	res.Destinations = dests
-	if !*asJSON {
+	if len(dests) == 0 {
+		d.printf("  no pod is selected by destination in this lab\n")
+	} else if !*asJSON {
 		printDestinations(out, dests)
 	}
 	ok = ok && ok3

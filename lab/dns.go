@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	egressv1 "github.com/egret-gw/egret/control/api/v1"
 )
 
 // The lab's DNS: a server (lab/dnsserver) in the first outside server's
@@ -54,8 +56,14 @@ func (r DNSRecord) validate() error {
 	if set > 1 {
 		return fmt.Errorf("DNS record %s: give addresses, a CNAME or Fail, not several", r.Name)
 	}
-	if _, err := dnsmessage.NewName(canonicalName(r.Name)); err != nil || r.Name == "" {
-		return fmt.Errorf("DNS record name %q is not a DNS name", r.Name)
+	// The names an EgressIPTraffic's spec.dnsNames may hold.
+	if err := egressv1.CheckDNSName(r.Name); err != nil {
+		return fmt.Errorf("DNS record: %w", err)
+	}
+	if r.CNAME != "" {
+		if err := egressv1.CheckDNSName(r.CNAME); err != nil {
+			return fmt.Errorf("DNS record %s: CNAME: %w", r.Name, err)
+		}
 	}
 	if r.TTL < 0 {
 		return fmt.Errorf("DNS record %s: negative TTL %v", r.Name, r.TTL)

@@ -188,3 +188,41 @@ func testLabDNS(t *testing.T, l *Lab) {
 		t.Error("SetDNS accepted a bad name")
 	}
 }
+
+// TestDNSRecords checks the records file's rules without a lab: what a
+// record may hold, and that a file with a bad record is refused whole.
+func TestDNSRecords(t *testing.T) {
+	a := netip.MustParseAddr("203.0.113.10")
+	for _, r := range []DNSRecord{
+		{Name: "", Addrs: []netip.Addr{a}},
+		{Name: "bad..name", Addrs: []netip.Addr{a}},
+		{Name: DNSName, Addrs: []netip.Addr{a}, CNAME: DNSName2},
+		{Name: DNSName, Fail: true, CNAME: DNSName2},
+		{Name: DNSName, TTL: -time.Second, Addrs: []netip.Addr{a}},
+		{Name: DNSName, Addrs: []netip.Addr{{}}},
+	} {
+		if err := r.validate(); err == nil {
+			t.Errorf("record %+v accepted", r)
+		}
+	}
+	s, err := DefaultSpec("egl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/dns.json"
+	recs := defaultDNSRecords(s)
+	if err := writeDNSRecords(path, recs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadDNSRecords(path)
+	if err != nil || len(got) != 3 || got[0].Name != DNSName || !slices.Equal(got[0].Addrs, []netip.Addr{s.Server.IP, s.Server.IP6}) ||
+		got[1].CNAME != DNSName || got[2].Name != DNSName2 || got[2].TTL != DNSTTL {
+		t.Fatalf("records read back: %+v (%v), want %+v", got, err, recs)
+	}
+	if err := writeDNSRecords(path, append(recs, DNSRecord{Name: "x..y", Fail: true})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDNSRecords(path); err == nil {
+		t.Error("a records file with a bad name was read")
+	}
+}
