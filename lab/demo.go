@@ -43,6 +43,30 @@ type DemoRecord struct {
 	AsExpected bool `json:"asExpected"`
 }
 
+// DemoDestination is one probe from a pod that objects select by
+// destination to one outside address, as `egret demo --json` prints it.
+type DemoDestination struct {
+	Phase string `json:"phase"`
+	Pod   string `json:"pod"`
+	// Destination is the address probed (HTTP); Server names it: "server 1",
+	// "server 2", or "server 2 (excluded address)".
+	Destination string `json:"destination"`
+	Server      string `json:"server"`
+	// EgressIPObject is the object whose egress IPs it should leave with,
+	// "" when it should leave as its node; Excluded says an exclusion
+	// decided that.
+	EgressIPObject string `json:"egressIPObject"`
+	Excluded       bool   `json:"excluded"`
+	OK             bool   `json:"ok"`
+	Error          string `json:"error,omitempty"`
+	// Seen is the source address the destination saw, Gateway the node
+	// hosting it ("" for the pod's node).
+	Seen       string   `json:"seen"`
+	Gateway    string   `json:"gateway"`
+	Expected   []string `json:"expected"`
+	AsExpected bool     `json:"asExpected"`
+}
+
 // DemoLongLived is the keep-alive connection the demo holds open through
 // the gateway kill, as `egret demo --json` prints it.
 type DemoLongLived struct {
@@ -77,11 +101,14 @@ type DemoResult struct {
 	Assignment                      []AssignmentStatus `json:"assignmentBefore"`
 	AssignmentAfter                 []AssignmentStatus `json:"assignmentAfter"`
 	Records                         []DemoRecord       `json:"records"`
-	FailedGateway                   string             `json:"failedGateway"`
-	Failover                        *FailoverResult    `json:"failover"`
-	FailoverSeconds                 float64            `json:"failover_seconds"`
-	LongLived                       *DemoLongLived     `json:"longLived"`
-	ReturnedGatewayHealthy          bool               `json:"returnedGatewayHealthy"`
+	// Destinations are the probes of the pods selected by destination
+	// (before the failover).
+	Destinations           []DemoDestination `json:"destinations"`
+	FailedGateway          string            `json:"failedGateway"`
+	Failover               *FailoverResult   `json:"failover"`
+	FailoverSeconds        float64           `json:"failover_seconds"`
+	LongLived              *DemoLongLived    `json:"longLived"`
+	ReturnedGatewayHealthy bool              `json:"returnedGatewayHealthy"`
 	// NATLog is the NAT log's answer to "who was LongLived.SeenBefore":
 	// `egret natlog --lab <lab> --ip .. --port ..` after the failover.
 	NATLog  []natlog.Binding `json:"natlog"`
@@ -116,7 +143,7 @@ type Demo struct {
 func (dm *Demo) Run() error {
 	name, keep, asJSON, reach, holdDown, self := &dm.Name, &dm.Keep, &dm.JSON, &dm.ReachabilitySeconds, &dm.HoldDown, dm.Binary
 	out, progress := dm.Out, dm.Progress
-	d := &demo{progress: progress, out: out, started: time.Now(), total: 8}
+	d := &demo{progress: progress, out: out, started: time.Now(), total: 9}
 	res := &DemoResult{Lab: *name, Underlay: dm.Underlay, ReachabilityTotalTimeoutSeconds: *reach, HoldDownSeconds: holdDown.Seconds(), Kept: *keep}
 
 	d.step("checking this machine (root, tools, AF_XDP, egret gateway agent)")
@@ -133,9 +160,18 @@ func (dm *Demo) Run() error {
 		d.printf("  lab %q exists already (an earlier --keep or an interrupted run): it is removed and built again\n", *name)
 	}
 
-	what := "2 workers with 5 pods (2 dual-stack), 3 gateways, router, echo server"
+	pods, dual := 0, 0
+	for _, w := range l.Spec.Workers {
+		for _, p := range w.Pods {
+			pods++
+			if p.IP6.IsValid() {
+				dual++
+			}
+		}
+	}
+	what := fmt.Sprintf("2 workers with %d pods (%d dual-stack), 3 gateways, router, 2 echo servers, DNS", pods, dual)
 	if l.Spec.IPv6Only() {
-		what = "IPv6 only, VXLAN over IPv6: 2 workers with 5 pods, 3 gateways, router, echo server"
+		what = fmt.Sprintf("IPv6 only, VXLAN over IPv6: 2 workers with %d pods, 3 gateways, router, 2 echo servers, DNS", pods)
 	}
 	d.step(fmt.Sprintf("building the lab %q: %s; starting egret controller, 3 egret gateway agents, 2 egret steer agents", *name, what))
 	if err := l.Up(); err != nil {
@@ -170,6 +206,16 @@ func (dm *Demo) Run() error {
 	if !*asJSON {
 		printTable(out, recs)
 	}
+
+	d.step("sending HTTP from the pods selected by destination to each outside address")
+	dests, ok3 := probeDestinations(l, st, "before")
+	res.Destinations = dests
+	if len(dests) == 0 {
+		d.printf("  no pod is selected by destination in this lab\n")
+	} else if !*asJSON {
+		printDestinations(out, dests)
+	}
+	ok = ok && ok3
 
 	gw := failoverTarget(st)
 	res.FailedGateway = gw
@@ -435,9 +481,14 @@ func failoverTarget(st *Status) string {
 	for _, a := range st.Assignment {
 		count[a.EgressIP]++
 	}
+	// Only the objects whose IPs some pod uses for all its traffic: the
+	// per-destination pair stays out of the failover.
+	used := func(obj string) bool {
+		return slices.ContainsFunc(st.Pods, func(p PodStatus) bool { return p.Policy == obj && p.Destinations == nil })
+	}
 	best, bestN := "", 0
 	for _, a := range st.Assignment {
-		if a.Node == "" {
+		if a.Node == "" || !used(a.EgressIP) {
 			continue
 		}
 		if n := count[a.EgressIP]; best == "" || n < bestN || (n == bestN && a.Node < best) {
@@ -492,6 +543,89 @@ func probeAll(l *Lab, st *Status, phase string) ([]DemoRecord, bool) {
 		}
 	}
 	return out, ok
+}
+
+// probeDestinations sends an HTTP probe from every pod that objects select
+// by destination to each outside address its status lists; ok is false
+// when one failed or was seen with an unexpected source.
+func probeDestinations(l *Lab, st *Status, phase string) ([]DemoDestination, bool) {
+	host := map[netip.Addr]string{}
+	for _, a := range st.Assignment {
+		host[a.IP] = a.Node
+	}
+	names := map[netip.Addr]string{}
+	for i, v := range l.Spec.Servers() {
+		n := fmt.Sprintf("server %d", i+1)
+		names[v.IP], names[v.IP6] = n, n
+		if v.Excluded.IsValid() {
+			names[v.Excluded] = n + " (excluded address)"
+		}
+	}
+	var out []DemoDestination
+	ok := true
+	for _, p := range st.Pods {
+		for _, ds := range p.Destinations {
+			r := DemoDestination{Phase: phase, Pod: p.Name, Destination: ds.Destination.String(), Server: names[ds.Destination],
+				EgressIPObject: ds.EgressIPObject, Excluded: ds.Excluded}
+			for _, e := range ds.ExpectedSources {
+				r.Expected = append(r.Expected, e.String())
+			}
+			var seen netip.AddrPort
+			var err error
+			for try := 0; try < 3; try++ { // a lost first packet is not a failure
+				if seen, err = HTTPSource(p.Namespace, netip.AddrPortFrom(ds.Destination, HTTPPort).String(), 2*time.Second); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				r.Error = err.Error()
+			} else {
+				r.OK, r.Seen, r.Gateway = true, seen.Addr().String(), host[seen.Addr()]
+				r.AsExpected = slices.Contains(ds.ExpectedSources, seen.Addr())
+			}
+			ok = ok && r.OK && r.AsExpected
+			out = append(out, r)
+		}
+	}
+	return out, ok
+}
+
+// printDestinations prints one line per pod and destination: the source
+// the destination saw and why.
+func printDestinations(w io.Writer, recs []DemoDestination) {
+	if len(recs) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "\n  the source each destination saw of a pod whose objects choose by destination")
+	fmt.Fprintln(tw, "  POD\tDESTINATION\tSEEN AS\tBECAUSE\tOK")
+	for _, r := range recs {
+		why := "egress IP of " + r.EgressIPObject
+		switch {
+		case r.Excluded:
+			why = "excluded: leaves as its node"
+		case r.EgressIPObject == "":
+			why = "no object claims it: leaves as its node"
+		}
+		seen := r.Seen
+		switch {
+		case !r.OK:
+			seen = "FAILED"
+		case r.Gateway != "":
+			seen += " (" + r.Gateway + ")"
+		default:
+			seen += " (node IP)"
+		}
+		okCell := "yes"
+		if !r.OK {
+			okCell = "NO: " + r.Error
+		} else if !r.AsExpected {
+			okCell = "NO: want " + strings.Join(r.Expected, " or ")
+		}
+		fmt.Fprintf(tw, "  %s\t%s %s\t%s\t%s\t%s\n", r.Pod, r.Destination, r.Server, seen, why, okCell)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 }
 
 // printTable prints one line per pod and address family: the source the

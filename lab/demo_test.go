@@ -53,6 +53,7 @@ func testDemo(t *testing.T, underlay, name string) {
 		Underlay                        string  `json:"underlay"`
 		AssignmentBefore                []AssignmentStatus
 		AssignmentAfter                 []AssignmentStatus
+		Destinations                    []DemoDestination
 		LongLived                       *struct {
 			Pod, SeenBefore, SeenAfter, Gateway, Error string
 			Survived                                   bool
@@ -67,10 +68,11 @@ func testDemo(t *testing.T, underlay, name string) {
 	}
 	v6only := underlay == UnderlayIPv6
 	nodeIP := map[string]string{"w1": "192.0.2.11", "w2": "192.0.2.12", "w1/ipv6": "2001:db8:2::11", "w2/ipv6": "2001:db8:2::12"}
-	wantObj := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": ""}
+	wantObj := map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": "", "w2-p3": "partner-a"}
 	if v6only {
 		wantObj["w1-p3"] = ""
 	}
+	checkDemoDestinations(t, res.Destinations, v6only)
 	count := map[string]int{}
 	v6 := map[string]int{}
 	for _, r := range res.Records {
@@ -112,9 +114,9 @@ func testDemo(t *testing.T, underlay, name string) {
 			t.Errorf("after the failover %s still left through the killed gateway %s", r.Pod, r.Gateway)
 		}
 	}
-	// Five pods over IPv4, the two dual-stack ones (w1-p3, w2-p2) also over
+	// Six pods over IPv4, the two dual-stack ones (w1-p3, w2-p2) also over
 	// IPv6; in the IPv6-only lab five pods over IPv6.
-	want, want6 := 5*len(ProbeKinds)+2*len(ProbeKinds6), len(ProbeKinds6)
+	want, want6 := 6*len(ProbeKinds)+2*len(ProbeKinds6), len(ProbeKinds6)
 	if v6only {
 		want, want6 = 5*len(ProbeKinds), len(ProbeKinds)
 	}
@@ -149,5 +151,30 @@ func testDemo(t *testing.T, underlay, name string) {
 	}
 	if left := Namespaces(name); len(left) > 0 {
 		t.Errorf("the demo left namespaces behind without --keep: %v", left)
+	}
+}
+
+// checkDemoDestinations checks the demo's per-destination probes: w2-p3
+// (deploy/examples/lab/partner.yaml) seen as partner-a's 192.0.2.105 by the
+// first server, as partner-b's 192.0.2.106 by the second, and as its node
+// w2 (192.0.2.12) by the excluded address; none in the IPv6-only lab,
+// which has no such objects.
+func checkDemoDestinations(t *testing.T, recs []DemoDestination, v6only bool) {
+	t.Helper()
+	if v6only {
+		if len(recs) != 0 {
+			t.Errorf("the IPv6-only demo probed destinations: %+v", recs)
+		}
+		return
+	}
+	want := map[string]string{"198.51.100.10": "192.0.2.105", "203.0.113.10": "192.0.2.106", "203.0.113.11": "192.0.2.12"}
+	if len(recs) != len(want) {
+		t.Errorf("%d destination probes, want %d: %+v", len(recs), len(want), recs)
+	}
+	for _, r := range recs {
+		if r.Pod != "w2-p3" || !r.OK || r.Seen != want[r.Destination] || !r.AsExpected || r.Excluded != (r.Destination == "203.0.113.11") {
+			t.Errorf("%s to %s (%s): seen as %q (ok %v, as expected %v, excluded %v, %s), want %s",
+				r.Pod, r.Destination, r.Server, r.Seen, r.OK, r.AsExpected, r.Excluded, r.Error, want[r.Destination])
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 )
@@ -33,7 +34,10 @@ type EchoServer struct {
 	// IPv6 address); same answers.
 	HTTPAddr6 string
 	UDPAddr6  string
-	Log       *slog.Logger
+	// Also are further addresses answered on the ports of HTTPAddr and
+	// UDPAddr (a server's excluded address, Server.Excluded).
+	Also []netip.Addr
+	Log  *slog.Logger
 }
 
 // Run serves until ctx is done.
@@ -51,7 +55,19 @@ func (e *EchoServer) Run(ctx context.Context) error {
 			pc.Close()
 		}
 	}
-	for _, a := range []string{e.HTTPAddr, e.HTTPAddr6} {
+	httpAddrs, udpAddrs := []string{e.HTTPAddr, e.HTTPAddr6}, []string{e.UDPAddr, e.UDPAddr6}
+	if len(e.Also) > 0 {
+		hp, err1 := netip.ParseAddrPort(e.HTTPAddr)
+		up, err2 := netip.ParseAddrPort(e.UDPAddr)
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("echo server: further addresses need numeric HTTP and UDP addresses: %w", err)
+		}
+		for _, a := range e.Also {
+			httpAddrs = append(httpAddrs, netip.AddrPortFrom(a, hp.Port()).String())
+			udpAddrs = append(udpAddrs, netip.AddrPortFrom(a, up.Port()).String())
+		}
+	}
+	for _, a := range httpAddrs {
 		if a == "" && len(lns) > 0 {
 			continue
 		}
@@ -62,7 +78,7 @@ func (e *EchoServer) Run(ctx context.Context) error {
 		}
 		lns = append(lns, ln)
 	}
-	for _, a := range []string{e.UDPAddr, e.UDPAddr6} {
+	for _, a := range udpAddrs {
 		if a == "" && len(pcs) > 0 {
 			continue
 		}

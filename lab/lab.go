@@ -161,6 +161,9 @@ func (l *Lab) build() error {
 		addr6(s.Server.IP6, r.Outside6.Bits(), "eth0", r.OutIP6)...)...); err != nil {
 		return err
 	}
+	if err := l.buildServer2(); err != nil {
+		return fmt.Errorf("second server: %w", err)
+	}
 	if c := s.Controller; c.Name != "" {
 		if err := ipBatch(s.NS(c.Name), append([]string{"link set lo up",
 			fmt.Sprintf("addr add %v/%d dev eth0", c.IP, bits), "link set eth0 up",
@@ -194,6 +197,9 @@ func (l *Lab) build() error {
 	// Real-NIC conditions on the fabric: full checksums, no TSO/GSO
 	// super-frames. Both gateway modes see the same frames.
 	offload := [][2]string{{s.NS(r.Name), "eth0"}, {s.NS(r.Name), "eth1"}, {s.NS(s.Server.Name), "eth0"}}
+	if s.Server2.Name != "" {
+		offload = append(offload, [2]string{s.NS(r.Name), "eth2"}, [2]string{s.NS(s.Server2.Name), "eth0"})
+	}
 	for _, m := range members[1:] {
 		offload = append(offload, [2]string{s.NS(m), "eth0"})
 	}
@@ -227,6 +233,33 @@ func (l *Lab) build() error {
 	}
 	b, _ := json.MarshalIndent(state{Name: s.Name, Mode: l.impl().Mode(), Binary: l.Binary, Underlay: s.Underlay()}, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "state.json"), b, 0o644)
+}
+
+// buildServer2 links the second server's namespace to the router's eth2,
+// in a network of its own: every node reaches it through its default
+// route to the router, as it reaches the first server.
+func (l *Lab) buildServer2() error {
+	s := l.Spec
+	v, r := s.Server2, s.Router
+	if v.Name == "" {
+		return nil
+	}
+	lines := []string{fmt.Sprintf("link add eth2 type veth peer name eth0 netns %s", s.NS(v.Name)),
+		fmt.Sprintf("addr add %v/%d dev eth2%s", r.OutIP2, r.Outside2.Bits(), nodad(r.OutIP2)), "link set eth2 up"}
+	if r.OutIP2v6.IsValid() {
+		lines = append(lines, addr6(r.OutIP2v6, r.Outside2v6.Bits(), "eth2", netip.Addr{})...)
+	}
+	if err := ipBatch(s.NS(r.Name), lines...); err != nil {
+		return err
+	}
+	lines = []string{"link set lo up",
+		fmt.Sprintf("addr add %v/%d dev eth0%s", v.IP, r.Outside2.Bits(), nodad(v.IP)), "link set eth0 up",
+		fmt.Sprintf("route add default via %v", r.OutIP2)}
+	if v.Excluded.IsValid() {
+		lines = append(lines, fmt.Sprintf("addr add %v/%d dev eth0%s", v.Excluded, r.Outside2.Bits(), nodad(v.Excluded)))
+	}
+	lines = append(lines, addr6(v.IP6, r.Outside2v6.Bits(), "eth0", r.OutIP2v6)...)
+	return ipBatch(s.NS(v.Name), lines...)
 }
 
 // buildWorker builds a worker node and its pods; with static it also
@@ -371,34 +404,59 @@ func (s *Spec) gatewayIndex(name string) int {
 	return -1
 }
 
+// echoID is the daemon id (pid and log file name) of the echo server of
+// the i-th server (Spec.Servers): "echo", "echo2".
+func echoID(i int) string {
+	if i == 0 {
+		return "echo"
+	}
+	return "echo" + strconv.Itoa(i+1)
+}
+
+// startEcho starts the echo server of every outside server; the first
+// one's process also serves the lab's DNS (DNSAddr) from the records
+// file the lab writes (SetDNS).
 func (l *Lab) startEcho() error {
 	s := l.Spec
-	ns := s.NS(s.Server.Name)
-	httpAddr := netip.AddrPortFrom(s.Server.IP, HTTPPort).String()
-	udpAddr := netip.AddrPortFrom(s.Server.IP, UDPPort).String()
-	args := []string{"lab", "echo-server", "--lab", s.Name, "--http", httpAddr, "--udp", udpAddr}
-	if s.Server.IP6.IsValid() {
-		args = append(args, "--http6", netip.AddrPortFrom(s.Server.IP6, HTTPPort).String(),
-			"--udp6", netip.AddrPortFrom(s.Server.IP6, UDPPort).String())
-	}
-	pid, err := startDaemon(l.RunDir(), "echo", ns, l.Binary, args...)
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		c, err := DialContext(ctx, ns, "tcp", httpAddr)
-		cancel()
-		if err == nil {
-			c.Close()
-			return nil
+	for i, v := range s.Servers() {
+		ns := s.NS(v.Name)
+		httpAddr := netip.AddrPortFrom(v.IP, HTTPPort).String()
+		udpAddr := netip.AddrPortFrom(v.IP, UDPPort).String()
+		args := []string{"lab", "echo-server", "--lab", s.Name, "--http", httpAddr, "--udp", udpAddr}
+		if v.IP6.IsValid() {
+			args = append(args, "--http6", netip.AddrPortFrom(v.IP6, HTTPPort).String(),
+				"--udp6", netip.AddrPortFrom(v.IP6, UDPPort).String())
 		}
-		if !alive(pid) || time.Now().After(deadline) {
-			return fmt.Errorf("echo server in %s did not start: %v; log: %s", ns, err, tail(filepath.Join(l.RunDir(), "echo.log")))
+		if v.Excluded.IsValid() {
+			args = append(args, "--also", v.Excluded.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		if i == 0 {
+			if err := writeDNSRecords(l.dnsRecordsFile(), defaultDNSRecords(s)); err != nil {
+				return err
+			}
+			args = append(args, "--dns", s.DNSAddr().String(), "--dns-records", l.dnsRecordsFile())
+		}
+		id := echoID(i)
+		pid, err := startDaemon(l.RunDir(), id, ns, l.Binary, args...)
+		if err != nil {
+			return err
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			c, err := DialContext(ctx, ns, "tcp", httpAddr)
+			cancel()
+			if err == nil {
+				c.Close()
+				break
+			}
+			if !alive(pid) || time.Now().After(deadline) {
+				return fmt.Errorf("echo server in %s did not start: %v; log: %s", ns, err, tail(filepath.Join(l.RunDir(), id+".log")))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
+	return nil
 }
 
 // probe sends a UDP echo from every pod until one answers, so that Up

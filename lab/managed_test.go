@@ -11,6 +11,7 @@ import (
 	"time"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/plan"
 	"github.com/egret-gw/egret/internal/nstest"
 	"sigs.k8s.io/yaml"
 )
@@ -30,18 +31,20 @@ func writtenObjects(t *testing.T, s *Spec) (string, []byte) {
 	return dir, b
 }
 
-// checkSelection checks that eips select each pod of s by the policy the
-// spec gives it.
-func checkSelection(t *testing.T, s *Spec, eips []egressv1.EgressIP) {
+// checkSelection checks that the objects in dir select each pod of s as
+// wantPolicy says, towards the first server (the egress plan decides).
+func checkSelection(t *testing.T, s *Spec, dir string) {
 	t.Helper()
+	v, err := objectsView(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := plan.Build(v, plan.Options{})
+	want := wantPolicy(s)
 	for _, w := range s.Workers {
 		for _, p := range w.Pods {
-			got := ""
-			if e := s.Selecting(eips, p); e != nil {
-				got = e.Name
-			}
-			if got != p.Policy {
-				t.Errorf("pod %s is selected by %q, the spec says %q", p.Name, got, p.Policy)
+			if got, _ := ownerOf(pl, p, s.Server.IP); got != want[p.Name] {
+				t.Errorf("pod %s is selected by %q towards %v, want %q", p.Name, got, s.Server.IP, want[p.Name])
 			}
 		}
 	}
@@ -69,7 +72,8 @@ func TestObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(eips) != 3 || eips[0].Name != "blue" || len(eips[0].Spec.EgressIPs) != 2 || eips[1].Name != "dual" || eips[2].Name != "green" {
+	if len(eips) != 5 || eips[0].Name != "blue" || len(eips[0].Spec.EgressIPs) != 2 || eips[1].Name != "dual" || eips[2].Name != "green" ||
+		eips[3].Name != "partner-a" || eips[4].Name != "partner-b" {
 		t.Fatalf("EgressIPs %+v", eips)
 	}
 	if d := eips[1].Spec.EgressIPs; len(d) != 2 || d[0] != "192.0.2.104" || d[1] != "2001:db8:2::104" {
@@ -87,10 +91,10 @@ func TestObjects(t *testing.T) {
 	if err := writeObjects(s, dir4, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if e4, err := EgressIPs(dir4); err != nil || len(e4) != 2 {
-		t.Errorf("IPv4-only objects: %d EgressIPs (%v), want blue and green", len(e4), err)
+	if e4, err := EgressIPs(dir4); err != nil || len(e4) != 4 {
+		t.Errorf("IPv4-only objects: %d EgressIPs (%v), want blue, green, partner-a and partner-b", len(e4), err)
 	}
-	checkSelection(t, s, eips)
+	checkSelection(t, s, dir)
 	// A status file the controller writes is read back.
 	eips[2].Status.Items = nil
 	st := eips[2]
@@ -129,12 +133,14 @@ func TestManaged(t *testing.T) {
 }
 
 // wantPolicy is the EgressIP each pod of the managed lab is selected by
-// (deploy/examples/lab, or its ipv6 folder, which has no dual-stack object).
+// towards the first server (deploy/examples/lab, or its ipv6 folder, which
+// has no dual-stack or per-destination objects): w2-p3 leaves as
+// partner-a there.
 func wantPolicy(s *Spec) map[string]string {
 	if s.IPv6Only() {
 		return map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "", "w2-p2": ""}
 	}
-	return map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": ""}
+	return map[string]string{"w1-p1": "blue", "w2-p1": "blue", "w1-p2": "green", "w1-p3": "dual", "w2-p2": "", "w2-p3": "partner-a"}
 }
 
 func testManaged(t *testing.T, l *Lab) {
@@ -159,6 +165,9 @@ func testManaged(t *testing.T, l *Lab) {
 	t.Run("EgretStatus", func(t *testing.T) { checkEgretStatus(t, l) })
 	t.Run("EgretTrace", func(t *testing.T) { checkEgretTrace(t, l, st) })
 	t.Run("Sources", func(t *testing.T) { checkSources(t, l, st) })
+	if !l.Spec.IPv6Only() {
+		t.Run("ByDestination", func(t *testing.T) { testByDestination(t, l, st) })
+	}
 	t.Run("Spread", func(t *testing.T) {
 		// Per-connection balancing: new connections of a blue pod use both
 		// of blue's egress IPs.
@@ -563,6 +572,12 @@ func checkEgretStatus(t *testing.T, l *Lab) {
 		t.Errorf("egret status lists %d pods, egret lab status %d", len(st.Pods), len(ls.Pods))
 	}
 	for _, lp := range ls.Pods {
+		if lp.Destinations != nil {
+			// egret status reports a pod's fallback object only (control/status
+			// does not show sources by destination yet); testByDestination
+			// checks such a pod's traffic.
+			continue
+		}
 		i := slices.IndexFunc(st.Pods, func(p statusPod) bool {
 			return p.Namespace == lp.KubeNamespace && p.Name == lp.Name
 		})
@@ -687,6 +702,8 @@ func TestManagedStatus(t *testing.T) {
 		}
 	}
 	writeStatus("blue", egressv1.EgressIPStatusItem{Node: "g3", EgressIP: "192.0.2.103"})
+	writeStatus("partner-a", egressv1.EgressIPStatusItem{Node: "g1", EgressIP: "192.0.2.105"})
+	writeStatus("partner-b", egressv1.EgressIPStatusItem{Node: "g2", EgressIP: "192.0.2.106"})
 	st, err := l.Status()
 	if err != nil {
 		t.Fatal(err)
@@ -707,7 +724,25 @@ func TestManagedStatus(t *testing.T) {
 	if w2p2.Policy != "" || w2p2.ExpectedSource.String() != "192.0.2.12" {
 		t.Errorf("w2-p2: %+v", w2p2)
 	}
-	if len(st.Assignment) != 5 || st.Assignment[0].Node != "" || st.Assignment[1].Node != "g3" {
+	// w2-p3 is selected by destination: partner-a's IP towards the first
+	// server, partner-b's towards the second, its node's address towards
+	// the excluded address; the first server's is also its ExpectedSources.
+	w2p3 := st.Pod("w2-p3")
+	wantDest := []DestinationStatus{
+		{Destination: s.Server.IP, EgressIPObject: "partner-a", ExpectedSources: []netip.Addr{netip.MustParseAddr("192.0.2.105")}},
+		{Destination: s.Server2.IP, EgressIPObject: "partner-b", ExpectedSources: []netip.Addr{netip.MustParseAddr("192.0.2.106")}},
+		{Destination: s.Server2.Excluded, Excluded: true, ExpectedSources: []netip.Addr{s.Workers[1].IP}},
+	}
+	if w2p3.Policy != "partner-a" || !slices.Equal(w2p3.ExpectedSources, wantDest[0].ExpectedSources) || fmt.Sprint(w2p3.Destinations) != fmt.Sprint(wantDest) {
+		t.Errorf("w2-p3: %+v\nwant destinations %+v", w2p3, wantDest)
+	}
+	if d := st.Pod("w1-p1").Destinations; d != nil {
+		t.Errorf("w1-p1 is not selected by destination, but has destinations %+v", d)
+	}
+	if len(st.Servers) != 2 || st.Servers[0] != st.Server || st.Servers[1].IP != s.Server2.IP || st.Servers[1].Namespace != "eltunit-srv2" {
+		t.Errorf("servers %+v", st.Servers)
+	}
+	if len(st.Assignment) != 7 || st.Assignment[0].Node != "" || st.Assignment[1].Node != "g3" {
 		t.Errorf("assignment %+v", st.Assignment)
 	}
 	if g3 := st.Gateways[2]; len(g3.EgressIPs) != 1 || g3.Policies[0] != "blue" {

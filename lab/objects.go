@@ -15,6 +15,7 @@ import (
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/control/plan"
 	labexamples "github.com/egret-gw/egret/deploy/examples/lab"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,23 +171,32 @@ func podIPs(p Pod) []corev1.PodIP {
 	return ips
 }
 
-// EgressIPs reads the EgressIP objects of a managed lab's manifest
-// directory as the agents do (a cluster.Dir reader), with the status the
-// controller wrote (status/<name>.yaml), sorted by name.
-func EgressIPs(objectsDir string) ([]egressv1.EgressIP, error) {
+// objectsView reads a managed lab's manifest directory as the agents do
+// (a cluster.Dir reader), with the status the controller wrote
+// (status/<name>.yaml).
+func objectsView(objectsDir string) (cluster.View, error) {
 	var logs bytes.Buffer
 	d, err := cluster.NewDirReader(objectsDir, 0, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})))
 	if err != nil {
-		return nil, err
+		return cluster.View{}, err
 	}
 	d.Reload()
 	if d.Errors.Load() > 0 {
-		return nil, fmt.Errorf("%s holds documents that cannot be used: %s", objectsDir, strings.TrimSpace(logs.String()))
+		return cluster.View{}, fmt.Errorf("%s holds documents that cannot be used: %s", objectsDir, strings.TrimSpace(logs.String()))
 	}
 	if _, err := d.Check(context.Background()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return cluster.View{}, err
+	}
+	return d.View(), nil
+}
+
+// EgressIPs reads the EgressIP objects of a managed lab's manifest
+// directory (objectsView), sorted by name.
+func EgressIPs(objectsDir string) ([]egressv1.EgressIP, error) {
+	v, err := objectsView(objectsDir)
+	if err != nil {
 		return nil, err
 	}
-	v := d.View()
 	out := make([]egressv1.EgressIP, len(v.EgressIPs))
 	for i, e := range v.EgressIPs {
 		out[i] = *e
@@ -194,20 +204,17 @@ func EgressIPs(objectsDir string) ([]egressv1.EgressIP, error) {
 	return out, nil
 }
 
-// Selecting returns the EgressIP that selects pod p (the first by name when
-// several do, as the agents decide with cluster.Selector), or nil.
-func (s *Spec) Selecting(eips []egressv1.EgressIP, p Pod) *egressv1.EgressIP {
-	i := slices.IndexFunc(s.KubeNamespaces, func(ns KubeNamespace) bool { return ns.Name == p.KubeNamespace })
-	if i < 0 {
-		return nil
+// ownerOf returns the EgressIP object whose egress IPs pod p uses towards
+// dst as plan pl decides it, "" when it leaves as its node: no object
+// selects it, none claims dst, or an exclusion does (excluded).
+func ownerOf(pl *plan.Plan, p Pod, dst netip.Addr) (owner string, excluded bool) {
+	i := slices.IndexFunc(pl.Pods, func(x plan.Pod) bool { return x.Namespace == p.KubeNamespace && x.Name == p.Name })
+	if i < 0 || !dst.IsValid() {
+		return "", false
 	}
-	ptrs := make([]*egressv1.EgressIP, len(eips))
-	for j := range eips {
-		ptrs[j] = &eips[j]
+	owner, excluded = pl.Pods[i].OwnerFor(dst)
+	if excluded {
+		return "", true
 	}
-	sel, _ := cluster.NewSelector(ptrs)
-	if o := sel.Owner(s.KubeNamespaces[i].Labels, p.Labels); o >= 0 {
-		return sel.Object(o)
-	}
-	return nil
+	return owner, false
 }

@@ -1,5 +1,5 @@
 // Package lab builds Egret's network-namespace lab: worker nodes with pods,
-// gateway nodes, a router and an outside echo server, joined by a bridge in
+// gateway nodes, a router and two outside echo servers, joined by a bridge in
 // a namespace of its own. The demo, the end-to-end tests and the lab
 // benchmark use it; docs/lab.md draws the topology.
 //
@@ -57,6 +57,10 @@ type Spec struct {
 	TunnelSubnet netip.Prefix // inner addresses of the VXLAN devices
 	Router       Router
 	Server       Server
+	// Server2 is the second outside echo server, in a network of its own
+	// behind the router (Router.Outside2), so that objects can choose the
+	// source by destination. A spec without one leaves it zero.
+	Server2 Server
 	// Controller is the namespace on the fabric where managed mode runs
 	// `egret controller` (built in every mode, empty outside managed).
 	Controller Controller
@@ -82,13 +86,24 @@ type Router struct {
 	IP6      netip.Addr
 	Outside6 netip.Prefix
 	OutIP6   netip.Addr
+	// Outside2 and OutIP2 (on eth2, towards Server2), Outside2v6 and
+	// OutIP2v6 are the same for the second server's network.
+	Outside2   netip.Prefix
+	OutIP2     netip.Addr
+	Outside2v6 netip.Prefix
+	OutIP2v6   netip.Addr
 }
 
-// Server is the outside echo server.
+// Server is an outside echo server.
 type Server struct {
 	Name string
 	IP   netip.Addr
 	IP6  netip.Addr
+	// Excluded is a further address of the server, in the family of IP,
+	// answered by the same echo service: the destination the lab's example
+	// objects exclude (egret.io/exclude), so that traffic to it leaves as
+	// the node while traffic to IP leaves as an egress IP. Optional.
+	Excluded netip.Addr
 }
 
 // Controller is the control-plane namespace on the fabric.
@@ -156,9 +171,13 @@ func tunnelMAC(last byte) [6]byte { return [6]byte{0x02, 0x65, 0x67, 0x00, 0x00,
 // g1), policy "green" selecting w1-p2 (192.0.2.102 on g2), policy "dual"
 // selecting the dual-stack pod w1-p3 (192.0.2.104 on g2 in the static
 // modes; managed mode adds its IPv6 egress IP), w2-p2 (dual-stack too)
-// selected by none, g3 spare. Every node, the router and the server are
-// dual-stack; the VTEPs stay IPv4 (IPv6 inside the tunnel). Only
-// documentation and benchmark ranges are used (2001:db8::/32 for IPv6).
+// selected by none, w2-p3 selected by none in the static modes and by
+// destination in managed mode (deploy/examples/lab/partner.yaml), g3
+// spare. A second server, srv2, sits in a network of its own
+// (203.0.113.0/24, 2001:db8:5200::/64). Every node, the router and the
+// servers are dual-stack; the VTEPs stay IPv4 (IPv6 inside the tunnel).
+// Only documentation and benchmark ranges are used (2001:db8::/32 for
+// IPv6).
 func DefaultSpec(name string) (*Spec, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
@@ -170,13 +189,17 @@ func DefaultSpec(name string) (*Spec, error) {
 		TunnelSubnet: netip.MustParsePrefix("198.19.0.0/24"),
 		Router: Router{Name: "rtr", IP: mustAddr("192.0.2.1"),
 			Outside: netip.MustParsePrefix("198.51.100.0/24"), OutIP: mustAddr("198.51.100.1"),
-			IP6: mustAddr("2001:db8:2::1"), Outside6: netip.MustParsePrefix("2001:db8:5100::/64"), OutIP6: mustAddr("2001:db8:5100::1")},
+			IP6: mustAddr("2001:db8:2::1"), Outside6: netip.MustParsePrefix("2001:db8:5100::/64"), OutIP6: mustAddr("2001:db8:5100::1"),
+			Outside2: netip.MustParsePrefix("203.0.113.0/24"), OutIP2: mustAddr("203.0.113.1"),
+			Outside2v6: netip.MustParsePrefix("2001:db8:5200::/64"), OutIP2v6: mustAddr("2001:db8:5200::1")},
 		Server:     Server{Name: "srv", IP: mustAddr("198.51.100.10"), IP6: mustAddr("2001:db8:5100::10")},
+		Server2:    Server{Name: "srv2", IP: mustAddr("203.0.113.10"), IP6: mustAddr("2001:db8:5200::10"), Excluded: mustAddr("203.0.113.11")},
 		Controller: Controller{Name: "ctl", IP: mustAddr("192.0.2.2"), IP6: mustAddr("2001:db8:2::2")},
 		KubeNamespaces: []KubeNamespace{
 			{Name: "shop", Labels: map[string]string{"team": "shop"}},
 			{Name: "billing", Labels: map[string]string{"team": "billing"}},
 			{Name: "qa", Labels: map[string]string{"env": "qa"}},
+			{Name: "partner", Labels: map[string]string{"team": "partner"}},
 		},
 		Policies: []Policy{
 			{Name: "blue", EgressIPs: []netip.Addr{mustAddr("192.0.2.101")}, Hosts: []string{"g1"}},
@@ -206,7 +229,11 @@ func DefaultSpec(name string) (*Spec, error) {
 		{Name: "w1-p3", IP: mustAddr("198.18.1.4"), IP6: mustAddr("2001:db8:18:1::4"), Policy: "dual", KubeNamespace: "qa", Labels: map[string]string{"egressip": "ds"}}}
 	w2.Pods = []Pod{
 		{Name: "w2-p1", IP: mustAddr("198.18.2.2"), Policy: "blue", KubeNamespace: "shop", Labels: web},
-		{Name: "w2-p2", IP: mustAddr("198.18.2.3"), IP6: mustAddr("2001:db8:18:2::3"), KubeNamespace: "shop", Labels: map[string]string{"app": "batch"}}}
+		{Name: "w2-p2", IP: mustAddr("198.18.2.3"), IP6: mustAddr("2001:db8:18:2::3"), KubeNamespace: "shop", Labels: map[string]string{"app": "batch"}},
+		// Managed mode: partner-a and partner-b select it by destination
+		// (deploy/examples/lab/partner.yaml); the static modes leave it
+		// with its node's address.
+		{Name: "w2-p3", IP: mustAddr("198.18.2.4"), KubeNamespace: "partner", Labels: map[string]string{"app": "api"}}}
 	for i := 1; i <= 3; i++ {
 		s.Gateways = append(s.Gateways, Gateway{
 			Name:      fmt.Sprintf("g%d", i),
@@ -225,7 +252,9 @@ func DefaultSpec(name string) (*Spec, error) {
 // underlay and the pods' MTU is TunnelMTU6. The static policies are blue
 // (2001:db8:2::101 on g1) for w1-p1 and w2-p1 and green (2001:db8:2::102
 // on g2) for w1-p2; w1-p3 and w2-p2 are selected by none (managed mode
-// applies deploy/examples/lab/ipv6, which selects the same pods).
+// applies deploy/examples/lab/ipv6, which selects the same pods). The
+// second server is 2001:db8:5200::10; there is no w2-p3 and no
+// per-destination object.
 func IPv6Spec(name string) (*Spec, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
@@ -236,8 +265,10 @@ func IPv6Spec(name string) (*Spec, error) {
 		NodeSubnet:   netip.MustParsePrefix("2001:db8:2::/64"),
 		TunnelSubnet: netip.MustParsePrefix("2001:db8:19::/64"),
 		Router: Router{Name: "rtr", IP: mustAddr("2001:db8:2::1"),
-			Outside: netip.MustParsePrefix("2001:db8:5100::/64"), OutIP: mustAddr("2001:db8:5100::1")},
+			Outside: netip.MustParsePrefix("2001:db8:5100::/64"), OutIP: mustAddr("2001:db8:5100::1"),
+			Outside2: netip.MustParsePrefix("2001:db8:5200::/64"), OutIP2: mustAddr("2001:db8:5200::1")},
 		Server:     Server{Name: "srv", IP: mustAddr("2001:db8:5100::10")},
+		Server2:    Server{Name: "srv2", IP: mustAddr("2001:db8:5200::10"), Excluded: mustAddr("2001:db8:5200::11")},
 		Controller: Controller{Name: "ctl", IP: mustAddr("2001:db8:2::2")},
 		KubeNamespaces: []KubeNamespace{
 			{Name: "shop", Labels: map[string]string{"team": "shop"}},
@@ -323,9 +354,22 @@ func ValidName(name string) error {
 // NS is the network namespace name of a lab member ("fabric", "w1", "w1-p1", "g1", "rtr", "srv").
 func (s *Spec) NS(member string) string { return s.Name + "-" + member }
 
+// Servers are the outside echo servers: Server, then Server2 when the spec
+// has one.
+func (s *Spec) Servers() []Server {
+	out := []Server{s.Server}
+	if s.Server2.Name != "" {
+		out = append(out, s.Server2)
+	}
+	return out
+}
+
 // Namespaces lists every namespace of the lab, fabric first.
 func (s *Spec) Namespaces() []string {
 	out := []string{s.NS("fabric"), s.NS(s.Router.Name), s.NS(s.Server.Name)}
+	if s.Server2.Name != "" {
+		out = append(out, s.NS(s.Server2.Name))
+	}
 	if s.Controller.Name != "" {
 		out = append(out, s.NS(s.Controller.Name))
 	}
@@ -395,6 +439,48 @@ func (s *Spec) ExpectedSource(w WorkerNode, p Pod) netip.Addr {
 	return w.IP
 }
 
+// validateServer2 checks the second server and the router's link to it:
+// its own member name, addresses in a network that overlaps neither the
+// first server's nor the fabric's (so that a destination network tells
+// the two apart), each address once.
+func (s *Spec) validateServer2(names map[string]bool, claim func(netip.Addr, string) error, claim6 func(netip.Addr, netip.Prefix, string) error) error {
+	v, r := s.Server2, s.Router
+	if v.Name == "" {
+		if v.IP.IsValid() || r.OutIP2.IsValid() {
+			return fmt.Errorf("lab spec: the second server has addresses but no name")
+		}
+		return nil
+	}
+	if names[v.Name] {
+		return fmt.Errorf("lab spec: member name %q is used twice", v.Name)
+	}
+	names[v.Name] = true
+	if !r.Outside2.IsValid() || r.Outside2.Overlaps(r.Outside) || r.Outside2.Overlaps(s.NodeSubnet) ||
+		!r.Outside2.Contains(v.IP) || !r.Outside2.Contains(r.OutIP2) || (v.Excluded.IsValid() && !r.Outside2.Contains(v.Excluded)) {
+		return fmt.Errorf("lab spec: server %s and the router's eth2 need addresses in %v, a network of their own", v.Name, r.Outside2)
+	}
+	if r.Outside2v6.IsValid() && r.Outside6.IsValid() && r.Outside2v6.Overlaps(r.Outside6) {
+		return fmt.Errorf("lab spec: server %s's IPv6 network %v overlaps %v", v.Name, r.Outside2v6, r.Outside6)
+	}
+	for _, a := range []struct {
+		ip  netip.Addr
+		who string
+	}{{r.OutIP2, "router eth2"}, {v.IP, "server " + v.Name}} {
+		if err := claim(a.ip, a.who); err != nil {
+			return err
+		}
+	}
+	if v.Excluded.IsValid() {
+		if err := claim(v.Excluded, "server "+v.Name+" (excluded address)"); err != nil {
+			return err
+		}
+	}
+	if err := claim6(r.OutIP2v6, r.Outside2v6, "router eth2"); err != nil {
+		return err
+	}
+	return claim6(v.IP6, r.Outside2v6, "server "+v.Name)
+}
+
 // Validate checks the spec for the mistakes that would build a broken lab.
 func (s *Spec) Validate() error {
 	if err := ValidName(s.Name); err != nil {
@@ -425,7 +511,8 @@ func (s *Spec) Validate() error {
 		}
 		return claim(a, who+" (IPv6)")
 	}
-	if s.IPv6Only() && (s.NodeSubnet6.IsValid() || s.Router.IP6.IsValid() || s.Server.IP6.IsValid() || s.Controller.IP6.IsValid()) {
+	if s.IPv6Only() && (s.NodeSubnet6.IsValid() || s.Router.IP6.IsValid() || s.Server.IP6.IsValid() || s.Controller.IP6.IsValid() ||
+		s.Server2.IP6.IsValid() || s.Router.OutIP2v6.IsValid()) {
 		return fmt.Errorf("lab spec: an IPv6 node subnet (%v) makes IPv6 the primary family: leave the IPv6 fields (NodeSubnet6, IP6...) unset", s.NodeSubnet)
 	}
 	if s.TunnelSubnet.Addr().Is6() != s.IPv6Only() {
@@ -468,6 +555,9 @@ func (s *Spec) Validate() error {
 	}
 	if !s.NodeSubnet.Contains(s.Router.IP) || !s.Router.Outside.Contains(s.Server.IP) || !s.Router.Outside.Contains(s.Router.OutIP) {
 		return fmt.Errorf("lab spec: router and server addresses must lie in %v and %v", s.NodeSubnet, s.Router.Outside)
+	}
+	if err := s.validateServer2(names, claim, claim6); err != nil {
+		return err
 	}
 	for _, g := range s.Gateways {
 		if err := name(g.Name); err != nil {

@@ -103,5 +103,5 @@ func TestObjectsIPv6(t *testing.T) {
 			}
 		}
 	}
-	checkSelection(t, s, eips)
+	checkSelection(t, s, dir)
 }

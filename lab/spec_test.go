@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestDefaultSpec(t *testing.T) {
 		}
 		return false
 	}
-	want := map[string]string{"w1-p1": "192.0.2.101", "w2-p1": "192.0.2.101", "w1-p2": "192.0.2.102", "w1-p3": "192.0.2.104", "w2-p2": "192.0.2.12"}
+	want := map[string]string{"w1-p1": "192.0.2.101", "w2-p1": "192.0.2.101", "w1-p2": "192.0.2.102", "w1-p3": "192.0.2.104", "w2-p2": "192.0.2.12", "w2-p3": "192.0.2.12"}
 	dual := 0
 	for _, w := range s.Workers {
 		if !inDoc(w.IP6) || !w.IP6.Is6() || !inDoc(w.PodSubnet6.Addr()) {
@@ -57,13 +58,22 @@ func TestDefaultSpec(t *testing.T) {
 	if ips, _ := s.Hosted("g3"); len(ips) != 0 {
 		t.Errorf("g3 should be spare, hosts %v", ips)
 	}
-	if ns := s.Namespaces(); len(ns) != 14 || ns[0] != "egl-fabric" {
+	if ns := s.Namespaces(); len(ns) != 16 || ns[0] != "egl-fabric" || !slices.Contains(ns, "egl-srv2") {
 		t.Errorf("namespaces %v", ns)
 	}
 	if dual != 2 {
 		t.Errorf("%d dual-stack pods, want w1-p3 and w2-p2", dual)
 	}
-	for _, a := range []netip.Addr{s.Router.IP6, s.Router.OutIP6, s.Server.IP6, s.Controller.IP6, s.Gateways[0].IP6} {
+	// The second server is in a destination network of its own, in the
+	// addresses issue 30 gives it.
+	if v := s.Server2; v.Name != "srv2" || v.IP != netip.MustParseAddr("203.0.113.10") || v.IP6 != netip.MustParseAddr("2001:db8:5200::10") ||
+		s.Router.Outside2.Overlaps(s.Router.Outside) || s.Router.Outside2v6.Overlaps(s.Router.Outside6) || !s.Router.Outside2.Contains(v.Excluded) {
+		t.Errorf("second server %+v in %v / %v", v, s.Router.Outside2, s.Router.Outside2v6)
+	}
+	if sv := s.Servers(); len(sv) != 2 || sv[0] != s.Server || sv[1] != s.Server2 {
+		t.Errorf("Servers() = %+v", sv)
+	}
+	for _, a := range []netip.Addr{s.Router.IP6, s.Router.OutIP6, s.Server.IP6, s.Controller.IP6, s.Gateways[0].IP6, s.Server2.IP6, s.Router.OutIP2v6} {
 		if !a.Is6() || !inDoc(a) {
 			t.Errorf("IPv6 address %v missing or outside 2001:db8::/32", a)
 		}
@@ -93,6 +103,16 @@ func TestValidate(t *testing.T) {
 		"IPv4 as IPv6":          func(s *Spec) { s.Server.IP6 = netip.MustParseAddr("198.51.100.20") },
 		"negative queues":       func(s *Spec) { s.GatewayQueues = -1 },
 		"too many queues":       func(s *Spec) { s.GatewayQueues = 17 },
+		"server 2 in server 1's network": func(s *Spec) {
+			s.Router.Outside2, s.Server2.IP, s.Router.OutIP2 = s.Router.Outside, netip.MustParseAddr("198.51.100.20"), netip.MustParseAddr("198.51.100.2")
+		},
+		"server 2 off its network":   func(s *Spec) { s.Server2.IP = netip.MustParseAddr("203.0.114.10") },
+		"server 2 named as server 1": func(s *Spec) { s.Server2.Name = s.Server.Name },
+		"server 2 = router eth2":     func(s *Spec) { s.Server2.IP = s.Router.OutIP2 },
+		"excluded = server 2":        func(s *Spec) { s.Server2.Excluded = s.Server2.IP },
+		"excluded off-network":       func(s *Spec) { s.Server2.Excluded = netip.MustParseAddr("198.51.100.11") },
+		"server 2 IPv6 off-network":  func(s *Spec) { s.Server2.IP6 = netip.MustParseAddr("2001:db8:5100::20") },
+		"unnamed server 2":           func(s *Spec) { s.Server2.Name = "" },
 	}
 	for what, brk := range breakers {
 		s, _ := DefaultSpec("egl")

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	egressv1 "github.com/egret-gw/egret/control/api/v1"
+	"github.com/egret-gw/egret/control/plan"
 )
 
 // Status is the lab as `egret lab status --json` prints it.
@@ -35,8 +36,14 @@ type Status struct {
 	// controller assigned it to (read from the status files), by object.
 	Assignment []AssignmentStatus `json:"assignment,omitempty"`
 	// Problems lists what is missing or dead in a lab that is up.
-	Problems []string        `json:"problems,omitempty"`
-	Server   ServerStatus    `json:"server"`
+	Problems []string `json:"problems,omitempty"`
+	// Server is the first outside server, Servers every one (the first
+	// again, then the second, in a destination network of its own).
+	Server  ServerStatus   `json:"server"`
+	Servers []ServerStatus `json:"servers"`
+	// DNS is the lab's DNS server (run by the first server's echo
+	// process; `Lab.SetDNS` changes its answers).
+	DNS      DNSStatus       `json:"dns"`
 	Router   RouterStatus    `json:"router"`
 	Workers  []WorkerStatus  `json:"workers"`
 	Pods     []PodStatus     `json:"pods"`
@@ -71,6 +78,13 @@ type ServerStatus struct {
 	UDPPort   int        `json:"udpPort"`
 	PID       int        `json:"pid,omitempty"`
 	Running   bool       `json:"running"`
+}
+
+// DNSStatus is the lab's DNS server and its names.
+type DNSStatus struct {
+	Addr netip.AddrPort `json:"addr"`
+	// Names are the names it started with (DNSName, DNSAlias, DNSName2).
+	Names []string `json:"names"`
 }
 
 // RouterStatus is the router between the fabric and the outside network.
@@ -120,6 +134,10 @@ type PodStatus struct {
 	// its node's IPv6 address when not steered.
 	IP6              netip.Addr   `json:"ip6"`
 	ExpectedSources6 []netip.Addr `json:"expectedSources6,omitempty"`
+	// Destinations are, for a pod objects select by destination (managed
+	// mode), the source each outside address should see; ExpectedSources
+	// and ExpectedSources6 are then the first server's.
+	Destinations []DestinationStatus `json:"destinations,omitempty"`
 }
 
 // Pod returns the status of the named pod (a zero one when unknown).
@@ -150,8 +168,15 @@ func (l *Lab) Status() (*Status, error) {
 	s := l.Spec
 	dir := l.RunDir()
 	st := &Status{Name: s.Name, Underlay: s.Underlay(),
-		Server: ServerStatus{Namespace: s.NS(s.Server.Name), IP: s.Server.IP, IP6: s.Server.IP6, HTTPPort: HTTPPort, UDPPort: UDPPort},
 		Router: RouterStatus{Namespace: s.NS(s.Router.Name), IP: s.Router.IP, OutsideIP: s.Router.OutIP},
+		DNS:    DNSStatus{Addr: s.DNSAddr()},
+	}
+	for _, v := range s.Servers() {
+		st.Servers = append(st.Servers, ServerStatus{Namespace: s.NS(v.Name), IP: v.IP, IP6: v.IP6, HTTPPort: HTTPPort, UDPPort: UDPPort})
+	}
+	st.Server = st.Servers[0]
+	for _, r := range defaultDNSRecords(s) {
+		st.DNS.Names = append(st.DNS.Names, r.Name)
 	}
 	for _, w := range s.Workers {
 		st.Workers = append(st.Workers, WorkerStatus{Name: w.Name, Namespace: s.NS(w.Name), IP: w.IP, VTEP: w.IP, Interface: "egv0", PodSubnet: w.PodSubnet})
@@ -207,11 +232,15 @@ func (l *Lab) Status() (*Status, error) {
 			st.Problems = append(st.Problems, "namespace "+ns+" is missing")
 		}
 	}
-	st.Server.PID = readPid(filepath.Join(dir, "echo.pid"))
-	st.Server.Running = alive(st.Server.PID)
-	if !st.Server.Running {
-		st.Problems = append(st.Problems, "the echo server is not running")
+	for i := range st.Servers {
+		v := &st.Servers[i]
+		v.PID = readPid(filepath.Join(dir, echoID(i)+".pid"))
+		v.Running = alive(v.PID)
+		if !v.Running {
+			st.Problems = append(st.Problems, "the echo server in "+v.Namespace+" is not running")
+		}
 	}
+	st.Server = st.Servers[0]
 	if saved.Mode == ModeEgret || saved.Mode == ModeManaged {
 		for i := range st.Gateways {
 			g := &st.Gateways[i]
@@ -237,7 +266,15 @@ func (st *Status) WriteText(w io.Writer) {
 	for _, p := range st.Problems {
 		fmt.Fprintln(w, "problem:", p)
 	}
-	fmt.Fprintf(w, "\nserver   %-10s %v  http :%d  udp :%d  (pid %d)\n", st.Server.Namespace, st.Server.IP, st.Server.HTTPPort, st.Server.UDPPort, st.Server.PID)
+	fmt.Fprintln(w)
+	for _, v := range st.Servers {
+		ip6 := ""
+		if v.IP6.IsValid() {
+			ip6 = " " + v.IP6.String()
+		}
+		fmt.Fprintf(w, "server   %-10s %v%s  http :%d  udp :%d  (pid %d)\n", v.Namespace, v.IP, ip6, v.HTTPPort, v.UDPPort, v.PID)
+	}
+	fmt.Fprintf(w, "dns      %v  %s\n", st.DNS.Addr, strings.Join(st.DNS.Names, " "))
 	fmt.Fprintf(w, "router   %-10s %v / %v\n\n", st.Router.Namespace, st.Router.IP, st.Router.OutsideIP)
 	if st.Controller != nil {
 		fmt.Fprintf(w, "controller %-8s pid %d running=%v  objects %s\n", st.Controller.Namespace, st.Controller.PID, st.Controller.Running, st.ObjectsDir)
@@ -288,6 +325,47 @@ func (st *Status) WriteText(w io.Writer) {
 	}
 }
 
+// DestinationStatus is the source an outside address should see from a pod
+// that objects select by destination (managed mode).
+type DestinationStatus struct {
+	// Destination is an outside server's address, or the address the lab's
+	// objects exclude (Server.Excluded).
+	Destination netip.Addr `json:"destination"`
+	// EgressIPObject is the object whose egress IPs the traffic uses, ""
+	// when it leaves as the node.
+	EgressIPObject string `json:"egressIPObject,omitempty"`
+	// Excluded says an exclusion decided that it leaves as the node.
+	Excluded bool `json:"excluded,omitempty"`
+	// ExpectedSources are the sources the destination may see.
+	ExpectedSources []netip.Addr `json:"expectedSources"`
+}
+
+// podDestinations lists, for a pod some object selects by destination, the
+// source each outside address of the lab should see (nil for other pods:
+// every destination sees the same source).
+func podDestinations(s *Spec, pl *plan.Plan, w WorkerNode, p Pod, sources func(WorkerNode, string, bool) []netip.Addr) []DestinationStatus {
+	i := slices.IndexFunc(pl.Pods, func(x plan.Pod) bool { return x.Namespace == p.KubeNamespace && x.Name == p.Name })
+	if i < 0 || pl.Pods[i].Dest == nil {
+		return nil
+	}
+	var dsts []netip.Addr
+	for _, v := range s.Servers() {
+		dsts = append(dsts, v.IP)
+		if p.IP6.IsValid() && v.IP6.IsValid() {
+			dsts = append(dsts, v.IP6)
+		}
+		if v.Excluded.IsValid() {
+			dsts = append(dsts, v.Excluded)
+		}
+	}
+	var out []DestinationStatus
+	for _, d := range dsts {
+		owner, excluded := ownerOf(pl, p, d)
+		out = append(out, DestinationStatus{Destination: d, EgressIPObject: owner, Excluded: excluded, ExpectedSources: sources(w, owner, d.Is6())})
+	}
+	return out
+}
+
 // managedView replaces the static assignment with the controller's: which
 // object selects each pod (evaluated from the manifests) and where its
 // egress IPs are (status files); it also reports the control-plane processes.
@@ -310,10 +388,15 @@ func (st *Status) managedView(s *Spec, dir string) {
 			st.Problems = append(st.Problems, "egret steer on "+w.Name+" is not running")
 		}
 	}
-	eips, err := EgressIPs(objs)
+	view, err := objectsView(objs)
 	if err != nil {
 		st.Problems = append(st.Problems, "reading the EgressIP objects: "+err.Error())
 	}
+	eips := make([]egressv1.EgressIP, len(view.EgressIPs))
+	for i, e := range view.EgressIPs {
+		eips[i] = *e
+	}
+	pl := plan.Build(view, plan.Options{})
 	hosted := map[string][]netip.Addr{}
 	owner := map[string][]string{}
 	for _, e := range eips {
@@ -341,32 +424,49 @@ func (st *Status) managedView(s *Spec, dir string) {
 			g.EgressIPs, g.Policies = []netip.Addr{}, []string{}
 		}
 	}
+	// sources are what a server sees of pod p's traffic leaving as object
+	// owner: its assigned egress IPs of the family of v6, none when it has
+	// none (held back: fail closed), the node's address when owner is "".
+	sources := func(w WorkerNode, owner string, v6 bool) []netip.Addr {
+		if owner == "" {
+			if v6 && w.IP6.IsValid() {
+				return []netip.Addr{w.IP6}
+			}
+			return []netip.Addr{w.IP} // an IPv6-only lab's node has one address
+		}
+		var out []netip.Addr
+		for _, a := range st.Assignment {
+			if a.EgressIP == owner && a.Node != "" && a.IP.Is6() == v6 {
+				out = append(out, a.IP)
+			}
+		}
+		return out
+	}
 	i := 0
 	for _, w := range s.Workers {
 		for _, p := range w.Pods {
 			ps := &st.Pods[i]
 			i++
 			ps.KubeNamespace, ps.Policy, ps.EgressIP, ps.Gateway = p.KubeNamespace, "", nil, ""
-			ps.ExpectedSource, ps.ExpectedSources = w.IP, []netip.Addr{w.IP}
+			// The pod's primary family is the first server's (IPv6 in an
+			// IPv6-only lab, where p.IP is IPv6).
+			owner, _ := ownerOf(pl, p, s.Server.IP)
+			ps.ExpectedSources = sources(w, owner, p.IP.Is6())
 			ps.ExpectedSources6 = nil
 			if p.IP6.IsValid() {
-				ps.ExpectedSources6 = []netip.Addr{w.IP6}
+				owner6, _ := ownerOf(pl, p, s.Server.IP6)
+				ps.ExpectedSources6 = sources(w, owner6, true)
 			}
-			e := s.Selecting(eips, p)
-			if e == nil {
+			ps.Destinations = podDestinations(s, pl, w, p, sources)
+			ps.ExpectedSource = w.IP
+			if owner == "" {
 				continue
 			}
-			ps.Policy = e.Name
-			ps.ExpectedSources, ps.ExpectedSources6 = nil, nil
+			ps.Policy = owner
 			for _, a := range st.Assignment {
-				if a.EgressIP == e.Name && a.Node != "" {
+				if a.EgressIP == owner && a.Node != "" {
 					ps.EgressIPs = append(ps.EgressIPs, a.IP)
 					ps.Gateways = append(ps.Gateways, a.Node)
-					if a.IP.Is4() == p.IP.Is4() {
-						ps.ExpectedSources = append(ps.ExpectedSources, a.IP)
-					} else if p.IP6.IsValid() {
-						ps.ExpectedSources6 = append(ps.ExpectedSources6, a.IP)
-					}
 				}
 			}
 			if len(ps.ExpectedSources) > 0 {
