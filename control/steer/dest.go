@@ -259,23 +259,6 @@ func flatten(d *plan.Dest, f int, verdict func(r plan.DestRule, ok bool) uint32)
 	return out
 }
 
-// lookup is the mark intervals give a (0 when none covers it).
-func lookup(intervals []Interval, a netip.Addr) uint32 {
-	i, found := slices.BinarySearchFunc(intervals, a, func(iv Interval, a netip.Addr) int {
-		if iv.To.Compare(a) < 0 {
-			return -1
-		}
-		if iv.From.Compare(a) > 0 {
-			return 1
-		}
-		return 0
-	})
-	if !found {
-		return 0
-	}
-	return intervals[i].Mark
-}
-
 func intervalCmp(a, b Interval) int {
 	return cmp.Or(a.From.Compare(b.From), a.To.Compare(b.To), cmp.Compare(a.Mark, b.Mark))
 }

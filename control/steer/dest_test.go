@@ -528,3 +528,20 @@ func TestConfigMarkMask(t *testing.T) {
 		}
 	}
 }
+
+// lookup is the mark intervals give a (0 when none covers it).
+func lookup(intervals []Interval, a netip.Addr) uint32 {
+	i, found := slices.BinarySearchFunc(intervals, a, func(iv Interval, a netip.Addr) int {
+		if iv.To.Compare(a) < 0 {
+			return -1
+		}
+		if iv.From.Compare(a) > 0 {
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return 0
+	}
+	return intervals[i].Mark
+}
