@@ -343,7 +343,7 @@ func (f *gatewayFlags) load() (*configFile, []byte, error) {
 }
 
 // loadBase is load for agent mode: the file holds only the static part
-// (nodes and policies come from the source); it is parsed here, and
+// (nodes, policies and destination tables come from the source); it is parsed here, and
 // validated once the agent has added them.
 func (f *gatewayFlags) loadBase() (*configFile, []byte, error) {
 	c, raw, err := f.loadRaw()
@@ -355,8 +355,8 @@ func (f *gatewayFlags) loadBase() (*configFile, []byte, error) {
 		where = f.config
 	}
 	switch {
-	case len(c.Nodes) > 0 || len(c.Policies) > 0:
-		return nil, nil, fmt.Errorf("%s: nodes and policies come from the cluster in agent mode; remove them from the file", where)
+	case len(c.Nodes) > 0 || len(c.Policies) > 0 || len(c.DestTables) > 0:
+		return nil, nil, fmt.Errorf("%s: nodes, policies and destTables come from the cluster in agent mode; remove them from the file", where)
 	case c.EgressIPsClaimed:
 		return nil, nil, fmt.Errorf("%s: egressIPsClaimed cannot be used in agent mode: the agent claims, releases and fences the egress IPs itself", where)
 	case len(c.Interfaces) == 0:

@@ -66,12 +66,18 @@ func TestGatewayAgentBinary(t *testing.T) {
 	bin := buildEgret(t)
 	dir, objs, cfg := agentFiles(t, "g2", "")
 
-	// A file with nodes is refused in agent mode, with the reason.
+	// A file with nodes, or destination tables, is refused in agent mode,
+	// with the reason.
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(bad, []byte("interfaces: [d0]\nnodes: [{name: w1, vtep: 10.78.0.2, innerMAC: '02:00:00:00:00:01'}]\n"), 0o644)
-	out, err := exec.Command("ip", "netns", "exec", tp.gw.Name, bin, "gateway", "--config", bad, "--source", "dir:"+objs, "--node", "g1").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "nodes and policies come from the cluster") {
-		t.Fatalf("agent mode with nodes in the file: err %v, output %s", err, out)
+	for _, part := range []string{
+		"nodes: [{name: w1, vtep: 10.78.0.2, innerMAC: '02:00:00:00:00:01'}]",
+		"destTables: [{name: t, rules: [{prefix: 203.0.113.0/24, policy: p}]}]",
+	} {
+		os.WriteFile(bad, []byte("interfaces: [d0]\n"+part+"\n"), 0o644)
+		out, err := exec.Command("ip", "netns", "exec", tp.gw.Name, bin, "gateway", "--config", bad, "--source", "dir:"+objs, "--node", "g1").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "nodes, policies and destTables come from the cluster") {
+			t.Fatalf("agent mode with %s in the file: err %v, output %s", part, err, out)
+		}
 	}
 
 	var log syncBuf
