@@ -35,6 +35,10 @@ type memSource struct {
 	// the next ones fail.
 	trafficWrites int
 	failTraffic   []error
+	// lagged holds the EgressIPTraffic writes the cache has not shown
+	// yet, while lagTraffic is set (an informer behind the API server).
+	lagTraffic bool
+	lagged     map[string]*egressv1.EgressIPTraffic
 	failNext      []error
 	updates       int
 	events        []recorded
@@ -74,6 +78,9 @@ func (m *memSource) UpdateTrafficStatus(_ context.Context, t *egressv1.EgressIPT
 		return err
 	}
 	cur, ok := m.traffic[t.Name]
+	if l, lag := m.lagged[t.Name]; lag {
+		cur = l
+	}
 	if !ok {
 		m.mu.Unlock()
 		return apierrors.NewNotFound(egressv1.TrafficGroupVersionResource.GroupResource(), t.Name)
@@ -85,6 +92,14 @@ func (m *memSource) UpdateTrafficStatus(_ context.Context, t *egressv1.EgressIPT
 	m.rv++
 	cp := t.DeepCopy()
 	cp.ResourceVersion = strconv.Itoa(m.rv)
+	if m.lagTraffic {
+		if m.lagged == nil {
+			m.lagged = map[string]*egressv1.EgressIPTraffic{}
+		}
+		m.lagged[t.Name] = cp
+		m.mu.Unlock()
+		return nil
+	}
 	m.traffic[t.Name] = cp
 	changed := m.changed
 	m.mu.Unlock()
@@ -107,6 +122,19 @@ func (m *memSource) setTraffic(t *egressv1.EgressIPTraffic) {
 	if changed != nil {
 		changed(cluster.KindTraffic)
 	}
+}
+
+// catchUp makes the cache show the lagged writes.
+func (m *memSource) catchUp() {
+	m.mu.Lock()
+	m.lagTraffic = false
+	for name, t := range m.lagged {
+		m.traffic[name] = t
+	}
+	m.lagged = nil
+	changed := m.changed
+	m.mu.Unlock()
+	changed(cluster.KindTraffic)
 }
 
 func (m *memSource) getTraffic(name string) *egressv1.EgressIPTraffic {

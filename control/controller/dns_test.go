@@ -267,3 +267,32 @@ func TestDNSStatusWriteRetried(t *testing.T) {
 		}
 	})
 }
+
+// TestDNSStatusNotRewrittenWhileCacheLags: a pass that runs before the
+// cache shows this controller's own write does not write the same status
+// again (it would be a conflict, and a wasted round trip per object).
+func TestDNSStatusNotRewrittenWhileCacheLags(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem(egressIP("g", "192.168.126.11"))
+		m.lagTraffic = true
+		m.setTraffic(traffic("db", "db.example.com"))
+		f := newFakeDNS()
+		f.set("db.example.com", time.Hour, "192.0.2.1")
+		f.set("api.example.com", time.Hour, "192.0.2.2")
+		startDNS(t, m, f)
+		synctest.Wait()
+		m.setTraffic(traffic("api", "api.example.com")) // another pass, db still stale in the cache
+		synctest.Wait()
+		if n := m.trafficWritten(); n != 2 {
+			t.Errorf("%d status writes, want 2 (db once, api once)", n)
+		}
+		m.catchUp()
+		synctest.Wait()
+		if n := m.trafficWritten(); n != 2 {
+			t.Errorf("%d status writes once the cache caught up, want 2", n)
+		}
+		if got, _, _ := addressesOf(m.getTraffic("db"), "db.example.com"); !slices.Equal(got, []string{"192.0.2.1"}) {
+			t.Errorf("db status %v", got)
+		}
+	})
+}
