@@ -39,10 +39,10 @@ type memSource struct {
 	// yet, while lagTraffic is set (an informer behind the API server).
 	lagTraffic bool
 	lagged     map[string]*egressv1.EgressIPTraffic
-	failNext      []error
-	updates       int
-	events        []recorded
-	changed       func(cluster.Kind)
+	failNext   []error
+	updates    int
+	events     []recorded
+	changed    func(cluster.Kind)
 }
 
 func (m *memSource) Start(_ context.Context, changed func(cluster.Kind)) error {
