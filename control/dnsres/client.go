@@ -141,7 +141,7 @@ func (c *Client) lookupAt(ctx context.Context, srv netip.AddrPort, fqdn string) 
 		if err != nil {
 			return Answer{}, err
 		}
-		if len(addrs) > 0 && (out.TTL == 0 || ttl < out.TTL) {
+		if len(addrs) > 0 && (len(out.Addrs) == 0 || ttl < out.TTL) {
 			out.TTL = ttl
 		}
 		out.Addrs = append(out.Addrs, addrs...)

@@ -47,6 +47,22 @@ func TestLookupAAndAAAA(t *testing.T) {
 	}
 }
 
+// TestLookupSmallestTTL: the answer lasts as long as its shortest-lived
+// record, a TTL of 0 included (the floor applies later).
+func TestLookupSmallestTTL(t *testing.T) {
+	s := newServer(t)
+	c := client(t, s.addr())
+	for _, tc := range []struct {
+		ttl, ttl6 uint32
+		want      time.Duration
+	}{{0, 300, 0}, {300, 20, 20 * time.Second}, {20, 300, 20 * time.Second}} {
+		s.set("db.example.com", record{ttl: tc.ttl, ttl6: tc.ttl6, addrs: addrs("192.0.2.1", "2001:db8::1")})
+		if a, err := lookup(t, c, "db.example.com"); err != nil || a.TTL != tc.want {
+			t.Errorf("A TTL %d, AAAA TTL %d: got %v (%v), want %v", tc.ttl, tc.ttl6, a.TTL, err, tc.want)
+		}
+	}
+}
+
 func TestLookupCNAMEChain(t *testing.T) {
 	s := newServer(t)
 	// www → edge (in the same answer) → lb (asked for separately) → addresses.

@@ -16,6 +16,7 @@ import (
 // record is what the test server knows of one name.
 type record struct {
 	ttl   uint32
+	ttl6  uint32 // the AAAA records' TTL, when not 0
 	addrs []netip.Addr
 	cname string // when set, the name is an alias of cname
 	// inline: a CNAME answer carries the target's records too, as a
@@ -187,6 +188,9 @@ func (s *server) answer(q []byte, tcp bool) ([]byte, bool) {
 				case a.Is4() && question.Type == dnsmessage.TypeA:
 					resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: a.As4()}})
 				case a.Is6() && question.Type == dnsmessage.TypeAAAA:
+					if r.ttl6 != 0 {
+						rh.TTL = r.ttl6
+					}
 					resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AAAAResource{AAAA: a.As16()}})
 				}
 			}
