@@ -157,87 +157,96 @@ func (c *Client) lookupAt(ctx context.Context, srv netip.AddrPort, fqdn string) 
 // chase asks for records of type t of fqdn, and follows CNAMEs the server
 // did not resolve itself with further queries.
 func (c *Client) chase(ctx context.Context, srv netip.AddrPort, fqdn string, t dnsmessage.Type) ([]netip.Addr, time.Duration, error) {
-	minTTL := time.Duration(-1)
-	keep := func(ttl uint32) {
-		if d := time.Duration(ttl) * time.Second; minTTL < 0 || d < minTTL {
-			minTTL = d
-		}
-	}
-	target := fqdn
-	hops := 0
+	ch := chain{fqdn: fqdn, target: fqdn, t: t, minTTL: -1}
 	for {
-		msg, err := c.exchange(ctx, srv, target, t)
+		msg, err := c.exchange(ctx, srv, ch.target, t)
 		if err != nil {
 			return nil, 0, err
 		}
-		if msg.Header.RCode == dnsmessage.RCodeNameError {
-			if target == fqdn {
-				return nil, 0, fmt.Errorf("%s: %w (NXDOMAIN)", strings.TrimSuffix(fqdn, "."), ErrNotFound)
-			}
-			return nil, 0, fmt.Errorf("%s is an alias of %s, which does not exist: %w (NXDOMAIN)", strings.TrimSuffix(fqdn, "."), strings.TrimSuffix(target, "."), ErrNotFound)
+		done, err := ch.read(msg)
+		if err != nil {
+			return nil, 0, err
 		}
-		if msg.Header.RCode != dnsmessage.RCodeSuccess {
-			return nil, 0, fmt.Errorf("answer %v to %s %v", msg.Header.RCode, target, t)
+		if done {
+			return ch.addrs, max(ch.minTTL, 0), nil
 		}
-		// Walk the answer from target: CNAMEs move it, addresses of the
-		// final name count; records about other names are ignored (a
-		// server cannot vouch for names it was not asked about).
-		var addrs []netip.Addr
-		for moved := true; moved; {
-			moved = false
-			for _, rr := range msg.Answers {
-				if !strings.EqualFold(rr.Header.Name.String(), target) {
-					continue
-				}
-				if cn, ok := rr.Body.(*dnsmessage.CNAMEResource); ok {
-					if hops++; hops > maxCNAMEs {
-						return nil, 0, fmt.Errorf("%s: more than %d CNAMEs (a loop?)", strings.TrimSuffix(fqdn, "."), maxCNAMEs)
-					}
-					keep(rr.Header.TTL)
-					target = strings.ToLower(cn.CNAME.String())
-					moved = true
-					break
-				}
-			}
-		}
-		for _, rr := range msg.Answers {
-			if !strings.EqualFold(rr.Header.Name.String(), target) {
-				continue
-			}
-			switch b := rr.Body.(type) {
-			case *dnsmessage.AResource:
-				if t == dnsmessage.TypeA {
-					addrs = append(addrs, netip.AddrFrom4(b.A))
-					keep(rr.Header.TTL)
-				}
-			case *dnsmessage.AAAAResource:
-				if t == dnsmessage.TypeAAAA {
-					addrs = append(addrs, netip.AddrFrom16(b.AAAA))
-					keep(rr.Header.TTL)
-				}
-			}
-		}
-		if len(addrs) > 0 || !hasCNAMEOnly(msg, target, hops) {
-			return addrs, max(minTTL, 0), nil
-		}
-		// The chain ends at a name the answer has nothing about: ask for it.
 	}
 }
 
-// hasCNAMEOnly reports whether the answer followed at least one CNAME
-// (hops > 0) and says nothing of its final name: then the final name must
-// be asked for. A server that answered the final name with no records of
-// the type (NODATA) has given its answer.
-func hasCNAMEOnly(msg *dnsmessage.Message, target string, hops int) bool {
-	if hops == 0 {
-		return false
+// chain follows one name's CNAMEs and collects its addresses of one type
+// over the answers it takes to (the parsing half of chase, without I/O).
+type chain struct {
+	fqdn   string          // the name asked for, lower case, final dot
+	target string          // the name the chain has reached
+	t      dnsmessage.Type // A or AAAA
+	hops   int             // CNAMEs followed
+	minTTL time.Duration   // smallest TTL of the records used; -1: none yet
+	addrs  []netip.Addr
+}
+
+// read takes the answer to a question about c.target. done: the chain
+// ended (addresses, or a final name without records of the type); not
+// done: c.target is a name the answer said nothing of, to be asked next.
+func (c *chain) read(msg *dnsmessage.Message) (done bool, err error) {
+	name := strings.TrimSuffix(c.fqdn, ".")
+	if msg.Header.RCode == dnsmessage.RCodeNameError {
+		if c.target == c.fqdn {
+			return true, fmt.Errorf("%s: %w (NXDOMAIN)", name, ErrNotFound)
+		}
+		return true, fmt.Errorf("%s is an alias of %s, which does not exist: %w (NXDOMAIN)", name, strings.TrimSuffix(c.target, "."), ErrNotFound)
 	}
-	for _, rr := range msg.Answers {
-		if strings.EqualFold(rr.Header.Name.String(), target) {
-			return false
+	if msg.Header.RCode != dnsmessage.RCodeSuccess {
+		return true, fmt.Errorf("answer %v to %s %v", msg.Header.RCode, c.target, c.t)
+	}
+	keep := func(ttl uint32) {
+		if d := time.Duration(ttl) * time.Second; c.minTTL < 0 || d < c.minTTL {
+			c.minTTL = d
 		}
 	}
-	return !strings.EqualFold(msg.Questions[0].Name.String(), target)
+	asked := c.target
+	// Walk the answer from target: CNAMEs move it, addresses of the final
+	// name count; records about other names are ignored (a server cannot
+	// vouch for names it was not asked about).
+	for moved := true; moved; {
+		moved = false
+		for _, rr := range msg.Answers {
+			if !strings.EqualFold(rr.Header.Name.String(), c.target) {
+				continue
+			}
+			if cn, ok := rr.Body.(*dnsmessage.CNAMEResource); ok {
+				if c.hops++; c.hops > maxCNAMEs {
+					return true, fmt.Errorf("%s: more than %d CNAMEs (a loop?)", name, maxCNAMEs)
+				}
+				keep(rr.Header.TTL)
+				c.target = strings.ToLower(cn.CNAME.String())
+				moved = true
+				break
+			}
+		}
+	}
+	said := false // the answer has a record about the final name
+	for _, rr := range msg.Answers {
+		if !strings.EqualFold(rr.Header.Name.String(), c.target) {
+			continue
+		}
+		said = true
+		switch b := rr.Body.(type) {
+		case *dnsmessage.AResource:
+			if c.t == dnsmessage.TypeA {
+				c.addrs = append(c.addrs, netip.AddrFrom4(b.A))
+				keep(rr.Header.TTL)
+			}
+		case *dnsmessage.AAAAResource:
+			if c.t == dnsmessage.TypeAAAA {
+				c.addrs = append(c.addrs, netip.AddrFrom16(b.AAAA))
+				keep(rr.Header.TTL)
+			}
+		}
+	}
+	// A server that answered the final name itself with no records of
+	// the type (NODATA) has given its answer; one that stopped at a CNAME
+	// whose target it said nothing of leaves that name to be asked.
+	return len(c.addrs) > 0 || said || c.target == asked, nil
 }
 
 // exchange sends one query over UDP, and again over TCP if the answer is
