@@ -196,7 +196,8 @@ func (c *chain) read(msg *dnsmessage.Message) (done bool, err error) {
 		return true, fmt.Errorf("%s is an alias of %s, which does not exist: %w (NXDOMAIN)", name, strings.TrimSuffix(c.target, "."), ErrNotFound)
 	}
 	if msg.Header.RCode != dnsmessage.RCodeSuccess {
-		return true, fmt.Errorf("answer %v to %s %v", msg.Header.RCode, c.target, c.t)
+		return true, fmt.Errorf("answer %s to %s %s", strings.TrimPrefix(msg.Header.RCode.String(), "RCode"),
+			strings.TrimSuffix(c.target, "."), strings.TrimPrefix(c.t.String(), "Type"))
 	}
 	keep := func(ttl uint32) {
 		if d := time.Duration(ttl) * time.Second; c.minTTL < 0 || d < c.minTTL {
