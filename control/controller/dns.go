@@ -27,6 +27,11 @@ const ReasonDNSResolutionFailed = "DNSResolutionFailed"
 // resolvConf is where the DNS servers are read from without --dns-server.
 const resolvConf = "/etc/resolv.conf"
 
+// maxStatusAddresses is the CRD's bound on status.dnsNames[].addresses
+// (deploy/crd: the CEL cost budget needs it); a name with more is a
+// resolution failure rather than a status the API server refuses.
+const maxStatusAddresses = 256
+
 // dnsRetry is when a status write that failed for another reason than a
 // conflict (which the newer object's arrival retries) is tried again.
 const dnsRetry = time.Second
@@ -93,7 +98,7 @@ type writtenTraffic struct {
 }
 
 func newDNSStatus(src cluster.Source, w trafficStatusWriter, lookup dnsres.Lookuper, ttls dnsres.TTLs, log *slog.Logger, now func() time.Time) (*dnsStatus, error) {
-	names, err := dnsres.NewNames(lookup, ttls)
+	names, err := dnsres.NewNames(lookup, ttls, maxStatusAddresses)
 	if err != nil {
 		return nil, err
 	}
@@ -175,6 +180,11 @@ func (d *dnsStatus) pass(ctx context.Context) (retry bool) {
 		cp.Status.DNSNames = want
 		if err := d.w.UpdateTrafficStatus(ctx, cp); err != nil {
 			switch {
+			case apierrors.IsInvalid(err):
+				// Refused as it is: writing it again is refused again; the
+				// next change of the object or of its names tries anew.
+				d.log.Error("the API server refused an EgressIPTraffic status", "object", t.Name, "err", err)
+				d.written[t.Name] = writtenTraffic{fromRV: t.ResourceVersion, status: want}
 			case apierrors.IsNotFound(err):
 			case apierrors.IsConflict(err):
 				// The cache is behind: the newer object's arrival is a change

@@ -296,3 +296,30 @@ func TestDNSStatusNotRewrittenWhileCacheLags(t *testing.T) {
 		}
 	})
 }
+
+// TestDNSRefusedStatusNotRewritten: a status the API server refuses as
+// invalid is not written again until something changes.
+func TestDNSRefusedStatusNotRewritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem(egressIP("g", "192.168.126.11"))
+		m.setTraffic(traffic("db", "db.example.com"))
+		m.failTraffic = []error{apierrors.NewInvalid(egressv1.SchemeGroupVersion.WithKind(egressv1.TrafficKind).GroupKind(), "db", nil)}
+		f := newFakeDNS()
+		f.set("db.example.com", time.Hour, "192.0.2.1")
+		f.set("api.example.com", time.Hour, "192.0.2.2")
+		startDNS(t, m, f)
+		synctest.Wait()
+		m.setTraffic(traffic("api", "api.example.com")) // another pass
+		time.Sleep(time.Minute)                         // sleep: the fake clock, past any retry
+		synctest.Wait()
+		if n := m.trafficWritten(); n != 2 {
+			t.Errorf("%d status writes, want 2 (db refused once, api once)", n)
+		}
+		f.set("db.example.com", time.Hour, "192.0.2.3")
+		time.Sleep(time.Hour) // sleep: the fake clock, past the TTL
+		synctest.Wait()
+		if got, _, _ := addressesOf(m.getTraffic("db"), "db.example.com"); !slices.Equal(got, []string{"192.0.2.3"}) {
+			t.Errorf("after a change, db status %v, want it written", got)
+		}
+	})
+}

@@ -65,19 +65,23 @@ const parallel = 8
 // answer's TTL, within the floor and ceiling, ends; a failed resolution is
 // tried again after the floor and keeps the last good addresses.
 type Names struct {
-	lookup Lookuper
-	ttls   TTLs
+	lookup   Lookuper
+	ttls     TTLs
+	maxAddrs int
 
 	mu    sync.Mutex
 	names map[string]*Result // by Key
 }
 
-// NewNames resolves names with lookup, keeping answers within ttls.
-func NewNames(lookup Lookuper, ttls TTLs) (*Names, error) {
+// NewNames resolves names with lookup, keeping answers within ttls. An
+// answer with more than maxAddrs addresses (0: no limit) is a failure:
+// where they go (a status the API server bounds) cannot hold them all,
+// and part of an answer is not applied.
+func NewNames(lookup Lookuper, ttls TTLs, maxAddrs int) (*Names, error) {
 	if err := ttls.Validate(); err != nil {
 		return nil, err
 	}
-	return &Names{lookup: lookup, ttls: ttls, names: map[string]*Result{}}, nil
+	return &Names{lookup: lookup, ttls: ttls, maxAddrs: maxAddrs, names: map[string]*Result{}}, nil
 }
 
 // Key is the form of a name Names tracks it by: DNS names are case
@@ -174,6 +178,9 @@ func (n *Names) Refresh(ctx context.Context, now time.Time) []string {
 		o := got[i]
 		if o.err == nil && len(o.a.Addrs) == 0 {
 			o.err = fmt.Errorf("%s: %w", k, ErrNotFound) // never apply an empty answer
+		}
+		if o.err == nil && n.maxAddrs > 0 && len(o.a.Addrs) > n.maxAddrs {
+			o.err = fmt.Errorf("%s has %d addresses, more than the %d kept for a name", k, len(o.a.Addrs), n.maxAddrs)
 		}
 		if o.err != nil {
 			r.Next = now.Add(n.ttls.Min)

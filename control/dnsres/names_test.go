@@ -17,7 +17,7 @@ var t0 = time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
 
 func names(t *testing.T, s *server, ttls dnsres.TTLs, keys ...string) *dnsres.Names {
 	t.Helper()
-	n, err := dnsres.NewNames(client(t, s.addr()), ttls)
+	n, err := dnsres.NewNames(client(t, s.addr()), ttls, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,5 +172,20 @@ func TestTrackForgets(t *testing.T) {
 	}
 	if dnsres.Key("DB.Example.COM.") != "db.example.com" {
 		t.Error("Key does not fold case and the final dot")
+	}
+}
+
+// TestTooManyAddresses: an answer larger than the status can hold is a
+// failure that keeps the last good addresses, not a truncated answer.
+func TestTooManyAddresses(t *testing.T) {
+	s := newServer(t)
+	s.set("db.example.com", record{ttl: 60, addrs: addrs("192.0.2.1", "192.0.2.2")})
+	n := names(t, s, dnsres.TTLs{Min: 5 * time.Second, Max: time.Hour}, "db.example.com") // at most 4
+	refresh(n, t0)
+	s.set("db.example.com", record{ttl: 60, addrs: addrs("192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5")})
+	refresh(n, t0.Add(time.Minute))
+	r := get(t, n, "db.example.com")
+	if !slices.Equal(r.Addrs, addrs("192.0.2.1", "192.0.2.2")) || !strings.Contains(r.Err, "5 addresses, more than the 4") {
+		t.Errorf("got %v %q, want the last good addresses and an error", r.Addrs, r.Err)
 	}
 }
