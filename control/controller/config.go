@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/cloud"
+	"github.com/egret-gw/egret/control/dnsres"
 	"github.com/egret-gw/egret/control/health"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -69,6 +70,16 @@ type Config struct {
 	KubeAPIBurst int     `json:"kubeAPIBurst,omitempty"`
 	// LeaderElection configures the Lease used with the Kubernetes source.
 	LeaderElection LeaderElection `json:"leaderElection,omitzero"`
+	// DNSMinTTL and DNSMaxTTL are the floor and ceiling of the time a
+	// resolved spec.dnsNames entry of an EgressIPTraffic is kept before it
+	// is resolved again, whatever the answer's TTL (0: the defaults, 5s
+	// and 30m). A failed resolution is tried again after DNSMinTTL.
+	DNSMinTTL metav1.Duration `json:"dnsMinTTL,omitempty"`
+	DNSMaxTTL metav1.Duration `json:"dnsMaxTTL,omitempty"`
+	// DNSServer is the DNS server ("192.0.2.53", "[2001:db8::53]:5353")
+	// the names are resolved with; empty: the nameservers of
+	// /etc/resolv.conf, the cluster DNS the pods use too.
+	DNSServer string `json:"dnsServer,omitempty"`
 	// Cloud turns on attaching egress IPs to the nodes' cloud interfaces
 	// (docs/cloud.md); off by default.
 	Cloud cloud.Config `json:"cloud,omitzero"`
@@ -129,6 +140,14 @@ func (c Config) Validate() error {
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers is %d; it must be positive", c.Workers))
 	}
+	if err := c.dnsTTLs().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("dnsMinTTL, dnsMaxTTL (--dns-min-ttl, --dns-max-ttl; 0: the default): %w", err))
+	}
+	if c.DNSServer != "" {
+		if _, err := dnsres.ParseServer(c.DNSServer); err != nil {
+			errs = append(errs, fmt.Errorf("dnsServer: %w", err))
+		}
+	}
 	if err := c.Cloud.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("cloud: %w", err))
 	}
@@ -140,6 +159,19 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("leaderElection durations must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// dnsTTLs is the DNS TTL floor and ceiling, defaults filled in; a
+// negative value stays, for Validate to refuse.
+func (c Config) dnsTTLs() dnsres.TTLs {
+	t := dnsres.TTLs{Min: c.DNSMinTTL.Duration, Max: c.DNSMaxTTL.Duration}
+	if t.Min == 0 {
+		t.Min = dnsres.DefaultMinTTL
+	}
+	if t.Max == 0 {
+		t.Max = dnsres.DefaultMaxTTL
+	}
+	return t
 }
 
 // withDefaults fills unset fields.
@@ -157,6 +189,8 @@ func (c Config) withDefaults() Config {
 	if c.HoldDown == nil {
 		c.HoldDown = &metav1.Duration{Duration: DefaultHoldDown}
 	}
+	ttls := c.dnsTTLs()
+	c.DNSMinTTL.Duration, c.DNSMaxTTL.Duration = ttls.Min, ttls.Max
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
 	}

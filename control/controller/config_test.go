@@ -145,3 +145,44 @@ func TestNodeSelectorValidated(t *testing.T) {
 		t.Fatalf("Validate(nodeSelector a=b=c) = %v; want an error naming nodeSelector", err)
 	}
 }
+
+// TestDNSSettings: the TTL floor and ceiling default to 5s and 30m, come
+// from the file or the flags (which win), and are refused when they cannot
+// be applied; so is a DNS server that is no address.
+func TestDNSSettings(t *testing.T) {
+	d := Config{}.withDefaults()
+	if d.DNSMinTTL.Duration != 5*time.Second || d.DNSMaxTTL.Duration != 30*time.Minute {
+		t.Errorf("defaults %v %v, want 5s 30m", d.DNSMinTTL.Duration, d.DNSMaxTTL.Duration)
+	}
+	file := writeFile(t, "dnsMinTTL: 10s\ndnsMaxTTL: 1h\ndnsServer: 10.96.0.10\n")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f := BindFlags(fs)
+	if err := fs.Parse([]string{"--config", file, "--dns-max-ttl", "2h", "--dns-server", "[2001:db8::53]:5353"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DNSMinTTL.Duration != 10*time.Second || c.DNSMaxTTL.Duration != 2*time.Hour || c.DNSServer != "[2001:db8::53]:5353" {
+		t.Errorf("merged %v %v %q", c.DNSMinTTL.Duration, c.DNSMaxTTL.Duration, c.DNSServer)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dns-min-ttl", "-1s"}, "floor is -1s"},
+		{[]string{"--dns-min-ttl", "1h"}, "ceiling 30m0s is below the floor 1h0m0s"},
+		{[]string{"--dns-max-ttl", "1s"}, "ceiling 1s is below the floor 5s"},
+		{[]string{"--dns-server", "dns.example.com"}, "dnsServer"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		f := BindFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Config(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}

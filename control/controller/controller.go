@@ -158,6 +158,9 @@ type Controller struct {
 	badStandby map[string]string
 
 	cloud *cloudAttach // nil: no cloud attachment (SetCloud)
+	// dns resolves the EgressIPTraffic objects' spec.dnsNames; nil when
+	// the source cannot store their status.
+	dns *dnsStatus
 }
 
 // New checks cfg and builds a controller reading from src.
@@ -195,6 +198,13 @@ func New(src cluster.Source, cfg Config, log *slog.Logger) (*Controller, error) 
 		return nil, err
 	}
 	c.reach = reach
+	lookup, err := dnsLookup(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if c.dns, err = newDNSStatus(src, src, lookup, cfg.dnsTTLs(), log, time.Now); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -229,6 +239,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		if err := c.networkConfig(ctx, c.log, c.setReachability); err != nil {
 			return err
 		}
+	}
+	if c.dns != nil {
+		var wg sync.WaitGroup
+		wg.Go(func() { c.dns.run(ctx) })
+		// A replica that lost the lead must not write after Run returns.
+		defer func() { cancel(); wg.Wait() }()
 	}
 	// Judge every node before the first assignment, so a restart does not
 	// move IPs off nodes merely not probed yet.
@@ -296,6 +312,9 @@ func (c *Controller) changed(k cluster.Kind) {
 	switch k {
 	case cluster.KindEgressIP, cluster.KindNode:
 		c.queue.Add(assignKey)
+	}
+	if k == cluster.KindTraffic && c.dns != nil {
+		c.dns.changed()
 	}
 	if k == cluster.KindNode && c.cloud != nil {
 		select {

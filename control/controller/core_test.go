@@ -24,17 +24,25 @@ import (
 // memSource is an in-memory Source for unit tests; failNext makes the next
 // updates fail with the given errors.
 type memSource struct {
-	mu       sync.Mutex
-	rv       int
-	eips     map[string]*egressv1.EgressIP
-	nodes    []*corev1.Node
-	nss      []*corev1.Namespace
-	pods     []*corev1.Pod
-	traffic  map[string]*egressv1.EgressIPTraffic
-	failNext []error
-	updates  int
-	events   []recorded
-	changed  func(cluster.Kind)
+	mu      sync.Mutex
+	rv      int
+	eips    map[string]*egressv1.EgressIP
+	nodes   []*corev1.Node
+	nss     []*corev1.Namespace
+	pods    []*corev1.Pod
+	traffic map[string]*egressv1.EgressIPTraffic
+	// trafficWrites counts UpdateTrafficStatus calls; failTraffic makes
+	// the next ones fail.
+	trafficWrites int
+	failTraffic   []error
+	// lagged holds the EgressIPTraffic writes the cache has not shown
+	// yet, while lagTraffic is set (an informer behind the API server).
+	lagTraffic bool
+	lagged     map[string]*egressv1.EgressIPTraffic
+	failNext   []error
+	updates    int
+	events     []recorded
+	changed    func(cluster.Kind)
 }
 
 func (m *memSource) Start(_ context.Context, changed func(cluster.Kind)) error {
@@ -56,6 +64,83 @@ func (m *memSource) View() cluster.View {
 		traffic = append(traffic, t)
 	}
 	return cluster.View{EgressIPs: out, Nodes: m.nodes, Namespaces: m.nss, Pods: m.pods, Traffic: traffic}
+}
+
+// UpdateTrafficStatus stores t as the API server does: a conflict when
+// t is stale, a new resourceVersion and a change notice otherwise.
+func (m *memSource) UpdateTrafficStatus(_ context.Context, t *egressv1.EgressIPTraffic) error {
+	m.mu.Lock()
+	m.trafficWrites++
+	if len(m.failTraffic) > 0 {
+		err := m.failTraffic[0]
+		m.failTraffic = m.failTraffic[1:]
+		m.mu.Unlock()
+		return err
+	}
+	cur, ok := m.traffic[t.Name]
+	if l, lag := m.lagged[t.Name]; lag {
+		cur = l
+	}
+	if !ok {
+		m.mu.Unlock()
+		return apierrors.NewNotFound(egressv1.TrafficGroupVersionResource.GroupResource(), t.Name)
+	}
+	if cur.ResourceVersion != t.ResourceVersion {
+		m.mu.Unlock()
+		return apierrors.NewConflict(egressv1.TrafficGroupVersionResource.GroupResource(), t.Name, fmt.Errorf("stale"))
+	}
+	m.rv++
+	cp := t.DeepCopy()
+	cp.ResourceVersion = strconv.Itoa(m.rv)
+	if m.lagTraffic {
+		if m.lagged == nil {
+			m.lagged = map[string]*egressv1.EgressIPTraffic{}
+		}
+		m.lagged[t.Name] = cp
+		m.mu.Unlock()
+		return nil
+	}
+	m.traffic[t.Name] = cp
+	changed := m.changed
+	m.mu.Unlock()
+	changed(cluster.KindTraffic)
+	return nil
+}
+
+// setTraffic adds or replaces t, as a user's apply.
+func (m *memSource) setTraffic(t *egressv1.EgressIPTraffic) {
+	m.mu.Lock()
+	m.rv++
+	t = t.DeepCopy()
+	t.ResourceVersion = strconv.Itoa(m.rv)
+	if m.traffic == nil {
+		m.traffic = map[string]*egressv1.EgressIPTraffic{}
+	}
+	m.traffic[t.Name] = t
+	changed := m.changed
+	m.mu.Unlock()
+	if changed != nil {
+		changed(cluster.KindTraffic)
+	}
+}
+
+// catchUp makes the cache show the lagged writes.
+func (m *memSource) catchUp() {
+	m.mu.Lock()
+	m.lagTraffic = false
+	for name, t := range m.lagged {
+		m.traffic[name] = t
+	}
+	m.lagged = nil
+	changed := m.changed
+	m.mu.Unlock()
+	changed(cluster.KindTraffic)
+}
+
+func (m *memSource) getTraffic(name string) *egressv1.EgressIPTraffic {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.traffic[name]
 }
 
 func (m *memSource) Check(context.Context) (cluster.Statuses, error) { return nil, nil }
@@ -87,30 +172,6 @@ func (m *memSource) UpdateEgressIP(_ context.Context, e *egressv1.EgressIP) erro
 	changed := m.changed
 	m.mu.Unlock()
 	changed(cluster.KindEgressIP)
-	return nil
-}
-
-// UpdateTrafficStatus stores t's status with the API server's conflict
-// and not-found errors.
-func (m *memSource) UpdateTrafficStatus(_ context.Context, t *egressv1.EgressIPTraffic) error {
-	m.mu.Lock()
-	cur, ok := m.traffic[t.Name]
-	if !ok {
-		m.mu.Unlock()
-		return apierrors.NewNotFound(egressv1.TrafficGroupVersionResource.GroupResource(), t.Name)
-	}
-	if cur.ResourceVersion != t.ResourceVersion {
-		m.mu.Unlock()
-		return apierrors.NewConflict(egressv1.TrafficGroupVersionResource.GroupResource(), t.Name, fmt.Errorf("stale"))
-	}
-	m.rv++
-	cp := cur.DeepCopy()
-	cp.Status = *t.Status.DeepCopy()
-	cp.ResourceVersion = strconv.Itoa(m.rv)
-	m.traffic[t.Name] = cp // replaced, never modified in place
-	changed := m.changed
-	m.mu.Unlock()
-	changed(cluster.KindTraffic)
 	return nil
 }
 

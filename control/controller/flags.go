@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egret-gw/egret/control/dnsres"
 	"github.com/egret-gw/egret/control/health"
 )
 
@@ -39,6 +40,9 @@ type Flags struct {
 	renewDeadline time.Duration
 	retryPeriod   time.Duration
 	cloud         string
+	dnsMinTTL     time.Duration
+	dnsMaxTTL     time.Duration
+	dnsServer     string
 }
 
 // BindFlags defines the controller's flags on fs.
@@ -69,6 +73,9 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", 10*time.Second, "leader election renew deadline")
 	fs.DurationVar(&f.retryPeriod, "retry-period", 2*time.Second, "leader election retry period")
 	fs.StringVar(&f.cloud, "cloud-provider", "", `attach egress IPs to the nodes' cloud interfaces through this cloud's API: "aws", "gcp", "azure", "openstack", or "" (off); see docs/cloud.md`)
+	fs.DurationVar(&f.dnsMinTTL, "dns-min-ttl", dnsres.DefaultMinTTL, "EgressIPTraffic dnsNames: shortest time an answer is kept before the name is resolved again (floor of the TTL; also the retry interval after a failure)")
+	fs.DurationVar(&f.dnsMaxTTL, "dns-max-ttl", dnsres.DefaultMaxTTL, "EgressIPTraffic dnsNames: longest time an answer is kept (ceiling of the TTL)")
+	fs.StringVar(&f.dnsServer, "dns-server", "", "EgressIPTraffic dnsNames: the DNS server to ask (IP[:port]); default: the nameservers of /etc/resolv.conf")
 	return f
 }
 
@@ -125,6 +132,12 @@ func (f *Flags) Config() (Config, error) {
 			c.LeaderElection.RetryPeriod.Duration = f.retryPeriod
 		case "cloud-provider":
 			c.Cloud.Provider = f.cloud
+		case "dns-min-ttl":
+			c.DNSMinTTL.Duration = f.dnsMinTTL
+		case "dns-max-ttl":
+			c.DNSMaxTTL.Duration = f.dnsMaxTTL
+		case "dns-server":
+			c.DNSServer = f.dnsServer
 		}
 	})
 	if err := c.Validate(); err != nil {

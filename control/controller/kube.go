@@ -34,8 +34,9 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 	restCfg = rest.CopyConfig(restCfg)
 	restCfg.QPS, restCfg.Burst = full.KubeAPIQPS, full.KubeAPIBurst
 	runOnce := func(ctx context.Context) error {
-		// The assignment reads EgressIPs and Nodes only.
-		src, err := cluster.NewKube(restCfg, cluster.Only(cluster.KindEgressIP, cluster.KindNode))
+		// The assignment reads EgressIPs and Nodes only; the DNS names of
+		// EgressIPTraffic objects are resolved here too.
+		src, err := cluster.NewKube(restCfg, cluster.Only(cluster.KindEgressIP, cluster.KindNode, cluster.KindTraffic))
 		if err != nil {
 			return err
 		}
