@@ -49,8 +49,8 @@ type DestRule struct {
 	// Owner is the object whose trafficSelector picked the network.
 	Owner string
 	// Exclude says the network is one of Owner's exclusions: traffic there
-	// does not use any egress IP; it leaves as the node or is dropped, as
-	// Owner's no-egress-IP mode says.
+	// does not use any egress IP; it leaves as the node, or is dropped when
+	// Owner is annotated egret.io/no-egress-ip: block.
 	Exclude bool
 }
 

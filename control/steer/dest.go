@@ -135,6 +135,17 @@ func classify(st *State, pl *plan.Plan, pods []classifiedPod, objs []destObject,
 		mode[name] = v
 		return v
 	}
+	// excludeMode is what an exclusion of object name does: an exclusion
+	// is the admin's "not through the egress IPs" for those destinations,
+	// so its traffic leaves as the node unless the object's own
+	// egret.io/no-egress-ip says block; the cluster's noEgressIP is for
+	// an object without a usable egress IP, not for this (docs/api.md).
+	excludeMode := func(name string) string {
+		if i := slices.IndexFunc(pl.Objects, func(o plan.Object) bool { return o.Name == name }); i >= 0 {
+			return noEgressIP(pl.Objects[i].EgressIP, NoEgressIPNode, problem)
+		}
+		return NoEgressIPNode
+	}
 	// verdict is the mark of traffic of family f that rule r decides (ok)
 	// or the fallback does (!ok); 0 holds it in.
 	verdict := func(d *plan.Dest, f int) func(r plan.DestRule, ok bool) uint32 {
@@ -142,7 +153,7 @@ func classify(st *State, pl *plan.Plan, pods []classifiedPod, objs []destObject,
 			owner := d.Fallback
 			if ok {
 				if r.Exclude {
-					if modeOf(r.Owner) == NoEgressIPNode {
+					if excludeMode(r.Owner) == NoEgressIPNode {
 						return m.node()
 					}
 					return m.drop()

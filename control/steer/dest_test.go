@@ -97,7 +97,7 @@ func TestDesiredByDestination(t *testing.T) {
 	}{
 		{"203.0.113.10", ma}, {"203.0.113.255", ma}, {"2001:db8:100::10", ma},
 		{"198.51.100.10", mb}, {"198.51.100.98", mb}, {"198.51.100.100", mb},
-		{"198.51.100.99", m.drop()},                          // b's exclusion, b blocks by default
+		{"198.51.100.99", m.node()},                          // b's exclusion: the node, b says nothing
 		{"8.8.8.8", m.node()}, {"2001:db8:200::1", m.node()}, // no rule, no fallback: the node
 	} {
 		if got := lookup(iv, addr(c.dst)); got != c.want {
@@ -110,13 +110,13 @@ func TestDesiredByDestination(t *testing.T) {
 		t.Fatalf("b's IPv6 route %+v, want blackhole", r)
 	}
 
-	t.Run("exclusion of a node-mode object", func(t *testing.T) {
+	t.Run("exclusion of a block-mode object", func(t *testing.T) {
 		in := destInputs()
-		in.EgressIPs[1].Annotations = map[string]string{egressv1.AnnotationNoEgressIP: NoEgressIPNode}
+		in.EgressIPs[1].Annotations = map[string]string{egressv1.AnnotationNoEgressIP: NoEgressIPBlock}
 		st := desired(in, params)
 		iv := st.Classes[0].Intervals
-		if got := lookup(iv, addr("198.51.100.99")); got != m.node() {
-			t.Fatalf("excluded destination: mark %#x, want node %#x", got, m.node())
+		if got := lookup(iv, addr("198.51.100.99")); got != m.drop() {
+			t.Fatalf("excluded destination: mark %#x, want drop %#x", got, m.drop())
 		}
 		// b has no IPv6 egress IP and leaves IPv6 to the node; there is
 		// no IPv6 rule of b, so nothing changes for IPv6.
@@ -131,7 +131,7 @@ func TestDesiredByDestination(t *testing.T) {
 		st := desired(in, params)
 		mc := markOf(t, st, "c")
 		iv := st.Classes[0].Intervals
-		for dst, want := range map[string]uint32{"8.8.8.8": mc, "203.0.113.10": markOf(t, st, "a"), "198.51.100.99": m.drop()} {
+		for dst, want := range map[string]uint32{"8.8.8.8": mc, "203.0.113.10": markOf(t, st, "a"), "198.51.100.99": m.node()} {
 			if got := lookup(iv, addr(dst)); got != want {
 				t.Errorf("%s: mark %#x, want %#x", dst, got, want)
 			}
@@ -319,8 +319,8 @@ func waitDest(up *capturer, done func(destCount) bool) destCount {
 // TestByDestinationInNetns: a pod selected by a (203.0.113.0/24, IPv6
 // 2001:db8:100::/64, on g1) and b (198.51.100.0/24 less 198.51.100.99, on
 // g2) sends each destination to its object's gateway, the exclusion is
-// dropped and counted (b blocks) or leaves as the node (b's annotation
-// says node), and a destination nobody claims leaves as the node. When the
+// dropped and counted (b's annotation says block) or leaves as the node
+// (b says nothing: an exclusion's default), and a destination nobody claims leaves as the node. When the
 // destinations change, a flow already established keeps its gateway (its
 // conntrack mark) while a new flow to the same destination follows the
 // change.
@@ -351,7 +351,9 @@ func TestByDestinationInNetns(t *testing.T) {
 	a6 := addr("2001:db8:100::10")
 
 	t.Run("by destination", func(t *testing.T) {
-		apply(destInputs())
+		in := destInputs()
+		in.EgressIPs[1].Annotations = map[string]string{egressv1.AnnotationNoEgressIP: NoEgressIPBlock}
+		apply(in)
 		before, _ := k.Drops()
 		sendUDPPort(t, l.podH, podIP4, a4, ports(41000, 2), 6000)
 		sendUDPPort(t, l.podH, podIP4, b4, ports(41000, 2), 6001)
@@ -380,6 +382,7 @@ func TestByDestinationInNetns(t *testing.T) {
 	})
 
 	t.Run("one more pod is two elements", func(t *testing.T) {
+		apply(destInputs()) // b without the block annotation of the step before
 		in := destInputs()
 		in.Pods = append(in.Pods, Pod{Namespace: "blue", Name: "p2", Node: "w1", IPs: []netip.Addr{addr("198.18.1.5")}})
 		if ch := apply(in); ch != (Changes{Added: 2}) {
@@ -424,9 +427,7 @@ func TestByDestinationInNetns(t *testing.T) {
 	})
 
 	t.Run("exclusion leaves as the node", func(t *testing.T) {
-		in := destInputs()
-		in.EgressIPs[1].Annotations = map[string]string{egressv1.AnnotationNoEgressIP: NoEgressIPNode}
-		apply(in)
+		apply(destInputs())
 		sendUDPPort(t, l.podH, podIP4, x4, ports(41100, 2), 6102)
 		sendUDPPort(t, l.podH, podIP4, b4, ports(41100, 2), 6101)
 		// The flows dropped before, retried with the same ports: a

@@ -398,10 +398,12 @@ func (tr *tracer) destination() bool {
 		tr.owner = owner
 		tr.check("destination", ResultFail, fmt.Sprintf("%v is in %v, an exclusion of EgressIP %s (egret.io/exclude on the EgressIPTraffic it selects)", q.Dst, r.Prefix, owner))
 		reason := fmt.Sprintf("EgressIP %s excludes %v: its egress IPs are not used there", owner, r.Prefix)
-		if tr.noEgressIPNode() {
-			tr.decide(VerdictNode, tr.nodeAddr(), reason+"; it leaves as its node's address (no-egress-ip: node)", "the EgressIPTraffic objects EgressIP "+owner+"'s trafficSelector picks")
+		// Only the object's own annotation blocks an exclusion; the steer
+		// agents' noEgressIP is for an object without a usable egress IP.
+		if !tr.annotatedBlock(owner) {
+			tr.decide(VerdictNode, tr.nodeAddr(), reason+"; it leaves as its node's address", "the EgressIPTraffic objects EgressIP "+owner+"'s trafficSelector picks")
 		} else {
-			tr.decide(VerdictBlocked, "", reason+"; its traffic there is blocked (no-egress-ip: block)", "the egret.io/no-egress-ip annotation on EgressIP "+owner+", or the EgressIPTraffic objects its trafficSelector picks")
+			tr.decide(VerdictBlocked, "", reason+"; its traffic there is blocked (egret.io/no-egress-ip: block on EgressIP "+owner+")", "the egret.io/no-egress-ip annotation on EgressIP "+owner+", or the EgressIPTraffic objects its trafficSelector picks")
 		}
 		return true
 	case owner == "":
@@ -415,6 +417,18 @@ func (tr *tracer) destination() bool {
 		tr.check("destination", ResultPass, fmt.Sprintf("%v is in no network the trafficSelectors pick: EgressIP %s, which has none, serves it", q.Dst, owner))
 	}
 	tr.owner = owner
+	return false
+}
+
+// annotatedBlock says EgressIP name is annotated egret.io/no-egress-ip
+// with anything but node (steer blocks on a bad value too).
+func (tr *tracer) annotatedBlock(name string) bool {
+	for _, e := range tr.v.EgressIPs {
+		if e != nil && e.Name == name {
+			a, ok := e.Annotations[egressv1.AnnotationNoEgressIP]
+			return ok && a != "node"
+		}
+	}
 	return false
 }
 

@@ -293,8 +293,10 @@ func TestTraceByDestination(t *testing.T) {
 	}{
 		{"203.0.113.10", "block", VerdictEgress, "192.0.2.10", "203.0.113.0/24, which EgressIP blue's"},
 		{"198.51.100.7", "block", VerdictEgress, "192.0.2.12", "198.51.100.0/24, which EgressIP blue2's"},
+		// The cluster's noEgressIP does not decide an exclusion: blue's
+		// own annotation does (below).
 		{"203.0.113.70", "node", VerdictNode, "node w1's address", "an exclusion of EgressIP blue"},
-		{"203.0.113.70", "block", VerdictBlocked, "", "an exclusion of EgressIP blue"},
+		{"203.0.113.70", "block", VerdictNode, "node w1's address", "an exclusion of EgressIP blue"},
 		{"8.8.8.8", "block", VerdictNode, "node w1's address", "in no network"},
 	} {
 		in := testInputs(v, nil, 0)
@@ -309,5 +311,27 @@ func TestTraceByDestination(t *testing.T) {
 			t.Errorf("to %s (noEgressIP %s): %s as %q (%s), checks %+v; want %s as %q with a destination check saying %q",
 				tc.dst, tc.noEgressIP, tr.Verdict, tr.SeenAs, tr.Reason, tr.Checks, tc.verdict, tc.seen, tc.check)
 		}
+	}
+}
+
+// TestTraceExclusionBlocked: an exclusion of an object annotated
+// egret.io/no-egress-ip: block is blocked.
+func TestTraceExclusionBlocked(t *testing.T) {
+	v := testView()
+	v.EgressIPs[0].Spec.TrafficSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"to": "bank"}}
+	v.EgressIPs[0].Annotations = map[string]string{egressv1.AnnotationNoEgressIP: "block"}
+	v.Traffic = []*egressv1.EgressIPTraffic{
+		{ObjectMeta: metav1.ObjectMeta{Name: "bank", Labels: map[string]string{"to": "bank"}, Annotations: map[string]string{egressv1.AnnotationExclude: "true"}},
+			Spec: egressv1.EgressIPTrafficSpec{DestinationNetworks: []string{"203.0.113.64/26"}}},
+	}
+	in := testInputs(v, nil, 0)
+	in.NoEgressIP = "node"
+	q, _ := ParseQuery("prod/web", "203.0.113.70")
+	tr, err := Build(v, in, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Verdict != VerdictBlocked || !strings.Contains(tr.Reason, "no-egress-ip: block on EgressIP blue") {
+		t.Errorf("%s (%s), want blocked by blue's annotation", tr.Verdict, tr.Reason)
 	}
 }

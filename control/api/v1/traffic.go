@@ -22,8 +22,8 @@ const MaxDestinations = 1024
 
 // AnnotationExclude on an EgressIPTraffic, set to "true", makes its
 // destinations exclusions: an EgressIP that selects it does not use its
-// egress IPs for them, and its pods' traffic there leaves as their node or
-// is dropped, as the object's egret.io/no-egress-ip mode says. The
+// egress IPs for them, and its pods' traffic there leaves as their node, or
+// is dropped when that EgressIP is annotated egret.io/no-egress-ip: block. The
 // enhancement this API follows has no exclusions; this annotation is
 // Egret's (docs/api.md).
 const AnnotationExclude = "egret.io/exclude"
