@@ -506,17 +506,28 @@ type statusOut struct {
 }
 
 type statusPod struct {
-	Namespace string  `json:"namespace"`
-	Name      string  `json:"name"`
-	Node      string  `json:"node"`
-	EgressIP  *string `json:"egressIP"`
-	Sources   []struct {
-		Family   string     `json:"family"`
-		IP       netip.Addr `json:"ip"`
-		Gateways []string   `json:"gateways"`
-	} `json:"sources"`
-	State    string   `json:"state"`
-	Problems []string `json:"problems"`
+	Namespace string         `json:"namespace"`
+	Name      string         `json:"name"`
+	Node      string         `json:"node"`
+	EgressIP  *string        `json:"egressIP"`
+	Sources   []statusSource `json:"sources"`
+	// Destinations: the networks objects with a trafficSelector decide.
+	Destinations []statusDest `json:"destinations"`
+	State        string       `json:"state"`
+	Problems     []string     `json:"problems"`
+}
+
+type statusSource struct {
+	Family   string     `json:"family"`
+	IP       netip.Addr `json:"ip"`
+	Gateways []string   `json:"gateways"`
+	Object   string     `json:"object"`
+}
+
+type statusDest struct {
+	Network  netip.Prefix `json:"network"`
+	EgressIP string       `json:"egressIP"`
+	Excluded bool         `json:"excluded"`
 }
 
 type statusIP struct {
@@ -572,12 +583,6 @@ func checkEgretStatus(t *testing.T, l *Lab) {
 		t.Errorf("egret status lists %d pods, egret lab status %d", len(st.Pods), len(ls.Pods))
 	}
 	for _, lp := range ls.Pods {
-		if lp.Destinations != nil {
-			// egret status reports a pod's fallback object only (control/status
-			// does not show sources by destination yet); testByDestination
-			// checks such a pod's traffic.
-			continue
-		}
 		i := slices.IndexFunc(st.Pods, func(p statusPod) bool {
 			return p.Namespace == lp.KubeNamespace && p.Name == lp.Name
 		})
@@ -586,6 +591,10 @@ func checkEgretStatus(t *testing.T, l *Lab) {
 			continue
 		}
 		p := st.Pods[i]
+		if lp.Destinations != nil {
+			checkStatusByDestination(t, lp, p)
+			continue
+		}
 		owner := ""
 		if p.EgressIP != nil {
 			owner = *p.EgressIP
@@ -777,5 +786,33 @@ func logCounters(t *testing.T, l *Lab, skip string) {
 			parts = append(parts, fmt.Sprintf("%s %v", strings.TrimPrefix(m, "egret_gateway_"), gatewayMetric(t, l.Spec, g.Name, m)))
 		}
 		t.Logf("%s: %s", g.Name, strings.Join(parts, ", "))
+	}
+}
+
+// checkStatusByDestination: egret status lists, for a pod selected by
+// destination, a network of each object the lab's status names, and a
+// source of that object for each destination it does not exclude.
+func checkStatusByDestination(t *testing.T, lp PodStatus, p statusPod) {
+	t.Helper()
+	if p.State != "egress" {
+		t.Errorf("pod %s/%s: egret status says %s (problems %q), want egress", lp.KubeNamespace, lp.Name, p.State, p.Problems)
+	}
+	for _, d := range lp.Destinations {
+		covered := slices.ContainsFunc(p.Destinations, func(n statusDest) bool {
+			return n.Network.Contains(d.Destination) && n.Excluded == d.Excluded && (d.Excluded || n.EgressIP == d.EgressIPObject)
+		})
+		if !covered {
+			t.Errorf("pod %s/%s: egret status has no destination entry for %v (%s, excluded %v): %+v", lp.KubeNamespace, lp.Name, d.Destination, d.EgressIPObject, d.Excluded, p.Destinations)
+		}
+		if d.Excluded {
+			continue
+		}
+		for _, want := range d.ExpectedSources {
+			if !slices.ContainsFunc(p.Sources, func(s statusSource) bool {
+				return s.IP == want && s.Object == d.EgressIPObject
+			}) {
+				t.Errorf("pod %s/%s: egret status has no source %v of %s: %+v", lp.KubeNamespace, lp.Name, want, d.EgressIPObject, p.Sources)
+			}
+		}
 	}
 }

@@ -100,7 +100,7 @@ func (p *cutProxy) Restore(t *testing.T) {
 // gatewayReads are the rights docs/gateway-agent.md lists for reading the
 // cluster, and no more.
 var gatewayReads = []rbacv1.PolicyRule{
-	{APIGroups: []string{"k8s.ovn.org"}, Resources: []string{"egressips"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"k8s.ovn.org"}, Resources: []string{"egressips", "egressiptraffics"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{""}, Resources: []string{"nodes", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
 }
 
