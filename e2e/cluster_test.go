@@ -804,7 +804,10 @@ func (e *env) helm(root string) installer {
 			// so it gets its PodSecurity labels as docs/operations.md says.
 			e.kubectl("label", "namespace", "egret-system", "--overwrite", "pod-security.kubernetes.io/enforce=privileged",
 				"pod-security.kubernetes.io/audit=privileged", "pod-security.kubernetes.io/warn=privileged")
-			e.sh(hb, kc, "install", "egret", chart, "-n", "egret-system", "-f", values, "--set", "createNamespace=false")
+			// The CRDs are there, applied with kubectl (the kustomize
+			// install's, kept through its uninstall, and maybe of a newer
+			// release): as docs/operations.md says, Helm leaves them alone.
+			e.sh(hb, kc, "install", "egret", chart, "-n", "egret-system", "-f", values, "--set", "createNamespace=false", "--skip-crds")
 		},
 		upgrade: func() {
 			e.installCRDs(root)
