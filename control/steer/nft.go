@@ -394,19 +394,7 @@ func intervalPrefixes(els []nftables.SetElement) []netip.Prefix {
 			edges = append(edges, edge{a, e.IntervalEnd})
 		}
 	}
-	// Where one network ends at the next one's start, the end comes first.
-	slices.SortFunc(edges, func(x, y edge) int {
-		if c := x.a.Compare(y.a); c != 0 {
-			return c
-		}
-		if x.end == y.end {
-			return 0
-		}
-		if x.end {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(edges, func(x, y edge) int { return edgeCmp(x.a, x.end, y.a, y.end) })
 	var out []netip.Prefix
 	for i, e := range edges {
 		if e.end {
@@ -573,4 +561,20 @@ func udpOf(nfproto byte) []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
 	}
+}
+
+// edgeCmp orders the edges of interval elements read back from the
+// kernel by address; where one interval ends at the next one's start, the
+// end comes first.
+func edgeCmp(a netip.Addr, aEnd bool, b netip.Addr, bEnd bool) int {
+	if c := a.Compare(b); c != 0 {
+		return c
+	}
+	switch {
+	case aEnd == bEnd:
+		return 0
+	case aEnd:
+		return -1
+	}
+	return 1
 }

@@ -325,18 +325,7 @@ func readIntervals(els []nftables.SetElement, f int) []Interval {
 		v, _ := parseSuffix(gotoChain(e), nftMarkPrefix, 16)
 		edges = append(edges, edge{a, e.IntervalEnd, v})
 	}
-	slices.SortFunc(edges, func(x, y edge) int {
-		if c := x.a.Compare(y.a); c != 0 {
-			return c
-		}
-		if x.end == y.end {
-			return 0
-		}
-		if x.end {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(edges, func(x, y edge) int { return edgeCmp(x.a, x.end, y.a, y.end) })
 	last := netip.IPv4Unspecified()
 	if f == 1 {
 		last = netip.IPv6Unspecified()
