@@ -284,8 +284,10 @@ func (l *Lab) startControlPlane() error {
 	s, dir := l.Spec, l.RunDir()
 	m, _ := l.impl().(Managed)
 	objs := ObjectsDir(dir)
-	ctlCfg := fmt.Sprintf("# written by egret lab up (managed mode)\nreachabilityTotalTimeoutSeconds: %d\nprobeInterval: %v\nholdDown: %v\n",
-		m.reach(), probeInterval, m.holdDown())
+	// The lab's DNS resolves EgressIPTraffic dnsNames, re-read at most
+	// every second so a test sees an answer change soon.
+	ctlCfg := fmt.Sprintf("# written by egret lab up (managed mode)\nreachabilityTotalTimeoutSeconds: %d\nprobeInterval: %v\nholdDown: %v\ndnsServer: %q\ndnsMinTTL: 1s\n",
+		m.reach(), probeInterval, m.holdDown(), s.DNSAddr().String())
 	if m.Cloud != nil {
 		if err := m.Cloud(s.NS(s.Controller.Name)); err != nil {
 			return fmt.Errorf("preparing the cloud API for the controller: %w", err)

@@ -167,6 +167,7 @@ func testManaged(t *testing.T, l *Lab) {
 	t.Run("Sources", func(t *testing.T) { checkSources(t, l, st) })
 	if !l.Spec.IPv6Only() {
 		t.Run("ByDestination", func(t *testing.T) { testByDestination(t, l, st) })
+		t.Run("DNSName", func(t *testing.T) { testDNSName(t, l) })
 	}
 	t.Run("Spread", func(t *testing.T) {
 		// Per-connection balancing: new connections of a blue pod use both
