@@ -145,9 +145,9 @@ func TestDNSNamesStatus(t *testing.T) {
 			t.Errorf("%d status writes at start, want 1", n)
 		}
 
-		// sleep: in the synctest bubble this moves the fake clock past the
+		// In the synctest bubble the sleep moves the fake clock past the
 		// TTL at once; synctest.Wait then waits for the controller to act.
-		time.Sleep(10*time.Minute + time.Second)
+		time.Sleep(10*time.Minute + time.Second) // sleep: the fake clock, past the TTL
 		synctest.Wait()
 		if n := f.lookups("db.example.com"); n != 2 {
 			t.Errorf("db.example.com looked up %d times after its TTL, want 2", n)
