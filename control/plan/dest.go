@@ -70,8 +70,8 @@ func (d *Dest) Choose(dst netip.Addr) (r DestRule, ok bool) {
 // rules' non-excluding owners and the fallback, in name order, each once.
 // The slice is shared: callers must not modify it.
 func (d *Dest) Owners() []string {
-	if d.owners == nil {
-		d.owners = d.computeOwners()
+	if d.owners == nil { // a Dest not built by the plan (a literal)
+		return d.computeOwners()
 	}
 	return d.owners
 }
