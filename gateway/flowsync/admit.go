@@ -74,11 +74,15 @@ const (
 	RefusedPeerFull
 	// RefusedPeerAddress: a session whose peer names a node it does not connect from.
 	RefusedPeerAddress
+	// RefusedPeerIdentity: a TLS session whose peer names another node
+	// than its certificate's, or presents a certificate that is not a
+	// gateway node's.
+	RefusedPeerIdentity
 	// NumRefusals is the number of reasons.
 	NumRefusals
 )
 
-var refusalNames = [NumRefusals]string{"unknown_ip", "wrong_peer", "unknown_vtep", "pod_outside_node", "peer_full", "peer_address"}
+var refusalNames = [NumRefusals]string{"unknown_ip", "wrong_peer", "unknown_vtep", "pod_outside_node", "peer_full", "peer_address", "peer_identity"}
 
 // String is the reason's metric label.
 func (r Refusal) String() string {

@@ -1,6 +1,8 @@
 package flowsync
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,8 +44,13 @@ type Config struct {
 	// Node is this gateway's node name, told to the peers it sends to.
 	Node string
 	// Key is the pre-shared key (LoadKey), at least MinKeyLen bytes: a
-	// host without it can neither send flows here nor read ours.
+	// host without it can neither send flows here nor read ours. Exactly
+	// one of Key and TLS is set.
 	Key []byte
+	// TLS, instead of Key, authenticates both sides of every session by
+	// per-node certificates (mutual TLS): the peer's node name is the one
+	// its certificate was issued to, not a claim.
+	TLS *TLS
 	// Pipeline is the data plane whose flows are sent and into which
 	// peers' flows are adopted.
 	Pipeline *gateway.Pipeline
@@ -75,6 +82,20 @@ type Config struct {
 	// (DefaultMaxPeerFlows); its records beyond are refused and counted.
 	MaxPeerFlows int
 	Log          *slog.Logger
+}
+
+// TLS is the per-node identity of a Sync: mutual TLS with certificates the
+// cluster issued to each gateway node (control/identity).
+type TLS struct {
+	// Server is the listener's configuration: it requires a client
+	// certificate and verifies its chain.
+	Server *tls.Config
+	// Client is the configuration of sessions to standbys: it presents
+	// this node's certificate and verifies the standby's chain.
+	Client *tls.Config
+	// PeerNode names the gateway node a verified leaf certificate was
+	// issued to, or says why it is not a gateway's.
+	PeerNode func(leaf *x509.Certificate) (string, error)
 }
 
 // Sync sends the flows of the egress IPs this gateway hosts to each IP's
