@@ -56,6 +56,7 @@ type options struct {
 	notServing bool
 	maxConns   int
 	tls        *tls.Config
+	alsoPlain  bool // with tls: plain gRPC too (AlsoPlain)
 }
 
 // HandshakeTimeout bounds how long a new connection may take to finish its
@@ -106,7 +107,10 @@ func Serve(lis net.Listener, opts ...Option) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: MaxIdle}),
 		grpc.MaxConcurrentStreams(16),
 	}
-	if o.tls != nil {
+	switch {
+	case o.tls != nil && o.alsoPlain:
+		gopts = append(gopts, grpc.Creds(tlsOrPlain{credentials.NewTLS(o.tls)}))
+	case o.tls != nil:
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.tls)))
 	}
 	s.grpc = grpc.NewServer(gopts...)
