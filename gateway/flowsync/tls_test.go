@@ -462,20 +462,20 @@ func TestNewKeyOrTLS(t *testing.T) {
 		name string
 		key  []byte
 		tls  *TLS
-		ok   bool
+		want string // in the error; "": none
 	}{
-		{"key", testKey, nil, true},
-		{"tls", nil, full(), true},
-		{"both", testKey, full(), false},
-		{"neither", nil, nil, false},
-		{"short key", testKey[:8], nil, false},
-		{"no server", nil, func() *TLS { c := full(); c.Server = nil; return c }(), false},
-		{"no client", nil, func() *TLS { c := full(); c.Client = nil; return c }(), false},
-		{"no PeerNode", nil, func() *TLS { c := full(); c.PeerNode = nil; return c }(), false},
+		{"key", testKey, nil, ""},
+		{"tls", nil, full(), ""},
+		{"both", testKey, full(), "not both"},
+		{"neither", nil, nil, "needs a pre-shared key or per-node TLS"},
+		{"short key", testKey[:8], nil, "use at least 32"},
+		{"no server", nil, func() *TLS { c := full(); c.Server = nil; return c }(), "per-node TLS needs"},
+		{"no client", nil, func() *TLS { c := full(); c.Client = nil; return c }(), "per-node TLS needs"},
+		{"no PeerNode", nil, func() *TLS { c := full(); c.PeerNode = nil; return c }(), "per-node TLS needs"},
 	} {
 		s, err := New(Config{Node: "n", Key: tc.key, TLS: tc.tls, Pipeline: p, Clock: clock})
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: error %v, want ok %v", tc.name, err, tc.ok)
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 		if s != nil {
 			s.Close()
