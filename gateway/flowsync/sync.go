@@ -42,7 +42,9 @@ const batchBytes = 60 << 10
 
 // Config configures a Sync.
 type Config struct {
-	// Node is this gateway's node name, told to the peers it sends to.
+	// Node is this gateway's node name, told to the peers it sends to: in
+	// the TLS mode the node its certificate was issued to, or the
+	// standbys refuse it (peer_identity).
 	Node string
 	// Key is the pre-shared key (LoadKey), at least MinKeyLen bytes: a
 	// host without it can neither send flows here nor read ours. Exactly
