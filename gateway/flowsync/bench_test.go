@@ -142,43 +142,91 @@ func threadTime(b *testing.B) time.Duration {
 // on the primary and the clock runs until the standby has applied them
 // all (the default scan interval included).
 func BenchmarkSyncFlowsPerSecond(b *testing.B) {
-	flows := make([]conntrack.Flow, benchFlows)
-	for k := range flows {
-		flows[k], _ = benchFlow(k)
-	}
+	flows := benchFlowSet()
 	var took, cpu time.Duration
 	for range b.N {
-		b.StopTimer()
-		a := newPipeline(b, 1<<18, egress)
-		sb, addr := standby(b, newPipeline(b, 1<<18))
-		sa := newSync(b, "primary", testKey, a, func(c *Config) { c.Interval = DefaultInterval })
-		sa.SetPeers(map[netip.Addr]string{egress: addr})
-		sa.Start()
-		// In step: a first flow made it across.
-		first, _ := benchFlow(benchFlows)
-		adopt(b, a, first)
-		waitSynced(b, sa, sb, 0, 0, 1)
-		sent, applied := sa.Stats().RecordsSent, sb.Stats().RecordsApplied
-		b.StartTimer()
-
-		start, cpu0 := time.Now(), cpuTime(b)
-		for k := range flows {
-			adopt(b, a, flows[k])
-		}
-		waitSynced(b, sa, sb, sent, applied, benchFlows)
-		took += time.Since(start)
-		cpu += cpuTime(b) - cpu0
-
-		b.StopTimer()
-		sa.Close()
-		sb.Close()
-		b.StartTimer()
+		t, c := flowsAcross(b, flows, nil)
+		took += t
+		cpu += c
 	}
 	b.ReportMetric(float64(benchFlows*b.N)/took.Seconds(), "flows/s")
 	// The same per second of CPU (both sides, the flows' creation
 	// included): what the rate would be with a core to spare, which a
 	// loaded machine does not show in flows/s.
 	b.ReportMetric(float64(benchFlows*b.N)/cpu.Seconds(), "flows/cpu-s")
+}
+
+// BenchmarkSyncTLSCost is BenchmarkSyncFlowsPerSecond in the TLS mode
+// against the key mode, the two interleaved in each round of the same
+// run: the TLS mode seals every message twice (TLS records around the
+// sync's own AEAD). It reports the TLS mode's flows per second of CPU
+// over the key mode's (tls/key_cpu) and of wall time (tls/key); b.N
+// rounds of each.
+func BenchmarkSyncTLSCost(b *testing.B) {
+	flows := benchFlowSet()
+	ca := newPKI(b)
+	var took, cpu [2]time.Duration
+	for n := range b.N {
+		// Each mode goes first in every other round: the first of a
+		// pair finds the caches and the heap colder.
+		for j := range 2 {
+			i := (n + j) % 2
+			t, c := flowsAcross(b, flows, []*pki{nil, ca}[i])
+			took[i] += t
+			cpu[i] += c
+		}
+	}
+	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "tls/key")
+	b.ReportMetric(cpu[0].Seconds()/cpu[1].Seconds(), "tls/key_cpu")
+}
+
+func benchFlowSet() []conntrack.Flow {
+	flows := make([]conntrack.Flow, benchFlows)
+	for k := range flows {
+		flows[k], _ = benchFlow(k)
+	}
+	return flows
+}
+
+// flowsAcross is one round of BenchmarkSyncFlowsPerSecond: with the
+// session up and in step, flows are created on the primary and the clock
+// runs until the standby has applied them all (the default scan interval
+// included). It returns the wall and CPU time that took. ca, if not nil,
+// runs the sync in the TLS mode with certificates of ca.
+func flowsAcross(b *testing.B, flows []conntrack.Flow, ca *pki) (took, cpu time.Duration) {
+	b.StopTimer()
+	a := newPipeline(b, 1<<18, egress)
+	var sa, sb *Sync
+	var addr string
+	interval := func(c *Config) { c.Interval = DefaultInterval }
+	if ca == nil {
+		sb, addr = standby(b, newPipeline(b, 1<<18))
+		sa = newSync(b, "primary", testKey, a, interval)
+	} else {
+		sb, addr = tlsStandby(b, newPipeline(b, 1<<18), nodeTLS(ca, ca.issue(b, "standby", gatewaysOrg)), nil)
+		sa = tlsSync(b, "primary", a, nodeTLS(ca, ca.issue(b, "primary", gatewaysOrg)), interval)
+	}
+	sa.SetPeers(map[netip.Addr]string{egress: addr})
+	sa.Start()
+	// In step: a first flow made it across.
+	first, _ := benchFlow(benchFlows)
+	adopt(b, a, first)
+	waitSynced(b, sa, sb, 0, 0, 1)
+	sent, applied := sa.Stats().RecordsSent, sb.Stats().RecordsApplied
+	b.StartTimer()
+
+	start, cpu0 := time.Now(), cpuTime(b)
+	for k := range flows {
+		adopt(b, a, flows[k])
+	}
+	waitSynced(b, sa, sb, sent, applied, uint64(len(flows)))
+	took, cpu = time.Since(start), cpuTime(b)-cpu0
+
+	b.StopTimer()
+	sa.Close()
+	sb.Close()
+	b.StartTimer()
+	return took, cpu
 }
 
 // cpuTime is the CPU time (user and system) the process used so far.

@@ -158,9 +158,18 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	sess, err := serverHandshake(c, s.cfg.Key, pendingFor, syncVersions)
+	sess, err := s.accepted(c)
 	if session = s.authenticated(src, err == nil); !session {
 		var ve *versionError
+		var ie *identityError
+		if errors.As(err, &ie) {
+			s.c.refusals[RefusedPeerIdentity].Add(1)
+			if s.warnNow() {
+				s.cfg.Log.Warn("flow sync: refused a peer whose certificate is not that of the gateway node it names (more are counted, not logged, for a while)",
+					"remote", c.RemoteAddr().String(), "reason", RefusedPeerIdentity.String(), "err", err)
+			}
+			return
+		}
 		if errors.As(err, &ve) {
 			s.c.versionRefused.Add(1)
 			if s.warnNow() {
@@ -176,9 +185,10 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 		s.cfg.Log.Debug("flow sync: refused a connection", "remote", c.RemoteAddr().String(), "err", err)
 		return
 	}
-	// The peer's name is its own claim, proved only by the shared key:
-	// bind it to the address the cluster gives that node, so that one key
-	// holder cannot speak as another gateway.
+	// The peer's name is its own claim, proved only by the shared key
+	// (or, with TLS, its certificate's): bind it to the address the
+	// cluster gives that node, so that one key holder cannot speak as
+	// another gateway, nor a certificate be used from another host.
 	if adm := s.admission(); adm == nil || !adm.peerAt(sess.peer, src) {
 		s.refuse(RefusedPeerAddress, sess.peer, netip.Addr{})
 		return

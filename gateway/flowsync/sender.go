@@ -21,8 +21,12 @@ type link struct {
 	addr string
 	stop chan struct{}
 
-	mu      sync.Mutex
-	sess    *session // the current session, nil while there is none
+	mu   sync.Mutex
+	sess *session // the current session, nil while there is none
+	// conn is the TCP connection under sess, closed to end it: a TLS
+	// connection's Close may wait seconds to send its alert to a stalled
+	// standby, and the scan goroutine drops stalled standbys.
+	conn    net.Conn
 	acked   atomic.Uint64
 	ackedAt atomic.Int64 // wall nanoseconds of the last acknowledgement (or the session's start)
 
@@ -151,19 +155,27 @@ func (l *link) connect() {
 		c, err := d.Dial("tcp", l.addr)
 		var sess *session
 		if err == nil {
-			if sess, err = clientHandshake(c, l.s.cfg.Key, l.s.cfg.Node, syncVersions); err != nil {
+			if sess, err = l.open(c); err != nil {
 				c.Close()
 			}
 		}
 		if err != nil {
 			l.s.c.connectFail.Add(1)
 			var ve *versionError
+			var ie *identityError
+			var te *tlsError
 			switch {
+			case errors.As(err, &ie):
+				l.s.cfg.Log.Warn("flow sync: the standby's certificate is not that of a gateway node at its address; sending it nothing", "peer", l.addr, "err", err)
+			case errors.As(err, &te):
+				l.s.cfg.Log.Warn("flow sync: the TLS handshake with the standby failed; check both nodes' certificates", "peer", l.addr, "err", err)
 			case errors.As(err, &ve):
 				l.s.c.versionRefused.Add(1)
 				l.s.cfg.Log.Warn("flow sync: the standby speaks a protocol version this gateway does not; upgrade one minor release at a time", "peer", l.addr, "err", err)
 			case errors.Is(err, errNotSync):
 				l.s.cfg.Log.Warn("flow sync: the standby's sync address answers with something else", "peer", l.addr, "err", err)
+			case errors.Is(err, ErrRefused) && l.s.cfg.TLS != nil:
+				l.s.cfg.Log.Warn("flow sync: the standby does not prove the key exported from this TLS session (something between the nodes terminates TLS?)", "peer", l.addr)
 			case errors.Is(err, ErrRefused):
 				l.s.cfg.Log.Warn("flow sync: the standby does not prove the key; check that every gateway mounts the same Secret", "peer", l.addr)
 			default:
@@ -180,7 +192,7 @@ func (l *link) connect() {
 			}
 			l.acked.Store(0)
 			l.ackedAt.Store(time.Now().UnixNano())
-			l.sess = sess
+			l.sess, l.conn = sess, c
 			l.mu.Unlock()
 			l.s.cfg.Log.Info("flow sync: sending to the standby", "peer", l.addr)
 			for {
@@ -195,7 +207,7 @@ func (l *link) connect() {
 			}
 			l.mu.Lock()
 			if l.sess == sess {
-				l.sess = nil
+				l.sess, l.conn = nil, nil
 			}
 			l.mu.Unlock()
 			c.Close()
@@ -219,8 +231,8 @@ func (l *link) current() *session {
 func (l *link) drop() {
 	l.mu.Lock()
 	if l.sess != nil {
-		l.sess.c.Close()
-		l.sess = nil
+		l.conn.Close()
+		l.sess, l.conn = nil, nil
 	}
 	l.mu.Unlock()
 }

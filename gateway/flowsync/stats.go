@@ -21,13 +21,13 @@ type Stats struct {
 	RecordsApplied uint64 // flows adopted, updated or removed as the primary said
 	RecordsOwned   uint64 // records ignored: their egress IP is hosted here, so the flow is live and ours
 	AdoptFailed    uint64 // flows that could not be held (table full, port taken, return path unknown)
-	Refused        uint64 // connections or messages without the key, or over the listener's caps, dropped
+	Refused        uint64 // connections or messages without the key (TLS mode: a failed TLS handshake), or over the listener's caps, dropped
 	Malformed      uint64 // authenticated messages that did not parse (session dropped)
 	BackupFlows    uint64 // flows held for peers now (gauge)
 	LateResyncs    uint64 // sessions ended so that the peer resends everything: the view here came to back records it had refused
 	// RecordsRefused counts, by reason, the records (and, for
-	// RefusedPeerAddress, the sessions) of key holders that the cluster
-	// does not back (Admission).
+	// RefusedPeerAddress and RefusedPeerIdentity, the sessions) of key
+	// or certificate holders that the cluster does not back (Admission).
 	RecordsRefused [NumRefusals]uint64
 }
 

@@ -33,7 +33,8 @@ const (
 	DefaultMaxPeerFlows = 1 << 20
 )
 
-// pendingFor is how long a connection may take to prove the key.
+// pendingFor is how long a connection may take to prove the key: its
+// TLS handshake and sync handshake together in the TLS mode.
 const pendingFor = 2 * time.Second
 
 // batchBytes is the size at which a batch is sealed and sent.
@@ -41,7 +42,9 @@ const batchBytes = 60 << 10
 
 // Config configures a Sync.
 type Config struct {
-	// Node is this gateway's node name, told to the peers it sends to.
+	// Node is this gateway's node name, told to the peers it sends to: in
+	// the TLS mode the node its certificate was issued to, or the
+	// standbys refuse it (peer_identity).
 	Node string
 	// Key is the pre-shared key (LoadKey), at least MinKeyLen bytes: a
 	// host without it can neither send flows here nor read ours. Exactly
@@ -88,10 +91,13 @@ type Config struct {
 // cluster issued to each gateway node (control/identity).
 type TLS struct {
 	// Server is the listener's configuration: it requires a client
-	// certificate and verifies its chain.
+	// certificate and verifies its chain (ClientAuth
+	// RequireAndVerifyClientCert); a session without a verified chain is
+	// refused (peer_identity).
 	Server *tls.Config
 	// Client is the configuration of sessions to standbys: it presents
-	// this node's certificate and verifies the standby's chain.
+	// this node's certificate and verifies the standby's chain. Its
+	// ServerName is set, for each session, to the dialed host.
 	Client *tls.Config
 	// PeerNode names the gateway node a verified leaf certificate was
 	// issued to, or says why it is not a gateway's.
@@ -130,7 +136,13 @@ type Sync struct {
 // New checks cfg and returns a Sync; Start begins sending.
 func New(cfg Config) (*Sync, error) {
 	switch {
-	case len(cfg.Key) < MinKeyLen:
+	case len(cfg.Key) > 0 && cfg.TLS != nil:
+		return nil, errors.New("flow sync: give either a pre-shared key or per-node TLS, not both")
+	case cfg.TLS != nil && (cfg.TLS.Server == nil || cfg.TLS.Client == nil || cfg.TLS.PeerNode == nil):
+		return nil, errors.New("flow sync: per-node TLS needs the listener's and the client's TLS configurations and PeerNode")
+	case cfg.TLS == nil && len(cfg.Key) == 0:
+		return nil, errors.New("flow sync needs a pre-shared key or per-node TLS to authenticate its peers")
+	case cfg.TLS == nil && len(cfg.Key) < MinKeyLen:
 		return nil, fmt.Errorf("flow sync key has %d bytes; use at least %d", len(cfg.Key), MinKeyLen)
 	case cfg.Pipeline == nil || cfg.Clock == nil:
 		return nil, errors.New("flow sync needs the pipeline and its clock")
