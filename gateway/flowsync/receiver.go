@@ -158,10 +158,15 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	sess, err := s.accepted(c)
+	sess, byKey, err := s.accepted(c, src)
 	if session = s.authenticated(src, err == nil); !session {
 		var ve *versionError
 		var ie *identityError
+		var ae *addressError
+		if errors.As(err, &ae) {
+			s.refuse(RefusedPeerAddress, ae.node, netip.Addr{})
+			return
+		}
 		if errors.As(err, &ie) {
 			s.c.refusals[RefusedPeerIdentity].Add(1)
 			if s.warnNow() {
@@ -193,7 +198,12 @@ func (s *Sync) serve(c net.Conn, src netip.Addr) {
 		s.refuse(RefusedPeerAddress, sess.peer, netip.Addr{})
 		return
 	}
-	s.cfg.Log.Info("flow sync: holding flows for a peer", "peer", sess.peer, "remote", c.RemoteAddr().String())
+	auth := "certificate"
+	if byKey {
+		s.c.keySessions.Add(1)
+		auth = "key"
+	}
+	s.cfg.Log.Info("flow sync: holding flows for a peer", "peer", sess.peer, "remote", c.RemoteAddr().String(), "auth", auth)
 	late := map[netip.Addr]bool{}
 	stop := make(chan struct{})
 	defer close(stop)

@@ -29,6 +29,7 @@ type link struct {
 	conn    net.Conn
 	acked   atomic.Uint64
 	ackedAt atomic.Int64 // wall nanoseconds of the last acknowledgement (or the session's start)
+	keyOnly bool         // connect goroutine only: the standby was found to speak only the key (logged once)
 
 	// scan goroutine only
 	cur        *session
@@ -148,17 +149,7 @@ func (l *link) connect() {
 	defer l.s.wg.Done()
 	buf := make([]byte, 0, 64)
 	for {
-		d := net.Dialer{Timeout: retryEvery}
-		if src := l.s.cfg.Source; src.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
-		}
-		c, err := d.Dial("tcp", l.addr)
-		var sess *session
-		if err == nil {
-			if sess, err = l.open(c); err != nil {
-				c.Close()
-			}
-		}
+		c, sess, byKey, err := l.open()
 		if err != nil {
 			l.s.c.connectFail.Add(1)
 			var ve *versionError
@@ -167,6 +158,8 @@ func (l *link) connect() {
 			switch {
 			case errors.As(err, &ie):
 				l.s.cfg.Log.Warn("flow sync: the standby's certificate is not that of a gateway node at its address; sending it nothing", "peer", l.addr, "err", err)
+			case errors.As(err, &te) && keyOnly(err):
+				l.s.cfg.Log.Warn("flow sync: the standby speaks only the shared key (previous release?), and this gateway has none; give it the key until every gateway runs this release", "peer", l.addr)
 			case errors.As(err, &te):
 				l.s.cfg.Log.Warn("flow sync: the TLS handshake with the standby failed; check both nodes' certificates", "peer", l.addr, "err", err)
 			case errors.As(err, &ve):
@@ -194,7 +187,12 @@ func (l *link) connect() {
 			l.ackedAt.Store(time.Now().UnixNano())
 			l.sess, l.conn = sess, c
 			l.mu.Unlock()
-			l.s.cfg.Log.Info("flow sync: sending to the standby", "peer", l.addr)
+			auth := "certificate"
+			if byKey {
+				l.s.c.keySessions.Add(1)
+				auth = "key"
+			}
+			l.s.cfg.Log.Info("flow sync: sending to the standby", "peer", l.addr, "auth", auth)
 			for {
 				msg, err := sess.read(buf)
 				if err != nil {

@@ -9,6 +9,10 @@ type Stats struct {
 	// version this gateway does not (SyncVersion and the previous minor
 	// release's only).
 	VersionRefused uint64
+	// Both sides: sessions authenticated by the shared key rather than
+	// node certificates (in the key mode, every session; in the
+	// transition, those with gateways of the previous release).
+	KeySessions uint64
 	// Sending side.
 	RecordsSent uint64 // flows sent: new, changed, refreshed or gone
 	BatchesSent uint64 // sealed messages of them
@@ -34,7 +38,7 @@ type Stats struct {
 type counters struct {
 	recordsSent, batchesSent, bytesSent, fullResyncs, stalls, connectFail, slotsLooked atomic.Uint64
 	recordsApplied, recordsOwned, adoptFailed, refused, malformed, lateResyncs         atomic.Uint64
-	versionRefused                                                                     atomic.Uint64
+	versionRefused, keySessions                                                        atomic.Uint64
 	backup                                                                             atomic.Int64
 	refusals                                                                           [NumRefusals]atomic.Uint64
 }
@@ -44,7 +48,8 @@ func (c *counters) snapshot() Stats {
 		FullResyncs: c.fullResyncs.Load(), Stalls: c.stalls.Load(), ConnectFail: c.connectFail.Load(), SlotsLooked: c.slotsLooked.Load(),
 		RecordsApplied: c.recordsApplied.Load(), RecordsOwned: c.recordsOwned.Load(), AdoptFailed: c.adoptFailed.Load(),
 		Refused: c.refused.Load(), Malformed: c.malformed.Load(), BackupFlows: uint64(max(c.backup.Load(), 0)),
-		LateResyncs: c.lateResyncs.Load(), VersionRefused: c.versionRefused.Load()}
+		LateResyncs: c.lateResyncs.Load(), VersionRefused: c.versionRefused.Load(),
+		KeySessions: c.keySessions.Load()}
 	for i := range st.RecordsRefused {
 		st.RecordsRefused[i] = c.refusals[i].Load()
 	}

@@ -34,8 +34,18 @@ const (
 )
 
 // pendingFor is how long a connection may take to prove the key: its
-// TLS handshake and sync handshake together in the TLS mode.
+// TLS handshake and sync handshake together in the TLS mode, and the wait
+// for its first byte (sniffFor) as well in the transition.
 const pendingFor = 2 * time.Second
+
+// sniffFor is how long a listener in the transition (Key and TLS) waits
+// for a client's first byte to tell which it speaks: a TLS client sends
+// its ClientHello at once, a key-mode client (the previous release's)
+// nothing until it is greeted. Far above a ClientHello's way across a
+// cluster, it delays each key-mode session's start by as much, once. A
+// ClientHello later than that (lost and sent again) gets the key's
+// greeting, and that client opens its session again with the key.
+const sniffFor = 300 * time.Millisecond
 
 // batchBytes is the size at which a batch is sealed and sent.
 const batchBytes = 60 << 10
@@ -47,12 +57,18 @@ type Config struct {
 	// standbys refuse it (peer_identity).
 	Node string
 	// Key is the pre-shared key (LoadKey), at least MinKeyLen bytes: a
-	// host without it can neither send flows here nor read ours. Exactly
-	// one of Key and TLS is set.
+	// host without it can neither send flows here nor read ours. At least
+	// one of Key and TLS is set; both is the upgrade's transition (see
+	// TLS).
 	Key []byte
-	// TLS, instead of Key, authenticates both sides of every session by
-	// per-node certificates (mutual TLS): the peer's node name is the one
-	// its certificate was issued to, not a claim.
+	// TLS authenticates both sides of every session by per-node
+	// certificates (mutual TLS): the peer's node name is the one its
+	// certificate was issued to, not a claim. With Key as well, gateways
+	// of the previous release, which speak only the key, are still
+	// served and sent to: the listener takes both kinds of client, and a
+	// session to a standby that answers with the key's greeting is opened
+	// again with the key (docs/continuity.md, "Moving from the shared key
+	// to node certificates").
 	TLS *TLS
 	// Pipeline is the data plane whose flows are sent and into which
 	// peers' flows are adopted.
@@ -136,13 +152,11 @@ type Sync struct {
 // New checks cfg and returns a Sync; Start begins sending.
 func New(cfg Config) (*Sync, error) {
 	switch {
-	case len(cfg.Key) > 0 && cfg.TLS != nil:
-		return nil, errors.New("flow sync: give either a pre-shared key or per-node TLS, not both")
 	case cfg.TLS != nil && (cfg.TLS.Server == nil || cfg.TLS.Client == nil || cfg.TLS.PeerNode == nil):
 		return nil, errors.New("flow sync: per-node TLS needs the listener's and the client's TLS configurations and PeerNode")
 	case cfg.TLS == nil && len(cfg.Key) == 0:
 		return nil, errors.New("flow sync needs a pre-shared key or per-node TLS to authenticate its peers")
-	case cfg.TLS == nil && len(cfg.Key) < MinKeyLen:
+	case len(cfg.Key) > 0 && len(cfg.Key) < MinKeyLen:
 		return nil, fmt.Errorf("flow sync key has %d bytes; use at least %d", len(cfg.Key), MinKeyLen)
 	case cfg.Pipeline == nil || cfg.Clock == nil:
 		return nil, errors.New("flow sync needs the pipeline and its clock")

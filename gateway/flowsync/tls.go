@@ -29,10 +29,25 @@ type identityError struct{ reason string }
 
 func (e *identityError) Error() string { return e.reason }
 
-// serverTLS runs the listener's side of the TLS handshake on c by deadline
-// and returns the TLS connection, the node its verified client certificate
-// was issued to, and the key of the sync handshake.
-func (s *Sync) serverTLS(c net.Conn, deadline time.Time) (*tls.Conn, string, []byte, error) {
+// addressError is a TLS peer whose certificate's node the cluster does not
+// place at the address it connects from (peer_address).
+type addressError struct{ node string }
+
+func (e *addressError) Error() string {
+	return fmt.Sprintf("the peer presents node %q's certificate from an address that is not that node's", e.node)
+}
+
+// tlsHandshakeRecord is the first byte of a TLS client's first record (its
+// ClientHello): the record type handshake (RFC 8446, 5.1).
+const tlsHandshakeRecord = 0x16
+
+// serverTLS runs the listener's side of the TLS handshake on c, from src,
+// by deadline and returns the TLS connection, the node its verified client
+// certificate was issued to, and the key of the sync handshake. The node
+// must be at src: checked here, before the sync handshake, a host
+// presenting another node's certificate is refused and counted whatever
+// it does next.
+func (s *Sync) serverTLS(c net.Conn, src netip.Addr, deadline time.Time) (*tls.Conn, string, []byte, error) {
 	tc := tls.Server(c, s.cfg.TLS.Server)
 	c.SetDeadline(deadline)
 	if err := tc.Handshake(); err != nil {
@@ -49,6 +64,9 @@ func (s *Sync) serverTLS(c net.Conn, deadline time.Time) (*tls.Conn, string, []b
 	if err != nil {
 		return nil, "", nil, &identityError{fmt.Sprintf("the peer's certificate is not a gateway node's: %v", err)}
 	}
+	if adm := s.admission(); adm == nil || !adm.peerAt(node, src) {
+		return nil, "", nil, &addressError{node}
+	}
 	key, err := cs.ExportKeyingMaterial(exporterLabel, nil, MinKeyLen)
 	if err != nil {
 		return nil, "", nil, &tlsError{err}
@@ -56,36 +74,137 @@ func (s *Sync) serverTLS(c net.Conn, deadline time.Time) (*tls.Conn, string, []b
 	return tc, node, key, nil
 }
 
-// accepted authenticates the connection c the listener accepted, within
-// pendingFor: the sync handshake proves the key, which in the TLS mode is
-// the TLS session's exported keying material, and the name the peer gives
-// in it must then be its certificate's.
-func (s *Sync) accepted(c net.Conn) (*session, error) {
+// sniff tells, in the transition, a TLS client at c from a key-mode one by
+// its first byte, waited for sniffFor (at most until deadline): a TLS
+// handshake record, or silence (the key-mode client waits to be greeted).
+// It returns the connection to go on with (holding the byte it read) and
+// whether it is TLS; any other first byte is refused.
+func sniff(c net.Conn, deadline time.Time) (net.Conn, bool, error) {
+	wait := time.Now().Add(sniffFor)
+	if deadline.Before(wait) {
+		wait = deadline
+	}
+	c.SetReadDeadline(wait)
+	var b [1]byte
+	_, err := c.Read(b[:])
+	c.SetReadDeadline(time.Time{})
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return c, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("%w (%v)", ErrRefused, err)
+	case b[0] == tlsHandshakeRecord:
+		return &prefixConn{Conn: c, pre: b[:]}, true, nil
+	}
+	return nil, false, fmt.Errorf("%w: the client's first byte is %#02x, neither a TLS handshake nor a key-mode client's silence", errNotSync, b[0])
+}
+
+// prefixConn is a connection whose first bytes (pre) were read already:
+// Read returns them first.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// accepted authenticates the connection c the listener accepted from src,
+// within pendingFor, and reports whether the shared key did it (rather
+// than a node certificate): the sync handshake proves the key, which in
+// the TLS mode is the TLS session's exported keying material, and the name
+// the peer gives in it must then be its certificate's. In the transition
+// (Key and TLS) the client's first byte says which mode it speaks.
+func (s *Sync) accepted(c net.Conn, src netip.Addr) (*session, bool, error) {
 	deadline := time.Now().Add(pendingFor)
+	useTLS := s.cfg.TLS != nil
+	if useTLS && len(s.cfg.Key) > 0 {
+		var err error
+		if c, useTLS, err = sniff(c, deadline); err != nil {
+			return nil, false, err
+		}
+	}
 	key, node := s.cfg.Key, ""
-	if s.cfg.TLS != nil {
-		tc, n, k, err := s.serverTLS(c, deadline)
+	if useTLS {
+		tc, n, k, err := s.serverTLS(c, src, deadline)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		c, node, key = tc, n, k
 	}
 	sess, err := serverHandshake(c, key, time.Until(deadline), syncVersions)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if s.cfg.TLS != nil && sess.peer != node {
-		return nil, &identityError{fmt.Sprintf("the peer names itself %q; its certificate is node %q's", sess.peer, node)}
+	if useTLS && sess.peer != node {
+		return nil, false, &identityError{fmt.Sprintf("the peer names itself %q; its certificate is node %q's", sess.peer, node)}
 	}
-	return sess, nil
+	return sess, !useTLS, nil
 }
 
-// open runs the sending side's handshakes on c, the connection to the
-// standby at l.addr.
-func (l *link) open(c net.Conn) (*session, error) {
-	if l.s.cfg.TLS == nil {
-		return clientHandshake(c, l.s.cfg.Key, l.s.cfg.Node, syncVersions)
+// dial opens a TCP connection to the standby at l.addr.
+func (l *link) dial() (net.Conn, error) {
+	d := net.Dialer{Timeout: retryEvery}
+	if src := l.s.cfg.Source; src.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
 	}
+	return d.Dial("tcp", l.addr)
+}
+
+// open dials the standby at l.addr and runs the sending side's handshakes:
+// the key's, or TLS's and the sync handshake inside it; in the transition
+// (Key and TLS), towards a standby that answers TLS with the key mode's
+// greeting (a gateway of the previous release), the key's on a new
+// connection. It returns the TCP connection under the session and whether
+// the shared key authenticated it.
+func (l *link) open() (net.Conn, *session, bool, error) {
+	c, err := l.dial()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if l.s.cfg.TLS != nil {
+		sess, err := l.openTLS(c)
+		if err == nil {
+			return c, sess, false, nil
+		}
+		c.Close()
+		if len(l.s.cfg.Key) == 0 || !keyOnly(err) {
+			return nil, nil, false, err
+		}
+		if !l.keyOnly {
+			l.keyOnly = true
+			l.s.cfg.Log.Info("flow sync: the standby speaks only the shared key (previous release?); sending to it with the key", "peer", l.addr)
+		}
+		if c, err = l.dial(); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	sess, err := clientHandshake(c, l.s.cfg.Key, l.s.cfg.Node, syncVersions)
+	if err != nil {
+		c.Close()
+		return nil, nil, false, err
+	}
+	return c, sess, true, nil
+}
+
+// keyOnly reports whether err, of a TLS handshake, is the answer of a
+// listener that speaks only the key: its greeting (the sync magic) where
+// the server's first TLS record was expected.
+func keyOnly(err error) bool {
+	var rh tls.RecordHeaderError
+	return errors.As(err, &rh) && [4]byte(rh.RecordHeader[:4]) == magic
+}
+
+// openTLS runs the TLS handshake and the sync handshake inside it on c,
+// the connection to the standby at l.addr.
+func (l *link) openTLS(c net.Conn) (*session, error) {
 	host, _, err := net.SplitHostPort(l.addr)
 	if err != nil {
 		return nil, fmt.Errorf("standby address %q: %w", l.addr, err)

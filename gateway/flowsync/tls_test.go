@@ -452,8 +452,8 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// TestNewKeyOrTLS: New takes exactly one of a key and per-node TLS, and
-// TLS only whole.
+// TestNewKeyOrTLS: New takes a key, per-node TLS or both (the upgrade's
+// transition), the key only long enough and TLS only whole.
 func TestNewKeyOrTLS(t *testing.T) {
 	ca := newPKI(t)
 	p := newPipeline(t, 1<<10)
@@ -466,7 +466,9 @@ func TestNewKeyOrTLS(t *testing.T) {
 	}{
 		{"key", testKey, nil, ""},
 		{"tls", nil, full(), ""},
-		{"both", testKey, full(), "not both"},
+		{"both", testKey, full(), ""},
+		{"both, short key", testKey[:8], full(), "use at least 32"},
+		{"both, no PeerNode", testKey, func() *TLS { c := full(); c.PeerNode = nil; return c }(), "per-node TLS needs"},
 		{"neither", nil, nil, "needs a pre-shared key or per-node TLS"},
 		{"short key", testKey[:8], nil, "use at least 32"},
 		{"no server", nil, func() *TLS { c := full(); c.Server = nil; return c }(), "per-node TLS needs"},
