@@ -24,6 +24,7 @@ var syncSeries = []struct {
 	{"egret_gateway_sync_adopt_failures_total", "Flows from primaries that could not be held (flow table full, port taken, return path unknown).", false, func(s *flowsync.Stats) uint64 { return s.AdoptFailed }},
 	{"egret_gateway_sync_refused_total", "Sync connections or messages refused because they did not prove the pre-shared key, or the listener was full.", false, func(s *flowsync.Stats) uint64 { return s.Refused }},
 	{"egret_gateway_sync_version_refused_total", "Sync handshakes refused because the peer speaks a flow sync protocol version this gateway does not (it speaks its own release's and the previous minor release's); counted on both sides.", false, func(s *flowsync.Stats) uint64 { return s.VersionRefused }},
+	{"egret_gateway_sync_key_sessions_total", "Sync sessions authenticated by the shared key rather than node certificates, counted on both sides; once it stays flat after every gateway runs this release, delete the Secret egret-flow-sync and restart the gateways.", false, func(s *flowsync.Stats) uint64 { return s.KeySessions }},
 	{"egret_gateway_sync_malformed_total", "Authenticated sync messages that did not parse; the session was dropped.", false, func(s *flowsync.Stats) uint64 { return s.Malformed }},
 	{"egret_gateway_sync_late_resyncs_total", "Sessions a standby ended so that the primary resends everything: its view of the cluster came to back records it had refused (the primary saw the new status first).", false, func(s *flowsync.Stats) uint64 { return s.LateResyncs }},
 	{"egret_gateway_sync_backup_flows", "Backup flows held here for primaries.", true, func(s *flowsync.Stats) uint64 { return s.BackupFlows }},
@@ -47,7 +48,7 @@ func RegisterSync(reg prometheus.Registerer, stats func() flowsync.Stats) error 
 	}
 	for r := range flowsync.NumRefusals {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egret_gateway_sync_refusals_total",
-			Help:        "Flow records (and, for reason peer_address, sessions) of key holders that the cluster does not back, refused: the egress IP is not stood by here, its host is another node, the VTEP or pod source is no known node's, the peer holds its maximum of flows, or the peer connects from another address than its node's.",
+			Help:        "Flow records (and, for reasons peer_address and peer_identity, sessions) of key or certificate holders that the cluster does not back, refused: the egress IP is not stood by here, its host is another node, the VTEP or pod source is no known node's, the peer holds its maximum of flows, the peer connects from another address than its node's (peer_address), or its certificate is not that of the gateway node it names (peer_identity).",
 			ConstLabels: prometheus.Labels{"reason": r.String()}},
 			func() float64 { return float64(stats().RecordsRefused[r]) })
 		if err := reg.Register(c); err != nil {
