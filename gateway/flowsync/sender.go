@@ -183,15 +183,16 @@ func (l *link) connect() {
 				return
 			default:
 			}
-			l.acked.Store(0)
-			l.ackedAt.Store(time.Now().UnixNano())
-			l.sess, l.conn = sess, c
-			l.mu.Unlock()
+			// Counted before the scan can send on it.
 			auth := "certificate"
 			if byKey {
 				l.s.c.keySessions.Add(1)
 				auth = "key"
 			}
+			l.acked.Store(0)
+			l.ackedAt.Store(time.Now().UnixNano())
+			l.sess, l.conn = sess, c
+			l.mu.Unlock()
 			l.s.cfg.Log.Info("flow sync: sending to the standby", "peer", l.addr, "auth", auth)
 			for {
 				msg, err := sess.read(buf)

@@ -114,9 +114,10 @@ func TestTransitionSenderFallsBack(t *testing.T) {
 		}
 		// The standby of the previous release reads each ClientHello as
 		// a client that does not speak its protocol.
-		if st := sb.Stats(); st.KeySessions != 2 || st.Refused != 2 {
-			t.Errorf("standby stats %+v: want 2 key sessions, 2 ClientHellos refused", st)
-		}
+		nstest.Eventually(t, "standby: 2 key sessions, 2 ClientHellos refused", syncWait, func() bool {
+			st := sb.Stats()
+			return st.KeySessions == 2 && st.Refused == 2
+		})
 	})
 	t.Run("transition standby", func(t *testing.T) {
 		a, b := newPipeline(t, 1<<12, egress, egress6), newPipeline(t, 1<<12)
