@@ -278,7 +278,7 @@ func (s *Signer) check(ctx context.Context, csr *certv1.CertificateSigningReques
 		return nil, fmt.Errorf("usages %q: exactly %q are signed", csr.Spec.Usages, gatewayUsages)
 	}
 	if got := csr.Spec.Extra[NodeNameExtra]; !slices.Equal(got, certv1.ExtraValue{node}) {
-		return nil, fmt.Errorf("the requester's token is bound to node %q (user extra %s), not to %q, the node in the subject", got, NodeNameExtra, node)
+		return nil, fmt.Errorf("the requester's token is bound to node %q (user extra %s), not to %q, the node in the subject", []string(got), NodeNameExtra, node)
 	}
 	n, err := s.cfg.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
