@@ -99,8 +99,8 @@ func startKube(t *testing.T, signerLife time.Duration) *kubeFixture {
 	gw := map[string]string{cluster.LabelEgressAssignable: "", adminLabel: "true"}
 	for name, l := range map[string]map[string]string{
 		"gw1": gw, "gw2": gw,
-		"worker":  nil,
-		"unadmin": {cluster.LabelEgressAssignable: ""},
+		"worker":           nil,
+		"unadmin":          {cluster.LabelEgressAssignable: ""},
 		"kubelet-labelled": {adminLabel: "true"},
 	} {
 		must(admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}, metav1.CreateOptions{}))

@@ -156,7 +156,7 @@ func TestHandshakes(t *testing.T) {
 	foreignGWc.setCA(ca.certPEM, ca.pool)
 	foreignCtrlc.setCA(ca.certPEM, ca.pool)
 
-	syncSrv := serve(t, gw1.ServerTLS(gatewayOnly))   // flow sync: gateways only
+	syncSrv := serve(t, gw1.ServerTLS(gatewayOnly))  // flow sync: gateways only
 	healthSrv := serve(t, gw1.ServerTLS(Controller)) // health: the controller only
 	for _, tc := range []struct {
 		name       string
