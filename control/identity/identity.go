@@ -202,9 +202,12 @@ func (s *Store) ServerTLS(verify func(leaf *x509.Certificate) error) *tls.Config
 
 // ClientTLS is a TLS 1.3 client config that presents the current
 // certificate, verifies the server's chain against the current CA (server
-// auth) and then calls verify with the leaf and the name dialed
-// (cs.ServerName). It replaces crypto/tls's host name check: the targets
-// are dialed by IP, and verify knows which node an address belongs to.
+// auth) and then calls verify with the leaf and the connection's server
+// name (cs.ServerName). It replaces crypto/tls's host name check. Beware:
+// crypto/tls keeps no server name for an IP literal, so a caller that dials
+// an IP and wants verify to know who is expected sets Config.ServerName (or
+// the gRPC authority) to that node's name; otherwise serverName is "" and
+// the caller checks the address itself after the handshake.
 func (s *Store) ClientTLS(verify func(leaf *x509.Certificate, serverName string) error) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
