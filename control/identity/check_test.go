@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"testing"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -51,4 +52,22 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("check accepted %q", request)
 		}
 	})
+}
+
+func TestNewRequesterRefuses(t *testing.T) {
+	c := fake.NewClientset()
+	for _, cfg := range []RequesterConfig{
+		{Namespace: "ns", Node: "n"},
+		{Client: c, Node: "n"},
+		{Client: c, Namespace: "ns"},
+		{Client: c, Namespace: "ns", Node: "n", Duration: 5 * time.Minute},
+		{Client: c, Namespace: "ns", Node: "n", Duration: -time.Hour},
+	} {
+		if _, err := NewRequester(cfg); err == nil {
+			t.Errorf("NewRequester(%+v) accepted", cfg)
+		}
+	}
+	if _, err := NewRequester(RequesterConfig{Client: c, Namespace: "ns", Node: "n", Duration: MinRequestDuration}); err != nil {
+		t.Errorf("the shortest duration the API server takes: %v", err)
+	}
 }

@@ -56,6 +56,12 @@ type kubeFixture struct {
 }
 
 func startKube(t *testing.T, signerLife time.Duration) *kubeFixture {
+	return startKubeKeep(t, signerLife, 0)
+}
+
+// startKubeKeep is startKube with decided CSRs deleted after keep (0: the
+// signer's hour).
+func startKubeKeep(t *testing.T, signerLife, keep time.Duration) *kubeFixture {
 	t.Helper()
 	env := kubetest.Start(t)
 	admin, err := kubernetes.NewForConfig(env.Config)
@@ -123,6 +129,9 @@ func startKube(t *testing.T, signerLife time.Duration) *kubeFixture {
 		Result: func(r string) { f.mu.Lock(); f.results[r]++; f.mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if keep > 0 {
+		s.keep = keep
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -386,6 +395,59 @@ func TestRenewal(t *testing.T) {
 	}
 	if got := served(); !got.Equal(next.Leaf) {
 		t.Fatal("the listener still serves the old certificate after renewal")
+	}
+}
+
+// TestDeleteDecided: the signer deletes the CSRs it issued and denied once
+// they are older than its keep time (an hour; 2 s here), and no others.
+func TestDeleteDecided(t *testing.T) {
+	f := startKubeKeep(t, 0, 2*time.Second)
+	gw1 := f.podClient(t, "egret-gateway", "gw1")
+	// A CSR of another signer, older than the keep time by the end, stays.
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "someone-elses"},
+		Spec: certv1.CertificateSigningRequestSpec{SignerName: "example.com/other", Usages: gatewayUsages,
+			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	csrs := f.admin.CertificatesV1().CertificateSigningRequests()
+	w, err := csrs.Watch(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := file(t, gw1, request{cn: "gw1"}); err != nil {
+		t.Fatalf("issue: %v", err)
+	}
+	if _, err := file(t, gw1, request{cn: "gw2"}); err == nil {
+		t.Fatal("gw2's name was issued to gw1")
+	}
+	deleted := map[string]bool{}
+	timeout := time.After(time.Minute)
+	for len(deleted) < 2 {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch ended")
+			}
+			if c, isCSR := ev.Object.(*certv1.CertificateSigningRequest); isCSR && ev.Type == "DELETED" {
+				if c.Spec.SignerName != SignerName {
+					t.Fatalf("deleted %s of signer %s", c.Name, c.Spec.SignerName)
+				}
+				deleted[c.Name] = true
+			}
+		case <-timeout:
+			t.Fatalf("deleted %v within a minute, want the issued and the denied CSR", deleted)
+		}
+	}
+	if _, err := csrs.Get(t.Context(), "someone-elses", metav1.GetOptions{}); err != nil {
+		t.Fatalf("another signer's CSR: %v", err)
 	}
 }
 

@@ -30,6 +30,11 @@ const (
 	maxBackoff   = time.Minute
 )
 
+// MinRequestDuration is the shortest life a CSR may ask for
+// (expirationSeconds 600, the API server's minimum). The signer's
+// --node-cert-duration may still cap it lower.
+const MinRequestDuration = 10 * time.Minute
+
 // requestTimeout bounds the wait for one CSR to be decided. A pending CSR
 // is not withdrawn (the gateway may not delete CSRs), so this is long
 // enough not to pile them up while the controller is away.
@@ -58,11 +63,11 @@ func NewRequester(cfg RequesterConfig) (*Requester, error) {
 	if cfg.Client == nil || cfg.Namespace == "" || cfg.Node == "" {
 		return nil, errors.New("the node certificate requester needs a client, the CA's namespace and the node name")
 	}
-	if cfg.Duration < 0 {
-		return nil, fmt.Errorf("node certificate duration %v is negative", cfg.Duration)
-	}
 	if cfg.Duration == 0 {
 		cfg.Duration = DefaultCertDuration
+	}
+	if cfg.Duration < MinRequestDuration {
+		return nil, fmt.Errorf("node certificate duration %v: the API server refuses a CSR that asks for less than %v", cfg.Duration, MinRequestDuration)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -74,6 +74,7 @@ type SignerConfig struct {
 type Signer struct {
 	cfg      SignerConfig
 	username string
+	keep     time.Duration // keepFinished; shorter in tests
 }
 
 // NewSigner checks cfg.
@@ -100,7 +101,7 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 	if cfg.Result == nil {
 		cfg.Result = func(string) {}
 	}
-	return &Signer{cfg: cfg, username: "system:serviceaccount:" + ns + ":" + name}, nil
+	return &Signer{cfg: cfg, username: "system:serviceaccount:" + ns + ":" + name, keep: keepFinished}, nil
 }
 
 // SplitServiceAccount splits "namespace:name".
@@ -178,8 +179,8 @@ func (s *Signer) sync(ctx context.Context, lister certlisters.CertificateSigning
 	approved, denied := conditions(cached)
 	if denied || failed(cached) || (approved && len(cached.Status.Certificate) > 0) {
 		age := time.Since(cached.CreationTimestamp.Time)
-		if age < keepFinished {
-			return keepFinished - age, nil
+		if age < s.keep {
+			return s.keep - age, nil
 		}
 		err := s.cfg.Client.CertificatesV1().CertificateSigningRequests().Delete(ctx, name,
 			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cached.UID}})
@@ -202,14 +203,14 @@ func (s *Signer) sync(ctx context.Context, lister certlisters.CertificateSigning
 			if _, err := s.cfg.Client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
 				return 0, fmt.Errorf("marking failed: %w", err)
 			}
-			return keepFinished, nil
+			return s.keep, nil
 		}
 		csr.Status.Conditions = append(csr.Status.Conditions, condition(certv1.CertificateDenied, "EgretRuleNotMet", refusal.Error()))
 		if _, err := s.cfg.Client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, csr, metav1.UpdateOptions{}); err != nil {
 			return 0, fmt.Errorf("denying: %w", err)
 		}
 		s.cfg.Result(ResultDenied)
-		return keepFinished, nil
+		return s.keep, nil
 	}
 	life := s.cfg.Duration
 	if e := csr.Spec.ExpirationSeconds; e != nil && *e > 0 {
@@ -236,7 +237,7 @@ func (s *Signer) sync(ctx context.Context, lister certlisters.CertificateSigning
 	}
 	s.cfg.Log.Info("identity signer: issued a gateway certificate", "csr", name, "node", req.Subject.CommonName, "life", life)
 	s.cfg.Result(ResultIssued)
-	return keepFinished, nil
+	return s.keep, nil
 }
 
 // transientError is a failure to check (the API server), not a refusal.
