@@ -452,22 +452,79 @@ func TestDeleteDecided(t *testing.T) {
 }
 
 // TestLoadCATwice: a second replica reads the CA the first made, and the
-// ConfigMap publishes it.
+// ConfigMap publishes it; replicas starting at once agree on one CA; a
+// replaced Secret (a new CA) is published in the ConfigMap.
 func TestLoadCATwice(t *testing.T) {
 	f := startKube(t, 0)
-	again, err := LoadCA(t.Context(), f.ctrl, ns)
+	ctx := t.Context()
+	again, err := LoadCA(ctx, f.ctrl, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !again.cert.Equal(f.ca.cert) || !again.key.Equal(f.ca.key) {
 		t.Fatal("a second LoadCA made another CA")
 	}
-	cm, err := f.admin.CoreV1().ConfigMaps(ns).Get(t.Context(), CAName, metav1.GetOptions{})
+	published := func() []byte {
+		t.Helper()
+		cm, err := f.admin.CoreV1().ConfigMaps(ns).Get(ctx, CAName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []byte(cm.Data[CAKey])
+	}
+	if !bytes.Equal(published(), f.ca.certPEM) {
+		t.Fatal("the ConfigMap does not hold the CA certificate")
+	}
+
+	// Replicas starting together on an empty namespace.
+	if err := f.admin.CoreV1().Secrets(ns).Delete(ctx, CAName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.admin.CoreV1().ConfigMaps(ns).Delete(ctx, CAName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cas := make([]*CA, 4)
+	errs := make([]error, len(cas))
+	var wg sync.WaitGroup
+	for i := range cas {
+		wg.Go(func() { cas[i], errs[i] = LoadCA(ctx, f.ctrl, ns) })
+	}
+	wg.Wait()
+	for i, ca := range cas {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		if !ca.cert.Equal(cas[0].cert) {
+			t.Fatalf("replicas %d and 0 hold different CAs", i)
+		}
+	}
+	if cas[0].cert.Equal(f.ca.cert) || !bytes.Equal(published(), cas[0].certPEM) {
+		t.Fatal("after the Secret and ConfigMap were deleted, the new CA is not the one published")
+	}
+
+	// A new CA in the Secret (the admin deleted it): the ConfigMap follows.
+	if err := f.admin.CoreV1().Secrets(ns).Delete(ctx, CAName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := LoadCA(ctx, f.ctrl, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal([]byte(cm.Data[CAKey]), f.ca.certPEM) {
-		t.Fatal("the ConfigMap does not hold the CA certificate")
+	if fresh.cert.Equal(cas[0].cert) || !bytes.Equal(published(), fresh.certPEM) {
+		t.Fatal("the ConfigMap still publishes the replaced CA")
+	}
+
+	// A Secret that holds no CA stops the controller with a reason.
+	sec, err := f.admin.CoreV1().Secrets(ns).Get(ctx, CAName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data[corev1.TLSPrivateKeyKey] = []byte("not a key")
+	if _, err := f.admin.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCA(ctx, f.ctrl, ns); err == nil || !strings.Contains(err.Error(), "delete it to make a new CA") {
+		t.Fatalf("a broken CA Secret: %v, want an error saying what to do", err)
 	}
 }
 
