@@ -2,9 +2,12 @@ package controller_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,4 +177,122 @@ func podClient(t *testing.T, admin *rest.Config, cs kubernetes.Interface, node s
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestNodeIdentityLeaderSigns: of two replicas with --node-identity=csr,
+// only the leader signs; when it stops, the new leader signs, with the
+// same CA (both loaded the one in the Secret).
+func TestNodeIdentityLeaderSigns(t *testing.T) {
+	env, cs, _, user := startAPI(t)
+	ctx := t.Context()
+	gatewayRBAC(t, cs)
+	for _, name := range []string{"gw1", "gw2"} {
+		if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{cluster.LabelEgressAssignable: ""}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off := 0
+	cfg := controller.Config{
+		ReachabilityTotalTimeoutSeconds: &off,
+		NodeIdentity:                    controller.NodeIdentityCSR,
+		LeaderElection: controller.LeaderElection{
+			LeaseDuration: metav1.Duration{Duration: 3 * time.Second},
+			RenewDeadline: metav1.Duration{Duration: 2 * time.Second},
+			RetryPeriod:   metav1.Duration{Duration: 250 * time.Millisecond},
+		},
+	}
+	type replica struct {
+		reg  *prometheus.Registry
+		stop func() error // ends the replica, waits, returns RunKube's error
+	}
+	start := func(id string) *replica {
+		r := &replica{reg: prometheus.NewPedanticRegistry()}
+		m := controller.NewMetrics(r.reg)
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- controller.RunKube(rctx, user, cfg, id, testLogger(t), m) }()
+		r.stop = sync.OnceValue(func() error { cancel(); return <-done })
+		t.Cleanup(func() { r.stop() })
+		return r
+	}
+	issued := func(r *replica) float64 {
+		fams, err := r.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := promtest.Sample(fams, "egret_controller_node_certificates_total", "result=issued")
+		return v
+	}
+	leads := func(id string) func() (bool, string) {
+		return func() (bool, string) {
+			l, err := cs.CoordinationV1().Leases("egret-system").Get(ctx, "egret-controller", metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil {
+				return false, fmt.Sprint(err)
+			}
+			return *l.Spec.HolderIdentity == id, *l.Spec.HolderIdentity
+		}
+	}
+	certify := func(node string) *identity.Store {
+		t.Helper()
+		req, err := identity.NewRequester(identity.RequesterConfig{Client: podClient(t, env.Config, cs, node),
+			Namespace: "egret-system", Node: node, Log: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go req.Run(ctx)
+		select {
+		case <-req.Store().Ready():
+		case <-time.After(time.Minute):
+			t.Fatalf("%s got no certificate within a minute", node)
+		}
+		return req.Store()
+	}
+
+	r1 := start("replica-1")
+	nstest.Until(t, "replica-1 leads", 15*time.Second, leads("replica-1"))
+	r2 := start("replica-2")
+	st1 := certify("gw1")
+	// The count follows the certificate's write, which the gateway may see first.
+	nstest.Until(t, "replica-1 counts the certificate it issued", 10*time.Second, func() (bool, string) {
+		a := issued(r1)
+		return a == 1, fmt.Sprint(a)
+	})
+	if b := issued(r2); b != 0 {
+		t.Fatalf("replica-2, not leading, issued %v", b)
+	}
+
+	if err := r1.stop(); err != nil {
+		t.Fatalf("replica-1: %v", err)
+	}
+	nstest.Until(t, "replica-2 takes over", 15*time.Second, leads("replica-2"))
+	st2 := certify("gw2")
+	nstest.Until(t, "the new leader counts the certificate it issued", 10*time.Second, func() (bool, string) {
+		b := issued(r2)
+		return b == 1, fmt.Sprint(b)
+	})
+	// Same CA: gw1's certificate (signed by replica-1) and gw2's (by
+	// replica-2) shake hands.
+	srv := st1.ServerTLS(func(leaf *x509.Certificate) error { _, err := identity.GatewayNode(leaf); return err })
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), st2.ClientTLS(func(leaf *x509.Certificate, _ string) error {
+		if n, err := identity.GatewayNode(leaf); err != nil || n != "gw1" {
+			return fmt.Errorf("not gw1: %q %v", n, err)
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatalf("gw2 → gw1: %v", err)
+	}
+	c.Close()
 }
