@@ -9,9 +9,16 @@ import (
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/dnsres"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/control/identity"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+)
+
+// Values of Config.NodeIdentity.
+const (
+	NodeIdentityOff = ""
+	NodeIdentityCSR = "csr"
 )
 
 // Defaults of the configuration.
@@ -80,6 +87,20 @@ type Config struct {
 	// the names are resolved with; empty: the nameservers of
 	// /etc/resolv.conf, the cluster DNS the pods use too.
 	DNSServer string `json:"dnsServer,omitempty"`
+	// NodeIdentity "csr" gives every gateway node its own certificate
+	// (docs/identity.md): the leader signs the gateways' CSRs, every
+	// replica holds the identity CA, and the reachability probe runs over
+	// mutual TLS with the controller's own certificate, accepting only the
+	// certificate of the node it dialed. "" (default): off. It replaces
+	// HealthTLS: giving both is an error.
+	NodeIdentity string `json:"nodeIdentity,omitempty"`
+	// NodeCertDuration caps the life of the certificates issued with
+	// NodeIdentity (default 24h); they are renewed at 2/3 of it.
+	NodeCertDuration metav1.Duration `json:"nodeCertDuration,omitempty"`
+	// GatewayServiceAccount is the ServiceAccount ("namespace:name",
+	// default egret-system:egret-gateway) whose node-bound pod tokens may
+	// ask for gateway certificates; the identity CA lives in its namespace.
+	GatewayServiceAccount string `json:"gatewayServiceAccount,omitempty"`
 	// Cloud turns on attaching egress IPs to the nodes' cloud interfaces
 	// (docs/cloud.md); off by default.
 	Cloud cloud.Config `json:"cloud,omitzero"`
@@ -127,6 +148,23 @@ func (c Config) Validate() error {
 	}
 	if err := c.HealthTLS.files().Check(); err != nil {
 		errs = append(errs, fmt.Errorf("healthTLS: %w", err))
+	}
+	switch c.NodeIdentity {
+	case NodeIdentityOff:
+	case NodeIdentityCSR:
+		if c.HealthTLS.files().Enabled() {
+			errs = append(errs, errors.New("nodeIdentity csr and the healthTLS files (--health-tls-*) both secure the reachability probe: choose one"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("nodeIdentity is %q; it must be %q or empty (off)", c.NodeIdentity, NodeIdentityCSR))
+	}
+	if c.NodeCertDuration.Duration < 0 {
+		errs = append(errs, fmt.Errorf("nodeCertDuration is %v; it must be positive (0: the default %v)", c.NodeCertDuration.Duration, identity.DefaultCertDuration))
+	}
+	if c.GatewayServiceAccount != "" {
+		if _, _, err := identity.SplitServiceAccount(c.GatewayServiceAccount); err != nil {
+			errs = append(errs, fmt.Errorf("gatewayServiceAccount: %w", err))
+		}
 	}
 	if c.ProbeInterval.Duration < 0 {
 		errs = append(errs, fmt.Errorf("probeInterval is %v; it must be positive", c.ProbeInterval.Duration))
@@ -193,6 +231,12 @@ func (c Config) withDefaults() Config {
 	c.DNSMinTTL.Duration, c.DNSMaxTTL.Duration = ttls.Min, ttls.Max
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
+	}
+	if c.NodeCertDuration.Duration == 0 {
+		c.NodeCertDuration.Duration = identity.DefaultCertDuration
+	}
+	if c.GatewayServiceAccount == "" {
+		c.GatewayServiceAccount = identity.DefaultGatewayServiceAccount
 	}
 	if c.KubeAPIQPS == 0 {
 		c.KubeAPIQPS = DefaultKubeAPIQPS

@@ -186,3 +186,51 @@ func TestDNSSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeIdentitySettings: --node-identity=csr and its companions from the
+// file and the flags, and what is refused.
+func TestNodeIdentitySettings(t *testing.T) {
+	c, err := LoadConfig(writeFile(t, "nodeIdentity: csr\nnodeCertDuration: 2h\ngatewayServiceAccount: gw:sa\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeIdentity != NodeIdentityCSR || c.NodeCertDuration.Duration != 2*time.Hour || c.GatewayServiceAccount != "gw:sa" {
+		t.Errorf("parsed %+v", c)
+	}
+	d := Config{}.withDefaults()
+	if d.NodeIdentity != "" || d.NodeCertDuration.Duration != 24*time.Hour || d.GatewayServiceAccount != "egret-system:egret-gateway" {
+		t.Errorf("defaults: nodeIdentity %q, nodeCertDuration %v, gatewayServiceAccount %q", d.NodeIdentity, d.NodeCertDuration.Duration, d.GatewayServiceAccount)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"nodeIdentity: x509\n", `nodeIdentity is "x509"`},
+		{"nodeIdentity: csr\nhealthTLS: {certFile: a, keyFile: b, caFile: c}\n", "choose one"},
+		{"nodeCertDuration: -1h\n", "nodeCertDuration"},
+		{"gatewayServiceAccount: egret-gateway\n", "namespace:name"},
+	} {
+		if _, err := LoadConfig(writeFile(t, tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one mentioning %q", tc.body, err, tc.want)
+		}
+	}
+
+	parse := func(args ...string) (Config, error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		f := BindFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return f.Config()
+	}
+	c, err = parse("--node-identity=csr", "--node-cert-duration=90m", "--gateway-service-account=a:b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeIdentity != NodeIdentityCSR || c.NodeCertDuration.Duration != 90*time.Minute || c.GatewayServiceAccount != "a:b" {
+		t.Errorf("flags gave %+v", c)
+	}
+	if _, err := parse("--node-identity=csr", "--health-tls-cert=a", "--health-tls-key=b", "--health-tls-ca=c"); err == nil || !strings.Contains(err.Error(), "choose one") {
+		t.Errorf("--node-identity=csr with --health-tls-*: %v, want an error", err)
+	}
+	if _, err := parse("--node-identity=csr", "--source=dir:/tmp"); err == nil || !strings.Contains(err.Error(), "--source=kube") {
+		t.Errorf("--node-identity=csr with a dir: source: %v, want an error", err)
+	}
+}

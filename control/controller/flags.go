@@ -10,6 +10,7 @@ import (
 
 	"github.com/egret-gw/egret/control/dnsres"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/control/identity"
 )
 
 // Flags are the command-line options of `egret controller`; values given on
@@ -43,6 +44,9 @@ type Flags struct {
 	dnsMinTTL     time.Duration
 	dnsMaxTTL     time.Duration
 	dnsServer     string
+	nodeIdentity  string
+	nodeCertLife  time.Duration
+	gatewaySA     string
 }
 
 // BindFlags defines the controller's flags on fs.
@@ -76,6 +80,9 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.dnsMinTTL, "dns-min-ttl", dnsres.DefaultMinTTL, "EgressIPTraffic dnsNames: shortest time an answer is kept before the name is resolved again (floor of the TTL; also the retry interval after a failure)")
 	fs.DurationVar(&f.dnsMaxTTL, "dns-max-ttl", dnsres.DefaultMaxTTL, "EgressIPTraffic dnsNames: longest time an answer is kept (ceiling of the TTL)")
 	fs.StringVar(&f.dnsServer, "dns-server", "", "EgressIPTraffic dnsNames: the DNS server to ask (IP[:port]); default: the nameservers of /etc/resolv.conf")
+	fs.StringVar(&f.nodeIdentity, "node-identity", "", `"csr": give each gateway node its own certificate through CSRs this controller signs (leader), and probe gateways over mutual TLS bound to the node dialed (docs/identity.md); "" (default): off. Not with --health-tls-*`)
+	fs.DurationVar(&f.nodeCertLife, "node-cert-duration", identity.DefaultCertDuration, "with --node-identity=csr: the longest life of an issued certificate (renewed at 2/3 of it)")
+	fs.StringVar(&f.gatewaySA, "gateway-service-account", identity.DefaultGatewayServiceAccount, "with --node-identity=csr: namespace:name of the ServiceAccount whose node-bound pod tokens may ask for gateway certificates; the identity CA is kept in its namespace")
 	return f
 }
 
@@ -138,8 +145,17 @@ func (f *Flags) Config() (Config, error) {
 			c.DNSMaxTTL.Duration = f.dnsMaxTTL
 		case "dns-server":
 			c.DNSServer = f.dnsServer
+		case "node-identity":
+			c.NodeIdentity = f.nodeIdentity
+		case "node-cert-duration":
+			c.NodeCertDuration.Duration = f.nodeCertLife
+		case "gateway-service-account":
+			c.GatewayServiceAccount = f.gatewaySA
 		}
 	})
+	if c.NodeIdentity == NodeIdentityCSR && f.Source != "kube" {
+		return Config{}, fmt.Errorf("--node-identity=csr needs --source=kube: the certificates are asked for and issued through the API server (source %q)", f.Source)
+	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
+	"github.com/egret-gw/egret/control/identity"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
@@ -33,6 +35,10 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 	full := cfg.withDefaults()
 	restCfg = rest.CopyConfig(restCfg)
 	restCfg.QPS, restCfg.Burst = full.KubeAPIQPS, full.KubeAPIBurst
+	ident, err := startIdentity(ctx, restCfg, full, log)
+	if err != nil {
+		return err
+	}
 	runOnce := func(ctx context.Context) error {
 		// The assignment reads EgressIPs and Nodes only; the DNS names of
 		// EgressIPTraffic objects are resolved here too.
@@ -46,6 +52,14 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 		}
 		c.SetMetrics(m)
 		c.networkConfig = src.WatchReachabilityTimeout
+		if ident != nil {
+			c.reach.useIdentity(ident.store)
+			stop, err := ident.sign(ctx, full, m, log)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		if cfg.Cloud.Provider != cloud.ProviderNone {
 			p, err := cloud.New(ctx, cfg.Cloud)
 			if err != nil {
@@ -132,4 +146,58 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 		}
 	}
 	return nil
+}
+
+// nodeIdentity is what every replica holds with --node-identity=csr: the
+// identity CA and its own client certificate.
+type nodeIdentity struct {
+	client kubernetes.Interface
+	ca     *identity.CA
+	store  *identity.Store
+}
+
+// startIdentity loads (or makes) the identity CA and issues this replica
+// its certificate, renewed until ctx ends; nil when node identity is off.
+// Every replica does it, not only the leader, so a new leader probes with
+// a certificate at once.
+func startIdentity(ctx context.Context, restCfg *rest.Config, cfg Config, log *slog.Logger) (*nodeIdentity, error) {
+	if cfg.NodeIdentity != NodeIdentityCSR {
+		return nil, nil
+	}
+	ns, _, err := identity.SplitServiceAccount(cfg.GatewayServiceAccount)
+	if err != nil {
+		return nil, err // Validate caught it
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	ca, err := identity.LoadCA(ctx, cs, ns)
+	if err != nil {
+		return nil, err
+	}
+	st, err := identity.ControllerStore(ctx, ca, cfg.NodeCertDuration.Duration, log)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeIdentity{client: cs, ca: ca, store: st}, nil
+}
+
+// sign runs the CSR signer (the leader's part) until ctx ends or the
+// returned stop is called; stop waits for it to end, so two leaders never
+// sign at once.
+func (id *nodeIdentity) sign(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (stop func(), err error) {
+	sel, _ := labels.Parse(cfg.NodeSelector) // Validate checked it
+	s, err := identity.NewSigner(identity.SignerConfig{Client: id.client, CA: id.ca, ServiceAccount: cfg.GatewayServiceAccount,
+		NodeSelector: sel, Duration: cfg.NodeCertDuration.Duration, Log: log, Result: m.NodeCertificate})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	return func() { cancel(); <-done }, nil
 }

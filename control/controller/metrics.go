@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egret-gw/egret/control/identity"
 )
 
 // Metrics are the controller's Prometheus metrics (docs/metrics.md). The
@@ -26,6 +28,7 @@ type Metrics struct {
 	statusWrites    prometheus.Counter
 	statusConflicts prometheus.Counter
 	leader          prometheus.Gauge
+	nodeCerts       *prometheus.CounterVec
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -65,14 +68,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"EgressIP status updates that met a conflict and were retried."),
 		leader: newGauge("egret_controller_leader",
 			"1 while this replica holds the leader lease, else 0."),
+		nodeCerts: newCounterVec("egret_controller_node_certificates_total",
+			"Gateway node certificate requests (CSRs of signer egret.io/gateway) decided by this replica: issued or denied.", "result"),
 	}
 	reg.MustRegister(c.assigned, c.unassigned, c.noStandby, c.assignSeconds, c.moves, c.failovers, c.probeSeconds,
-		c.probeFailures, c.reachable, c.heldDown, c.reconcileErrors, c.statusWrites, c.statusConflicts, c.leader)
+		c.probeFailures, c.reachable, c.heldDown, c.reconcileErrors, c.statusWrites, c.statusConflicts, c.leader, c.nodeCerts)
 	// Present from the start so dashboards and alerts see 0, not "no data".
 	for _, k := range ReconcileKinds {
 		c.reconcileErrors.WithLabelValues(k)
 	}
+	for _, r := range []string{identity.ResultIssued, identity.ResultDenied} {
+		c.nodeCerts.WithLabelValues(r)
+	}
 	return c
+}
+
+// NodeCertificate counts a gateway CSR decided by the signer: result is
+// identity.ResultIssued or identity.ResultDenied.
+func (c *Metrics) NodeCertificate(result string) {
+	if c == nil {
+		return
+	}
+	c.nodeCerts.WithLabelValues(result).Inc()
 }
 
 // ReconcileKinds are the kind label values of reconcile errors.

@@ -23,6 +23,8 @@ func TestMetrics(t *testing.T) {
 	c.StatusWritten(false)
 	c.StatusWritten(true)
 	c.SetLeader(true)
+	c.NodeCertificate("issued")
+	c.NodeCertificate("issued")
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +52,8 @@ func TestMetrics(t *testing.T) {
 		{"egret_controller_status_writes_total", nil, 1},
 		{"egret_controller_status_conflicts_total", nil, 1},
 		{"egret_controller_leader", nil, 1},
+		{"egret_controller_node_certificates_total", []string{"result=issued"}, 2},
+		{"egret_controller_node_certificates_total", []string{"result=denied"}, 0},
 	}
 	for _, ck := range checks {
 		if got := promtest.MustSample(t, fams, ck.name, ck.labels...); got != ck.want {
@@ -76,5 +80,6 @@ func TestMetrics(t *testing.T) {
 	nilc.ForgetNode("x")
 	nilc.ReconcileError("x")
 	nilc.StatusWritten(true)
+	nilc.NodeCertificate("issued")
 	nilc.SetLeader(true)
 }

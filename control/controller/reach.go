@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/control/identity"
 )
 
 // reachability runs one probe loop per assignable node and remembers each
@@ -70,6 +73,41 @@ func newReachability(total, interval time.Duration, pt ProbeTLS, log *slog.Logge
 	}
 	return &reachability{total: total, interval: interval, prober: health.NewProber(health.ProbeTLS(tc)), log: log,
 		onChange: onChange, nodes: map[string]*probeState{}}, nil
+}
+
+// useIdentity makes the probe mutual TLS with the controller's node-identity
+// certificate (--node-identity=csr); call it before start. Each
+// connection is dialed with the name of the node probed there as its TLS
+// server name, and only that node's gateway certificate is accepted.
+func (r *reachability) useIdentity(st *identity.Store) {
+	r.prober.Close()
+	r.prober = health.NewProber(health.ProbeTLS(st.ClientTLS(gatewayNamed)), health.ProbeServerName(r.nodeAt))
+}
+
+// gatewayNamed accepts the gateway certificate of node serverName only: a
+// certificate proves its node, so another gateway, or a pod that took the
+// node's address, cannot answer for it.
+func gatewayNamed(leaf *x509.Certificate, serverName string) error {
+	node, err := identity.GatewayNode(leaf)
+	if err != nil {
+		return err
+	}
+	if serverName == "" || node != serverName {
+		return fmt.Errorf("the certificate of node %s answered at the address of node %q", node, serverName)
+	}
+	return nil
+}
+
+// nodeAt names the node probed at target ("" if none).
+func (r *reachability) nodeAt(target string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, s := range r.nodes {
+		if s.target == target {
+			return name
+		}
+	}
+	return ""
 }
 
 func (r *reachability) disabled() bool {

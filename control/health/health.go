@@ -167,9 +167,10 @@ var ErrRefused = errors.New("the node refused the connection (its agent is not r
 // Prober checks the health service of many nodes, keeping one connection per
 // address so a probe is a single round trip. It is safe for concurrent use.
 type Prober struct {
-	creds credentials.TransportCredentials
-	mu    sync.Mutex
-	conns map[string]*proberConn
+	creds      credentials.TransportCredentials
+	serverName func(target string) string // nil: the target's host
+	mu         sync.Mutex
+	conns      map[string]*proberConn
 }
 
 // proberConn is the connection to one node and when a dial to it was last
@@ -192,6 +193,15 @@ func ProbeTLS(cfg *tls.Config) ProberOption {
 	}
 }
 
+// ProbeServerName makes the prober dial target with name(target) as its
+// TLS server name (the gRPC authority), when not empty. crypto/tls keeps no
+// server name for an IP target, so a check of who answered (per-node
+// certificates, ClientTLS's verify in control/identity) gets the node
+// expected there through it.
+func ProbeServerName(name func(target string) string) ProberOption {
+	return func(p *Prober) { p.serverName = name }
+}
+
 // NewProber returns a Prober with no connections yet, speaking plain gRPC
 // unless an option says otherwise.
 func NewProber(opts ...ProberOption) *Prober {
@@ -206,6 +216,12 @@ func NewProber(opts ...ProberOption) *Prober {
 func Target(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
 
 func (p *Prober) conn(target string) (*proberConn, error) {
+	var authority string
+	if p.serverName != nil {
+		// Before p.mu: the caller's lookup may take its own lock, which it
+		// may hold while it calls Forget.
+		authority = p.serverName(target)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.conns[target]; ok {
@@ -224,10 +240,13 @@ func (p *Prober) conn(target string) (*proberConn, error) {
 	bc := backoff.DefaultConfig
 	bc.BaseDelay = 50 * time.Millisecond
 	bc.MaxDelay = 500 * time.Millisecond
-	c, err := grpc.NewClient("passthrough:///"+target,
-		grpc.WithTransportCredentials(p.creds),
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(p.creds),
 		grpc.WithContextDialer(dial),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 200 * time.Millisecond}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 200 * time.Millisecond})}
+	if authority != "" {
+		opts = append(opts, grpc.WithAuthority(authority))
+	}
+	c, err := grpc.NewClient("passthrough:///"+target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("health client for %s: %w", target, err)
 	}
