@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,11 +20,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/egret-gw/egret/control/cloud"
 	"github.com/egret-gw/egret/control/cluster"
 	"github.com/egret-gw/egret/control/gwagent"
 	"github.com/egret-gw/egret/control/health"
+	"github.com/egret-gw/egret/control/identity"
 	"github.com/egret-gw/egret/gateway"
 	"github.com/egret-gw/egret/gateway/config"
 	"github.com/egret-gw/egret/gateway/engine"
@@ -85,6 +88,7 @@ type gatewayFlags struct {
 	cloud            cloud.Config
 	syncAddr         string
 	syncKeyFile      string
+	nodeIdentity     string
 	stateFile        string
 	pod, podNS       string
 	flowsSocket      string
@@ -159,6 +163,7 @@ func (f *gatewayFlags) bindAgent() {
 	fs.StringVar(&f.cloud.Provider, "cloud-provider", "", `agent mode with the Kubernetes API and --publish-interfaces: this node is an instance of this cloud ("aws", "gcp", "azure"; on OpenStack the controller does it); also write its cloud.network.openshift.io/egress-ipconfig (interface, subnets, capacity) unless another component owns it (docs/cloud.md)`)
 	fs.StringVar(&f.syncAddr, "sync-addr", defaultSyncAddr(), "agent mode: where the flow sync listens for the flows of the egress IPs this node stands by for; default $HOST_IP:9108, the node's InternalIP in a pod, else every address (docs/continuity.md)")
 	fs.StringVar(&f.syncKeyFile, "sync-key-file", "", "agent mode: the flow sync's pre-shared key (a Secret's key mounted as a file, at least 32 bytes); without it flows are not synced to standbys")
+	fs.StringVar(&f.nodeIdentity, "node-identity", "", `agent mode with the Kubernetes API: "csr": this node's own certificate, issued by the controller through a CertificateSigningRequest (signer `+identity.SignerName+`), authenticates the flow sync and the health service (instead of --health-tls-*): mutual TLS bound to node names (docs/identity.md); the CA is read from the ConfigMap `+identity.CAName+` in --pod-namespace. With a --sync-key-file that exists as well (an upgrade from the shared key), peers and controllers of the previous release are still accepted: the key on the flow sync, plain gRPC on the health port. "": off`)
 	fs.StringVar(&f.pod, "pod", os.Getenv("POD_NAME"), "agent mode with the Kubernetes API: this gateway's pod (default $POD_NAME): on SIGTERM, if its DaemonSet is gone (uninstall), the XDP program is detached and no state file written, as without --state-file")
 	fs.StringVar(&f.podNS, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod (default $POD_NAMESPACE)")
 	fs.BoolVar(&f.admission, "admission", true, "agent mode with the Kubernetes API: an nftables table (inet "+engine.AdmitTable+") admits the health port only from the controller's pods and nodes, the flow sync only from gateway nodes and the metrics port only from the scraper's pods and nodes and --metrics-allow (docs/security.md#admission-filter)")
@@ -222,7 +227,10 @@ func (f *gatewayFlags) check() error {
 		if err := f.healthTLS.Check(); err != nil {
 			return fmt.Errorf("--health-tls-cert, --health-tls-key, --health-tls-client-ca: %w", err)
 		}
-		if f.syncKeyFile != "" {
+		if err := f.checkNodeIdentity(); err != nil {
+			return err
+		}
+		if f.syncKeyFile != "" || f.nodeIdentity != "" {
 			if err := checkListenAddr("--sync-addr", f.syncAddr); err != nil {
 				return err
 			}
@@ -230,6 +238,26 @@ func (f *gatewayFlags) check() error {
 		if _, err := f.admissionOptions(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkNodeIdentity refuses --node-identity where it cannot work or
+// would be shadowed: it replaces the TLS files, and the certificate comes
+// from the Kubernetes API. With --sync-key-file too it is the upgrade's
+// transition (syncAuth).
+func (f *gatewayFlags) checkNodeIdentity() error {
+	switch {
+	case f.nodeIdentity == "":
+		return nil
+	case f.nodeIdentity != "csr":
+		return fmt.Errorf("--node-identity %q: use csr, or leave it empty", f.nodeIdentity)
+	case strings.HasPrefix(f.source, "dir:"):
+		return errors.New("--node-identity=csr: the certificate is issued through the Kubernetes API; a dir: source has none")
+	case f.healthTLS.Enabled():
+		return errors.New("--node-identity=csr and --health-tls-* exclude each other: the node's certificate authenticates the health service; drop one")
+	case f.podNS == "":
+		return errors.New("--node-identity=csr: --pod-namespace (or POD_NAMESPACE) names where the CA ConfigMap " + identity.CAName + " is")
 	}
 	return nil
 }
@@ -293,7 +321,7 @@ func parseMetricsAllow(v string) ([]netip.Prefix, error) {
 // admissionPorts fills a's ports from the listeners this gateway runs:
 // health (--health-addr), flow sync (only with a key) and metrics; "any"
 // in --metrics-allow leaves the metrics port unfiltered.
-func (f *gatewayFlags) admissionPorts(a *gwagent.Admission, metricsAddr string, syncKey []byte) {
+func (f *gatewayFlags) admissionPorts(a *gwagent.Admission, metricsAddr string, syncOn bool) {
 	port := func(addr string) uint16 {
 		_, p, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -305,7 +333,7 @@ func (f *gatewayFlags) admissionPorts(a *gwagent.Admission, metricsAddr string, 
 	if f.healthAddr != "" {
 		a.HealthPort = port(f.healthAddr)
 	}
-	if syncKey != nil {
+	if syncOn {
 		a.SyncPort = port(f.syncAddr)
 	}
 	if metricsAddr == "" {
@@ -562,28 +590,32 @@ func runGatewayAgent(f *gatewayFlags) error {
 	if err != nil {
 		return err
 	}
-	syncKey, err := f.loadSyncKey(log)
+	auth, err := f.syncAuth(log, in.identity)
 	if err != nil {
 		return err
+	}
+	if in.identity != nil {
+		go in.identity.Run(ctx)
+		registerIdentityMetrics(gm, in.identity.Store())
 	}
 	adm, err := f.admissionOptions()
 	if err != nil {
 		return err
 	}
 	if adm != nil {
-		f.admissionPorts(adm, cf.file.MetricsAddr, syncKey)
+		f.admissionPorts(adm, cf.file.MetricsAddr, auth.on())
 	}
-	dp := &agentDataPlane{f: f, gm: gm, log: log, syncKey: syncKey, final: in.final, admission: adm}
+	dp := &agentDataPlane{f: f, gm: gm, log: log, auth: auth, final: in.final, admission: adm}
 	var src cluster.Source
 	src, dp.admit = syncAdmission(in.src, f.node)
 	dp.denied = &gwagent.DeniedEvents{Node: f.node, Record: src.Event, Log: log}
 	leaseMode, _ := gwagent.ParseLeaseMode(f.controllerLease) // checked with the flags
-	a := &gwagent.Agent{Drain: f.drainFor(syncKey), Node: f.node, Base: *cf.base, Source: src, FenceAfter: f.fenceAfter, Log: log,
+	a := &gwagent.Agent{Drain: f.drainFor(auth.on()), Node: f.node, Base: *cf.base, Source: src, FenceAfter: f.fenceAfter, Log: log,
 		ControllerLease: leaseMode,
 		Options:         gwagent.Options{TrustPodIPs: f.trustPodIPs, Admission: adm}, StartDataPlane: dp.start,
 		ReleaseStale: engine.ReleaseStaleClaims, OnStandbys: dp.setStandbys}
 	if f.healthAddr != "" {
-		if a.Health, err = f.startHealth(gm, log); err != nil {
+		if a.Health, err = f.startHealth(gm, log, in.identity, auth.transition()); err != nil {
 			return err
 		}
 		defer a.Health.Stop()
@@ -637,6 +669,9 @@ type agentInputs struct {
 	facts  *gwagent.Facts     // nil: the node's subnets are not published
 	final  func() bool        // whether a stop is an uninstall (engine.Handover); nil: never
 	onBase func(*config.Spec) // a reload's interfaces, for the published subnets
+	// identity keeps this node's certificate (--node-identity=csr); nil:
+	// none. Run is the caller's.
+	identity *identity.Requester
 }
 
 // agentInputs opens the source the flags name and, with the Kubernetes API,
@@ -658,6 +693,15 @@ func (f *gatewayFlags) agentInputs(ctx context.Context, base *config.Spec, log *
 		return nil, err
 	}
 	in.src = kube
+	if f.nodeIdentity != "" {
+		cs, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			return nil, err
+		}
+		if in.identity, err = identity.NewRequester(identity.RequesterConfig{Client: cs, Namespace: f.podNS, Node: f.node, Log: log}); err != nil {
+			return nil, err
+		}
+	}
 	if f.pod != "" && f.podNS != "" {
 		in.final = func() bool {
 			gone, err := cluster.Uninstalling(restCfg, f.podNS, f.pod, "gateway", log)
@@ -683,21 +727,76 @@ func (f *gatewayFlags) agentInputs(ctx context.Context, base *config.Spec, log *
 	return in, nil
 }
 
+// syncAuth is how the flow sync authenticates its peers: a pre-shared key
+// (--sync-key-file), this node's certificate (--node-identity=csr), or both
+// during an upgrade from the key (certificates first, the key with peers
+// that speak only it). With neither the sync is off.
+type syncAuth struct {
+	key []byte
+	tls *flowsync.TLS
+}
+
+func (a syncAuth) on() bool { return a.key != nil || a.tls != nil }
+
+// transition reports whether the previous release's authentication is
+// still accepted beside the certificates: the key file is there.
+func (a syncAuth) transition() bool { return a.key != nil && a.tls != nil }
+
+// syncAuth is the flow sync's authentication from the flags: the key
+// file's, and the node's certificate when id is set (peers must present a
+// gateway node's certificate, and the node in it is the peer).
+func (f *gatewayFlags) syncAuth(log *slog.Logger, id *identity.Requester) (syncAuth, error) {
+	key, err := f.loadSyncKey(log)
+	if err != nil || id == nil {
+		return syncAuth{key: key}, err
+	}
+	if key != nil {
+		log.Warn("gateway agent: node identity with the shared flow sync key too: peers and controllers of the previous release are still accepted; delete the Secret egret-flow-sync once every gateway runs this release (docs/identity.md)")
+	}
+	st := id.Store()
+	gatewayOnly := func(leaf *x509.Certificate) error {
+		_, err := identity.GatewayNode(leaf)
+		return err
+	}
+	return syncAuth{key: key, tls: &flowsync.TLS{
+		Server:   st.ServerTLS(gatewayOnly),
+		Client:   st.ClientTLS(func(leaf *x509.Certificate, _ string) error { return gatewayOnly(leaf) }),
+		PeerNode: identity.GatewayNode,
+	}}, nil
+}
+
+// registerIdentityMetrics registers the expiry of this node's certificate,
+// read from st at scrape time: an alert on it catches a signer that stopped
+// renewing long before the flow sync and the probe fail.
+func registerIdentityMetrics(gm *gatewayMetrics, st *identity.Store) {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "egret_gateway_node_certificate_expiry_timestamp_seconds",
+		Help: "When this node's certificate (--node-identity=csr) expires, in Unix seconds; 0 until the controller issued one."},
+		func() float64 {
+			if t := st.NotAfter(); !t.IsZero() {
+				return float64(t.Unix())
+			}
+			return 0
+		})
+	if err := gm.reg.Register(g); err != nil {
+		gm.log.Warn("gateway agent: node certificate metric not registered", "err", err)
+	}
+}
+
 // agentDataPlane starts the engine for the agent's first usable
 // configuration (gwagent.Agent.StartDataPlane), with the flow sync when
-// there is a key, and points the sync at the standbys the agent names.
+// it is authenticated (syncAuth), and points the sync at the standbys the agent names.
 type agentDataPlane struct {
-	f       *gatewayFlags
-	gm      *gatewayMetrics
-	log     *slog.Logger
-	syncKey []byte
-	admit   func() *flowsync.Admission
-	final   func() bool
+	f     *gatewayFlags
+	gm    *gatewayMetrics
+	log   *slog.Logger
+	auth  syncAuth
+	admit func() *flowsync.Admission
+	final func() bool
 	// admission is the agent's admission filter, nil when off: its drop
 	// counters are registered once the engine runs.
 	admission *gwagent.Admission
 	eng       *engine.Engine // set once running
-	sync      *flowsync.Sync // set once running with a key
+	sync      *flowsync.Sync // set once running with the sync on
 	// denied tells pods about connections the deny-list refused;
 	// stopDenied ends it (set once running).
 	denied     *gwagent.DeniedEvents
@@ -719,8 +818,8 @@ func (d *agentDataPlane) start(s *config.Settled) (gwagent.DataPlane, error) {
 	log.Info("gateway: running", "modes", e.Modes(), "node", f.node, "source", f.source+f.kubeconfig)
 	d.eng = e
 	d.stopDenied = d.denied.Follow(context.Background(), e.Pipeline())
-	if d.syncKey != nil {
-		if d.sync, err = startFlowSync(f, d.syncKey, d.admit, e, d.gm, log); err != nil {
+	if d.auth.on() {
+		if d.sync, err = startFlowSync(f, d.auth, d.admit, e, d.gm, log); err != nil {
 			e.Close()
 			return nil, err
 		}
@@ -801,23 +900,23 @@ func registerFenceMetrics(gm *gatewayMetrics, a *gwagent.Agent) {
 }
 
 // startHealth starts the health service (listenHealth) with its metric.
-func (f *gatewayFlags) startHealth(gm *gatewayMetrics, log *slog.Logger) (*health.Server, error) {
-	hs, err := f.listenHealth()
+func (f *gatewayFlags) startHealth(gm *gatewayMetrics, log *slog.Logger, id *identity.Requester, alsoPlain bool) (*health.Server, error) {
+	hs, err := f.listenHealth(id, alsoPlain)
 	if err != nil {
 		return nil, err
 	}
 	if err := metrics.RegisterRefused(gm.reg, "health", hs.Refused); err != nil {
 		log.Warn("gateway agent: health listener metric not registered", "err", err)
 	}
-	log.Info("gateway agent: serving health checks", "addr", hs.Addr().String(), "mtls", f.healthTLS.Enabled(), "max_conns", f.healthMaxConns)
+	log.Info("gateway agent: serving health checks", "addr", hs.Addr().String(), "mtls", f.healthTLS.Enabled() || id != nil, "node_identity", id != nil, "also_plain", alsoPlain, "max_conns", f.healthMaxConns)
 	return hs, nil
 }
 
-// drainFor is Agent.Drain: only with the flow sync on (a key) do the
-// standbys hold the flows; without it an IP moved at a stop loses them, and
-// staying for the next process (--state-file) is the better bet.
-func (f *gatewayFlags) drainFor(syncKey []byte) time.Duration {
-	if syncKey == nil {
+// drainFor is Agent.Drain: only with the flow sync on do the standbys hold
+// the flows; without it an IP moved at a stop loses them, and staying for
+// the next process (--state-file) is the better bet.
+func (f *gatewayFlags) drainFor(syncOn bool) time.Duration {
+	if !syncOn {
 		return 0
 	}
 	return f.drain
@@ -848,8 +947,8 @@ func (f *gatewayFlags) loadSyncKey(log *slog.Logger) ([]byte, error) {
 
 // startFlowSync starts sending the flows of the egress IPs e hosts to their
 // standbys and holding those of the IPs this node stands by for.
-func startFlowSync(f *gatewayFlags, key []byte, admit func() *flowsync.Admission, e *engine.Engine, gm *gatewayMetrics, log *slog.Logger) (*flowsync.Sync, error) {
-	cfg := flowsync.Config{Node: f.node, Key: key, Pipeline: e.Pipeline(), Clock: e.Now, Admission: admit, Log: log}
+func startFlowSync(f *gatewayFlags, auth syncAuth, admit func() *flowsync.Admission, e *engine.Engine, gm *gatewayMetrics, log *slog.Logger) (*flowsync.Sync, error) {
+	cfg := flowsync.Config{Node: f.node, Key: auth.key, TLS: auth.tls, Pipeline: e.Pipeline(), Clock: e.Now, Admission: admit, Log: log}
 	if host, _, err := net.SplitHostPort(f.syncAddr); err == nil {
 		cfg.Source, _ = netip.ParseAddr(host) // the node's address when --sync-addr names one
 	}
@@ -864,7 +963,7 @@ func startFlowSync(f *gatewayFlags, key []byte, admit func() *flowsync.Admission
 	if err := metrics.RegisterSync(gm.reg, s.Stats); err != nil {
 		log.Warn("gateway agent: flow sync metrics not registered", "err", err)
 	}
-	log.Info("gateway agent: flow sync running", "addr", s.Addr().String())
+	log.Info("gateway agent: flow sync running", "addr", s.Addr().String(), "node_identity", auth.tls != nil)
 	return s, nil
 }
 
@@ -889,10 +988,20 @@ func defaultHealthAddr() string {
 }
 
 // listenHealth starts the health service as the flags say, NOT_SERVING
-// until the data plane runs.
-func (f *gatewayFlags) listenHealth() (*health.Server, error) {
+// until the data plane runs. With the node's certificate (id) only the
+// controller's certificate may probe it over TLS; until the first
+// certificate is issued every handshake fails. alsoPlain (the upgrade's
+// transition) answers plain gRPC too, unauthenticated: the previous
+// release's controller probes so.
+func (f *gatewayFlags) listenHealth(id *identity.Requester, alsoPlain bool) (*health.Server, error) {
 	opts := []health.Option{health.NotServing(), health.MaxConns(f.healthMaxConns)}
-	if f.healthTLS.Enabled() {
+	switch {
+	case id != nil:
+		opts = append(opts, health.TLS(id.Store().ServerTLS(identity.Controller)))
+		if alsoPlain {
+			opts = append(opts, health.AlsoPlain())
+		}
+	case f.healthTLS.Enabled():
 		tc, err := health.ServerTLS(f.healthTLS)
 		if err != nil {
 			return nil, err

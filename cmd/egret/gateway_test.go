@@ -36,6 +36,37 @@ func TestReloaderKeepsRunningConfigOnError(t *testing.T) {
 	}
 }
 
+// TestNodeIdentityFlags: --node-identity=csr is taken with the Kubernetes
+// API and a namespace for the CA, with the shared key too (an upgrade's
+// transition), and refused beside the TLS files it replaces or where no
+// certificate can be issued.
+func TestNodeIdentityFlags(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	ok := []string{"--source=kube", "--node=g1", "--pod-namespace=egret-system", "--node-identity=csr"}
+	f, err := parseGatewayFlags(ok)
+	if err != nil {
+		t.Fatalf("%q: %v", ok, err)
+	}
+	if f.nodeIdentity != "csr" {
+		t.Fatalf("--node-identity %q", f.nodeIdentity)
+	}
+	if _, err := parseGatewayFlags(append(ok[:4:4], "--sync-key-file=/etc/egret-sync/key")); err != nil {
+		t.Errorf("with the shared key too: %v", err)
+	}
+	for _, bad := range [][]string{
+		append(ok[:4:4], "--health-tls-cert=/c", "--health-tls-key=/k", "--health-tls-client-ca=/ca"),
+		{"--source=kube", "--node=g1", "--node-identity=csr"},
+		{"--source=dir:/x", "--node=g1", "--pod-namespace=egret-system", "--node-identity=csr"},
+		{"--source=kube", "--node=g1", "--pod-namespace=egret-system", "--node-identity=spiffe"},
+	} {
+		if _, err := parseGatewayFlags(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		} else {
+			t.Logf("%q: %v", bad, err)
+		}
+	}
+}
+
 // TestHealthListenerFlags: the health service binds the node's InternalIP
 // from HOST_IP by default, listens there for real with the connection cap
 // the flag sets, and half-given TLS settings are refused.
@@ -49,7 +80,7 @@ func TestHealthListenerFlags(t *testing.T) {
 		t.Errorf("default --health-addr %q with HOST_IP=127.0.0.1, want 127.0.0.1:9107", f.healthAddr)
 	}
 	f.healthAddr = "127.0.0.1:0"
-	hs, err := f.listenHealth()
+	hs, err := f.listenHealth(nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,12 +174,12 @@ func TestAdmissionFlags(t *testing.T) {
 	if got := fmt.Sprintf("%v %s %v %q %v", a.MetricsAllow, a.ControllerNamespace, a.ControllerSelector, a.ScraperNamespace, a.ScraperSelector); got != `[10.9.0.0/16 192.0.2.7/32] egret-system app.kubernetes.io/name=egret-controller "" app.kubernetes.io/name=prometheus` {
 		t.Errorf("admission options %s", got)
 	}
-	f.admissionPorts(a, "", []byte("key"))
+	f.admissionPorts(a, "", true)
 	if a.HealthPort != 9107 || a.SyncPort != 9108 || a.MetricsPort != 9110 {
 		t.Errorf("ports %d %d %d, want 9107 9108 9110", a.HealthPort, a.SyncPort, a.MetricsPort)
 	}
 	a.HealthPort, a.SyncPort, a.MetricsPort = 0, 0, 0
-	f.admissionPorts(a, "off", nil)
+	f.admissionPorts(a, "off", false)
 	if a.HealthPort != 9107 || a.SyncPort != 0 || a.MetricsPort != 0 {
 		t.Errorf("without a sync key and metrics off: ports %d %d %d, want 9107 0 0", a.HealthPort, a.SyncPort, a.MetricsPort)
 	}
@@ -158,7 +189,7 @@ func TestAdmissionFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ = f.admissionOptions()
-	f.admissionPorts(a, "[10.0.0.21]:9110", nil)
+	f.admissionPorts(a, "[10.0.0.21]:9110", false)
 	if a.MetricsPort != 0 {
 		t.Errorf("--metrics-allow=any filters the metrics port %d", a.MetricsPort)
 	}
