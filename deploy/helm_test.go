@@ -323,12 +323,13 @@ func isMonitoring(o obj) bool {
 	return monitoringKinds[o.kind()] || monitoringKinds[o.kind()+"/"+o.name()]
 }
 
-// tlsValues turn on mutual TLS for the reachability probe. They are not in
-// otherValues because --check-config loads the certificates, which only the
-// cluster's Secrets hold.
+// tlsValues turn on mutual TLS for the reachability probe from Secrets
+// (instead of the nodes' own certificates). They are not in otherValues
+// because --check-config loads the certificates, which only the cluster's
+// Secrets hold.
 var tlsValues = []string{
 	"--namespace", "egress",
-	"--set", "healthTLS.gatewaySecret=gw-probe-tls,healthTLS.controllerSecret=ctl-probe-tls",
+	"--set", "nodeIdentity=,healthTLS.gatewaySecret=gw-probe-tls,healthTLS.controllerSecret=ctl-probe-tls",
 }
 
 // cloudValues turn on cloud attachment with workload identity, as
@@ -603,6 +604,43 @@ func TestHelmValues(t *testing.T) {
 			}
 		}
 	}
+	// Node identity (the default): both sides are told, and the controller
+	// signs for the gateway ServiceAccount of the release namespace; the
+	// gateway still reads the shared key if its Secret exists (an
+	// upgrade's transition), and only it with nodeIdentity "".
+	argsOf := func(o obj) []string {
+		return args(get(o, "spec", "template", "spec", "containers", 0).(map[string]any))
+	}
+	mountsKey := func(o obj) bool {
+		for _, v := range get(o, "spec", "template", "spec", "volumes").([]any) {
+			if str(v, "secret", "secretName") == "egret-flow-sync" {
+				return true
+			}
+		}
+		return false
+	}
+	byName := map[string]obj{}
+	for _, m := range helmTemplate(t, hb, "--namespace", "egress") {
+		byName[m.o.kind()+"/"+m.o.name()] = m.o
+	}
+	gwArgs, ctlArgs := argsOf(byName["DaemonSet/egret-gateway"]), argsOf(byName["Deployment/egret-controller"])
+	for _, want := range []string{"--node-identity=csr"} {
+		if !slices.Contains(gwArgs, want) {
+			t.Errorf("default gateway args %q lack %s", gwArgs, want)
+		}
+		if !slices.Contains(ctlArgs, want) {
+			t.Errorf("default controller args %q lack %s", ctlArgs, want)
+		}
+	}
+	if want := "--gateway-service-account=egress:egret-gateway"; !slices.Contains(ctlArgs, want) {
+		t.Errorf("default controller args %q lack %s", ctlArgs, want)
+	}
+	if !slices.Contains(gwArgs, "--sync-key-file=/etc/egret-sync/key") || !mountsKey(byName["DaemonSet/egret-gateway"]) {
+		t.Errorf("with node identity the gateway does not read the previous release's key: args %q", gwArgs)
+	}
+	if g := tls["DaemonSet/egret-gateway"]; !slices.Contains(argsOf(g), "--sync-key-file=/etc/egret-sync/key") || !mountsKey(g) || slices.Contains(argsOf(g), "--node-identity=csr") {
+		t.Errorf("nodeIdentity=\"\": the gateway does not read the shared key: args %q", argsOf(g))
+	}
 	// The node-facts policy names the gateway's ServiceAccount in the release namespace.
 	if e := str(tls["ValidatingAdmissionPolicy/egret-gateway-node-facts"], "spec", "matchConditions", 0, "expression"); !strings.Contains(e, "system:serviceaccount:egress:egret-gateway") {
 		t.Errorf("ValidatingAdmissionPolicy egret-gateway-node-facts in release namespace egress matches %q", e)
@@ -759,6 +797,9 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		// One side with TLS and the other without would move every egress IP.
 		{"healthTLS.gatewaySecret=gw-probe-tls", "healthTLS"},
 		{"healthTLS.controllerSecret=ctl-probe-tls", "healthTLS"},
+		// Two authentications of the probe at once.
+		{"healthTLS.gatewaySecret=gw-probe-tls,healthTLS.controllerSecret=ctl-probe-tls", "nodeIdentity"},
+		{"nodeIdentity=spiffe", "nodeIdentity"},
 		{"cloud.provider=vsphere", "provider"},
 		// The controller has no credentials without it.
 		{"cloud.provider=openstack", "cloudsSecret"},

@@ -84,6 +84,20 @@ allowCiliumHostRouting: true
 {{- end }}
 {{- end }}
 
+{{/* egret.nodeIdentity is "true" when each gateway node authenticates by
+its own certificate, issued by the controller (nodeIdentity: csr); it
+replaces the file-based probe TLS and the flow sync's shared key. */}}
+{{- define "egret.nodeIdentity" -}}
+{{- $m := .Values.nodeIdentity | default "" }}
+{{- if eq $m "csr" }}
+{{- if include "egret.healthTLS" . }}
+{{- fail "nodeIdentity=csr and healthTLS exclude each other: the nodes' own certificates authenticate the probe; empty one of them" }}
+{{- end }}true
+{{- else if $m }}
+{{- fail (printf "nodeIdentity %q: use csr, or \"\" for the shared flow sync key and healthTLS" $m) }}
+{{- end }}
+{{- end }}
+
 {{/* egret.healthTLS is "true" when the reachability probe runs over mutual
 TLS; one Secret without the other fails the render, because a controller and
 gateways that disagree would move every egress IP. */}}
