@@ -32,8 +32,12 @@ import (
 // real API server, with deploy/rbac's rights: it makes the CA, signs a
 // gateway's CSR (the gateway asks with its pod's node-bound token), and
 // probes over mutual TLS. gw1 answers with its own certificate and is
-// reachable; at gw2's address a server presents gw1's certificate, and gw2
-// is not: a certificate proves its node, not any gateway.
+// reachable; at gw2's address, gw2 holding a certificate of its own, a
+// server presents gw1's certificate, and gw2 is not: a certificate proves
+// its node, not any gateway. gw3 holds none and answers plain gRPC (a
+// gateway of the previous release, during an upgrade): reachable, until
+// the signer issues gw3 a certificate; from then on only a TLS answer of
+// gw3 counts, and its plain one makes it unreachable.
 func TestNodeIdentityProbe(t *testing.T) {
 	env, cs, _, user := startAPI(t)
 	ctx := t.Context()
@@ -50,7 +54,11 @@ func TestNodeIdentityProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, ip := range map[string]string{"gw1": "127.0.0.2", "gw2": "127.0.0.3"} {
+	l3, err := net.Listen("tcp", net.JoinHostPort("127.0.0.4", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ip := range map[string]string{"gw1": "127.0.0.2", "gw2": "127.0.0.3", "gw3": "127.0.0.4"} {
 		n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
 			Labels: map[string]string{cluster.LabelEgressAssignable: ""}}}, metav1.CreateOptions{})
 		if err != nil {
@@ -84,23 +92,31 @@ func TestNodeIdentityProbe(t *testing.T) {
 		}
 	})
 
-	// The gateway on gw1 asks for its certificate and serves its health port.
-	req, err := identity.NewRequester(identity.RequesterConfig{Client: podClient(t, env.Config, cs, "gw1"),
-		Namespace: "egret-system", Node: "gw1", Log: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
+	// The gateways on gw1 and gw2 ask for their certificates; gw1's
+	// serves both health ports.
+	certified := func(node string) *identity.Requester {
+		req, err := identity.NewRequester(identity.RequesterConfig{Client: podClient(t, env.Config, cs, node),
+			Namespace: "egret-system", Node: node, Log: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go req.Run(ctx)
+		select {
+		case <-req.Store().Ready():
+		case <-time.After(time.Minute):
+			t.Fatalf("%s got no certificate within a minute", node)
+		}
+		return req
 	}
-	go req.Run(ctx)
-	select {
-	case <-req.Store().Ready():
-	case <-time.After(time.Minute):
-		t.Fatal("gw1 got no certificate within a minute")
-	}
+	req := certified("gw1")
+	certified("gw2")
 	tc := req.Store().ServerTLS(identity.Controller)
 	for _, l := range []net.Listener{l1, l2} {
 		s := health.Serve(l, health.TLS(tc))
 		t.Cleanup(func() { s.Stop() })
 	}
+	s3 := health.Serve(l3)
+	t.Cleanup(func() { s3.Stop() })
 
 	sample := func(name string, labels ...string) (float64, bool) {
 		fams, err := reg.Gather()
@@ -109,14 +125,25 @@ func TestNodeIdentityProbe(t *testing.T) {
 		}
 		return promtest.Sample(fams, name, labels...)
 	}
-	nstest.Until(t, "gw1 reachable over mutual TLS, gw2 (gw1's certificate at its address) not", 30*time.Second, func() (bool, string) {
-		r1, ok1 := sample("egret_controller_node_reachable", "node=gw1")
-		r2, ok2 := sample("egret_controller_node_reachable", "node=gw2")
-		return ok1 && ok2 && r1 == 1 && r2 == 0, fmt.Sprintf("gw1 %v (%v), gw2 %v (%v)", r1, ok1, r2, ok2)
-	})
-	if v, _ := sample("egret_controller_node_certificates_total", "result=issued"); v != 1 {
-		t.Fatalf("egret_controller_node_certificates_total{result=issued} = %v, want 1", v)
+	reachable := func(want map[string]float64) func() (bool, string) {
+		return func() (bool, string) {
+			ok, got := true, map[string]float64{}
+			for node, w := range want {
+				v, known := sample("egret_controller_node_reachable", "node="+node)
+				got[node] = v
+				ok = ok && known && v == w
+			}
+			return ok, fmt.Sprintf("reachable %v, want %v", got, want)
+		}
 	}
+	nstest.Until(t, "gw1 reachable over mutual TLS, gw2 (gw1's certificate at its address) not, gw3 (no certificate, plain) reachable",
+		30*time.Second, reachable(map[string]float64{"gw1": 1, "gw2": 0, "gw3": 1}))
+	if v, _ := sample("egret_controller_node_certificates_total", "result=issued"); v != 2 {
+		t.Fatalf("egret_controller_node_certificates_total{result=issued} = %v, want 2", v)
+	}
+	certified("gw3")
+	nstest.Until(t, "gw3, once certified, not reachable by its plain answer", 30*time.Second,
+		reachable(map[string]float64{"gw1": 1, "gw2": 0, "gw3": 0}))
 	if v, ok := sample("egret_controller_node_certificates_total", "result=denied"); !ok || v != 0 {
 		t.Fatalf("egret_controller_node_certificates_total{result=denied} = %v (%v), want 0", v, ok)
 	}

@@ -53,12 +53,18 @@ func RunKube(ctx context.Context, restCfg *rest.Config, cfg Config, identity str
 		c.SetMetrics(m)
 		c.networkConfig = src.WatchReachabilityTimeout
 		if ident != nil {
-			c.reach.useIdentity(ident.store)
-			stop, err := ident.sign(ctx, full, m, log)
+			signer, stop, err := ident.sign(ctx, full, m, log)
 			if err != nil {
 				return err
 			}
 			defer stop()
+			// Which nodes hold a certificate decides how each is probed:
+			// read every CSR first, or a gateway with only TLS would be
+			// probed in plain text and look down.
+			if err := waitSynced(ctx, signer, log); err != nil {
+				return err
+			}
+			c.reach.useIdentity(ident.store, signer.Certified)
 		}
 		if cfg.Cloud.Provider != cloud.ProviderNone {
 			p, err := cloud.New(ctx, cfg.Cloud)
@@ -186,12 +192,12 @@ func startIdentity(ctx context.Context, restCfg *rest.Config, cfg Config, log *s
 // sign runs the CSR signer (the leader's part) until ctx ends or the
 // returned stop is called; stop waits for it to end, so two leaders never
 // sign at once.
-func (id *nodeIdentity) sign(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (stop func(), err error) {
+func (id *nodeIdentity) sign(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (signer *identity.Signer, stop func(), err error) {
 	sel, _ := labels.Parse(cfg.NodeSelector) // Validate checked it
 	s, err := identity.NewSigner(identity.SignerConfig{Client: id.client, CA: id.ca, ServiceAccount: cfg.GatewayServiceAccount,
 		NodeSelector: sel, Duration: cfg.NodeCertDuration.Duration, Log: log, Result: m.NodeCertificate})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -199,5 +205,22 @@ func (id *nodeIdentity) sign(ctx context.Context, cfg Config, m *Metrics, log *s
 		defer close(done)
 		s.Run(ctx)
 	}()
-	return func() { cancel(); <-done }, nil
+	return s, func() { cancel(); <-done }, nil
+}
+
+// waitSynced waits until s has read every CSR of its signer, saying every
+// 10 s why nothing is probed yet.
+func waitSynced(ctx context.Context, s *identity.Signer, log *slog.Logger) error {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.Synced():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			log.Warn("identity signer: the CertificateSigningRequests are not listed yet, so no gateway is probed (RBAC: list and watch certificatesigningrequests)")
+		}
+	}
 }

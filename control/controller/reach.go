@@ -20,6 +20,10 @@ import (
 type reachability struct {
 	interval time.Duration
 	prober   *health.Prober
+	// With node identity (useIdentity): plain probes the nodes that hold
+	// no certificate yet, which certified tells apart; both nil otherwise.
+	plain     *health.Prober
+	certified func(node string) bool
 	metrics  *Metrics // set before start; nil ignores
 	log      *slog.Logger
 	// onChange is called when a node's verdict changes (or is first known).
@@ -42,6 +46,7 @@ type probeState struct {
 	known     bool // at least one probe finished
 	reachable bool
 	lastErr   string
+	by        *health.Prober // the prober of the last probe (loop only)
 }
 
 // ProbeTLS names the files of the controller's side of a mutually
@@ -79,9 +84,33 @@ func newReachability(total, interval time.Duration, pt ProbeTLS, log *slog.Logge
 // certificate (--node-identity=csr); call it before start. Each
 // connection is dialed with the name of the node probed there as its TLS
 // server name, and only that node's gateway certificate is accepted.
-func (r *reachability) useIdentity(st *identity.Store) {
+//
+// A node that holds no certificate of the CA (certified false) is probed
+// in plain gRPC: during an upgrade it is a gateway of the previous
+// release, which speaks nothing else, and refusing it would move every
+// egress IP off the gateways not yet upgraded. Once the signer issued the
+// node a certificate, only its TLS answer counts, so a plain answer from
+// whoever took the node's address no longer does.
+func (r *reachability) useIdentity(st *identity.Store, certified func(node string) bool) {
 	r.prober.Close()
 	r.prober = health.NewProber(health.ProbeTLS(st.ClientTLS(gatewayNamed)), health.ProbeServerName(r.nodeAt))
+	r.plain, r.certified = health.NewProber(), certified
+}
+
+// proberFor is the prober of node's next probe.
+func (r *reachability) proberFor(node string) *health.Prober {
+	if r.certified == nil || r.certified(node) {
+		return r.prober
+	}
+	return r.plain
+}
+
+// forget closes the connections of both probers to target.
+func (r *reachability) forget(target string) {
+	r.prober.Forget(target)
+	if r.plain != nil {
+		r.plain.Forget(target)
+	}
 }
 
 // gatewayNamed accepts the gateway certificate of node serverName only: a
@@ -134,7 +163,7 @@ func (r *reachability) setTotal(total time.Duration) {
 	}
 	for name, s := range r.nodes {
 		s.cancel()
-		r.prober.Forget(s.target)
+		r.forget(s.target)
 		r.metrics.ForgetNode(name)
 	}
 	r.nodes = map[string]*probeState{}
@@ -157,6 +186,9 @@ func (r *reachability) stop() {
 	r.mu.Unlock()
 	r.wg.Wait()
 	r.prober.Close()
+	if r.plain != nil {
+		r.plain.Close()
+	}
 }
 
 // track makes the probed set equal targets (node name → host:port); a node
@@ -171,7 +203,7 @@ func (r *reachability) track(targets map[string]string) {
 		if t, ok := targets[name]; !ok || t != s.target {
 			s.cancel()
 			delete(r.nodes, name)
-			r.prober.Forget(s.target)
+			r.forget(s.target)
 			if _, still := targets[name]; !still {
 				r.metrics.ForgetNode(name)
 			}
@@ -199,8 +231,14 @@ func (r *reachability) loop(ctx context.Context, name string, s *probeState) {
 			return
 		case <-t.C:
 		}
+		p := r.proberFor(name)
+		if s.by != nil && p != s.by {
+			s.by.Forget(s.target)
+			r.log.Info("node probed over another transport", "node", name, "tls", p == r.prober)
+		}
+		s.by = p
 		start := time.Now()
-		err := r.prober.Probe(ctx, s.target, r.timeout(), func() (health.Lease, bool) { return r.lease(name) })
+		err := p.Probe(ctx, s.target, r.timeout(), func() (health.Lease, bool) { return r.lease(name) })
 		if ctx.Err() != nil {
 			return
 		}

@@ -398,10 +398,13 @@ func TestRenewal(t *testing.T) {
 	}
 }
 
-// TestDeleteDecided: the signer deletes the CSRs it issued and denied once
-// they are older than its keep time (an hour; 2 s here), and no others.
+// TestDeleteDecided: the signer deletes the CSRs it denied once they are
+// older than its keep time (an hour; 2 s here), those it issued once their
+// certificate has expired as well, and no others.
 func TestDeleteDecided(t *testing.T) {
-	f := startKubeKeep(t, 0, 2*time.Second)
+	// Certificates of 6 s: the issued CSR stays past the keep time,
+	// until its certificate expires (Certified reads it).
+	f := startKubeKeep(t, 6*time.Second, 2*time.Second)
 	gw1 := f.podClient(t, "egret-gateway", "gw1")
 	// A CSR of another signer, older than the keep time by the end, stays.
 	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -422,8 +425,14 @@ func TestDeleteDecided(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if _, err := file(t, gw1, request{cn: "gw1"}); err != nil {
+	issued, err := file(t, gw1, request{cn: "gw1"})
+	if err != nil {
 		t.Fatalf("issue: %v", err)
+	}
+	b, _ := pem.Decode(issued)
+	leaf, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := file(t, gw1, request{cn: "gw2"}); err == nil {
 		t.Fatal("gw2's name was issued to gw1")
@@ -439,6 +448,9 @@ func TestDeleteDecided(t *testing.T) {
 			if c, isCSR := ev.Object.(*certv1.CertificateSigningRequest); isCSR && ev.Type == "DELETED" {
 				if c.Spec.SignerName != SignerName {
 					t.Fatalf("deleted %s of signer %s", c.Name, c.Spec.SignerName)
+				}
+				if len(c.Status.Certificate) > 0 && time.Now().Before(leaf.NotAfter) {
+					t.Fatalf("deleted the issued %s before its certificate expired (%v)", c.Name, leaf.NotAfter)
 				}
 				deleted[c.Name] = true
 			}

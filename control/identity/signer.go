@@ -70,11 +70,15 @@ type SignerConfig struct {
 }
 
 // Signer approves and signs, or denies, the CSRs of SignerName, and
-// deletes decided ones after an hour. Only the leader runs it.
+// deletes denied ones after an hour and issued ones once their
+// certificate has expired. Only the leader runs it.
 type Signer struct {
 	cfg      SignerConfig
 	username string
 	keep     time.Duration // keepFinished; shorter in tests
+
+	synced chan struct{} // closed once lister has read every CSR of SignerName
+	lister certlisters.CertificateSigningRequestLister
 }
 
 // NewSigner checks cfg.
@@ -101,7 +105,52 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 	if cfg.Result == nil {
 		cfg.Result = func(string) {}
 	}
-	return &Signer{cfg: cfg, username: "system:serviceaccount:" + ns + ":" + name, keep: keepFinished}, nil
+	return &Signer{cfg: cfg, username: "system:serviceaccount:" + ns + ":" + name, keep: keepFinished, synced: make(chan struct{})}, nil
+}
+
+// Synced is closed once the signer has read every CSR of its signer:
+// Certified answers for the whole cluster from then on.
+func (s *Signer) Synced() <-chan struct{} { return s.synced }
+
+// Certified reports whether node holds a gateway certificate of this CA
+// that has not expired, as the CSRs of this signer record it (issued ones
+// are kept until their certificate expires, so a new leader knows too).
+// The probe then trusts only that node's TLS answer; a node without one
+// is a gateway of the previous release (an upgrade) or one still waiting
+// for its certificate. False before Synced.
+func (s *Signer) Certified(node string) bool {
+	select {
+	case <-s.synced:
+	default:
+		return false
+	}
+	csrs, err := s.lister.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	for _, c := range csrs {
+		if leaf := s.issuedLeaf(c); leaf != nil && leaf.Subject.CommonName == node && now.Before(leaf.NotAfter) {
+			return true
+		}
+	}
+	return false
+}
+
+// issuedLeaf is the certificate this CA issued in csr, nil if none.
+func (s *Signer) issuedLeaf(csr *certv1.CertificateSigningRequest) *x509.Certificate {
+	if csr.Spec.SignerName != SignerName || len(csr.Status.Certificate) == 0 {
+		return nil
+	}
+	b, _ := pem.Decode(csr.Status.Certificate)
+	if b == nil {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(b.Bytes)
+	if err != nil || leaf.CheckSignatureFrom(s.cfg.CA.cert) != nil {
+		return nil
+	}
+	return leaf
 }
 
 // SplitServiceAccount splits "namespace:name".
@@ -144,6 +193,8 @@ func (s *Signer) Run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return
 	}
+	s.lister = lister
+	close(s.synced)
 	for {
 		name, quit := queue.Get()
 		if quit {
@@ -178,9 +229,14 @@ func (s *Signer) sync(ctx context.Context, lister certlisters.CertificateSigning
 	}
 	approved, denied := conditions(cached)
 	if denied || failed(cached) || (approved && len(cached.Status.Certificate) > 0) {
-		age := time.Since(cached.CreationTimestamp.Time)
-		if age < s.keep {
-			return s.keep - age, nil
+		wait := s.keep - time.Since(cached.CreationTimestamp.Time)
+		if leaf := s.issuedLeaf(cached); leaf != nil {
+			// Kept while its certificate is valid: it is how a leader
+			// knows the node holds one (Certified).
+			wait = max(wait, time.Until(leaf.NotAfter))
+		}
+		if wait > 0 {
+			return wait, nil
 		}
 		err := s.cfg.Client.CertificatesV1().CertificateSigningRequests().Delete(ctx, name,
 			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cached.UID}})
