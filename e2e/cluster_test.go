@@ -251,6 +251,9 @@ func TestCluster(t *testing.T) {
 	e.checkAdmission(nss[3])
 	// A worker that labels itself egress-assignable gets no gateway.
 	e.checkSelfLabel()
+	// Each gateway node holds its own certificate, and another node's is
+	// refused by the flow sync.
+	e.checkNodeIdentity()
 	// An EgressIP of the gateways' second network leaves by their eth1.
 	e.checkSecondNIC()
 	// A pod leaves as one object towards one server and as another

@@ -3,6 +3,11 @@ package e2e
 import (
 	"path/filepath"
 	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/egret-gw/egret/control/identity"
 )
 
 // checkSelfLabel (issue 33): a worker that makes itself egress-assignable,
@@ -10,8 +15,9 @@ import (
 // gateway: the label is taken (a kubelet may set it on its own Node), the
 // admin-owned label the gateway DaemonSet and the controller select is
 // refused (NodeRestriction), no gateway pod is on it, its kubelet may not
-// read the flow sync key (the node authorizer gives a kubelet only the
-// Secrets of pods bound to it), and no egress IP is placed on it.
+// read the flow sync key nor the identity CA's key (the node authorizer
+// gives a kubelet only the Secrets of pods bound to it), a certificate it
+// asks the gateway signer for is refused, and no egress IP is placed on it.
 func (e *env) checkSelfLabel() {
 	e.t.Helper()
 	const w = "w1"
@@ -29,8 +35,21 @@ func (e *env) checkSelfLabel() {
 	} else if !strings.Contains(out, "forbidden") && !strings.Contains(out, "not allowed") {
 		e.t.Errorf("self-label: setting %s failed, but not as NodeRestriction refuses: %v\n%s", gatewayLabel, err, out)
 	}
-	if out, err := as("-n", "egret-system", "get", "secret", "egret-flow-sync", "-o", "name"); err == nil || !strings.Contains(out, "forbidden") {
-		e.t.Errorf("self-label: node %s's kubelet reads the flow sync key (err %v): %s", w, err, out)
+	for _, secret := range []string{"egret-flow-sync", identity.CAName} {
+		if out, err := as("-n", "egret-system", "get", "secret", secret, "-o", "name"); err == nil || !strings.Contains(out, "forbidden") {
+			e.t.Errorf("self-label: node %s's kubelet reads the Secret %s (err %v): %s", w, secret, err, out)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, _, denied := e.requestCert(cs, w); !denied {
+		e.t.Errorf("self-label: node %s's kubelet got a gateway certificate", w)
 	}
 	if out := e.kubectl("-n", "egret-system", "get", "pods", "-l", "app.kubernetes.io/name=egret-gateway",
 		"--field-selector", "spec.nodeName="+w, "-o", "name"); strings.TrimSpace(out) != "" {
