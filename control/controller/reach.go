@@ -24,8 +24,8 @@ type reachability struct {
 	// no certificate yet, which certified tells apart; both nil otherwise.
 	plain     *health.Prober
 	certified func(node string) bool
-	metrics  *Metrics // set before start; nil ignores
-	log      *slog.Logger
+	metrics   *Metrics // set before start; nil ignores
+	log       *slog.Logger
 	// onChange is called when a node's verdict changes (or is first known).
 	onChange func()
 
