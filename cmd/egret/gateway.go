@@ -629,7 +629,12 @@ func runGatewayAgent(f *gatewayFlags) error {
 		}
 		return c.base, nil
 	}, in.onBase)
-	gm.setReady(func() error { return agentReady(a.State()) })
+	gm.setReady(func() error {
+		if err := certified(in.identity); err != nil {
+			return err
+		}
+		return agentReady(a.State())
+	})
 	registerFenceMetrics(gm, a)
 	if in.facts != nil {
 		a.OnNode = in.facts.NodeChanged
@@ -649,6 +654,22 @@ func runGatewayAgent(f *gatewayFlags) error {
 		logFinal(log, dp.eng.Stats())
 	}
 	return err
+}
+
+// certified is nil once this node holds its certificate, or without node
+// identity. Until then the gateway is not ready: the controller cannot
+// probe it over TLS nor can it sync, and a rollout must not go on to the
+// next gateway while the signer issues nothing.
+func certified(id *identity.Requester) error {
+	if id == nil {
+		return nil
+	}
+	select {
+	case <-id.Store().Ready():
+		return nil
+	default:
+		return errors.New("no node certificate yet: its CertificateSigningRequest is not issued (kubectl get csr; the controller's log says why)")
+	}
 }
 
 // agentReady is the agent's readiness, what the health service reports to

@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/egret-gw/egret/control/identity"
 )
 
 func TestReloaderKeepsRunningConfigOnError(t *testing.T) {
@@ -236,5 +240,20 @@ func TestGatewayCloudOpenStack(t *testing.T) {
 	}
 	if _, err := parseGatewayFlags([]string{"--source=kube", "--node=g1", "--health-addr=10.0.0.21:9107", "--cloud-provider=gcp"}); err != nil {
 		t.Fatalf("--cloud-provider=gcp on the gateway: %v", err)
+	}
+}
+
+// TestNotReadyWithoutCertificate: with node identity the gateway is not
+// ready until its certificate is issued; without, nothing is asked.
+func TestNotReadyWithoutCertificate(t *testing.T) {
+	if err := certified(nil); err != nil {
+		t.Fatalf("without node identity: %v", err)
+	}
+	r, err := identity.NewRequester(identity.RequesterConfig{Client: fake.NewClientset(), Namespace: "egret-system", Node: "gw1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := certified(r); err == nil || !strings.Contains(err.Error(), "CertificateSigningRequest") {
+		t.Fatalf("before any certificate: %v", err)
 	}
 }
