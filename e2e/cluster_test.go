@@ -110,6 +110,9 @@ type env struct {
 	// node ("invalid argument", retried for ever) for any selected pod,
 	// which Egret's own controller pod is when it lands there.
 	previous bool
+	// keyless: the Secret egret-flow-sync is gone and the gateways were
+	// restarted since: every flow sync session is mutual TLS.
+	keyless bool
 }
 
 func TestCluster(t *testing.T) {
@@ -269,6 +272,10 @@ func TestCluster(t *testing.T) {
 	} else {
 		e.checkDeniedEvent(nss[4], "fd00:ec2::254", "fd00:ec2::1")
 	}
+
+	// The upgrade's last step (docs/operations.md): the shared key goes,
+	// and the gateways, restarted, speak node certificates alone.
+	e.endTransition()
 
 	// 5. the node hosting the single-IP object dies; the IP serves from the
 	// other gateway, its standby, and two connections go on with their
@@ -1389,6 +1396,14 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 	// Two connections through moveIP, one whose port was not preserved,
 	// synced to the standby: the other gateway.
 	pair, from, to := e.syncedThrough(ns)
+	if e.keyless {
+		for _, g := range []string{from, to} {
+			if n := e.gatewayMetric(g, "egret_gateway_sync_key_sessions_total"); n != 0 {
+				e.t.Errorf("the gateway on %s counts %v flow sync sessions by the shared key after it was deleted", g, n)
+			}
+		}
+		e.t.Logf("the flows of the connections below reached %s over node certificates alone", to)
+	}
 	p := e.pods(ns.name)[0]
 	pid, err := os.ReadFile(filepath.Join(stateDir, "pids", "kubelet-"+from+".pid"))
 	if err != nil {

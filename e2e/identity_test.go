@@ -207,3 +207,18 @@ func (e *env) requestCert(cs kubernetes.Interface, n string) (cert *x509.Certifi
 	}
 	return cert, key, denied
 }
+
+// endTransition is the last step of an upgrade from the shared key
+// (docs/operations.md, "Upgrade"): the Secret egret-flow-sync is deleted and
+// the gateways restarted, so that their flow sync and health port take
+// node certificates alone.
+func (e *env) endTransition() {
+	e.t.Helper()
+	e.kubectl("-n", "egret-system", "delete", "secret", "egret-flow-sync", "--ignore-not-found")
+	e.settled()
+	e.kubectl("-n", "egret-system", "rollout", "restart", "daemonset/egret-gateway")
+	e.settled()
+	e.waitEgretReady()
+	e.keyless = true
+	e.t.Logf("the shared flow sync key deleted and the gateways restarted")
+}
