@@ -1403,6 +1403,14 @@ func (e *env) failover(icmp *icmpRecorder, ns testNS) {
 			}
 		}
 		e.t.Logf("the flows of the connections below reached %s over node certificates alone", to)
+		// The controller's probes are mutual TLS with its certificate, so
+		// each gateway takes their leases (--controller-lease=tls).
+		for _, g := range []string{from, to} {
+			nstest.Until(e.t, g+" holding a controller lease", 10*time.Second, func() (bool, string) {
+				left := e.gatewayMetric(g, "egret_gateway_controller_lease_remaining_seconds")
+				return left > 0, fmt.Sprintf("lease remaining %vs", left)
+			})
+		}
 	}
 	p := e.pods(ns.name)[0]
 	pid, err := os.ReadFile(filepath.Join(stateDir, "pids", "kubelet-"+from+".pid"))
