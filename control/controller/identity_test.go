@@ -94,23 +94,9 @@ func TestNodeIdentityProbe(t *testing.T) {
 
 	// The gateways on gw1 and gw2 ask for their certificates; gw1's
 	// serves both health ports.
-	certified := func(node string) *identity.Requester {
-		req, err := identity.NewRequester(identity.RequesterConfig{Client: podClient(t, env.Config, cs, node),
-			Namespace: "egret-system", Node: node, Log: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go req.Run(ctx)
-		select {
-		case <-req.Store().Ready():
-		case <-time.After(time.Minute):
-			t.Fatalf("%s got no certificate within a minute", node)
-		}
-		return req
-	}
-	req := certified("gw1")
-	certified("gw2")
-	tc := req.Store().ServerTLS(identity.Controller)
+	st := certify(t, env.Config, cs, "gw1")
+	certify(t, env.Config, cs, "gw2")
+	tc := st.ServerTLS(identity.Controller)
 	for _, l := range []net.Listener{l1, l2} {
 		s := health.Serve(l, health.TLS(tc))
 		t.Cleanup(func() { s.Stop() })
@@ -141,7 +127,7 @@ func TestNodeIdentityProbe(t *testing.T) {
 	if v, _ := sample("egret_controller_node_certificates_total", "result=issued"); v != 2 {
 		t.Fatalf("egret_controller_node_certificates_total{result=issued} = %v, want 2", v)
 	}
-	certified("gw3")
+	certify(t, env.Config, cs, "gw3")
 	nstest.Until(t, "gw3, once certified, not reachable by its plain answer", 30*time.Second,
 		reachable(map[string]float64{"gw1": 1, "gw2": 0, "gw3": 0}))
 	if v, ok := sample("egret_controller_node_certificates_total", "result=denied"); !ok || v != 0 {
@@ -178,6 +164,24 @@ func gatewayRBAC(t *testing.T, cs kubernetes.Interface) {
 }
 
 func create(_ any, err error) error { return err }
+
+// certify runs the gateway's Requester for node, as its pod (podClient),
+// until the test ends, and returns its store once it holds a certificate.
+func certify(t *testing.T, admin *rest.Config, cs kubernetes.Interface, node string) *identity.Store {
+	t.Helper()
+	req, err := identity.NewRequester(identity.RequesterConfig{Client: podClient(t, admin, cs, node),
+		Namespace: "egret-system", Node: node, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go req.Run(t.Context())
+	select {
+	case <-req.Store().Ready():
+	case <-time.After(time.Minute):
+		t.Fatalf("%s got no certificate within a minute", node)
+	}
+	return req.Store()
+}
 
 // podClient is the API as the gateway pod on node sees it: a token bound to
 // a pod of egret-gateway scheduled there.
@@ -260,26 +264,11 @@ func TestNodeIdentityLeaderSigns(t *testing.T) {
 			return *l.Spec.HolderIdentity == id, *l.Spec.HolderIdentity
 		}
 	}
-	certify := func(node string) *identity.Store {
-		t.Helper()
-		req, err := identity.NewRequester(identity.RequesterConfig{Client: podClient(t, env.Config, cs, node),
-			Namespace: "egret-system", Node: node, Log: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go req.Run(ctx)
-		select {
-		case <-req.Store().Ready():
-		case <-time.After(time.Minute):
-			t.Fatalf("%s got no certificate within a minute", node)
-		}
-		return req.Store()
-	}
 
 	r1 := start("replica-1")
 	nstest.Until(t, "replica-1 leads", 15*time.Second, leads("replica-1"))
 	r2 := start("replica-2")
-	st1 := certify("gw1")
+	st1 := certify(t, env.Config, cs, "gw1")
 	// The count follows the certificate's write, which the gateway may see first.
 	nstest.Until(t, "replica-1 counts the certificate it issued", 10*time.Second, func() (bool, string) {
 		a := issued(r1)
@@ -293,7 +282,7 @@ func TestNodeIdentityLeaderSigns(t *testing.T) {
 		t.Fatalf("replica-1: %v", err)
 	}
 	nstest.Until(t, "replica-2 takes over", 15*time.Second, leads("replica-2"))
-	st2 := certify("gw2")
+	st2 := certify(t, env.Config, cs, "gw2")
 	nstest.Until(t, "the new leader counts the certificate it issued", 10*time.Second, func() (bool, string) {
 		b := issued(r2)
 		return b == 1, fmt.Sprint(b)
