@@ -147,7 +147,7 @@ func TestDNSNamesStatus(t *testing.T) {
 
 		// In the synctest bubble the sleep moves the fake clock past the
 		// TTL at once; synctest.Wait then waits for the controller to act.
-		time.Sleep(10*time.Minute + time.Second) // sleep: the fake clock, past the TTL
+		time.Sleep(10*time.Minute + time.Second) // sleep: synctest's fake clock, advanced at once (no real wait), past the TTL
 		synctest.Wait()
 		if n := f.lookups("db.example.com"); n != 2 {
 			t.Errorf("db.example.com looked up %d times after its TTL, want 2", n)
@@ -157,7 +157,7 @@ func TestDNSNamesStatus(t *testing.T) {
 		}
 
 		f.set("db.example.com", 10*time.Minute, "192.0.2.2", "192.0.2.1")
-		time.Sleep(10 * time.Minute) // sleep: the fake clock, as above
+		time.Sleep(10 * time.Minute) // sleep: synctest's fake clock, as above
 		synctest.Wait()
 		if n := m.trafficWritten(); n != 2 {
 			t.Errorf("%d status writes after a changed answer, want 2", n)
@@ -197,7 +197,7 @@ func TestDNSFailureKeepsAddresses(t *testing.T) {
 
 		timeout := errors.New("server 10.96.0.10:53: reading the answer: no answer in time")
 		f.fail("db.example.com", timeout)
-		time.Sleep(time.Minute + time.Second) // sleep: the fake clock (see TestDNSNamesStatus)
+		time.Sleep(time.Minute + time.Second) // sleep: synctest's fake clock (see TestDNSNamesStatus)
 		synctest.Wait()
 		check := func(step string, writes, events int, errText string) {
 			t.Helper()
@@ -218,7 +218,7 @@ func TestDNSFailureKeepsAddresses(t *testing.T) {
 		}
 
 		// Retried at the floor (5 s) a dozen times: nothing new to say.
-		time.Sleep(time.Minute) // sleep: the fake clock
+		time.Sleep(time.Minute) // sleep: synctest's fake clock
 		synctest.Wait()
 		if n := f.lookups("db.example.com"); n < 12 {
 			t.Errorf("a failing name was looked up %d times in a minute, want a retry every 5s", n)
@@ -227,17 +227,17 @@ func TestDNSFailureKeepsAddresses(t *testing.T) {
 
 		refused := errors.New("server 10.96.0.10:53: reading the answer: connection refused")
 		f.fail("db.example.com", refused)
-		time.Sleep(6 * time.Second) // sleep: the fake clock
+		time.Sleep(6 * time.Second) // sleep: synctest's fake clock
 		synctest.Wait()
 		check("another failure", 3, 2, refused.Error())
 
 		f.set("db.example.com", time.Minute, "192.0.2.1")
-		time.Sleep(6 * time.Second) // sleep: the fake clock
+		time.Sleep(6 * time.Second) // sleep: synctest's fake clock
 		synctest.Wait()
 		check("recovered", 4, 2, "")
 
 		f.fail("db.example.com", refused)     // the same error again after a recovery is news
-		time.Sleep(time.Minute + time.Second) // sleep: the fake clock
+		time.Sleep(time.Minute + time.Second) // sleep: synctest's fake clock
 		synctest.Wait()
 		check("failed again", 5, 3, refused.Error())
 	})
@@ -256,7 +256,7 @@ func TestDNSStatusWriteRetried(t *testing.T) {
 		if n := m.trafficWritten(); n != 1 {
 			t.Fatalf("%d writes before the retry, want 1 (failed)", n)
 		}
-		time.Sleep(2 * time.Second) // sleep: the fake clock, past the 1 s retry
+		time.Sleep(2 * time.Second) // sleep: synctest's fake clock, past the 1 s retry
 		synctest.Wait()
 		addrs, e, ok := addressesOf(m.getTraffic("gone"), "gone.example.com")
 		if !ok || addrs != nil || e == "" || m.trafficWritten() != 2 {
@@ -310,13 +310,13 @@ func TestDNSRefusedStatusNotRewritten(t *testing.T) {
 		startDNS(t, m, f)
 		synctest.Wait()
 		m.setTraffic(traffic("api", "api.example.com")) // another pass
-		time.Sleep(time.Minute)                         // sleep: the fake clock, past any retry
+		time.Sleep(time.Minute)                         // sleep: synctest's fake clock, past any retry
 		synctest.Wait()
 		if n := m.trafficWritten(); n != 2 {
 			t.Errorf("%d status writes, want 2 (db refused once, api once)", n)
 		}
 		f.set("db.example.com", time.Hour, "192.0.2.3")
-		time.Sleep(time.Hour) // sleep: the fake clock, past the TTL
+		time.Sleep(time.Hour) // sleep: synctest's fake clock, past the TTL
 		synctest.Wait()
 		if got, _, _ := addressesOf(m.getTraffic("db"), "db.example.com"); !slices.Equal(got, []string{"192.0.2.3"}) {
 			t.Errorf("after a change, db status %v, want it written", got)
