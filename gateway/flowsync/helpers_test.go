@@ -300,3 +300,19 @@ func process(w *gateway.Processor, frame []byte) gateway.Result {
 	w.Process(clock(), [][]byte{frame}, [][]byte{out}, res)
 	return res[0]
 }
+
+// churn changes 150 of the 200 flows flow(0..199) the primary a holds: 50
+// gone, 50 new (SYN_SENT), 50 moved to FIN_WAIT.
+func churn(t testing.TB, a *gateway.Pipeline) {
+	t.Helper()
+	for i := range 50 {
+		f := flow(i, conntrack.StateEstablished)
+		if !a.Abandon(&f) {
+			t.Fatalf("flow %d not held by the primary", i)
+		}
+		adopt(t, a, flow(1000+i, conntrack.StateSynSent))
+		g := flow(100+i, conntrack.StateEstablished)
+		a.Abandon(&g)
+		adopt(t, a, flow(100+i, conntrack.StateFinWait))
+	}
+}

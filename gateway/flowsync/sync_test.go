@@ -27,17 +27,7 @@ func TestStandbyMirrorsPrimary(t *testing.T) {
 	sa.Start()
 	waitMatch(t, a, b)
 
-	// Changes: 50 gone, 50 new, 50 move to FIN_WAIT.
-	for i := range 50 {
-		f := flow(i, conntrack.StateEstablished)
-		if !a.Abandon(&f) {
-			t.Fatalf("flow %d not held by the primary", i)
-		}
-		adopt(t, a, flow(1000+i, conntrack.StateSynSent))
-		g := flow(100+i, conntrack.StateEstablished)
-		a.Abandon(&g)
-		adopt(t, a, flow(100+i, conntrack.StateFinWait))
-	}
+	churn(t, a)
 	waitMatch(t, a, b)
 	if got := len(table(b, egress, egress6)); got != 200 {
 		t.Fatalf("standby holds %d flows, want 200", got)

@@ -197,16 +197,7 @@ func TestTLSStandbyMirrorsPrimary(t *testing.T) {
 	sa.SetPeers(peers(addr))
 	sa.Start()
 	waitMatch(t, a, b)
-	for i := range 50 {
-		f := flow(i, conntrack.StateEstablished)
-		if !a.Abandon(&f) {
-			t.Fatalf("flow %d not held by the primary", i)
-		}
-		adopt(t, a, flow(1000+i, conntrack.StateSynSent))
-		g := flow(100+i, conntrack.StateEstablished)
-		a.Abandon(&g)
-		adopt(t, a, flow(100+i, conntrack.StateFinWait))
-	}
+	churn(t, a)
 	waitMatch(t, a, b)
 	if st := sa.Stats(); st.FullResyncs != 1 || st.ConnectFail != 0 {
 		t.Errorf("primary stats %+v: want one session, no failed attempt", st)
